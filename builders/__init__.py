@@ -1,0 +1,1 @@
+"""Builders: model specs (the zoo), export, validation and the Triton repository writer."""

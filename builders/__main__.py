@@ -1,0 +1,90 @@
+"""Command line of the builders: `python -m builders build ...`."""
+
+from pathlib import Path
+
+import click
+
+from builders.cli_support import step, user_errors
+
+
+@click.group()
+def cli():
+    """Export PyTorch models to ONNX, validate them, and write a Triton model repository."""
+
+
+def _split(value: str) -> list[str]:
+    return [v for v in value.replace(",", " ").split() if v]
+
+
+@cli.command()
+@click.option("--models", default="digits_cnn", show_default=True, help="Zoo models, space- or comma-separated.")
+@click.option(
+    "--target",
+    type=click.Choice(["auto", "embedded", "ngc"]),
+    default="auto",
+    show_default=True,
+    help="embedded: Python backend for the pip tritonserver; ngc: native backends of the NGC images; "
+    "auto: ngc where a Docker engine answers, else embedded.",
+)
+@click.option("--repo", type=click.Path(path_type=Path), default=Path("model_repository"), show_default=True)
+@click.option(
+    "--work-dir",
+    type=click.Path(path_type=Path),
+    default=Path("build"),
+    show_default=True,
+    help="Where exported ONNX models and validation reports are cached.",
+)
+@click.option("--weights", default=None, help="'random' (default) or a torchvision weights name, e.g. DEFAULT.")
+@click.option("--max-batch", type=int, default=None, help="Override the spec's max_batch_size.")
+@click.option("--instances", type=int, default=1, show_default=True, help="Instances per model.")
+@click.option("--kind", type=click.Choice(["KIND_CPU", "KIND_GPU", "KIND_AUTO"]), default="KIND_CPU", show_default=True)
+@click.option("--max-queue-delay-us", type=int, default=500, show_default=True)
+@click.option("--preferred-batch", default="", help="Preferred batch sizes, e.g. '4 8'.")
+@click.option("--no-dynamic-batching", is_flag=True, help="Serve without Triton's dynamic batcher.")
+@click.option("--force", is_flag=True, help="Rebuild even if the inputs are unchanged.")
+@user_errors
+def build(
+    models,
+    target,
+    repo,
+    work_dir,
+    weights,
+    max_batch,
+    instances,
+    kind,
+    max_queue_delay_us,
+    preferred_batch,
+    no_dynamic_batching,
+    force,
+):
+    """Build MODELS into the repository REPO, one validated model at a time."""
+    from builders import zoo
+    from builders.build import BuildRequest, build_model
+    from builders.repository import ServingOptions, default_target
+
+    target = default_target() if target == "auto" else target
+    options = ServingOptions(
+        instances, kind, max_queue_delay_us, tuple(int(b) for b in _split(preferred_batch)), not no_dynamic_batching
+    )
+    names = _split(models)
+    specs = [zoo.get_spec(n, weights=weights, max_batch_size=max_batch) for n in names]
+    for i, spec in enumerate(specs, start=1):
+        step(f"[{i}/{len(specs)}] {spec.name}")
+        entry = build_model(BuildRequest(spec, target, repo, work_dir, options, force))
+        accuracy = f", held-out accuracy {entry['accuracy']:.4f}" if entry.get("accuracy") is not None else ""
+        click.echo(f"built {spec.name} ({target}, {entry['backend']}) in {entry['build_seconds']} s{accuracy}")
+    click.echo(f"repository ready: {repo} (manifest: {repo / 'manifest.json'})")
+
+
+@cli.command("list")
+def list_models():
+    """List the models of the zoo."""
+    from builders import zoo
+
+    for name in zoo.available():
+        spec = zoo.get_spec(name)
+        click.echo(f"{name:12s} inputs={[(t.name, t.dims) for t in spec.inputs]} max_batch={spec.max_batch_size}")
+
+
+if __name__ == "__main__":
+    cli()

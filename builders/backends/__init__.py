@@ -1,0 +1,5 @@
+"""Python-backend model files copied into embedded-target model versions (as model.py)."""
+
+from pathlib import Path
+
+ONNXRUNTIME_MODEL = Path(__file__).with_name("onnxruntime_model.py")

@@ -1,0 +1,65 @@
+"""Triton Python-backend model serving an ONNX artifact with ONNX Runtime (embedded target).
+
+Copied into <repository>/<model>/<version>/model.py by the repository writer. Parameters
+(config.pbtxt): artifact (file name in the version folder), intra_op_threads.
+Requests of one dynamic batch run as one ONNX Runtime call; if that call fails, each
+request runs alone, so a bad request gets its own error and the others still succeed.
+"""
+
+import json
+import os
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        import onnxruntime as ort
+
+        config = json.loads(args["model_config"])
+        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        path = os.path.join(args["model_repository"], args["model_version"], params.get("artifact", "model.onnx"))
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = int(params.get("intra_op_threads", "1"))
+        options.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        self.input_names = [i["name"] for i in config["input"]]
+        self.output_names = [o["name"] for o in config["output"]]
+
+    def execute(self, requests):
+        feeds = [self._feeds(r) for r in requests]
+        batched = self._run_batched(feeds)
+        if batched is not None:
+            return batched
+        return [self._respond(self._run_one, f) for f in feeds]
+
+    def _feeds(self, request):
+        return {n: pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in self.input_names}
+
+    def _run_batched(self, feeds):
+        shapes = {tuple(f[n].shape[1:] for n in self.input_names) for f in feeds}
+        if len(feeds) == 1 or len(shapes) != 1:
+            return None
+        merged = {n: np.concatenate([f[n] for f in feeds]) for n in self.input_names}
+        try:
+            outputs = self.session.run(self.output_names, merged)
+        except Exception:
+            return None  # retried per request, so only the bad one fails
+        bounds = np.cumsum([f[self.input_names[0]].shape[0] for f in feeds])[:-1]
+        per_request = zip(*[np.split(o, bounds) for o in outputs])
+        return [self._response(parts) for parts in per_request]
+
+    def _run_one(self, feed):
+        return self.session.run(self.output_names, feed)
+
+    def _respond(self, run, feed):
+        try:
+            return self._response(run(feed))
+        except Exception as err:
+            error = pb_utils.TritonError(f"onnxruntime failed: {err}", pb_utils.TritonError.INVALID_ARG)
+            return pb_utils.InferenceResponse(output_tensors=[], error=error)
+
+    def _response(self, outputs):
+        tensors = [pb_utils.Tensor(n, np.ascontiguousarray(o)) for n, o in zip(self.output_names, outputs)]
+        return pb_utils.InferenceResponse(output_tensors=tensors)

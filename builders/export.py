@@ -1,0 +1,181 @@
+"""Export a torch module to ONNX with a dynamic batch axis, checked and shape-inferred."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from builders.errors import ExportError
+from builders.spec import ModelSpec, TensorSpec
+
+STAMP = "export.json"
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """Where the ONNX model is, its sha256, and whether it was reused from an earlier build."""
+
+    path: Path
+    sha256: str
+    reused: bool
+    metrics: dict
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_stamp(out_dir: Path) -> dict | None:
+    """The stamp an earlier export left in out_dir, or None."""
+    try:
+        return json.loads((out_dir / STAMP).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def up_to_date(out_dir: Path, build_hash: str) -> ExportResult | None:
+    """The earlier export in out_dir if it was made from the same inputs and is intact."""
+    stamp = read_stamp(out_dir)
+    path = out_dir / "model.onnx"
+    if not stamp or stamp.get("build_hash") != build_hash or not path.exists():
+        return None
+    if file_sha256(path) != stamp.get("sha256"):
+        return None
+    return ExportResult(path, stamp["sha256"], reused=True, metrics=stamp.get("metrics", {}))
+
+
+def sample_inputs(spec: ModelSpec, batch: int, seed: int = 0) -> dict:
+    """Random inputs (numpy) for every input of the spec; dynamic axes get size 8."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for tensor in spec.inputs:
+        shape = (batch, *[8 if d == -1 else d for d in tensor.dims])
+        if tensor.dtype.startswith("FP"):
+            feeds[tensor.name] = rng.standard_normal(shape).astype(tensor.numpy_dtype)
+        else:
+            feeds[tensor.name] = rng.integers(0, 100, shape).astype(tensor.numpy_dtype)
+    return feeds
+
+
+def _dynamic_shapes(spec: ModelSpec) -> dict:
+    import torch
+
+    batch = torch.export.Dim("batch", min=1, max=max(spec.max_batch_size, 2))
+    shapes = {}
+    for tensor in spec.inputs:
+        axes = {0: batch}
+        for i, dim in enumerate(tensor.dims, start=1):
+            if dim == -1:
+                axes[i] = torch.export.Dim(f"{tensor.name}_{i}", min=1)
+        shapes[tensor.name] = axes
+    return shapes
+
+
+def export_onnx(module, spec: ModelSpec, out_dir: Path, build_hash: str, metrics: dict | None = None) -> ExportResult:
+    """Export module to out_dir/model.onnx, check it, and stamp it with build_hash.
+
+    The file is written under a temporary name and renamed only once checked, so an
+    interrupted export never leaves a model.onnx behind that looks complete.
+
+    Raises:
+        ExportError: torch could not export the module, or the ONNX checker refused it.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    final, partial = out_dir / "model.onnx", out_dir / "model.onnx.partial"
+    example = sample_inputs(spec, batch=2)
+    try:
+        _torch_export(module, spec, example, partial)
+        _check_and_infer(partial, spec)
+    except ExportError:
+        partial.unlink(missing_ok=True)
+        raise
+    os.replace(partial, final)
+    sha = file_sha256(final)
+    stamp = {"build_hash": build_hash, "sha256": sha, "metrics": metrics or {}}
+    (out_dir / STAMP).write_text(json.dumps(stamp, indent=2))
+    return ExportResult(final, sha, reused=False, metrics=metrics or {})
+
+
+def _torch_export(module, spec: ModelSpec, example: dict, path: Path) -> None:
+    import torch
+
+    args = tuple(torch.from_numpy(example[t.name]) for t in spec.inputs)
+    kwargs = dict(
+        input_names=[t.name for t in spec.inputs],
+        output_names=[t.name for t in spec.outputs],
+        opset_version=spec.opset,
+        dynamo=True,
+        external_data=False,
+        verbose=False,
+    )
+    shapes = tuple(_dynamic_shapes(spec).values())  # positional, like args
+    try:
+        with torch.no_grad():
+            torch.onnx.export(module, args, str(path), dynamic_shapes=shapes, **kwargs)
+    except Exception as err:  # torch raises many unrelated types here
+        raise ExportError(f"model {spec.name!r}: torch.onnx.export failed: {err}") from err
+
+
+def _check_and_infer(path: Path, spec: ModelSpec) -> None:
+    import onnx
+
+    try:
+        onnx.checker.check_model(str(path), full_check=True)
+        model = onnx.shape_inference.infer_shapes(onnx.load(str(path)), strict_mode=True)
+    except Exception as err:  # onnx raises ValidationError, InferenceError, ...
+        raise ExportError(f"model {spec.name!r}: the exported ONNX model is invalid: {err}") from err
+    _check_io(model, spec)
+    onnx.save(model, str(path))
+    _check_dims(path, spec)
+
+
+def _check_io(model, spec: ModelSpec) -> None:
+    got = {
+        "inputs": [i.name for i in model.graph.input],
+        "outputs": [o.name for o in model.graph.output],
+    }
+    want = {"inputs": [t.name for t in spec.inputs], "outputs": [t.name for t in spec.outputs]}
+    if got != want:
+        raise ExportError(
+            f"model {spec.name!r}: exported tensor names {got} differ from the spec {want}; "
+            "make the module's forward() take and return tensors in the spec's order"
+        )
+
+
+def _check_dims(path: Path, spec: ModelSpec) -> None:
+    dims = onnx_tensor_dims(path)
+    for tensor in spec.inputs + spec.outputs:
+        if not tensor_spec_matches(tensor, dims[tensor.name]):
+            raise ExportError(
+                f"model {spec.name!r}: tensor {tensor.name!r} exported with dims {dims[tensor.name]}, "
+                f"expected a dynamic batch axis then {list(tensor.dims)}; check the spec's dims"
+            )
+
+
+def onnx_tensor_dims(path: Path) -> dict[str, list]:
+    """Per tensor of the graph's inputs and outputs, its dims (ints or symbolic names)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    dims = {}
+    for value in list(model.graph.input) + list(model.graph.output):
+        shape = value.type.tensor_type.shape.dim
+        dims[value.name] = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in shape]
+    return dims
+
+
+def tensor_spec_matches(tensor: TensorSpec, dims: list) -> bool:
+    """Whether an ONNX tensor's dims (batch first) agree with a per-sample TensorSpec."""
+    if len(dims) != len(tensor.dims) + 1 or isinstance(dims[0], int) and dims[0] > 0:
+        return False
+    return all(want == -1 or got == want for want, got in zip(tensor.dims, dims[1:]))

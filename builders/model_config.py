@@ -1,0 +1,242 @@
+"""Typed Triton model configurations, validated on construction, written through model_config_pb2."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from builders.errors import ConfigError
+
+KINDS = ("KIND_CPU", "KIND_GPU", "KIND_AUTO")
+FORMATS = ("FORMAT_NCHW", "FORMAT_NHWC")
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
+
+
+def _data_types() -> set[str]:
+    from tritonclient.grpc import model_config_pb2
+
+    return set(model_config_pb2.DataType.keys()) - {"TYPE_INVALID"}
+
+
+@dataclass(frozen=True)
+class TensorConfig:
+    """An input or output of a model config (dims exclude the batch axis)."""
+
+    name: str
+    data_type: str
+    dims: tuple[int, ...]
+    format: str | None = None
+    label_filename: str | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "dims", tuple(self.dims))
+        if self.data_type not in _data_types():
+            raise ConfigError(f"tensor {self.name!r}: data_type {self.data_type!r} is unknown; expected e.g. TYPE_FP32")
+        if not self.dims or any(not isinstance(d, int) or (d < 1 and d != -1) for d in self.dims):
+            raise ConfigError(f"tensor {self.name!r}: dims {list(self.dims)} must be positive ints or -1")
+        if self.format and (self.format not in FORMATS or len(self.dims) != 3):
+            raise ConfigError(
+                f"tensor {self.name!r}: format {self.format!r} needs one of {FORMATS} and 3 dims, "
+                f"got dims {list(self.dims)}"
+            )
+
+
+@dataclass(frozen=True)
+class DynamicBatching:
+    """Triton's dynamic batcher: preferred sizes and how long a request may wait for a batch."""
+
+    preferred_batch_size: tuple[int, ...] = ()
+    max_queue_delay_microseconds: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "preferred_batch_size", tuple(self.preferred_batch_size))
+        if any(b < 1 for b in self.preferred_batch_size) or self.max_queue_delay_microseconds < 0:
+            raise ConfigError(
+                f"dynamic_batching: preferred sizes {list(self.preferred_batch_size)} must be >= 1 and "
+                f"max_queue_delay_microseconds {self.max_queue_delay_microseconds} >= 0"
+            )
+
+
+@dataclass(frozen=True)
+class InstanceGroup:
+    """How many copies of the model run, and where."""
+
+    count: int = 1
+    kind: str = "KIND_CPU"
+    gpus: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "gpus", tuple(self.gpus))
+        if self.kind not in KINDS:
+            raise ConfigError(f"instance_group kind {self.kind!r} is unknown; expected one of {KINDS}")
+        if not isinstance(self.count, int) or self.count < 1:
+            raise ConfigError(f"instance_group count {self.count!r} must be an int >= 1")
+        if self.gpus and self.kind != "KIND_GPU":
+            raise ConfigError(f"instance_group gpus {list(self.gpus)} are only valid with KIND_GPU, not {self.kind}")
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """One warmup sample set: random data of the given batch size for every input."""
+
+    name: str
+    batch_size: int
+    inputs: tuple[TensorConfig, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        if self.batch_size < 1:
+            raise ConfigError(f"warmup {self.name!r}: batch_size {self.batch_size} must be >= 1")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A Triton model configuration.
+
+    Exactly one of backend (e.g. "python", "onnxruntime") or platform (e.g.
+    "onnxruntime_onnx", "tensorrt_plan") is required.
+    """
+
+    name: str
+    max_batch_size: int
+    inputs: tuple[TensorConfig, ...]
+    outputs: tuple[TensorConfig, ...]
+    backend: str | None = None
+    platform: str | None = None
+    dynamic_batching: DynamicBatching | None = None
+    instance_groups: tuple[InstanceGroup, ...] = ()
+    latest_versions: int = 1
+    warmup: tuple[Warmup, ...] = ()
+    parameters: dict = field(default_factory=dict)
+    default_model_filename: str | None = None
+
+    def __post_init__(self):
+        for attr in ("inputs", "outputs", "instance_groups", "warmup"):
+            object.__setattr__(self, attr, tuple(getattr(self, attr)))
+        if not _NAME.match(self.name or ""):
+            raise ConfigError(f"model name {self.name!r} is invalid: use letters, digits, '_', '-', '.'")
+        if bool(self.backend) == bool(self.platform):
+            raise ConfigError(
+                f"model {self.name!r}: give exactly one of backend or platform "
+                f"(got backend={self.backend!r}, platform={self.platform!r})"
+            )
+        if not isinstance(self.max_batch_size, int) or self.max_batch_size < 0:
+            raise ConfigError(f"model {self.name!r}: max_batch_size {self.max_batch_size!r} must be an int >= 0")
+        if not self.inputs or not self.outputs:
+            raise ConfigError(f"model {self.name!r}: needs at least one input and one output")
+        self._check_batching()
+        self._check_warmup()
+
+    def _check_batching(self):
+        if self.dynamic_batching is None:
+            return
+        if self.max_batch_size == 0:
+            raise ConfigError(
+                f"model {self.name!r}: dynamic_batching needs max_batch_size >= 1; "
+                "set max_batch_size or drop dynamic_batching"
+            )
+        too_big = [b for b in self.dynamic_batching.preferred_batch_size if b > self.max_batch_size]
+        if too_big:
+            raise ConfigError(
+                f"model {self.name!r}: preferred_batch_size {too_big} > max_batch_size "
+                f"{self.max_batch_size}; lower the preferred sizes or raise max_batch_size"
+            )
+
+    def _check_warmup(self):
+        names = {t.name for t in self.inputs}
+        for sample in self.warmup:
+            if sample.batch_size > max(self.max_batch_size, 1):
+                raise ConfigError(
+                    f"model {self.name!r}: warmup {sample.name!r} batch_size {sample.batch_size} > "
+                    f"max_batch_size {self.max_batch_size}"
+                )
+            unknown = sorted({t.name for t in sample.inputs} - names)
+            if unknown:
+                raise ConfigError(f"model {self.name!r}: warmup {sample.name!r} names unknown inputs {unknown}")
+
+    def to_proto(self):
+        """The config as a model_config_pb2.ModelConfig message."""
+        from tritonclient.grpc import model_config_pb2 as pb
+
+        msg = pb.ModelConfig(name=self.name, max_batch_size=self.max_batch_size)
+        msg.backend = self.backend or ""
+        msg.platform = self.platform or ""
+        if self.default_model_filename:
+            msg.default_model_filename = self.default_model_filename
+        msg.input.extend(_input_proto(pb, t) for t in self.inputs)
+        msg.output.extend(_output_proto(pb, t) for t in self.outputs)
+        msg.version_policy.latest.num_versions = self.latest_versions
+        for group in self.instance_groups:
+            msg.instance_group.add(
+                count=group.count, kind=pb.ModelInstanceGroup.Kind.Value(group.kind), gpus=group.gpus
+            )
+        if self.dynamic_batching is not None:
+            msg.dynamic_batching.preferred_batch_size.extend(self.dynamic_batching.preferred_batch_size)
+            msg.dynamic_batching.max_queue_delay_microseconds = self.dynamic_batching.max_queue_delay_microseconds
+        msg.model_warmup.extend(_warmup_proto(pb, w) for w in self.warmup)
+        for key, value in self.parameters.items():
+            msg.parameters[key].string_value = str(value)
+        return msg
+
+    def to_pbtxt(self) -> str:
+        """The config in protobuf text format, as config.pbtxt holds it."""
+        from google.protobuf import text_format
+
+        text = text_format.MessageToString(self.to_proto())
+        # proto3 drops zero-valued scalars; Triton needs max_batch_size: 0 said explicitly.
+        return text if self.max_batch_size else f"max_batch_size: 0\n{text}"
+
+
+def _input_proto(pb, tensor: TensorConfig):
+    msg = pb.ModelInput(name=tensor.name, data_type=pb.DataType.Value(tensor.data_type), dims=tensor.dims)
+    if tensor.format:
+        msg.format = pb.ModelInput.Format.Value(tensor.format)
+    return msg
+
+
+def _output_proto(pb, tensor: TensorConfig):
+    msg = pb.ModelOutput(name=tensor.name, data_type=pb.DataType.Value(tensor.data_type), dims=tensor.dims)
+    if tensor.label_filename:
+        msg.label_filename = tensor.label_filename
+    return msg
+
+
+def _warmup_proto(pb, warmup: Warmup):
+    msg = pb.ModelWarmup(name=warmup.name, batch_size=warmup.batch_size)
+    for tensor in warmup.inputs:
+        msg.inputs[tensor.name].data_type = pb.DataType.Value(tensor.data_type)
+        msg.inputs[tensor.name].dims.extend(tensor.dims)
+        msg.inputs[tensor.name].random_data = True
+    return msg
+
+
+def parse_pbtxt(text: str):
+    """Parse config.pbtxt text into a model_config_pb2.ModelConfig message.
+
+    Raises:
+        ConfigError: the text is not a valid model configuration.
+    """
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    try:
+        return text_format.Parse(text, pb.ModelConfig())
+    except text_format.ParseError as err:
+        raise ConfigError(f"config.pbtxt does not parse as a Triton ModelConfig: {err}") from err
+
+
+def from_dict(data: dict) -> ModelConfig:
+    """Build a ModelConfig from its plain form (e.g. a JSON golden fixture)."""
+    data = dict(data)
+    try:
+        data["inputs"] = [TensorConfig(**t) for t in data.get("inputs", [])]
+        data["outputs"] = [TensorConfig(**t) for t in data.get("outputs", [])]
+        data["instance_groups"] = [InstanceGroup(**g) for g in data.get("instance_groups", [])]
+        if data.get("dynamic_batching") is not None:
+            data["dynamic_batching"] = DynamicBatching(**data["dynamic_batching"])
+        data["warmup"] = [
+            Warmup(w["name"], w["batch_size"], [TensorConfig(**t) for t in w["inputs"]]) for w in data.get("warmup", [])
+        ]
+        return ModelConfig(**data)
+    except TypeError as err:
+        raise ConfigError(f"model config is malformed: {err}") from err

@@ -1,0 +1,137 @@
+"""The Triton model repository writer: config.pbtxt, artifacts, labels and manifest.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from builders.backends import ONNXRUNTIME_MODEL
+from builders.errors import ConfigError
+from builders.model_config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, Warmup
+from builders.spec import ModelSpec
+
+TARGETS = ("embedded", "ngc")
+MANIFEST = "manifest.json"
+LABELS = "labels.txt"
+
+
+@dataclass(frozen=True)
+class ServingOptions:
+    """Repository-level knobs that do not change the artifact."""
+
+    instances: int = 1
+    kind: str = "KIND_CPU"
+    max_queue_delay_us: int = 500
+    preferred_batch_sizes: tuple[int, ...] = ()
+    dynamic_batching: bool = True
+    intra_op_threads: int = 1
+
+
+def default_target() -> str:
+    """'ngc' where a Docker engine answers, else 'embedded'."""
+    import subprocess
+
+    try:
+        done = subprocess.run(["docker", "info"], capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return "embedded"
+    return "ngc" if done.returncode == 0 else "embedded"
+
+
+def _tensor_config(tensor, label_file: str | None = None) -> TensorConfig:
+    fmt = f"FORMAT_{tensor.image_format}" if tensor.image_format else None
+    return TensorConfig(tensor.name, f"TYPE_{tensor.dtype}", tensor.dims, fmt, label_file)
+
+
+def model_config(spec: ModelSpec, target: str, options: ServingOptions = ServingOptions()) -> ModelConfig:
+    """The Triton config of a spec for a target ('embedded': Python backend, 'ngc': native backend)."""
+    if target not in TARGETS:
+        raise ConfigError(f"target {target!r} is unknown; expected one of {TARGETS}")
+    outputs = [_tensor_config(t) for t in spec.outputs]
+    if spec.labels:
+        outputs[0] = _tensor_config(spec.outputs[0], LABELS)
+    inputs = [_tensor_config(t) for t in spec.inputs]
+    batching = None
+    if options.dynamic_batching:
+        batching = DynamicBatching(options.preferred_batch_sizes, options.max_queue_delay_us)
+    return ModelConfig(
+        name=spec.name,
+        max_batch_size=spec.max_batch_size,
+        inputs=inputs,
+        outputs=outputs,
+        dynamic_batching=batching,
+        instance_groups=[InstanceGroup(options.instances, options.kind)],
+        warmup=[Warmup("random_batch_1", 1, [TensorConfig(t.name, t.data_type, _warm_dims(t)) for t in inputs])],
+        **_backend_fields(target, options),
+    )
+
+
+def _warm_dims(tensor: TensorConfig) -> tuple[int, ...]:
+    return tuple(8 if d == -1 else d for d in tensor.dims)
+
+
+def _backend_fields(target: str, options: ServingOptions) -> dict:
+    if target == "embedded":
+        params = {"artifact": "model.onnx", "runtime": "onnxruntime", "intra_op_threads": options.intra_op_threads}
+        return {"backend": "python", "parameters": params}
+    return {"platform": "onnxruntime_onnx", "backend": None, "default_model_filename": "model.onnx"}
+
+
+def write_model(repo: Path, spec: ModelSpec, config: ModelConfig, onnx_path: Path, target: str) -> Path:
+    """Write <repo>/<model>/ (config.pbtxt, labels, version 1) atomically; return its path.
+
+    The folder is assembled under a hidden staging name and renamed into place only when
+    complete, so a failure never leaves a half-written model in the repository.
+    """
+    repo.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".staging-{spec.name}-", dir=repo))
+    try:
+        _fill_model_dir(staging, spec, config, onnx_path, target)
+        _swap_into_place(staging, repo / spec.name)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return repo / spec.name
+
+
+def _fill_model_dir(folder: Path, spec: ModelSpec, config: ModelConfig, onnx_path: Path, target: str) -> None:
+    version = folder / "1"
+    version.mkdir()
+    shutil.copyfile(onnx_path, version / "model.onnx")
+    if target == "embedded":
+        shutil.copyfile(ONNXRUNTIME_MODEL, version / "model.py")
+    if spec.labels:
+        (folder / LABELS).write_text("\n".join(spec.labels) + "\n")
+    (folder / "config.pbtxt").write_text(config.to_pbtxt())
+    os.chmod(folder, 0o755)
+
+
+def _swap_into_place(staging: Path, final: Path) -> None:
+    old = None
+    if final.exists():
+        old = final.with_name(f".old-{final.name}-{os.getpid()}")
+        os.replace(final, old)
+    os.replace(staging, final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def read_manifest(repo: Path) -> dict:
+    """The repository's manifest (empty if there is none yet)."""
+    path = repo / MANIFEST
+    if not path.exists():
+        return {"models": {}}
+    return json.loads(path.read_text())
+
+
+def update_manifest(repo: Path, entry: dict) -> None:
+    """Add or replace one model's entry in manifest.json, writing atomically."""
+    manifest = read_manifest(repo)
+    manifest["models"][entry["name"]] = entry
+    partial = repo / f".{MANIFEST}.partial"
+    partial.write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    os.replace(partial, repo / MANIFEST)

@@ -1,0 +1,243 @@
+"""Model specs: everything the build needs to know about a model, validated on construction."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+
+from builders.errors import SpecError
+
+# Triton data types (without the TYPE_ prefix) and their numpy names.
+DTYPES = {
+    "FP32": "float32",
+    "FP16": "float16",
+    "INT64": "int64",
+    "INT32": "int32",
+    "UINT8": "uint8",
+    "BOOL": "bool",
+    "BYTES": "object",
+}
+IMAGE_FORMATS = ("NCHW", "NHWC")
+PRECISIONS = ("fp32", "fp16", "int8")
+DEFAULT_TOLERANCES = {"fp32": (1e-4, 1e-3), "fp16": (1e-2, 1e-2), "int8": (1e-1, 1e-1)}
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_TENSOR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input or output tensor, per sample (the batch axis is implicit).
+
+    Args:
+        name: tensor name, as in the ONNX graph and the Triton config.
+        dtype: Triton data type without the TYPE_ prefix, e.g. "FP32".
+        dims: per-sample dims; -1 marks a dynamic axis.
+        image_format: "NCHW" or "NHWC" for image inputs, else None.
+    """
+
+    name: str
+    dtype: str
+    dims: tuple[int, ...]
+    image_format: str | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "dims", tuple(self.dims))
+        if not _TENSOR_NAME.match(self.name or ""):
+            raise SpecError(f"tensor name {self.name!r} is invalid: use letters, digits and '_'")
+        if self.dtype not in DTYPES:
+            raise SpecError(f"tensor {self.name!r}: dtype {self.dtype!r} is unknown; expected one of {sorted(DTYPES)}")
+        bad = [d for d in self.dims if not isinstance(d, int) or (d < 1 and d != -1)]
+        if not self.dims or bad:
+            raise SpecError(
+                f"tensor {self.name!r}: dims {list(self.dims)} are invalid; "
+                "give at least one per-sample dim, each a positive int or -1 for a dynamic axis"
+            )
+        self._check_image_format()
+
+    def _check_image_format(self):
+        if self.image_format is None:
+            return
+        if self.image_format not in IMAGE_FORMATS:
+            raise SpecError(
+                f"tensor {self.name!r}: image_format {self.image_format!r} is unknown; expected one of {IMAGE_FORMATS}"
+            )
+        if len(self.dims) != 3:
+            raise SpecError(
+                f"tensor {self.name!r}: image_format {self.image_format} needs 3 per-sample dims "
+                f"(C,H,W or H,W,C), got {list(self.dims)}"
+            )
+
+    @property
+    def numpy_dtype(self) -> str:
+        """The numpy dtype name of this tensor."""
+        return DTYPES[self.dtype]
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """How raw images become model input: resize, scale to [0, 1], normalize per channel."""
+
+    image_size: tuple[int, int]
+    channels: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    def __post_init__(self):
+        for attr in ("image_size", "mean", "std"):
+            object.__setattr__(self, attr, tuple(getattr(self, attr)))
+        if self.channels not in (1, 3):
+            raise SpecError(f"preprocessing channels {self.channels} is invalid; expected 1 or 3")
+        if len(self.image_size) != 2 or min(self.image_size) < 1:
+            raise SpecError(f"preprocessing image_size {list(self.image_size)} is invalid; expected [H, W]")
+        if len(self.mean) != self.channels or len(self.std) != self.channels:
+            raise SpecError(
+                f"preprocessing mean/std need {self.channels} values (one per channel), "
+                f"got {len(self.mean)} and {len(self.std)}"
+            )
+        if min(self.std) <= 0:
+            raise SpecError(f"preprocessing std {list(self.std)} must be > 0")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model as the build sees it.
+
+    Args:
+        name: repository name of the model (lowercase, digits, '_').
+        builder: key of the zoo function that builds the torch module.
+        inputs: input tensors, per sample.
+        outputs: output tensors, per sample.
+        max_batch_size: largest batch the model serves (>= 1; the batch axis is dynamic).
+        builder_args: keyword arguments of the builder (must be JSON-serializable).
+        weights: "random" or a torchvision weights name such as "DEFAULT".
+        preprocessing: image preprocessing constants, for image models.
+        labels: class names, for classifiers (one per class of the first output).
+        validation_batch_sizes: batch sizes the validation gate compares on.
+        tolerances: per precision, (atol, rtol) for the validation gate.
+        opset: ONNX opset to export with.
+    """
+
+    name: str
+    builder: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    max_batch_size: int
+    builder_args: dict = field(default_factory=dict)
+    weights: str = "random"
+    preprocessing: Preprocessing | None = None
+    labels: tuple[str, ...] = ()
+    validation_batch_sizes: tuple[int, ...] = (1, 2)
+    tolerances: dict = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
+    opset: int = 18
+
+    def __post_init__(self):
+        for attr in ("inputs", "outputs", "labels", "validation_batch_sizes"):
+            object.__setattr__(self, attr, tuple(getattr(self, attr)))
+        if not _NAME.match(self.name or ""):
+            raise SpecError(
+                f"model name {self.name!r} is invalid: start with a lowercase letter, "
+                "then lowercase letters, digits or '_' (at most 64)"
+            )
+        self._check_batching()
+        self._check_tensors()
+        self._check_labels()
+        self._check_preprocessing()
+        self._check_tolerances()
+        if self.opset < 18:
+            raise SpecError(
+                f"model {self.name!r}: opset {self.opset} is too old; "
+                "use 18 or newer (the torch.export-based exporter needs 18)"
+            )
+
+    def _check_batching(self):
+        if not isinstance(self.max_batch_size, int) or self.max_batch_size < 1:
+            raise SpecError(
+                f"model {self.name!r}: max_batch_size {self.max_batch_size!r} is invalid; "
+                "give an int >= 1 (the exported model has a dynamic batch axis)"
+            )
+        bad = [b for b in self.validation_batch_sizes if not 1 <= b <= self.max_batch_size]
+        if not self.validation_batch_sizes or bad:
+            raise SpecError(
+                f"model {self.name!r}: validation_batch_sizes {list(self.validation_batch_sizes)} "
+                f"must be non-empty and within 1..max_batch_size ({self.max_batch_size})"
+            )
+
+    def _check_tensors(self):
+        if not self.inputs or not self.outputs:
+            raise SpecError(f"model {self.name!r}: needs at least one input and one output")
+        names = [t.name for t in self.inputs + self.outputs]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise SpecError(f"model {self.name!r}: tensor names must be unique, repeated: {dupes}")
+
+    def _check_labels(self):
+        if not self.labels:
+            return
+        classes = self.outputs[0].dims[-1]
+        if classes != len(self.labels):
+            raise SpecError(
+                f"model {self.name!r}: {len(self.labels)} labels given but output "
+                f"{self.outputs[0].name!r} has {classes} classes; give one label per class"
+            )
+
+    def _check_preprocessing(self):
+        pre, image = self.preprocessing, self.image_input
+        if pre is None:
+            return
+        if image is None:
+            raise SpecError(
+                f"model {self.name!r}: preprocessing is given but no input has an image_format; "
+                "set image_format on the image input"
+            )
+        channels, size = _split_image_dims(image)
+        if channels != pre.channels or size != pre.image_size:
+            raise SpecError(
+                f"model {self.name!r}: preprocessing ({pre.channels} channels, {list(pre.image_size)}) "
+                f"does not match input {image.name!r} dims {list(image.dims)} ({image.image_format})"
+            )
+
+    def _check_tolerances(self):
+        for precision, pair in self.tolerances.items():
+            if precision not in PRECISIONS or len(pair) != 2 or min(pair) < 0:
+                raise SpecError(
+                    f"model {self.name!r}: tolerance {precision}={pair!r} is invalid; expected "
+                    f"precision in {PRECISIONS} and (atol, rtol) >= 0"
+                )
+
+    @property
+    def image_input(self) -> TensorSpec | None:
+        """The first input with an image format, if any."""
+        return next((t for t in self.inputs if t.image_format), None)
+
+    def to_dict(self) -> dict:
+        """Plain, JSON-serializable form of the spec."""
+        return dataclasses.asdict(self)
+
+    def fingerprint(self) -> str:
+        """sha256 of the spec's canonical JSON form."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, default=list).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ModelSpec:
+        """Build a spec from its plain form (as written by to_dict or a JSON file)."""
+        data = dict(data)
+        try:
+            data["inputs"] = [TensorSpec(**t) for t in data.get("inputs", [])]
+            data["outputs"] = [TensorSpec(**t) for t in data.get("outputs", [])]
+            if data.get("preprocessing"):
+                data["preprocessing"] = Preprocessing(**data["preprocessing"])
+            if "tolerances" in data:
+                data["tolerances"] = {k: tuple(v) for k, v in data["tolerances"].items()}
+            return cls(**data)
+        except TypeError as err:
+            raise SpecError(f"model spec is malformed: {err}") from err
+
+
+def _split_image_dims(image: TensorSpec) -> tuple[int, tuple[int, int]]:
+    if image.image_format == "NCHW":
+        return image.dims[0], tuple(image.dims[1:])
+    return image.dims[2], tuple(image.dims[:2])

@@ -1,0 +1,106 @@
+"""The validation gate: PyTorch (reference) vs ONNX Runtime through Polygraphy's Python API."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from builders.errors import ValidationError
+from builders.export import sample_inputs
+from builders.spec import ModelSpec
+
+REPORT = "validation.json"
+
+
+def _quiet_polygraphy():
+    from polygraphy.logger import G_LOGGER
+
+    G_LOGGER.module_severity = G_LOGGER.WARNING
+
+
+def _feeds(spec: ModelSpec, batch: int, sample_data: dict | None) -> dict:
+    """Real held-out inputs where the builder gave some (first input only), else random."""
+    feeds = sample_inputs(spec, batch, seed=batch)
+    if sample_data is not None and len(sample_data["x"]) >= batch:
+        feeds[spec.inputs[0].name] = sample_data["x"][:batch]
+    return feeds
+
+
+def _compare_batch(module, onnx_path: Path, spec: ModelSpec, feeds: dict, tol) -> dict:
+    from polygraphy.backend.onnxrt import OnnxrtRunner, SessionFromOnnx
+    from polygraphy.common import TensorMetadata
+    from polygraphy.comparator import Comparator, CompareFunc
+
+    from builders.torch_runner import TorchFunctionRunner
+
+    metadata = TensorMetadata()
+    for name, array in feeds.items():
+        metadata.add(name, array.dtype, array.shape)
+    runners = [
+        TorchFunctionRunner(module, metadata, [t.name for t in spec.outputs]),
+        OnnxrtRunner(SessionFromOnnx(str(onnx_path), providers=["cpu"]), name="onnxruntime"),
+    ]
+    results = Comparator.run(runners, data_loader=[feeds])
+    compare = CompareFunc.simple(atol=tol[0], rtol=tol[1])
+    accuracy = Comparator.compare_accuracy(results, compare_func=compare)
+    (iteration,) = next(iter(accuracy[0].values()))
+    return {name: _stats(result) for name, result in iteration.items()}
+
+
+def _stats(result) -> dict:
+    return {
+        "max_abs": float(result.max_absdiff),
+        "max_rel": float(result.max_reldiff),
+        "mean_abs": float(result.mean_absdiff),
+        "passed": bool(result),
+    }
+
+
+def validate(
+    module, onnx_path: Path, spec: ModelSpec, precision: str = "fp32", sample_data: dict | None = None
+) -> dict:
+    """Compare PyTorch and ONNX Runtime on every validation batch size of the spec.
+
+    validation.json is written beside the ONNX model whether the comparison passes or not.
+
+    Returns:
+        The report (also written to validation.json).
+
+    Raises:
+        ValidationError: an output differs by more than the precision's tolerance.
+    """
+    import polygraphy
+
+    _quiet_polygraphy()
+    tol = spec.tolerances[precision]
+    batches = [
+        {"batch": b, "outputs": _compare_batch(module, onnx_path, spec, _feeds(spec, b, sample_data), tol)}
+        for b in spec.validation_batch_sizes
+    ]
+    failures = [(b["batch"], name, s) for b in batches for name, s in b["outputs"].items() if not s["passed"]]
+    report = {
+        "model": spec.name,
+        "reference": "pytorch",
+        "candidate": "onnxruntime",
+        "precision": precision,
+        "atol": tol[0],
+        "rtol": tol[1],
+        "passed": not failures,
+        "batches": batches,
+        "polygraphy": polygraphy.__version__,
+    }
+    (onnx_path.parent / REPORT).write_text(json.dumps(report, indent=2))
+    if failures:
+        raise ValidationError(_failure_message(spec, failures, tol, onnx_path.parent / REPORT))
+    return report
+
+
+def _failure_message(spec: ModelSpec, failures: list, tol, report_path: Path) -> str:
+    batch, name, stats = max(failures, key=lambda f: f[2]["max_abs"])
+    return (
+        f"model {spec.name!r} failed validation (PyTorch vs ONNX Runtime): output {name!r} at batch "
+        f"{batch}: max abs error {stats['max_abs']:.3g} (atol {tol[0]:g}), max rel error "
+        f"{stats['max_rel']:.3g} (rtol {tol[1]:g}); {len(failures)} comparison(s) failed, details in "
+        f"{report_path}. The export changed the model's numerics: check for ops that differ between "
+        "training and eval mode, or loosen the spec's tolerances if the difference is expected"
+    )

@@ -1,0 +1,62 @@
+"""The model zoo: specs by name, and the builders that make their torch modules."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+
+from builders.errors import SpecError
+from builders.spec import ModelSpec
+from builders.zoo import digits, vision
+
+_SPECS = {
+    "digits_cnn": digits.spec,
+    "resnet50": vision.resnet50_spec,
+    "resnet18": vision.resnet18_spec,
+}
+_BUILDERS = {
+    "digits_cnn": digits.build,
+    "torchvision_classifier": vision.build,
+}
+
+
+@dataclass
+class BuiltModel:
+    """A torch module in eval mode, with metrics the builder measured (e.g. accuracy)."""
+
+    module: object
+    metrics: dict = field(default_factory=dict)
+    sample_data: object = None
+
+
+def available() -> list[str]:
+    """Names of the models in the zoo."""
+    return sorted(_SPECS)
+
+
+def get_spec(name: str, **overrides) -> ModelSpec:
+    """The spec of a zoo model, with keyword overrides (e.g. weights="DEFAULT").
+
+    Raises:
+        SpecError: the name is not in the zoo, or an override is invalid.
+    """
+    if name not in _SPECS:
+        raise SpecError(f"model {name!r} is not in the zoo; available: {', '.join(available())}")
+    return _SPECS[name](**{k: v for k, v in overrides.items() if v is not None})
+
+
+def build_module(spec: ModelSpec) -> BuiltModel:
+    """Build the torch module of a spec through its registered builder."""
+    if spec.builder not in _BUILDERS:
+        raise SpecError(f"model {spec.name!r}: builder {spec.builder!r} is unknown; known: {sorted(_BUILDERS)}")
+    module, metrics, sample = _BUILDERS[spec.builder](spec)
+    return BuiltModel(module.eval(), metrics, sample)
+
+
+def builder_source_hash(spec: ModelSpec) -> str:
+    """sha256 of the source of the module that holds the spec's builder (part of the build hash)."""
+    import hashlib
+
+    func = _BUILDERS.get(spec.builder)
+    source = inspect.getsource(inspect.getmodule(func)) if func else ""
+    return hashlib.sha256(source.encode()).hexdigest()
