@@ -1,0 +1,1 @@
+"""Clients: a thin layer over tritonclient (HTTP and gRPC) and the user-facing client commands."""

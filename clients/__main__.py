@@ -1,0 +1,138 @@
+"""Client commands: `python -m clients health|models|infer`."""
+
+from pathlib import Path
+
+import click
+
+from builders.cli_support import user_errors
+from builders.errors import ClientError
+
+_PROTOCOL = click.option("--protocol", type=click.Choice(["http", "grpc"]), default="http", show_default=True)
+_URL = click.option("--url", default=None, help="HOST:PORT; default: the server started by `make serve`.")
+_STATE = click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
+
+
+@click.group()
+def cli():
+    """Talk to a running Triton server over HTTP or gRPC."""
+
+
+def _endpoint(protocol, url, state_dir):
+    from clients.connection import endpoint
+
+    return endpoint(protocol, url, state_dir)
+
+
+@cli.command()
+@_PROTOCOL
+@_URL
+@_STATE
+@user_errors
+def health(protocol, url, state_dir):
+    """Server liveness, readiness and version."""
+    ep = _endpoint(protocol, url, state_dir)
+    with ep.client() as client:
+        live, ready = _probe(client.is_server_live), _probe(client.is_server_ready)
+        version = _probe(lambda: _field(client.get_server_metadata(), "version")) if live else None
+    click.echo(f"{ep.url} ({protocol}): live={live} ready={ready} version={version}")
+    if not live:
+        raise SystemExit(1)
+
+
+def _probe(call):
+    try:
+        return call()
+    except Exception:  # connection refused: report as not live
+        return False
+
+
+def _field(meta, name):
+    return meta[name] if isinstance(meta, dict) else getattr(meta, name)
+
+
+@cli.command()
+@_PROTOCOL
+@_URL
+@_STATE
+@user_errors
+def models(protocol, url, state_dir):
+    """Models of the repository with their state (needs the admin key of `make serve`)."""
+    from clients.admin import repository_index
+
+    ep = _endpoint(protocol, url, state_dir)
+    with ep.client() as client:
+        for entry in repository_index(ep, client):
+            reason = f"  ({entry['reason']})" if entry.get("reason") else ""
+            click.echo(f"{entry['name']:24s} v{entry.get('version', '-'):3s} {entry.get('state', 'UNKNOWN')}{reason}")
+
+
+@cli.command()
+@click.argument("model")
+@click.option(
+    "--input",
+    "source",
+    type=click.Path(path_type=Path, exists=True),
+    default=None,
+    help="A .npy array or an image file (for image models); default: random data.",
+)
+@click.option("--batch", type=int, default=1, show_default=True, help="Batch size of random input.")
+@click.option("--top-k", type=int, default=0, help="Return the k best classes (classifiers).")
+@click.option("--repeat", type=int, default=1, show_default=True, help="Send the request N times; report latency.")
+@click.option("--repo", type=click.Path(path_type=Path), default=None, help="Repository (for image preprocessing).")
+@_PROTOCOL
+@_URL
+@_STATE
+@user_errors
+def infer(model, source, batch, top_k, repeat, repo, protocol, url, state_dir):
+    """Run MODEL on random data, a .npy array or an image; print outputs, top-k and latency."""
+    from clients.infer import infer as run
+
+    ep = _endpoint(protocol, url, state_dir)
+    with ep.client() as client:
+        arrays = _arrays(ep, client, model, source, batch, repo)
+        results = [run(ep, model, arrays, top_k, client) for _ in range(max(repeat, 1))]
+    _print_result(results, model, protocol)
+
+
+def _arrays(ep, client, model, source, batch, repo):
+    from clients import inputs as make
+    from clients.infer import model_inputs
+
+    meta = model_inputs(client, model)
+    if source is None:
+        return {m["name"]: make.random_input(m["shape"], m["datatype"], batch, seed=i) for i, m in enumerate(meta)}
+    if len(meta) != 1:
+        raise ClientError(f"{model} has {len(meta)} inputs; --input feeds single-input models only")
+    array = make.load_npy(source) if source.suffix == ".npy" else make.load_image(source, _spec(ep, model, repo))
+    return {meta[0]["name"]: array}
+
+
+def _spec(ep, model, repo):
+    from builders.repository import read_manifest
+    from builders.spec import ModelSpec
+
+    repo = repo or ep.repo
+    entry = read_manifest(Path(repo)).get("models", {}).get(model) if repo else None
+    if entry is None:
+        raise ClientError(f"no spec for {model!r} in the manifest of {repo}; pass --repo or send a .npy")
+    return ModelSpec.from_dict(entry["spec"])
+
+
+def _print_result(results, model, protocol):
+    import numpy as np
+
+    last = results[-1]
+    for name, array in last.outputs.items():
+        click.echo(f"{name}: shape {list(array.shape)} dtype {array.dtype}")
+    for i, ranked in enumerate(last.top_k or []):
+        best = ", ".join(f"{label or idx} ({score:.3f})" for score, idx, label in ranked)
+        click.echo(f"sample {i}: {best}")
+    latencies = np.array([r.latency_ms for r in results])
+    click.echo(
+        f"{model} over {protocol}: {len(latencies)} request(s), latency p50 {np.percentile(latencies, 50):.2f} ms"
+        f", max {latencies.max():.2f} ms"
+    )
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,60 @@
+"""Input tensors for a served model: random, from a .npy file, or from an image file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from builders.errors import ClientError
+from builders.spec import DTYPES, ModelSpec
+
+
+def numpy_dtype(triton_dtype: str):
+    """numpy dtype of a Triton datatype name as model metadata gives it (e.g. 'FP32')."""
+    if triton_dtype not in DTYPES:
+        raise ClientError(f"datatype {triton_dtype!r} is not supported by this client")
+    return np.dtype(DTYPES[triton_dtype])
+
+
+def random_input(shape: list[int], datatype: str, batch: int, seed: int = 0) -> np.ndarray:
+    """Random data for a metadata shape (batch axis -1 first; other -1 axes become 8)."""
+    rng = np.random.default_rng(seed)
+    dims = [batch] + [8 if d == -1 else d for d in shape[1:]]
+    dtype = numpy_dtype(datatype)
+    if dtype.kind == "f":
+        return rng.standard_normal(dims).astype(dtype)
+    return rng.integers(0, 100, dims).astype(dtype)
+
+
+def load_npy(path: Path) -> np.ndarray:
+    """A .npy file's array."""
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise ClientError(f"could not read {path} as a .npy array: {err}") from err
+
+
+def preprocess_image(image, spec: ModelSpec) -> np.ndarray:
+    """A PIL image → one normalized sample in the spec's layout (no batch axis)."""
+    pre, tensor = spec.preprocessing, spec.image_input
+    if pre is None or tensor is None:
+        raise ClientError(f"model {spec.name!r} has no image preprocessing in its spec; send a .npy instead")
+    mode = "L" if pre.channels == 1 else "RGB"
+    height, width = pre.image_size
+    pixels = np.asarray(image.convert(mode).resize((width, height)), dtype=np.float32) / 255.0
+    pixels = pixels.reshape(height, width, pre.channels)
+    normalized = (pixels - np.array(pre.mean, np.float32)) / np.array(pre.std, np.float32)
+    layout = normalized.transpose(2, 0, 1) if tensor.image_format == "NCHW" else normalized
+    return np.ascontiguousarray(layout, dtype=np.float32)
+
+
+def load_image(path: Path, spec: ModelSpec) -> np.ndarray:
+    """An image file → a batch of one preprocessed sample."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            return preprocess_image(image, spec)[None]
+    except (OSError, UnidentifiedImageError) as err:
+        raise ClientError(f"could not read {path} as an image: {err}") from err

@@ -1,0 +1,1 @@
+"""Launching Triton: the embedded tritonserver from the nvidia-pytriton wheel."""

@@ -1,0 +1,84 @@
+"""Where the tritonserver of the nvidia-pytriton wheel lives, and a backend folder it can use."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+from builders.errors import ServerError
+
+
+@dataclass(frozen=True)
+class TritonInstall:
+    """The pieces of the wheel's Triton: binary, Python backend, stubs, libraries, caches."""
+
+    root: Path
+    libs: Path
+
+    @property
+    def binary(self) -> Path:
+        return self.root / "bin" / "tritonserver"
+
+    @property
+    def python_backend(self) -> Path:
+        return self.root / "backends" / "python"
+
+    @property
+    def caches(self) -> Path:
+        return self.root / "caches"
+
+    def stub(self, python_version: str) -> Path:
+        return self.root / "python_backend_stubs" / python_version / "triton_python_backend_stub"
+
+
+def find_install() -> TritonInstall:
+    """Locate the tritonserver shipped in the nvidia-pytriton wheel.
+
+    Raises:
+        ServerError: the wheel is not installed or its binary is missing.
+    """
+    try:
+        import pytriton
+    except ImportError as err:
+        raise ServerError(
+            "tritonserver not found: the nvidia-pytriton wheel is not installed in this environment; "
+            "run `make install` (it installs nvidia-pytriton==0.7.0)"
+        ) from err
+    root = Path(pytriton.__file__).parent / "tritonserver"
+    install = TritonInstall(root, root.parent.parent / "nvidia_pytriton.libs")
+    if not install.binary.exists():
+        raise ServerError(f"tritonserver binary missing at {install.binary}; reinstall with `make install`")
+    return install
+
+
+def prepare_backends(install: TritonInstall, state_dir: Path) -> Path:
+    """A backend folder whose Python backend carries the stub for the running interpreter."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = install.stub(version)
+    if not stub.exists():
+        raise ServerError(
+            f"the nvidia-pytriton wheel has no Python-backend stub for Python {version} ({stub}); "
+            "use Python 3.10 to 3.12"
+        )
+    backends = state_dir / "backends"
+    target = backends / "python"
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(install.python_backend, target)
+    shutil.copy2(stub, target / "triton_python_backend_stub")
+    return backends
+
+
+def server_environment(install: TritonInstall) -> dict:
+    """Environment for tritonserver: its libraries, libpython, and this Python environment for model.py."""
+    env = dict(os.environ)
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(install.libs), libdir, env.get("LD_LIBRARY_PATH")) if p)
+    # The stub's embedded interpreter ignores PYTHONPATH but takes its prefix from `python3` on
+    # PATH: putting this interpreter's folder first gives model.py this environment (venv included).
+    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
+    return env

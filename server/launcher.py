@@ -1,0 +1,249 @@
+"""Start, await and stop the embedded tritonserver (from the nvidia-pytriton wheel)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from builders.errors import ServerError
+from server.install import find_install, prepare_backends, server_environment
+
+ADMIN_HEADER = "admin-key"
+GRPC_ADMIN_HEADER = f"triton-grpc-protocol-{ADMIN_HEADER}"  # gRPC prefixes restricted-protocol keys
+RESTRICTED = ("model-repository", "shared-memory", "statistics", "trace", "logging")
+STATE = "server.json"
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How to run the server. Ports bind to host (127.0.0.1 unless told otherwise)."""
+
+    repo: Path
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    host: str = "127.0.0.1"
+    state_dir: Path = Path(".triton")
+    startup_timeout: float = 180.0
+    model_control: str = "none"
+    extra_args: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """What a running server left in its state folder, for our clients and `make stop`."""
+
+    pid: int
+    host: str
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    repo: str
+    log: str
+    admin_key_file: str
+
+    @property
+    def http_url(self) -> str:
+        return f"{self.host}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{self.host}:{self.grpc_port}"
+
+    def admin_headers(self, protocol: str = "http") -> dict:
+        """Headers (HTTP) or metadata (gRPC) that unlock the restricted admin APIs."""
+        key = Path(self.admin_key_file).read_text().strip()
+        return {ADMIN_HEADER if protocol == "http" else GRPC_ADMIN_HEADER: key}
+
+
+def admin_key(state_dir: Path) -> Path:
+    """The admin key file of a state folder, created (mode 600) on first use."""
+    path = state_dir / "admin_key"
+    if not path.exists():
+        state_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_hex(24) + "\n")
+    return path
+
+
+def check_ports_free(settings: ServerSettings) -> None:
+    """Raise ServerError naming the first port that something else already holds."""
+    for label, port in (("http", settings.http_port), ("grpc", settings.grpc_port), ("metrics", settings.metrics_port)):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: TIME_WAIT is no holder
+            try:
+                sock.bind((settings.host, port))
+            except OSError as err:
+                raise ServerError(
+                    f"{label} port {port} on {settings.host} is in use ({err.strerror}); stop what holds it "
+                    f"(`make stop` if it is our server) or choose another port (e.g. HTTP_PORT=...)"
+                ) from None
+
+
+def server_command(settings: ServerSettings, binary: Path, backends: Path, key: str) -> list[str]:
+    """The tritonserver command line."""
+    restricted = f"{','.join(RESTRICTED)}:{ADMIN_HEADER}={key}"
+    return [
+        str(binary),
+        f"--model-repository={settings.repo.resolve()}",
+        f"--backend-directory={backends.resolve()}",
+        f"--model-control-mode={settings.model_control}",
+        f"--http-address={settings.host}",
+        f"--http-port={settings.http_port}",
+        f"--grpc-address={settings.host}",
+        f"--grpc-port={settings.grpc_port}",
+        f"--metrics-address={settings.host}",
+        f"--metrics-port={settings.metrics_port}",
+        f"--http-restricted-api={restricted}",
+        f"--grpc-restricted-protocol={restricted}",
+        "--strict-readiness=true",
+        "--exit-on-error=false",
+        "--log-verbose=0",
+        "--exit-timeout-secs=10",
+        *settings.extra_args,
+    ]
+
+
+def start(settings: ServerSettings) -> ServerState:
+    """Start tritonserver in its own session and return once it is ready.
+
+    Raises:
+        ServerError: binary missing, repository missing, port in use, a model failed to
+            load (which and why), or the server did not get ready in time.
+    """
+    if not (settings.repo / "manifest.json").exists() and not any(settings.repo.glob("*/config.pbtxt")):
+        raise ServerError(f"no model repository at {settings.repo}: build one first (`make build-engines`)")
+    check_ports_free(settings)
+    install = find_install()
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    key_file = admin_key(settings.state_dir)
+    backends = prepare_backends(install, settings.state_dir)
+    command = server_command(settings, install.binary, backends, key_file.read_text().strip())
+    log = settings.state_dir / "tritonserver.log"
+    with open(log, "w") as handle:
+        process = subprocess.Popen(
+            command, stdout=handle, stderr=subprocess.STDOUT, env=server_environment(install), start_new_session=True
+        )
+    state = ServerState(
+        process.pid, settings.host, settings.http_port, settings.grpc_port, settings.metrics_port,
+        str(settings.repo.resolve()), str(log.resolve()), str(key_file.resolve()),
+    )  # fmt: skip
+    (settings.state_dir / STATE).write_text(json.dumps(asdict(state), indent=2))
+    try:
+        wait_ready(state, process, settings.startup_timeout)
+    except BaseException:
+        stop(settings.state_dir)
+        raise
+    return state
+
+
+def _log_tail(state: ServerState, lines: int = 15) -> str:
+    try:
+        return "\n".join(Path(state.log).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def wait_ready(state: ServerState, process: subprocess.Popen, timeout: float) -> None:
+    """Poll until the server is ready; fail fast on exit or on a model that failed to load."""
+    import tritonclient.http as http
+
+    # Closed on return: an open keep-alive connection holds up the server's exit by its exit timeout.
+    with http.InferenceServerClient(state.http_url) as client:
+        _poll_ready(client, state, process, timeout)
+
+
+def _poll_ready(client, state: ServerState, process: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise ServerError(
+                f"tritonserver exited with code {process.returncode}; log {state.log}:\n{_log_tail(state)}"
+            )
+        if _is(client.is_server_ready):
+            return
+        if _is(client.is_server_live):
+            _raise_on_failed_models(client, state)
+        time.sleep(0.25)
+    raise ServerError(f"tritonserver not ready after {timeout:.0f} s; log {state.log}:\n{_log_tail(state)}")
+
+
+def _is(probe) -> bool:
+    try:
+        return bool(probe())
+    except Exception:  # connection refused while starting
+        return False
+
+
+def failed_models(client, state: ServerState) -> list[tuple[str, str]]:
+    """(model, reason) for every model of the repository index that failed to load."""
+    index = client.get_model_repository_index(headers=state.admin_headers())
+    return [(m["name"], m.get("reason", "")) for m in index if m.get("state") == "UNAVAILABLE"]
+
+
+def _raise_on_failed_models(client, state: ServerState) -> None:
+    try:
+        failed = failed_models(client, state)
+    except Exception:
+        return
+    if failed:
+        detail = "; ".join(f"{name}: {reason or 'no reason given'}" for name, reason in failed)
+        raise ServerError(f"model(s) failed to load: {detail} (log {state.log}); fix or rebuild them and retry")
+
+
+def read_state(state_dir: Path) -> ServerState:
+    """The state of the server started from state_dir.
+
+    Raises:
+        ServerError: no server was started from there.
+    """
+    path = state_dir / STATE
+    if not path.exists():
+        raise ServerError(f"no server state in {state_dir}: start one with `make serve`")
+    return ServerState(**json.loads(path.read_text()))
+
+
+def _is_tritonserver(pid: int) -> bool:
+    try:
+        return b"tritonserver" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def stop(state_dir: Path, timeout: float = 30.0) -> bool:
+    """Stop the server started from state_dir; return whether one was running."""
+    try:
+        state = read_state(state_dir)
+    except ServerError:
+        return False
+    running = _is_tritonserver(state.pid)
+    if running:
+        _terminate(state.pid, timeout)
+    (state_dir / STATE).unlink(missing_ok=True)
+    return running
+
+
+def _terminate(pid: int, timeout: float) -> None:
+    os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _is_tritonserver(pid):
+        _reap(pid)
+        time.sleep(0.1)
+    if _is_tritonserver(pid):
+        os.killpg(pid, signal.SIGKILL)
+    _reap(pid)
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
