@@ -35,16 +35,17 @@ def build_hash(spec: ModelSpec) -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
 
-def _validated_artifact(req: BuildRequest) -> tuple[export.ExportResult, dict]:
+def _validated_artifact(req: BuildRequest, built: zoo.BuiltModel | None) -> tuple[export.ExportResult, dict]:
     """Reuse the earlier export if its inputs are unchanged and it passed; else build it anew."""
     out_dir, digest = req.work_dir / req.spec.name, build_hash(req.spec)
-    earlier = None if req.force else export.up_to_date(out_dir, digest)
+    earlier = None if req.force or built is not None else export.up_to_date(out_dir, digest)
     report = _passed_report(out_dir) if earlier else None
     if earlier and report:
         step(f"{req.spec.name}: inputs unchanged, reusing {earlier.path} (use --force to rebuild)")
         return earlier, report
-    step(f"{req.spec.name}: building the torch module ({req.spec.builder}, weights={req.spec.weights})")
-    built = zoo.build_module(req.spec)
+    if built is None:
+        step(f"{req.spec.name}: building the torch module ({req.spec.builder}, weights={req.spec.weights})")
+        built = zoo.build_module(req.spec)
     if built.metrics:
         step(f"{req.spec.name}: builder metrics {built.metrics}")
     step(f"{req.spec.name}: exporting to ONNX (opset {req.spec.opset}, dynamic batch 1..{req.spec.max_batch_size})")
@@ -62,10 +63,15 @@ def _passed_report(out_dir: Path) -> dict | None:
     return report if report.get("passed") else None
 
 
-def build_model(req: BuildRequest) -> dict:
-    """Build one model into the repository; return its manifest entry."""
+def build_model(req: BuildRequest, built: zoo.BuiltModel | None = None) -> dict:
+    """Build one model into the repository; return its manifest entry.
+
+    Args:
+        req: what to build and where.
+        built: an already-built torch module to export (the cache is then bypassed).
+    """
     started = time.time()
-    artifact, report = _validated_artifact(req)
+    artifact, report = _validated_artifact(req, built)
     config = repository.model_config(req.spec, req.target, req.options)
     step(f"{req.spec.name}: writing {req.repo / req.spec.name} (target {req.target})")
     repository.write_model(req.repo, req.spec, config, artifact.path, req.target)

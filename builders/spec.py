@@ -213,12 +213,12 @@ class ModelSpec:
         return next((t for t in self.inputs if t.image_format), None)
 
     def to_dict(self) -> dict:
-        """Plain, JSON-serializable form of the spec."""
-        return dataclasses.asdict(self)
+        """Plain, JSON-native form of the spec (lists, not tuples)."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
 
     def fingerprint(self) -> str:
         """sha256 of the spec's canonical JSON form."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, default=list).encode()
+        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()
 
     @classmethod

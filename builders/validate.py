@@ -29,7 +29,8 @@ def _feeds(spec: ModelSpec, batch: int, sample_data: dict | None) -> dict:
 def _compare_batch(module, onnx_path: Path, spec: ModelSpec, feeds: dict, tol) -> dict:
     from polygraphy.backend.onnxrt import OnnxrtRunner, SessionFromOnnx
     from polygraphy.common import TensorMetadata
-    from polygraphy.comparator import Comparator, CompareFunc
+    from polygraphy.comparator import Comparator
+    from polygraphy.comparator.compare import SimpleCompareFunc
 
     from builders.torch_runner import TorchFunctionRunner
 
@@ -41,7 +42,7 @@ def _compare_batch(module, onnx_path: Path, spec: ModelSpec, feeds: dict, tol) -
         OnnxrtRunner(SessionFromOnnx(str(onnx_path), providers=["cpu"]), name="onnxruntime"),
     ]
     results = Comparator.run(runners, data_loader=[feeds])
-    compare = CompareFunc.simple(atol=tol[0], rtol=tol[1])
+    compare = SimpleCompareFunc(atol=tol[0], rtol=tol[1])
     accuracy = Comparator.compare_accuracy(results, compare_func=compare)
     (iteration,) = next(iter(accuracy[0].values()))
     return {name: _stats(result) for name, result in iteration.items()}

@@ -1,0 +1,78 @@
+# Serve PyTorch models with Triton. `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+MODELS ?= digits_cnn resnet50
+TARGET ?= auto
+REPO ?= model_repository
+WEIGHTS ?= random
+HTTP_PORT ?= 8000
+GRPC_PORT ?= 8001
+METRICS_PORT ?= 8002
+STATE_DIR ?= .triton
+MODEL ?= digits_cnn
+PROTOCOL ?= grpc
+CONCURRENCY ?= 1 2 4
+DEMO_MODELS ?= digits_cnn resnet50
+PYTEST_ARGS ?=
+
+SERVER_PORTS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
+
+.PHONY: help install build-engines serve stop status infer perf loadtest test lint demo clean
+
+help: ## List the targets and their variables
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-15s\033[0m %s\n", $$1, $$2}'
+	@echo "Variables: MODELS='$(MODELS)' TARGET=$(TARGET) REPO=$(REPO) WEIGHTS=$(WEIGHTS) HTTP_PORT=$(HTTP_PORT) GRPC_PORT=$(GRPC_PORT) METRICS_PORT=$(METRICS_PORT)"
+
+install: $(STAMP) ## Create .venv and install everything (idempotent, quick when done)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m loadtest install-perf-analyzer
+	@touch $(STAMP)
+
+build-engines: install ## Export, validate and write the repository: MODELS="digits_cnn resnet50" TARGET=embedded|ngc REPO=...
+	$(PY) -m builders build --models "$(MODELS)" --target $(TARGET) --repo $(REPO) --weights $(WEIGHTS)
+
+serve: install ## Start the embedded tritonserver on REPO; returns once it is ready
+	$(PY) -m server start --repo $(REPO) $(SERVER_PORTS) --state-dir $(STATE_DIR)
+
+stop: ## Stop the server that `make serve` started
+	@if [ -x $(PY) ]; then $(PY) -m server stop --state-dir $(STATE_DIR); fi
+
+status: install ## Show the running server
+	$(PY) -m server status --state-dir $(STATE_DIR)
+
+infer: install ## One request to MODEL with top-3 (after `make serve`): MODEL=digits_cnn PROTOCOL=grpc
+	$(PY) -m clients infer $(MODEL) --top-k 3 --protocol $(PROTOCOL) --state-dir $(STATE_DIR)
+
+perf: install ## perf_analyzer sweep of MODELS (after `make serve`); writes reports/<time>/
+	$(PY) -m loadtest perf --models "$(MODELS)" --protocol $(PROTOCOL) --concurrency "$(CONCURRENCY)" --state-dir $(STATE_DIR)
+
+loadtest: install ## Headless Locust run against MODEL (after `make serve`); writes reports/<time>/
+	$(PY) -m loadtest locust --models "$(MODEL)" --protocol $(PROTOCOL) --state-dir $(STATE_DIR)
+
+test: install ## Run the unit and functional tests (real tritonserver)
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+lint: install ## ruff check and format check
+	$(PY) -m ruff check . && $(PY) -m ruff format --check .
+
+demo: install ## Build DEMO_MODELS, serve them, measure with perf_analyzer, print the table, stop
+	$(MAKE) --no-print-directory build-engines MODELS="$(DEMO_MODELS)" TARGET=embedded
+	$(PY) -m server start --repo $(REPO) $(SERVER_PORTS) --state-dir $(STATE_DIR)
+	@status=0; \
+	$(PY) -m loadtest perf --models "$(DEMO_MODELS)" --protocol grpc --concurrency "1 4" --interval-ms 1500 \
+		--state-dir $(STATE_DIR) || status=$$?; \
+	$(PY) -m server stop --state-dir $(STATE_DIR); exit $$status
+
+clean: stop ## Remove build caches, reports and the generated repository (keeps .venv)
+	rm -rf build reports/2* $(STATE_DIR)
+	find $(REPO) -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +

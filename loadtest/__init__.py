@@ -1,0 +1,1 @@
+"""Measurement: perf_analyzer sweeps, Locust suites, config search and reports."""

@@ -1,0 +1,127 @@
+"""perf_analyzer sweeps over concurrency, request rate and batch size, parsed into one tidy table."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from builders.cli_support import step
+from builders.errors import MeasurementError
+from clients.connection import Endpoint
+from loadtest.perf_tools import PerfAnalyzer
+
+SHARED_MEMORY = ("none", "system", "cuda")
+COLUMNS = (
+    "model", "protocol", "batch", "load", "level", "throughput", "p50_ms", "p90_ms", "p95_ms", "p99_ms",
+    "avg_ms", "queue_us", "compute_input_us", "compute_infer_us", "compute_output_us", "network_us",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One model's sweep: load levels (concurrency or request rate) × batch sizes."""
+
+    model: str
+    protocol: str = "grpc"
+    concurrency: tuple[int, ...] = (1, 2, 4)
+    request_rates: tuple[float, ...] = ()
+    batch_sizes: tuple[int, ...] = (1,)
+    shared_memory: str = "none"
+    measurement_ms: int = 2000
+    max_trials: int = 5
+
+    def __post_init__(self):
+        if self.shared_memory not in SHARED_MEMORY:
+            raise MeasurementError(f"shared_memory {self.shared_memory!r} unknown; expected one of {SHARED_MEMORY}")
+        if not self.concurrency and not self.request_rates:
+            raise MeasurementError("give at least one concurrency level or request rate")
+        if min(self.batch_sizes, default=0) < 1:
+            raise MeasurementError(f"batch sizes {list(self.batch_sizes)} must be >= 1")
+
+    def loads(self) -> list[tuple[str, str]]:
+        """(kind, value) for every load level: ('concurrency', '4') or ('request_rate', '200')."""
+        levels = [("concurrency", str(c)) for c in self.concurrency]
+        return levels + [("request_rate", f"{r:g}") for r in self.request_rates]
+
+
+def perf_args(sweep: Sweep, ep: Endpoint, batch: int, load: tuple[str, str], csv_path: Path) -> list[str]:
+    """perf_analyzer's command line for one batch size and one load level."""
+    kind, value = load
+    args = [
+        "-m", sweep.model, "-u", ep.url, "-i", ep.protocol, "-b", str(batch),
+        f"--{kind.replace('_', '-')}-range", value,
+        "--measurement-interval", str(sweep.measurement_ms), "--max-trials", str(sweep.max_trials),
+        "-f", str(csv_path), "--verbose-csv",
+    ]  # fmt: skip
+    if sweep.shared_memory != "none":
+        args += ["--shared-memory", sweep.shared_memory]
+    for key, val in ep.admin_headers.items():  # perf_analyzer reads the (restricted) statistics API
+        args += ["-H", f"{key}:{val}"]
+    return args
+
+
+def parse_csv(path: Path, sweep: Sweep, batch: int, kind: str) -> list[dict]:
+    """perf_analyzer's --verbose-csv output → tidy rows (latencies in ms, server breakdown in µs)."""
+    with open(path, newline="") as handle:
+        records = list(csv.DictReader(handle))
+    if not records:
+        raise MeasurementError(f"perf_analyzer wrote no measurement to {path}")
+    return [_row(r, sweep, batch, kind) for r in records]
+
+
+def _row(record: dict, sweep: Sweep, batch: int, kind: str) -> dict:
+    level = record.get("Concurrency") or record.get("Request Rate")
+    ms = lambda key: round(float(record[key]) / 1000, 3)  # noqa: E731
+    return {
+        "model": sweep.model,
+        "protocol": sweep.protocol,
+        "batch": batch,
+        "load": kind,
+        "level": float(level),
+        "throughput": float(record["Inferences/Second"]),
+        "p50_ms": ms("p50 latency"),
+        "p90_ms": ms("p90 latency"),
+        "p95_ms": ms("p95 latency"),
+        "p99_ms": ms("p99 latency"),
+        "avg_ms": ms("Avg latency"),
+        "queue_us": float(record["Server Queue"]),
+        "compute_input_us": float(record["Server Compute Input"]),
+        "compute_infer_us": float(record["Server Compute Infer"]),
+        "compute_output_us": float(record["Server Compute Output"]),
+        "network_us": float(record["Network+Server Send/Recv"]),
+    }
+
+
+def run_sweep(sweep: Sweep, ep: Endpoint, analyzer: PerfAnalyzer, work_dir: Path) -> list[dict]:
+    """Run every (batch, load) point of a sweep; one progress line per point."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    rows, points = [], [(b, load) for b in sweep.batch_sizes for load in sweep.loads()]
+    for i, (batch, load) in enumerate(points, start=1):
+        step(f"perf [{i}/{len(points)}] {sweep.model} {ep.protocol} batch {batch} {load[0]} {load[1]}")
+        csv_path = work_dir / f"{sweep.model}_{ep.protocol}_b{batch}_{load[0]}_{load[1]}.csv"
+        timeout = 60 + sweep.measurement_ms / 1000 * sweep.max_trials * 3
+        analyzer.run(perf_args(sweep, ep, batch, load, csv_path), timeout)
+        rows += parse_csv(csv_path, sweep, batch, load[0])
+    return rows
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    """Write rows with the tidy COLUMNS."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """The rows as a markdown table people read."""
+    head = "| model | proto | batch | load | throughput (infer/s) | p50 ms | p99 ms | queue µs | infer µs |"
+    lines = [head, "|" + "---|" * 9]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['protocol']} | {r['batch']} | {r['load']} {r['level']:g} | {r['throughput']:.1f} "
+            f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['queue_us']:.0f} | {r['compute_infer_us']:.0f} |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,25 @@
+"""Fixtures shared by unit and functional tests."""
+
+import socket
+
+import pytest
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing holds right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def digits_build(tmp_path_factory):
+    """digits_cnn trained once for the session: spec, BuiltModel, exported and validated ONNX."""
+    from builders import export, validate, zoo
+
+    spec = zoo.get_spec("digits_cnn", max_batch_size=16)
+    built = zoo.build_module(spec)
+    out_dir = tmp_path_factory.mktemp("digits_work") / spec.name
+    result = export.export_onnx(built.module, spec, out_dir, "session-hash", built.metrics)
+    validate.validate(built.module, result.path, spec, sample_data=built.sample_data)
+    return spec, built, result

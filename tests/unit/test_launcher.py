@@ -1,0 +1,47 @@
+"""Launcher checks that need no running server."""
+
+import socket
+import stat
+
+import pytest
+
+from builders.errors import ServerError
+from server import launcher
+from server.install import find_install
+
+
+def test_port_in_use_is_named(tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        settings = launcher.ServerSettings(tmp_path, http_port=port, grpc_port=port + 1, metrics_port=port + 2)
+        with pytest.raises(ServerError, match=f"http port {port} on 127.0.0.1 is in use"):
+            launcher.check_ports_free(settings)
+
+
+def test_missing_repository_is_refused(tmp_path):
+    with pytest.raises(ServerError, match="no model repository"):
+        launcher.start(launcher.ServerSettings(tmp_path / "nothing", state_dir=tmp_path / "state"))
+
+
+def test_admin_key_is_private_and_stable(tmp_path):
+    path = launcher.admin_key(tmp_path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert launcher.admin_key(tmp_path).read_text() == path.read_text()
+    assert len(path.read_text().strip()) == 48
+
+
+def test_command_binds_loopback_and_restricts_admin_apis(tmp_path):
+    install = find_install()
+    command = launcher.server_command(launcher.ServerSettings(tmp_path), install.binary, tmp_path, "k")
+    assert "--http-address=127.0.0.1" in command and "--grpc-address=127.0.0.1" in command
+    restricted = "model-repository,shared-memory,statistics,trace,logging:admin-key=k"
+    assert f"--http-restricted-api={restricted}" in command
+    assert f"--grpc-restricted-protocol={restricted}" in command
+
+
+def test_stop_without_a_server_says_so(tmp_path):
+    assert launcher.stop(tmp_path) is False
+    with pytest.raises(ServerError, match="no server state"):
+        launcher.read_state(tmp_path)

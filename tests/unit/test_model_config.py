@@ -1,0 +1,63 @@
+"""Configs written through model_config_pb2 parse back to the same message."""
+
+import pytest
+
+from builders import repository, zoo
+from builders.model_config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, parse_pbtxt
+
+
+def _config(**overrides):
+    fields = dict(
+        name="m",
+        backend="python",
+        max_batch_size=8,
+        inputs=[TensorConfig("input", "TYPE_FP32", (3, 4, 4), "FORMAT_NCHW")],
+        outputs=[TensorConfig("logits", "TYPE_FP32", (10,), label_filename="labels.txt")],
+        dynamic_batching=DynamicBatching((4, 8), 250),
+        instance_groups=[InstanceGroup(2, "KIND_CPU")],
+    )
+    fields.update(overrides)
+    return ModelConfig(**fields)
+
+
+def test_pbtxt_round_trips_through_the_protobuf_parser():
+    config = _config()
+    parsed = parse_pbtxt(config.to_pbtxt())
+    assert parsed == config.to_proto()
+    assert list(parsed.dynamic_batching.preferred_batch_size) == [4, 8]
+    assert parsed.dynamic_batching.max_queue_delay_microseconds == 250
+    assert parsed.instance_group[0].count == 2
+    assert parsed.output[0].label_filename == "labels.txt"
+
+
+def test_max_batch_size_zero_is_written_explicitly():
+    text = _config(max_batch_size=0, dynamic_batching=None).to_pbtxt()
+    assert "max_batch_size: 0" in text
+    assert parse_pbtxt(text).max_batch_size == 0
+
+
+@pytest.mark.parametrize(
+    "target,field,value", [("embedded", "backend", "python"), ("ngc", "platform", "onnxruntime_onnx")]
+)
+def test_zoo_configs_per_target(target, field, value):
+    spec = zoo.get_spec("digits_cnn")
+    options = repository.ServingOptions(instances=3, preferred_batch_sizes=(8, 16))
+    parsed = parse_pbtxt(repository.model_config(spec, target, options).to_pbtxt())
+    assert getattr(parsed, field) == value
+    assert parsed.max_batch_size == spec.max_batch_size
+    assert list(parsed.input[0].dims) == [1, 8, 8]
+    assert parsed.instance_group[0].count == 3
+    assert parsed.model_warmup[0].batch_size == 1
+    assert parsed.version_policy.latest.num_versions == 1
+
+
+def test_unknown_target_is_refused():
+    with pytest.raises(Exception, match="target 'tpu' is unknown"):
+        repository.model_config(zoo.get_spec("digits_cnn"), "tpu")
+
+
+def test_no_dynamic_batching_option_drops_the_batcher():
+    config = repository.model_config(
+        zoo.get_spec("digits_cnn"), "embedded", repository.ServingOptions(dynamic_batching=False)
+    )
+    assert not parse_pbtxt(config.to_pbtxt()).HasField("dynamic_batching")

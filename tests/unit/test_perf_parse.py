@@ -1,0 +1,41 @@
+"""Parsing perf_analyzer's --verbose-csv (a file a real run wrote) into tidy rows."""
+
+from pathlib import Path
+
+import pytest
+
+from builders.errors import MeasurementError
+from clients.connection import Endpoint
+from loadtest import perf
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "perf_analyzer_verbose.csv"
+
+
+def test_rows_carry_latency_in_ms_and_breakdown_in_us():
+    rows = perf.parse_csv(FIXTURE, perf.Sweep("digits_cnn"), batch=1, kind="concurrency")
+    assert [r["level"] for r in rows] == [1.0, 4.0]
+    first = rows[0]
+    assert first["throughput"] == pytest.approx(927.759)
+    assert first["p50_ms"] == pytest.approx(1.058) and first["p99_ms"] == pytest.approx(1.295)
+    assert first["queue_us"] == 592 and first["compute_infer_us"] == 196
+    assert set(first) == set(perf.COLUMNS)
+
+
+def test_markdown_table_has_a_row_per_measurement():
+    rows = perf.parse_csv(FIXTURE, perf.Sweep("digits_cnn"), batch=1, kind="concurrency")
+    table = perf.markdown_table(rows)
+    assert table.count("\n| digits_cnn |") == 2 and "2726.3" in table
+
+
+def test_arguments_carry_load_shared_memory_and_admin_header(tmp_path):
+    sweep = perf.Sweep("m", request_rates=(50,), concurrency=(), shared_memory="system", batch_sizes=(4,))
+    ep = Endpoint("grpc", "127.0.0.1:9", {"triton-grpc-protocol-admin-key": "k"})
+    args = perf.perf_args(sweep, ep, 4, sweep.loads()[0], tmp_path / "x.csv")
+    joined = " ".join(args)
+    assert "--request-rate-range 50" in joined and "-b 4" in joined and "--shared-memory system" in joined
+    assert "-H triton-grpc-protocol-admin-key:k" in joined
+
+
+def test_empty_sweeps_are_refused():
+    with pytest.raises(MeasurementError, match="at least one concurrency"):
+        perf.Sweep("m", concurrency=())

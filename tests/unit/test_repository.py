@@ -1,0 +1,54 @@
+"""The repository writer: complete model folders or none, and the manifest."""
+
+import subprocess
+import sys
+
+import pytest
+
+from builders import repository
+from builders.build import BuildRequest, build_model
+from builders.model_config import parse_pbtxt
+
+
+def test_build_writes_a_complete_model_and_manifest(digits_build, tmp_path):
+    spec, built, _ = digits_build
+    repo = tmp_path / "repo"
+    entry = build_model(BuildRequest(spec, "embedded", repo, tmp_path / "work"), built)
+    folder = repo / spec.name
+    assert sorted(p.name for p in folder.iterdir()) == ["1", "config.pbtxt", "labels.txt"]
+    assert sorted(p.name for p in (folder / "1").iterdir()) == ["model.onnx", "model.py"]
+    assert parse_pbtxt((folder / "config.pbtxt").read_text()).backend == "python"
+    manifest = repository.read_manifest(repo)["models"][spec.name]
+    assert manifest == entry
+    assert manifest["accuracy"] > 0.95 and manifest["validation"]["passed"]
+    assert len(manifest["sha256"]) == 64 and manifest["versions"]["torch"].startswith("2.")
+    assert manifest["host"]["cores"] >= 1
+
+
+def test_ngc_target_has_no_python_model(digits_build, tmp_path):
+    spec, built, _ = digits_build
+    build_model(BuildRequest(spec, "ngc", tmp_path / "repo", tmp_path / "work"), built)
+    assert sorted(p.name for p in (tmp_path / "repo" / spec.name / "1").iterdir()) == ["model.onnx"]
+
+
+def test_a_failed_write_leaves_the_previous_model_and_no_staging(digits_build, tmp_path):
+    spec, built, result = digits_build
+    repo = tmp_path / "repo"
+    config = repository.model_config(spec, "embedded")
+    repository.write_model(repo, spec, config, result.path, "embedded")
+    before = (repo / spec.name / "config.pbtxt").read_text()
+    with pytest.raises(FileNotFoundError):
+        repository.write_model(repo, spec, config, tmp_path / "missing.onnx", "embedded")
+    assert [p.name for p in repo.iterdir()] == [spec.name]
+    assert (repo / spec.name / "config.pbtxt").read_text() == before
+
+
+def test_cli_reports_user_errors_without_traceback(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "builders", "build", "--models", "nosuchmodel", "--repo", str(tmp_path / "r")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "error: model 'nosuchmodel' is not in the zoo" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "r").exists()
