@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 from builders.errors import ClientError
-from clients.connection import Endpoint
+from clients.connection import Endpoint, refused_as_client_error
 
 
 def _call(ep: Endpoint, call, what: str):
-    from tritonclient.utils import InferenceServerException
-
     if not ep.admin_headers:
         raise ClientError(f"{what} is a restricted API: start the server with `make serve` so its admin key is known")
-    try:
+    with refused_as_client_error(what):
         return call(headers=ep.admin_headers)
-    except InferenceServerException as err:
-        raise ClientError(f"{what} refused: {err.message()}") from err
 
 
 def repository_index(ep: Endpoint, client) -> list[dict]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +35,17 @@ class Endpoint:
         else:
             import tritonclient.grpc as module
         return module
+
+
+@contextlib.contextmanager
+def refused_as_client_error(what: str):
+    """Turn tritonclient's InferenceServerException into a ClientError naming what was asked."""
+    from tritonclient.utils import InferenceServerException
+
+    try:
+        yield
+    except InferenceServerException as err:
+        raise ClientError(f"{what}: server refused the request ({err.status()}): {err.message()}") from err
 
 
 def endpoint(protocol: str = "http", url: str | None = None, state_dir: Path = Path(".triton")) -> Endpoint:

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from builders.errors import ClientError
-from clients.connection import Endpoint
+from clients.connection import Endpoint, refused_as_client_error
 
 
 @dataclass
@@ -22,14 +21,16 @@ class InferResult:
 
 def model_inputs(client, model: str) -> list[dict]:
     """The model's inputs from its metadata: name, datatype, shape (batch axis first)."""
-    meta = client.get_model_metadata(model)
+    with refused_as_client_error(model):
+        meta = client.get_model_metadata(model)
     inputs = meta["inputs"] if isinstance(meta, dict) else meta.inputs
     return [_as_dict(i) for i in inputs]
 
 
 def model_outputs(client, model: str) -> list[dict]:
     """The model's outputs from its metadata."""
-    meta = client.get_model_metadata(model)
+    with refused_as_client_error(model):
+        meta = client.get_model_metadata(model)
     outputs = meta["outputs"] if isinstance(meta, dict) else meta.outputs
     return [_as_dict(o) for o in outputs]
 
@@ -72,18 +73,15 @@ def infer(ep: Endpoint, model: str, arrays: dict, top_k: int = 0, client=None) -
     Raises:
         ClientError: the server refused the request (message and status from the server).
     """
-    from tritonclient.utils import InferenceServerException
-
     owned = client is None
     client = client or ep.client()
     try:
         names = [o["name"] for o in model_outputs(client, model)]
         inputs, requested = build_request(ep.module(), arrays, names, top_k)
         start = time.perf_counter()
-        result = client.infer(model, inputs, outputs=requested)
+        with refused_as_client_error(model):
+            result = client.infer(model, inputs, outputs=requested)
         latency = (time.perf_counter() - start) * 1e3
-    except InferenceServerException as err:
-        raise ClientError(f"{model}: server refused the request ({err.status()}): {err.message()}") from err
     finally:
         if owned:
             client.close()

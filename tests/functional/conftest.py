@@ -1,0 +1,49 @@
+"""A real tritonserver on free ports, serving digits_cnn (2 instances) and a small ResNet-18."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from builders import zoo
+from builders.build import BuildRequest, build_model
+from builders.repository import ServingOptions
+from clients.connection import Endpoint
+from server import launcher
+from tests.conftest import free_port
+
+RESNET = dict(image_size=64, max_batch_size=4)
+
+
+@dataclass
+class Served:
+    state: launcher.ServerState
+    repo: Path
+    models: dict  # name -> (spec, BuiltModel)
+
+    def endpoint(self, protocol: str) -> Endpoint:
+        url = self.state.http_url if protocol == "http" else self.state.grpc_url
+        return Endpoint(protocol, url, self.state.admin_headers(protocol), self.repo)
+
+
+def _build(repo, work, spec, built, options):
+    build_model(BuildRequest(spec, "embedded", repo, work, options), built)
+    return spec.name, (spec, built)
+
+
+@pytest.fixture(scope="session")
+def served(tmp_path_factory, digits_build):
+    root = tmp_path_factory.mktemp("served")
+    repo, work = root / "repo", root / "work"
+    digits_spec, digits_built, _ = digits_build
+    resnet_spec = zoo.get_spec("resnet18", **RESNET)
+    models = dict(
+        [
+            _build(repo, work, digits_spec, digits_built, ServingOptions(instances=2, max_queue_delay_us=2000)),
+            _build(repo, work, resnet_spec, zoo.build_module(resnet_spec), ServingOptions()),
+        ]
+    )
+    settings = launcher.ServerSettings(repo, free_port(), free_port(), free_port(), state_dir=root / "state")
+    state = launcher.start(settings)
+    yield Served(state, repo, models)
+    launcher.stop(settings.state_dir)
