@@ -38,7 +38,14 @@ def _split(value: str) -> list[str]:
 @click.option("--max-batch", type=int, default=None, help="Override the spec's max_batch_size.")
 @click.option("--instances", type=int, default=1, show_default=True, help="Instances per model.")
 @click.option("--kind", type=click.Choice(["KIND_CPU", "KIND_GPU", "KIND_AUTO"]), default="KIND_CPU", show_default=True)
-@click.option("--max-queue-delay-us", type=int, default=500, show_default=True)
+@click.option("--max-queue-delay-us", type=int, default=100, show_default=True)
+@click.option(
+    "--intra-op-threads",
+    type=int,
+    default=0,
+    show_default=True,
+    help="ONNX Runtime threads per instance (embedded target); 0: one per physical core.",
+)
 @click.option("--preferred-batch", default="", help="Preferred batch sizes, e.g. '4 8'.")
 @click.option("--no-dynamic-batching", is_flag=True, help="Serve without Triton's dynamic batcher.")
 @click.option("--force", is_flag=True, help="Rebuild even if the inputs are unchanged.")
@@ -56,6 +63,7 @@ def build(
     preferred_batch,
     no_dynamic_batching,
     force,
+    intra_op_threads,
 ):
     """Build MODELS into the repository REPO, one validated model at a time."""
     from builders import zoo
@@ -63,9 +71,8 @@ def build(
     from builders.repository import ServingOptions, default_target
 
     target = default_target() if target == "auto" else target
-    options = ServingOptions(
-        instances, kind, max_queue_delay_us, tuple(int(b) for b in _split(preferred_batch)), not no_dynamic_batching
-    )
+    preferred = tuple(int(b) for b in _split(preferred_batch))
+    options = ServingOptions(instances, kind, max_queue_delay_us, preferred, not no_dynamic_batching, intra_op_threads)
     names = _split(models)
     specs = [zoo.get_spec(n, weights=weights, max_batch_size=max_batch) for n in names]
     for i, spec in enumerate(specs, start=1):

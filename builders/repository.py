@@ -25,10 +25,10 @@ class ServingOptions:
 
     instances: int = 1
     kind: str = "KIND_CPU"
-    max_queue_delay_us: int = 500
+    max_queue_delay_us: int = 100
     preferred_batch_sizes: tuple[int, ...] = ()
     dynamic_batching: bool = True
-    intra_op_threads: int = 1
+    intra_op_threads: int = 0  # 0: ONNX Runtime's default (one per physical core)
 
 
 def default_target() -> str:

@@ -20,9 +20,11 @@ def throughput_vs_latency(rows: list[dict], path: Path) -> Path:
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"{key[0]} {key[1]} b{key[2]}")
         for p99, tput, level in points:
             ax.annotate(f"{level:g}", (p99, tput), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
     ax.set_xlabel("p99 latency (ms)")
     ax.set_ylabel("throughput (infer/s)")
-    ax.set_title("Throughput vs p99 latency (labels: load level)")
+    ax.set_title("Throughput vs p99 latency, log scales (labels: load level)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
