@@ -34,11 +34,20 @@ def install_perf_analyzer():
 @click.option("--batch", default="1", show_default=True, help="Batch sizes.")
 @click.option("--shared-memory", type=click.Choice(["none", "system", "cuda"]), default="none", show_default=True)
 @click.option("--interval-ms", type=int, default=2000, show_default=True, help="perf_analyzer measurement window.")
+@click.option(
+    "--stability",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="perf_analyzer --stability-percentage: how close 3 windows must be.",
+)
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Report folder (default reports/<time>).")
 @click.option("--url", default=None)
 @click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
 @user_errors
-def perf(models, protocol, concurrency, request_rate, batch, shared_memory, interval_ms, out, url, state_dir):
+def perf(
+    models, protocol, concurrency, request_rate, batch, shared_memory, interval_ms, stability, out, url, state_dir
+):
     """Sweep MODELS with perf_analyzer; write perf.csv, perf.md and a PNG plot; print the table."""
     from clients.connection import endpoint
     from loadtest import perf as sweeps
@@ -50,7 +59,7 @@ def perf(models, protocol, concurrency, request_rate, batch, shared_memory, inte
     rows = []
     for model in models.replace(",", " ").split():
         sweep = sweeps.Sweep(model, protocol, _numbers(concurrency), _numbers(request_rate, float), _numbers(batch),
-                             shared_memory, interval_ms)  # fmt: skip
+                             shared_memory, interval_ms, stability_percent=stability)  # fmt: skip
         rows += sweeps.run_sweep(sweep, ep, analyzer, out / "raw")
     sweeps.write_csv(rows, out / "perf.csv")
     table = sweeps.markdown_table(rows)
@@ -58,6 +67,42 @@ def perf(models, protocol, concurrency, request_rate, batch, shared_memory, inte
     throughput_vs_latency(rows, out / "perf.png")
     click.echo(table)
     click.echo(f"report: {out}/perf.md (CSV: perf.csv, plot: perf.png)")
+
+
+@cli.command()
+@click.option("--models", default="digits_cnn", show_default=True, help="'model[:weight] ...'; several = mixed load.")
+@click.option("--protocol", type=click.Choice(["http", "grpc"]), default="grpc", show_default=True)
+@click.option("--users", type=int, default=4, show_default=True)
+@click.option("--spawn-rate", type=float, default=4, show_default=True)
+@click.option("--run-time", type=int, default=10, show_default=True, help="Seconds.")
+@click.option("--processes", type=int, default=0, help="Locust worker processes (distributed mode); 0: one process.")
+@click.option("--rate-per-user", type=float, default=0.0, help="Open loop: requests/s per user (0: closed loop).")
+@click.option("--shape", type=click.Choice(["constant", "step"]), default="constant", show_default=True)
+@click.option("--slo-p99-ms", type=float, default=0.0, help="Fail the run if p99 exceeds this (0: off).")
+@click.option("--slo-fail-ratio", type=float, default=-1.0, help="Fail the run if the failure ratio exceeds this.")
+@click.option("--batch", type=int, default=1, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Report folder (default reports/<time>).")
+@click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
+@user_errors
+def locust(models, protocol, users, spawn_rate, run_time, processes, rate_per_user, shape, slo_p99_ms,
+           slo_fail_ratio, batch, out, state_dir):  # fmt: skip
+    """Headless Locust run against the server of `make serve`; CSV + HTML report, table printed."""
+    from loadtest.locust_run import LocustRun, markdown_table, run_locust
+    from server.launcher import read_state
+
+    parsed = tuple((m.partition(":")[0], int(m.partition(":")[2] or 1)) for m in models.replace(",", " ").split())
+    run = LocustRun(parsed, protocol, users, spawn_rate, run_time, processes, rate_per_user, shape, slo_p99_ms,
+                    slo_fail_ratio, batch)  # fmt: skip
+    out = out or Path("reports") / time.strftime("%Y%m%d-%H%M%S")
+    result = run_locust(run, read_state(state_dir), out)
+    table = markdown_table(result["rows"])
+    (out / "locust.md").write_text(f"# Locust run\n\n{table}\n")
+    click.echo(table)
+    click.echo(f"report: {out}/locust.md (CSV: locust_stats.csv, HTML: locust.html, log: locust.log)")
+    if not result["slo_ok"]:
+        raise SystemExit("SLO breached: see the log")
+    if result["exit_code"]:
+        raise SystemExit("some requests failed: see the table and the log")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ class Sweep:
     shared_memory: str = "none"
     measurement_ms: int = 2000
     max_trials: int = 5
+    stability_percent: float = 10.0  # perf_analyzer's default; looser on busy hosts
 
     def __post_init__(self):
         if self.shared_memory not in SHARED_MEMORY:
@@ -52,6 +53,7 @@ def perf_args(sweep: Sweep, ep: Endpoint, batch: int, load: tuple[str, str], csv
         "-m", sweep.model, "-u", ep.url, "-i", ep.protocol, "-b", str(batch),
         f"--{kind.replace('_', '-')}-range", value,
         "--measurement-interval", str(sweep.measurement_ms), "--max-trials", str(sweep.max_trials),
+        "--stability-percentage", f"{sweep.stability_percent:g}",
         "-f", str(csv_path), "--verbose-csv",
     ]  # fmt: skip
     if sweep.shared_memory != "none":

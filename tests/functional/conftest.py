@@ -21,6 +21,10 @@ class Served:
     repo: Path
     models: dict  # name -> (spec, BuiltModel)
 
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.state.log).parent
+
     def endpoint(self, protocol: str) -> Endpoint:
         url = self.state.http_url if protocol == "http" else self.state.grpc_url
         return Endpoint(protocol, url, self.state.admin_headers(protocol), self.repo)

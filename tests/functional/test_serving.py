@@ -156,7 +156,7 @@ def test_client_cli_classifies_a_digit_image(served, tmp_path):
     image, label = built.sample_data["x"][3, 0], int(built.sample_data["y"][3])
     pixels = ((image * spec.preprocessing.std[0] + spec.preprocessing.mean[0]) * 255).round().astype(np.uint8)
     Image.fromarray(pixels).save(tmp_path / "digit.png")
-    state_dir = str(served.state.log).rsplit("/", 1)[0]
+    state_dir = str(served.state_dir)
     done = subprocess.run(
         [sys.executable, "-m", "clients", "infer", "digits_cnn", "--input", str(tmp_path / "digit.png"),
          "--top-k", "1", "--protocol", "grpc", "--state-dir", state_dir],
@@ -167,7 +167,7 @@ def test_client_cli_classifies_a_digit_image(served, tmp_path):
 
 
 def test_client_cli_reports_a_bad_model_cleanly(served):
-    state_dir = str(served.state.log).rsplit("/", 1)[0]
+    state_dir = str(served.state_dir)
     done = subprocess.run(
         [sys.executable, "-m", "clients", "infer", "nosuchmodel", "--state-dir", state_dir],
         capture_output=True, text=True, timeout=60,

@@ -1,0 +1,126 @@
+"""Run Locust headless against the server (locally or with worker processes) and read its CSV."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from builders.cli_support import step
+from builders.errors import MeasurementError
+from server.launcher import ServerState
+
+LOCUSTFILE = Path(__file__).with_name("locustfiles") / "models.py"
+SLO_EXIT = 3
+
+
+@dataclass(frozen=True)
+class LocustRun:
+    """One headless Locust run."""
+
+    models: tuple[tuple[str, int], ...]
+    protocol: str = "grpc"
+    users: int = 4
+    spawn_rate: float = 4
+    run_time_s: int = 10
+    processes: int = 0
+    rate_per_user: float = 0.0
+    shape: str = "constant"
+    slo_p99_ms: float = 0.0
+    slo_fail_ratio: float = -1.0
+    batch: int = 1
+
+    def __post_init__(self):
+        if self.shape not in ("constant", "step"):
+            raise MeasurementError(f"shape {self.shape!r} unknown; expected 'constant' or 'step'")
+        if not self.models or self.users < 1 or self.run_time_s < 1:
+            raise MeasurementError("a Locust run needs at least one model, one user and one second")
+
+
+def locust_command(run: LocustRun, prefix: Path) -> list[str]:
+    """The headless locust command line (CSV and HTML written under prefix)."""
+    command = [
+        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
+        "--csv", str(prefix), "--html", f"{prefix}.html", "--only-summary", "--exit-code-on-error", "1",
+    ]  # fmt: skip
+    if run.shape == "constant":
+        command += ["-u", str(run.users), "-r", f"{run.spawn_rate:g}", "-t", f"{run.run_time_s}s"]
+    if run.processes:
+        command += ["--processes", str(run.processes)]
+    return command
+
+
+def locust_environment(run: LocustRun, state: ServerState) -> dict:
+    """Environment variables the locustfile, the watchdog and the step shape read."""
+    env = dict(os.environ)
+    env.update(
+        TRITON_MODELS=" ".join(f"{m}:{w}" for m, w in run.models),
+        TRITON_PROTOCOL=run.protocol,
+        TRITON_HTTP_URL=state.http_url,
+        TRITON_GRPC_URL=state.grpc_url,
+        TRITON_BATCH=str(run.batch),
+        TRITON_RATE_PER_USER=f"{run.rate_per_user:g}",
+        SLO_P99_MS=f"{run.slo_p99_ms:g}",
+        SLO_FAIL_RATIO=f"{run.slo_fail_ratio:g}",
+        LOAD_SHAPE=run.shape,
+        STEP_MAX_USERS=str(run.users),
+        STEP_TOTAL_SECONDS=str(run.run_time_s),
+    )
+    return env
+
+
+def run_locust(run: LocustRun, state: ServerState, out_dir: Path) -> dict:
+    """Run Locust; return {'rows': per-endpoint stats, 'slo_ok': bool, 'log': path}.
+
+    Raises:
+        MeasurementError: Locust failed for another reason than the SLO watchdog.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    prefix, log = out_dir / "locust", out_dir / "locust.log"
+    workers = f", {run.processes} worker processes" if run.processes else ""
+    step(f"locust: {run.users} users, {run.run_time_s} s, {run.protocol}{workers}, models {dict(run.models)}")
+    with open(log, "w") as handle:
+        done = subprocess.run(locust_command(run, prefix), env=locust_environment(run, state), stdout=handle,
+                              stderr=subprocess.STDOUT, timeout=run.run_time_s + 120)  # fmt: skip
+    rows = read_stats(Path(f"{prefix}_stats.csv"))
+    if done.returncode not in (0, 1, SLO_EXIT) or not rows:
+        raise MeasurementError(f"locust failed (exit {done.returncode}); see {log}")
+    return {"rows": rows, "slo_ok": done.returncode != SLO_EXIT, "exit_code": done.returncode, "log": str(log)}
+
+
+def read_stats(path: Path) -> list[dict]:
+    """Locust's <prefix>_stats.csv → rows with throughput, failures and percentiles (ms)."""
+    if not path.exists():
+        return []
+    with open(path, newline="") as handle:
+        return [_row(r) for r in csv.DictReader(handle) if r.get("Request Count", "0") != "0"]
+
+
+def _row(record: dict) -> dict:
+    number = lambda key: float(record[key]) if record.get(key) not in (None, "", "N/A") else float("nan")  # noqa: E731
+    return {
+        "name": record["Name"],
+        "type": record["Type"],
+        "requests": int(record["Request Count"]),
+        "failures": int(record["Failure Count"]),
+        "throughput": number("Requests/s"),
+        "p50_ms": number("50%"),
+        "p90_ms": number("90%"),
+        "p95_ms": number("95%"),
+        "p99_ms": number("99%"),
+        "avg_ms": number("Average Response Time"),
+    }
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """Locust rows as a markdown table."""
+    lines = ["| request | type | requests | failures | req/s | p50 ms | p95 ms | p99 ms |", "|" + "---|" * 8]
+    for r in rows:
+        lines.append(
+            f"| {r['name']} | {r['type']} | {r['requests']} | {r['failures']} | {r['throughput']:.1f} "
+            f"| {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['p99_ms']:.1f} |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,63 @@
+"""Real perf_analyzer and real Locust against the embedded server."""
+
+import csv
+
+import pytest
+
+from loadtest import locust_run, perf
+from loadtest.perf_tools import find_perf_analyzer
+from loadtest.plots import throughput_vs_latency
+
+pytestmark = pytest.mark.functional
+
+
+def test_perf_analyzer_sweep_gives_a_tidy_table_and_plot(served, tmp_path):
+    sweep = perf.Sweep("digits_cnn", "grpc", concurrency=(1, 4), batch_sizes=(1, 2), measurement_ms=500,
+                       stability_percent=100, max_trials=10)  # fmt: skip
+    rows = perf.run_sweep(sweep, served.endpoint("grpc"), find_perf_analyzer(), tmp_path / "raw")
+    assert [(r["batch"], r["level"]) for r in rows] == [(1, 1.0), (1, 4.0), (2, 1.0), (2, 4.0)]
+    assert all(r["throughput"] > 0 and r["p99_ms"] >= r["p50_ms"] > 0 for r in rows)
+    assert all(r["compute_infer_us"] > 0 for r in rows)
+    perf.write_csv(rows, tmp_path / "perf.csv")
+    with open(tmp_path / "perf.csv") as handle:
+        assert len(list(csv.DictReader(handle))) == 4
+    assert throughput_vs_latency(rows, tmp_path / "perf.png").stat().st_size > 10_000
+
+
+def test_perf_analyzer_over_http_with_request_rate(served, tmp_path):
+    sweep = perf.Sweep("digits_cnn", "http", concurrency=(), request_rates=(100,), measurement_ms=1000,
+                       stability_percent=100, max_trials=10)  # fmt: skip
+    (row,) = perf.run_sweep(sweep, served.endpoint("http"), find_perf_analyzer(), tmp_path)
+    assert row["load"] == "request_rate" and row["throughput"] == pytest.approx(100, rel=0.25)
+
+
+def test_locust_with_two_worker_processes_over_http(served, tmp_path):
+    run = locust_run.LocustRun((("digits_cnn", 1),), "http", users=4, run_time_s=4, processes=2)
+    result = locust_run.run_locust(run, served.state, tmp_path)
+    (row, total) = result["rows"]
+    assert row["name"] == "digits_cnn b1" and row["type"] == "HTTP"
+    assert row["requests"] > 50 and row["failures"] == 0 and result["slo_ok"]
+    assert (tmp_path / "locust.html").stat().st_size > 0
+    assert "worker" in (tmp_path / "locust.log").read_text().lower()
+
+
+def test_locust_mixed_workload_over_grpc(served, tmp_path):
+    run = locust_run.LocustRun((("digits_cnn", 3), ("resnet18_64", 1)), "grpc", users=4, run_time_s=4)
+    result = locust_run.run_locust(run, served.state, tmp_path)
+    names = {r["name"]: r for r in result["rows"]}
+    assert set(names) == {"digits_cnn b1", "resnet18_64 b1", "Aggregated"}
+    assert all(r["failures"] == 0 and r["requests"] > 0 for r in names.values())
+
+
+def test_the_slo_watchdog_fails_a_run_that_breaches_it(served, tmp_path):
+    run = locust_run.LocustRun((("digits_cnn", 1),), "grpc", users=2, run_time_s=20, slo_p99_ms=0.01)
+    result = locust_run.run_locust(run, served.state, tmp_path)
+    assert result["slo_ok"] is False
+    assert "SLO breached" in (tmp_path / "locust.log").read_text()
+
+
+def test_locust_counts_server_errors_as_failures(served, tmp_path):
+    run = locust_run.LocustRun((("digits_cnn", 1),), "http", users=2, run_time_s=3, batch=64)  # > max batch 16
+    result = locust_run.run_locust(run, served.state, tmp_path)
+    row = result["rows"][0]
+    assert row["requests"] > 0 and row["failures"] == row["requests"] and result["exit_code"] == 1
