@@ -11,6 +11,8 @@ MODELS ?= digits_cnn resnet50
 TARGET ?= auto
 REPO ?= model_repository
 WEIGHTS ?= random
+PRECISIONS ?= fp32
+CALIBRATION ?=
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
@@ -38,8 +40,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m loadtest install-perf-analyzer
 	@touch $(STAMP)
 
-build-engines: install ## Export, validate and write the repository: MODELS="digits_cnn resnet50" TARGET=embedded|ngc REPO=...
-	$(PY) -m builders build --models "$(MODELS)" --target $(TARGET) --repo $(REPO) --weights $(WEIGHTS)
+build-engines: install ## Export, validate, quantize, write the repository: MODELS="..." TARGET=embedded|ngc PRECISIONS="fp32 int8"
+	$(PY) -m builders build --models "$(MODELS)" --target $(TARGET) --repo $(REPO) --weights $(WEIGHTS) \
+		--precisions "$(PRECISIONS)" $(if $(CALIBRATION),--calibration $(CALIBRATION))
 
 serve: install ## Start the embedded tritonserver on REPO; returns once it is ready
 	$(PY) -m server start --repo $(REPO) $(SERVER_PORTS) --state-dir $(STATE_DIR)

@@ -49,6 +49,15 @@ def _split(value: str) -> list[str]:
 @click.option("--preferred-batch", default="", help="Preferred batch sizes, e.g. '4 8'.")
 @click.option("--no-dynamic-batching", is_flag=True, help="Serve without Triton's dynamic batcher.")
 @click.option("--force", is_flag=True, help="Rebuild even if the inputs are unchanged.")
+@click.option(
+    "--precisions", default="fp32", show_default=True, help="'fp32' and/or 'int8' (QDQ, served as <model>_int8)."
+)
+@click.option(
+    "--calibration",
+    type=click.Path(path_type=Path, exists=True),
+    default=None,
+    help="INT8 calibration data: a folder of images or an .npy array (default: the spec's).",
+)
 @user_errors
 def build(
     models,
@@ -64,6 +73,8 @@ def build(
     no_dynamic_batching,
     force,
     intra_op_threads,
+    precisions,
+    calibration,
 ):
     """Build MODELS into the repository REPO, one validated model at a time."""
     from builders import zoo
@@ -77,7 +88,8 @@ def build(
     specs = [zoo.get_spec(n, weights=weights, max_batch_size=max_batch) for n in names]
     for i, spec in enumerate(specs, start=1):
         step(f"[{i}/{len(specs)}] {spec.name}")
-        entry = build_model(BuildRequest(spec, target, repo, work_dir, options, force))
+        request = BuildRequest(spec, target, repo, work_dir, options, force, tuple(_split(precisions)), calibration)
+        entry = build_model(request)
         accuracy = f", held-out accuracy {entry['accuracy']:.4f}" if entry.get("accuracy") is not None else ""
         click.echo(f"built {spec.name} ({target}, {entry['backend']}) in {entry['build_seconds']} s{accuracy}")
     click.echo(f"repository ready: {repo} (manifest: {repo / 'manifest.json'})")

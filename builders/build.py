@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from builders import export, repository, validate, zoo
+from builders import export, quantize, repository, validate, zoo
 from builders.cli_support import step
 from builders.environment import host_info, tool_versions
+from builders.errors import SpecError
 from builders.spec import ModelSpec
 
 
@@ -24,6 +26,16 @@ class BuildRequest:
     work_dir: Path
     options: repository.ServingOptions = repository.ServingOptions()
     force: bool = False
+    precisions: tuple[str, ...] = ("fp32",)
+    calibration: Path | None = None
+
+    def __post_init__(self):
+        unknown = [p for p in self.precisions if p not in ("fp32", "int8")]
+        if unknown or "fp32" not in self.precisions:
+            raise SpecError(
+                f"precisions {list(self.precisions)}: the ONNX path builds 'fp32' (always) and 'int8'; "
+                "fp16 needs TensorRT (the ngc target inside the NGC container: make build-engines-docker)"
+            )
 
 
 def build_hash(spec: ModelSpec) -> str:
@@ -64,7 +76,7 @@ def _passed_report(out_dir: Path) -> dict | None:
 
 
 def build_model(req: BuildRequest, built: zoo.BuiltModel | None = None) -> dict:
-    """Build one model into the repository; return its manifest entry.
+    """Build one model (and its INT8 variant if asked) into the repository; return the FP32 entry.
 
     Args:
         req: what to build and where.
@@ -77,7 +89,61 @@ def build_model(req: BuildRequest, built: zoo.BuiltModel | None = None) -> dict:
     repository.write_model(req.repo, req.spec, config, artifact.path, req.target)
     entry = _manifest_entry(req, config, artifact, report, started)
     repository.update_manifest(req.repo, entry)
+    if "int8" in req.precisions:
+        build_int8(req, artifact, entry)
     return entry
+
+
+def build_int8(req: BuildRequest, fp32: export.ExportResult, fp32_entry: dict) -> dict:
+    """Quantize the FP32 ONNX model to QDQ INT8, gate its accuracy, serve it as <model>_int8."""
+    spec, started = req.spec, time.time()
+    data = zoo.reference_data(spec)
+    calibration = quantize.calibration_data(spec, req.calibration, data.get("calibration"))
+    out = req.work_dir / spec.name / "model.int8.onnx"
+    step(f"{spec.name}: quantizing to INT8 (QDQ) on {len(calibration)} calibration samples")
+    result = quantize.quantize(fp32.path, out, spec, calibration, for_tensorrt=req.target == "ngc")
+    report = _int8_report(spec, fp32.path, result, data)
+    variant = dataclasses.replace(spec, name=f"{spec.name}_int8")
+    config = repository.model_config(variant, req.target, req.options)
+    step(f"{spec.name}: writing {req.repo / variant.name} (INT8, target {req.target})")
+    repository.write_model(req.repo, variant, config, result.path, req.target)
+    entry = {**fp32_entry, "name": variant.name, "precision": "int8", "artifact": f"{variant.name}/1/model.onnx",
+             "sha256": export.file_sha256(result.path), "accuracy": report.get("int8_accuracy"),
+             "int8": report, "build_seconds": round(time.time() - started, 1)}  # fmt: skip
+    entry["validation"] = {"passed": report["passed"], "kind": report["gate"]}
+    repository.update_manifest(req.repo, entry)
+    return entry
+
+
+def _int8_report(spec: ModelSpec, fp32_path: Path, result: quantize.QuantizeResult, data: dict) -> dict:
+    from builders.speed import side_by_side
+
+    name = spec.inputs[0].name
+    batch = data.get("x", data["calibration"])[:32]
+    speed = side_by_side({"fp32": fp32_path, "int8": result.path}, name, batch)
+    details = {"quantizer": result.quantizer, "calibration_samples": result.samples, "activations": result.activations,
+               "cpu_throughput_batch32": speed, "int8_speedup": round(speed["int8"] / speed["fp32"], 2)}  # fmt: skip
+    step(f"{spec.name}: CPU throughput at batch 32, FP32 {speed['fp32']:.0f}/s vs INT8 {speed['int8']:.0f}/s")
+    report_path = result.path.with_name("validation.int8.json")
+    if "y" not in data:
+        return _agreement_report(spec, fp32_path, result.path, data["calibration"], report_path, details)
+    fp32_acc = quantize.onnx_accuracy(fp32_path, data["x"], data["y"], name)
+    int8_acc = quantize.onnx_accuracy(result.path, data["x"], data["y"], name)
+    step(f"{spec.name}: held-out accuracy FP32 {fp32_acc:.4f} vs INT8 {int8_acc:.4f}")
+    return {**quantize.accuracy_gate(spec, fp32_acc, int8_acc, report_path, details), "gate": "held-out accuracy"}
+
+
+def _agreement_report(spec, fp32_path, int8_path, x, report_path, details) -> dict:
+    """Without labels: record top-1 agreement of INT8 with FP32 (no gate: nothing to judge by)."""
+    import onnxruntime as ort
+
+    outs = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {spec.inputs[0].name: x})[0]
+            for p in (fp32_path, int8_path)]  # fmt: skip
+    agreement = float((outs[0].argmax(1) == outs[1].argmax(1)).mean())
+    report = {"model": spec.name, "precision": "int8", "top1_agreement_with_fp32": agreement, "passed": True,
+              "gate": "none (no labeled data: calibrate and evaluate on your own data)", **details}  # fmt: skip
+    report_path.write_text(json.dumps(report, indent=2))
+    return report
 
 
 def _manifest_entry(req, config, artifact, report, started) -> dict:

@@ -18,6 +18,10 @@ _BUILDERS = {
     "digits_cnn": digits.build,
     "torchvision_classifier": vision.build,
 }
+_REFERENCE_DATA = {
+    "digits_cnn": digits.reference_data,
+    "torchvision_classifier": vision.reference_data,
+}
 
 
 @dataclass
@@ -51,6 +55,12 @@ def build_module(spec: ModelSpec) -> BuiltModel:
         raise SpecError(f"model {spec.name!r}: builder {spec.builder!r} is unknown; known: {sorted(_BUILDERS)}")
     module, metrics, sample = _BUILDERS[spec.builder](spec)
     return BuiltModel(module.eval(), metrics, sample)
+
+
+def reference_data(spec: ModelSpec) -> dict:
+    """Data for INT8 work without building the module: 'calibration', and 'x', 'y' where labeled."""
+    func = _REFERENCE_DATA.get(spec.builder)
+    return func(spec) if func else {}
 
 
 def builder_source_hash(spec: ModelSpec) -> str:

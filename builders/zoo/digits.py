@@ -63,7 +63,13 @@ def build(model_spec: ModelSpec):
     _train(net, torch.from_numpy(x_train), torch.from_numpy(y_train).long(), epochs)
     accuracy = evaluate(net.eval(), x_test, y_test)
     metrics = {"accuracy": accuracy, "test_samples": len(y_test), "train_samples": len(y_train)}
-    return net, metrics, {"x": x_test, "y": y_test}
+    return net, metrics, {"x": x_test, "y": y_test, "calibration": x_train}
+
+
+def reference_data(model_spec: ModelSpec) -> dict:
+    """Held-out (x, y) and calibration inputs (the training split), without training."""
+    x_train, x_test, _, y_test = load_split(model_spec.builder_args["seed"])
+    return {"x": normalize(x_test, model_spec), "y": y_test, "calibration": normalize(x_train, model_spec)}
 
 
 def _train(net, x, y, epochs: int) -> None:

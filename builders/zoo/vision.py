@@ -61,6 +61,21 @@ def build(model_spec: ModelSpec):
     return net, {"weights": model_spec.weights}, None
 
 
+def reference_data(model_spec: ModelSpec, samples: int = 64) -> dict:
+    """Synthetic calibration images (uniform pixels, normalized): smoke-level only, no labels.
+
+    Real INT8 deployments calibrate on their own images: --calibration DIR.
+    """
+    import numpy as np
+
+    pre = model_spec.preprocessing
+    rng = np.random.default_rng(0)
+    pixels = rng.random((samples, pre.channels, *pre.image_size), dtype=np.float32)
+    mean = np.array(pre.mean, np.float32)[:, None, None]
+    std = np.array(pre.std, np.float32)[:, None, None]
+    return {"calibration": (pixels - mean) / std, "synthetic": True}
+
+
 def _weights_enum(arch: str, name: str):
     from torchvision import models
 

@@ -30,8 +30,8 @@ class Served:
         return Endpoint(protocol, url, self.state.admin_headers(protocol), self.repo)
 
 
-def _build(repo, work, spec, built, options):
-    build_model(BuildRequest(spec, "embedded", repo, work, options), built)
+def _build(repo, work, spec, built, options, precisions=("fp32",)):
+    build_model(BuildRequest(spec, "embedded", repo, work, options, precisions=precisions), built)
     return spec.name, (spec, built)
 
 
@@ -43,7 +43,14 @@ def served(tmp_path_factory, digits_build):
     resnet_spec = zoo.get_spec("resnet18", **RESNET)
     models = dict(
         [
-            _build(repo, work, digits_spec, digits_built, ServingOptions(instances=2, max_queue_delay_us=2000)),
+            _build(
+                repo,
+                work,
+                digits_spec,
+                digits_built,
+                ServingOptions(instances=2, max_queue_delay_us=2000),
+                precisions=("fp32", "int8"),
+            ),  # fmt: skip
             _build(repo, work, resnet_spec, zoo.build_module(resnet_spec), ServingOptions()),
         ]
     )

@@ -34,7 +34,7 @@ def test_models_are_ready_in_the_repository_index(served):
     ep = served.endpoint("http")
     with ep.client() as client:
         index = {m["name"]: m["state"] for m in repository_index(ep, client)}
-    assert index == {"digits_cnn": "READY", "resnet18_64": "READY"}
+    assert index == {"digits_cnn": "READY", "digits_cnn_int8": "READY", "resnet18_64": "READY"}
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -85,6 +85,22 @@ def test_top_k_of_real_digits_matches_the_labels(served):
     top1 = [int(ranked[0][2]) for ranked in result.top_k]
     assert np.mean(np.array(top1) == y) >= 0.9
     assert all(len(ranked) == 3 and ranked[0][0] >= ranked[1][0] for ranked in result.top_k)
+
+
+def test_the_int8_variant_served_keeps_its_accuracy(served):
+    from builders import zoo
+
+    spec, _ = served.models["digits_cnn"]
+    data = zoo.reference_data(spec)
+    ep = served.endpoint("grpc")
+    accuracy = {}
+    with ep.client() as client:
+        for model in ("digits_cnn", "digits_cnn_int8"):
+            logits = [infer(ep, model, {"input": data["x"][i : i + 16]}, client=client).outputs["logits"]
+                      for i in range(0, len(data["x"]), 16)]  # fmt: skip
+            accuracy[model] = float((np.concatenate(logits).argmax(1) == data["y"]).mean())
+    assert accuracy["digits_cnn"] > 0.95
+    assert accuracy["digits_cnn"] - accuracy["digits_cnn_int8"] <= 0.01, accuracy
 
 
 def _stats(served, model):
