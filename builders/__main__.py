@@ -95,6 +95,58 @@ def build(
     click.echo(f"repository ready: {repo} (manifest: {repo / 'manifest.json'})")
 
 
+@cli.command()
+@click.option("--models", default="digits_cnn", show_default=True)
+@click.option("--precisions", default="fp16", show_default=True, help="fp32, fp16 and/or int8.")
+@click.option("--repo", type=click.Path(path_type=Path), default=Path("model_repository"), show_default=True)
+@click.option("--work-dir", type=click.Path(path_type=Path), default=Path("build"), show_default=True)
+@click.option("--max-batch", type=int, default=None, help="Profile max batch (default: the spec's).")
+@click.option("--opt-batch", type=int, default=None, help="Profile opt batch (default: half the max).")
+@click.option("--static-batch", type=int, default=None, help="Build a static-shape engine for this batch.")
+@click.option("--optimization-level", type=int, default=3, show_default=True)
+@click.option("--workspace-mib", type=int, default=4096, show_default=True)
+@click.option("--hardware-compatible", is_flag=True, help="Ampere+ hardware-compatible plan.")
+@click.option("--version-compatible", is_flag=True, help="Version-compatible plan (lean runtime).")
+@click.option("--instances", type=int, default=1, show_default=True)
+@click.option("--calibration", type=click.Path(path_type=Path, exists=True), default=None)
+@user_errors
+def engines(models, precisions, repo, work_dir, max_batch, opt_batch, static_batch, optimization_level,
+            workspace_mib, hardware_compatible, version_compatible, instances, calibration):  # fmt: skip
+    """Build TensorRT plans of built models (needs TensorRT: the NGC container)."""
+    from builders import zoo
+    from builders.engine_profile import EngineOptions
+    from builders.engines import build_plan_variant
+    from builders.repository import ServingOptions
+
+    serving = ServingOptions(instances=instances, kind="KIND_GPU")
+    for name in _split(models):
+        spec = zoo.get_spec(name)
+        for precision in _split(precisions):
+            options = EngineOptions(
+                precision, max_batch, opt_batch, static_batch, optimization_level=optimization_level,
+                workspace_mib=workspace_mib, hardware_compatible=hardware_compatible,
+                version_compatible=version_compatible,
+            )  # fmt: skip
+            entry = build_plan_variant(spec, repo, work_dir, options, serving, calibration)
+            click.echo(f"built {entry['name']}: {entry['timing']}")
+
+
+@cli.command()
+@click.option("--repo", type=click.Path(path_type=Path), default=Path("model_repository"), show_default=True)
+@click.option("--image", default=None, help="Check against this server image (needs Docker); default: this host.")
+@user_errors
+def guard(repo, image):
+    """Refuse plans that do not fit the server's TensorRT or the GPU present."""
+    from builders.guard import check_manifest, image_target, local_target
+    from builders.repository import read_manifest
+
+    target = image_target(image) if image else local_target()
+    check_manifest(read_manifest(repo), target)
+    click.echo(
+        f"plans in {repo} fit {target.where} (TensorRT {target.tensorrt}, {target.gpu} {target.compute_capability})"
+    )
+
+
 @cli.command("list")
 def list_models():
     """List the models of the zoo."""

@@ -86,7 +86,7 @@ def build_model(req: BuildRequest, built: zoo.BuiltModel | None = None) -> dict:
     artifact, report = _validated_artifact(req, built)
     config = repository.model_config(req.spec, req.target, req.options)
     step(f"{req.spec.name}: writing {req.repo / req.spec.name} (target {req.target})")
-    repository.write_model(req.repo, req.spec, config, artifact.path, req.target)
+    repository.write_model(req.repo, req.spec, config, {"model.onnx": artifact.path}, req.target)
     entry = _manifest_entry(req, config, artifact, report, started)
     repository.update_manifest(req.repo, entry)
     if "int8" in req.precisions:
@@ -106,7 +106,7 @@ def build_int8(req: BuildRequest, fp32: export.ExportResult, fp32_entry: dict) -
     variant = dataclasses.replace(spec, name=f"{spec.name}_int8")
     config = repository.model_config(variant, req.target, req.options)
     step(f"{spec.name}: writing {req.repo / variant.name} (INT8, target {req.target})")
-    repository.write_model(req.repo, variant, config, result.path, req.target)
+    repository.write_model(req.repo, variant, config, {"model.onnx": result.path}, req.target)
     entry = {**fp32_entry, "name": variant.name, "precision": "int8", "artifact": f"{variant.name}/1/model.onnx",
              "sha256": export.file_sha256(result.path), "accuracy": report.get("int8_accuracy"),
              "int8": report, "build_seconds": round(time.time() - started, 1)}  # fmt: skip

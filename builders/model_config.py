@@ -109,6 +109,7 @@ class ModelConfig:
     warmup: tuple[Warmup, ...] = ()
     parameters: dict = field(default_factory=dict)
     default_model_filename: str | None = None
+    cc_model_filenames: dict = field(default_factory=dict)
 
     def __post_init__(self):
         for attr in ("inputs", "outputs", "instance_groups", "warmup"):
@@ -176,6 +177,7 @@ class ModelConfig:
         msg.model_warmup.extend(_warmup_proto(pb, w) for w in self.warmup)
         for key, value in self.parameters.items():
             msg.parameters[key].string_value = str(value)
+        msg.cc_model_filenames.update(self.cc_model_filenames)
         return msg
 
     def to_pbtxt(self) -> str:

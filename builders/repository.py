@@ -81,8 +81,11 @@ def _backend_fields(target: str, options: ServingOptions) -> dict:
     return {"platform": "onnxruntime_onnx", "backend": None, "default_model_filename": "model.onnx"}
 
 
-def write_model(repo: Path, spec: ModelSpec, config: ModelConfig, onnx_path: Path, target: str) -> Path:
+def write_model(repo: Path, spec: ModelSpec, config: ModelConfig, artifacts: dict, target: str) -> Path:
     """Write <repo>/<model>/ (config.pbtxt, labels, version 1) atomically; return its path.
+
+    Args:
+        artifacts: file name in the version folder -> source path (model.onnx, model_sm90.plan, ...).
 
     The folder is assembled under a hidden staging name and renamed into place only when
     complete, so a failure never leaves a half-written model in the repository.
@@ -90,7 +93,7 @@ def write_model(repo: Path, spec: ModelSpec, config: ModelConfig, onnx_path: Pat
     repo.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".staging-{spec.name}-", dir=repo))
     try:
-        _fill_model_dir(staging, spec, config, onnx_path, target)
+        _fill_model_dir(staging, spec, config, artifacts, target)
         _swap_into_place(staging, repo / spec.name)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -98,10 +101,11 @@ def write_model(repo: Path, spec: ModelSpec, config: ModelConfig, onnx_path: Pat
     return repo / spec.name
 
 
-def _fill_model_dir(folder: Path, spec: ModelSpec, config: ModelConfig, onnx_path: Path, target: str) -> None:
+def _fill_model_dir(folder: Path, spec: ModelSpec, config: ModelConfig, artifacts: dict, target: str) -> None:
     version = folder / "1"
     version.mkdir()
-    shutil.copyfile(onnx_path, version / "model.onnx")
+    for name, source in artifacts.items():
+        shutil.copyfile(source, version / name)
     if target == "embedded":
         shutil.copyfile(ONNXRUNTIME_MODEL, version / "model.py")
     if spec.labels:

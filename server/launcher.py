@@ -121,6 +121,7 @@ def start(settings: ServerSettings) -> ServerState:
     """
     if not (settings.repo / "manifest.json").exists() and not any(settings.repo.glob("*/config.pbtxt")):
         raise ServerError(f"no model repository at {settings.repo}: build one first (`make build-engines`)")
+    _guard_plans(settings.repo)
     check_ports_free(settings)
     install = find_install()
     settings.state_dir.mkdir(parents=True, exist_ok=True)
@@ -143,6 +144,14 @@ def start(settings: ServerSettings) -> ServerState:
         stop(settings.state_dir)
         raise
     return state
+
+
+def _guard_plans(repo: Path) -> None:
+    """The embedded server has no TensorRT backend: refuse plans up front, naming them."""
+    from builders.guard import Target, check_manifest
+    from builders.repository import read_manifest
+
+    check_manifest(read_manifest(repo), Target(None, None, None, "the embedded tritonserver (Python backend only)"))
 
 
 def _log_tail(state: ServerState, lines: int = 15) -> str:

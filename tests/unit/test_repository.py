@@ -35,10 +35,10 @@ def test_a_failed_write_leaves_the_previous_model_and_no_staging(digits_build, t
     spec, built, result = digits_build
     repo = tmp_path / "repo"
     config = repository.model_config(spec, "embedded")
-    repository.write_model(repo, spec, config, result.path, "embedded")
+    repository.write_model(repo, spec, config, {"model.onnx": result.path}, "embedded")
     before = (repo / spec.name / "config.pbtxt").read_text()
     with pytest.raises(FileNotFoundError):
-        repository.write_model(repo, spec, config, tmp_path / "missing.onnx", "embedded")
+        repository.write_model(repo, spec, config, {"model.onnx": tmp_path / "missing.onnx"}, "embedded")
     assert [p.name for p in repo.iterdir()] == [spec.name]
     assert (repo / spec.name / "config.pbtxt").read_text() == before
 

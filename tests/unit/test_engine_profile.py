@@ -1,0 +1,65 @@
+"""Optimization profiles from specs and the config rules they impose (no TensorRT needed)."""
+
+import pytest
+
+from builders import repository, zoo
+from builders.engine_profile import EngineOptions, batch_range, check_config_against_profile, profile_shapes
+from builders.engines import plan_config
+from builders.errors import ConfigError
+from builders.model_config import parse_pbtxt
+from builders.spec import ModelSpec, TensorSpec
+
+
+def test_dynamic_profile_spans_one_to_the_spec_max():
+    spec = zoo.get_spec("resnet50", max_batch_size=64)
+    shapes = profile_shapes(spec, EngineOptions())
+    assert shapes["input"] == ((1, 3, 224, 224), (32, 3, 224, 224), (64, 3, 224, 224))
+
+
+def test_static_profile_has_one_shape():
+    spec = zoo.get_spec("resnet50")
+    assert batch_range(spec, EngineOptions(static_batch=8)) == (8, 8, 8)
+
+
+def test_sequence_axes_take_the_seq_len_range():
+    spec = ModelSpec("enc", "x", [TensorSpec("ids", "INT64", (-1,))], [TensorSpec("h", "FP32", (-1, 384))], 16)
+    shapes = profile_shapes(spec, EngineOptions(seq_len=(4, 64, 256)))
+    assert shapes["ids"] == ((1, 4), (8, 64), (16, 256))
+
+
+def test_config_beyond_the_engine_max_says_how_to_fix_it():
+    spec = zoo.get_spec("resnet50", max_batch_size=64)
+    config = repository.model_config(spec, "ngc")
+    with pytest.raises(ConfigError, match="engine max batch 32 < max_batch_size 64: rebuild with --max-batch 64"):
+        check_config_against_profile(config, (1, 16, 32))
+
+
+def test_preferred_sizes_outside_the_profile_are_refused():
+    spec = zoo.get_spec("resnet50", max_batch_size=16)
+    config = repository.model_config(spec, "ngc", repository.ServingOptions(preferred_batch_sizes=(2, 8)))
+    with pytest.raises(ConfigError, match=r"preferred batch sizes \[2\] lie outside the engine profile 4..16"):
+        check_config_against_profile(config, (4, 8, 16))
+
+
+def test_plan_config_runs_on_the_gpu_with_per_architecture_files():
+    spec = zoo.get_spec("resnet50")
+    files = {"8.0": "model_sm80.plan", "9.0": "model_sm90.plan"}
+    config = plan_config(spec, "resnet50_trt_fp16", EngineOptions(), repository.ServingOptions(instances=2), files)
+    parsed = parse_pbtxt(config.to_pbtxt())
+    assert parsed.platform == "tensorrt_plan" and parsed.max_batch_size == spec.max_batch_size
+    assert dict(parsed.cc_model_filenames) == files
+    assert parsed.instance_group[0].kind == parsed.instance_group[0].KIND_GPU and parsed.instance_group[0].count == 2
+
+
+def test_static_plan_config_fixes_the_batch_in_the_dims():
+    spec = zoo.get_spec("resnet50")
+    config = plan_config(spec, "r", EngineOptions(static_batch=8), repository.ServingOptions(), {"9.0": "m.plan"})
+    parsed = parse_pbtxt(config.to_pbtxt())
+    assert parsed.max_batch_size == 0 and list(parsed.input[0].dims) == [8, 3, 224, 224]
+    assert not parsed.HasField("dynamic_batching")
+
+
+def test_plan_config_with_a_profile_smaller_than_the_spec_is_an_error():
+    spec = zoo.get_spec("resnet50", max_batch_size=64)
+    with pytest.raises(ConfigError, match="rebuild with --max-batch 64"):
+        plan_config(spec, "r", EngineOptions(max_batch=16), repository.ServingOptions(), {"9.0": "m.plan"})

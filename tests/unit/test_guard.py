@@ -1,0 +1,70 @@
+"""The version and hardware guard, on manifests as the builders write them."""
+
+import pytest
+
+from builders.build import BuildRequest, build_model
+from builders.errors import ToolError
+from builders.guard import GuardError, Target, check_manifest
+from builders.repository import read_manifest, update_manifest
+from server import launcher
+
+H100 = Target("10.13.3", "9.0", "NVIDIA H100 80GB HBM3", "image tritonserver:25.08-py3")
+
+
+def _engine(trt="10.13.3", cc="9.0", gpu="NVIDIA H100 80GB HBM3", **flags):
+    return {"tensorrt": trt, "cuda": "13.0", "gpu": gpu, "compute_capability": cc, "precision": "fp16", **flags}
+
+
+@pytest.fixture
+def repo(digits_build, tmp_path):
+    """A real manifest (digits_cnn as built) to which plan entries are added."""
+    spec, built, _ = digits_build
+    build_model(BuildRequest(spec, "ngc", tmp_path / "repo", tmp_path / "work"), built)
+    return tmp_path / "repo"
+
+
+def _add_plan(repo, name, *engines):
+    update_manifest(repo, {"name": name, "precision": "fp16", "engines": {e["compute_capability"]: e for e in engines}})
+    return read_manifest(repo)
+
+
+def test_a_matching_plan_passes_and_onnx_models_are_not_judged(repo):
+    check_manifest(_add_plan(repo, "digits_cnn_trt_fp16", _engine()), H100)
+
+
+def test_another_tensorrt_version_is_refused_with_the_fix(repo):
+    manifest = _add_plan(repo, "digits_cnn_trt_fp16", _engine(trt="10.3.0"))
+    with pytest.raises(GuardError, match="plan built with TensorRT 10.3.0, image .* has TensorRT 10.13.3; rebuild"):
+        check_manifest(manifest, H100)
+
+
+def test_a_plan_for_another_compute_capability_is_refused(repo):
+    manifest = _add_plan(repo, "digits_cnn_trt_fp16", _engine(cc="8.0", gpu="NVIDIA A100-SXM4-80GB"))
+    with pytest.raises(GuardError, match=r"built for compute capability 8.0 \(NVIDIA A100-SXM4-80GB\).* \(9.0\)"):
+        check_manifest(manifest, H100)
+
+
+def test_per_architecture_plans_pass_if_one_fits(repo):
+    a100 = _engine(cc="8.0", gpu="NVIDIA A100-SXM4-80GB")
+    check_manifest(_add_plan(repo, "digits_cnn_trt_fp16", a100, _engine()), H100)
+
+
+def test_hardware_compatible_plans_need_ampere_or_newer(repo):
+    manifest = _add_plan(repo, "m", _engine(cc="8.6", hardware_compatible=True))
+    check_manifest(manifest, H100)
+    with pytest.raises(GuardError, match="Ampere\\+"):
+        check_manifest(manifest, Target("10.13.3", "7.5", "Tesla T4", "this host"))
+
+
+def test_version_compatible_plans_need_the_same_major_and_no_older(repo):
+    manifest = _add_plan(repo, "m", _engine(trt="10.3.0", version_compatible=True))
+    check_manifest(manifest, H100)
+    with pytest.raises(GuardError, match="needs TensorRT 10.x >= 10.3.0"):
+        check_manifest(manifest, Target("10.1.0", "9.0", "H100", "this host"))
+
+
+def test_the_embedded_server_refuses_plans_before_starting(repo, tmp_path):
+    _add_plan(repo, "digits_cnn_trt_fp16", _engine())
+    with pytest.raises(ToolError, match="the embedded tritonserver .* has no TensorRT"):
+        launcher.start(launcher.ServerSettings(repo, state_dir=tmp_path / "state"))
+    assert not (tmp_path / "state" / "server.json").exists()
