@@ -24,8 +24,12 @@ DEMO_MODELS ?= digits_cnn resnet50
 PYTEST_ARGS ?=
 
 SERVER_PORTS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
+NGC_RELEASE ?= $(shell sed -n 's/^NGC_RELEASE=//p' docker/.env)
+COMPOSE := docker compose --env-file docker/.env -f docker/compose.yaml
+ADMIN_KEY = $$($(PY) -c 'from server.launcher import admin_key; print(admin_key(__import__("pathlib").Path("$(STATE_DIR)")).read_text().strip())')
 
-.PHONY: help install build-engines serve stop status infer perf loadtest test lint demo clean
+.PHONY: help install build-engines serve stop status infer perf loadtest test lint demo clean \
+	build-engines-docker serve-docker stop-docker perf-docker docker-lint
 
 help: ## List the targets and their variables
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-15s\033[0m %s\n", $$1, $$2}'
@@ -75,6 +79,23 @@ demo: install ## Build DEMO_MODELS, serve them, measure with perf_analyzer, prin
 	$(PY) -m loadtest perf --models "$(DEMO_MODELS)" --protocol grpc --concurrency "1 4" --interval-ms 1500 --stability 25 \
 		--state-dir $(STATE_DIR) || status=$$?; \
 	$(PY) -m server stop --state-dir $(STATE_DIR); exit $$status
+
+build-engines-docker: install ## NGC: ONNX + TensorRT plans inside the TensorRT container (GPU host + Docker)
+	MODELS="$(MODELS)" $(COMPOSE) --profile build run --rm builder
+
+serve-docker: install ## NGC: guard the plans against the server image, then start tritonserver
+	$(PY) -m builders guard --repo $(REPO) --image nvcr.io/nvidia/tritonserver:$(NGC_RELEASE)-py3
+	TRITON_ADMIN_KEY=$(ADMIN_KEY) REPO=$(abspath $(REPO)) $(COMPOSE) up -d --wait tritonserver
+
+stop-docker: ## NGC: stop the containers
+	TRITON_ADMIN_KEY=unused $(COMPOSE) --profile build --profile perf down
+
+perf-docker: install ## NGC: perf_analyzer from the SDK image against MODEL (system shared memory)
+	TRITON_ADMIN_KEY=$(ADMIN_KEY) MODEL=$(MODEL) $(COMPOSE) --profile perf run --rm sdk
+
+docker-lint: install ## Validate the Docker files statically (hadolint, compose schema): no engine needed
+	$(VENV)/bin/hadolint docker/Dockerfile.builder
+	$(VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec docker/compose.yaml
 
 clean: stop ## Remove build caches, reports and the generated repository (keeps .venv)
 	rm -rf build reports/2* $(STATE_DIR)

@@ -28,6 +28,12 @@ from builders.spec import ModelSpec
 from builders.tensorrt_build import build_engine, compare_engine, engine_metadata, require_tensorrt, time_engine
 
 
+def variant_name(spec: ModelSpec, options: EngineOptions) -> str:
+    """<model>_trt_<precision>, with _static<N> for static-shape engines (so both can be compared)."""
+    suffix = f"_static{options.static_batch}" if options.static_batch else ""
+    return f"{spec.name}_trt_{options.precision}{suffix}"
+
+
 def plan_config(spec: ModelSpec, name: str, options: EngineOptions, serving: repository.ServingOptions, cc_files):
     """The config of a plan variant: tensorrt_plan on the GPU, max batch and batching inside the profile."""
     base = repository.model_config(dataclasses.replace(spec, name=name), "ngc", serving)
@@ -66,7 +72,7 @@ def build_plan_variant(spec: ModelSpec, repo: Path, work_dir: Path, options: Eng
                        serving: repository.ServingOptions, calibration: Path | None = None) -> dict:  # fmt: skip
     """Build one plan variant into the repository; return its manifest entry."""
     require_tensorrt()
-    started, name = time.time(), f"{spec.name}_trt_{options.precision}"
+    started, name = time.time(), variant_name(spec, options)
     onnx_path = _source_onnx(spec, work_dir, options.precision, calibration)
     cc = engine_metadata(options)["compute_capability"]
     plan = work_dir / spec.name / f"{options.precision}_{plan_filename(cc)}"

@@ -4,7 +4,7 @@ import pytest
 
 from builders import repository, zoo
 from builders.engine_profile import EngineOptions, batch_range, check_config_against_profile, profile_shapes
-from builders.engines import plan_config
+from builders.engines import plan_config, variant_name
 from builders.errors import ConfigError
 from builders.model_config import parse_pbtxt
 from builders.spec import ModelSpec, TensorSpec
@@ -49,6 +49,12 @@ def test_plan_config_runs_on_the_gpu_with_per_architecture_files():
     assert parsed.platform == "tensorrt_plan" and parsed.max_batch_size == spec.max_batch_size
     assert dict(parsed.cc_model_filenames) == files
     assert parsed.instance_group[0].kind == parsed.instance_group[0].KIND_GPU and parsed.instance_group[0].count == 2
+
+
+def test_static_and_dynamic_variants_have_distinct_names():
+    spec = zoo.get_spec("resnet50")
+    assert variant_name(spec, EngineOptions("fp16")) == "resnet50_trt_fp16"
+    assert variant_name(spec, EngineOptions("fp16", static_batch=8)) == "resnet50_trt_fp16_static8"
 
 
 def test_static_plan_config_fixes_the_batch_in_the_dims():
