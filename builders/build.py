@@ -52,7 +52,7 @@ def _validated_artifact(req: BuildRequest, built: zoo.BuiltModel | None) -> tupl
     out_dir, digest = req.work_dir / req.spec.name, build_hash(req.spec)
     earlier = None if req.force or built is not None else export.up_to_date(out_dir, digest)
     report = _passed_report(out_dir) if earlier else None
-    if earlier and report:
+    if earlier and report and (out_dir / "model.pt").exists():
         step(f"{req.spec.name}: inputs unchanged, reusing {earlier.path} (use --force to rebuild)")
         return earlier, report
     if built is None:
@@ -62,9 +62,43 @@ def _validated_artifact(req: BuildRequest, built: zoo.BuiltModel | None) -> tupl
         step(f"{req.spec.name}: builder metrics {built.metrics}")
     step(f"{req.spec.name}: exporting to ONNX (opset {req.spec.opset}, dynamic batch 1..{req.spec.max_batch_size})")
     result = export.export_onnx(built.module, req.spec, out_dir, digest, built.metrics)
+    save_state_dict(built.module, out_dir)
     step(f"{req.spec.name}: validating PyTorch vs ONNX Runtime on batches {list(req.spec.validation_batch_sizes)}")
     report = validate.validate(built.module, result.path, req.spec, sample_data=built.sample_data)
     return result, report
+
+
+def save_state_dict(module, out_dir: Path) -> Path:
+    """The trained weights, for the torch runtime (architecture + state_dict, no pickled code)."""
+    import torch
+
+    path = out_dir / "model.pt"
+    torch.save(module.state_dict(), path)
+    return path
+
+
+def build_torch_variant(req: BuildRequest, runtime: repository.TorchRuntime) -> dict:
+    """Serve the spec's module with the torch runtime (after build_model made its artifacts)."""
+    out_dir = req.work_dir / req.spec.name
+    weights, spec_file = out_dir / "model.pt", out_dir / "spec.json"
+    if not weights.exists():
+        raise SpecError(f"{req.spec.name}: no weights in {out_dir}; build the model first (make build-engines)")
+    spec_file.write_text(json.dumps(req.spec.to_dict()))
+    config = repository.torch_config(req.spec, runtime, req.options)
+    variant = dataclasses.replace(req.spec, name=config.name)
+    step(f"{req.spec.name}: writing {req.repo / config.name} (torch runtime, {req.options.kind})")
+    from builders.backends import TORCH_MODEL
+
+    artifacts = {"model.pt": weights, "spec.json": spec_file, "model.py": TORCH_MODEL}
+    repository.write_model(req.repo, variant, config, artifacts, req.target)
+    entry = {"name": config.name, "target": req.target, "backend": "python", "runtime": "torch",
+             "precision": runtime.precision, "artifact": f"{config.name}/1/model.pt",
+             "sha256": export.file_sha256(weights), "spec": req.spec.to_dict(),
+             "torch_runtime": dataclasses.asdict(runtime),
+             "versions": tool_versions(), "host": host_info(),
+             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+    repository.update_manifest(req.repo, entry)
+    return entry
 
 
 def _passed_report(out_dir: Path) -> dict | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -81,6 +82,46 @@ def _backend_fields(target: str, options: ServingOptions) -> dict:
     return {"platform": "onnxruntime_onnx", "backend": None, "default_model_filename": "model.onnx"}
 
 
+@dataclass(frozen=True)
+class TorchRuntime:
+    """The torch runtime of the embedded target (GPU or CPU instances)."""
+
+    precision: str = "fp32"
+    channels_last: bool = False
+    cuda_graphs: bool = False
+    uint8_input: bool = False
+    graph_batch_sizes: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        if self.precision not in ("fp32", "fp16"):
+            raise ConfigError(f"torch runtime precision {self.precision!r}: expected fp32 or fp16")
+
+    def variant(self, model: str) -> str:
+        """Repository name: <model>_torch_<precision>[_graphs][_u8]."""
+        return (
+            f"{model}_torch_{self.precision}{'_graphs' if self.cuda_graphs else ''}{'_u8' if self.uint8_input else ''}"
+        )
+
+
+def torch_config(spec: ModelSpec, runtime: TorchRuntime, options: ServingOptions) -> ModelConfig:
+    """Config of a torch-runtime variant: Python backend, GPU-resident inputs where the kind is GPU."""
+    base = model_config(dataclasses.replace(spec, name=runtime.variant(spec.name)), "embedded", options)
+    params = {"runtime": "torch", "precision": runtime.precision, "channels_last": int(runtime.channels_last),
+              "cuda_graphs": int(runtime.cuda_graphs),
+              "graph_batch_sizes": " ".join(map(str, runtime.graph_batch_sizes)),
+              "FORCE_CPU_ONLY_INPUT_TENSORS": "no" if options.kind == "KIND_GPU" else "yes"}  # fmt: skip
+    inputs = base.inputs
+    if runtime.uint8_input:
+        image = spec.image_input
+        if image is None or spec.preprocessing is None:
+            raise ConfigError(f"{spec.name}: a uint8 image input needs an image input with preprocessing")
+        height, width = spec.preprocessing.image_size
+        hwc = (height, width, spec.preprocessing.channels)
+        inputs = (TensorConfig(image.name, "TYPE_UINT8", hwc, "FORMAT_NHWC"),)
+    warmup = [Warmup("random", 1, [TensorConfig(t.name, t.data_type, t.dims) for t in inputs])]
+    return dataclasses.replace(base, parameters=params, inputs=inputs, warmup=warmup)
+
+
 def write_model(repo: Path, spec: ModelSpec, config: ModelConfig, artifacts: dict, target: str) -> Path:
     """Write <repo>/<model>/ (config.pbtxt, labels, version 1) atomically; return its path.
 
@@ -106,7 +147,7 @@ def _fill_model_dir(folder: Path, spec: ModelSpec, config: ModelConfig, artifact
     version.mkdir()
     for name, source in artifacts.items():
         shutil.copyfile(source, version / name)
-    if target == "embedded":
+    if target == "embedded" and "model.py" not in artifacts:
         shutil.copyfile(ONNXRUNTIME_MODEL, version / "model.py")
     if spec.labels:
         (folder / LABELS).write_text("\n".join(spec.labels) + "\n")

@@ -1,15 +1,15 @@
 """Find or install a working perf_analyzer.
 
-Where glibc >= 2.38 (Ubuntu 24.04) the `perf-analyzer` wheel works. On older glibc
-(Debian 12) the binary inside the tritonclient 2.41.1 wheel does, given libb64.so.0d
-(Debian's libb64-0d) and libcudart.so.12 (the nvidia-cuda-runtime-cu12 wheel); both are
-unpacked next to it under .tools/perf_analyzer, so no root install is needed.
+The binary inside the tritonclient 2.41.1 wheel runs on glibc >= 2.35 (Debian 12, Ubuntu
+24.04) given libb64.so.0d and libcudart.so.12: the nvidia-pytriton wheel already ships both
+(renamed by auditwheel), so .tools/perf_analyzer/lib holds links to them and nothing else is
+downloaded. (The `perf-analyzer` name on the public index is a 2 KB placeholder, not a binary.)
+$PERF_ANALYZER_HOME points at another such folder (the offline bundle's).
 """
 
 from __future__ import annotations
 
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -21,9 +21,11 @@ from pathlib import Path
 from builders.cli_support import step
 from builders.errors import MeasurementError
 
-TOOLS_DIR = Path(__file__).resolve().parent.parent / ".tools" / "perf_analyzer"
+TOOLS_DIR = Path(
+    os.environ.get("PERF_ANALYZER_HOME") or Path(__file__).resolve().parent.parent / ".tools" / "perf_analyzer"
+)
 LEGACY_CLIENT = "tritonclient==2.41.1"
-CUDART = "nvidia-cuda-runtime-cu12==12.9.79"
+LIBRARIES = {"libb64.so.0d": "libb64-*.so.0d", "libcudart.so.12": "libcudart-*.so.12*"}
 
 
 @dataclass(frozen=True)
@@ -44,14 +46,6 @@ class PerfAnalyzer:
             tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-8:])
             raise MeasurementError(f"perf_analyzer failed (exit {done.returncode}):\n{tail}")
         return done
-
-
-def _glibc() -> tuple[int, int]:
-    name, version = platform.libc_ver()
-    if name != "glibc":
-        return (0, 0)
-    major, minor = version.split(".")[:2]
-    return int(major), int(minor)
 
 
 def _works(binary: Path, env: dict) -> bool:
@@ -96,38 +90,34 @@ def find_perf_analyzer() -> PerfAnalyzer:
     )
 
 
-def _pip(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "-q", *args], check=True)
+def perf_libraries(pytriton_libs: Path) -> dict[str, Path]:
+    """perf_analyzer's library names -> pytriton's copies of them."""
+    found = {}
+    for wanted, pattern in LIBRARIES.items():
+        matches = sorted(pytriton_libs.glob(pattern))
+        if not matches:
+            raise MeasurementError(f"{pattern} not found in {pytriton_libs}: reinstall nvidia-pytriton (make install)")
+        found[wanted] = matches[0]
+    return found
 
 
-def _install_from_legacy_wheel(scratch: Path) -> None:
-    step(f"perf_analyzer: fetching the binary of {LEGACY_CLIENT} and libcudart from {CUDART}")
-    _pip("download", "--no-deps", "--only-binary=:all:", "-d", str(scratch), LEGACY_CLIENT, CUDART)
+def _install_legacy_binary(scratch: Path) -> None:
+    from server.install import find_install
+
+    step(f"perf_analyzer: fetching the binary of {LEGACY_CLIENT}")
+    subprocess.run([sys.executable, "-m", "pip", "-q", "download", "--no-deps", "--only-binary=:all:",
+                    "-d", str(scratch), LEGACY_CLIENT], check=True)  # fmt: skip
     (TOOLS_DIR / "bin").mkdir(parents=True, exist_ok=True)
     (TOOLS_DIR / "lib").mkdir(parents=True, exist_ok=True)
-    _extract(scratch, "tritonclient-*.whl", "data/bin/perf_analyzer", TOOLS_DIR / "bin" / "perf_analyzer")
-    _extract(scratch, "nvidia_cuda_runtime*.whl", "lib/libcudart.so.12", TOOLS_DIR / "lib" / "libcudart.so.12")
-    (TOOLS_DIR / "bin" / "perf_analyzer").chmod(0o755)
-    _install_libb64(scratch)
-
-
-def _extract(folder: Path, pattern: str, suffix: str, dest: Path) -> None:
-    wheel = next(folder.glob(pattern))
+    wheel = next(scratch.glob("tritonclient-*.whl"))
     with zipfile.ZipFile(wheel) as archive:
-        member = next(n for n in archive.namelist() if n.endswith(suffix))
-        dest.write_bytes(archive.read(member))
-
-
-def _install_libb64(scratch: Path) -> None:
-    step("perf_analyzer: fetching libb64.so.0d (Debian package libb64-0d)")
-    download = ["apt-get", "download", "libb64-0d"]
-    if subprocess.run(download, cwd=scratch, capture_output=True).returncode != 0:
-        subprocess.run(["apt-get", "update", "-qq"], capture_output=True)
-        subprocess.run(download, cwd=scratch, check=True, capture_output=True)
-    unpacked = scratch / "deb"
-    subprocess.run(["dpkg", "-x", str(next(scratch.glob("libb64-0d_*.deb"))), str(unpacked)], check=True)
-    for lib in unpacked.rglob("libb64.so.0d*"):
-        shutil.copy2(lib, TOOLS_DIR / "lib" / lib.name)
+        member = next(n for n in archive.namelist() if n.endswith("data/bin/perf_analyzer"))
+        (TOOLS_DIR / "bin" / "perf_analyzer").write_bytes(archive.read(member))
+    (TOOLS_DIR / "bin" / "perf_analyzer").chmod(0o755)
+    for wanted, source in perf_libraries(find_install().libs).items():
+        link = TOOLS_DIR / "lib" / wanted
+        link.unlink(missing_ok=True)
+        link.symlink_to(source)
 
 
 def install_perf_analyzer() -> PerfAnalyzer:
@@ -136,10 +126,6 @@ def install_perf_analyzer() -> PerfAnalyzer:
         return find_perf_analyzer()
     except MeasurementError:
         pass
-    if _glibc() >= (2, 38):
-        step("perf_analyzer: installing the perf-analyzer wheel (glibc >= 2.38)")
-        _pip("install", "perf-analyzer")
-    else:
-        with tempfile.TemporaryDirectory() as scratch:
-            _install_from_legacy_wheel(Path(scratch))
+    with tempfile.TemporaryDirectory() as scratch:
+        _install_legacy_binary(Path(scratch))
     return find_perf_analyzer()

@@ -81,4 +81,7 @@ def server_environment(install: TritonInstall) -> dict:
     # The stub's embedded interpreter ignores PYTHONPATH but takes its prefix from `python3` on
     # PATH: putting this interpreter's folder first gives model.py this environment (venv included).
     env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
+    # torch_model.py puts PYTHONPATH back on sys.path: give it this checkout's packages.
+    project = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (project, env.get("PYTHONPATH")) if p)
     return env

@@ -3,3 +3,4 @@
 from pathlib import Path
 
 ONNXRUNTIME_MODEL = Path(__file__).with_name("onnxruntime_model.py")
+TORCH_MODEL = Path(__file__).with_name("torch_model.py")

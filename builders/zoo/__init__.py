@@ -18,6 +18,10 @@ _BUILDERS = {
     "digits_cnn": digits.build,
     "torchvision_classifier": vision.build,
 }
+_ARCHITECTURES = {
+    "digits_cnn": digits.architecture,
+    "torchvision_classifier": vision.architecture,
+}
 _REFERENCE_DATA = {
     "digits_cnn": digits.reference_data,
     "torchvision_classifier": vision.reference_data,
@@ -55,6 +59,13 @@ def build_module(spec: ModelSpec) -> BuiltModel:
         raise SpecError(f"model {spec.name!r}: builder {spec.builder!r} is unknown; known: {sorted(_BUILDERS)}")
     module, metrics, sample = _BUILDERS[spec.builder](spec)
     return BuiltModel(module.eval(), metrics, sample)
+
+
+def architecture(spec: ModelSpec):
+    """The spec's network without trained weights, in eval mode (load a state_dict into it)."""
+    if spec.builder not in _ARCHITECTURES:
+        raise SpecError(f"model {spec.name!r}: builder {spec.builder!r} has no architecture for the torch runtime")
+    return _ARCHITECTURES[spec.builder](spec).eval()
 
 
 def reference_data(spec: ModelSpec) -> dict:

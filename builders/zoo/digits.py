@@ -41,6 +41,11 @@ def normalize(images, model_spec: ModelSpec):
     return ((images - pre.mean[0]) / pre.std[0]).astype("float32")
 
 
+def architecture(model_spec: ModelSpec):
+    """The untrained network (weights come from a state_dict)."""
+    return _network()
+
+
 def _network():
     from torch import nn
 

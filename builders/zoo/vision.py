@@ -61,6 +61,13 @@ def build(model_spec: ModelSpec):
     return net, {"weights": model_spec.weights}, None
 
 
+def architecture(model_spec: ModelSpec):
+    """The torchvision network without weights (they come from a state_dict)."""
+    from torchvision import models
+
+    return getattr(models, model_spec.builder_args["arch"])(weights=None)
+
+
 def reference_data(model_spec: ModelSpec, samples: int = 64) -> dict:
     """Synthetic calibration images (uniform pixels, normalized): smoke-level only, no labels.
 

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from builders import zoo
-from builders.build import BuildRequest, build_model
-from builders.repository import ServingOptions
+from builders.build import BuildRequest, build_model, build_torch_variant
+from builders.repository import ServingOptions, TorchRuntime
 from clients.connection import Endpoint
 from server import launcher
 from tests.conftest import free_port
@@ -54,6 +54,8 @@ def served(tmp_path_factory, digits_build):
             _build(repo, work, resnet_spec, zoo.build_module(resnet_spec), ServingOptions()),
         ]
     )
+    for runtime in (TorchRuntime("fp32"), TorchRuntime("fp32", uint8_input=True)):
+        build_torch_variant(BuildRequest(resnet_spec, "embedded", repo, work), runtime)
     settings = launcher.ServerSettings(repo, free_port(), free_port(), free_port(), state_dir=root / "state")
     state = launcher.start(settings)
     yield Served(state, repo, models)

@@ -34,7 +34,8 @@ def test_models_are_ready_in_the_repository_index(served):
     ep = served.endpoint("http")
     with ep.client() as client:
         index = {m["name"]: m["state"] for m in repository_index(ep, client)}
-    assert index == {"digits_cnn": "READY", "digits_cnn_int8": "READY", "resnet18_64": "READY"}
+    assert index == {name: "READY" for name in ("digits_cnn", "digits_cnn_int8", "resnet18_64",
+                                                 "resnet18_64_torch_fp32", "resnet18_64_torch_fp32_u8")}  # fmt: skip
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -76,6 +77,30 @@ def test_outputs_equal_pytorch_for_every_batch_size(served, protocol, model):
             x = _sample(spec, batch, seed=batch)
             got = infer(ep, model, {"input": x}, client=client).outputs["logits"]
             np.testing.assert_allclose(got, _torch(built, x), atol=1e-3, rtol=1e-3, err_msg=f"batch {batch}")
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_the_torch_runtime_serves_the_same_numbers(served, protocol):
+    spec, built = served.models["resnet18_64"]
+    ep = served.endpoint(protocol)
+    with ep.client() as client:
+        for batch in (1, 3, spec.max_batch_size):
+            x = _sample(spec, batch, seed=batch)
+            got = infer(ep, "resnet18_64_torch_fp32", {"input": x}, client=client).outputs["logits"]
+            np.testing.assert_allclose(got, _torch(built, x), atol=1e-3, rtol=1e-3, err_msg=f"batch {batch}")
+
+
+def test_uint8_images_are_normalized_inside_the_server(served):
+    from PIL import Image
+
+    from clients.inputs import preprocess_image
+
+    spec, built = served.models["resnet18_64"]
+    pixels = np.random.default_rng(1).integers(0, 256, (3, 64, 64, 3), dtype=np.uint8)
+    got = infer(served.endpoint("grpc"), "resnet18_64_torch_fp32_u8", {"input": pixels}).outputs["logits"]
+    floats = np.stack([preprocess_image(Image.fromarray(p), spec) for p in pixels])
+    np.testing.assert_allclose(got, _torch(built, floats), atol=1e-3, rtol=1e-3)
+    assert pixels.nbytes * 4 == floats.nbytes  # what the uint8 input saves on the wire
 
 
 def test_top_k_of_real_digits_matches_the_labels(served):

@@ -1,0 +1,96 @@
+"""An offline bundle for GPU hosts without internet: tritonserver, perf_analyzer, wheels.
+
+Layout of the tarball (one top folder, triton-bundle/):
+  site/pytriton, site/nvidia_pytriton.libs   the wheel's tritonserver, stubs for one Python only
+  perf_analyzer/bin, perf_analyzer/lib         perf_analyzer and links to the libraries it needs
+  wheels/                                      tritonclient and its pure/CPython deps, the project
+  install.sh                                   pip-installs the wheels into site/ (no index)
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from builders.cli_support import step
+from builders.errors import ServerError
+from loadtest.perf_tools import install_perf_analyzer, perf_libraries
+
+WHEELS = (
+    "tritonclient==2.73.0", "grpcio==1.85.1", "protobuf==6.33.6", "python-rapidjson==1.25",
+    "geventhttpclient==2.6.1", "gevent==26.9.0", "greenlet==3.3.2", "zope.event==6.2", "zope.interface==8.7",
+    "brotli==1.2.1", "certifi==2026.10.18", "urllib3==2.8.0", "click==8.5.1", "polygraphy==0.53.6",
+)  # fmt: skip
+PLATFORMS = ("manylinux_2_39_x86_64", "manylinux_2_35_x86_64", "manylinux_2_28_x86_64", "manylinux_2_24_x86_64",
+             "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64", "any")  # fmt: skip
+INSTALL_SH = """#!/bin/sh
+# Install the bundle's wheels next to tritonserver; print the environment to use it.
+set -e
+here=$(cd "$(dirname "$0")" && pwd)
+python3 -m pip install -q --no-index --no-deps --no-compile --target "$here/site" "$here"/wheels/*.whl
+echo "export PYTHONPATH=$here/site\\${PYTHONPATH:+:\\$PYTHONPATH} PERF_ANALYZER_HOME=$here/perf_analyzer"
+"""
+
+
+def _site_packages() -> Path:
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or spec.origin is None:
+        raise ServerError("nvidia-pytriton is not installed: run `make install` first")
+    return Path(spec.origin).parent.parent
+
+
+def _keep(python: str):
+    stubs = "/python_backend_stubs/"
+
+    def keep(info: tarfile.TarInfo):
+        if stubs in info.name and f"{stubs}{python}" not in info.name and not info.name.endswith(stubs.rstrip("/")):
+            return None
+        return None if "__pycache__" in info.name else info
+
+    return keep
+
+
+def _download_wheels(dest: Path, python: str) -> None:
+    version = python.replace(".", "")
+    platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                    "--python-version", version, "--implementation", "cp", *platforms, "-d", str(dest), *WHEELS],
+                   check=True)  # fmt: skip
+    project = Path(__file__).resolve().parent.parent
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), str(project)], check=True)
+
+
+def make_bundle(out: Path, python: str) -> Path:
+    """Write the bundle tarball (xz) for hosts running Python `python` (e.g. '3.12')."""
+    site = _site_packages()
+    binary = install_perf_analyzer().binary
+    with tempfile.TemporaryDirectory() as scratch:
+        scratch = Path(scratch)
+        step(f"bundle: fetching wheels for Python {python}")
+        _download_wheels(scratch / "wheels", python)
+        (scratch / "install.sh").write_text(INSTALL_SH)
+        (scratch / "install.sh").chmod(0o755)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial = out.with_suffix(".partial")
+        step(f"bundle: compressing tritonserver, perf_analyzer and {len(list((scratch / 'wheels').iterdir()))} wheels")
+        with tarfile.open(partial, "w:xz", preset=6) as tar:
+            for name in ("pytriton", "nvidia_pytriton.libs"):
+                tar.add(site / name, f"triton-bundle/site/{name}", filter=_keep(python))
+            tar.add(binary, "triton-bundle/perf_analyzer/bin/perf_analyzer")
+            for name in ("wheels", "install.sh"):
+                tar.add(scratch / name, f"triton-bundle/{name}")
+            _add_links(tar)
+        partial.replace(out)
+    return out
+
+
+def _add_links(tar: tarfile.TarFile) -> None:
+    """perf_analyzer's libb64 and libcudart 12: links to the copies pytriton already ships."""
+    for wanted, source in perf_libraries(_site_packages() / "nvidia_pytriton.libs").items():
+        info = tarfile.TarInfo(f"triton-bundle/perf_analyzer/lib/{wanted}")
+        info.type, info.linkname = tarfile.SYMTYPE, f"../../site/nvidia_pytriton.libs/{source.name}"
+        tar.addfile(info)
