@@ -29,7 +29,7 @@ COMPOSE := docker compose --env-file docker/.env -f docker/compose.yaml
 ADMIN_KEY = $$($(PY) -c 'from server.launcher import admin_key; print(admin_key(__import__("pathlib").Path("$(STATE_DIR)")).read_text().strip())')
 
 .PHONY: help install build-engines serve stop status infer perf loadtest test lint demo clean \
-	build-engines-docker serve-docker stop-docker perf-docker docker-lint
+	build-engines-docker serve-docker stop-docker perf-docker docker-lint bundle gpu-bench
 
 help: ## List the targets and their variables
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-15s\033[0m %s\n", $$1, $$2}'
@@ -96,6 +96,13 @@ perf-docker: install ## NGC: perf_analyzer from the SDK image against MODEL (sys
 docker-lint: install ## Validate the Docker files statically (hadolint, compose schema): no engine needed
 	$(VENV)/bin/hadolint docker/Dockerfile.builder
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec docker/compose.yaml
+
+BUNDLE_PYTHON ?= 3.12
+bundle: install ## Offline tarball (tritonserver, perf_analyzer, wheels) for GPU hosts: BUNDLE_PYTHON=3.12
+	$(PY) -m server bundle --python $(BUNDLE_PYTHON)
+
+gpu-bench: install ## CPU vs GPU vs TensorRT for ResNet-50, in-process and served (needs a CUDA GPU for the GPU rows)
+	$(PY) -m loadtest gpu-bench --model resnet50
 
 clean: stop ## Remove build caches, reports and the generated repository (keeps .venv)
 	rm -rf build reports/2* $(STATE_DIR)

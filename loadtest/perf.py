@@ -31,6 +31,7 @@ class Sweep:
     measurement_ms: int = 2000
     max_trials: int = 5
     stability_percent: float = 10.0  # perf_analyzer's default; looser on busy hosts
+    output_shm_bytes: int = 0  # per output region with shared memory (0: perf_analyzer's default)
 
     def __post_init__(self):
         if self.shared_memory not in SHARED_MEMORY:
@@ -58,6 +59,8 @@ def perf_args(sweep: Sweep, ep: Endpoint, batch: int, load: tuple[str, str], csv
     ]  # fmt: skip
     if sweep.shared_memory != "none":
         args += ["--shared-memory", sweep.shared_memory]
+        if sweep.output_shm_bytes:
+            args += ["--output-shared-memory-size", str(sweep.output_shm_bytes)]
     for key, val in ep.admin_headers.items():  # perf_analyzer reads the (restricted) statistics API
         args += ["-H", f"{key}:{val}"]
     return args

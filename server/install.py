@@ -41,14 +41,15 @@ def find_install() -> TritonInstall:
     Raises:
         ServerError: the wheel is not installed or its binary is missing.
     """
-    try:
-        import pytriton
-    except ImportError as err:
+    import importlib.util
+
+    found = importlib.util.find_spec("pytriton")  # located, not imported: its own deps are not needed
+    if found is None or found.origin is None:
         raise ServerError(
             "tritonserver not found: the nvidia-pytriton wheel is not installed in this environment; "
-            "run `make install` (it installs nvidia-pytriton==0.7.0)"
-        ) from err
-    root = Path(pytriton.__file__).parent / "tritonserver"
+            "run `make install` (it installs nvidia-pytriton==0.7.0), or use the offline bundle (make bundle)"
+        )
+    root = Path(found.origin).parent / "tritonserver"
     install = TritonInstall(root, root.parent.parent / "nvidia_pytriton.libs")
     if not install.binary.exists():
         raise ServerError(f"tritonserver binary missing at {install.binary}; reinstall with `make install`")

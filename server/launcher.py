@@ -74,6 +74,18 @@ def admin_key(state_dir: Path) -> Path:
     return path
 
 
+def free_ports(count: int) -> list[int]:
+    """count distinct TCP ports on 127.0.0.1 that nothing holds right now."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 def check_ports_free(settings: ServerSettings) -> None:
     """Raise ServerError naming the first port that something else already holds."""
     for label, port in (("http", settings.http_port), ("grpc", settings.grpc_port), ("metrics", settings.metrics_port)):

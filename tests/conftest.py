@@ -1,15 +1,13 @@
 """Fixtures shared by unit and functional tests."""
 
-import socket
-
 import pytest
 
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing holds right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    from server.launcher import free_ports
+
+    return free_ports(1)[0]
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,278 @@
+"""CPU vs GPU vs TensorRT for one model, in-process and served through Triton, in one run.
+
+The seeds' table: onnxruntime and torch on the CPU, torch CUDA fp32, fp16 channels_last,
+fp16 + CUDA graphs, and TensorRT (marked unavailable with the reason where it is). Each is
+timed in-process (batch-1 latency, throughput at a large batch) and, where the embedded
+server can serve it, through Triton with perf_analyzer (gRPC batch 1 for latency; CUDA
+shared memory at saturation for throughput). Serving efficiency = served / in-process.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from builders.cli_support import step
+
+
+@dataclass
+class BenchRow:
+    """One runtime: in-process and served figures (None where not measured)."""
+
+    runtime: str
+    inproc_b1_ms: float | None = None
+    inproc_tput: float | None = None
+    inproc_batch: int | None = None
+    served_b1_p50_ms: float | None = None
+    served_tput: float | None = None
+    served_setup: str = ""
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def efficiency(self) -> float | None:
+        if self.served_tput and self.inproc_tput:
+            return self.served_tput / self.inproc_tput
+        return None
+
+
+def _sync():
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def latency_ms(fn, x, iters: int = 50) -> float:
+    """Median wall time of fn(x) in ms (synchronized), after warmup."""
+    for _ in range(5):
+        fn(x)
+    _sync()
+    times = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        fn(x)
+        _sync()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def throughput(fn, x, seconds: float = 3.0) -> float:
+    """Samples/s of fn on batch x over about `seconds`, after warmup."""
+    for _ in range(3):
+        fn(x)
+    _sync()
+    runs, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        fn(x)
+        runs += 1
+    _sync()
+    return runs * len(x) / (time.perf_counter() - start)
+
+
+def _torch_fn(module):
+    import torch
+
+    def run(x):
+        with torch.inference_mode():
+            return module(x)
+
+    return run
+
+
+def inprocess_rows(spec, onnx_path: Path, weights: Path, gpu_batch: int, cpu_batch: int) -> list[BenchRow]:
+    """Every runtime in-process: CPU (onnxruntime, torch), CUDA fp32, fp16 channels_last, + graphs."""
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+
+    from builders.backends.torch_runtime import GraphRunner
+    from builders.zoo import architecture
+
+    shape = tuple(spec.inputs[0].dims)
+    x1, xb = (np.random.default_rng(0).standard_normal((b, *shape)).astype(np.float32) for b in (1, cpu_batch))
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    ort_fn = lambda x: session.run(None, {spec.inputs[0].name: x})  # noqa: E731
+    rows = [_row("onnxruntime CPU fp32", ort_fn, x1, xb)]
+    module = architecture(spec)
+    module.load_state_dict(torch.load(weights, map_location="cpu"))
+    rows.append(_row("torch CPU fp32", _torch_fn(module), torch.from_numpy(x1), torch.from_numpy(xb)))
+    if not torch.cuda.is_available():
+        return rows + [BenchRow(r, note="no CUDA GPU here") for r in GPU_RUNTIMES] + [tensorrt_row()]
+    x1g, xbg = (torch.randn(b, *shape, device="cuda") for b in (1, gpu_batch))
+    fp32 = module.cuda()
+    rows.append(_row("torch CUDA fp32 eager", _torch_fn(fp32), x1g, xbg))
+    fp16 = architecture(spec)
+    fp16.load_state_dict(torch.load(weights, map_location="cpu"))
+    fp16 = fp16.cuda().half().to(memory_format=torch.channels_last)
+    cl = lambda x: x.half().contiguous(memory_format=torch.channels_last)  # noqa: E731
+    rows.append(_row("torch CUDA fp16 channels_last", _torch_fn(fp16), cl(x1g), cl(xbg)))
+    graphs = GraphRunner(fp16, shape, torch.float16, "cuda", (1, gpu_batch), channels_last=True)
+    rows.append(_row("torch CUDA fp16 channels_last + CUDA graphs", graphs, cl(x1g), cl(xbg)))
+    return rows + [tensorrt_row()]
+
+
+GPU_RUNTIMES = ("torch CUDA fp32 eager", "torch CUDA fp16 channels_last", "torch CUDA fp16 channels_last + CUDA graphs")
+
+
+def _row(name, fn, x1, xb) -> BenchRow:
+    step(f"gpu-bench: in-process {name}")
+    return BenchRow(name, latency_ms(fn, x1), throughput(fn, xb), len(xb))
+
+
+def tensorrt_row() -> BenchRow:
+    """The TensorRT row: measured elsewhere (the NGC path) or marked unavailable with the reason."""
+    from builders.tensorrt_build import TensorRTUnavailable, require_tensorrt
+
+    try:
+        require_tensorrt()
+    except TensorRTUnavailable as err:
+        return BenchRow("TensorRT fp16", note=f"unavailable: {str(err).split(':')[0]} (no wheel reachable here); "
+                                              "measure with make build-engines-docker + make perf-docker")  # fmt: skip
+    return BenchRow("TensorRT fp16", note="tensorrt imports: time plans with `python -m builders engines` (trtexec)")
+
+
+def markdown(rows: list[BenchRow], header: str) -> str:
+    """The seeds' table, with served figures and serving efficiency."""
+    fmt = lambda v, spec: "—" if v is None else format(v, spec)  # noqa: E731
+    lines = [header, "",
+             "| runtime | in-process batch 1 (ms) | in-process img/s (batch) | served batch-1 p50 (ms) "
+             "| served img/s | served / in-process | served setup | note |", "|" + "---|" * 8]  # fmt: skip
+    for r in rows:
+        batch = f" ({r.inproc_batch})" if r.inproc_batch else ""
+        lines.append(
+            f"| {r.runtime} | {fmt(r.inproc_b1_ms, '.2f')} | {fmt(r.inproc_tput, ',.0f')}{batch} | "
+            f"{fmt(r.served_b1_p50_ms, '.2f')} | {fmt(r.served_tput, ',.0f')} | {fmt(r.efficiency, '.2f')} | "
+            f"{r.served_setup} | {r.note} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(rows: list[BenchRow], path: Path) -> Path:
+    """Bars: in-process vs served throughput per runtime (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    measured = [r for r in rows if r.inproc_tput]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    xs = range(len(measured))
+    ax.bar([x - 0.2 for x in xs], [r.inproc_tput for r in measured], 0.4, label="in-process")
+    ax.bar([x + 0.2 for x in xs], [r.served_tput or 0 for r in measured], 0.4, label="served (Triton)")
+    ax.set_xticks(list(xs), [r.runtime.replace(" + ", "\n+ ") for r in measured], fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("images/s")
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """What gpu-bench builds, serves and how hard it pushes."""
+
+    model: str = "resnet50"
+    gpu_batch: int = 256
+    cpu_batch: int = 8
+    served_batch: int = 64
+    concurrency: int = 4
+    instances: int = 2
+    measurement_ms: int = 3000
+
+
+def _served_variants(spec, work: Path, repo: Path, settings: BenchSettings) -> dict:
+    """Build the repository: ONNX on the CPU, torch fp32 and fp16+graphs on the GPU; runtime -> model."""
+    import torch
+
+    from builders.build import BuildRequest, build_model, build_torch_variant
+    from builders.repository import ServingOptions, TorchRuntime
+
+    build_model(BuildRequest(spec, "embedded", repo, work, ServingOptions()))
+    variants = {"onnxruntime CPU fp32": spec.name}
+    if not torch.cuda.is_available():
+        return variants
+    gpu = ServingOptions(instances=settings.instances, kind="KIND_GPU", max_queue_delay_us=100)
+    for runtime, name in ((TorchRuntime("fp32"), "torch CUDA fp32 eager"),
+                          (TorchRuntime("fp16", channels_last=True, cuda_graphs=True),
+                           "torch CUDA fp16 channels_last + CUDA graphs")):  # fmt: skip
+        variants[name] = build_torch_variant(BuildRequest(spec, "embedded", repo, work, gpu), runtime)["name"]
+    return variants
+
+
+def _measure_served(
+    ep, analyzer, model: str, gpu: bool, settings: BenchSettings, raw: Path
+) -> tuple[float, float, str]:
+    from loadtest.perf import Sweep, run_sweep
+
+    (latency,) = run_sweep(Sweep(model, "grpc", (1,), (), (1,), "none", settings.measurement_ms, 10, 50), ep,
+                           analyzer, raw)  # fmt: skip
+    batch = settings.served_batch if gpu else settings.cpu_batch
+    shm = "cuda" if gpu else "none"
+    sweep = Sweep(model, "grpc", (settings.concurrency,), (), (batch,), shm, settings.measurement_ms, 10, 50,
+                  output_shm_bytes=batch * 1000 * 4)  # fmt: skip
+    (saturated,) = run_sweep(sweep, ep, analyzer, raw)
+    return latency["p50_ms"], saturated["throughput"], f"gRPC b{batch} c{settings.concurrency} shm={shm}"
+
+
+def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
+    """Build, measure in-process, serve, measure served; write gpu_bench.{csv,md,png} under out."""
+    import csv
+    import dataclasses
+
+    from builders import zoo
+    from clients.connection import Endpoint
+    from loadtest.perf_tools import find_perf_analyzer
+    from server import launcher
+
+    spec = zoo.get_spec(settings.model, max_batch_size=settings.gpu_batch)
+    spec = dataclasses.replace(spec, validation_batch_sizes=(1, 2))
+    work, repo = out / "work", out / "repo"
+    variants = _served_variants(spec, work, repo, settings)
+    rows = inprocess_rows(spec, work / spec.name / "model.onnx", work / spec.name / "model.pt",
+                          settings.gpu_batch, settings.cpu_batch)  # fmt: skip
+    ports = launcher.free_ports(3)
+    server = launcher.ServerSettings(repo, *ports, state_dir=out / "state",
+                                     startup_timeout=600)  # fmt: skip
+    state, analyzer = launcher.start(server), find_perf_analyzer()
+    try:
+        ep = Endpoint("grpc", state.grpc_url, state.admin_headers("grpc"), repo)
+        for row in rows:
+            if row.runtime in variants:
+                step(f"gpu-bench: served {row.runtime} ({variants[row.runtime]})")
+                gpu = "CUDA" in row.runtime
+                row.served_b1_p50_ms, row.served_tput, row.served_setup = _measure_served(
+                    ep, analyzer, variants[row.runtime], gpu, settings, out / "raw"
+                )
+    finally:
+        launcher.stop(server.state_dir)
+    _write(rows, out, settings, csv)
+    return rows
+
+
+def _write(rows, out: Path, settings: BenchSettings, csv) -> None:
+    import dataclasses
+
+    from builders.environment import host_info, tool_versions
+
+    with open(out / "gpu_bench.csv", "w", newline="") as handle:
+        fields = [f.name for f in dataclasses.fields(BenchRow) if f.name != "extra"] + ["efficiency"]
+        writer = csv.DictWriter(handle, fieldnames=fields)
+        writer.writeheader()
+        for r in rows:
+            writer.writerow(
+                {**{k: v for k, v in dataclasses.asdict(r).items() if k != "extra"}, "efficiency": r.efficiency}
+            )
+    host = host_info()
+    header = (f"# {settings.model}: CPU vs GPU vs TensorRT\n\nHost: {host['gpu']}, {host['cpu']} ({host['cores']} "
+              f"cores); versions {tool_versions()}; settings {dataclasses.asdict(settings)}")  # fmt: skip
+    (out / "gpu_bench.md").write_text(markdown(rows, header) + "\n")
+    try:
+        plot(rows, out / "gpu_bench.png")
+    except ImportError as err:
+        step(f"gpu-bench: no plot ({err})")

@@ -1,0 +1,96 @@
+"""GPU paths for real: CUDA graphs, fp16, KIND_GPU instances, CUDA shared memory. Run on the H100 device."""
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here: run on a GPU host (the H100 device)"),
+]
+
+from builders import zoo  # noqa: E402
+from builders.backends.torch_runtime import GraphRunner, normalize_uint8  # noqa: E402
+from builders.build import BuildRequest, build_model, build_torch_variant  # noqa: E402
+from builders.repository import ServingOptions, TorchRuntime  # noqa: E402
+from clients.admin import inference_statistics  # noqa: E402
+from clients.connection import Endpoint  # noqa: E402
+from clients.infer import infer  # noqa: E402
+from clients.shared_memory import infer_cuda_shm  # noqa: E402
+from server import launcher  # noqa: E402
+
+SPEC = dict(image_size=64, max_batch_size=8)
+
+
+@pytest.fixture(scope="module")
+def gpu_served(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gpu")
+    spec = zoo.get_spec("resnet18", **SPEC)
+    built = zoo.build_module(spec)
+    build_model(BuildRequest(spec, "embedded", root / "repo", root / "work"), built)
+    gpu = ServingOptions(instances=2, kind="KIND_GPU")
+    for runtime in (TorchRuntime("fp16", channels_last=True, cuda_graphs=True),
+                    TorchRuntime("fp16", channels_last=True, cuda_graphs=True, uint8_input=True)):  # fmt: skip
+        build_torch_variant(BuildRequest(spec, "embedded", root / "repo", root / "work", gpu), runtime)
+    settings = launcher.ServerSettings(root / "repo", *launcher.free_ports(3), state_dir=root / "state")
+    state = launcher.start(settings)
+    yield spec, built, state
+    launcher.stop(settings.state_dir)
+
+
+def _reference(built, x):
+    with torch.no_grad():
+        return built.module(torch.from_numpy(x)).numpy()
+
+
+def test_cuda_graphs_match_eager_in_fp16():
+    module = zoo.architecture(zoo.get_spec("resnet18", **SPEC)).cuda().half().to(memory_format=torch.channels_last)
+    runner = GraphRunner(module, (3, 64, 64), torch.float16, "cuda", (1, 4, 8), channels_last=True)
+    assert sorted(runner.graphs) == [1, 4, 8]
+    for count in (1, 3, 8):
+        x = torch.randn(count, 3, 64, 64, device="cuda").half().contiguous(memory_format=torch.channels_last)
+        with torch.inference_mode():
+            torch.testing.assert_close(runner(x), module(x), rtol=1e-2, atol=1e-2)
+
+
+def test_uint8_normalization_on_the_gpu():
+    pixels = torch.randint(0, 256, (2, 16, 16, 3), dtype=torch.uint8, device="cuda")
+    out = normalize_uint8(pixels, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25), torch.float16)
+    assert out.is_cuda and out.shape == (2, 3, 16, 16)
+    torch.testing.assert_close(out.float().cpu(), normalize_uint8(pixels.cpu(), (0.5,) * 3, (0.25,) * 3, torch.float32),
+                               rtol=1e-2, atol=1e-2)  # fmt: skip
+
+
+def test_served_fp16_graphs_on_gpu_instances_match_pytorch(gpu_served):
+    spec, built, state = gpu_served
+    ep = Endpoint("grpc", state.grpc_url, state.admin_headers("grpc"))
+    for batch in (1, 5, 8):
+        x = np.random.default_rng(batch).standard_normal((batch, 3, 64, 64)).astype(np.float32)
+        got = infer(ep, "resnet18_64_torch_fp16_graphs", {"input": x}).outputs["logits"]
+        np.testing.assert_allclose(got, _reference(built, x), atol=5e-2, rtol=5e-2)
+    with ep.client() as client:
+        (stats,) = inference_statistics(ep, client, "resnet18_64_torch_fp16_graphs")
+        config = client.get_model_config("resnet18_64_torch_fp16_graphs").config
+    assert int(stats["inference_count"]) >= 14
+    assert config.instance_group[0].kind == config.instance_group[0].KIND_GPU and config.instance_group[0].count == 2
+
+
+def test_cuda_shared_memory_round_trip(gpu_served):
+    spec, built, state = gpu_served
+    ep = Endpoint("grpc", state.grpc_url, state.admin_headers("grpc"))
+    x = np.random.default_rng(0).standard_normal((4, 3, 64, 64)).astype(np.float32)
+    out = infer_cuda_shm(ep, "resnet18_64_torch_fp16_graphs", {"input": x}, {"logits": (np.float32, (4, 1000))})
+    np.testing.assert_allclose(out["logits"], _reference(built, x), atol=5e-2, rtol=5e-2)
+
+
+def test_uint8_images_normalized_on_the_gpu_when_served(gpu_served):
+    from PIL import Image
+
+    from clients.inputs import preprocess_image
+
+    spec, built, state = gpu_served
+    ep = Endpoint("http", state.http_url, state.admin_headers("http"))
+    pixels = np.random.default_rng(2).integers(0, 256, (3, 64, 64, 3), dtype=np.uint8)
+    got = infer(ep, "resnet18_64_torch_fp16_graphs_u8", {"input": pixels}).outputs["logits"]
+    floats = np.stack([preprocess_image(Image.fromarray(p), spec) for p in pixels])
+    np.testing.assert_allclose(got, _reference(built, floats), atol=5e-2, rtol=5e-2)
