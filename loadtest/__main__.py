@@ -109,19 +109,24 @@ def locust(models, protocol, users, spawn_rate, run_time, processes, rate_per_us
 @click.option("--model", default="resnet50", show_default=True)
 @click.option("--gpu-batch", type=int, default=256, show_default=True, help="In-process GPU batch and max batch.")
 @click.option("--cpu-batch", type=int, default=8, show_default=True)
-@click.option("--served-batch", type=int, default=64, show_default=True, help="perf_analyzer batch at saturation.")
-@click.option("--concurrency", type=int, default=4, show_default=True)
+@click.option(
+    "--served-points",
+    default="64x4 128x4 64x8 256x2",
+    show_default=True,
+    help="(batch)x(concurrency) points for served throughput; the best is reported.",
+)
 @click.option("--instances", type=int, default=2, show_default=True, help="GPU instances per served variant.")
 @click.option("--interval-ms", type=int, default=3000, show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
-def gpu_bench(model, gpu_batch, cpu_batch, served_batch, concurrency, instances, interval_ms, out):
+def gpu_bench(model, gpu_batch, cpu_batch, served_points, instances, interval_ms, out):
     """CPU vs GPU vs TensorRT for MODEL, in-process and served, in one run (the seeds' table)."""
     from loadtest import gpu_bench as bench
 
     out = out or Path("reports") / time.strftime("gpu-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    settings = bench.BenchSettings(model, gpu_batch, cpu_batch, served_batch, concurrency, instances, interval_ms)
+    points = tuple(tuple(int(v) for v in p.split("x")) for p in served_points.split())
+    settings = bench.BenchSettings(model, gpu_batch, cpu_batch, points, instances, interval_ms)
     bench.run(settings, out)
     click.echo((out / "gpu_bench.md").read_text())
     click.echo(f"report: {out}/gpu_bench.md (CSV: gpu_bench.csv, plot: gpu_bench.png)")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builders.cli_support import step
+from loadtest.perf import markdown_table as perf_markdown
 
 
 @dataclass
@@ -134,6 +135,18 @@ def tensorrt_row() -> BenchRow:
     return BenchRow("TensorRT fp16", note="tensorrt imports: time plans with `python -m builders engines` (trtexec)")
 
 
+def rows_from_csv(path: Path) -> list[BenchRow]:
+    """BenchRows back from gpu_bench.csv (to re-plot or re-tabulate a run made elsewhere)."""
+    import csv
+    import dataclasses
+
+    numbers = {f.name for f in dataclasses.fields(BenchRow)} - {"runtime", "served_setup", "note", "extra"}
+    with open(path, newline="") as handle:
+        records = list(csv.DictReader(handle))
+    parse = lambda k, v: (float(v) if v else None) if k in numbers else v  # noqa: E731
+    return [BenchRow(**{k: parse(k, v) for k, v in r.items() if k != "efficiency"}) for r in records]
+
+
 def markdown(rows: list[BenchRow], header: str) -> str:
     """The seeds' table, with served figures and serving efficiency."""
     fmt = lambda v, spec: "—" if v is None else format(v, spec)  # noqa: E731
@@ -162,7 +175,9 @@ def plot(rows: list[BenchRow], path: Path) -> Path:
     xs = range(len(measured))
     ax.bar([x - 0.2 for x in xs], [r.inproc_tput for r in measured], 0.4, label="in-process")
     ax.bar([x + 0.2 for x in xs], [r.served_tput or 0 for r in measured], 0.4, label="served (Triton)")
-    ax.set_xticks(list(xs), [r.runtime.replace(" + ", "\n+ ") for r in measured], fontsize=7)
+    import textwrap
+
+    ax.set_xticks(list(xs), [textwrap.fill(r.runtime, 18) for r in measured], fontsize=7)
     ax.set_yscale("log")
     ax.set_ylabel("images/s")
     ax.legend()
@@ -180,8 +195,7 @@ class BenchSettings:
     model: str = "resnet50"
     gpu_batch: int = 256
     cpu_batch: int = 8
-    served_batch: int = 64
-    concurrency: int = 4
+    served_points: tuple[tuple[int, int], ...] = ((64, 4), (128, 4), (64, 8), (256, 2))  # (batch, concurrency)
     instances: int = 2
     measurement_ms: int = 3000
 
@@ -197,27 +211,43 @@ def _served_variants(spec, work: Path, repo: Path, settings: BenchSettings) -> d
     variants = {"onnxruntime CPU fp32": spec.name}
     if not torch.cuda.is_available():
         return variants
-    gpu = ServingOptions(instances=settings.instances, kind="KIND_GPU", max_queue_delay_us=100)
+    gpu = ServingOptions(instances=settings.instances, kind="KIND_GPU", max_queue_delay_us=0)
+    graphs = dict(channels_last=True, cuda_graphs=True)
     for runtime, name in ((TorchRuntime("fp32"), "torch CUDA fp32 eager"),
-                          (TorchRuntime("fp16", channels_last=True, cuda_graphs=True),
-                           "torch CUDA fp16 channels_last + CUDA graphs")):  # fmt: skip
+                          (TorchRuntime("fp16", **graphs), GRAPHS),
+                          (TorchRuntime("fp16", uint8_input=True, **graphs), GRAPHS_U8)):  # fmt: skip
         variants[name] = build_torch_variant(BuildRequest(spec, "embedded", repo, work, gpu), runtime)["name"]
     return variants
 
 
-def _measure_served(
-    ep, analyzer, model: str, gpu: bool, settings: BenchSettings, raw: Path
-) -> tuple[float, float, str]:
+GRAPHS = "torch CUDA fp16 channels_last + CUDA graphs"
+GRAPHS_U8 = GRAPHS + ", uint8 input normalized on the GPU"
+
+
+def _point(ep, analyzer, model, batch, concurrency, shm, settings, raw) -> dict:
     from loadtest.perf import Sweep, run_sweep
 
-    (latency,) = run_sweep(Sweep(model, "grpc", (1,), (), (1,), "none", settings.measurement_ms, 10, 50), ep,
-                           analyzer, raw)  # fmt: skip
-    batch = settings.served_batch if gpu else settings.cpu_batch
-    shm = "cuda" if gpu else "none"
-    sweep = Sweep(model, "grpc", (settings.concurrency,), (), (batch,), shm, settings.measurement_ms, 10, 50,
+    sweep = Sweep(model, "grpc", (concurrency,), (), (batch,), shm, settings.measurement_ms, 10, 50,
                   output_shm_bytes=batch * 1000 * 4)  # fmt: skip
-    (saturated,) = run_sweep(sweep, ep, analyzer, raw)
-    return latency["p50_ms"], saturated["throughput"], f"gRPC b{batch} c{settings.concurrency} shm={shm}"
+    (row,) = run_sweep(sweep, ep, analyzer, raw)
+    return {**row, "shm": shm}
+
+
+def _describe(point: dict) -> str:
+    return (f"gRPC b{point['batch']} c{point['level']:g} shm={point['shm']} (queue {point['queue_us']:.0f} µs, "
+            f"infer {point['compute_infer_us']:.0f} µs, in {point['compute_input_us']:.0f} µs, "
+            f"out {point['compute_output_us']:.0f} µs)")  # fmt: skip
+
+
+def _measure_served(ep, analyzer, model: str, gpu: bool, settings: BenchSettings, raw: Path) -> tuple:
+    """Best batch-1 p50 and best throughput over the configured points; all points are kept."""
+    shms = ("none", "cuda") if gpu else ("none",)
+    latency = [_point(ep, analyzer, model, 1, 1, shm, settings, raw) for shm in shms]
+    points = settings.served_points if gpu else ((settings.cpu_batch, 4),)
+    saturated = [_point(ep, analyzer, model, b, c, shms[-1], settings, raw) for b, c in points]
+    best_latency, best = min(latency, key=lambda p: p["p50_ms"]), max(saturated, key=lambda p: p["throughput"])
+    setup = f"latency: {_describe(best_latency)}; throughput: {_describe(best)}"
+    return best_latency["p50_ms"], best["throughput"], setup, latency + saturated
 
 
 def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
@@ -236,6 +266,11 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
     variants = _served_variants(spec, work, repo, settings)
     rows = inprocess_rows(spec, work / spec.name / "model.onnx", work / spec.name / "model.pt",
                           settings.gpu_batch, settings.cpu_batch)  # fmt: skip
+    if GRAPHS_U8 in variants:  # served only: same in-process runtime as GRAPHS
+        graphs = next(r for r in rows if r.runtime == GRAPHS)
+        extra_row = BenchRow(GRAPHS_U8, inproc_tput=graphs.inproc_tput, inproc_batch=graphs.inproc_batch,
+                             note="in-process figures: the row above")  # fmt: skip
+        rows.insert(rows.index(graphs) + 1, extra_row)
     ports = launcher.free_ports(3)
     server = launcher.ServerSettings(repo, *ports, state_dir=out / "state",
                                      startup_timeout=600)  # fmt: skip
@@ -246,9 +281,10 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
             if row.runtime in variants:
                 step(f"gpu-bench: served {row.runtime} ({variants[row.runtime]})")
                 gpu = "CUDA" in row.runtime
-                row.served_b1_p50_ms, row.served_tput, row.served_setup = _measure_served(
+                row.served_b1_p50_ms, row.served_tput, row.served_setup, points = _measure_served(
                     ep, analyzer, variants[row.runtime], gpu, settings, out / "raw"
                 )
+                row.extra["points"] = points
     finally:
         launcher.stop(server.state_dir)
     _write(rows, out, settings, csv)
@@ -271,7 +307,9 @@ def _write(rows, out: Path, settings: BenchSettings, csv) -> None:
     host = host_info()
     header = (f"# {settings.model}: CPU vs GPU vs TensorRT\n\nHost: {host['gpu']}, {host['cpu']} ({host['cores']} "
               f"cores); versions {tool_versions()}; settings {dataclasses.asdict(settings)}")  # fmt: skip
-    (out / "gpu_bench.md").write_text(markdown(rows, header) + "\n")
+    points = [p for r in rows for p in r.extra.get("points", [])]
+    perf_table = "\n\n## Every served point\n\n" + perf_markdown(points) if points else ""
+    (out / "gpu_bench.md").write_text(markdown(rows, header) + perf_table + "\n")
     try:
         plot(rows, out / "gpu_bench.png")
     except ImportError as err:
