@@ -50,6 +50,12 @@ def _split(value: str) -> list[str]:
 @click.option("--no-dynamic-batching", is_flag=True, help="Serve without Triton's dynamic batcher.")
 @click.option("--force", is_flag=True, help="Rebuild even if the inputs are unchanged.")
 @click.option(
+    "--pipelines/--no-pipelines",
+    default=True,
+    show_default=True,
+    help="Also write <model>_pipeline and <model>_pipeline_u8 ensembles for image classifiers.",
+)
+@click.option(
     "--precisions", default="fp32", show_default=True, help="'fp32' and/or 'int8' (QDQ, served as <model>_int8)."
 )
 @click.option(
@@ -75,6 +81,7 @@ def build(
     intra_op_threads,
     precisions,
     calibration,
+    pipelines,
 ):
     """Build MODELS into the repository REPO, one validated model at a time."""
     from builders import zoo
@@ -90,6 +97,11 @@ def build(
         step(f"[{i}/{len(specs)}] {spec.name}")
         request = BuildRequest(spec, target, repo, work_dir, options, force, tuple(_split(precisions)), calibration)
         entry = build_model(request)
+        if pipelines and spec.preprocessing and spec.labels:
+            from builders.pipelines import write_image_pipelines
+
+            names = write_image_pipelines(repo, spec, options=options)
+            click.echo(f"pipelines: {', '.join(n for n in names if 'pipeline' in n)}")
         accuracy = f", held-out accuracy {entry['accuracy']:.4f}" if entry.get("accuracy") is not None else ""
         click.echo(f"built {spec.name} ({target}, {entry['backend']}) in {entry['build_seconds']} s{accuracy}")
     click.echo(f"repository ready: {repo} (manifest: {repo / 'manifest.json'})")

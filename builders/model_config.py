@@ -41,12 +41,36 @@ class TensorConfig:
             )
 
 
+TIMEOUT_ACTIONS = ("REJECT", "DELAY")
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    """What happens to queued requests: bounded queue, timeout, and the action on timeout."""
+
+    max_queue_size: int = 0  # 0: unbounded
+    timeout_us: int = 0  # 0: no timeout
+    timeout_action: str = "REJECT"
+    allow_timeout_override: bool = True
+
+    def __post_init__(self):
+        if self.timeout_action not in TIMEOUT_ACTIONS:
+            raise ConfigError(f"queue policy timeout_action {self.timeout_action!r}: expected one of {TIMEOUT_ACTIONS}")
+        if self.max_queue_size < 0 or self.timeout_us < 0:
+            raise ConfigError(
+                f"queue policy max_queue_size {self.max_queue_size} and timeout_us {self.timeout_us} must be >= 0"
+            )
+
+
 @dataclass(frozen=True)
 class DynamicBatching:
-    """Triton's dynamic batcher: preferred sizes and how long a request may wait for a batch."""
+    """Triton's dynamic batcher: preferred sizes, queue delay, queue policy and priority levels."""
 
     preferred_batch_size: tuple[int, ...] = ()
     max_queue_delay_microseconds: int = 0
+    queue_policy: QueuePolicy | None = None
+    priority_levels: int = 0
+    default_priority_level: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "preferred_batch_size", tuple(self.preferred_batch_size))
@@ -54,6 +78,11 @@ class DynamicBatching:
             raise ConfigError(
                 f"dynamic_batching: preferred sizes {list(self.preferred_batch_size)} must be >= 1 and "
                 f"max_queue_delay_microseconds {self.max_queue_delay_microseconds} >= 0"
+            )
+        if self.priority_levels and not 1 <= self.default_priority_level <= self.priority_levels:
+            raise ConfigError(
+                f"dynamic_batching: default_priority_level {self.default_priority_level} must lie within "
+                f"1..priority_levels ({self.priority_levels})"
             )
 
 
@@ -90,6 +119,15 @@ class Warmup:
 
 
 @dataclass(frozen=True)
+class EnsembleStep:
+    """One step of an ensemble: a model, and how its tensors map to the ensemble's."""
+
+    model_name: str
+    input_map: dict  # the step model's input name -> ensemble tensor name
+    output_map: dict  # the step model's output name -> ensemble tensor name
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """A Triton model configuration.
 
@@ -110,9 +148,11 @@ class ModelConfig:
     parameters: dict = field(default_factory=dict)
     default_model_filename: str | None = None
     cc_model_filenames: dict = field(default_factory=dict)
+    ensemble_steps: tuple[EnsembleStep, ...] = ()
+    response_cache: bool = False
 
     def __post_init__(self):
-        for attr in ("inputs", "outputs", "instance_groups", "warmup"):
+        for attr in ("inputs", "outputs", "instance_groups", "warmup", "ensemble_steps"):
             object.__setattr__(self, attr, tuple(getattr(self, attr)))
         if not _NAME.match(self.name or ""):
             raise ConfigError(f"model name {self.name!r} is invalid: use letters, digits, '_', '-', '.'")
@@ -127,6 +167,23 @@ class ModelConfig:
             raise ConfigError(f"model {self.name!r}: needs at least one input and one output")
         self._check_batching()
         self._check_warmup()
+        self._check_ensemble()
+
+    def _check_ensemble(self):
+        if (self.platform == "ensemble") != bool(self.ensemble_steps):
+            raise ConfigError(f"model {self.name!r}: platform 'ensemble' and ensemble steps go together")
+        produced = {t.name for t in self.inputs}
+        for step in self.ensemble_steps:
+            missing = sorted(set(step.input_map.values()) - produced)
+            if missing:
+                raise ConfigError(
+                    f"ensemble {self.name!r}: step {step.model_name!r} reads {missing}, which no earlier step "
+                    "or ensemble input produces; order the steps or fix the tensor names"
+                )
+            produced |= set(step.output_map.values())
+        unproduced = sorted({t.name for t in self.outputs} - produced) if self.ensemble_steps else []
+        if unproduced:
+            raise ConfigError(f"ensemble {self.name!r}: outputs {unproduced} are produced by no step")
 
     def _check_batching(self):
         if self.dynamic_batching is None:
@@ -172,8 +229,12 @@ class ModelConfig:
                 count=group.count, kind=pb.ModelInstanceGroup.Kind.Value(group.kind), gpus=group.gpus
             )
         if self.dynamic_batching is not None:
-            msg.dynamic_batching.preferred_batch_size.extend(self.dynamic_batching.preferred_batch_size)
-            msg.dynamic_batching.max_queue_delay_microseconds = self.dynamic_batching.max_queue_delay_microseconds
+            _batching_proto(pb, msg.dynamic_batching, self.dynamic_batching)
+        for step in self.ensemble_steps:
+            msg.ensemble_scheduling.step.add(model_name=step.model_name, model_version=-1,
+                                             input_map=step.input_map, output_map=step.output_map)  # fmt: skip
+        if self.response_cache:
+            msg.response_cache.enable = True
         msg.model_warmup.extend(_warmup_proto(pb, w) for w in self.warmup)
         for key, value in self.parameters.items():
             msg.parameters[key].string_value = str(value)
@@ -187,6 +248,20 @@ class ModelConfig:
         text = text_format.MessageToString(self.to_proto())
         # proto3 drops zero-valued scalars; Triton needs max_batch_size: 0 said explicitly.
         return text if self.max_batch_size else f"max_batch_size: 0\n{text}"
+
+
+def _batching_proto(pb, msg, batching: DynamicBatching) -> None:
+    msg.preferred_batch_size.extend(batching.preferred_batch_size)
+    msg.max_queue_delay_microseconds = batching.max_queue_delay_microseconds
+    if batching.queue_policy is not None:
+        policy = batching.queue_policy
+        msg.default_queue_policy.timeout_action = pb.ModelQueuePolicy.TimeoutAction.Value(policy.timeout_action)
+        msg.default_queue_policy.default_timeout_microseconds = policy.timeout_us
+        msg.default_queue_policy.allow_timeout_override = policy.allow_timeout_override
+        msg.default_queue_policy.max_queue_size = policy.max_queue_size
+    if batching.priority_levels:
+        msg.priority_levels = batching.priority_levels
+        msg.default_priority_level = batching.default_priority_level
 
 
 def _input_proto(pb, tensor: TensorConfig):
@@ -235,7 +310,11 @@ def from_dict(data: dict) -> ModelConfig:
         data["outputs"] = [TensorConfig(**t) for t in data.get("outputs", [])]
         data["instance_groups"] = [InstanceGroup(**g) for g in data.get("instance_groups", [])]
         if data.get("dynamic_batching") is not None:
-            data["dynamic_batching"] = DynamicBatching(**data["dynamic_batching"])
+            batching = dict(data["dynamic_batching"])
+            if batching.get("queue_policy"):
+                batching["queue_policy"] = QueuePolicy(**batching["queue_policy"])
+            data["dynamic_batching"] = DynamicBatching(**batching)
+        data["ensemble_steps"] = [EnsembleStep(**s) for s in data.get("ensemble_steps", [])]
         data["warmup"] = [
             Warmup(w["name"], w["batch_size"], [TensorConfig(**t) for t in w["inputs"]]) for w in data.get("warmup", [])
         ]

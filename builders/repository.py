@@ -12,7 +12,7 @@ from pathlib import Path
 
 from builders.backends import ONNXRUNTIME_MODEL
 from builders.errors import ConfigError
-from builders.model_config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, Warmup
+from builders.model_config import DynamicBatching, InstanceGroup, ModelConfig, QueuePolicy, TensorConfig, Warmup
 from builders.spec import ModelSpec
 
 TARGETS = ("embedded", "ngc")
@@ -30,6 +30,11 @@ class ServingOptions:
     preferred_batch_sizes: tuple[int, ...] = ()
     dynamic_batching: bool = True
     intra_op_threads: int = 0  # 0: ONNX Runtime's default (one per physical core)
+    queue_policy: QueuePolicy | None = None
+    priority_levels: int = 0
+    default_priority: int = 0
+    response_cache: bool = False
+    warmup_batch_sizes: tuple[int, ...] = (1,)
 
 
 def default_target() -> str:
@@ -58,7 +63,8 @@ def model_config(spec: ModelSpec, target: str, options: ServingOptions = Serving
     inputs = [_tensor_config(t) for t in spec.inputs]
     batching = None
     if options.dynamic_batching:
-        batching = DynamicBatching(options.preferred_batch_sizes, options.max_queue_delay_us)
+        batching = DynamicBatching(options.preferred_batch_sizes, options.max_queue_delay_us, options.queue_policy,
+                                   options.priority_levels, options.default_priority)  # fmt: skip
     return ModelConfig(
         name=spec.name,
         max_batch_size=spec.max_batch_size,
@@ -66,7 +72,11 @@ def model_config(spec: ModelSpec, target: str, options: ServingOptions = Serving
         outputs=outputs,
         dynamic_batching=batching,
         instance_groups=[InstanceGroup(options.instances, options.kind)],
-        warmup=[Warmup("random_batch_1", 1, [TensorConfig(t.name, t.data_type, _warm_dims(t)) for t in inputs])],
+        warmup=[
+            Warmup(f"random_batch_{b}", b, [TensorConfig(t.name, t.data_type, _warm_dims(t)) for t in inputs])
+            for b in options.warmup_batch_sizes
+        ],
+        response_cache=options.response_cache,
         **_backend_fields(target, options),
     )
 
@@ -147,7 +157,7 @@ def _fill_model_dir(folder: Path, spec: ModelSpec, config: ModelConfig, artifact
     version.mkdir()
     for name, source in artifacts.items():
         shutil.copyfile(source, version / name)
-    if target == "embedded" and "model.py" not in artifacts:
+    if config.backend == "python" and "model.py" not in artifacts:
         shutil.copyfile(ONNXRUNTIME_MODEL, version / "model.py")
     if spec.labels:
         (folder / LABELS).write_text("\n".join(spec.labels) + "\n")

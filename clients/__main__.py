@@ -68,6 +68,19 @@ def models(protocol, url, state_dir):
 
 @cli.command()
 @click.argument("model")
+@_PROTOCOL
+@_URL
+@_STATE
+@user_errors
+def stats(model, protocol, url, state_dir):
+    """Per-step latency breakdown of MODEL (or of each step of an ensemble), from Triton's statistics."""
+    from clients.breakdown import breakdown, markdown
+
+    click.echo(markdown(breakdown(_endpoint(protocol, url, state_dir), model)))
+
+
+@cli.command()
+@click.argument("model")
 @click.option(
     "--input",
     "source",

@@ -19,6 +19,7 @@ ADMIN_HEADER = "admin-key"
 GRPC_ADMIN_HEADER = f"triton-grpc-protocol-{ADMIN_HEADER}"  # gRPC prefixes restricted-protocol keys
 RESTRICTED = ("model-repository", "shared-memory", "statistics", "trace", "logging")
 STATE = "server.json"
+CACHE_BYTES = 32 << 20  # the response cache, for models that enable it
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,7 @@ def start(settings: ServerSettings) -> ServerState:
     key_file = admin_key(settings.state_dir)
     backends = prepare_backends(install, settings.state_dir)
     command = server_command(settings, install.binary, backends, key_file.read_text().strip())
+    command += [f"--cache-directory={install.caches}", f"--cache-config=local,size={CACHE_BYTES}"]
     log = settings.state_dir / "tritonserver.log"
     with open(log, "w") as handle:
         process = subprocess.Popen(

@@ -4,3 +4,5 @@ from pathlib import Path
 
 ONNXRUNTIME_MODEL = Path(__file__).with_name("onnxruntime_model.py")
 TORCH_MODEL = Path(__file__).with_name("torch_model.py")
+IMAGE_PREPROCESS = Path(__file__).with_name("image_preprocess.py")
+CLASSIFY_POSTPROCESS = Path(__file__).with_name("classify_postprocess.py")

@@ -7,6 +7,7 @@ import pytest
 
 from builders import zoo
 from builders.build import BuildRequest, build_model, build_torch_variant
+from builders.pipelines import write_image_pipelines
 from builders.repository import ServingOptions, TorchRuntime
 from clients.connection import Endpoint
 from server import launcher
@@ -56,6 +57,7 @@ def served(tmp_path_factory, digits_build):
     )
     for runtime in (TorchRuntime("fp32"), TorchRuntime("fp32", uint8_input=True)):
         build_torch_variant(BuildRequest(resnet_spec, "embedded", repo, work), runtime)
+    write_image_pipelines(repo, digits_spec, top_k=3)
     settings = launcher.ServerSettings(repo, free_port(), free_port(), free_port(), state_dir=root / "state")
     state = launcher.start(settings)
     yield Served(state, repo, models)

@@ -34,8 +34,10 @@ def test_models_are_ready_in_the_repository_index(served):
     ep = served.endpoint("http")
     with ep.client() as client:
         index = {m["name"]: m["state"] for m in repository_index(ep, client)}
-    assert index == {name: "READY" for name in ("digits_cnn", "digits_cnn_int8", "resnet18_64",
-                                                 "resnet18_64_torch_fp32", "resnet18_64_torch_fp32_u8")}  # fmt: skip
+    expected = ("digits_cnn", "digits_cnn_int8", "resnet18_64", "resnet18_64_torch_fp32", "resnet18_64_torch_fp32_u8",
+                "digits_cnn_pipeline", "digits_cnn_pipeline_u8", "digits_cnn_preprocess", "digits_cnn_preprocess_u8",
+                "digits_cnn_postprocess")  # fmt: skip
+    assert index == {name: "READY" for name in expected}
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

@@ -1,0 +1,110 @@
+"""Image pipeline ensembles generated from a spec: preprocess → classifier → postprocess.
+
+<model>_pipeline takes encoded image bytes; <model>_pipeline_u8 takes raw uint8 NHWC pixels
+(4x fewer bytes on the wire than float32). The classifier is any served variant of the model
+(its ONNX model, the INT8 one, a torch-runtime one) named by `classifier`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from builders import repository
+from builders.backends import CLASSIFY_POSTPROCESS, IMAGE_PREPROCESS
+from builders.errors import SpecError
+from builders.model_config import DynamicBatching, EnsembleStep, InstanceGroup, ModelConfig, TensorConfig
+from builders.spec import ModelSpec
+
+DEFAULT_TOP_K = 5
+
+
+def _check(spec: ModelSpec) -> None:
+    if spec.preprocessing is None or spec.image_input is None or not spec.labels:
+        raise SpecError(f"{spec.name}: an image pipeline needs an image input with preprocessing and labels")
+
+
+def preprocess_config(spec: ModelSpec, raw: bool, options: repository.ServingOptions) -> ModelConfig:
+    """The preprocess step: bytes (or uint8 NHWC pixels) in, the classifier's input out."""
+    pre, image = spec.preprocessing, spec.image_input
+    height, width = pre.image_size
+    source = (TensorConfig("IMAGE", "TYPE_UINT8", (height, width, pre.channels), "FORMAT_NHWC") if raw
+              else TensorConfig("IMAGE", "TYPE_STRING", (1,)))  # fmt: skip
+    fmt = f"FORMAT_{image.image_format}"
+    return ModelConfig(
+        name=f"{spec.name}_preprocess{'_u8' if raw else ''}",
+        backend="python",
+        max_batch_size=spec.max_batch_size,
+        inputs=[source],
+        outputs=[TensorConfig("PIXELS", "TYPE_FP32", image.dims, fmt)],
+        dynamic_batching=DynamicBatching(max_queue_delay_microseconds=options.max_queue_delay_us),
+        instance_groups=[InstanceGroup(options.instances, "KIND_CPU")],
+        parameters={
+            "image_size": f"{height} {width}",
+            "channels": pre.channels,
+            "layout": image.image_format,
+            "mean": " ".join(map(str, pre.mean)),
+            "std": " ".join(map(str, pre.std)),
+        },  # fmt: skip
+    )
+
+
+def postprocess_config(spec: ModelSpec, top_k: int, options: repository.ServingOptions) -> ModelConfig:
+    """The postprocess step: logits in; top-k class ids, probabilities and labels out."""
+    classes = spec.outputs[0].dims[-1]
+    if not 1 <= top_k <= classes:
+        raise SpecError(f"{spec.name}: top_k {top_k} must lie within 1..{classes} classes")
+    return ModelConfig(
+        name=f"{spec.name}_postprocess",
+        backend="python",
+        max_batch_size=spec.max_batch_size,
+        inputs=[TensorConfig("LOGITS", "TYPE_FP32", spec.outputs[0].dims)],
+        outputs=[
+            TensorConfig("CLASS_IDS", "TYPE_INT64", (top_k,)),
+            TensorConfig("SCORES", "TYPE_FP32", (top_k,)),
+            TensorConfig("LABELS", "TYPE_STRING", (top_k,)),
+        ],  # fmt: skip
+        dynamic_batching=DynamicBatching(max_queue_delay_microseconds=options.max_queue_delay_us),
+        instance_groups=[InstanceGroup(options.instances, "KIND_CPU")],
+        parameters={"top_k": top_k},
+    )
+
+
+def ensemble_config(spec: ModelSpec, classifier: str, raw: bool, pre: ModelConfig, post: ModelConfig) -> ModelConfig:
+    """The ensemble wiring the three steps together."""
+    return ModelConfig(
+        name=f"{spec.name}_pipeline{'_u8' if raw else ''}",
+        platform="ensemble",
+        max_batch_size=spec.max_batch_size,
+        inputs=[pre.inputs[0]],
+        outputs=list(post.outputs),
+        ensemble_steps=[
+            EnsembleStep(pre.name, {"IMAGE": "IMAGE"}, {"PIXELS": "pixels"}),
+            EnsembleStep(classifier, {spec.inputs[0].name: "pixels"}, {spec.outputs[0].name: "logits"}),
+            EnsembleStep(post.name, {"LOGITS": "logits"}, {t.name: t.name for t in post.outputs}),
+        ],
+    )
+
+
+def write_image_pipelines(repo: Path, spec: ModelSpec, classifier: str | None = None, top_k: int = DEFAULT_TOP_K,
+                          options: repository.ServingOptions | None = None) -> list[str]:  # fmt: skip
+    """Write both pipelines (bytes and uint8) and their steps; return the model names written."""
+    _check(spec)
+    options = options or repository.ServingOptions()
+    classifier = classifier or spec.name
+    if not (repo / classifier / "config.pbtxt").exists():
+        raise SpecError(f"classifier {classifier!r} is not in {repo}: build it first (make build-engines)")
+    post = postprocess_config(spec, top_k, options)
+    written = [_write(repo, spec, post, CLASSIFY_POSTPROCESS)]
+    for raw in (False, True):
+        pre = preprocess_config(spec, raw, options)
+        written.append(_write(repo, spec, pre, IMAGE_PREPROCESS))
+        written.append(_write(repo, spec, ensemble_config(spec, classifier, raw, pre, post), None))
+    return written
+
+
+def _write(repo: Path, spec: ModelSpec, config: ModelConfig, model_py: Path | None) -> str:
+    artifacts = {"model.py": model_py} if model_py else {}
+    labelled = dataclasses.replace(spec, name=config.name)
+    repository.write_model(repo, labelled, config, artifacts, "embedded")
+    return config.name
