@@ -97,14 +97,25 @@ def build(
         step(f"[{i}/{len(specs)}] {spec.name}")
         request = BuildRequest(spec, target, repo, work_dir, options, force, tuple(_split(precisions)), calibration)
         entry = build_model(request)
-        if pipelines and spec.preprocessing and spec.labels:
-            from builders.pipelines import write_image_pipelines
-
-            names = write_image_pipelines(repo, spec, options=options)
-            click.echo(f"pipelines: {', '.join(n for n in names if 'pipeline' in n)}")
+        if pipelines:
+            _write_pipelines(repo, spec, options)
         accuracy = f", held-out accuracy {entry['accuracy']:.4f}" if entry.get("accuracy") is not None else ""
         click.echo(f"built {spec.name} ({target}, {entry['backend']}) in {entry['build_seconds']} s{accuracy}")
     click.echo(f"repository ready: {repo} (manifest: {repo / 'manifest.json'})")
+
+
+def _write_pipelines(repo, spec, options):
+    from builders import pipelines
+
+    if spec.preprocessing and spec.labels:
+        names = pipelines.write_image_pipelines(repo, spec, options=options)
+    elif spec.builder == "sentence_encoder":
+        from builders.zoo.text import model_dir
+
+        names = pipelines.write_text_pipeline(repo, spec, model_dir() / "tokenizer.json", options)
+    else:
+        return
+    click.echo(f"pipelines: {', '.join(n for n in names if 'pipeline' in n)}")
 
 
 @cli.command()

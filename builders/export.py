@@ -71,12 +71,14 @@ def _dynamic_shapes(spec: ModelSpec) -> dict:
     import torch
 
     batch = torch.export.Dim("batch", min=1, max=max(spec.max_batch_size, 2))
+    # A dynamic axis at the same position is the same length in every input (e.g. the sequence).
+    top = spec.builder_args.get("max_seq")
+    axes_by_position = {i: torch.export.Dim(f"dim{i}", min=1, max=top) if top else torch.export.Dim(f"dim{i}", min=1)
+                        for t in spec.inputs for i, d in enumerate(t.dims, start=1) if d == -1}  # fmt: skip
     shapes = {}
     for tensor in spec.inputs:
         axes = {0: batch}
-        for i, dim in enumerate(tensor.dims, start=1):
-            if dim == -1:
-                axes[i] = torch.export.Dim(f"{tensor.name}_{i}", min=1)
+        axes.update({i: axes_by_position[i] for i, dim in enumerate(tensor.dims, start=1) if dim == -1})
         shapes[tensor.name] = axes
     return shapes
 

@@ -106,7 +106,7 @@ class InstanceGroup:
 
 @dataclass(frozen=True)
 class Warmup:
-    """One warmup sample set: random data of the given batch size for every input."""
+    """One warmup sample set of the given batch size: random floats, zero integers, per input."""
 
     name: str
     batch_size: int
@@ -283,7 +283,10 @@ def _warmup_proto(pb, warmup: Warmup):
     for tensor in warmup.inputs:
         msg.inputs[tensor.name].data_type = pb.DataType.Value(tensor.data_type)
         msg.inputs[tensor.name].dims.extend(tensor.dims)
-        msg.inputs[tensor.name].random_data = True
+        if tensor.data_type.startswith("TYPE_FP"):
+            msg.inputs[tensor.name].random_data = True
+        else:  # random integers would be out-of-range ids, masks or indices
+            msg.inputs[tensor.name].zero_data = True
     return msg
 
 

@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 
 from builders import repository
-from builders.backends import CLASSIFY_POSTPROCESS, IMAGE_PREPROCESS
+from builders.backends import CLASSIFY_POSTPROCESS, IMAGE_PREPROCESS, TEXT_POOL, TEXT_TOKENIZE
 from builders.errors import SpecError
 from builders.model_config import DynamicBatching, EnsembleStep, InstanceGroup, ModelConfig, TensorConfig
 from builders.spec import ModelSpec
@@ -103,8 +103,44 @@ def write_image_pipelines(repo: Path, spec: ModelSpec, classifier: str | None = 
     return written
 
 
-def _write(repo: Path, spec: ModelSpec, config: ModelConfig, model_py: Path | None) -> str:
-    artifacts = {"model.py": model_py} if model_py else {}
+def text_pipeline_configs(spec: ModelSpec, options: repository.ServingOptions) -> list[ModelConfig]:
+    """tokenize → encoder → pool, and the ensemble <model>_pipeline (TEXT in, EMBEDDING out)."""
+    ids, mask = (TensorConfig(t.name, f"TYPE_{t.dtype}", t.dims) for t in spec.inputs)
+    hidden = spec.outputs[0].dims[-1]
+    common = dict(backend="python", max_batch_size=spec.max_batch_size,
+                  instance_groups=[InstanceGroup(options.instances, "KIND_CPU")])  # fmt: skip
+    tokenize = ModelConfig(name=f"{spec.name}_tokenize", inputs=[TensorConfig("TEXT", "TYPE_STRING", (1,))],
+                           outputs=[ids, mask], parameters={"max_length": spec.builder_args.get("max_seq", 512)},
+                           **common)  # fmt: skip
+    tokens = TensorConfig("token_embeddings", "TYPE_FP32", (-1, hidden))
+    pool = ModelConfig(name=f"{spec.name}_pool", inputs=[tokens, mask],
+                       outputs=[TensorConfig("EMBEDDING", "TYPE_FP32", (hidden,))], **common)  # fmt: skip
+    ensemble = ModelConfig(
+        name=f"{spec.name}_pipeline", platform="ensemble", max_batch_size=spec.max_batch_size,
+        inputs=tokenize.inputs, outputs=pool.outputs,
+        ensemble_steps=[
+            EnsembleStep(tokenize.name, {"TEXT": "TEXT"}, {ids.name: "ids", mask.name: "mask"}),
+            EnsembleStep(spec.name, {ids.name: "ids", mask.name: "mask"}, {spec.outputs[0].name: "tokens"}),
+            EnsembleStep(pool.name, {"token_embeddings": "tokens", mask.name: "mask"}, {"EMBEDDING": "EMBEDDING"}),
+        ],
+    )  # fmt: skip
+    return [tokenize, pool, ensemble]
+
+
+def write_text_pipeline(repo: Path, spec: ModelSpec, tokenizer_json: Path,
+                        options: repository.ServingOptions | None = None) -> list[str]:  # fmt: skip
+    """Write <model>_tokenize, <model>_pool and the <model>_pipeline ensemble."""
+    if not (repo / spec.name / "config.pbtxt").exists():
+        raise SpecError(f"encoder {spec.name!r} is not in {repo}: build it first (make build-engines)")
+    tokenize, pool, ensemble = text_pipeline_configs(spec, options or repository.ServingOptions())
+    _write(repo, spec, tokenize, TEXT_TOKENIZE, {"tokenizer.json": tokenizer_json})
+    _write(repo, spec, pool, TEXT_POOL)
+    _write(repo, spec, ensemble, None)
+    return [tokenize.name, pool.name, ensemble.name]
+
+
+def _write(repo: Path, spec: ModelSpec, config: ModelConfig, model_py: Path | None, extra: dict | None = None) -> str:
+    artifacts = {**({"model.py": model_py} if model_py else {}), **(extra or {})}
     labelled = dataclasses.replace(spec, name=config.name)
     repository.write_model(repo, labelled, config, artifacts, "embedded")
     return config.name

@@ -19,9 +19,13 @@ def _quiet_polygraphy():
 
 
 def _feeds(spec: ModelSpec, batch: int, sample_data: dict | None) -> dict:
-    """Real held-out inputs where the builder gave some (first input only), else random."""
+    """Real inputs where the builder gave some, else random."""
     feeds = sample_inputs(spec, batch, seed=batch)
-    if sample_data is not None and len(sample_data["x"]) >= batch:
+    if sample_data is None:
+        return feeds
+    if "inputs" in sample_data:  # real inputs for every tensor (e.g. tokenized text)
+        return {name: array[:batch] for name, array in sample_data["inputs"].items()}
+    if len(sample_data["x"]) >= batch:
         feeds[spec.inputs[0].name] = sample_data["x"][:batch]
     return feeds
 

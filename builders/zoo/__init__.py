@@ -7,20 +7,23 @@ from dataclasses import dataclass, field
 
 from builders.errors import SpecError
 from builders.spec import ModelSpec
-from builders.zoo import digits, vision
+from builders.zoo import digits, text, vision
 
 _SPECS = {
     "digits_cnn": digits.spec,
     "resnet50": vision.resnet50_spec,
     "resnet18": vision.resnet18_spec,
+    "minilm": text.spec,
 }
 _BUILDERS = {
     "digits_cnn": digits.build,
     "torchvision_classifier": vision.build,
+    "sentence_encoder": text.build,
 }
 _ARCHITECTURES = {
     "digits_cnn": digits.architecture,
     "torchvision_classifier": vision.architecture,
+    "sentence_encoder": text.architecture,
 }
 _REFERENCE_DATA = {
     "digits_cnn": digits.reference_data,

@@ -7,8 +7,9 @@ import pytest
 
 from builders import zoo
 from builders.build import BuildRequest, build_model, build_torch_variant
-from builders.pipelines import write_image_pipelines
+from builders.pipelines import write_image_pipelines, write_text_pipeline
 from builders.repository import ServingOptions, TorchRuntime
+from builders.zoo import text
 from clients.connection import Endpoint
 from server import launcher
 from tests.conftest import free_port
@@ -58,6 +59,9 @@ def served(tmp_path_factory, digits_build):
     for runtime in (TorchRuntime("fp32"), TorchRuntime("fp32", uint8_input=True)):
         build_torch_variant(BuildRequest(resnet_spec, "embedded", repo, work), runtime)
     write_image_pipelines(repo, digits_spec, top_k=3)
+    minilm = zoo.get_spec("minilm", max_batch_size=8)
+    build_model(BuildRequest(minilm, "embedded", repo, work, ServingOptions()))
+    write_text_pipeline(repo, minilm, text.model_dir() / "tokenizer.json")
     settings = launcher.ServerSettings(repo, free_port(), free_port(), free_port(), state_dir=root / "state")
     state = launcher.start(settings)
     yield Served(state, repo, models)

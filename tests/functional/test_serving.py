@@ -36,7 +36,7 @@ def test_models_are_ready_in_the_repository_index(served):
         index = {m["name"]: m["state"] for m in repository_index(ep, client)}
     expected = ("digits_cnn", "digits_cnn_int8", "resnet18_64", "resnet18_64_torch_fp32", "resnet18_64_torch_fp32_u8",
                 "digits_cnn_pipeline", "digits_cnn_pipeline_u8", "digits_cnn_preprocess", "digits_cnn_preprocess_u8",
-                "digits_cnn_postprocess")  # fmt: skip
+                "digits_cnn_postprocess", "minilm", "minilm_tokenize", "minilm_pool", "minilm_pipeline")  # fmt: skip
     assert index == {name: "READY" for name in expected}
 
 
