@@ -113,7 +113,7 @@ def _arrays(ep, client, model, source, batch, repo):
 
     meta = model_inputs(client, model)
     if source is None:
-        return {m["name"]: make.random_input(m["shape"], m["datatype"], batch, seed=i) for i, m in enumerate(meta)}
+        return {m["name"]: make.example_input(m, batch, seed=i) for i, m in enumerate(meta)}
     if len(meta) != 1:
         raise ClientError(f"{model} has {len(meta)} inputs; --input feeds single-input models only")
     array = make.load_npy(source) if source.suffix == ".npy" else make.load_image(source, _spec(ep, model, repo))

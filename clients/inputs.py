@@ -27,6 +27,31 @@ def random_input(shape: list[int], datatype: str, batch: int, seed: int = 0) -> 
     return rng.integers(0, 100, dims).astype(dtype)
 
 
+def example_input(meta: dict, batch: int, seed: int = 0) -> np.ndarray:
+    """An input that the model accepts: random numbers, or for our pipelines' BYTES inputs
+    a real payload (IMAGE: an encoded PNG of random pixels; TEXT: a sentence)."""
+    if meta["datatype"] != "BYTES":
+        return random_input(meta["shape"], meta["datatype"], batch, seed)
+    if meta["name"] == "IMAGE":
+        payload = _random_png(seed)
+    elif meta["name"] == "TEXT":
+        payload = "Triton serves PyTorch models on CPUs and GPUs.".encode()
+    else:
+        raise ClientError(f"no example payload for BYTES input {meta['name']!r}; send one with --input")
+    return np.array([[payload]] * batch, dtype=object)
+
+
+def _random_png(seed: int, size: int = 64) -> bytes:
+    import io
+
+    from PIL import Image
+
+    pixels = np.random.default_rng(seed).integers(0, 256, (size, size, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 def load_npy(path: Path) -> np.ndarray:
     """A .npy file's array."""
     try:

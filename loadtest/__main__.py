@@ -105,6 +105,106 @@ def locust(models, protocol, users, spawn_rate, run_time, processes, rate_per_us
         raise SystemExit("some requests failed: see the table and the log")
 
 
+@cli.command()
+@click.option("--repo", type=click.Path(path_type=Path), default=Path("model_repository"), show_default=True)
+@click.option(
+    "--variants",
+    default="digits_cnn digits_cnn_int8",
+    show_default=True,
+    help="Served variants of one model (e.g. fp32 and int8) to choose among.",
+)
+@click.option("--mode", type=click.Choice(["quick", "exhaustive", "both"]), default="quick", show_default=True)
+@click.option("--p99-ms", type=float, default=50.0, show_default=True, help="Latency budget.")
+@click.option(
+    "--accuracy-budget",
+    type=float,
+    default=0.01,
+    show_default=True,
+    help="Largest accuracy gap to the best variant (from the manifest).",
+)
+@click.option("--concurrency", type=int, default=8, show_default=True)
+@click.option("--max-instances", type=int, default=2, show_default=True)
+@click.option("--delays-us", default="0 100 1000 5000", show_default=True)
+@click.option("--interval-ms", type=int, default=1500, show_default=True)
+@click.option("--write-back/--no-write-back", default=True, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=None)
+@user_errors
+def search(repo, variants, mode, p99_ms, accuracy_budget, concurrency, max_instances, delays_us, interval_ms,
+           write_back, out):  # fmt: skip
+    """Find the best serving config on a real server (explicit model control); write the winner back."""
+    from clients.connection import Endpoint
+    from loadtest import search as s
+    from loadtest.perf_tools import find_perf_analyzer
+    from server import launcher
+
+    out = out or Path("reports") / time.strftime("search-%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    settings = launcher.ServerSettings(repo, *launcher.free_ports(3), state_dir=out / "state", model_control="explicit")
+    state = launcher.start(settings)
+    try:
+        ep = Endpoint("grpc", state.grpc_url, state.admin_headers("grpc"), repo)
+        names = tuple(variants.split())
+        searcher = s.Searcher(repo, ep, find_perf_analyzer(), {"p99_ms": p99_ms, "accuracy": accuracy_budget},
+                              {"concurrency": concurrency, "interval_ms": interval_ms}, out)  # fmt: skip
+        space = s.SearchSpace(names, max_instances, _numbers(delays_us),
+                              {v: searcher.base_config(v).max_batch_size for v in names})  # fmt: skip
+        text, winner = _run_search_modes(s, space, searcher, mode)
+    finally:
+        launcher.stop(settings.state_dir)
+    if write_back and winner.feasible:
+        written = s.write_back(repo, winner.candidate, searcher.base_config(winner.candidate.variant))
+        text += f"\n\nwinner written to {written}"
+    (out / "search.md").write_text(f"# Config search\n\n{text}\n")
+    (out / "search.json").write_text(s.summary_json(searcher.results, winner))
+    click.echo(text)
+    click.echo(f"report: {out}/search.md")
+
+
+def _run_search_modes(s, space, searcher, mode):
+    """Run quick and/or exhaustive; in 'both', exhaustive reuses what quick already measured."""
+    sections, winner = [], None
+    for name in ["quick", "exhaustive"] if mode == "both" else [mode]:
+        winner = (s.quick if name == "quick" else s.exhaustive)(space, searcher)
+        sections.append(s.report(dict(searcher.results), winner, name))
+    return "\n\n".join(sections), winner
+
+
+@cli.command("batching-bench")
+@click.option("--models", default="digits_cnn resnet18", show_default=True)
+@click.option("--concurrency", default="1 4 16", show_default=True)
+@click.option("--max-queue-delay-us", type=int, default=1000, show_default=True)
+@click.option("--interval-ms", type=int, default=2000, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=None)
+@user_errors
+def batching_bench(models, concurrency, max_queue_delay_us, interval_ms, out):
+    """Throughput and latency for {no batching, dynamic batching} x {1, 2 instances} x concurrency."""
+    from builders import zoo
+    from clients.connection import Endpoint
+    from loadtest import batching_bench as bench
+    from loadtest.perf import write_csv
+    from loadtest.perf_tools import find_perf_analyzer
+    from server import launcher
+
+    out = out or Path("reports") / time.strftime("batching-%Y%m%d-%H%M%S")
+    repo, variants = out / "repo", {}
+    for name in models.split():
+        variants.update(bench.build_variants(zoo.get_spec(name), repo, out / "work", max_queue_delay_us))
+    settings = launcher.ServerSettings(repo, *launcher.free_ports(3), state_dir=out / "state")
+    state = launcher.start(settings)
+    try:
+        ep = Endpoint("grpc", state.grpc_url, state.admin_headers("grpc"), repo)
+        rows = bench.measure(variants, ep, find_perf_analyzer(), _numbers(concurrency), interval_ms, out / "raw")
+    finally:
+        launcher.stop(settings.state_dir)
+    write_csv(
+        [{k: r[k] for k in r if k not in ("base_model", "batching", "instances")} for r in rows], out / "batching.csv"
+    )
+    text = f"## dynamic / no batching\n\n{bench.ratio_table(rows)}\n\n## every point\n\n{bench.detail_table(rows)}\n"
+    (out / "batching.md").write_text(text)
+    click.echo(text)
+    click.echo(f"report: {out}/batching.md")
+
+
 @cli.command("gpu-bench")
 @click.option("--model", default="resnet50", show_default=True)
 @click.option("--gpu-batch", type=int, default=256, show_default=True, help="In-process GPU batch and max batch.")

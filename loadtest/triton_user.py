@@ -17,7 +17,7 @@ from locust import User, constant_throughput, events, task  # noqa: E402
 
 from clients.connection import Endpoint, refused_as_client_error  # noqa: E402
 from clients.infer import build_request, model_inputs, model_outputs  # noqa: E402
-from clients.inputs import random_input  # noqa: E402
+from clients.inputs import example_input  # noqa: E402
 
 PROTOCOL = os.environ.get("TRITON_PROTOCOL", "http")
 HTTP_URL = os.environ.get("TRITON_HTTP_URL", "127.0.0.1:8000")
@@ -43,8 +43,9 @@ class TritonUser(User):
         with refused_as_client_error(self.model):
             inputs = model_inputs(self.triton, self.model)
             self.output_names = [o["name"] for o in model_outputs(self.triton, self.model)]
-        self.arrays = {m["name"]: random_input(m["shape"], m["datatype"], self.batch, i) for i, m in enumerate(inputs)}
-        self.request_bytes = sum(a.nbytes for a in self.arrays.values())
+        self.arrays = {m["name"]: example_input(m, self.batch, i) for i, m in enumerate(inputs)}
+        self.request_bytes = sum(sum(len(v) for v in a.flat) if a.dtype == object else a.nbytes
+                                 for a in self.arrays.values())  # fmt: skip
 
     def on_stop(self):
         self.triton.close()

@@ -41,11 +41,12 @@ def test_locust_with_two_worker_processes_over_http(served, tmp_path):
     assert "worker" in (tmp_path / "locust.log").read_text().lower()
 
 
-def test_locust_mixed_workload_over_grpc(served, tmp_path):
-    run = locust_run.LocustRun((("digits_cnn", 3), ("resnet18_64", 1)), "grpc", users=4, run_time_s=4)
+def test_locust_mixed_workload_with_the_ensembles_over_grpc(served, tmp_path):
+    models = (("digits_cnn", 3), ("resnet18_64", 1), ("digits_cnn_pipeline", 2), ("minilm_pipeline", 1))
+    run = locust_run.LocustRun(models, "grpc", users=6, run_time_s=5)
     result = locust_run.run_locust(run, served.state, tmp_path)
     names = {r["name"]: r for r in result["rows"]}
-    assert set(names) == {"digits_cnn b1", "resnet18_64 b1", "Aggregated"}
+    assert set(names) == {f"{m} b1" for m, _ in models} | {"Aggregated"}
     assert all(r["failures"] == 0 and r["requests"] > 0 for r in names.values())
 
 

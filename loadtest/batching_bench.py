@@ -1,0 +1,75 @@
+"""{no batching, dynamic batching} x {1, 2 instances} x concurrency, per model, in one run."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+from builders.cli_support import step
+
+VARIANTS = ((False, 1), (True, 1), (False, 2), (True, 2))  # (dynamic batching, instances)
+
+
+def _variant_name(model: str, batching: bool, instances: int) -> str:
+    return f"{model}_{'dynbatch' if batching else 'nobatch'}_i{instances}"
+
+
+def build_variants(spec, repo: Path, work: Path, delay_us: int) -> dict:
+    """Build the model once, then write its four serving variants; name -> (batching, instances)."""
+    from builders import repository
+    from builders.build import BuildRequest, build_model
+
+    build_model(BuildRequest(spec, "embedded", work / "scratch_repo", work))
+    onnx = work / spec.name / "model.onnx"
+    cores = os.cpu_count() or 1
+    variants = {}
+    for batching, instances in VARIANTS:
+        name = _variant_name(spec.name, batching, instances)
+        options = repository.ServingOptions(instances=instances, max_queue_delay_us=delay_us, dynamic_batching=batching,
+                                            intra_op_threads=max(1, cores // instances))  # fmt: skip
+        variant = dataclasses.replace(spec, name=name)
+        repository.write_model(repo, variant, repository.model_config(variant, "embedded", options),
+                               {"model.onnx": onnx}, "embedded")  # fmt: skip
+        variants[name] = (spec.name, batching, instances)
+    return variants
+
+
+def measure(variants: dict, ep, analyzer, concurrency: tuple, interval_ms: int, raw: Path) -> list[dict]:
+    """perf_analyzer (gRPC, batch 1) at each concurrency, for every variant."""
+    from loadtest.perf import Sweep, run_sweep
+
+    rows = []
+    for name, (model, batching, instances) in variants.items():
+        step(f"batching-bench: {name}")
+        sweep = Sweep(name, "grpc", concurrency, (), (1,), "none", interval_ms, 10, 50)
+        for row in run_sweep(sweep, ep, analyzer, raw):
+            rows.append({**row, "base_model": model, "batching": "dynamic" if batching else "none",
+                         "instances": instances})  # fmt: skip
+    return rows
+
+
+def ratio_table(rows: list[dict]) -> str:
+    """Dynamic / no batching throughput, per model, instances and concurrency."""
+    lines = ["| model | instances | concurrency | no batching infer/s | dynamic infer/s | dynamic / none |",
+             "|" + "---|" * 6]  # fmt: skip
+    keyed = {(r["base_model"], r["instances"], r["level"], r["batching"]): r for r in rows}
+    for model, instances, level, batching in sorted(keyed):
+        if batching != "dynamic":
+            continue
+        none, dyn = keyed.get((model, instances, level, "none")), keyed[(model, instances, level, "dynamic")]
+        if none:
+            lines.append(f"| {model} | {instances} | {level:g} | {none['throughput']:.1f} | {dyn['throughput']:.1f} | "
+                         f"{dyn['throughput'] / none['throughput']:.2f}x |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def detail_table(rows: list[dict]) -> str:
+    """Every point: throughput, latency percentiles, queue and compute time."""
+    lines = ["| model | batching | instances | concurrency | infer/s | p50 ms | p99 ms | queue µs | infer µs |",
+             "|" + "---|" * 9]  # fmt: skip
+    for r in rows:
+        lines.append(f"| {r['base_model']} | {r['batching']} | {r['instances']} | {r['level']:g} | "
+                     f"{r['throughput']:.1f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['queue_us']:.0f} | "
+                     f"{r['compute_infer_us']:.0f} |")  # fmt: skip
+    return "\n".join(lines)

@@ -1,0 +1,196 @@
+"""Config search: variants x instances x queue delay x preferred batch sizes, measured for real.
+
+The tool starts its own server in explicit model-control mode and, per candidate, loads the
+variant with an overriding config through the model-control API (admin key), measures it with
+perf_analyzer, and unloads it. A candidate is feasible when its p99 is within the latency
+budget and its variant's accuracy within the accuracy budget of the best variant (from the
+manifest). Quick mode hill-climbs from a default; exhaustive mode measures every candidate.
+The winner's config is written back into the repository.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from builders.cli_support import step
+from builders.errors import MeasurementError
+
+DELAYS_US = (0, 100, 1000, 5000)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One point of the search space."""
+
+    variant: str
+    instances: int
+    delay_us: int
+    preferred: tuple[int, ...]
+
+    def label(self) -> str:
+        preferred = "x".join(map(str, self.preferred)) or "-"
+        return f"{self.variant} i{self.instances} d{self.delay_us} p{preferred}"
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Bounded by what each variant allows (max batch size from its config)."""
+
+    variants: tuple[str, ...]
+    max_instances: int = 2
+    delays_us: tuple[int, ...] = DELAYS_US
+    max_batch: dict = field(default_factory=dict)
+
+    def preferred_options(self, variant: str) -> list[tuple[int, ...]]:
+        top = self.max_batch[variant]
+        return sorted({(), (max(1, top // 2),), (top,)})
+
+    def candidates(self) -> list[Candidate]:
+        return [Candidate(v, i, d, p) for v in self.variants for i in range(1, self.max_instances + 1)
+                for d in self.delays_us for p in self.preferred_options(v)]  # fmt: skip
+
+    def neighbours(self, c: Candidate) -> list[Candidate]:
+        """Candidates one step away along one dimension."""
+        out = []
+        axes = (("variant", self.variants), ("instances", range(1, self.max_instances + 1)),
+                ("delay_us", self.delays_us), ("preferred", self.preferred_options(c.variant)))  # fmt: skip
+        for axis, values in axes:
+            values = list(values)
+            index = values.index(getattr(c, axis))
+            for j in (index - 1, index + 1):
+                if 0 <= j < len(values):
+                    moved = {**c.__dict__, axis: values[j]}
+                    if axis == "variant":
+                        moved["preferred"] = self.preferred_options(values[j])[0]
+                    out.append(Candidate(**moved))
+        return out
+
+
+@dataclass
+class Result:
+    candidate: Candidate
+    throughput: float
+    p99_ms: float
+    feasible: bool
+    reason: str = ""
+
+
+def candidate_config(base, candidate: Candidate):
+    """The variant's config message with the candidate's instances and batching."""
+    config = type(base)()
+    config.CopyFrom(base)
+    del config.instance_group[:]
+    config.instance_group.add(count=candidate.instances, kind=base.instance_group[0].kind if base.instance_group else 0)
+    config.dynamic_batching.max_queue_delay_microseconds = candidate.delay_us
+    del config.dynamic_batching.preferred_batch_size[:]
+    config.dynamic_batching.preferred_batch_size.extend(candidate.preferred)
+    return config
+
+
+class Searcher:
+    """Measures candidates on a running server (explicit model control) with perf_analyzer."""
+
+    def __init__(self, repo: Path, ep, analyzer, budgets: dict, load: dict, out: Path):
+        from builders.model_config import parse_pbtxt
+        from builders.repository import read_manifest
+
+        self.repo, self.ep, self.analyzer, self.out = repo, ep, analyzer, out
+        self.budgets, self.load = budgets, load
+        self.manifest = read_manifest(repo)["models"]
+        self.base, self.parse = {}, parse_pbtxt
+        self.results: dict[Candidate, Result] = {}
+
+    def base_config(self, variant: str):
+        if variant not in self.base:
+            path = self.repo / variant / "config.pbtxt"
+            if not path.exists():
+                raise MeasurementError(f"variant {variant!r} is not in {self.repo}")
+            self.base[variant] = self.parse(path.read_text())
+        return self.base[variant]
+
+    def accuracy_ok(self, variant: str, variants: tuple[str, ...]) -> tuple[bool, str]:
+        scores = {v: self.manifest.get(v, {}).get("accuracy") for v in variants}
+        known = [s for s in scores.values() if s is not None]
+        if scores[variant] is None or not known:
+            return True, ""
+        gap = max(known) - scores[variant]
+        ok = gap <= self.budgets["accuracy"]
+        return ok, "" if ok else f"accuracy {scores[variant]:.4f} is {gap:.4f} below the best"
+
+    def measure(self, candidate: Candidate, variants: tuple[str, ...]) -> Result:
+        if candidate in self.results:
+            return self.results[candidate]
+        from google.protobuf import json_format
+
+        from loadtest.perf import Sweep, run_sweep
+
+        step(f"search: measuring {candidate.label()} ({len(self.results) + 1})")
+        config = json_format.MessageToJson(candidate_config(self.base_config(candidate.variant), candidate))
+        with self.ep.client() as client:
+            client.load_model(candidate.variant, config=config, headers=self.ep.admin_headers)
+            try:
+                sweep = Sweep(candidate.variant, "grpc", (self.load["concurrency"],), (), (1,), "none",
+                              self.load["interval_ms"], 10, 50)  # fmt: skip
+                (row,) = run_sweep(sweep, self.ep, self.analyzer, self.out / "raw")
+            finally:
+                client.unload_model(candidate.variant, headers=self.ep.admin_headers)
+        accurate, why = self.accuracy_ok(candidate.variant, variants)
+        fast = row["p99_ms"] <= self.budgets["p99_ms"]
+        reason = why or ("" if fast else f"p99 {row['p99_ms']:.2f} ms > {self.budgets['p99_ms']:g} ms")
+        result = Result(candidate, row["throughput"], row["p99_ms"], accurate and fast, reason)
+        self.results[candidate] = result
+        return result
+
+
+def _score(result: Result) -> float:
+    return result.throughput if result.feasible else -1.0 / (1.0 + result.p99_ms)
+
+
+def exhaustive(space: SearchSpace, searcher: Searcher) -> Result:
+    """Measure every candidate; the best feasible one wins."""
+    results = [searcher.measure(c, space.variants) for c in space.candidates()]
+    return max(results, key=_score)
+
+
+def quick(space: SearchSpace, searcher: Searcher, start: Candidate | None = None) -> Result:
+    """Hill-climb: move to the best neighbour while it improves; stop at a local optimum."""
+    current = searcher.measure(start or space.candidates()[0], space.variants)
+    while True:
+        neighbours = [searcher.measure(n, space.variants) for n in space.neighbours(current.candidate)]
+        best = max(neighbours, key=_score, default=current)
+        if _score(best) <= _score(current):
+            return current
+        current = best
+
+
+def write_back(repo: Path, winner: Candidate, base) -> Path:
+    """Write the winner's config into the repository (config.pbtxt of its variant), atomically."""
+    import os
+
+    from google.protobuf import text_format
+
+    path = repo / winner.variant / "config.pbtxt"
+    partial = path.with_suffix(".partial")
+    partial.write_text(text_format.MessageToString(candidate_config(base, winner)))
+    os.replace(partial, path)
+    return path
+
+
+def report(results: dict, winner: Result, mode: str) -> str:
+    """Every measured candidate, best first, with the verdict."""
+    lines = [f"## {mode}: {len(results)} candidates measured; best: {winner.candidate.label()} "
+             f"({winner.throughput:.1f} infer/s, p99 {winner.p99_ms:.2f} ms)", "",
+             "| candidate | infer/s | p99 ms | feasible | why not |", "|---|---|---|---|---|"]  # fmt: skip
+    for r in sorted(results.values(), key=_score, reverse=True):
+        lines.append(f"| {r.candidate.label()} | {r.throughput:.1f} | {r.p99_ms:.2f} | {'yes' if r.feasible else 'no'} "
+                     f"| {r.reason} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def summary_json(results: dict, winner: Result) -> str:
+    """Machine-readable result of a search."""
+    rows = [{"candidate": r.candidate.label(), "throughput": r.throughput, "p99_ms": r.p99_ms,
+             "feasible": r.feasible, "reason": r.reason} for r in results.values()]  # fmt: skip
+    return json.dumps({"winner": winner.candidate.label(), "measured": len(results), "results": rows}, indent=2)
