@@ -110,15 +110,6 @@ class Searcher:
             self.base[variant] = self.parse(path.read_text())
         return self.base[variant]
 
-    def accuracy_ok(self, variant: str, variants: tuple[str, ...]) -> tuple[bool, str]:
-        scores = {v: self.manifest.get(v, {}).get("accuracy") for v in variants}
-        known = [s for s in scores.values() if s is not None]
-        if scores[variant] is None or not known:
-            return True, ""
-        gap = max(known) - scores[variant]
-        ok = gap <= self.budgets["accuracy"]
-        return ok, "" if ok else f"accuracy {scores[variant]:.4f} is {gap:.4f} below the best"
-
     def measure(self, candidate: Candidate, variants: tuple[str, ...]) -> Result:
         if candidate in self.results:
             return self.results[candidate]
@@ -136,12 +127,22 @@ class Searcher:
                 (row,) = run_sweep(sweep, self.ep, self.analyzer, self.out / "raw")
             finally:
                 client.unload_model(candidate.variant, headers=self.ep.admin_headers)
-        accurate, why = self.accuracy_ok(candidate.variant, variants)
+        accurate, why = accuracy_ok(self.manifest, candidate.variant, variants, self.budgets["accuracy"])
         fast = row["p99_ms"] <= self.budgets["p99_ms"]
         reason = why or ("" if fast else f"p99 {row['p99_ms']:.2f} ms > {self.budgets['p99_ms']:g} ms")
         result = Result(candidate, row["throughput"], row["p99_ms"], accurate and fast, reason)
         self.results[candidate] = result
         return result
+
+
+def accuracy_ok(manifest: dict, variant: str, variants: tuple[str, ...], budget: float) -> tuple[bool, str]:
+    """Whether the variant's accuracy (manifest) is within budget of the best variant's."""
+    scores = {v: manifest.get(v, {}).get("accuracy") for v in variants}
+    known = [s for s in scores.values() if s is not None]
+    if scores[variant] is None or not known:
+        return True, ""
+    gap = max(known) - scores[variant]
+    return (True, "") if gap <= budget else (False, f"accuracy {scores[variant]:.4f} is {gap:.4f} below the best")
 
 
 def _score(result: Result) -> float:

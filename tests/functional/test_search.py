@@ -1,0 +1,51 @@
+"""Config search on a real server in explicit model-control mode."""
+
+import shutil
+
+import pytest
+
+from builders.model_config import parse_pbtxt
+from builders.repository import read_manifest, update_manifest
+from clients.connection import Endpoint
+from loadtest import search
+from loadtest.perf_tools import find_perf_analyzer
+from server import launcher
+
+pytestmark = pytest.mark.functional
+
+
+def test_quick_and_exhaustive_search_and_write_back(served, tmp_path):
+    repo = tmp_path / "repo"
+    for name in ("digits_cnn", "digits_cnn_int8"):
+        shutil.copytree(served.repo / name, repo / name)
+        update_manifest(repo, read_manifest(served.repo)["models"][name])
+    settings = launcher.ServerSettings(repo, *launcher.free_ports(3), state_dir=tmp_path / "state",
+                                       model_control="explicit")  # fmt: skip
+    state = launcher.start(settings)
+    try:
+        ep = Endpoint("grpc", state.grpc_url, state.admin_headers("grpc"), repo)
+        searcher = search.Searcher(repo, ep, find_perf_analyzer(), {"p99_ms": 1000.0, "accuracy": 0.01},
+                                   {"concurrency": 4, "interval_ms": 500}, tmp_path)  # fmt: skip
+        space = search.SearchSpace(("digits_cnn", "digits_cnn_int8"), 1, (0,),
+                                   {"digits_cnn": 16, "digits_cnn_int8": 16})  # fmt: skip
+        quick = search.quick(space, searcher)
+        quick_count = len(searcher.results)
+        best = search.exhaustive(space, searcher)
+    finally:
+        launcher.stop(settings.state_dir)
+    assert len(space.candidates()) == 6 and len(searcher.results) == 6 and 1 <= quick_count <= 6
+    assert best.feasible and best.throughput >= quick.throughput and best.throughput > 0
+    path = search.write_back(repo, best.candidate, searcher.base_config(best.candidate.variant))
+    written = parse_pbtxt(path.read_text())
+    assert written.dynamic_batching.max_queue_delay_microseconds == 0
+    assert list(written.dynamic_batching.preferred_batch_size) == list(best.candidate.preferred)
+    assert "6 candidates measured" in search.report(searcher.results, best, "exhaustive")
+
+
+def test_the_accuracy_budget_uses_the_manifest(served):
+    manifest = read_manifest(served.repo)["models"]
+    variants = ("digits_cnn", "digits_cnn_int8")
+    gap = manifest["digits_cnn"]["accuracy"] - manifest["digits_cnn_int8"]["accuracy"]
+    assert search.accuracy_ok(manifest, "digits_cnn", variants, 0.0)[0]
+    ok, why = search.accuracy_ok(manifest, "digits_cnn_int8", variants, gap / 2 if gap > 0 else -1)
+    assert not ok and "below the best" in why
