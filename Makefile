@@ -76,7 +76,7 @@ demo: install ## Build DEMO_MODELS, serve them, measure with perf_analyzer, prin
 	$(MAKE) --no-print-directory build-engines MODELS="$(DEMO_MODELS)" TARGET=embedded
 	$(PY) -m server start --repo $(REPO) $(SERVER_PORTS) --state-dir $(STATE_DIR)
 	@status=0; \
-	$(PY) -m loadtest perf --models "$(DEMO_MODELS)" --protocol grpc --concurrency "1 4" --interval-ms 1500 --stability 25 \
+	$(PY) -m loadtest perf --models "$(DEMO_MODELS)" --protocol grpc --concurrency "1 4" --interval-ms 1500 \
 		--state-dir $(STATE_DIR) || status=$$?; \
 	$(PY) -m server stop --state-dir $(STATE_DIR); exit $$status
 

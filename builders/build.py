@@ -92,6 +92,7 @@ def build_torch_variant(req: BuildRequest, runtime: repository.TorchRuntime) -> 
     artifacts = {"model.pt": weights, "spec.json": spec_file, "model.py": TORCH_MODEL}
     repository.write_model(req.repo, variant, config, artifacts, req.target)
     entry = {"name": config.name, "target": req.target, "backend": "python", "runtime": "torch",
+             "kind": req.options.kind,
              "precision": runtime.precision, "artifact": f"{config.name}/1/model.pt",
              "sha256": export.file_sha256(weights), "spec": req.spec.to_dict(),
              "torch_runtime": dataclasses.asdict(runtime),
@@ -185,6 +186,7 @@ def _manifest_entry(req, config, artifact, report, started) -> dict:
     return {
         "name": req.spec.name,
         "target": req.target,
+        "kind": req.options.kind,
         "backend": config.backend or config.platform,
         "precision": "fp32",
         "artifact": f"{req.spec.name}/1/model.onnx",

@@ -37,9 +37,9 @@ def install_perf_analyzer():
 @click.option(
     "--stability",
     type=float,
-    default=10.0,
+    default=25.0,
     show_default=True,
-    help="perf_analyzer --stability-percentage: how close 3 windows must be.",
+    help="perf_analyzer --stability-percentage (its own default, 10, rarely holds on a small shared host).",
 )
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Report folder (default reports/<time>).")
 @click.option("--url", default=None)
@@ -53,20 +53,24 @@ def perf(
     from loadtest import perf as sweeps
     from loadtest.perf_tools import find_perf_analyzer
     from loadtest.plots import throughput_vs_latency
+    from loadtest.report import build_report, write_context
 
     ep, analyzer = endpoint(protocol, url, state_dir), find_perf_analyzer()
     out = out or Path("reports") / time.strftime("%Y%m%d-%H%M%S")
     rows = []
     for model in models.replace(",", " ").split():
+        data = sweeps.input_data_file(ep, model, out / "raw" / f"{model}_input.json")
         sweep = sweeps.Sweep(model, protocol, _numbers(concurrency), _numbers(request_rate, float), _numbers(batch),
-                             shared_memory, interval_ms, stability_percent=stability)  # fmt: skip
+                             shared_memory, interval_ms, stability_percent=stability, input_data=data)  # fmt: skip
         rows += sweeps.run_sweep(sweep, ep, analyzer, out / "raw")
     sweeps.write_csv(rows, out / "perf.csv")
     table = sweeps.markdown_table(rows)
     (out / "perf.md").write_text(f"# perf_analyzer sweep\n\n{table}\n")
     throughput_vs_latency(rows, out / "perf.png")
+    write_context(out, endpoint("http", None, state_dir), models.replace(",", " ").split())
+    report = build_report(out, ep.repo, _latest_earlier(out, "perf.csv"))
     click.echo(table)
-    click.echo(f"report: {out}/perf.md (CSV: perf.csv, plot: perf.png)")
+    click.echo(f"report: {report} (and report.html; CSV: perf.csv, plots: *.png)")
 
 
 @cli.command()
@@ -97,8 +101,14 @@ def locust(models, protocol, users, spawn_rate, run_time, processes, rate_per_us
     result = run_locust(run, read_state(state_dir), out)
     table = markdown_table(result["rows"])
     (out / "locust.md").write_text(f"# Locust run\n\n{table}\n")
+    from clients.connection import endpoint
+    from loadtest.report import build_report, write_context
+
+    state = read_state(state_dir)
+    write_context(out, endpoint("http", None, state_dir), [m for m, _ in parsed])
+    report = build_report(out, Path(state.repo))
     click.echo(table)
-    click.echo(f"report: {out}/locust.md (CSV: locust_stats.csv, HTML: locust.html, log: locust.log)")
+    click.echo(f"report: {report} (and report.html; Locust: locust_stats.csv, locust.html, locust.log)")
     if not result["slo_ok"]:
         raise SystemExit("SLO breached: see the log")
     if result["exit_code"]:
@@ -167,6 +177,29 @@ def _run_search_modes(s, space, searcher, mode):
         winner = (s.quick if name == "quick" else s.exhaustive)(space, searcher)
         sections.append(s.report(dict(searcher.results), winner, name))
     return "\n\n".join(sections), winner
+
+
+def _latest_earlier(run: Path, marker: str) -> Path | None:
+    """The most recent earlier run folder beside `run` that holds `marker`."""
+    earlier = sorted(p for p in run.parent.iterdir() if p != run and (p / marker).exists() and p.name < run.name)
+    return earlier[-1] if earlier else None
+
+
+@cli.command()
+@click.argument("run", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option(
+    "--compare",
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    default=None,
+    help="An earlier run folder: show the change of each metric.",
+)
+@click.option("--repo", type=click.Path(path_type=Path), default=Path("model_repository"), show_default=True)
+@user_errors
+def report(run, compare, repo):
+    """(Re)build RUN/report.md and RUN/report.html from what the run folder holds."""
+    from loadtest.report import build_report
+
+    click.echo(f"report: {build_report(run, repo if repo.exists() else None, compare)}")
 
 
 @cli.command("batching-bench")

@@ -32,6 +32,7 @@ class Sweep:
     max_trials: int = 5
     stability_percent: float = 10.0  # perf_analyzer's default; looser on busy hosts
     output_shm_bytes: int = 0  # per output region with shared memory (0: perf_analyzer's default)
+    input_data: Path | None = None  # perf_analyzer --input-data JSON (real payloads for BYTES inputs)
 
     def __post_init__(self):
         if self.shared_memory not in SHARED_MEMORY:
@@ -57,6 +58,8 @@ def perf_args(sweep: Sweep, ep: Endpoint, batch: int, load: tuple[str, str], csv
         "--stability-percentage", f"{sweep.stability_percent:g}",
         "-f", str(csv_path), "--verbose-csv",
     ]  # fmt: skip
+    if sweep.input_data is not None:
+        args += ["--input-data", str(sweep.input_data)]
     if sweep.shared_memory != "none":
         args += ["--shared-memory", sweep.shared_memory]
         if sweep.output_shm_bytes:
@@ -64,6 +67,33 @@ def perf_args(sweep: Sweep, ep: Endpoint, batch: int, load: tuple[str, str], csv
     for key, val in ep.admin_headers.items():  # perf_analyzer reads the (restricted) statistics API
         args += ["-H", f"{key}:{val}"]
     return args
+
+
+def input_data_file(ep: Endpoint, model: str, path: Path) -> Path | None:
+    """perf_analyzer input data for models with BYTES inputs (a real image or text), else None."""
+    import base64
+    import json
+    import struct
+
+    from clients.infer import model_inputs
+    from clients.inputs import example_input
+
+    with ep.client() as client:
+        inputs = model_inputs(client, model)
+    if all(m["datatype"] != "BYTES" for m in inputs):
+        return None
+    sample = {}
+    for i, meta in enumerate(inputs):
+        array = example_input(meta, 1, i)[0]  # one sample, without the batch axis
+        if meta["datatype"] == "BYTES":
+            # b64 holds the serialized BYTES tensor: a little-endian uint32 length before each element
+            blob = b"".join(struct.pack("<I", len(item)) + item for item in array.flat)
+            sample[meta["name"]] = {"b64": base64.b64encode(blob).decode(), "shape": list(array.shape)}
+        else:
+            sample[meta["name"]] = {"content": array.reshape(-1).tolist(), "shape": list(array.shape)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"data": [sample]}))
+    return path
 
 
 def parse_csv(path: Path, sweep: Sweep, batch: int, kind: str) -> list[dict]:
@@ -118,6 +148,16 @@ def write_csv(rows: list[dict], path: Path) -> None:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
+
+
+def read_csv(path: Path) -> list[dict]:
+    """Rows written by write_csv, with their numbers typed again (empty if there is no file)."""
+    if not path.exists():
+        return []
+    text = ("model", "protocol", "load")
+    with open(path, newline="") as handle:
+        return [{k: v if k in text else (int(v) if k == "batch" else float(v)) for k, v in r.items()}
+                for r in csv.DictReader(handle)]  # fmt: skip
 
 
 def markdown_table(rows: list[dict]) -> str:

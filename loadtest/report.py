@@ -1,0 +1,238 @@
+"""Reports people read: report.md and report.html per run folder, with plots and history.
+
+A run folder (reports/<timestamp>/) holds what the measurement commands wrote: perf.csv
+(perf_analyzer), locust_stats.csv (Locust), breakdown.json (per-step latency of ensembles),
+environment.json. The report adds plots (throughput vs p99 per variant, latency breakdown per
+ensemble step, accuracy vs speed per precision), the seeds' table (CPU vs GPU vs TensorRT rows,
+with the reason for a missing row), the environment, and the change against an earlier run.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+from pathlib import Path
+
+from loadtest.perf import read_csv as read_perf
+from loadtest.plots import throughput_vs_latency
+
+Table = tuple[list[str], list[list[str]]]
+
+
+def read_csv(path: Path) -> list[dict]:
+    """Rows of a CSV file (empty if it does not exist)."""
+    if not path.exists():
+        return []
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _num(row: dict, key: str) -> float:
+    return float(row[key])
+
+
+def best_per_model(perf_rows: list[dict]) -> dict[str, dict]:
+    """Per model: the perf row with the highest throughput."""
+    best = {}
+    for row in perf_rows:
+        if row["model"] not in best or _num(row, "throughput") > _num(best[row["model"]], "throughput"):
+            best[row["model"]] = row
+    return best
+
+
+def runtime_class(entry: dict | None) -> str:
+    """CPU, GPU or TensorRT, from a manifest entry."""
+    if entry is None:
+        return "unknown"
+    if entry.get("backend") == "tensorrt_plan":
+        return "TensorRT"
+    return "GPU" if entry.get("kind") == "KIND_GPU" else "CPU"
+
+
+def seeds_table(perf_rows: list[dict], manifest: dict, environment: dict) -> Table:
+    """CPU vs GPU vs TensorRT rows (best measured variant of each), or the reason for none."""
+    best = best_per_model(perf_rows)
+    by_class: dict[str, list[dict]] = {}
+    for model, row in best.items():
+        by_class.setdefault(runtime_class(manifest.get(model)), []).append(row)
+    reasons = {"GPU": "no GPU variant measured in this run" if environment.get("host", {}).get("gpu") else
+               "no CUDA GPU on this host", "TensorRT": "no TensorRT plan measured (TensorRT builds in the NGC "
+               "container: make build-engines-docker)"}  # fmt: skip
+    rows = []
+    for cls in ("CPU", "GPU", "TensorRT"):
+        for row in by_class.get(cls, []):
+            rows.append([cls, row["model"], f"{_num(row, 'p50_ms'):.2f}", f"{_num(row, 'throughput'):.1f}",
+                         f"b{row['batch']} {_point(row)}", ""])  # fmt: skip
+        if cls not in by_class:
+            rows.append([cls, "—", "—", "—", "—", reasons.get(cls, "")])
+    return ["runtime", "model", "p50 ms", "best infer/s", "at", "why missing"], rows
+
+
+def perf_table(perf_rows: list[dict]) -> Table:
+    """Every perf_analyzer point."""
+    head = ["model", "proto", "batch", "load", "infer/s", "p50 ms", "p99 ms", "queue µs", "infer µs"]
+    rows = [[r["model"], r["protocol"], r["batch"], _point(r), f"{_num(r, 'throughput'):.1f}",
+             f"{_num(r, 'p50_ms'):.2f}", f"{_num(r, 'p99_ms'):.2f}", f"{_num(r, 'queue_us'):.0f}",
+             f"{_num(r, 'compute_infer_us'):.0f}"] for r in perf_rows]  # fmt: skip
+    return head, rows
+
+
+def _point(row: dict) -> str:
+    return f"{row['load']} {float(row['level']):g}"
+
+
+def _change(new: dict, old: dict, key: str) -> str:
+    before = _num(old, key)
+    return f"{100 * (_num(new, key) / before - 1):+.1f}%" if before else "n/a"
+
+
+def _key(row: dict) -> tuple:
+    return row["model"], row["protocol"], row["batch"], row["load"], float(row["level"])
+
+
+def history_table(current: list[dict], earlier: list[dict]) -> Table:
+    """Change of throughput and p99 per matching point against an earlier run."""
+    before = {_key(r): r for r in earlier}
+    rows = []
+    for row in current:
+        old = before.get(_key(row))
+        if old is None:
+            continue
+        tput = f"{_num(old, 'throughput'):.1f} → {_num(row, 'throughput'):.1f}"
+        p99 = f"{_num(old, 'p99_ms'):.2f} → {_num(row, 'p99_ms'):.2f}"
+        point = f"b{row['batch']} {_point(row)}"
+        rows.append([row["model"], point, tput, _change(row, old, "throughput"), p99, _change(row, old, "p99_ms")])
+    return ["model", "point", "infer/s", "Δ infer/s", "p99 ms", "Δ p99"], rows
+
+
+def locust_table(rows: list[dict]) -> Table:
+    """Locust's per-request stats."""
+    head = ["request", "type", "requests", "failures", "req/s", "p50 ms", "p99 ms"]
+    return head, [[r["Name"], r["Type"], r["Request Count"], r["Failure Count"], f"{float(r['Requests/s']):.1f}",
+                   r["50%"], r["99%"]] for r in rows if r.get("Request Count", "0") != "0"]  # fmt: skip
+
+
+def breakdown_plot(breakdown: dict, path: Path) -> Path | None:
+    """Stacked bars: per ensemble step, µs in queue / input / infer / output."""
+    if not breakdown:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [(ensemble, r) for ensemble, rows in breakdown.items() for r in rows if r["model"] != ensemble]
+    fig, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * len(steps)))
+    left = [0.0] * len(steps)
+    for phase in ("queue", "compute_input", "compute_infer", "compute_output"):
+        values = [r[f"{phase}_us"] for _, r in steps]
+        ax.barh([f"{e}: {r['model']}" for e, r in steps], values, left=left, label=phase)
+        left = [a + b for a, b in zip(left, values)]
+    ax.set_xlabel("µs per request")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def accuracy_plot(perf_rows: list[dict], manifest: dict, path: Path) -> Path | None:
+    """Accuracy (manifest) against best throughput, one point per variant with an accuracy."""
+    known = {m: r for m, r in best_per_model(perf_rows).items() if manifest.get(m, {}).get("accuracy") is not None}
+    points = [(m, _num(r, "throughput"), manifest[m]["accuracy"], manifest[m].get("precision", "?"))
+              for m, r in known.items()]  # fmt: skip
+    if not points:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for model, tput, accuracy, precision in points:
+        ax.scatter(tput, accuracy)
+        ax.annotate(f"{model} ({precision})", (tput, accuracy), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set_xlabel("best throughput (infer/s)")
+    ax.set_ylabel("held-out accuracy")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _markdown_table(table: Table) -> str:
+    head, rows = table
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(map(str, r)) + " |" for r in rows])
+
+
+def _html_table(table: Table) -> str:
+    head, rows = table
+    cells = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><tr>{cells}</tr>{body}</table>"
+
+
+def build_report(run: Path, repo: Path | None, earlier: Path | None = None) -> Path:
+    """Write run/report.md and run/report.html from what the run folder holds; return the md path."""
+    perf_rows, environment = read_perf(run / "perf.csv"), _json(run / "environment.json")
+    manifest = _json(repo / "manifest.json").get("models", {}) if repo else {}
+    sections: list[tuple[str, Table | None, Path | None]] = [
+        ("CPU vs GPU vs TensorRT", seeds_table(perf_rows, manifest, environment), None)]  # fmt: skip
+    if perf_rows:
+        plot = throughput_vs_latency(perf_rows, run / "perf.png")
+        sections.append(("perf_analyzer: every point", perf_table(perf_rows), plot))
+        sections.append(("Accuracy vs speed", None, accuracy_plot(perf_rows, manifest, run / "accuracy_speed.png")))
+    breakdown = _json(run / "breakdown.json")
+    if breakdown:
+        sections.append(("Latency per ensemble step", None, breakdown_plot(breakdown, run / "breakdown.png")))
+    locust = read_csv(run / "locust_stats.csv")
+    if locust:
+        sections.append(("Locust", locust_table(locust), None))
+    if earlier is not None:
+        history = history_table(perf_rows, read_perf(earlier / "perf.csv"))
+        sections.append((f"Change against {earlier.name}", history, None))
+    _write(run, sections, environment)
+    return run / "report.md"
+
+
+def write_context(run: Path, ep, models: list[str]) -> None:
+    """environment.json (versions, host, server) and breakdown.json (ensembles) for a run folder."""
+    from builders.environment import host_info, tool_versions
+    from clients.breakdown import breakdown, ensemble_steps
+
+    with ep.client() as client:
+        server = client.get_server_metadata()
+        ensembles = [m for m in models if ensemble_steps(client, m)]
+    version = server["version"] if isinstance(server, dict) else server.version
+    environment = {"versions": tool_versions(), "host": host_info(), "tritonserver": version}
+    (run / "environment.json").write_text(json.dumps(environment, indent=2))
+    steps = {m: breakdown(ep, m) for m in ensembles} if ep.admin_headers else {}
+    (run / "breakdown.json").write_text(json.dumps(steps, indent=2))
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _write(run: Path, sections, environment: dict) -> None:
+    md, body = [f"# Report: {run.name}"], []
+    for title, table, image in sections:
+        md.append(f"## {title}")
+        body.append(f"<h2>{html.escape(title)}</h2>")
+        if table is not None:
+            md.append(_markdown_table(table))
+            body.append(_html_table(table))
+        if image is not None:
+            md.append(f"![{title}]({image.name})")
+            body.append(f'<img src="{image.name}" alt="{html.escape(title)}">')
+    env = json.dumps(environment, indent=2)
+    md.append(f"## Environment\n\n```json\n{env}\n```")
+    body.append(f"<h2>Environment</h2><pre>{html.escape(env)}</pre>")
+    (run / "report.md").write_text("\n\n".join(md) + "\n")
+    style = "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc}"
+    (run / "report.html").write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>{run.name}</title>"
+                                     f"<style>{style}</style></head><body><h1>Report: {run.name}</h1>{''.join(body)}"
+                                     "</body></html>\n")  # fmt: skip
