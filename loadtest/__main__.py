@@ -179,6 +179,30 @@ def _run_search_modes(s, space, searcher, mode):
     return "\n\n".join(sections), winner
 
 
+@cli.command()
+@click.option("--models", default="digits_cnn", show_default=True, help="Models to reconcile on (p50 >> 1 ms).")
+@click.option("--protocol", type=click.Choice(["http", "grpc"]), default="grpc", show_default=True)
+@click.option("--concurrency", type=int, default=4, show_default=True)
+@click.option("--seconds", type=int, default=12, show_default=True, help="Per tool and model.")
+@click.option("--out", type=click.Path(path_type=Path), default=None)
+@click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
+@user_errors
+def reconcile(models, protocol, concurrency, seconds, out, state_dir):
+    """Locust vs perf_analyzer p50 at matched load on the server of `make serve` (agree within 15%?)."""
+    from clients.connection import endpoint
+    from loadtest import reconcile as rec
+    from loadtest.perf_tools import find_perf_analyzer
+    from server.launcher import read_state
+
+    out = out or Path("reports") / time.strftime("reconcile-%Y%m%d-%H%M%S")
+    ep, state, analyzer = endpoint(protocol, None, state_dir), read_state(state_dir), find_perf_analyzer()
+    results = [rec.reconcile(state, ep, analyzer, m, concurrency, seconds, out / m) for m in models.split()]
+    text = rec.markdown(results)
+    (out / "reconcile.md").write_text(f"# Locust vs perf_analyzer\n\n{text}\n")
+    click.echo(text)
+    click.echo(f"report: {out}/reconcile.md")
+
+
 def _latest_earlier(run: Path, marker: str) -> Path | None:
     """The most recent earlier run folder beside `run` that holds `marker`."""
     earlier = sorted(p for p in run.parent.iterdir() if p != run and (p / marker).exists() and p.name < run.name)

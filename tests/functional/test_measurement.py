@@ -62,3 +62,14 @@ def test_locust_counts_server_errors_as_failures(served, tmp_path):
     result = locust_run.run_locust(run, served.state, tmp_path)
     row = result["rows"][0]
     assert row["requests"] > 0 and row["failures"] == row["requests"] and result["exit_code"] == 1
+
+
+def test_reconciliation_measures_both_tools_at_the_same_load(served, tmp_path):
+    from loadtest import reconcile
+
+    ep = served.endpoint("grpc")
+    result = reconcile.reconcile(served.state, ep, find_perf_analyzer(), "resnet18_64", 2, 4, tmp_path)
+    assert result.perf_p50_ms > 0 and result.locust_p50_ms > 0 and result.locust_tput > 0
+    assert result.agrees == (result.gap <= reconcile.TOLERANCE)
+    text = reconcile.markdown([result])
+    assert "resnet18_64" in text and ("agree" in text if result.agrees else "Why they can differ" in text)
