@@ -231,9 +231,10 @@ def report(run, compare, repo):
 @click.option("--concurrency", default="1 4 16", show_default=True)
 @click.option("--max-queue-delay-us", type=int, default=1000, show_default=True)
 @click.option("--interval-ms", type=int, default=2000, show_default=True)
+@click.option("--gpu", is_flag=True, help="Serve with the torch runtime (fp16, CUDA graphs) on KIND_GPU instances.")
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
-def batching_bench(models, concurrency, max_queue_delay_us, interval_ms, out):
+def batching_bench(models, concurrency, max_queue_delay_us, interval_ms, gpu, out):
     """Throughput and latency for {no batching, dynamic batching} x {1, 2 instances} x concurrency."""
     from builders import zoo
     from clients.connection import Endpoint
@@ -245,7 +246,7 @@ def batching_bench(models, concurrency, max_queue_delay_us, interval_ms, out):
     out = out or Path("reports") / time.strftime("batching-%Y%m%d-%H%M%S")
     repo, variants = out / "repo", {}
     for name in models.split():
-        variants.update(bench.build_variants(zoo.get_spec(name), repo, out / "work", max_queue_delay_us))
+        variants.update(bench.build_variants(zoo.get_spec(name), repo, out / "work", max_queue_delay_us, gpu))
     settings = launcher.ServerSettings(repo, *launcher.free_ports(3), state_dir=out / "state")
     state = launcher.start(settings)
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 
@@ -15,24 +16,39 @@ def _variant_name(model: str, batching: bool, instances: int) -> str:
     return f"{model}_{'dynbatch' if batching else 'nobatch'}_i{instances}"
 
 
-def build_variants(spec, repo: Path, work: Path, delay_us: int) -> dict:
-    """Build the model once, then write its four serving variants; name -> (batching, instances)."""
+def build_variants(spec, repo: Path, work: Path, delay_us: int, gpu: bool = False) -> dict:
+    """Build the model once, then write its four serving variants; name -> (model, batching, instances).
+
+    CPU: ONNX Runtime (threads per instance = cores / instances). GPU: the torch runtime in fp16
+    with CUDA graphs on KIND_GPU instances.
+    """
     from builders import repository
     from builders.build import BuildRequest, build_model
 
     build_model(BuildRequest(spec, "embedded", work / "scratch_repo", work))
-    onnx = work / spec.name / "model.onnx"
-    cores = os.cpu_count() or 1
-    variants = {}
+    cores, variants = os.cpu_count() or 1, {}
     for batching, instances in VARIANTS:
-        name = _variant_name(spec.name, batching, instances)
+        variant = dataclasses.replace(spec, name=_variant_name(spec.name, batching, instances))
         options = repository.ServingOptions(instances=instances, max_queue_delay_us=delay_us, dynamic_batching=batching,
-                                            intra_op_threads=max(1, cores // instances))  # fmt: skip
-        variant = dataclasses.replace(spec, name=name)
-        repository.write_model(repo, variant, repository.model_config(variant, "embedded", options),
-                               {"model.onnx": onnx}, "embedded")  # fmt: skip
-        variants[name] = (spec.name, batching, instances)
+                                            intra_op_threads=max(1, cores // instances),
+                                            kind="KIND_GPU" if gpu else "KIND_CPU")  # fmt: skip
+        config, artifacts = _serving(spec, variant, options, work, gpu)
+        repository.write_model(repo, variant, config, artifacts, "embedded")
+        variants[variant.name] = (spec.name, batching, instances)
     return variants
+
+
+def _serving(spec, variant, options, work: Path, gpu: bool):
+    from builders import repository
+    from builders.backends import TORCH_MODEL
+
+    if not gpu:
+        return repository.model_config(variant, "embedded", options), {"model.onnx": work / spec.name / "model.onnx"}
+    runtime = repository.TorchRuntime("fp16", channels_last=True, cuda_graphs=True)
+    config = dataclasses.replace(repository.torch_config(spec, runtime, options), name=variant.name)
+    (work / spec.name / "spec.json").write_text(json.dumps(spec.to_dict()))
+    return config, {"model.pt": work / spec.name / "model.pt", "spec.json": work / spec.name / "spec.json",
+                    "model.py": TORCH_MODEL}  # fmt: skip
 
 
 def measure(variants: dict, ep, analyzer, concurrency: tuple, interval_ms: int, raw: Path) -> list[dict]:
