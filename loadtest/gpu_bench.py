@@ -16,6 +16,7 @@ from pathlib import Path
 
 from builders.cli_support import step
 from loadtest.perf import markdown_table as perf_markdown
+from loadtest.plots import pyplot, save
 
 
 @dataclass
@@ -165,10 +166,7 @@ def markdown(rows: list[BenchRow], header: str) -> str:
 
 def plot(rows: list[BenchRow], path: Path) -> Path:
     """Bars: in-process vs served throughput per runtime (log scale)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     measured = [r for r in rows if r.inproc_tput]
     fig, ax = plt.subplots(figsize=(9, 4.5))
@@ -182,10 +180,7 @@ def plot(rows: list[BenchRow], path: Path) -> Path:
     ax.set_ylabel("images/s")
     ax.legend()
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 @dataclass(frozen=True)

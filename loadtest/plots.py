@@ -5,12 +5,27 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def throughput_vs_latency(rows: list[dict], path: Path) -> Path:
-    """Throughput against p99 latency, one line per (model, protocol, batch)."""
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save(fig, path: Path) -> Path:
+    """Lay out, write as PNG and close a figure."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    pyplot().close(fig)
+    return path
+
+
+def throughput_vs_latency(rows: list[dict], path: Path) -> Path:
+    """Throughput against p99 latency, one line per (model, protocol, batch)."""
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for key in sorted({(r["model"], r["protocol"], r["batch"]) for r in rows}):
@@ -27,7 +42,4 @@ def throughput_vs_latency(rows: list[dict], path: Path) -> Path:
     ax.set_title("Throughput vs p99 latency, log scales (labels: load level)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from loadtest.perf import read_csv as read_perf
-from loadtest.plots import throughput_vs_latency
+from loadtest.plots import pyplot, save, throughput_vs_latency
 
 Table = tuple[list[str], list[list[str]]]
 
@@ -117,10 +117,7 @@ def breakdown_plot(breakdown: dict, path: Path) -> Path | None:
     """Stacked bars: per ensemble step, µs in queue / input / infer / output."""
     if not breakdown:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     steps = [(ensemble, r) for ensemble, rows in breakdown.items() for r in rows if r["model"] != ensemble]
     fig, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * len(steps)))
@@ -131,10 +128,7 @@ def breakdown_plot(breakdown: dict, path: Path) -> Path | None:
         left = [a + b for a, b in zip(left, values)]
     ax.set_xlabel("µs per request")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def accuracy_plot(perf_rows: list[dict], manifest: dict, path: Path) -> Path | None:
@@ -144,10 +138,7 @@ def accuracy_plot(perf_rows: list[dict], manifest: dict, path: Path) -> Path | N
               for m, r in known.items()]  # fmt: skip
     if not points:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for model, tput, accuracy, precision in points:
@@ -156,10 +147,7 @@ def accuracy_plot(perf_rows: list[dict], manifest: dict, path: Path) -> Path | N
     ax.set_xlabel("best throughput (infer/s)")
     ax.set_ylabel("held-out accuracy")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def _markdown_table(table: Table) -> str:
