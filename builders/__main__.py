@@ -17,7 +17,16 @@ def _split(value: str) -> list[str]:
 
 
 @cli.command()
-@click.option("--models", default="digits_cnn", show_default=True, help="Zoo models, space- or comma-separated.")
+@click.option(
+    "--models", default="", help="Zoo models, space- or comma-separated (default: digits_cnn, unless --spec is given)."
+)
+@click.option(
+    "--spec",
+    "spec_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A TOML file declaring your own models (README, 'Your own models'); with --models, both are built.",
+)
 @click.option(
     "--target",
     type=click.Choice(["auto", "embedded", "ngc"]),
@@ -67,6 +76,7 @@ def _split(value: str) -> list[str]:
 @user_errors
 def build(
     models,
+    spec_file,
     target,
     repo,
     work_dir,
@@ -83,31 +93,47 @@ def build(
     calibration,
     pipelines,
 ):
-    """Build MODELS into the repository REPO, one validated model at a time."""
+    """Build MODELS (zoo) and the models of --spec into the repository REPO, one validated model at a time."""
+    from builders import spec_file as spec_files
     from builders import zoo
-    from builders.build import BuildRequest, build_model
+    from builders.build import BuildRequest
     from builders.repository import ServingOptions, default_target
 
     target = default_target() if target == "auto" else target
     preferred = tuple(int(b) for b in _split(preferred_batch))
     options = ServingOptions(instances, kind, max_queue_delay_us, preferred, not no_dynamic_batching, intra_op_threads)
-    names = _split(models)
-    specs = [zoo.get_spec(n, weights=weights, max_batch_size=max_batch) for n in names]
-    for i, spec in enumerate(specs, start=1):
-        step(f"[{i}/{len(specs)}] {spec.name}")
-        request = BuildRequest(spec, target, repo, work_dir, options, force, tuple(_split(precisions)), calibration)
-        entry = build_model(request)
-        if pipelines:
-            _write_pipelines(repo, spec, options)
-        accuracy = f", held-out accuracy {entry['accuracy']:.4f}" if entry.get("accuracy") is not None else ""
-        click.echo(f"built {spec.name} ({target}, {entry['backend']}) in {entry['build_seconds']} s{accuracy}")
+    names = _split(models) or ([] if spec_file else ["digits_cnn"])
+    requests = [
+        (BuildRequest(zoo.get_spec(n, weights=weights, max_batch_size=max_batch), target, repo, work_dir, options,
+                      force, tuple(_split(precisions)), calibration), pipelines)
+        for n in names
+    ]  # fmt: skip
+    for user in spec_files.load(spec_file) if spec_file else []:
+        request = BuildRequest(user.spec, target, repo, work_dir, user.serving, force, user.precisions,
+                               user.calibration or calibration, user.eval_data)  # fmt: skip
+        requests.append((request, pipelines and user.pipelines))
+    for i, (request, with_pipelines) in enumerate(requests, start=1):
+        step(f"[{i}/{len(requests)}] {request.spec.name}")
+        _build_one(request, with_pipelines)
     click.echo(f"repository ready: {repo} (manifest: {repo / 'manifest.json'})")
+
+
+def _build_one(request, with_pipelines: bool) -> None:
+    from builders.build import build_model
+
+    entry = build_model(request)
+    if with_pipelines:
+        _write_pipelines(request.repo, request.spec, request.options)
+    accuracy = f", held-out accuracy {entry['accuracy']:.4f}" if entry.get("accuracy") is not None else ""
+    click.echo(
+        f"built {request.spec.name} ({request.target}, {entry['backend']}) in {entry['build_seconds']} s{accuracy}"
+    )
 
 
 def _write_pipelines(repo, spec, options):
     from builders import pipelines
 
-    if spec.preprocessing and spec.labels:
+    if spec.preprocessing and spec.labels and len(spec.inputs) == 1:
         names = pipelines.write_image_pipelines(repo, spec, options=options)
     elif spec.builder == "sentence_encoder":
         from builders.zoo.text import model_dir
@@ -171,13 +197,19 @@ def guard(repo, image):
 
 
 @cli.command("list")
-def list_models():
-    """List the models of the zoo."""
+@click.option("--spec", "spec_file", type=click.Path(path_type=Path), default=None, help="Also list (and validate) it.")
+@user_errors
+def list_models(spec_file):
+    """List the models of the zoo (and of a spec file, validated)."""
+    from builders import spec_file as spec_files
     from builders import zoo
 
-    for name in zoo.available():
-        spec = zoo.get_spec(name)
-        click.echo(f"{name:12s} inputs={[(t.name, t.dims) for t in spec.inputs]} max_batch={spec.max_batch_size}")
+    specs = [zoo.get_spec(name) for name in zoo.available()]
+    specs += [user.spec for user in spec_files.load(spec_file)] if spec_file else []
+    for spec in specs:
+        tensors = lambda ts: [(t.name, t.dtype, list(t.dims)) for t in ts]  # noqa: E731
+        click.echo(f"{spec.name:16s} inputs={tensors(spec.inputs)} outputs={tensors(spec.outputs)} "
+                   f"max_batch={spec.max_batch_size}")  # fmt: skip
 
 
 if __name__ == "__main__":

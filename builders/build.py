@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from builders import export, quantize, repository, validate, zoo
+from builders import export, quantize, repository, user_models, validate, zoo
 from builders.cli_support import step
 from builders.environment import host_info, tool_versions
 from builders.errors import SpecError
@@ -28,6 +28,7 @@ class BuildRequest:
     force: bool = False
     precisions: tuple[str, ...] = ("fp32",)
     calibration: Path | None = None
+    eval_data: Path | None = None  # .npz: one array per input and "labels", for the INT8 accuracy gate
 
     def __post_init__(self):
         unknown = [p for p in self.precisions if p not in ("fp32", "int8")]
@@ -52,9 +53,12 @@ def _validated_artifact(req: BuildRequest, built: zoo.BuiltModel | None) -> tupl
     out_dir, digest = req.work_dir / req.spec.name, build_hash(req.spec)
     earlier = None if req.force or built is not None else export.up_to_date(out_dir, digest)
     report = _passed_report(out_dir) if earlier else None
-    if earlier and report and (out_dir / "model.pt").exists():
+    has_torch = (out_dir / "model.pt").exists() or req.spec.builder == user_models.ONNX
+    if earlier and report and has_torch:
         step(f"{req.spec.name}: inputs unchanged, reusing {earlier.path} (use --force to rebuild)")
         return earlier, report
+    if req.spec.builder == user_models.ONNX:
+        return _imported_artifact(req.spec, out_dir, digest)
     if built is None:
         step(f"{req.spec.name}: building the torch module ({req.spec.builder}, weights={req.spec.weights})")
         built = zoo.build_module(req.spec)
@@ -63,9 +67,39 @@ def _validated_artifact(req: BuildRequest, built: zoo.BuiltModel | None) -> tupl
     step(f"{req.spec.name}: exporting to ONNX (opset {req.spec.opset}, dynamic batch 1..{req.spec.max_batch_size})")
     result = export.export_onnx(built.module, req.spec, out_dir, digest, built.metrics)
     save_state_dict(built.module, out_dir)
+    save_program(built.module, req.spec, out_dir)
     step(f"{req.spec.name}: validating PyTorch vs ONNX Runtime on batches {list(req.spec.validation_batch_sizes)}")
     report = validate.validate(built.module, result.path, req.spec, sample_data=built.sample_data)
     return result, report
+
+
+def _imported_artifact(spec: ModelSpec, out_dir: Path, digest: str) -> tuple[export.ExportResult, dict]:
+    from builders import onnx_import
+
+    step(f"{spec.name}: importing {spec.builder_args['onnx']} (checker, shape inference, tensors vs the spec)")
+    result = onnx_import.import_onnx(spec, out_dir, digest)
+    step(f"{spec.name}: running it in ONNX Runtime on the spec's shapes (batches {list(spec.validation_batch_sizes)})")
+    return result, onnx_import.validate_runs(spec, result.path)
+
+
+def save_program(module, spec: ModelSpec, out_dir: Path) -> Path:
+    """The module as a torch.export program (model.pt2): the torch runtime loads it without the model's source."""
+    import torch
+
+    example = export.sample_inputs(spec, batch=2)
+    args = tuple(torch.from_numpy(example[t.name]) for t in spec.inputs)
+    shapes = export.shapes_for(module, spec)
+    path, partial = out_dir / "model.pt2", out_dir / "model.partial.pt2"
+    try:
+        with torch.no_grad():
+            program = torch.export.export(module, args, dynamic_shapes=shapes)
+        torch.export.save(program, str(partial))
+        partial.replace(path)
+    except Exception as err:  # torch raises many types; the ONNX path does not need this artifact
+        partial.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
+        step(f"{spec.name}: no torch.export program for the torch runtime ({type(err).__name__}: {err})")
+    return path
 
 
 def save_state_dict(module, out_dir: Path) -> Path:
@@ -132,12 +166,13 @@ def build_model(req: BuildRequest, built: zoo.BuiltModel | None = None) -> dict:
 def build_int8(req: BuildRequest, fp32: export.ExportResult, fp32_entry: dict) -> dict:
     """Quantize the FP32 ONNX model to QDQ INT8, gate its accuracy, serve it as <model>_int8."""
     spec, started = req.spec, time.time()
-    data = zoo.reference_data(spec)
-    calibration = quantize.calibration_data(spec, req.calibration, data.get("calibration"))
+    data = reference_feeds(spec, req.eval_data)
+    calibration = quantize.calibration_feeds(spec, req.calibration, data.get("calibration"))
     out = req.work_dir / spec.name / "model.int8.onnx"
-    step(f"{spec.name}: quantizing to INT8 (QDQ) on {len(calibration)} calibration samples")
+    samples = len(next(iter(calibration.values())))
+    step(f"{spec.name}: quantizing to INT8 (QDQ) on {samples} calibration samples")
     result = quantize.quantize(fp32.path, out, spec, calibration, for_tensorrt=req.target == "ngc")
-    report = _int8_report(spec, fp32.path, result, data)
+    report = _int8_report(spec, fp32.path, result, {**data, "calibration": calibration})
     variant = dataclasses.replace(spec, name=f"{spec.name}_int8")
     config = repository.model_config(variant, req.target, req.options)
     step(f"{spec.name}: writing {req.repo / variant.name} (INT8, target {req.target})")
@@ -150,33 +185,59 @@ def build_int8(req: BuildRequest, fp32: export.ExportResult, fp32_entry: dict) -
     return entry
 
 
+def reference_feeds(spec: ModelSpec, eval_data: Path | None) -> dict:
+    """Data for INT8 work, inputs as dicts by name: 'calibration' (may be absent), and 'x', 'y' where labeled.
+
+    Args:
+        eval_data: an .npz with one array per input and 'labels' (held-out data of a user model).
+    """
+    import numpy as np
+
+    data = zoo.reference_data(spec) if spec.builder not in user_models.USER_BUILDERS else {}
+    first = spec.inputs[0].name
+    feeds = {k: {first: v} for k, v in data.items() if k in ("calibration", "x") and not isinstance(v, dict)}
+    out = {**data, **feeds}
+    if eval_data is not None:
+        with np.load(eval_data, allow_pickle=False) as archive:
+            arrays = {k: archive[k] for k in archive.files}
+        if "labels" not in arrays:
+            raise SpecError(f"eval_data {eval_data} has no 'labels' array: save it with numpy.savez(..., labels=y)")
+        out.update(x=quantize.calibration_feeds(spec, eval_data, None), y=arrays["labels"])
+    return out
+
+
 def _int8_report(spec: ModelSpec, fp32_path: Path, result: quantize.QuantizeResult, data: dict) -> dict:
     from builders.speed import side_by_side
 
-    name = spec.inputs[0].name
-    batch = data.get("x", data["calibration"])[:32]
-    speed = side_by_side({"fp32": fp32_path, "int8": result.path}, name, batch)
+    feeds = data.get("x", data["calibration"])
+    batch = {k: v[:32] for k, v in feeds.items()}
+    speed = side_by_side({"fp32": fp32_path, "int8": result.path}, batch)
     details = {"quantizer": result.quantizer, "calibration_samples": result.samples, "activations": result.activations,
                "cpu_throughput_batch32": speed, "int8_speedup": round(speed["int8"] / speed["fp32"], 2)}  # fmt: skip
     step(f"{spec.name}: CPU throughput at batch 32, FP32 {speed['fp32']:.0f}/s vs INT8 {speed['int8']:.0f}/s")
     report_path = result.path.with_name("validation.int8.json")
     if "y" not in data:
         return _agreement_report(spec, fp32_path, result.path, data["calibration"], report_path, details)
-    fp32_acc = quantize.onnx_accuracy(fp32_path, data["x"], data["y"], name)
-    int8_acc = quantize.onnx_accuracy(result.path, data["x"], data["y"], name)
+    fp32_acc = quantize.onnx_accuracy(fp32_path, data["x"], data["y"])
+    int8_acc = quantize.onnx_accuracy(result.path, data["x"], data["y"])
     step(f"{spec.name}: held-out accuracy FP32 {fp32_acc:.4f} vs INT8 {int8_acc:.4f}")
     return {**quantize.accuracy_gate(spec, fp32_acc, int8_acc, report_path, details), "gate": "held-out accuracy"}
 
 
-def _agreement_report(spec, fp32_path, int8_path, x, report_path, details) -> dict:
-    """Without labels: record top-1 agreement of INT8 with FP32 (no gate: nothing to judge by)."""
+def _agreement_report(spec, fp32_path, int8_path, feeds, report_path, details) -> dict:
+    """Without labels: record agreement of INT8 with FP32 on the first output (no gate: nothing to judge by)."""
+    import numpy as np
     import onnxruntime as ort
 
-    outs = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {spec.inputs[0].name: x})[0]
+    outs = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
             for p in (fp32_path, int8_path)]  # fmt: skip
-    agreement = float((outs[0].argmax(1) == outs[1].argmax(1)).mean())
-    report = {"model": spec.name, "precision": "int8", "top1_agreement_with_fp32": agreement, "passed": True,
-              "gate": "none (no labeled data: calibrate and evaluate on your own data)", **details}  # fmt: skip
+    flat = [o.reshape(len(o), -1) for o in outs]
+    agreement = float((flat[0].argmax(1) == flat[1].argmax(1)).mean())
+    error = float(np.abs(outs[0] - outs[1]).max()) if outs[0].dtype.kind == "f" else 0.0
+    report = {"model": spec.name, "precision": "int8", "top1_agreement_with_fp32": agreement,
+              "max_abs_difference_first_output": error, "passed": True,
+              "gate": "none (no labeled data: give eval_data, or calibrate and evaluate on your own data)",
+              **details}  # fmt: skip
     report_path.write_text(json.dumps(report, indent=2))
     return report
 

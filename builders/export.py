@@ -52,34 +52,69 @@ def up_to_date(out_dir: Path, build_hash: str) -> ExportResult | None:
     return ExportResult(path, stamp["sha256"], reused=True, metrics=stamp.get("metrics", {}))
 
 
-def sample_inputs(spec: ModelSpec, batch: int, seed: int = 0) -> dict:
-    """Random inputs (numpy) for every input of the spec; dynamic axes get size 8."""
+def sample_inputs(spec: ModelSpec, batch: int, seed: int = 0, lengths: dict | None = None) -> dict:
+    """Random inputs (numpy) for every input of the spec.
+
+    Args:
+        lengths: axis name -> length for the dynamic axes; others get spec.sample_length(axis).
+    """
     import numpy as np
 
     rng = np.random.default_rng(seed)
+    lengths = lengths or {}
     feeds = {}
     for tensor in spec.inputs:
-        shape = (batch, *[8 if d == -1 else d for d in tensor.dims])
-        if tensor.dtype.startswith("FP"):
-            feeds[tensor.name] = rng.standard_normal(shape).astype(tensor.numpy_dtype)
-        else:
-            feeds[tensor.name] = rng.integers(0, 100, shape).astype(tensor.numpy_dtype)
+        named = tensor.dynamic_axes()
+        shape = [lengths.get(named[i]) or spec.sample_length(named[i]) if i in named else d
+                 for i, d in enumerate(tensor.dims, start=1)]  # fmt: skip
+        feeds[tensor.name] = random_values(rng, tensor, (batch, *shape))
     return feeds
 
 
-def _dynamic_shapes(spec: ModelSpec) -> dict:
+def random_values(rng, tensor: TensorSpec, shape: tuple):
+    """Random values of a tensor's dtype within its value_range (see TensorSpec)."""
+    import numpy as np
+
+    dtype = np.dtype(tensor.numpy_dtype)
+    low, high = tensor.value_range or (None, None)
+    if dtype.kind == "f":
+        values = rng.standard_normal(shape) if low is None else rng.uniform(low, high, shape)
+        return values.astype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, shape).astype(dtype)
+    low, high = (0, 100) if low is None else (int(low), int(high))
+    return rng.integers(low, high, shape).astype(dtype)
+
+
+def dynamic_shapes(spec: ModelSpec) -> dict:
     import torch
 
     batch = torch.export.Dim("batch", min=1, max=max(spec.max_batch_size, 2))
-    # A dynamic axis at the same position is the same length in every input (e.g. the sequence).
-    top = spec.builder_args.get("max_seq")
-    axes_by_position = {i: torch.export.Dim(f"dim{i}", min=1, max=top) if top else torch.export.Dim(f"dim{i}", min=1)
-                        for t in spec.inputs for i, d in enumerate(t.dims, start=1) if d == -1}  # fmt: skip
+    axes = {}  # one torch Dim per axis name: inputs that share a name share the length
+    for tensor in spec.inputs:
+        for name in tensor.axes:
+            low, high = spec.axis_range(name)
+            axes.setdefault(
+                name, torch.export.Dim(name, min=low, max=high) if high else torch.export.Dim(name, min=low)
+            )
     shapes = {}
     for tensor in spec.inputs:
-        axes = {0: batch}
-        axes.update({i: axes_by_position[i] for i, dim in enumerate(tensor.dims, start=1) if dim == -1})
-        shapes[tensor.name] = axes
+        shapes[tensor.name] = {0: batch, **{i: axes[n] for i, n in tensor.dynamic_axes().items()}}
+    return shapes
+
+
+def shapes_for(module, spec: ModelSpec):
+    """dynamic_shapes in the structure of the module's forward(): one entry per parameter, or one
+    tuple for a forward(*args)."""
+    import inspect
+
+    shapes = tuple(dynamic_shapes(spec).values())
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return shapes
+    if params and params[0].kind is inspect.Parameter.VAR_POSITIONAL:
+        return (shapes,)
     return shapes
 
 
@@ -97,7 +132,8 @@ def export_onnx(module, spec: ModelSpec, out_dir: Path, build_hash: str, metrics
     example = sample_inputs(spec, batch=2)
     try:
         _torch_export(module, spec, example, partial)
-        _check_and_infer(partial, spec)
+        name_outputs(partial, [t.name for t in spec.outputs])
+        check_and_infer(partial, spec)
     except ExportError:
         partial.unlink(missing_ok=True)
         raise
@@ -114,13 +150,12 @@ def _torch_export(module, spec: ModelSpec, example: dict, path: Path) -> None:
     args = tuple(torch.from_numpy(example[t.name]) for t in spec.inputs)
     kwargs = dict(
         input_names=[t.name for t in spec.inputs],
-        output_names=[t.name for t in spec.outputs],
         opset_version=spec.opset,
         dynamo=True,
         external_data=False,
         verbose=False,
     )
-    shapes = tuple(_dynamic_shapes(spec).values())  # positional, like args
+    shapes = shapes_for(module, spec)  # positional, like args
     try:
         with torch.no_grad():
             torch.onnx.export(module, args, str(path), dynamic_shapes=shapes, **kwargs)
@@ -128,7 +163,37 @@ def _torch_export(module, spec: ModelSpec, example: dict, path: Path) -> None:
         raise ExportError(f"model {spec.name!r}: torch.onnx.export failed: {err}") from err
 
 
-def _check_and_infer(path: Path, spec: ModelSpec) -> None:
+def name_outputs(path: Path, names: list[str]) -> None:
+    """Give the graph's outputs the spec's names, renaming internal values that already use one.
+
+    The exporter's own output renaming can clash with an internal value of the same name (an
+    output called "embedding" beside an aten.embedding node), which breaks SSA form.
+    """
+    import onnx
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    current = [o.name for o in graph.output]
+    if len(current) != len(names):
+        return  # _check_io reports the count mismatch
+    taken = {v for node in graph.node for v in node.output} | {i.name for i in graph.input}
+    clashes = {n: f"{n}__internal" for n in names if n in taken and n not in current}
+    _rename(graph, clashes)
+    _rename(graph, {old: new for old, new in zip(current, names) if old != new})
+    onnx.save(model, str(path))
+
+
+def _rename(graph, mapping: dict) -> None:
+    if not mapping:
+        return
+    for node in graph.node:
+        node.input[:] = [mapping.get(v, v) for v in node.input]
+        node.output[:] = [mapping.get(v, v) for v in node.output]
+    for value in list(graph.output) + list(graph.value_info):
+        value.name = mapping.get(value.name, value.name)
+
+
+def check_and_infer(path: Path, spec: ModelSpec) -> None:
     import onnx
 
     try:

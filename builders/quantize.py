@@ -54,10 +54,56 @@ def calibration_data(spec: ModelSpec, source: Path | None, default: np.ndarray |
     return np.ascontiguousarray(data[:MAX_CALIBRATION_SAMPLES], dtype=spec.inputs[0].numpy_dtype)
 
 
+def calibration_feeds(spec: ModelSpec, source: Path | None, default) -> dict[str, np.ndarray]:
+    """Calibration inputs for every input of the spec, by name.
+
+    Args:
+        source: an .npz with one array per input (any model), or what calibration_data takes
+            (single-input models): a folder of images or an .npy.
+        default: the spec's own data (an array for the first input, or a dict by input name).
+    """
+    if source is not None and source.suffix == ".npz":
+        return _npz(source, spec)
+    if isinstance(default, dict) and source is None:
+        return {t.name: _fit(spec, t, default[t.name]) for t in spec.inputs}
+    if len(spec.inputs) > 1:
+        raise SpecError(
+            f"model {spec.name!r} has {len(spec.inputs)} inputs: give calibration data as an .npz with one "
+            f"array per input ({', '.join(t.name for t in spec.inputs)}), e.g. numpy.savez(path, **arrays)"
+        )
+    return {spec.inputs[0].name: calibration_data(spec, source, default)}
+
+
+def _npz(path: Path, spec: ModelSpec) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {k: archive[k] for k in archive.files}
+    except (OSError, ValueError) as err:
+        raise SpecError(f"calibration file {path} is not a readable .npz archive: {err}") from err
+    missing = [t.name for t in spec.inputs if t.name not in arrays]
+    if missing:
+        raise SpecError(f"calibration file {path} lacks arrays for inputs {missing} of model {spec.name!r}")
+    feeds = {t.name: _fit(spec, t, arrays[t.name]) for t in spec.inputs}
+    if len({len(a) for a in feeds.values()}) != 1:
+        raise SpecError(f"calibration file {path}: the arrays must hold the same number of samples")
+    return feeds
+
+
+def _fit(spec: ModelSpec, tensor, data: np.ndarray) -> np.ndarray:
+    dims = tensor.dims
+    fits = data.ndim == len(dims) + 1 and all(d in (-1, got) for d, got in zip(dims, data.shape[1:]))
+    if not fits or len(data) == 0:
+        raise SpecError(
+            f"calibration data of shape {list(data.shape)} does not fit input {tensor.name!r} "
+            f"(batch, {', '.join(map(str, dims))}) of model {spec.name!r}"
+        )
+    return np.ascontiguousarray(data[:MAX_CALIBRATION_SAMPLES], dtype=tensor.numpy_dtype)
+
+
 def _images(folder: Path, spec: ModelSpec) -> np.ndarray:
     from PIL import Image
 
-    from clients.inputs import preprocess_image
+    from builders.images import preprocess_image
 
     files = sorted(p for p in folder.iterdir() if p.suffix.lower() in (".png", ".jpg", ".jpeg", ".bmp"))
     if not files:
@@ -86,12 +132,14 @@ def _check_shape(spec: ModelSpec, data: np.ndarray) -> None:
         )
 
 
-def quantize(fp32_path: Path, out_path: Path, spec: ModelSpec, data: np.ndarray, for_tensorrt: bool) -> QuantizeResult:
+def quantize(fp32_path: Path, out_path: Path, spec: ModelSpec, data, for_tensorrt: bool) -> QuantizeResult:
     """Write a QDQ INT8 model of fp32_path to out_path (atomically).
 
     Args:
+        data: calibration inputs: a dict by input name, or one array for the first input.
         for_tensorrt: symmetric int8 activations (TensorRT); else uint8 ones (ONNX Runtime CPU).
     """
+    data = data if isinstance(data, dict) else {spec.inputs[0].name: data}
     partial = out_path.with_suffix(".partial.onnx")
     activations = "int8 symmetric (TensorRT)" if for_tensorrt else "uint8 asymmetric (ONNX Runtime CPU)"
     try:
@@ -100,10 +148,10 @@ def quantize(fp32_path: Path, out_path: Path, spec: ModelSpec, data: np.ndarray,
         os.replace(partial, out_path)
     finally:
         partial.unlink(missing_ok=True)
-    return QuantizeResult(out_path, quantizer, len(data), activations)
+    return QuantizeResult(out_path, quantizer, len(next(iter(data.values()))), activations)
 
 
-def _quantize_modelopt(fp32_path: Path, out_path: Path, data: np.ndarray) -> str | None:
+def _quantize_modelopt(fp32_path: Path, out_path: Path, data: dict) -> str | None:
     try:
         from modelopt.onnx.quantization import quantize as modelopt_quantize
     except ImportError:
@@ -115,14 +163,16 @@ def _quantize_modelopt(fp32_path: Path, out_path: Path, data: np.ndarray) -> str
 class _Reader:
     """onnxruntime.quantization CalibrationDataReader over fixed-size batches."""
 
-    def __init__(self, name: str, data: np.ndarray):
-        self.batches = iter([{name: data[i : i + CALIBRATION_BATCH]} for i in range(0, len(data), CALIBRATION_BATCH)])
+    def __init__(self, feeds: dict):
+        count = len(next(iter(feeds.values())))
+        self.batches = iter([{k: v[i : i + CALIBRATION_BATCH] for k, v in feeds.items()}
+                             for i in range(0, count, CALIBRATION_BATCH)])  # fmt: skip
 
     def get_next(self):
         return next(self.batches, None)
 
 
-def _quantize_ort(fp32_path: Path, out_path: Path, spec: ModelSpec, data: np.ndarray, symmetric: bool) -> str:
+def _quantize_ort(fp32_path: Path, out_path: Path, spec: ModelSpec, data: dict, symmetric: bool) -> str:
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
@@ -132,7 +182,7 @@ def _quantize_ort(fp32_path: Path, out_path: Path, spec: ModelSpec, data: np.nda
         quantize_static(
             str(prepared),
             str(out_path),
-            _Reader(spec.inputs[0].name, data),
+            _Reader(data),
             quant_format=QuantFormat.QDQ,
             per_channel=True,
             activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
@@ -145,12 +195,16 @@ def _quantize_ort(fp32_path: Path, out_path: Path, spec: ModelSpec, data: np.nda
     return "onnxruntime.quantization"
 
 
-def onnx_accuracy(path: Path, x: np.ndarray, y: np.ndarray, input_name: str) -> float:
-    """Top-1 accuracy of an ONNX model in ONNX Runtime (CPU) on (x, y)."""
+def onnx_accuracy(path: Path, x, y: np.ndarray, input_name: str | None = None) -> float:
+    """Top-1 accuracy (first output) of an ONNX model in ONNX Runtime (CPU) on (x, y).
+
+    Args:
+        x: a dict of inputs by name, or one array for input_name.
+    """
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    (logits,) = session.run(None, {input_name: x})
+    logits = session.run(None, x if isinstance(x, dict) else {input_name: x})[0]
     return float((logits.argmax(axis=1) == y).mean())
 
 

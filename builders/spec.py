@@ -36,15 +36,26 @@ class TensorSpec:
         dtype: Triton data type without the TYPE_ prefix, e.g. "FP32".
         dims: per-sample dims; -1 marks a dynamic axis.
         image_format: "NCHW" or "NHWC" for image inputs, else None.
+        axes: a name per dynamic (-1) dim, in order; dynamic dims with the same name have the
+            same length in every input (e.g. the sequence of token ids and of their mask).
+            Default: "dim<position>", so dynamic dims at the same position share a length.
+        value_range: (low, high) of the values of generated sample data (validation, clients,
+            perf_analyzer, Locust): integers in [low, high), floats uniform in [low, high).
+            Default: integers in [0, 100), floats standard normal.
     """
 
     name: str
     dtype: str
     dims: tuple[int, ...]
     image_format: str | None = None
+    axes: tuple[str, ...] = ()
+    value_range: tuple[float, float] | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "dims", tuple(self.dims))
+        object.__setattr__(self, "axes", tuple(self.axes))
+        if self.value_range is not None:
+            object.__setattr__(self, "value_range", tuple(self.value_range))
         if not _TENSOR_NAME.match(self.name or ""):
             raise SpecError(f"tensor name {self.name!r} is invalid: use letters, digits and '_'")
         if self.dtype not in DTYPES:
@@ -56,6 +67,36 @@ class TensorSpec:
                 "give at least one per-sample dim, each a positive int or -1 for a dynamic axis"
             )
         self._check_image_format()
+        self._check_axes()
+        self._check_value_range()
+
+    def _check_axes(self):
+        dynamic = [i for i, d in enumerate(self.dims, start=1) if d == -1]
+        if not self.axes:
+            object.__setattr__(self, "axes", tuple(f"dim{i}" for i in dynamic))
+        bad = [a for a in self.axes if not isinstance(a, str) or not _TENSOR_NAME.match(a)]
+        if len(self.axes) != len(dynamic) or bad:
+            raise SpecError(
+                f"tensor {self.name!r}: axes {list(self.axes)} must name each of its {len(dynamic)} dynamic (-1) "
+                "dims, in order, with letters, digits and '_'"
+            )
+
+    def _check_value_range(self):
+        pair = self.value_range
+        if pair is None:
+            return
+        if self.dtype == "BYTES" or len(pair) != 2 or not all(isinstance(v, (int, float)) for v in pair):
+            raise SpecError(
+                f"tensor {self.name!r}: value_range {list(pair)} is invalid; give [low, high] numbers "
+                "(not for BYTES tensors)"
+            )
+        if not pair[0] < pair[1]:
+            raise SpecError(f"tensor {self.name!r}: value_range {list(pair)} needs low < high")
+
+    def dynamic_axes(self) -> dict[int, str]:
+        """Position in the per-sample dims (1-based, after the batch axis) -> axis name."""
+        positions = [i for i, d in enumerate(self.dims, start=1) if d == -1]
+        return dict(zip(positions, self.axes))
 
     def _check_image_format(self):
         if self.image_format is None:
@@ -118,6 +159,8 @@ class ModelSpec:
         validation_batch_sizes: batch sizes the validation gate compares on.
         tolerances: per precision, (atol, rtol) for the validation gate.
         opset: ONNX opset to export with.
+        dynamic_axes: axis name -> (min, max) length, for the inputs' named dynamic dims.
+            Export bounds the axis by it; validation runs the min, the max and a length between.
     """
 
     name: str
@@ -132,10 +175,12 @@ class ModelSpec:
     validation_batch_sizes: tuple[int, ...] = (1, 2)
     tolerances: dict = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
     opset: int = 18
+    dynamic_axes: dict = field(default_factory=dict)
 
     def __post_init__(self):
         for attr in ("inputs", "outputs", "labels", "validation_batch_sizes"):
             object.__setattr__(self, attr, tuple(getattr(self, attr)))
+        object.__setattr__(self, "dynamic_axes", {k: tuple(v) for k, v in self.dynamic_axes.items()})
         if not _NAME.match(self.name or ""):
             raise SpecError(
                 f"model name {self.name!r} is invalid: start with a lowercase letter, "
@@ -146,6 +191,7 @@ class ModelSpec:
         self._check_labels()
         self._check_preprocessing()
         self._check_tolerances()
+        self._check_dynamic_axes()
         if self.opset < 18:
             raise SpecError(
                 f"model {self.name!r}: opset {self.opset} is too old; "
@@ -207,6 +253,39 @@ class ModelSpec:
                     f"precision in {PRECISIONS} and (atol, rtol) >= 0"
                 )
 
+    def _check_dynamic_axes(self):
+        known = {a for t in self.inputs for a in t.axes}
+        for axis, pair in self.dynamic_axes.items():
+            if axis not in known:
+                raise SpecError(
+                    f"model {self.name!r}: dynamic_axes names {axis!r}, which no input has; "
+                    f"the inputs' dynamic axes are {sorted(known) or 'none'}"
+                )
+            if len(pair) != 2 or not all(isinstance(v, int) for v in pair) or not 1 <= pair[0] <= pair[1]:
+                raise SpecError(
+                    f"model {self.name!r}: dynamic_axes {axis}={list(pair)} is invalid; give [min, max] with "
+                    "1 <= min <= max"
+                )
+
+    def axis_range(self, axis: str) -> tuple[int, int | None]:
+        """(min, max) of a named dynamic axis; max None when unbounded."""
+        if axis in self.dynamic_axes:
+            return self.dynamic_axes[axis]
+        top = self.builder_args.get("max_seq")
+        return (1, top) if top else (1, None)
+
+    def axis_lengths(self, axis: str) -> tuple[int, ...]:
+        """Lengths of a dynamic axis that validation runs: its min, max and one between (8 if it fits)."""
+        low, high = self.axis_range(axis)
+        high = high if high is not None else max(low, 16)
+        mid = min(max(8, low), high)
+        return tuple(sorted({low, mid, high}))
+
+    def sample_length(self, axis: str) -> int:
+        """The length of a dynamic axis in generated sample data: 8 where the range allows."""
+        low, high = self.axis_range(axis)
+        return min(max(8, low), high) if high is not None else max(8, low)
+
     @property
     def image_input(self) -> TensorSpec | None:
         """The first input with an image format, if any."""
@@ -232,6 +311,8 @@ class ModelSpec:
                 data["preprocessing"] = Preprocessing(**data["preprocessing"])
             if "tolerances" in data:
                 data["tolerances"] = {k: tuple(v) for k, v in data["tolerances"].items()}
+            if "dynamic_axes" in data:
+                data["dynamic_axes"] = {k: tuple(v) for k, v in data["dynamic_axes"].items()}
             return cls(**data)
         except TypeError as err:
             raise SpecError(f"model spec is malformed: {err}") from err

@@ -18,9 +18,19 @@ def _quiet_polygraphy():
     G_LOGGER.module_severity = G_LOGGER.WARNING
 
 
-def _feeds(spec: ModelSpec, batch: int, sample_data: dict | None) -> dict:
+def shape_cases(spec: ModelSpec) -> list[tuple[int, dict]]:
+    """(batch, {axis: length}) pairs to compare on: every validation batch size, and for each
+    the min, a middle and the max length of every named dynamic axis."""
+    axes = sorted({a for t in spec.inputs for a in t.axes})
+    options = {a: spec.axis_lengths(a) for a in axes}
+    count = max((len(v) for v in options.values()), default=1)
+    return [(b, {a: options[a][k % len(options[a])] for a in axes})
+            for b in spec.validation_batch_sizes for k in range(count)]  # fmt: skip
+
+
+def _feeds(spec: ModelSpec, batch: int, sample_data: dict | None, lengths: dict | None = None) -> dict:
     """Real inputs where the builder gave some, else random."""
-    feeds = sample_inputs(spec, batch, seed=batch)
+    feeds = sample_inputs(spec, batch, seed=batch, lengths=lengths)
     if sample_data is None:
         return feeds
     if "inputs" in sample_data:  # real inputs for every tensor (e.g. tokenized text)
@@ -78,10 +88,12 @@ def validate(
 
     _quiet_polygraphy()
     tol = spec.tolerances[precision]
+    cases = shape_cases(spec) if not (sample_data and "inputs" in sample_data) else _batches_only(spec)
     batches = [
-        {"batch": b, "outputs": _compare_batch(module, onnx_path, spec, _feeds(spec, b, sample_data), tol)}
-        for b in spec.validation_batch_sizes
-    ]
+        {"batch": b, "axes": lengths,
+         "outputs": _compare_batch(module, onnx_path, spec, _feeds(spec, b, sample_data, lengths), tol)}
+        for b, lengths in cases
+    ]  # fmt: skip
     failures = [(b["batch"], name, s) for b in batches for name, s in b["outputs"].items() if not s["passed"]]
     report = {
         "model": spec.name,
@@ -98,6 +110,10 @@ def validate(
     if failures:
         raise ValidationError(_failure_message(spec, failures, tol, onnx_path.parent / REPORT))
     return report
+
+
+def _batches_only(spec: ModelSpec) -> list[tuple[int, dict]]:
+    return [(b, {}) for b in spec.validation_batch_sizes]
 
 
 def _failure_message(spec: ModelSpec, failures: list, tol, report_path: Path) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from builders.errors import ClientError
+from builders.images import preprocess_image
 from builders.spec import DTYPES, ModelSpec
 
 
@@ -58,20 +59,6 @@ def load_npy(path: Path) -> np.ndarray:
         return np.load(path, allow_pickle=False)
     except (OSError, ValueError) as err:
         raise ClientError(f"could not read {path} as a .npy array: {err}") from err
-
-
-def preprocess_image(image, spec: ModelSpec) -> np.ndarray:
-    """A PIL image → one normalized sample in the spec's layout (no batch axis)."""
-    pre, tensor = spec.preprocessing, spec.image_input
-    if pre is None or tensor is None:
-        raise ClientError(f"model {spec.name!r} has no image preprocessing in its spec; send a .npy instead")
-    mode = "L" if pre.channels == 1 else "RGB"
-    height, width = pre.image_size
-    pixels = np.asarray(image.convert(mode).resize((width, height)), dtype=np.float32) / 255.0
-    pixels = pixels.reshape(height, width, pre.channels)
-    normalized = (pixels - np.array(pre.mean, np.float32)) / np.array(pre.std, np.float32)
-    layout = normalized.transpose(2, 0, 1) if tensor.image_format == "NCHW" else normalized
-    return np.ascontiguousarray(layout, dtype=np.float32)
 
 
 def load_image(path: Path, spec: ModelSpec) -> np.ndarray:

@@ -57,7 +57,12 @@ def get_spec(name: str, **overrides) -> ModelSpec:
 
 
 def build_module(spec: ModelSpec) -> BuiltModel:
-    """Build the torch module of a spec through its registered builder."""
+    """Build the torch module of a spec through its registered builder (a zoo one or a user model's)."""
+    from builders import user_models
+
+    if spec.builder in user_models.USER_BUILDERS:
+        module, metrics, sample = user_models.build(spec)
+        return BuiltModel(module, metrics, sample)
     if spec.builder not in _BUILDERS:
         raise SpecError(f"model {spec.name!r}: builder {spec.builder!r} is unknown; known: {sorted(_BUILDERS)}")
     module, metrics, sample = _BUILDERS[spec.builder](spec)
@@ -81,6 +86,10 @@ def builder_source_hash(spec: ModelSpec) -> str:
     """sha256 of the source of the module that holds the spec's builder (part of the build hash)."""
     import hashlib
 
+    from builders import user_models
+
+    if spec.builder in user_models.USER_BUILDERS:
+        return user_models.source_hash(spec)
     func = _BUILDERS.get(spec.builder)
     source = inspect.getsource(inspect.getmodule(func)) if func else ""
     return hashlib.sha256(source.encode()).hexdigest()

