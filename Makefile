@@ -7,7 +7,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-MODELS ?= digits_cnn resnet50
+SPEC ?=
+MODELS ?= $(if $(SPEC),,digits_cnn resnet50)
+# perf, loadtest and infer measure what the server's manifest lists unless MODELS / MODEL is given
+GIVEN_MODELS = $(if $(filter command line environment,$(origin MODELS)),$(MODELS))
 TARGET ?= auto
 REPO ?= model_repository
 WEIGHTS ?= random
@@ -17,10 +20,13 @@ HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 STATE_DIR ?= .triton
-MODEL ?= digits_cnn
+MODEL ?=
 PROTOCOL ?= grpc
 CONCURRENCY ?= 1 2 4
-DEMO_MODELS ?= digits_cnn resnet50
+DEMO_SPEC ?=
+MODELS ?= $(if $(SPEC),,digits_cnn resnet50)
+# perf, loadtest and infer measure what the server's manifest lists unless MODELS / MODEL is given
+GIVEN_MODELS = $(if $(filter command line environment,$(origin MODELS)),$(MODELS))
 PYTEST_ARGS ?=
 
 SERVER_PORTS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
@@ -33,7 +39,7 @@ ADMIN_KEY = $$($(PY) -c 'from server.launcher import admin_key; print(admin_key(
 
 help: ## List the targets and their variables
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-15s\033[0m %s\n", $$1, $$2}'
-	@echo "Variables: MODELS='$(MODELS)' TARGET=$(TARGET) REPO=$(REPO) WEIGHTS=$(WEIGHTS) HTTP_PORT=$(HTTP_PORT) GRPC_PORT=$(GRPC_PORT) METRICS_PORT=$(METRICS_PORT)"
+	@echo "Variables: MODELS='$(MODELS)' SPEC=$(SPEC) TARGET=$(TARGET) REPO=$(REPO) WEIGHTS=$(WEIGHTS) HTTP_PORT=$(HTTP_PORT) GRPC_PORT=$(GRPC_PORT) METRICS_PORT=$(METRICS_PORT)"
 
 install: $(STAMP) ## Create .venv and install everything (idempotent, quick when done)
 
@@ -44,9 +50,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m loadtest install-perf-analyzer
 	@touch $(STAMP)
 
-build-engines: install ## Export, validate, quantize, write the repository: MODELS="..." TARGET=embedded|ngc PRECISIONS="fp32 int8"
-	$(PY) -m builders build --models "$(MODELS)" --target $(TARGET) --repo $(REPO) --weights $(WEIGHTS) \
-		--precisions "$(PRECISIONS)" $(if $(CALIBRATION),--calibration $(CALIBRATION))
+build-engines: install ## Export, validate, quantize, write the repository: MODELS="..." and/or SPEC=models.toml, TARGET=embedded|ngc PRECISIONS="fp32 int8"
+	$(PY) -m builders build --models "$(MODELS)" $(if $(SPEC),--spec $(SPEC)) --target $(TARGET) --repo $(REPO) \
+		--weights $(WEIGHTS) --precisions "$(PRECISIONS)" $(if $(CALIBRATION),--calibration $(CALIBRATION))
 
 serve: install ## Start the embedded tritonserver on REPO; returns once it is ready
 	$(PY) -m server start --repo $(REPO) $(SERVER_PORTS) --state-dir $(STATE_DIR)
@@ -57,13 +63,13 @@ stop: ## Stop the server that `make serve` started
 status: install ## Show the running server
 	$(PY) -m server status --state-dir $(STATE_DIR)
 
-infer: install ## One request to MODEL with top-3 (after `make serve`): MODEL=digits_cnn PROTOCOL=grpc
+infer: install ## One request to MODEL with top-3 (after `make serve`; default: the manifest's first model) PROTOCOL=grpc
 	$(PY) -m clients infer $(MODEL) --top-k 3 --protocol $(PROTOCOL) --state-dir $(STATE_DIR)
 
-perf: install ## perf_analyzer sweep of MODELS (after `make serve`); writes reports/<time>/
-	$(PY) -m loadtest perf --models "$(MODELS)" --protocol $(PROTOCOL) --concurrency "$(CONCURRENCY)" --state-dir $(STATE_DIR)
+perf: install ## perf_analyzer sweep of MODELS (after `make serve`; default: the manifest's models); writes reports/<time>/
+	$(PY) -m loadtest perf --models "$(GIVEN_MODELS)" --protocol $(PROTOCOL) --concurrency "$(CONCURRENCY)" --state-dir $(STATE_DIR)
 
-loadtest: install ## Headless Locust run against MODEL (after `make serve`); writes reports/<time>/
+loadtest: install ## Headless Locust run against MODEL (after `make serve`; default: the manifest's models); writes reports/<time>/
 	$(PY) -m loadtest locust --models "$(MODEL)" --protocol $(PROTOCOL) --state-dir $(STATE_DIR)
 
 test: install ## Run the unit and functional tests (real tritonserver)

@@ -112,23 +112,30 @@ def save_state_dict(module, out_dir: Path) -> Path:
 
 
 def build_torch_variant(req: BuildRequest, runtime: repository.TorchRuntime) -> dict:
-    """Serve the spec's module with the torch runtime (after build_model made its artifacts)."""
+    """Serve the spec's module with the torch runtime (after build_model made its artifacts).
+
+    The variant carries the module as a torch.export program (model.pt2), so the server needs
+    no model source: zoo and user models alike.
+    """
     out_dir = req.work_dir / req.spec.name
-    weights, spec_file = out_dir / "model.pt", out_dir / "spec.json"
-    if not weights.exists():
-        raise SpecError(f"{req.spec.name}: no weights in {out_dir}; build the model first (make build-engines)")
+    program, spec_file = out_dir / "model.pt2", out_dir / "spec.json"
+    if not program.exists():
+        raise SpecError(
+            f"{req.spec.name}: no torch.export program (model.pt2) in {out_dir}; build the model first "
+            "(make build-engines), or, if the build said it could not export one, the torch runtime cannot serve it"
+        )
     spec_file.write_text(json.dumps(req.spec.to_dict()))
     config = repository.torch_config(req.spec, runtime, req.options)
     variant = dataclasses.replace(req.spec, name=config.name)
     step(f"{req.spec.name}: writing {req.repo / config.name} (torch runtime, {req.options.kind})")
-    from builders.backends import TORCH_MODEL
+    from triton_models import TORCH_MODEL
 
-    artifacts = {"model.pt": weights, "spec.json": spec_file, "model.py": TORCH_MODEL}
+    artifacts = {"model.pt2": program, "spec.json": spec_file, "model.py": TORCH_MODEL}
     repository.write_model(req.repo, variant, config, artifacts, req.target)
     entry = {"name": config.name, "target": req.target, "backend": "python", "runtime": "torch",
              "kind": req.options.kind,
-             "precision": runtime.precision, "artifact": f"{config.name}/1/model.pt",
-             "sha256": export.file_sha256(weights), "spec": req.spec.to_dict(),
+             "precision": runtime.precision, "artifact": f"{config.name}/1/model.pt2",
+             "sha256": export.file_sha256(program), "spec": req.spec.to_dict(),
              "torch_runtime": dataclasses.asdict(runtime),
              "versions": tool_versions(), "host": host_info(),
              "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip

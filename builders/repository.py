@@ -10,10 +10,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from builders.backends import ONNXRUNTIME_MODEL
 from builders.errors import ConfigError
 from builders.model_config import DynamicBatching, InstanceGroup, ModelConfig, QueuePolicy, TensorConfig, Warmup
 from builders.spec import ModelSpec
+from triton_models import ONNXRUNTIME_MODEL
 
 TARGETS = ("embedded", "ngc")
 MANIFEST = "manifest.json"
@@ -115,6 +115,11 @@ class TorchRuntime:
 
 def torch_config(spec: ModelSpec, runtime: TorchRuntime, options: ServingOptions) -> ModelConfig:
     """Config of a torch-runtime variant: Python backend, GPU-resident inputs where the kind is GPU."""
+    if runtime.cuda_graphs and (len(spec.inputs) > 1 or -1 in spec.inputs[0].dims):
+        raise ConfigError(
+            f"{spec.name}: CUDA graphs need one input of fixed per-sample dims, the spec has "
+            f"{[(t.name, list(t.dims)) for t in spec.inputs]}; build the torch variant without cuda_graphs"
+        )
     base = model_config(dataclasses.replace(spec, name=runtime.variant(spec.name)), "embedded", options)
     params = {"runtime": "torch", "precision": runtime.precision, "channels_last": int(runtime.channels_last),
               "cuda_graphs": int(runtime.cuda_graphs),

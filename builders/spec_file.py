@@ -17,9 +17,10 @@ folder. Every error names the file, the model and the field, and says how to fix
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import tomllib
 
 from builders import user_models
 from builders.errors import SpecError

@@ -80,13 +80,14 @@ def stats(model, protocol, url, state_dir):
 
 
 @cli.command()
-@click.argument("model")
+@click.argument("model", required=False)
 @click.option(
     "--input",
     "source",
     type=click.Path(path_type=Path, exists=True),
     default=None,
-    help="A .npy array or an image file (for image models); default: random data.",
+    help="A .npy array or an image file (single-input models), an .npz with one array per input; "
+    "default: random data shaped by the model's spec.",
 )
 @click.option("--batch", type=int, default=1, show_default=True, help="Batch size of random input.")
 @click.option("--top-k", type=int, default=0, help="Return the k best classes (classifiers).")
@@ -97,10 +98,15 @@ def stats(model, protocol, url, state_dir):
 @_STATE
 @user_errors
 def infer(model, source, batch, top_k, repeat, repo, protocol, url, state_dir):
-    """Run MODEL on random data, a .npy array or an image; print outputs, top-k and latency."""
+    """Run MODEL (default: the first model of the server's manifest) on random data, a .npy/.npz array or an
+    image; print outputs, top-k and latency."""
     from clients.infer import infer as run
+    from clients.served import served_models
 
     ep = _endpoint(protocol, url, state_dir)
+    if model is None:
+        model = served_models(ep)[0]
+        click.echo(f"model: {model} (the first of the repository's manifest)")
     with ep.client() as client:
         arrays = _arrays(ep, client, model, source, batch, repo)
         results = [run(ep, model, arrays, top_k, client) for _ in range(max(repeat, 1))]
@@ -110,14 +116,31 @@ def infer(model, source, batch, top_k, repeat, repo, protocol, url, state_dir):
 def _arrays(ep, client, model, source, batch, repo):
     from clients import inputs as make
     from clients.infer import model_inputs
+    from clients.served import served_spec
 
     meta = model_inputs(client, model)
     if source is None:
-        return {m["name"]: make.example_input(m, batch, seed=i) for i, m in enumerate(meta)}
+        return make.example_inputs(meta, batch, served_spec(Path(repo) if repo else ep.repo, model))
+    if source.suffix == ".npz":
+        return _npz_arrays(source, meta, model)
     if len(meta) != 1:
-        raise ClientError(f"{model} has {len(meta)} inputs; --input feeds single-input models only")
+        raise ClientError(f"{model} has {len(meta)} inputs; give --input an .npz with one array per input")
     array = make.load_npy(source) if source.suffix == ".npy" else make.load_image(source, _spec(ep, model, repo))
     return {meta[0]["name"]: array}
+
+
+def _npz_arrays(source, meta, model):
+    import numpy as np
+
+    try:
+        with np.load(source, allow_pickle=False) as archive:
+            arrays = {k: archive[k] for k in archive.files}
+    except (OSError, ValueError) as err:
+        raise ClientError(f"could not read {source} as an .npz archive: {err}") from err
+    missing = [m["name"] for m in meta if m["name"] not in arrays]
+    if missing:
+        raise ClientError(f"{source} lacks arrays for inputs {missing} of {model}; it has {sorted(arrays)}")
+    return {m["name"]: arrays[m["name"]] for m in meta}
 
 
 def _spec(ep, model, repo):

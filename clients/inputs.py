@@ -28,9 +28,17 @@ def random_input(shape: list[int], datatype: str, batch: int, seed: int = 0) -> 
     return rng.integers(0, 100, dims).astype(dtype)
 
 
-def example_input(meta: dict, batch: int, seed: int = 0) -> np.ndarray:
-    """An input that the model accepts: random numbers, or for our pipelines' BYTES inputs
-    a real payload (IMAGE: an encoded PNG of random pixels; TEXT: a sentence)."""
+def example_input(meta: dict, batch: int, seed: int = 0, spec: ModelSpec | None = None) -> np.ndarray:
+    """An input that the model accepts: random numbers (within the spec's value_range and axis
+    lengths where the model's spec is known), or for our pipelines' BYTES inputs a real payload
+    (IMAGE: an encoded PNG of random pixels; TEXT: a sentence)."""
+    tensor = _tensor_of(spec, meta)
+    if tensor is not None:
+        from builders.export import random_values
+
+        named = tensor.dynamic_axes()
+        dims = [spec.sample_length(named[i]) if i in named else d for i, d in enumerate(tensor.dims, start=1)]
+        return random_values(np.random.default_rng(seed), tensor, (batch, *dims))
     if meta["datatype"] != "BYTES":
         return random_input(meta["shape"], meta["datatype"], batch, seed)
     if meta["name"] == "IMAGE":
@@ -40,6 +48,21 @@ def example_input(meta: dict, batch: int, seed: int = 0) -> np.ndarray:
     else:
         raise ClientError(f"no example payload for BYTES input {meta['name']!r}; send one with --input")
     return np.array([[payload]] * batch, dtype=object)
+
+
+def example_inputs(metas: list[dict], batch: int, spec: ModelSpec | None = None) -> dict:
+    """example_input for every input of a model (metadata order), by name."""
+    return {m["name"]: example_input(m, batch, i, spec) for i, m in enumerate(metas)}
+
+
+def _tensor_of(spec: ModelSpec | None, meta: dict):
+    """The spec's tensor behind a served input, if it has the same name, dtype and dims."""
+    if spec is None:
+        return None
+    tensor = next((t for t in spec.inputs if t.name == meta["name"]), None)
+    if tensor is None or tensor.dtype != meta["datatype"] or list(tensor.dims) != list(meta["shape"][1:]):
+        return None
+    return tensor
 
 
 def _random_png(seed: int, size: int = 64) -> bytes:

@@ -6,6 +6,7 @@ from pathlib import Path
 import click
 
 from builders.cli_support import user_errors
+from builders.errors import MeasurementError
 
 
 @click.group()
@@ -26,8 +27,20 @@ def install_perf_analyzer():
     click.echo(f"perf_analyzer: {install().binary}")
 
 
+def _models_or_served(models: str, ep) -> list[str]:
+    """The models given, or those of the served repository's manifest that are ready."""
+    from clients.served import served_models
+
+    names = models.replace(",", " ").split()
+    if names:
+        return names
+    names = served_models(ep)
+    click.echo(f"models (from {ep.repo}/manifest.json): {' '.join(names)}")
+    return names
+
+
 @cli.command()
-@click.option("--models", default="digits_cnn", show_default=True, help="Models or ensembles, space-separated.")
+@click.option("--models", default="", help="Models or ensembles, space-separated (default: the manifest's models).")
 @click.option("--protocol", type=click.Choice(["http", "grpc"]), default="grpc", show_default=True)
 @click.option("--concurrency", default="1 2 4", show_default=True, help="Concurrency levels ('' for none).")
 @click.option("--request-rate", default="", help="Request rates (open loop), e.g. '50 100'.")
@@ -57,8 +70,8 @@ def perf(
 
     ep, analyzer = endpoint(protocol, url, state_dir), find_perf_analyzer()
     out = out or Path("reports") / time.strftime("%Y%m%d-%H%M%S")
-    rows = []
-    for model in models.replace(",", " ").split():
+    rows, names = [], _models_or_served(models, ep)
+    for model in names:
         data = sweeps.input_data_file(ep, model, out / "raw" / f"{model}_input.json")
         sweep = sweeps.Sweep(model, protocol, _numbers(concurrency), _numbers(request_rate, float), _numbers(batch),
                              shared_memory, interval_ms, stability_percent=stability, input_data=data)  # fmt: skip
@@ -67,14 +80,16 @@ def perf(
     table = sweeps.markdown_table(rows)
     (out / "perf.md").write_text(f"# perf_analyzer sweep\n\n{table}\n")
     throughput_vs_latency(rows, out / "perf.png")
-    write_context(out, endpoint("http", None, state_dir), models.replace(",", " ").split())
+    write_context(out, endpoint("http", None, state_dir), names)
     report = build_report(out, ep.repo, _latest_earlier(out, "perf.csv"))
     click.echo(table)
     click.echo(f"report: {report} (and report.html; CSV: perf.csv, plots: *.png)")
 
 
 @cli.command()
-@click.option("--models", default="digits_cnn", show_default=True, help="'model[:weight] ...'; several = mixed load.")
+@click.option(
+    "--models", default="", help="'model[:weight] ...'; several = mixed load (default: the manifest's models)."
+)
 @click.option("--protocol", type=click.Choice(["http", "grpc"]), default="grpc", show_default=True)
 @click.option("--users", type=int, default=4, show_default=True)
 @click.option("--spawn-rate", type=float, default=4, show_default=True)
@@ -91,17 +106,18 @@ def perf(
 def locust(models, protocol, users, spawn_rate, run_time, processes, rate_per_user, shape, slo_p99_ms,
            slo_fail_ratio, batch, out, state_dir):  # fmt: skip
     """Headless Locust run against the server of `make serve`; CSV + HTML report, table printed."""
+    from clients.connection import endpoint
     from loadtest.locust_run import LocustRun, markdown_table, run_locust
     from server.launcher import read_state
 
-    parsed = tuple((m.partition(":")[0], int(m.partition(":")[2] or 1)) for m in models.replace(",", " ").split())
+    given = models.replace(",", " ").split() or _models_or_served("", endpoint(protocol, None, state_dir))
+    parsed = tuple((m.partition(":")[0], int(m.partition(":")[2] or 1)) for m in given)
     run = LocustRun(parsed, protocol, users, spawn_rate, run_time, processes, rate_per_user, shape, slo_p99_ms,
                     slo_fail_ratio, batch)  # fmt: skip
     out = out or Path("reports") / time.strftime("%Y%m%d-%H%M%S")
     result = run_locust(run, read_state(state_dir), out)
     table = markdown_table(result["rows"])
     (out / "locust.md").write_text(f"# Locust run\n\n{table}\n")
-    from clients.connection import endpoint
     from loadtest.report import build_report, write_context
 
     state = read_state(state_dir)
@@ -119,9 +135,9 @@ def locust(models, protocol, users, spawn_rate, run_time, processes, rate_per_us
 @click.option("--repo", type=click.Path(path_type=Path), default=Path("model_repository"), show_default=True)
 @click.option(
     "--variants",
-    default="digits_cnn digits_cnn_int8",
-    show_default=True,
-    help="Served variants of one model (e.g. fp32 and int8) to choose among.",
+    default="",
+    help="Variants of one model (e.g. 'digits_cnn digits_cnn_int8') to choose among; "
+    "default: the first model of the manifest and the variants built from it.",
 )
 @click.option("--mode", type=click.Choice(["quick", "exhaustive", "both"]), default="quick", show_default=True)
 @click.option("--p99-ms", type=float, default=50.0, show_default=True, help="Latency budget.")
@@ -153,7 +169,7 @@ def search(repo, variants, mode, p99_ms, accuracy_budget, concurrency, max_insta
     state = launcher.start(settings)
     try:
         ep = Endpoint("grpc", state.grpc_url, state.admin_headers("grpc"), repo)
-        names = tuple(variants.split())
+        names = tuple(variants.split()) or _first_model_variants(repo)
         searcher = s.Searcher(repo, ep, find_perf_analyzer(), {"p99_ms": p99_ms, "accuracy": accuracy_budget},
                               {"concurrency": concurrency, "interval_ms": interval_ms}, out)  # fmt: skip
         space = s.SearchSpace(names, max_instances, _numbers(delays_us),
@@ -170,6 +186,19 @@ def search(repo, variants, mode, p99_ms, accuracy_budget, concurrency, max_insta
     click.echo(f"report: {out}/search.md")
 
 
+def _first_model_variants(repo: Path) -> tuple[str, ...]:
+    from clients.served import manifest_models, variants_of
+
+    models = manifest_models(repo)
+    if not models:
+        raise MeasurementError(
+            f"{repo} has no manifest.json listing models; build it (make build-engines) or --variants"
+        )
+    names = tuple(variants_of(repo, models[0]))
+    click.echo(f"variants (from {repo}/manifest.json): {' '.join(names)}")
+    return names
+
+
 def _run_search_modes(s, space, searcher, mode):
     """Run quick and/or exhaustive; in 'both', exhaustive reuses what quick already measured."""
     sections, winner = [], None
@@ -180,7 +209,7 @@ def _run_search_modes(s, space, searcher, mode):
 
 
 @cli.command()
-@click.option("--models", default="digits_cnn", show_default=True, help="Models to reconcile on (p50 >> 1 ms).")
+@click.option("--models", default="", help="Models to reconcile on (p50 >> 1 ms); default: the manifest's models.")
 @click.option("--protocol", type=click.Choice(["http", "grpc"]), default="grpc", show_default=True)
 @click.option("--concurrency", type=int, default=4, show_default=True)
 @click.option("--seconds", type=int, default=12, show_default=True, help="Per tool and model.")
@@ -196,7 +225,8 @@ def reconcile(models, protocol, concurrency, seconds, out, state_dir):
 
     out = out or Path("reports") / time.strftime("reconcile-%Y%m%d-%H%M%S")
     ep, state, analyzer = endpoint(protocol, None, state_dir), read_state(state_dir), find_perf_analyzer()
-    results = [rec.reconcile(state, ep, analyzer, m, concurrency, seconds, out / m) for m in models.split()]
+    names = _models_or_served(models, ep)
+    results = [rec.reconcile(state, ep, analyzer, m, concurrency, seconds, out / m) for m in names]
     text = rec.markdown(results)
     (out / "reconcile.md").write_text(f"# Locust vs perf_analyzer\n\n{text}\n")
     click.echo(text)

@@ -40,14 +40,14 @@ def build_variants(spec, repo: Path, work: Path, delay_us: int, gpu: bool = Fals
 
 def _serving(spec, variant, options, work: Path, gpu: bool):
     from builders import repository
-    from builders.backends import TORCH_MODEL
+    from triton_models import TORCH_MODEL
 
     if not gpu:
         return repository.model_config(variant, "embedded", options), {"model.onnx": work / spec.name / "model.onnx"}
     runtime = repository.TorchRuntime("fp16", channels_last=True, cuda_graphs=True)
     config = dataclasses.replace(repository.torch_config(spec, runtime, options), name=variant.name)
     (work / spec.name / "spec.json").write_text(json.dumps(spec.to_dict()))
-    return config, {"model.pt": work / spec.name / "model.pt", "spec.json": work / spec.name / "spec.json",
+    return config, {"model.pt2": work / spec.name / "model.pt2", "spec.json": work / spec.name / "spec.json",
                     "model.py": TORCH_MODEL}  # fmt: skip
 
 

@@ -90,8 +90,8 @@ def inprocess_rows(spec, onnx_path: Path, weights: Path, gpu_batch: int, cpu_bat
     import onnxruntime as ort
     import torch
 
-    from builders.backends.torch_runtime import GraphRunner
     from builders.zoo import architecture
+    from triton_models.torch_runtime import GraphRunner
 
     shape = tuple(spec.inputs[0].dims)
     x1, xb = (np.random.default_rng(0).standard_normal((b, *shape)).astype(np.float32) for b in (1, cpu_batch))

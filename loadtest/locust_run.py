@@ -63,6 +63,7 @@ def locust_environment(run: LocustRun, state: ServerState) -> dict:
         TRITON_GRPC_URL=state.grpc_url,
         TRITON_BATCH=str(run.batch),
         TRITON_RATE_PER_USER=f"{run.rate_per_user:g}",
+        TRITON_REPO=str(state.repo),
         SLO_P99_MS=f"{run.slo_p99_ms:g}",
         SLO_FAIL_RATIO=f"{run.slo_fail_ratio:g}",
         LOAD_SHAPE=run.shape,

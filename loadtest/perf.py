@@ -70,21 +70,25 @@ def perf_args(sweep: Sweep, ep: Endpoint, batch: int, load: tuple[str, str], csv
 
 
 def input_data_file(ep: Endpoint, model: str, path: Path) -> Path | None:
-    """perf_analyzer input data for models with BYTES inputs (a real image or text), else None."""
+    """perf_analyzer input data: real payloads for BYTES inputs (an image, a text), and for integer
+    inputs or dynamic dims values and lengths from the model's spec (e.g. token ids within the
+    vocabulary). None where perf_analyzer's own random data fits (fixed-shape float inputs only).
+    """
     import base64
     import json
     import struct
 
     from clients.infer import model_inputs
     from clients.inputs import example_input
+    from clients.served import served_spec
 
     with ep.client() as client:
         inputs = model_inputs(client, model)
-    if all(m["datatype"] != "BYTES" for m in inputs):
+    if all(m["datatype"] in ("FP32", "FP16") and -1 not in m["shape"][1:] for m in inputs):
         return None
-    sample = {}
+    spec, sample = served_spec(ep.repo, model), {}
     for i, meta in enumerate(inputs):
-        array = example_input(meta, 1, i)[0]  # one sample, without the batch axis
+        array = example_input(meta, 1, i, spec)[0]  # one sample, without the batch axis
         if meta["datatype"] == "BYTES":
             # b64 holds the serialized BYTES tensor: a little-endian uint32 length before each element
             blob = b"".join(struct.pack("<I", len(item)) + item for item in array.flat)

@@ -17,13 +17,15 @@ from locust import User, constant_throughput, events, task  # noqa: E402
 
 from clients.connection import Endpoint, refused_as_client_error  # noqa: E402
 from clients.infer import build_request, model_inputs, model_outputs  # noqa: E402
-from clients.inputs import example_input  # noqa: E402
+from clients.inputs import example_inputs  # noqa: E402
+from clients.served import served_spec  # noqa: E402
 
 PROTOCOL = os.environ.get("TRITON_PROTOCOL", "http")
 HTTP_URL = os.environ.get("TRITON_HTTP_URL", "127.0.0.1:8000")
 GRPC_URL = os.environ.get("TRITON_GRPC_URL", "127.0.0.1:8001")
 BATCH = int(os.environ.get("TRITON_BATCH", "1"))
 RATE = float(os.environ.get("TRITON_RATE_PER_USER", "0"))  # requests/s per user; 0: closed loop
+REPO = os.environ.get("TRITON_REPO") or None  # the served repository: input shapes and values from its manifest
 
 
 class TritonUser(User):
@@ -43,7 +45,7 @@ class TritonUser(User):
         with refused_as_client_error(self.model):
             inputs = model_inputs(self.triton, self.model)
             self.output_names = [o["name"] for o in model_outputs(self.triton, self.model)]
-        self.arrays = {m["name"]: example_input(m, self.batch, i) for i, m in enumerate(inputs)}
+        self.arrays = example_inputs(inputs, self.batch, served_spec(REPO, self.model))
         self.request_bytes = sum(sum(len(v) for v in a.flat) if a.dtype == object else a.nbytes
                                  for a in self.arrays.values())  # fmt: skip
 

@@ -10,7 +10,6 @@ pytestmark = [
 ]
 
 from builders import zoo  # noqa: E402
-from builders.backends.torch_runtime import GraphRunner, normalize_uint8  # noqa: E402
 from builders.build import BuildRequest, build_model, build_torch_variant  # noqa: E402
 from builders.repository import ServingOptions, TorchRuntime  # noqa: E402
 from clients.admin import inference_statistics  # noqa: E402
@@ -18,6 +17,7 @@ from clients.connection import Endpoint  # noqa: E402
 from clients.infer import infer  # noqa: E402
 from clients.shared_memory import infer_cuda_shm  # noqa: E402
 from server import launcher  # noqa: E402
+from triton_models.torch_runtime import GraphRunner, normalize_uint8  # noqa: E402
 
 SPEC = dict(image_size=64, max_batch_size=8)
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from builders.backends import torch_runtime as rt
 from clients.inputs import preprocess_image
+from triton_models import torch_runtime as rt
 
 
 def test_buckets_are_powers_of_two_and_the_max():

@@ -1,4 +1,9 @@
-"""Python-backend model files copied into embedded-target model versions (as model.py)."""
+"""Code that runs inside tritonserver: the Python-backend model.py files of the embedded target.
+
+The builders copy these files into <repository>/<model>/<version>/model.py. They depend on
+nothing of the builders (the torch runtime loads a torch.export program, not the model's
+source), so the layers stay one way: spec -> artifacts -> repository -> server -> measurement.
+"""
 
 from pathlib import Path
 

@@ -1,0 +1,69 @@
+"""What a server serves, read from its repository: the manifest's models and their specs.
+
+The measurement tools take their default model lists and input shapes from here, so a
+user's model gets the same treatment as a zoo model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from builders.errors import ClientError
+from builders.spec import ModelSpec
+from clients.connection import Endpoint
+
+
+def _manifest(repo: Path | None) -> dict:
+    from builders.repository import read_manifest
+
+    if repo is None:
+        return {}
+    try:
+        return read_manifest(Path(repo)).get("models", {})
+    except (OSError, ValueError):
+        return {}
+
+
+def served_spec(repo: Path | None, model: str) -> ModelSpec | None:
+    """The spec of a served model (a variant carries the spec it was built from), or None."""
+    entry = _manifest(repo).get(model)
+    return ModelSpec.from_dict(entry["spec"]) if entry and entry.get("spec") else None
+
+
+def manifest_models(repo: Path | None) -> list[str]:
+    """The models that the repository's manifest lists, in build order."""
+    models = _manifest(repo)
+    return sorted(models, key=lambda m: models[m].get("built_at", ""))
+
+
+def served_models(ep: Endpoint) -> list[str]:
+    """The manifest's models that the server has ready (default model list of perf, Locust, infer).
+
+    Raises:
+        ClientError: no manifest is known for the server, or none of its models is ready.
+    """
+    names = manifest_models(ep.repo)
+    if not names:
+        raise ClientError(
+            f"no models listed: the server's repository ({ep.repo or 'unknown: started with --url'}) has no "
+            "manifest.json; name the models (MODELS=... or --models)"
+        )
+    with ep.client() as client:
+        ready = [n for n in names if _ready(client, n)]
+    if not ready:
+        raise ClientError(f"none of the manifest's models {names} is ready on {ep.url}; check `make status`")
+    return ready
+
+
+def variants_of(repo: Path | None, model: str) -> list[str]:
+    """A model and the variants built from it (e.g. digits_cnn, digits_cnn_int8), from the manifest."""
+    models = _manifest(repo)
+    base = models.get(model, {}).get("spec", {}).get("name", model)
+    return [m for m in manifest_models(repo) if models[m].get("spec", {}).get("name") == base]
+
+
+def _ready(client, model: str) -> bool:
+    try:
+        return bool(client.is_model_ready(model))
+    except Exception:  # tritonclient raises on unknown models over gRPC
+        return False

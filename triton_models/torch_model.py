@@ -1,0 +1,113 @@
+"""Triton Python-backend model serving a torch.export program (embedded target, torch runtime).
+
+Copied into <repository>/<model>/<version>/model.py. The version folder holds model.pt2 (the
+module as a torch.export program: no model source needed at serve time) and spec.json.
+Parameters (config.pbtxt): precision (fp32|fp16), channels_last, cuda_graphs,
+graph_batch_sizes. On a KIND_GPU instance: inputs arrive through DLPack (on the GPU when the
+client used CUDA shared memory, with FORCE_CPU_ONLY_INPUT_TENSORS=no), uint8 NHWC images are
+normalized on the GPU, the module runs on the instance's own CUDA stream (through a CUDA graph
+per batch bucket when enabled: single fixed-shape input only), and outputs leave through
+DLPack without a host round trip. Any number of inputs and outputs; floating inputs are cast
+to the precision, integer ones kept; outputs are cast to the dtypes of the config.
+"""
+
+import json
+import os
+import sys
+
+# The backend stub's interpreter ignores PYTHONPATH; honour it so the project's packages import.
+sys.path[:0] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+
+import torch  # noqa: E402
+import triton_python_backend_utils as pb_utils  # noqa: E402
+
+from triton_models import torch_runtime as rt  # noqa: E402
+
+_TORCH_DTYPES = {"TYPE_FP32": torch.float32, "TYPE_FP16": torch.float16, "TYPE_INT64": torch.int64,
+                 "TYPE_INT32": torch.int32, "TYPE_UINT8": torch.uint8, "TYPE_BOOL": torch.bool}  # fmt: skip
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        folder = os.path.join(args["model_repository"], args["model_version"])
+        with open(os.path.join(folder, "spec.json")) as handle:
+            self.spec = json.load(handle)
+        gpu = args["model_instance_kind"] == "GPU"
+        self.device = torch.device(f"cuda:{args['model_instance_device_id']}" if gpu else "cpu")
+        self.dtype = torch.float16 if params.get("precision") == "fp16" else torch.float32
+        self.channels_last = params.get("channels_last") == "1"
+        self.uint8 = config["input"][0]["data_type"] == "TYPE_UINT8" and self.spec["inputs"][0]["dtype"] != "UINT8"
+        self.input_names = [i["name"] for i in config["input"]]
+        self.outputs = [(o["name"], _TORCH_DTYPES.get(o["data_type"], torch.float32)) for o in config["output"]]
+        self.stream = torch.cuda.Stream(self.device) if gpu else None
+        self.runner = self._runner(folder, params, config["max_batch_size"])
+
+    def _runner(self, folder, params, max_batch):
+        module = torch.export.load(os.path.join(folder, "model.pt2")).module()
+        fmt = torch.channels_last if self.channels_last else torch.contiguous_format
+        module = module.to(self.device, dtype=self.dtype, memory_format=fmt)
+        explicit = tuple(int(b) for b in params.get("graph_batch_sizes", "").split())
+        first = self.spec["inputs"][0]
+        fixed = len(self.spec["inputs"]) == 1 and -1 not in first["dims"]
+        graphs = params.get("cuda_graphs") == "1" and self.device.type == "cuda" and fixed
+        with self._on_stream():
+            if graphs:
+                buckets = rt.bucket_sizes(max_batch, explicit)
+                return rt.GraphRunner(module, tuple(first["dims"]), self.dtype, self.device, buckets,
+                                      self.channels_last)  # fmt: skip
+            return module
+
+    def _on_stream(self):
+        import contextlib
+
+        return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
+
+    def execute(self, requests):
+        feeds = [[rt.from_triton(pb_utils.get_input_tensor_by_name(r, n)) for n in self.input_names] for r in requests]
+        sizes = [f[0].shape[0] for f in feeds]
+        try:
+            merged = [torch.cat(parts) if len(parts) > 1 else parts[0] for parts in zip(*feeds)]
+            outputs = self._run(merged)
+        except Exception:  # e.g. requests with different lengths on a dynamic axis: run them one by one
+            return [self._respond_alone(f) for f in feeds]
+        return [self._response([o[start : start + n] for o in outputs]) for start, n in _spans(sizes)]
+
+    def _respond_alone(self, feed):
+        try:
+            return self._response(self._run(feed))
+        except Exception as err:  # one error per request, the server stays up
+            error = pb_utils.TritonError(f"torch runtime failed: {err}", pb_utils.TritonError.INVALID_ARG)
+            return pb_utils.InferenceResponse(output_tensors=[], error=error)
+
+    def _run(self, inputs):
+        with self._on_stream(), torch.inference_mode():
+            ready = [self._prepare(i, x.to(self.device, non_blocking=True)) for i, x in enumerate(inputs)]
+            out = self.runner(*ready)
+            out = list(out) if isinstance(out, (tuple, list)) else [out]
+            out = [o.to(dtype) for o, (_, dtype) in zip(out, self.outputs)]
+        if self.stream is not None:
+            self.stream.synchronize()
+        return out
+
+    def _prepare(self, index, tensor):
+        if index == 0 and self.uint8:
+            pre = self.spec["preprocessing"]
+            return rt.normalize_uint8(tensor, pre["mean"], pre["std"], self.dtype, self.channels_last)
+        if tensor.is_floating_point():
+            tensor = tensor.to(self.dtype)
+            if self.channels_last and tensor.dim() == 4:
+                tensor = tensor.contiguous(memory_format=torch.channels_last)
+        return tensor
+
+    def _response(self, outputs):
+        tensors = [pb_utils.Tensor.from_dlpack(name, rt.to_dlpack(o)) for (name, _), o in zip(self.outputs, outputs)]
+        return pb_utils.InferenceResponse(output_tensors=tensors)
+
+
+def _spans(sizes):
+    start = 0
+    for size in sizes:
+        yield start, size
+        start += size
