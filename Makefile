@@ -105,7 +105,7 @@ docker-lint: install ## Validate the Docker files statically (hadolint, compose 
 
 BUNDLE_PYTHON ?= 3.12
 bundle: install ## Offline tarball (tritonserver, perf_analyzer, wheels) for GPU hosts: BUNDLE_PYTHON=3.12
-	$(PY) -m server bundle --python $(BUNDLE_PYTHON)
+	$(PY) -m loadtest bundle --python $(BUNDLE_PYTHON)
 
 gpu-bench: install ## CPU vs GPU vs TensorRT for ResNet-50, in-process and served (needs a CUDA GPU for the GPU rows)
 	$(PY) -m loadtest gpu-bench --model resnet50

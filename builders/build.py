@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -12,7 +13,7 @@ from pathlib import Path
 from builders import export, quantize, repository, user_models, validate, zoo
 from builders.cli_support import step
 from builders.environment import host_info, tool_versions
-from builders.errors import SpecError
+from builders.errors import SpecError, ToolError
 from builders.spec import ModelSpec
 
 
@@ -158,7 +159,27 @@ def build_model(req: BuildRequest, built: zoo.BuiltModel | None = None) -> dict:
         req: what to build and where.
         built: an already-built torch module to export (the cache is then bypassed).
     """
+    with _naming_the_spec_file(req.spec):
+        return _build_model(req, built)
+
+
+@contextlib.contextmanager
+def _naming_the_spec_file(spec: ModelSpec):
+    """Errors about a user's model name its spec file and model, whichever step raised them."""
+    try:
+        yield
+    except ToolError as err:
+        origin = spec.builder_args.get("spec_file") if spec.builder in user_models.USER_BUILDERS else None
+        if origin is None or origin in str(err):
+            raise
+        raise type(err)(f"{user_models.where(spec)}: {err}") from err
+
+
+def _build_model(req: BuildRequest, built: zoo.BuiltModel | None) -> dict:
     started = time.time()
+    if "int8" in req.precisions:  # before anything is written: INT8 without data would fail last
+        data = reference_feeds(req.spec, req.eval_data)
+        quantize.calibration_feeds(req.spec, req.calibration, data.get("calibration"))
     artifact, report = _validated_artifact(req, built)
     config = repository.model_config(req.spec, req.target, req.options)
     step(f"{req.spec.name}: writing {req.repo / req.spec.name} (target {req.target})")

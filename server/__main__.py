@@ -61,19 +61,5 @@ def status(state_dir):
     click.echo(f"pid {state.pid}, http {state.http_url}, grpc {state.grpc_url}, repo {state.repo}, log {state.log}")
 
 
-@cli.command()
-@click.option("--python", "python_version", default="3.12", show_default=True, help="Python of the target host.")
-@click.option("--out", type=click.Path(path_type=Path), default=None, help="Default: dist/triton-bundle-py<ver>.tar.xz")
-@user_errors
-def bundle(python_version, out):
-    """Offline tarball for GPU hosts without internet: tritonserver, perf_analyzer, wheels."""
-    from server.bundle import make_bundle
-
-    out = out or Path("dist") / f"triton-bundle-py{python_version.replace('.', '')}.tar.xz"
-    path = make_bundle(out, python_version)
-    click.echo(f"bundle: {path} ({path.stat().st_size / 2**20:.1f} MiB); on the host: tar -xJf {path.name} && "
-               "sh triton-bundle/install.sh  (prints the environment to export)")  # fmt: skip
-
-
 if __name__ == "__main__":
     cli()

@@ -1,0 +1,36 @@
+"""The dependency direction is one way: spec/artifacts (builders) -> code inside tritonserver
+(triton_models) -> server -> clients -> measurement (loadtest)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+# package -> project packages it must never import (at module level or inside functions)
+FORBIDDEN = {
+    "builders": {"clients", "loadtest", "server"},
+    "triton_models": {"builders", "clients", "loadtest", "server"},
+    "server": {"clients", "loadtest"},
+    "clients": {"loadtest"},
+}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_a_layer_never_imports_the_layers_above_it(package):
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(_imports(path) & FORBIDDEN[package])
+        for path in (ROOT / package).rglob("*.py")
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}

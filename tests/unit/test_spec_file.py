@@ -1,0 +1,81 @@
+"""Spec files: every invalid field refused with the file, the model and the field named, and no model
+folder left behind; valid files give the specs and serving options they declare."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from builders import spec_file
+from builders.build import BuildRequest, build_model
+from builders.errors import ToolError
+from tests.user_models import ACME, write_package
+
+CASES = sorted(p for p in (Path(__file__).parents[1] / "fixtures" / "invalid_specs").iterdir() if p.is_dir())
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    return write_package(tmp_path_factory.mktemp("acme"))
+
+
+def _build_all(path: Path, repo: Path, work: Path) -> None:
+    for user in spec_file.load(path):
+        build_model(BuildRequest(user.spec, "embedded", repo, work, user.serving, precisions=user.precisions,
+                                 calibration=user.calibration))  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_an_invalid_spec_is_refused_naming_file_model_and_field(case, package, tmp_path):
+    folder = tmp_path / "project"
+    shutil.copytree(package, folder)
+    shutil.copy(case / "models.toml", folder / "models.toml")
+    expected = (case / "expected_error.txt").read_text().strip()
+    with pytest.raises(ToolError) as info:
+        _build_all(folder / "models.toml", tmp_path / "repo", tmp_path / "work")
+    message = str(info.value)
+    assert expected in message
+    assert str(folder / "models.toml") in message  # the file is named
+    repo = tmp_path / "repo"
+    assert not repo.exists() or [p.name for p in repo.iterdir()] == []  # no model folder, no staging left
+
+
+def test_a_valid_spec_gives_what_it_declares(package, tmp_path):
+    folder = tmp_path / "project"
+    shutil.copytree(package, folder)
+    text = ACME + '\nprecisions = ["fp32", "int8"]\ncalibration = "calib.npz"\n'
+    text += "serving = { instances = 2, max_queue_delay_us = 500, preferred_batch_sizes = [4] }\n"
+    (folder / "models.toml").write_text(text)
+    (folder / "calib.npz").write_bytes(b"")  # must exist; its content is read by the INT8 build only
+    (user,) = spec_file.load(folder / "models.toml")
+    spec = user.spec
+    assert spec.name == "acme_classifier" and spec.max_batch_size == 8
+    assert [t.name for t in spec.inputs] == ["image", "ids"] and [t.name for t in spec.outputs] == [
+        "logits",
+        "embedding",
+    ]
+    assert spec.inputs[1].dims == (-1,) and spec.inputs[1].axes == ("seq",) and spec.axis_range("seq") == (1, 24)
+    assert spec.inputs[1].value_range == (0, 50)
+    assert spec.builder_args["checkpoint"] == str(folder / "weights" / "acme.pt")
+    assert spec.builder_args["python_path"] == [str(folder / "src")]
+    assert user.precisions == ("fp32", "int8") and user.calibration == folder / "calib.npz"
+    assert user.serving.instances == 2 and user.serving.preferred_batch_sizes == (4,)
+    assert spec.validation_batch_sizes == (1, 3, 8)
+
+
+def test_unnamed_dynamic_dims_are_independent_axes(package, tmp_path):
+    text = ACME.replace('dims = ["seq"]', "dims = [-1]").replace("dynamic_axes = { seq = [1, 24] }", "")
+    (package / "independent.toml").write_text(text)
+    (user,) = spec_file.load(package / "independent.toml")
+    assert user.spec.inputs[1].axes == ("inputs_1_d1",)
+
+
+def test_not_toml_and_no_models_are_refused(tmp_path):
+    (tmp_path / "a.toml").write_text("[[model]\nname =")
+    with pytest.raises(ToolError, match="is not valid TOML"):
+        spec_file.load(tmp_path / "a.toml")
+    (tmp_path / "b.toml").write_text('title = "x"\n')
+    with pytest.raises(ToolError, match=r"expected one or more \[\[model\]\] tables, found other top-level keys"):
+        spec_file.load(tmp_path / "b.toml")
+    with pytest.raises(ToolError, match="cannot be read"):
+        spec_file.load(tmp_path / "missing.toml")
