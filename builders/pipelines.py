@@ -94,6 +94,7 @@ def write_image_pipelines(repo: Path, spec: ModelSpec, classifier: str | None = 
     classifier = classifier or spec.name
     if not (repo / classifier / "config.pbtxt").exists():
         raise SpecError(f"classifier {classifier!r} is not in {repo}: build it first (make build-engines)")
+    top_k = min(top_k, spec.outputs[0].dims[-1]) if top_k == DEFAULT_TOP_K else top_k  # fewer classes than 5
     post = postprocess_config(spec, top_k, options)
     written = [_write(repo, spec, post, CLASSIFY_POSTPROCESS)]
     for raw in (False, True):

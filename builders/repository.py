@@ -133,7 +133,7 @@ def torch_config(spec: ModelSpec, runtime: TorchRuntime, options: ServingOptions
         height, width = spec.preprocessing.image_size
         hwc = (height, width, spec.preprocessing.channels)
         inputs = (TensorConfig(image.name, "TYPE_UINT8", hwc, "FORMAT_NHWC"),)
-    warmup = [Warmup("random", 1, [TensorConfig(t.name, t.data_type, t.dims) for t in inputs])]
+    warmup = [Warmup("random", 1, [TensorConfig(t.name, t.data_type, _warm_dims(t)) for t in inputs])]
     return dataclasses.replace(base, parameters=params, inputs=inputs, warmup=warmup)
 
 

@@ -62,19 +62,26 @@ def write_package(folder: Path) -> Path:
     (package / "vision.py").write_text(MODULE)
     (folder / "weights").mkdir(exist_ok=True)
     torch.manual_seed(0)
-    module = build_reference(folder)
-    state = module.state_dict()
+    state = _load_module(folder).build(5).state_dict()
     torch.save(state, folder / "weights" / "acme.pt")
     torch.save({k: v for k, v in state.items() if k != "head.bias"}, folder / "weights" / "partial.pt")
     return folder
 
 
-def build_reference(folder: Path, num_classes: int = 5):
-    """The module as the user's own code builds it (for comparisons), imported from folder/src."""
+def build_reference(folder: Path):
+    """The module with the checkpoint's weights, as the user's own code builds it (for comparisons)."""
+    import torch
+
+    module = _load_module(folder).build(5)
+    module.load_state_dict(torch.load(folder / "weights" / "acme.pt", weights_only=True))
+    return module.eval()
+
+
+def _load_module(folder: Path):
     import importlib.util
 
     path = folder / "src" / "acme_models" / "vision.py"
     spec = importlib.util.spec_from_file_location(f"acme_vision_{abs(hash(str(folder)))}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.build(num_classes).eval()
+    return module
