@@ -93,8 +93,8 @@ def _run_case(session, spec: ModelSpec, batch: int, lengths: dict) -> tuple[dict
         return {}, f"batch {batch}, axes {lengths}: onnxruntime failed: {err}"
     outputs = {}
     for tensor, value in zip(spec.outputs, results):
-        outputs[tensor.name] = {"shape": list(value.shape), "dtype": str(value.dtype), "max_abs": 0.0,
-                                "finite": bool(np.isfinite(value).all()) if value.dtype.kind == "f" else True}  # fmt: skip
+        finite = bool(np.isfinite(value).all()) if value.dtype.kind == "f" else True
+        outputs[tensor.name] = {"shape": list(value.shape), "dtype": str(value.dtype), "max_abs": 0.0, "finite": finite}
         if not export.tensor_spec_matches(tensor, [-1, *value.shape[1:]]) or value.shape[0] != batch:
             return outputs, f"batch {batch}: output {tensor.name!r} has shape {list(value.shape)}, spec {tensor.dims}"
         if not outputs[tensor.name]["finite"]:

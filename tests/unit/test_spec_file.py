@@ -79,3 +79,8 @@ def test_not_toml_and_no_models_are_refused(tmp_path):
         spec_file.load(tmp_path / "b.toml")
     with pytest.raises(ToolError, match="cannot be read"):
         spec_file.load(tmp_path / "missing.toml")
+
+
+def test_the_example_spec_file_of_the_readme_loads():
+    (user,) = spec_file.load(Path(__file__).parents[2] / "examples" / "models.toml")
+    assert user.spec.name == "mobilenet_v3_small" and user.spec.builder_args["factory"].startswith("torchvision")
