@@ -177,9 +177,7 @@ def _naming_the_spec_file(spec: ModelSpec):
 
 def _build_model(req: BuildRequest, built: zoo.BuiltModel | None) -> dict:
     started = time.time()
-    if "int8" in req.precisions:  # before anything is written: INT8 without data would fail last
-        data = reference_feeds(req.spec, req.eval_data)
-        quantize.calibration_feeds(req.spec, req.calibration, data.get("calibration"))
+    int8_data = _int8_data(req) if "int8" in req.precisions else None  # before anything is written
     artifact, report = _validated_artifact(req, built)
     config = repository.model_config(req.spec, req.target, req.options)
     step(f"{req.spec.name}: writing {req.repo / req.spec.name} (target {req.target})")
@@ -187,20 +185,26 @@ def _build_model(req: BuildRequest, built: zoo.BuiltModel | None) -> dict:
     entry = _manifest_entry(req, config, artifact, report, started)
     repository.update_manifest(req.repo, entry)
     if "int8" in req.precisions:
-        build_int8(req, artifact, entry)
+        build_int8(req, artifact, entry, int8_data)
     return entry
 
 
-def build_int8(req: BuildRequest, fp32: export.ExportResult, fp32_entry: dict) -> dict:
+def _int8_data(req: BuildRequest) -> dict:
+    """Reference data with the calibration feeds resolved (raises if INT8 has no data to use)."""
+    data = reference_feeds(req.spec, req.eval_data)
+    return {**data, "calibration": quantize.calibration_feeds(req.spec, req.calibration, data.get("calibration"))}
+
+
+def build_int8(req: BuildRequest, fp32: export.ExportResult, fp32_entry: dict, data: dict | None = None) -> dict:
     """Quantize the FP32 ONNX model to QDQ INT8, gate its accuracy, serve it as <model>_int8."""
     spec, started = req.spec, time.time()
-    data = reference_feeds(spec, req.eval_data)
-    calibration = quantize.calibration_feeds(spec, req.calibration, data.get("calibration"))
+    data = data or _int8_data(req)
+    calibration = data["calibration"]
     out = req.work_dir / spec.name / "model.int8.onnx"
     samples = len(next(iter(calibration.values())))
     step(f"{spec.name}: quantizing to INT8 (QDQ) on {samples} calibration samples")
     result = quantize.quantize(fp32.path, out, spec, calibration, for_tensorrt=req.target == "ngc")
-    report = _int8_report(spec, fp32.path, result, {**data, "calibration": calibration})
+    report = _int8_report(spec, fp32.path, result, data)
     variant = dataclasses.replace(spec, name=f"{spec.name}_int8")
     config = repository.model_config(variant, req.target, req.options)
     step(f"{spec.name}: writing {req.repo / variant.name} (INT8, target {req.target})")

@@ -61,14 +61,15 @@ def sample_inputs(spec: ModelSpec, batch: int, seed: int = 0, lengths: dict | No
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    lengths = lengths or {}
-    feeds = {}
-    for tensor in spec.inputs:
-        named = tensor.dynamic_axes()
-        shape = [lengths.get(named[i]) or spec.sample_length(named[i]) if i in named else d
-                 for i, d in enumerate(tensor.dims, start=1)]  # fmt: skip
-        feeds[tensor.name] = random_values(rng, tensor, (batch, *shape))
-    return feeds
+    return {t.name: random_values(rng, t, sample_shape(spec, t, batch, lengths)) for t in spec.inputs}
+
+
+def sample_shape(spec: ModelSpec, tensor: TensorSpec, batch: int, lengths: dict | None = None) -> tuple:
+    """(batch, dims...) of generated data for one input: dynamic axes take lengths[axis] or spec.sample_length."""
+    named, lengths = tensor.dynamic_axes(), lengths or {}
+    dims = [lengths.get(named[i]) or spec.sample_length(named[i]) if i in named else d
+            for i, d in enumerate(tensor.dims, start=1)]  # fmt: skip
+    return (batch, *dims)
 
 
 def random_values(rng, tensor: TensorSpec, shape: tuple):

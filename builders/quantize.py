@@ -50,8 +50,7 @@ def calibration_data(spec: ModelSpec, source: Path | None, default: np.ndarray |
         data = _images(source, spec)
     else:
         data = _npy(source)
-    _check_shape(spec, data)
-    return np.ascontiguousarray(data[:MAX_CALIBRATION_SAMPLES], dtype=spec.inputs[0].numpy_dtype)
+    return _fit(spec, spec.inputs[0], data)
 
 
 def calibration_feeds(spec: ModelSpec, source: Path | None, default) -> dict[str, np.ndarray]:
@@ -120,16 +119,6 @@ def _npy(path: Path) -> np.ndarray:
         return np.load(path, allow_pickle=False)
     except (OSError, ValueError) as err:
         raise SpecError(f"calibration file {path} is not a readable .npy array: {err}") from err
-
-
-def _check_shape(spec: ModelSpec, data: np.ndarray) -> None:
-    dims = spec.inputs[0].dims
-    fits = data.ndim == len(dims) + 1 and all(d in (-1, got) for d, got in zip(dims, data.shape[1:]))
-    if not fits or len(data) == 0:
-        raise SpecError(
-            f"calibration data of shape {list(data.shape)} does not fit input {spec.inputs[0].name!r} "
-            f"(batch, {', '.join(map(str, dims))}) of model {spec.name!r}"
-        )
 
 
 def quantize(fp32_path: Path, out_path: Path, spec: ModelSpec, data, for_tensorrt: bool) -> QuantizeResult:

@@ -269,10 +269,7 @@ class ModelSpec:
 
     def axis_range(self, axis: str) -> tuple[int, int | None]:
         """(min, max) of a named dynamic axis; max None when unbounded."""
-        if axis in self.dynamic_axes:
-            return self.dynamic_axes[axis]
-        top = self.builder_args.get("max_seq")
-        return (1, top) if top else (1, None)
+        return self.dynamic_axes.get(axis, (1, None))
 
     def axis_lengths(self, axis: str) -> tuple[int, ...]:
         """Lengths of a dynamic axis that validation runs: its min, max and one between (8 if it fits)."""

@@ -34,11 +34,9 @@ def example_input(meta: dict, batch: int, seed: int = 0, spec: ModelSpec | None 
     (IMAGE: an encoded PNG of random pixels; TEXT: a sentence)."""
     tensor = _tensor_of(spec, meta)
     if tensor is not None:
-        from builders.export import random_values
+        from builders.export import random_values, sample_shape
 
-        named = tensor.dynamic_axes()
-        dims = [spec.sample_length(named[i]) if i in named else d for i, d in enumerate(tensor.dims, start=1)]
-        return random_values(np.random.default_rng(seed), tensor, (batch, *dims))
+        return random_values(np.random.default_rng(seed), tensor, sample_shape(spec, tensor, batch))
     if meta["datatype"] != "BYTES":
         return random_input(meta["shape"], meta["datatype"], batch, seed)
     if meta["name"] == "IMAGE":

@@ -28,8 +28,13 @@ class Served:
         return Path(self.state.log).parent
 
     def endpoint(self, protocol: str) -> Endpoint:
-        url = self.state.http_url if protocol == "http" else self.state.grpc_url
-        return Endpoint(protocol, url, self.state.admin_headers(protocol), self.repo)
+        return endpoint_of(self.state, self.repo, protocol)
+
+
+def endpoint_of(state: launcher.ServerState, repo: Path, protocol: str) -> Endpoint:
+    """The Endpoint of a server the tests started, with its admin key and repository."""
+    url = state.http_url if protocol == "http" else state.grpc_url
+    return Endpoint(protocol, url, state.admin_headers(protocol), repo)
 
 
 def _build(repo, work, spec, built, options, precisions=("fp32",)):

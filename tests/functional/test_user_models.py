@@ -20,6 +20,7 @@ from builders.repository import TorchRuntime, read_manifest
 from clients.connection import Endpoint
 from clients.infer import infer
 from server import launcher
+from tests.functional.conftest import endpoint_of
 from tests.user_models import ACME, build_reference, write_package
 
 pytestmark = pytest.mark.functional
@@ -60,8 +61,7 @@ class UserServed:
     modules: dict
 
     def endpoint(self, protocol: str) -> Endpoint:
-        url = self.state.http_url if protocol == "http" else self.state.grpc_url
-        return Endpoint(protocol, url, self.state.admin_headers(protocol), self.repo)
+        return endpoint_of(self.state, self.repo, protocol)
 
 
 def _tiny(folder: Path):
