@@ -84,9 +84,15 @@ def _imported_artifact(spec: ModelSpec, out_dir: Path, digest: str) -> tuple[exp
 
 
 def save_program(module, spec: ModelSpec, out_dir: Path) -> Path:
-    """The module as a torch.export program (model.pt2): the torch runtime loads it without the model's source."""
+    """The module as a torch.export program (model.pt2): the torch runtime loads it without the model's source.
+
+    BatchNorms are folded into their convolutions first (inference-only, checked to agree).
+    """
     import torch
 
+    module, folded = export.fold_batch_norms(module, spec)
+    if folded:
+        step(f"{spec.name}: batch norms folded into their convolutions for the torch runtime")
     example = export.sample_inputs(spec, batch=2)
     args = tuple(torch.from_numpy(example[t.name]) for t in spec.inputs)
     shapes = export.shapes_for(module, spec)
@@ -116,8 +122,20 @@ def build_torch_variant(req: BuildRequest, runtime: repository.TorchRuntime) -> 
     """Serve the spec's module with the torch runtime (after build_model made its artifacts).
 
     The variant carries the module as a torch.export program (model.pt2), so the server needs
-    no model source: zoo and user models alike.
+    no model source: zoo and user models alike. A runtime with a compiler builds a compiled
+    engine (builders.compiled): compiled, gated and cached here, not at the first request.
     """
+    if runtime.compiler:
+        from builders.compiled import build_compiled_variant
+
+        return build_compiled_variant(req, runtime)
+    entry = write_torch_variant(req, runtime)
+    repository.update_manifest(req.repo, entry)
+    return entry
+
+
+def write_torch_variant(req: BuildRequest, runtime: repository.TorchRuntime, extra: dict | None = None) -> dict:
+    """Write a torch-runtime variant's folder (model.pt2, spec.json, model.py, extra artifacts); return its entry."""
     out_dir = req.work_dir / req.spec.name
     program, spec_file = out_dir / "model.pt2", out_dir / "spec.json"
     if not program.exists():
@@ -131,17 +149,15 @@ def build_torch_variant(req: BuildRequest, runtime: repository.TorchRuntime) -> 
     step(f"{req.spec.name}: writing {req.repo / config.name} (torch runtime, {req.options.kind})")
     from triton_models import TORCH_MODEL
 
-    artifacts = {"model.pt2": program, "spec.json": spec_file, "model.py": TORCH_MODEL}
+    artifacts = {"model.pt2": program, "spec.json": spec_file, "model.py": TORCH_MODEL, **(extra or {})}
     repository.write_model(req.repo, variant, config, artifacts, req.target)
-    entry = {"name": config.name, "target": req.target, "backend": "python", "runtime": "torch",
-             "kind": req.options.kind,
-             "precision": runtime.precision, "artifact": f"{config.name}/1/model.pt2",
-             "sha256": export.file_sha256(program), "spec": req.spec.to_dict(),
-             "torch_runtime": dataclasses.asdict(runtime),
-             "versions": tool_versions(), "host": host_info(),
-             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
-    repository.update_manifest(req.repo, entry)
-    return entry
+    return {"name": config.name, "target": req.target, "backend": "python",
+            "runtime": "inductor" if runtime.compiler else "torch", "kind": req.options.kind,
+            "precision": runtime.precision, "artifact": f"{config.name}/1/model.pt2",
+            "sha256": export.file_sha256(program), "spec": req.spec.to_dict(),
+            "torch_runtime": dataclasses.asdict(runtime),
+            "versions": tool_versions(), "host": host_info(),
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
 
 
 def _passed_report(out_dir: Path) -> dict | None:

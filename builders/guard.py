@@ -1,9 +1,10 @@
-"""Refuse to serve TensorRT plans on a server or GPU they were not built for.
+"""Refuse to serve TensorRT plans and compiled engines on a server or GPU they were not built for.
 
 The #1 complaint about TensorRT deployments is a plan built by one TensorRT version (or on
 one GPU architecture) and loaded by another. manifest.json records, per plan, the TensorRT
 and CUDA versions, GPU name and compute capability; before serving, these are compared with
-the target: the server image's TensorRT and the GPU present.
+the target: the server image's TensorRT and the GPU present. Compiled engines (torch.compile,
+builders.compiled) are held to the same rule with torch and triton-lang in TensorRT's place.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ class Target:
     compute_capability: str | None
     gpu: str | None
     where: str
+    torch: str | None = None
+    triton: str | None = None
 
 
 def _version(text: str) -> tuple[int, int, int]:
@@ -76,8 +79,34 @@ def _hardware_problems(model: str, engine: dict, target: Target) -> list[str]:
     return []
 
 
+def compiled_problems(model: str, compiled: dict, target: Target) -> list[str]:
+    """What keeps a compiled engine from running on the target (empty: it fits)."""
+    rebuild = f"rebuild {model} on the server host (make build-engines there: engines are compiled for it)"
+    if target.torch is None:
+        return [f"{model}: {target.where} has no torch; a compiled engine runs in the torch runtime"]
+    problems = []
+    if compiled["torch"] != target.torch:
+        problems.append(f"{model}: compiled with torch {compiled['torch']}, {target.where} has torch {target.torch}; "
+                        f"{rebuild}")  # fmt: skip
+    if compiled.get("device") != "cuda":
+        return problems
+    if compiled.get("triton") != target.triton:
+        problems.append(f"{model}: kernels compiled with triton {compiled.get('triton')}, {target.where} has triton "
+                        f"{target.triton}; {rebuild}")  # fmt: skip
+    if target.compute_capability is None:
+        problems.append(f"{model}: compiled for a GPU ({(compiled.get('gpu') or {}).get('name')}), {target.where} "
+                        "has none; serve the ONNX or an eager torch variant there")  # fmt: skip
+    elif _cc(target.compute_capability) != _cc(compiled["compute_capability"]):
+        problems.append(f"{model}: compiled for compute capability {compiled['compute_capability']} "
+                        f"({(compiled.get('gpu') or {}).get('name')}), {target.where} has {target.gpu} "
+                        f"({target.compute_capability}); {rebuild}")  # fmt: skip
+    return problems
+
+
 def model_problems(name: str, entry: dict, target: Target) -> list[str]:
     """Problems of one manifest entry: fine if any of its per-architecture plans fits."""
+    if entry.get("compiled"):
+        return compiled_problems(name, entry["compiled"], target)
     engines = entry.get("engines") or {}
     if not engines:
         return []
@@ -94,16 +123,27 @@ def check_manifest(manifest: dict, target: Target) -> None:
         raise GuardError("refusing to serve plans that do not fit:\n  " + "\n  ".join(problems))
 
 
-def local_target() -> Target:
-    """This host: the tensorrt module's version (if any) and GPU 0 from nvidia-smi."""
-    try:
-        import tensorrt
+def local_target(tensorrt: bool = True, where: str = "this host") -> Target:
+    """This host: the tensorrt module's version (if any and asked), torch, triton and GPU 0 from nvidia-smi."""
+    version = None
+    if tensorrt:
+        try:
+            import tensorrt as trt
 
-        version = tensorrt.__version__
-    except ImportError:
-        version = None
+            version = trt.__version__
+        except ImportError:
+            pass
     gpu, cc = _nvidia_smi(["nvidia-smi"])
-    return Target(version, cc, gpu, "this host")
+    return Target(version, cc, gpu, where, _installed("torch"), _installed("triton"))
+
+
+def _installed(package: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def image_target(image: str) -> Target:

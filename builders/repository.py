@@ -101,16 +101,24 @@ class TorchRuntime:
     cuda_graphs: bool = False
     uint8_input: bool = False
     graph_batch_sizes: tuple[int, ...] = ()
+    compiler: str = ""  # "inductor": a compiled engine (torch.compile, built ahead of time with its cache)
+    host_outputs: bool = False  # outputs leave the stub from host memory instead of CUDA IPC
 
     def __post_init__(self):
-        if self.precision not in ("fp32", "fp16"):
-            raise ConfigError(f"torch runtime precision {self.precision!r}: expected fp32 or fp16")
+        if self.precision not in TORCH_PRECISIONS:
+            raise ConfigError(f"torch runtime precision {self.precision!r}: expected one of {TORCH_PRECISIONS}")
+        if self.compiler not in ("", "inductor"):
+            raise ConfigError(f"compiler {self.compiler!r}: expected 'inductor' (torch.compile) or '' (eager)")
 
     def variant(self, model: str) -> str:
-        """Repository name: <model>_torch_<precision>[_graphs][_u8]."""
-        return (
-            f"{model}_torch_{self.precision}{'_graphs' if self.cuda_graphs else ''}{'_u8' if self.uint8_input else ''}"
-        )
+        """Repository name: <model>_torch_<precision>[_graphs][_u8], or <model>_inductor_<precision>[_nographs][_u8]."""
+        u8 = "_u8" if self.uint8_input else ""
+        if self.compiler:
+            return f"{model}_{self.compiler}_{self.precision}{'' if self.cuda_graphs else '_nographs'}{u8}"
+        return f"{model}_torch_{self.precision}{'_graphs' if self.cuda_graphs else ''}{u8}"
+
+
+TORCH_PRECISIONS = ("fp32", "fp16", "bf16")
 
 
 def torch_config(spec: ModelSpec, runtime: TorchRuntime, options: ServingOptions) -> ModelConfig:
@@ -122,7 +130,8 @@ def torch_config(spec: ModelSpec, runtime: TorchRuntime, options: ServingOptions
         )
     base = model_config(dataclasses.replace(spec, name=runtime.variant(spec.name)), "embedded", options)
     params = {"runtime": "torch", "precision": runtime.precision, "channels_last": int(runtime.channels_last),
-              "cuda_graphs": int(runtime.cuda_graphs),
+              "cuda_graphs": int(runtime.cuda_graphs), "compiler": runtime.compiler,
+              "host_outputs": int(runtime.host_outputs),
               "graph_batch_sizes": " ".join(map(str, runtime.graph_batch_sizes)),
               "FORCE_CPU_ONLY_INPUT_TENSORS": "no" if options.kind == "KIND_GPU" else "yes"}  # fmt: skip
     inputs = base.inputs

@@ -21,8 +21,8 @@ DTYPES = {
     "BYTES": "object",
 }
 IMAGE_FORMATS = ("NCHW", "NHWC")
-PRECISIONS = ("fp32", "fp16", "int8")
-DEFAULT_TOLERANCES = {"fp32": (1e-4, 1e-3), "fp16": (1e-2, 1e-2), "int8": (1e-1, 1e-1)}
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+DEFAULT_TOLERANCES = {"fp32": (1e-4, 1e-3), "fp16": (1e-2, 1e-2), "bf16": (5e-2, 5e-2), "int8": (1e-1, 1e-1)}
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _TENSOR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 

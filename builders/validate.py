@@ -42,19 +42,30 @@ def _feeds(spec: ModelSpec, batch: int, sample_data: dict | None, lengths: dict 
 
 def _compare_batch(module, onnx_path: Path, spec: ModelSpec, feeds: dict, tol) -> dict:
     from polygraphy.backend.onnxrt import OnnxrtRunner, SessionFromOnnx
-    from polygraphy.common import TensorMetadata
-    from polygraphy.comparator import Comparator
-    from polygraphy.comparator.compare import SimpleCompareFunc
 
     from builders.torch_runner import TorchFunctionRunner
 
-    metadata = TensorMetadata()
-    for name, array in feeds.items():
-        metadata.add(name, array.dtype, array.shape)
+    metadata = _metadata(feeds)
     runners = [
         TorchFunctionRunner(module, metadata, [t.name for t in spec.outputs]),
         OnnxrtRunner(SessionFromOnnx(str(onnx_path), providers=["cpu"]), name="onnxruntime"),
     ]
+    return _compare_runners(runners, feeds, tol)
+
+
+def _metadata(feeds: dict):
+    from polygraphy.common import TensorMetadata
+
+    metadata = TensorMetadata()
+    for name, array in feeds.items():
+        metadata.add(name, array.dtype, array.shape)
+    return metadata
+
+
+def _compare_runners(runners, feeds: dict, tol) -> dict:
+    from polygraphy.comparator import Comparator
+    from polygraphy.comparator.compare import SimpleCompareFunc
+
     results = Comparator.run(runners, data_loader=[feeds])
     compare = SimpleCompareFunc(atol=tol[0], rtol=tol[1])
     accuracy = Comparator.compare_accuracy(results, compare_func=compare)
@@ -109,6 +120,40 @@ def validate(
     (onnx_path.parent / REPORT).write_text(json.dumps(report, indent=2))
     if failures:
         raise ValidationError(_failure_message(spec, failures, tol, onnx_path.parent / REPORT))
+    return report
+
+
+def validate_torch(reference, candidate, spec: ModelSpec, precision: str, report_path: Path, what: str) -> dict:
+    """Compare two torch callables (numpy in, tensors out) on the spec's shape cases, as the ONNX gate does.
+
+    Used for compiled engines: the candidate at `precision` against the fp32 eager module. The
+    report is written to report_path either way.
+
+    Raises:
+        ValidationError: an output differs by more than the precision's tolerance.
+    """
+    from builders.torch_runner import TorchFunctionRunner
+
+    _quiet_polygraphy()
+    tol, names = spec.tolerances[precision], [t.name for t in spec.outputs]
+    batches = []
+    for batch, lengths in shape_cases(spec):
+        feeds = _feeds(spec, batch, None, lengths)
+        runners = [TorchFunctionRunner(reference, _metadata(feeds), names, name="pytorch fp32 eager"),
+                   TorchFunctionRunner(candidate, _metadata(feeds), names, name=what)]  # fmt: skip
+        batches.append({"batch": batch, "axes": lengths, "outputs": _compare_runners(runners, feeds, tol)})
+    failures = [(b["batch"], name, s) for b in batches for name, s in b["outputs"].items() if not s["passed"]]
+    report = {"model": spec.name, "reference": "pytorch fp32 eager", "candidate": what, "precision": precision,
+              "atol": tol[0], "rtol": tol[1], "passed": not failures, "batches": batches}  # fmt: skip
+    report_path.write_text(json.dumps(report, indent=2))
+    if failures:
+        batch, name, stats = max(failures, key=lambda f: f[2]["max_abs"])
+        raise ValidationError(
+            f"{what} of {spec.name!r} failed validation against the fp32 eager module: output {name!r} at batch "
+            f"{batch}: max abs error {stats['max_abs']:.3g} (atol {tol[0]:g}), max rel error {stats['max_rel']:.3g} "
+            f"(rtol {tol[1]:g}); details in {report_path}. Nothing was written to the repository; loosen the "
+            f"spec's {precision} tolerances if the difference is expected, or serve another precision"
+        )
     return report
 
 

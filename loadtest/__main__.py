@@ -303,18 +303,36 @@ def batching_bench(models, concurrency, max_queue_delay_us, interval_ms, gpu, ou
     show_default=True,
     help="(batch)x(concurrency) points for served throughput; the best is reported.",
 )
-@click.option("--instances", type=int, default=2, show_default=True, help="GPU instances per served variant.")
+@click.option(
+    "--instances",
+    type=int,
+    default=1,
+    show_default=True,
+    help="GPU instances per served variant (more than 1 shares one GPU between processes: docs/benchmarks.md).",
+)
 @click.option("--interval-ms", type=int, default=3000, show_default=True)
+@click.option(
+    "--max-batch",
+    type=int,
+    default=0,
+    help="Max batch of the served models (default: --gpu-batch); the compiled rows measure every bucket up to it.",
+)
+@click.option(
+    "--served",
+    default="",
+    help="Served rows only these (default: all): onnx fp32 graphs graphs_u8 inductor inductor_u8.",
+)
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
-def gpu_bench(model, gpu_batch, cpu_batch, served_points, instances, interval_ms, out):
-    """CPU vs GPU vs TensorRT for MODEL, in-process and served, in one run (the seeds' table)."""
+def gpu_bench(model, gpu_batch, cpu_batch, served_points, instances, interval_ms, max_batch, served, out):
+    """CPU vs GPU vs TensorRT vs compiled engines for MODEL, in-process and served, in one run (the seeds' table)."""
     from loadtest import gpu_bench as bench
 
     out = out or Path("reports") / time.strftime("gpu-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     points = tuple(tuple(int(v) for v in p.split("x")) for p in served_points.split())
-    settings = bench.BenchSettings(model, gpu_batch, cpu_batch, points, instances, interval_ms)
+    rows = bench.served_rows(served.replace(",", " ").split())
+    settings = bench.BenchSettings(model, gpu_batch, cpu_batch, points, instances, interval_ms, max_batch, rows)
     bench.run(settings, out)
     click.echo((out / "gpu_bench.md").read_text())
     click.echo(f"report: {out}/gpu_bench.md (CSV: gpu_bench.csv, plot: gpu_bench.png)")

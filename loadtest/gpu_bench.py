@@ -1,10 +1,13 @@
 """CPU vs GPU vs TensorRT for one model, in-process and served through Triton, in one run.
 
 The seeds' table: onnxruntime and torch on the CPU, torch CUDA fp32, fp16 channels_last,
-fp16 + CUDA graphs, and TensorRT (marked unavailable with the reason where it is). Each is
-timed in-process (batch-1 latency, throughput at a large batch) and, where the embedded
-server can serve it, through Triton with perf_analyzer (gRPC batch 1 for latency; CUDA
-shared memory at saturation for throughput). Serving efficiency = served / in-process.
+fp16 + CUDA graphs, the compiled engines (torch.compile/inductor fp16 and bf16 + CUDA graphs),
+and TensorRT (marked unavailable with the reason where it is). Each is timed in-process
+(batch-1 latency, throughput at a large batch) and, where the embedded server can serve it,
+through Triton with perf_analyzer (gRPC batch 1 for latency; CUDA shared memory at saturation
+for throughput). Serving efficiency = served / in-process at the same batch. The compiled
+engine's cold start (server start to ready, with and without the build's compile cache) is
+timed on a repository of its own.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builders.cli_support import step
+from builders.errors import MeasurementError
 from loadtest.perf import markdown_table as perf_markdown
 from loadtest.plots import pyplot, save
 
@@ -84,6 +88,36 @@ def _torch_fn(module):
     return run
 
 
+def compiled_rows(spec, program: Path, gpu_batch: int) -> list[BenchRow]:
+    """The compiled engines in-process: fp16 and bf16, batch 1 and every bucket from gpu_batch up to the max."""
+    import torch
+
+    from builders.compiled import compile_engine
+    from builders.repository import TorchRuntime
+    from triton_models.torch_runtime import DTYPES
+
+    rows, shape = [], tuple(spec.inputs[0].dims)
+    batches = [b for b in (gpu_batch, 2 * gpu_batch, 4 * gpu_batch) if b <= spec.max_batch_size]
+    for precision, name in (("fp16", COMPILED), ("bf16", COMPILED_BF16)):
+        step(f"gpu-bench: in-process {name} (compiling)")
+        runtime = TorchRuntime(precision, channels_last=True, cuda_graphs=True, compiler="inductor")
+        runner, seconds = compile_engine(program, spec, runtime, "cuda")
+        by_batch = {b: throughput(runner, _images(b, shape, DTYPES[precision])) for b in batches}
+        b1 = latency_ms(runner, _images(1, shape, DTYPES[precision]))
+        rows.append(BenchRow(name, b1, by_batch[gpu_batch], gpu_batch,
+                             extra={"inproc_by_batch": by_batch, "compile_seconds": seconds}))  # fmt: skip
+        rows[-1].note = "in-process img/s by batch: " + ", ".join(f"{b}: {v:,.0f}" for b, v in by_batch.items())
+        del runner
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _images(batch: int, shape: tuple, dtype):
+    import torch
+
+    return torch.randn(batch, *shape, device="cuda").to(dtype).contiguous(memory_format=torch.channels_last)
+
+
 def inprocess_rows(spec, onnx_path: Path, weights: Path, gpu_batch: int, cpu_batch: int) -> list[BenchRow]:
     """Every runtime in-process: CPU (onnxruntime, torch), CUDA fp32, fp16 channels_last, + graphs."""
     import numpy as np
@@ -117,6 +151,19 @@ def inprocess_rows(spec, onnx_path: Path, weights: Path, gpu_batch: int, cpu_bat
 
 
 GPU_RUNTIMES = ("torch CUDA fp32 eager", "torch CUDA fp16 channels_last", "torch CUDA fp16 channels_last + CUDA graphs")
+COMPILED = "torch.compile (inductor) fp16 channels_last + CUDA graphs"
+COMPILED_U8 = COMPILED + ", uint8 input"
+COMPILED_BF16 = "torch.compile (inductor) bf16 channels_last + CUDA graphs"
+
+
+def served_rows(keys: list[str]) -> tuple[str, ...]:
+    """Runtime names of the served rows for short keys (--served); empty: all of them."""
+    names = {"onnx": "onnxruntime CPU fp32", "fp32": "torch CUDA fp32 eager", "graphs": GRAPHS,
+             "graphs_u8": GRAPHS_U8, "inductor": COMPILED, "inductor_u8": COMPILED_U8}  # fmt: skip
+    unknown = [k for k in keys if k not in names]
+    if unknown:
+        raise MeasurementError(f"--served {unknown}: unknown; choose among {sorted(names)}")
+    return tuple(names[k] for k in keys)
 
 
 def _row(name, fn, x1, xb) -> BenchRow:
@@ -193,6 +240,8 @@ class BenchSettings:
     served_points: tuple[tuple[int, int], ...] = ((64, 4), (128, 4), (64, 8), (256, 2))  # (batch, concurrency)
     instances: int = 2
     measurement_ms: int = 3000
+    max_batch: int = 0  # the served models' max batch (0: gpu_batch); the compiled rows measure up to it
+    served: tuple[str, ...] = ()  # served rows (runtime names); empty: every servable one
 
 
 def _served_variants(spec, work: Path, repo: Path, settings: BenchSettings) -> dict:
@@ -208,10 +257,17 @@ def _served_variants(spec, work: Path, repo: Path, settings: BenchSettings) -> d
         return variants
     gpu = ServingOptions(instances=settings.instances, kind="KIND_GPU", max_queue_delay_us=0)
     graphs = dict(channels_last=True, cuda_graphs=True)
+    compiled = dict(graphs, compiler="inductor", host_outputs=True)
     for runtime, name in ((TorchRuntime("fp32"), "torch CUDA fp32 eager"),
                           (TorchRuntime("fp16", **graphs), GRAPHS),
-                          (TorchRuntime("fp16", uint8_input=True, **graphs), GRAPHS_U8)):  # fmt: skip
+                          (TorchRuntime("fp16", uint8_input=True, **graphs), GRAPHS_U8),
+                          (TorchRuntime("fp16", **compiled), COMPILED),
+                          (TorchRuntime("fp16", uint8_input=True, **compiled), COMPILED_U8)):  # fmt: skip
+        if settings.served and name not in settings.served:
+            continue
         variants[name] = build_torch_variant(BuildRequest(spec, "embedded", repo, work, gpu), runtime)["name"]
+    if settings.served and "onnxruntime CPU fp32" not in settings.served:
+        del variants["onnxruntime CPU fp32"]
     return variants
 
 
@@ -235,14 +291,48 @@ def _describe(point: dict) -> str:
 
 
 def _measure_served(ep, analyzer, model: str, gpu: bool, settings: BenchSettings, raw: Path) -> tuple:
-    """Best batch-1 p50 and best throughput over the configured points; all points are kept."""
+    """Best batch-1 p50, best throughput (and its batch) over the configured points; all points are kept."""
     shms = ("none", "cuda") if gpu else ("none",)
     latency = [_point(ep, analyzer, model, 1, 1, shm, settings, raw) for shm in shms]
     points = settings.served_points if gpu else ((settings.cpu_batch, 4),)
     saturated = [_point(ep, analyzer, model, b, c, shms[-1], settings, raw) for b, c in points]
     best_latency, best = min(latency, key=lambda p: p["p50_ms"]), max(saturated, key=lambda p: p["throughput"])
     setup = f"latency: {_describe(best_latency)}; throughput: {_describe(best)}"
-    return best_latency["p50_ms"], best["throughput"], setup, latency + saturated
+    return best_latency["p50_ms"], best["throughput"], setup, latency + saturated, best["batch"]
+
+
+def cold_start(repo: Path, model: str, out: Path, with_cache: bool = True) -> float:
+    """Seconds from starting a server on a repository holding only `model` to ready, with empty local caches.
+
+    with_cache=False drops the build's compile_cache.bin: the engine is then compiled from scratch.
+    """
+    import json
+    import os
+    import shutil
+    import tempfile
+
+    from server import launcher
+
+    alone = out / f"cold-{model}-{'cache' if with_cache else 'nocache'}"
+    shutil.copytree(repo / model, alone / model)
+    manifest = json.loads((repo / "manifest.json").read_text())
+    manifest["models"] = {model: manifest["models"][model]}
+    (alone / "manifest.json").write_text(json.dumps(manifest))
+    if not with_cache:
+        (alone / model / "1" / "compile_cache.bin").unlink(missing_ok=True)
+    saved = {k: os.environ.get(k) for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    with tempfile.TemporaryDirectory(prefix="cold-inductor-") as tmp:
+        os.environ.update(TORCHINDUCTOR_CACHE_DIR=tmp, TRITON_CACHE_DIR=os.path.join(tmp, "triton"))
+        settings = launcher.ServerSettings(alone, *launcher.free_ports(3), state_dir=alone / "state",
+                                           startup_timeout=600)  # fmt: skip
+        started = time.time()
+        try:
+            launcher.start(settings)
+            return round(time.time() - started, 1)
+        finally:
+            launcher.stop(settings.state_dir)
+            for key, value in saved.items():
+                os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
 
 
 def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
@@ -255,12 +345,16 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
     from loadtest.perf_tools import find_perf_analyzer
     from server import launcher
 
-    spec = zoo.get_spec(settings.model, max_batch_size=settings.gpu_batch)
+    spec = zoo.get_spec(settings.model, max_batch_size=max(settings.max_batch, settings.gpu_batch))
     spec = dataclasses.replace(spec, validation_batch_sizes=(1, 2))
     work, repo = out / "work", out / "repo"
     variants = _served_variants(spec, work, repo, settings)
     rows = inprocess_rows(spec, work / spec.name / "model.onnx", work / spec.name / "model.pt",
                           settings.gpu_batch, settings.cpu_batch)  # fmt: skip
+    if COMPILED in variants or COMPILED_U8 in variants:
+        compiled = compiled_rows(spec, work / spec.name / "model.pt2", settings.gpu_batch)
+        at = rows.index(next(r for r in rows if r.runtime.startswith("TensorRT")))
+        rows[at:at] = compiled[:1] + [BenchRow(COMPILED_U8, note="in-process figures: the row above")] + compiled[1:]
     if GRAPHS_U8 in variants:  # served only: same in-process runtime as GRAPHS
         graphs = next(r for r in rows if r.runtime == GRAPHS)
         extra_row = BenchRow(GRAPHS_U8, inproc_tput=graphs.inproc_tput, inproc_batch=graphs.inproc_batch,
@@ -275,19 +369,48 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
         for row in rows:
             if row.runtime in variants:
                 step(f"gpu-bench: served {row.runtime} ({variants[row.runtime]})")
-                gpu = "CUDA" in row.runtime
-                row.served_b1_p50_ms, row.served_tput, row.served_setup, points = _measure_served(
+                gpu = "CUDA" in row.runtime or "inductor" in row.runtime
+                row.served_b1_p50_ms, row.served_tput, row.served_setup, points, batch = _measure_served(
                     ep, analyzer, variants[row.runtime], gpu, settings, out / "raw"
                 )
                 row.extra["points"] = points
+                _same_batch(row, rows, batch)
     finally:
         launcher.stop(server.state_dir)
+    for name in (COMPILED_U8, COMPILED):
+        if name in variants:
+            _cold_starts(next(r for r in rows if r.runtime == name), repo, variants[name], out)
+            break
     _write(rows, out, settings, csv)
     return rows
 
 
+def _same_batch(row: BenchRow, rows: list[BenchRow], batch: int) -> None:
+    """Compiled rows: in-process figures at the batch the best served point used (efficiency at the same batch)."""
+    source = row if "inproc_by_batch" in row.extra else None
+    if source is None and row.runtime == COMPILED_U8:
+        source = next(r for r in rows if r.runtime == COMPILED)
+    by_batch = source.extra.get("inproc_by_batch", {}) if source else {}
+    if batch in by_batch:
+        row.inproc_tput, row.inproc_batch = by_batch[batch], batch
+
+
+def _cold_starts(row: BenchRow, repo: Path, model: str, out: Path) -> None:
+    step(f"gpu-bench: cold start of {model} (empty local caches; with, then without the build's compile cache)")
+    row.extra["cold_start_s"] = {
+        "with compile cache": cold_start(repo, model, out),
+        "without (compiled at load)": cold_start(repo, model, out, with_cache=False),
+    }
+    row.note = (
+        (row.note + "; " if row.note else "")
+        + "cold start to ready: "
+        + ", ".join(f"{k} {v} s" for k, v in row.extra["cold_start_s"].items())
+    )
+
+
 def _write(rows, out: Path, settings: BenchSettings, csv) -> None:
     import dataclasses
+    import json
 
     from builders.environment import host_info, tool_versions
 
@@ -305,6 +428,7 @@ def _write(rows, out: Path, settings: BenchSettings, csv) -> None:
     points = [p for r in rows for p in r.extra.get("points", [])]
     perf_table = "\n\n## Every served point\n\n" + perf_markdown(points) if points else ""
     (out / "gpu_bench.md").write_text(markdown(rows, header) + perf_table + "\n")
+    (out / "gpu_bench.json").write_text(json.dumps([dataclasses.asdict(r) for r in rows], indent=2, default=str))
     try:
         plot(rows, out / "gpu_bench.png")
     except ImportError as err:

@@ -161,11 +161,14 @@ def start(settings: ServerSettings) -> ServerState:
 
 
 def _guard_plans(repo: Path) -> None:
-    """The embedded server has no TensorRT backend: refuse plans up front, naming them."""
-    from builders.guard import Target, check_manifest
+    """The embedded server has no TensorRT backend: refuse plans up front, naming them; and compiled
+    engines built for another torch, triton or GPU than this host's."""
+    from builders.guard import check_manifest, local_target
     from builders.repository import read_manifest
 
-    check_manifest(read_manifest(repo), Target(None, None, None, "the embedded tritonserver (Python backend only)"))
+    manifest = read_manifest(repo)
+    where = "the embedded tritonserver (Python backend only) on this host"
+    check_manifest(manifest, local_target(tensorrt=False, where=where))
 
 
 def _log_tail(state: ServerState, lines: int = 15) -> str:

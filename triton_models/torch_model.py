@@ -2,12 +2,15 @@
 
 Copied into <repository>/<model>/<version>/model.py. The version folder holds model.pt2 (the
 module as a torch.export program: no model source needed at serve time) and spec.json.
-Parameters (config.pbtxt): precision (fp32|fp16), channels_last, cuda_graphs,
-graph_batch_sizes. On a KIND_GPU instance: inputs arrive through DLPack (on the GPU when the
-client used CUDA shared memory, with FORCE_CPU_ONLY_INPUT_TENSORS=no), uint8 NHWC images are
-normalized on the GPU, the module runs on the instance's own CUDA stream (through a CUDA graph
-per batch bucket when enabled: single fixed-shape input only), and outputs leave through
-DLPack without a host round trip. Any number of inputs and outputs; floating inputs are cast
+Parameters (config.pbtxt): precision (fp32|fp16|bf16), channels_last, cuda_graphs,
+graph_batch_sizes, compiler ("inductor": a compiled engine, warm-started from the build's
+compile_cache.bin in the version folder), host_outputs (1: outputs copied to host memory in
+the stub, cheaper than handing GPU tensors back through CUDA IPC). On a KIND_GPU instance:
+inputs arrive through DLPack (on the GPU when the client used CUDA shared memory, with
+FORCE_CPU_ONLY_INPUT_TENSORS=no), uint8 NHWC images are normalized on the GPU, the module runs
+on the instance's own CUDA stream (through a CUDA graph per batch bucket when enabled: single
+fixed-shape input only), and outputs leave through DLPack without a host round trip (or, with
+host_outputs, in one device-to-host copy per execute). Any number of inputs and outputs; floating inputs are cast
 to the precision, integer ones kept; outputs are cast to the dtypes of the config.
 """
 
@@ -36,7 +39,8 @@ class TritonPythonModel:
             self.spec = json.load(handle)
         gpu = args["model_instance_kind"] == "GPU"
         self.device = torch.device(f"cuda:{args['model_instance_device_id']}" if gpu else "cpu")
-        self.dtype = torch.float16 if params.get("precision") == "fp16" else torch.float32
+        self.dtype = rt.DTYPES[params.get("precision", "fp32")]
+        self.host_outputs = params.get("host_outputs") == "1"
         self.channels_last = params.get("channels_last") == "1"
         self.uint8 = config["input"][0]["data_type"] == "TYPE_UINT8" and self.spec["inputs"][0]["dtype"] != "UINT8"
         self.input_names = [i["name"] for i in config["input"]]
@@ -48,6 +52,9 @@ class TritonPythonModel:
         module = torch.export.load(os.path.join(folder, "model.pt2")).module()
         fmt = torch.channels_last if self.channels_last else torch.contiguous_format
         module = module.to(self.device, dtype=self.dtype, memory_format=fmt)
+        if params.get("compiler") == "inductor":
+            cache = os.path.join(folder, "compile_cache.bin")
+            module = rt.compiled(module, open(cache, "rb").read() if os.path.exists(cache) else None)
         explicit = tuple(int(b) for b in params.get("graph_batch_sizes", "").split())
         first = self.spec["inputs"][0]
         fixed = len(self.spec["inputs"]) == 1 and -1 not in first["dims"]
@@ -57,7 +64,16 @@ class TritonPythonModel:
                 buckets = rt.bucket_sizes(max_batch, explicit)
                 return rt.GraphRunner(module, tuple(first["dims"]), self.dtype, self.device, buckets,
                                       self.channels_last)  # fmt: skip
+            if isinstance(module, rt.DynamicBatch) and fixed:  # compile both graphs now, not at the first request
+                self._warm(module, first, max_batch)
             return module
+
+    def _warm(self, module, first, max_batch):
+        floating = self.uint8 or first["dtype"] in ("FP32", "FP16")
+        dtype = self.dtype if floating else _TORCH_DTYPES[f"TYPE_{first['dtype']}"]
+        with torch.inference_mode():
+            for batch in sorted({1, min(2, max_batch)}):
+                module(self._formatted(torch.zeros((batch, *first["dims"]), dtype=dtype, device=self.device)))
 
     def _on_stream(self):
         import contextlib
@@ -87,6 +103,8 @@ class TritonPythonModel:
             out = self.runner(*ready)
             out = list(out) if isinstance(out, (tuple, list)) else [out]
             out = [o.to(dtype) for o, (_, dtype) in zip(out, self.outputs)]
+            if self.host_outputs:  # one device-to-host copy per execute, then plain shared memory
+                return [o.cpu() for o in out]
         if self.stream is not None:
             self.stream.synchronize()
         return out
@@ -95,6 +113,9 @@ class TritonPythonModel:
         if index == 0 and self.uint8:
             pre = self.spec["preprocessing"]
             return rt.normalize_uint8(tensor, pre["mean"], pre["std"], self.dtype, self.channels_last)
+        return self._formatted(tensor)
+
+    def _formatted(self, tensor):
         if tensor.is_floating_point():
             tensor = tensor.to(self.dtype)
             if self.channels_last and tensor.dim() == 4:
@@ -102,6 +123,9 @@ class TritonPythonModel:
         return tensor
 
     def _response(self, outputs):
+        if self.host_outputs:
+            tensors = [pb_utils.Tensor(name, o.numpy()) for (name, _), o in zip(self.outputs, outputs)]
+            return pb_utils.InferenceResponse(output_tensors=tensors)
         tensors = [pb_utils.Tensor.from_dlpack(name, rt.to_dlpack(o)) for (name, _), o in zip(self.outputs, outputs)]
         return pb_utils.InferenceResponse(output_tensors=tensors)
 

@@ -2,7 +2,8 @@
 
 Kept apart from model.py so that it is importable, and its bookkeeping testable, without
 Triton or a GPU: CUDA-graph buckets (pad a batch up to a captured size, replay, slice),
-uint8 images normalized on the device, DLPack exchange with Triton's tensors.
+uint8 images normalized on the device, DLPack exchange with Triton's tensors, and the
+compiled engines (torch.compile with inductor, warm-started from the build's portable cache).
 """
 
 from __future__ import annotations
@@ -71,6 +72,42 @@ class GraphRunner:
             with torch.inference_mode():
                 out = self.module(static)
         return out[:count].clone()  # the static output is overwritten by the next replay
+
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+RECOMPILE_LIMIT = 64  # one graph for batch 1, one dynamic for the rest, more for other axis lengths
+
+
+def compiled(module, cache: bytes | None = None):
+    """module through torch.compile (inductor), its batch axis dynamic above 1.
+
+    Args:
+        cache: portable compile artifacts (torch.compiler.save_cache_artifacts at build time),
+            loaded first so that compiling reuses the build's kernels instead of starting over.
+    """
+    if cache:
+        torch.compiler.load_cache_artifacts(cache)
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, RECOMPILE_LIMIT)
+    return DynamicBatch(torch.compile(module))
+
+
+class DynamicBatch:
+    """Calls a compiled module with the batch axis of every input marked dynamic (batch 1 stays static).
+
+    One graph then serves every batch size above 1 (no recompilation per bucket); batch 1 gets
+    its own, specialized graph, as dynamo specializes sizes 0 and 1 anyway.
+    """
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, *inputs):
+        for tensor in inputs:
+            if tensor.dim() and tensor.shape[0] > 1:
+                torch._dynamo.maybe_mark_dynamic(tensor, 0)
+        return self.fn(*inputs)
 
 
 def normalize_uint8(images: torch.Tensor, mean, std, dtype, channels_last: bool = False) -> torch.Tensor:

@@ -1,5 +1,7 @@
 """GPU paths for real: CUDA graphs, fp16, KIND_GPU instances, CUDA shared memory. Run on the H100 device."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -29,8 +31,10 @@ def gpu_served(tmp_path_factory):
     built = zoo.build_module(spec)
     build_model(BuildRequest(spec, "embedded", root / "repo", root / "work"), built)
     gpu = ServingOptions(instances=2, kind="KIND_GPU")
+    compiled = dict(channels_last=True, cuda_graphs=True, compiler="inductor", host_outputs=True)
     for runtime in (TorchRuntime("fp16", channels_last=True, cuda_graphs=True),
-                    TorchRuntime("fp16", channels_last=True, cuda_graphs=True, uint8_input=True)):  # fmt: skip
+                    TorchRuntime("fp16", channels_last=True, cuda_graphs=True, uint8_input=True),
+                    TorchRuntime("fp16", uint8_input=True, **compiled), TorchRuntime("bf16", **compiled)):  # fmt: skip
         build_torch_variant(BuildRequest(spec, "embedded", root / "repo", root / "work", gpu), runtime)
     settings = launcher.ServerSettings(root / "repo", *launcher.free_ports(3), state_dir=root / "state")
     state = launcher.start(settings)
@@ -94,3 +98,25 @@ def test_uint8_images_normalized_on_the_gpu_when_served(gpu_served):
     got = infer(ep, "resnet18_64_torch_fp16_graphs_u8", {"input": pixels}).outputs["logits"]
     floats = np.stack([preprocess_image(Image.fromarray(p), spec) for p in pixels])
     np.testing.assert_allclose(got, _reference(built, floats), atol=5e-2, rtol=5e-2)
+
+
+def test_compiled_engines_are_built_gated_and_served_on_the_gpu(gpu_served):
+    from PIL import Image
+
+    from builders.repository import read_manifest
+    from clients.inputs import preprocess_image
+
+    spec, built, state = gpu_served
+    manifest = read_manifest(Path(state.repo))["models"]
+    for name in ("resnet18_64_inductor_fp16_u8", "resnet18_64_inductor_bf16"):
+        compiled = manifest[name]["compiled"]
+        assert compiled["device"] == "cuda" and compiled["compute_capability"] and compiled["triton"]
+        assert compiled["cache_bytes"] > 0 and manifest[name]["validation"]["passed"]
+        assert (Path(state.repo) / name / "1" / "compile_cache.bin").stat().st_size == compiled["cache_bytes"]
+    ep = Endpoint("grpc", state.grpc_url, state.admin_headers("grpc"))
+    pixels = np.random.default_rng(3).integers(0, 256, (5, 64, 64, 3), dtype=np.uint8)
+    floats = np.stack([preprocess_image(Image.fromarray(p), spec) for p in pixels])
+    got = infer(ep, "resnet18_64_inductor_fp16_u8", {"input": pixels}).outputs["logits"]
+    np.testing.assert_allclose(got, _reference(built, floats), atol=5e-2, rtol=5e-2)
+    got = infer(ep, "resnet18_64_inductor_bf16", {"input": floats}).outputs["logits"]
+    np.testing.assert_allclose(got, _reference(built, floats), atol=2e-1, rtol=1e-1)

@@ -68,3 +68,53 @@ def test_the_embedded_server_refuses_plans_before_starting(repo, tmp_path):
     with pytest.raises(ToolError, match="the embedded tritonserver .* has no TensorRT"):
         launcher.start(launcher.ServerSettings(repo, state_dir=tmp_path / "state"))
     assert not (tmp_path / "state" / "server.json").exists()
+
+
+def _compiled(device="cuda", torch="2.11.0", triton="3.6.0", cc="9.0"):
+    gpu = {"name": "NVIDIA H100 80GB HBM3", "compute_capability": cc} if device == "cuda" else None
+    return {"name": "resnet50_inductor_fp16", "precision": "fp16",
+            "compiled": {"compiler": "inductor", "torch": torch, "triton": triton, "device": device, "gpu": gpu,
+                         **({"compute_capability": cc} if device == "cuda" else {})}}  # fmt: skip
+
+
+HOST = Target(None, "9.0", "NVIDIA H100 80GB HBM3", "this host", torch="2.11.0", triton="3.6.0")
+
+
+def test_a_compiled_engine_that_fits_the_host_passes(repo):
+    update_manifest(repo, _compiled())
+    check_manifest(read_manifest(repo), HOST)
+
+
+@pytest.mark.parametrize(
+    "entry, host, message",
+    [
+        (
+            _compiled(torch="2.10.0"),
+            HOST,
+            r"with torch 2.10.0, this host has torch 2.11.0; rebuild .* server host",
+        ),
+        (_compiled(triton="3.5.1"), HOST, r"kernels compiled with triton 3.5.1, this host has triton 3.6.0; rebuild"),
+        (
+            _compiled(cc="8.0"),
+            HOST,
+            r"compiled for compute capability 8.0 .* this host has NVIDIA H100 .* \(9.0\)",
+        ),
+        (
+            _compiled(),
+            Target(None, None, None, "this host", torch="2.11.0", triton="3.6.0"),
+            "has none; serve the ONNX",
+        ),
+        (_compiled(), Target(None, "9.0", "H100", "this host"), "this host has no torch"),
+    ],
+)
+def test_a_compiled_engine_for_another_torch_triton_or_gpu_is_refused(repo, entry, host, message):
+    update_manifest(repo, entry)
+    with pytest.raises(GuardError, match=message):
+        check_manifest(read_manifest(repo), host)
+
+
+def test_a_cpu_engine_is_judged_by_torch_only(repo):
+    update_manifest(repo, _compiled(device="cpu", triton=None))
+    check_manifest(read_manifest(repo), Target(None, None, None, "this host", torch="2.11.0", triton=None))
+    with pytest.raises(GuardError, match="compiled with torch 2.11.0, this host has torch 2.12.0"):
+        check_manifest(read_manifest(repo), Target(None, None, None, "this host", torch="2.12.0"))

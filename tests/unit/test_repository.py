@@ -52,3 +52,23 @@ def test_cli_reports_user_errors_without_traceback(tmp_path):
     assert "error: model 'nosuchmodel' is not in the zoo" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_compiled_variants_are_named_and_configured_for_the_torch_runtime():
+    from builders import zoo
+    from builders.errors import ConfigError
+
+    spec = zoo.get_spec("resnet18", image_size=64, max_batch_size=8)
+    gpu = repository.ServingOptions(kind="KIND_GPU")
+    runtime = repository.TorchRuntime("bf16", True, True, True, compiler="inductor", host_outputs=True)
+    config = repository.torch_config(spec, runtime, gpu)
+    assert config.name == "resnet18_64_inductor_bf16_u8"
+    params = parse_pbtxt(config.to_pbtxt()).parameters
+    values = {k: params[k].string_value for k in ("compiler", "precision", "host_outputs", "cuda_graphs")}
+    assert values == {"compiler": "inductor", "precision": "bf16", "host_outputs": "1", "cuda_graphs": "1"}
+    assert repository.TorchRuntime("fp16", compiler="inductor").variant("m") == "m_inductor_fp16_nographs"
+    assert repository.TorchRuntime("fp16", cuda_graphs=True).variant("m") == "m_torch_fp16_graphs"
+    with pytest.raises(ConfigError, match="compiler 'xla': expected 'inductor'"):
+        repository.TorchRuntime("fp16", compiler="xla")
+    with pytest.raises(ConfigError, match="precision 'int8'"):
+        repository.TorchRuntime("int8")

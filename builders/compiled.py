@@ -1,0 +1,173 @@
+"""Compiled engines: the exported program through torch.compile (inductor), built ahead of time.
+
+Like a TensorRT plan, a compiled engine is an artifact of `make build-engines`, made on the
+kind of host that serves it: the build compiles the model's torch.export program for the
+runtime's precision on the instance's device (one graph for batch 1, one with a dynamic batch
+axis for the rest), captures the CUDA-graph buckets, gates the result against the fp32 eager
+module on the spec's shape cases, and saves inductor's portable compile artifacts
+(torch.compiler.save_cache_artifacts) as compile_cache.bin beside model.pt2. The server's
+model.py loads them before compiling, so a cold start reuses the build's kernels instead of
+compiling from scratch. A variant that fails the gate is not written.
+
+Why not an AOTInductor package: see docs/benchmarks.md ("Compiled engines"): packages built on
+the H100 segfaulted in AOTIModelPackageLoader on load (CPU and CUDA packages alike).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+
+from builders import export, repository, validate
+from builders.cli_support import step
+from builders.environment import gpu_info
+from builders.errors import SpecError
+
+CACHE = "compile_cache.bin"
+REPORT = "validation.compiled.json"
+
+
+def compiler_versions() -> dict:
+    """What a compiled engine depends on: torch and triton-lang (the kernels' compiler)."""
+    versions = {}
+    for name in ("torch", "triton"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def device_for(kind: str) -> str:
+    """'cuda' for GPU instances (a GPU must be present: engines are compiled for it), 'cpu' for CPU ones."""
+    import torch
+
+    if kind == "KIND_CPU":
+        return "cpu"
+    if not torch.cuda.is_available():
+        raise SpecError(
+            f"a compiled engine for {kind} instances is built on the GPU host that serves it (its kernels are "
+            "compiled for that GPU and torch), and torch sees no CUDA GPU here; run the build there, or build "
+            "the engine for KIND_CPU instances"
+        )
+    return "cuda"
+
+
+@contextlib.contextmanager
+def fresh_compile_cache():
+    """A private, empty inductor/triton cache for the build, so the saved artifacts hold every kernel."""
+    import torch
+
+    saved = {k: os.environ.get(k) for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    with tempfile.TemporaryDirectory(prefix="inductor-build-") as tmp:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"], os.environ["TRITON_CACHE_DIR"] = tmp, os.path.join(tmp, "triton")
+        torch.compiler.reset()
+        try:
+            yield
+        finally:
+            torch.compiler.reset()
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
+def compile_engine(program: Path, spec, runtime: repository.TorchRuntime, device: str):
+    """(runner, seconds): the program compiled and warmed on every batch bucket, as the server will run it."""
+    import torch
+
+    from triton_models import torch_runtime as rt
+
+    dtype = rt.DTYPES[runtime.precision]
+    fmt = torch.channels_last if runtime.channels_last else torch.contiguous_format
+    module = torch.export.load(str(program)).module().to(device, dtype=dtype, memory_format=fmt)
+    started = time.time()
+    engine = rt.compiled(module)
+    first = spec.inputs[0]
+    fixed = len(spec.inputs) == 1 and -1 not in first.dims
+    with torch.inference_mode():
+        if fixed:
+            buckets = rt.bucket_sizes(spec.max_batch_size, runtime.graph_batch_sizes)
+            graphs = rt.GraphRunner(engine, tuple(first.dims), dtype, device, buckets, runtime.channels_last)
+            runner = graphs if runtime.cuda_graphs and device == "cuda" else engine
+            if runner is engine:  # GraphRunner compiled nothing on the CPU: warm the compiled graphs here
+                for size in buckets:
+                    graphs(torch.zeros((size, *first.dims), dtype=dtype, device=device))
+        else:
+            runner = engine
+            for batch, lengths in validate.shape_cases(spec):
+                feeds = export.sample_inputs(spec, batch, lengths=lengths)
+                engine(*[_prepared(torch.from_numpy(feeds[t.name]), device, dtype, runtime) for t in spec.inputs])
+    return runner, round(time.time() - started, 1)
+
+
+def _prepared(tensor, device, dtype, runtime):
+    import torch
+
+    tensor = tensor.to(device)
+    if tensor.is_floating_point():
+        tensor = tensor.to(dtype)
+        if runtime.channels_last and tensor.dim() == 4:
+            tensor = tensor.contiguous(memory_format=torch.channels_last)
+    return tensor
+
+
+def _gate(runner, program: Path, spec, runtime, device: str, report_path: Path) -> dict:
+    """The engine at its precision against the fp32 eager program, on the spec's shape cases."""
+    import torch
+
+    from triton_models import torch_runtime as rt
+
+    reference = torch.export.load(str(program)).module().to(device)
+    dtypes = [getattr(torch, {"FP32": "float32", "FP16": "float16"}.get(t.dtype, "float32")) for t in spec.outputs]
+
+    def fp32(*inputs):
+        return reference(*[x.to(device) for x in inputs])
+
+    def engine(*inputs):
+        with torch.inference_mode():
+            out = runner(*[_prepared(x, device, rt.DTYPES[runtime.precision], runtime) for x in inputs])
+        out = out if isinstance(out, (tuple, list)) else (out,)
+        return tuple(o.to(d) if o.is_floating_point() else o for o, d in zip(out, dtypes))
+
+    what = f"inductor {runtime.precision} engine"
+    return validate.validate_torch(fp32, engine, spec, runtime.precision, report_path, what)
+
+
+def build_compiled_variant(req, runtime: repository.TorchRuntime) -> dict:
+    """Compile, gate and write <model>_inductor_<precision>[...] into the repository; return its manifest entry."""
+    import torch
+
+    from builders.build import write_torch_variant
+
+    if not runtime.compiler:
+        raise SpecError("build_compiled_variant needs a runtime with compiler='inductor'")
+    device = device_for(req.options.kind)
+    out_dir = req.work_dir / req.spec.name
+    program = out_dir / "model.pt2"
+    if not program.exists():
+        raise SpecError(f"{req.spec.name}: no torch.export program (model.pt2) in {out_dir}; build the model first")
+    name = runtime.variant(req.spec.name)
+    step(f"{req.spec.name}: compiling {name} (torch.compile/inductor, {runtime.precision}, {device})")
+    with fresh_compile_cache():
+        runner, seconds = compile_engine(program, req.spec, runtime, device)
+        step(f"{req.spec.name}: compiled in {seconds} s; validating against the fp32 eager module")
+        report = _gate(runner, program, req.spec, runtime, device, out_dir / f"{name}.{REPORT}")
+        blob, _ = torch.compiler.save_cache_artifacts()
+    cache = out_dir / f"{name}.{CACHE}"
+    cache.write_bytes(blob)
+    compiled = {"compiler": "inductor", **compiler_versions(), "device": device, "gpu": gpu_info() if device == "cuda"
+                else None, "compile_seconds": seconds, "cache_bytes": len(blob)}  # fmt: skip
+    if device == "cuda":
+        compiled["compute_capability"] = compiled["gpu"]["compute_capability"]
+    entry = write_torch_variant(req, runtime, {CACHE: cache})
+    worst = max((s["max_abs"] for b in report["batches"] for s in b["outputs"].values()), default=0.0)
+    entry.update(compiled=compiled, validation={"passed": True, "max_abs_error": worst, "atol": report["atol"],
+                                                "rtol": report["rtol"], "reference": "pytorch fp32 eager"})  # fmt: skip
+    repository.update_manifest(req.repo, entry)
+    return entry

@@ -1,0 +1,91 @@
+"""Compiled engines (torch.compile/inductor) on the CPU: built ahead of time, gated, cached, served, guarded.
+
+The GPU side (fp16/bf16, CUDA graphs, uint8 input) is in tests/gpu; this is the same path for
+KIND_CPU instances, where inductor compiles C++ kernels, so CI exercises all of it for real.
+"""
+
+import dataclasses
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from builders.build import BuildRequest, build_model, build_torch_variant
+from builders.errors import ValidationError
+from builders.guard import GuardError
+from builders.repository import TorchRuntime, read_manifest
+from clients.infer import infer
+from server import launcher
+from tests.functional.conftest import endpoint_of
+
+ENGINE = "digits_cnn_inductor_fp32_nographs"
+
+
+@pytest.fixture(scope="module")
+def compiled_repo(digits_build, tmp_path_factory):
+    spec, built, _ = digits_build
+    root = tmp_path_factory.mktemp("compiled")
+    request = BuildRequest(spec, "embedded", root / "repo", root / "work")
+    build_model(request, built)
+    entry = build_torch_variant(request, TorchRuntime("fp32", compiler="inductor"))
+    return spec, built, root, entry
+
+
+def test_the_engine_is_an_artifact_with_its_cache_versions_and_gate(compiled_repo):
+    spec, _, root, entry = compiled_repo
+    version = root / "repo" / ENGINE / "1"
+    assert sorted(p.name for p in version.iterdir()) == ["compile_cache.bin", "model.pt2", "model.py", "spec.json"]
+    assert 'key: "compiler"' in (root / "repo" / ENGINE / "config.pbtxt").read_text()
+    compiled = read_manifest(root / "repo")["models"][ENGINE]["compiled"]
+    from importlib import metadata
+
+    assert compiled["torch"] == metadata.version("torch") and compiled["device"] == "cpu"
+    assert compiled["cache_bytes"] == (version / "compile_cache.bin").stat().st_size > 0
+    assert compiled["compile_seconds"] > 0 and entry["validation"]["passed"]
+    report = json.loads((root / "work" / spec.name / f"{ENGINE}.validation.compiled.json").read_text())
+    assert report["passed"] and [b["batch"] for b in report["batches"]] == list(spec.validation_batch_sizes)
+
+
+def test_the_served_engine_matches_the_module_over_http_and_grpc(compiled_repo):
+    spec, built, root, _ = compiled_repo
+    settings = launcher.ServerSettings(root / "repo", *launcher.free_ports(3), state_dir=root / "state")
+    state = launcher.start(settings)
+    try:
+        for protocol in ("http", "grpc"):
+            ep = endpoint_of(state, root / "repo", protocol)
+            for batch in (1, 3, spec.max_batch_size):
+                x = np.random.default_rng(batch).standard_normal((batch, 1, 8, 8)).astype(np.float32)
+                got = infer(ep, ENGINE, {"input": x}).outputs["logits"]
+                with torch.no_grad():
+                    want = built.module(torch.from_numpy(x)).numpy()
+                np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-3)
+    finally:
+        launcher.stop(settings.state_dir)
+    log = (root / "state" / "tritonserver.log").read_text()
+    assert f"successfully loaded '{ENGINE}'" in log
+
+
+def test_an_engine_compiled_by_another_torch_is_refused_before_the_server_starts(compiled_repo, tmp_path):
+    _, _, root, _ = compiled_repo
+    repo = tmp_path / "repo"
+    shutil.copytree(root / "repo", repo)
+    manifest = json.loads((repo / "manifest.json").read_text())
+    manifest["models"][ENGINE]["compiled"]["torch"] = "2.0.0"
+    (repo / "manifest.json").write_text(json.dumps(manifest))
+    settings = launcher.ServerSettings(repo, *launcher.free_ports(3), state_dir=tmp_path / "state")
+    with pytest.raises(GuardError, match=f"{ENGINE}: compiled with torch 2.0.0, .* rebuild {ENGINE} on the server"):
+        launcher.start(settings)
+    assert not (tmp_path / "state" / "tritonserver.log").exists()
+
+
+def test_an_engine_that_fails_the_gate_is_not_written(compiled_repo):
+    spec, _, root, _ = compiled_repo
+    strict = dataclasses.replace(spec, tolerances={**spec.tolerances, "bf16": (1e-7, 0.0)})
+    request = BuildRequest(strict, "embedded", root / "repo", root / "work")
+    with pytest.raises(ValidationError, match=r"inductor bf16 engine of 'digits_cnn' failed validation .* max abs"):
+        build_torch_variant(request, TorchRuntime("bf16", compiler="inductor"))
+    assert not (root / "repo" / "digits_cnn_inductor_bf16_nographs").exists()
+    assert "digits_cnn_inductor_bf16_nographs" not in read_manifest(root / "repo")["models"]
+    assert (root / "work" / spec.name / "digits_cnn_inductor_bf16_nographs.validation.compiled.json").exists()
