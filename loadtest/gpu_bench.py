@@ -375,6 +375,7 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
                 )
                 row.extra["points"] = points
                 _same_batch(row, rows, batch)
+                _write(rows, out, settings, csv)  # as results come: a run cut short keeps what it measured
     finally:
         launcher.stop(server.state_dir)
     for name in (COMPILED_U8, COMPILED):
