@@ -22,7 +22,9 @@ def _spec(arch: str, weights: str, max_batch_size: int, image_size: int) -> Mode
         preprocessing=Preprocessing((image_size, image_size), 3, IMAGENET_MEAN, IMAGENET_STD),
         labels=_imagenet_labels(arch),
         validation_batch_sizes=(1, 2),
-        tolerances={"fp32": (1e-3, 1e-3), "fp16": (2e-2, 2e-2), "int8": (2e-1, 2e-1)},
+        # fp16 and bf16 atol from measurement: random-weight ResNet-50 logits have std 25 (max |x| 112); fp16
+        # differs from fp32 by at most 0.05, bf16 by 0.58, top-1 unchanged (docs/benchmarks.md, compiled engines)
+        tolerances={"fp32": (1e-3, 1e-3), "fp16": (1e-1, 2e-2), "bf16": (1.0, 5e-2), "int8": (2e-1, 2e-1)},
     )
 
 

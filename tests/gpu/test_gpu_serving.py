@@ -117,6 +117,6 @@ def test_compiled_engines_are_built_gated_and_served_on_the_gpu(gpu_served):
     pixels = np.random.default_rng(3).integers(0, 256, (5, 64, 64, 3), dtype=np.uint8)
     floats = np.stack([preprocess_image(Image.fromarray(p), spec) for p in pixels])
     got = infer(ep, "resnet18_64_inductor_fp16_u8", {"input": pixels}).outputs["logits"]
-    np.testing.assert_allclose(got, _reference(built, floats), atol=5e-2, rtol=5e-2)
+    np.testing.assert_allclose(got, _reference(built, floats), atol=1e-1, rtol=2e-2)  # the gate's fp16 tolerance
     got = infer(ep, "resnet18_64_inductor_bf16", {"input": floats}).outputs["logits"]
-    np.testing.assert_allclose(got, _reference(built, floats), atol=2e-1, rtol=1e-1)
+    np.testing.assert_allclose(got, _reference(built, floats), atol=1.0, rtol=5e-2)
