@@ -128,6 +128,12 @@ def torch_config(spec: ModelSpec, runtime: TorchRuntime, options: ServingOptions
             f"{spec.name}: CUDA graphs need one input of fixed per-sample dims, the spec has "
             f"{[(t.name, list(t.dims)) for t in spec.inputs]}; build the torch variant without cuda_graphs"
         )
+    if options.kind == "KIND_GPU" and options.instances > 1 and options.dynamic_batching:
+        raise ConfigError(
+            f"{spec.name}: {options.instances} KIND_GPU instances with dynamic batching: the torch runtime's "
+            "throughput collapses there (0.15-0.26x of no batching on the H100, with or without CUDA MPS; "
+            "docs/benchmarks.md). Use 1 instance with dynamic batching, or several with dynamic_batching off."
+        )
     base = model_config(dataclasses.replace(spec, name=runtime.variant(spec.name)), "embedded", options)
     params = {"runtime": "torch", "precision": runtime.precision, "channels_last": int(runtime.channels_last),
               "cuda_graphs": int(runtime.cuda_graphs), "compiler": runtime.compiler,

@@ -173,7 +173,8 @@ def search(repo, variants, mode, p99_ms, accuracy_budget, concurrency, max_insta
         searcher = s.Searcher(repo, ep, find_perf_analyzer(), {"p99_ms": p99_ms, "accuracy": accuracy_budget},
                               {"concurrency": concurrency, "interval_ms": interval_ms}, out)  # fmt: skip
         space = s.SearchSpace(names, max_instances, _numbers(delays_us),
-                              {v: searcher.base_config(v).max_batch_size for v in names})  # fmt: skip
+                              {v: searcher.base_config(v).max_batch_size for v in names},
+                              frozenset(v for v in names if s.one_instance_only(searcher.base_config(v))))  # fmt: skip
         text, winner = _run_search_modes(s, space, searcher, mode)
     finally:
         launcher.stop(settings.state_dir)
@@ -262,9 +263,10 @@ def report(run, compare, repo):
 @click.option("--max-queue-delay-us", type=int, default=1000, show_default=True)
 @click.option("--interval-ms", type=int, default=2000, show_default=True)
 @click.option("--gpu", is_flag=True, help="Serve with the torch runtime (fp16, CUDA graphs) on KIND_GPU instances.")
+@click.option("--host-outputs", is_flag=True, help="GPU: return outputs from host memory instead of CUDA IPC.")
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
-def batching_bench(models, concurrency, max_queue_delay_us, interval_ms, gpu, out):
+def batching_bench(models, concurrency, max_queue_delay_us, interval_ms, gpu, host_outputs, out):
     """Throughput and latency for {no batching, dynamic batching} x {1, 2 instances} x concurrency."""
     from builders import zoo
     from clients.connection import Endpoint
@@ -276,7 +278,8 @@ def batching_bench(models, concurrency, max_queue_delay_us, interval_ms, gpu, ou
     out = out or Path("reports") / time.strftime("batching-%Y%m%d-%H%M%S")
     repo, variants = out / "repo", {}
     for name in models.split():
-        variants.update(bench.build_variants(zoo.get_spec(name), repo, out / "work", max_queue_delay_us, gpu))
+        spec = zoo.get_spec(name)
+        variants.update(bench.build_variants(spec, repo, out / "work", max_queue_delay_us, gpu, host_outputs))
     settings = launcher.ServerSettings(repo, *launcher.free_ports(3), state_dir=out / "state")
     state = launcher.start(settings)
     try:

@@ -16,11 +16,11 @@ def _variant_name(model: str, batching: bool, instances: int) -> str:
     return f"{model}_{'dynbatch' if batching else 'nobatch'}_i{instances}"
 
 
-def build_variants(spec, repo: Path, work: Path, delay_us: int, gpu: bool = False) -> dict:
+def build_variants(spec, repo: Path, work: Path, delay_us: int, gpu: bool = False, host_outputs: bool = False) -> dict:
     """Build the model once, then write its four serving variants; name -> (model, batching, instances).
 
     CPU: ONNX Runtime (threads per instance = cores / instances). GPU: the torch runtime in fp16
-    with CUDA graphs on KIND_GPU instances.
+    with CUDA graphs on KIND_GPU instances (outputs through CUDA IPC, or host memory with host_outputs).
     """
     from builders import repository
     from builders.build import BuildRequest, build_model
@@ -32,20 +32,26 @@ def build_variants(spec, repo: Path, work: Path, delay_us: int, gpu: bool = Fals
         options = repository.ServingOptions(instances=instances, max_queue_delay_us=delay_us, dynamic_batching=batching,
                                             intra_op_threads=max(1, cores // instances),
                                             kind="KIND_GPU" if gpu else "KIND_CPU")  # fmt: skip
-        config, artifacts = _serving(spec, variant, options, work, gpu)
+        config, artifacts = _serving(spec, variant, options, work, gpu, host_outputs)
         repository.write_model(repo, variant, config, artifacts, "embedded")
         variants[variant.name] = (spec.name, batching, instances)
     return variants
 
 
-def _serving(spec, variant, options, work: Path, gpu: bool):
+def _serving(spec, variant, options, work: Path, gpu: bool, host_outputs: bool):
     from builders import repository
     from triton_models import TORCH_MODEL
 
     if not gpu:
         return repository.model_config(variant, "embedded", options), {"model.onnx": work / spec.name / "model.onnx"}
-    runtime = repository.TorchRuntime("fp16", channels_last=True, cuda_graphs=True)
-    config = dataclasses.replace(repository.torch_config(spec, runtime, options), name=variant.name)
+    runtime = repository.TorchRuntime("fp16", channels_last=True, cuda_graphs=True, host_outputs=host_outputs)
+    # This benchmark measures the configuration torch_config refuses (KIND_GPU instances > 1 with dynamic
+    # batching): build it without the batcher, then add the batcher to the measured copy deliberately.
+    unbatched = dataclasses.replace(options, dynamic_batching=False)
+    config = dataclasses.replace(repository.torch_config(spec, runtime, unbatched), name=variant.name)
+    if options.dynamic_batching:
+        batcher = repository.model_config(spec, "embedded", options).dynamic_batching
+        config = dataclasses.replace(config, dynamic_batching=batcher)
     (work / spec.name / "spec.json").write_text(json.dumps(spec.to_dict()))
     return config, {"model.pt2": work / spec.name / "model.pt2", "spec.json": work / spec.name / "spec.json",
                     "model.py": TORCH_MODEL}  # fmt: skip

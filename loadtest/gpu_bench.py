@@ -252,11 +252,15 @@ def _served_variants(spec, work: Path, repo: Path, settings: BenchSettings) -> d
     from builders.build import BuildRequest, build_model, build_torch_variant
     from builders.repository import ServingOptions, TorchRuntime
 
-    build_model(BuildRequest(spec, "embedded", repo, work, ServingOptions()))
-    variants = {"onnxruntime CPU fp32": spec.name}
+    serve_onnx = not settings.served or "onnxruntime CPU fp32" in settings.served
+    build_model(BuildRequest(spec, "embedded", repo if serve_onnx else work / "scratch_repo", work, ServingOptions()))
+    variants = {"onnxruntime CPU fp32": spec.name} if serve_onnx else {}
     if not torch.cuda.is_available():
         return variants
-    gpu = ServingOptions(instances=settings.instances, kind="KIND_GPU", max_queue_delay_us=0)
+    # Requests arrive at the max batch here, so several instances need no batcher (and must not have one:
+    # torch_config refuses KIND_GPU instances > 1 with dynamic batching).
+    gpu = ServingOptions(instances=settings.instances, kind="KIND_GPU", max_queue_delay_us=0,
+                         dynamic_batching=settings.instances == 1)  # fmt: skip
     graphs = dict(channels_last=True, cuda_graphs=True)
     compiled = dict(graphs, compiler="inductor", host_outputs=True)
     for runtime, name in ((TorchRuntime("fp32"), "torch CUDA fp32 eager"),
@@ -267,8 +271,6 @@ def _served_variants(spec, work: Path, repo: Path, settings: BenchSettings) -> d
         if settings.served and name not in settings.served:
             continue
         variants[name] = build_torch_variant(BuildRequest(spec, "embedded", repo, work, gpu), runtime)["name"]
-    if settings.served and "onnxruntime CPU fp32" not in settings.served:
-        del variants["onnxruntime CPU fp32"]
     return variants
 
 
@@ -370,6 +372,7 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
         for row in rows:
             if row.runtime in variants:
                 step(f"gpu-bench: served {row.runtime} ({variants[row.runtime]})")
+                check_outputs(ep, variants[row.runtime])
                 gpu = "CUDA" in row.runtime or "inductor" in row.runtime
                 row.served_b1_p50_ms, row.served_tput, row.served_setup, points, batch = _measure_served(
                     ep, analyzer, variants[row.runtime], gpu, settings, out / "raw"
@@ -385,6 +388,31 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
             break
     _write(rows, out, settings, csv)
     return rows
+
+
+def check_outputs(ep, model: str, batch: int = 2) -> None:
+    """One request before measuring: every output holds batch x its dims of finite values, or MeasurementError.
+
+    perf_analyzer does not read outputs: a model answering with empty or garbage tensors would be timed as fast.
+    """
+    import numpy as np
+
+    from builders.errors import MeasurementError
+    from clients.infer import infer, model_inputs, model_outputs
+    from clients.inputs import example_inputs
+
+    with ep.client() as client:
+        arrays = example_inputs(model_inputs(client, model), batch)
+        shapes = {o["name"]: [int(d) for d in o["shape"][1:]] for o in model_outputs(client, model)}
+        try:
+            outputs = infer(ep, model, arrays, client=client).outputs
+        except ValueError as err:  # tritonclient cannot shape an output that came back short or empty
+            raise MeasurementError(f"{model}: an output came back malformed ({err}); not measured") from err
+    for name, dims in shapes.items():
+        size, values = batch * int(np.prod(dims)), outputs[name]
+        if (min(dims, default=1) > 0 and values.size != size) or not np.isfinite(values.astype(np.float64)).all():
+            raise MeasurementError(f"{model}: output {name!r} holds {values.size} values (expected {size}, all finite)"
+                                   "; the server answers wrongly, so it is not measured")  # fmt: skip
 
 
 def _same_batch(row: BenchRow, rows: list[BenchRow], batch: int) -> None:

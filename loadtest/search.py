@@ -42,19 +42,23 @@ class SearchSpace:
     max_instances: int = 2
     delays_us: tuple[int, ...] = DELAYS_US
     max_batch: dict = field(default_factory=dict)
+    single_instance: frozenset = frozenset()  # variants searched with 1 instance only (see one_instance_only)
+
+    def instance_counts(self, variant: str) -> range:
+        return range(1, (1 if variant in self.single_instance else self.max_instances) + 1)
 
     def preferred_options(self, variant: str) -> list[tuple[int, ...]]:
         top = self.max_batch[variant]
         return sorted({(), (max(1, top // 2),), (top,)})
 
     def candidates(self) -> list[Candidate]:
-        return [Candidate(v, i, d, p) for v in self.variants for i in range(1, self.max_instances + 1)
+        return [Candidate(v, i, d, p) for v in self.variants for i in self.instance_counts(v)
                 for d in self.delays_us for p in self.preferred_options(v)]  # fmt: skip
 
     def neighbours(self, c: Candidate) -> list[Candidate]:
         """Candidates one step away along one dimension."""
         out = []
-        axes = (("variant", self.variants), ("instances", range(1, self.max_instances + 1)),
+        axes = (("variant", self.variants), ("instances", self.instance_counts(c.variant)),
                 ("delay_us", self.delays_us), ("preferred", self.preferred_options(c.variant)))  # fmt: skip
         for axis, values in axes:
             values = list(values)
@@ -64,6 +68,7 @@ class SearchSpace:
                     moved = {**c.__dict__, axis: values[j]}
                     if axis == "variant":
                         moved["preferred"] = self.preferred_options(values[j])[0]
+                        moved["instances"] = min(c.instances, self.instance_counts(values[j])[-1])
                     out.append(Candidate(**moved))
         return out
 
@@ -75,6 +80,15 @@ class Result:
     p99_ms: float
     feasible: bool
     reason: str = ""
+
+
+def one_instance_only(config) -> bool:
+    """A torch-runtime variant on KIND_GPU: with dynamic batching, 2 instances collapse to 0.15-0.26x of
+    no batching on the H100 (CUDA MPS does not help; docs/benchmarks.md), so the search keeps it at 1."""
+    from tritonclient.grpc import model_config_pb2
+
+    gpu = any(g.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU for g in config.instance_group)
+    return gpu and "runtime" in config.parameters and config.parameters["runtime"].string_value == "torch"
 
 
 def candidate_config(base, candidate: Candidate):

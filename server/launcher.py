@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -136,6 +137,9 @@ def start(settings: ServerSettings) -> ServerState:
         raise ServerError(f"no model repository at {settings.repo}: build one first (`make build-engines`)")
     _guard_plans(settings.repo)
     check_ports_free(settings)
+    problem = numpy_problem(settings.repo)
+    if problem:
+        raise ServerError(problem)
     install = find_install()
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     key_file = admin_key(settings.state_dir)
@@ -158,6 +162,37 @@ def start(settings: ServerSettings) -> ServerState:
         stop(settings.state_dir)
         raise
     return state
+
+
+def numpy_problem(repo: Path, version: str | None = None) -> str | None:
+    """Why this environment's numpy cannot serve the repository's Python-backend models, or None.
+
+    The embedded tritonserver's Python-backend stub was built for numpy 1. Under numpy 2 (measured
+    with 2.5.2 on the GPU host) every output a model made from a numpy array reached clients empty,
+    while torch tensors passed through DLPack intact. So numpy 2 is refused for models that answer
+    with numpy arrays (ONNX Runtime, the pipelines' steps), rather than served wrongly.
+    """
+    if version is None:
+        import numpy
+
+        version = numpy.__version__
+    if int(version.split(".")[0]) < 2:
+        return None
+    affected = sorted(p.parent.name for p in repo.glob("*/config.pbtxt") if _answers_with_numpy(p.read_text()))
+    if not affected:
+        return None
+    return (
+        f"numpy {version} is installed, but the embedded tritonserver's Python-backend stub was built for numpy 1: "
+        f"outputs made from numpy arrays reach clients empty, so {', '.join(affected)} would answer wrongly. "
+        "Install numpy==1.26.4 in this environment (pip install numpy==1.26.4), or serve only torch-runtime variants."
+    )
+
+
+def _answers_with_numpy(config_text: str) -> bool:
+    """A Python-backend model other than the torch runtime (whose outputs leave through DLPack)."""
+    python = 'backend: "python"' in config_text
+    torch_runtime = re.search(r'key:\s*"runtime"\s*value\s*\{\s*string_value:\s*"torch"', config_text) is not None
+    return python and not torch_runtime
 
 
 def _guard_plans(repo: Path) -> None:

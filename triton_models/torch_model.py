@@ -123,9 +123,8 @@ class TritonPythonModel:
         return tensor
 
     def _response(self, outputs):
-        if self.host_outputs:
-            tensors = [pb_utils.Tensor(name, o.numpy()) for (name, _), o in zip(self.outputs, outputs)]
-            return pb_utils.InferenceResponse(output_tensors=tensors)
+        # Host or device tensors alike leave through DLPack: under numpy 2 this server's stub sends tensors made
+        # from numpy arrays empty (measured on the GPU host, numpy 2.5.2); see server.launcher.numpy_problem.
         tensors = [pb_utils.Tensor.from_dlpack(name, rt.to_dlpack(o)) for (name, _), o in zip(self.outputs, outputs)]
         return pb_utils.InferenceResponse(output_tensors=tensors)
 

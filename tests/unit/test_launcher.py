@@ -45,3 +45,20 @@ def test_stop_without_a_server_says_so(tmp_path):
     assert launcher.stop(tmp_path) is False
     with pytest.raises(ServerError, match="no server state"):
         launcher.read_state(tmp_path)
+
+
+def test_numpy_2_is_refused_only_for_models_that_answer_with_numpy_arrays(tmp_path):
+    from builders import zoo
+    from builders.repository import ServingOptions, TorchRuntime, model_config, torch_config
+    from server.launcher import numpy_problem
+
+    spec = zoo.get_spec("digits_cnn")
+    for name, config in (("onnx", model_config(spec, "embedded")),
+                         ("torch", torch_config(spec, TorchRuntime("fp32"), ServingOptions()))):  # fmt: skip
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.pbtxt").write_text(config.to_pbtxt())
+    assert numpy_problem(tmp_path, "1.26.4") is None
+    message = numpy_problem(tmp_path, "2.5.2")
+    assert "numpy 2.5.2" in message and "numpy==1.26.4" in message and "so onnx would answer wrongly" in message
+    (tmp_path / "onnx" / "config.pbtxt").unlink()
+    assert numpy_problem(tmp_path, "2.5.2") is None  # torch-runtime variants only

@@ -72,3 +72,16 @@ def test_compiled_variants_are_named_and_configured_for_the_torch_runtime():
         repository.TorchRuntime("fp16", compiler="xla")
     with pytest.raises(ConfigError, match="precision 'int8'"):
         repository.TorchRuntime("int8")
+
+
+def test_gpu_torch_runtime_refuses_several_instances_with_dynamic_batching():
+    from builders import zoo
+    from builders.errors import ConfigError
+
+    spec = zoo.get_spec("digits_cnn")
+    runtime = repository.TorchRuntime("fp16")
+    with pytest.raises(ConfigError, match="Use 1 instance with dynamic batching"):
+        repository.torch_config(spec, runtime, repository.ServingOptions(instances=2, kind="KIND_GPU"))
+    unbatched = repository.ServingOptions(instances=2, kind="KIND_GPU", dynamic_batching=False)
+    assert repository.torch_config(spec, runtime, unbatched).dynamic_batching is None
+    assert repository.torch_config(spec, runtime, repository.ServingOptions(instances=2)).dynamic_batching  # CPU

@@ -34,3 +34,25 @@ def test_candidate_config_changes_only_instances_and_batching():
     assert list(config.dynamic_batching.preferred_batch_size) == [8]
     assert config.input == base.input and config.backend == base.backend
     assert base.instance_group[0].count == 1  # the base is not modified
+
+
+def test_gpu_torch_variants_are_searched_with_one_instance_only():
+    space = SearchSpace(("m_torch", "m"), max_instances=2, delays_us=(0,), max_batch={"m_torch": 8, "m": 8},
+                        single_instance=frozenset({"m_torch"}))  # fmt: skip
+    assert {c.instances for c in space.candidates() if c.variant == "m_torch"} == {1}
+    assert {c.instances for c in space.candidates() if c.variant == "m"} == {1, 2}
+    from_two = next(c for c in space.candidates() if c.variant == "m" and c.instances == 2)
+    assert all(n.instances == 1 for n in space.neighbours(from_two) if n.variant == "m_torch")
+
+
+def test_one_instance_only_flags_torch_runtime_on_gpu_not_onnx_or_cpu():
+    from builders import zoo
+    from builders.model_config import parse_pbtxt
+    from builders.repository import ServingOptions, TorchRuntime, model_config, torch_config
+    from loadtest.search import one_instance_only
+
+    spec = zoo.get_spec("digits_cnn")
+    gpu = ServingOptions(kind="KIND_GPU")
+    assert one_instance_only(parse_pbtxt(torch_config(spec, TorchRuntime("fp16"), gpu).to_pbtxt()))
+    assert not one_instance_only(parse_pbtxt(torch_config(spec, TorchRuntime("fp32"), ServingOptions()).to_pbtxt()))
+    assert not one_instance_only(parse_pbtxt(model_config(spec, "embedded", gpu).to_pbtxt()))
