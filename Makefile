@@ -50,9 +50,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m loadtest install-perf-analyzer
 	@touch $(STAMP)
 
-build-engines: install ## Export, validate, quantize, write the repository: MODELS="..." and/or SPEC=models.toml, TARGET=embedded|ngc PRECISIONS="fp32 int8"
+build-engines: install ## Export, validate, quantize, write the repository: MODELS="..." and/or SPEC=models.toml, TARGET=embedded|ngc PRECISIONS="fp32 int8" COMPILED="fp16 bf16"
 	$(PY) -m builders build --models "$(MODELS)" $(if $(SPEC),--spec $(SPEC)) --target $(TARGET) --repo $(REPO) \
-		--weights $(WEIGHTS) --precisions "$(PRECISIONS)" $(if $(CALIBRATION),--calibration $(CALIBRATION))
+		--weights $(WEIGHTS) --precisions "$(PRECISIONS)" $(if $(CALIBRATION),--calibration $(CALIBRATION)) \
+		$(if $(COMPILED),--compiled "$(COMPILED)")
 
 serve: install ## Start the embedded tritonserver on REPO; returns once it is ready
 	$(PY) -m server start --repo $(REPO) $(SERVER_PORTS) --state-dir $(STATE_DIR)

@@ -73,6 +73,14 @@ def _split(value: str) -> list[str]:
     default=None,
     help="INT8 calibration data: a folder of images or an .npy array (default: the spec's).",
 )
+@click.option(
+    "--compiled",
+    default="",
+    help="Also build compiled engines (torch.compile/inductor, gated, with their compile cache) in these "
+    "precisions, e.g. 'fp16 bf16': <model>_inductor_<precision>. On a CUDA GPU: KIND_GPU, channels_last, "
+    "CUDA graphs; without one: KIND_CPU.",
+)
+@click.option("--uint8-input", is_flag=True, help="Compiled engines take uint8 NHWC images, normalized in the engine.")
 @user_errors
 def build(
     models,
@@ -92,6 +100,8 @@ def build(
     precisions,
     calibration,
     pipelines,
+    compiled,
+    uint8_input,
 ):
     """Build MODELS (zoo) and the models of --spec into the repository REPO, one validated model at a time."""
     from builders import spec_file as spec_files
@@ -100,6 +110,7 @@ def build(
     from builders.repository import ServingOptions, default_target
 
     target = default_target() if target == "auto" else target
+    _check_compiled(_split(compiled))
     preferred = tuple(int(b) for b in _split(preferred_batch))
     options = ServingOptions(instances, kind, max_queue_delay_us, preferred, not no_dynamic_batching, intra_op_threads)
     names = _split(models) or ([] if spec_file else ["digits_cnn"])
@@ -115,6 +126,8 @@ def build(
     for i, (request, with_pipelines) in enumerate(requests, start=1):
         step(f"[{i}/{len(requests)}] {request.spec.name}")
         _build_one(request, with_pipelines)
+        for precision in _split(compiled):
+            _build_compiled(request, precision, uint8_input)
     click.echo(f"repository ready: {repo} (manifest: {repo / 'manifest.json'})")
 
 
@@ -128,6 +141,32 @@ def _build_one(request, with_pipelines: bool) -> None:
     click.echo(
         f"built {request.spec.name} ({request.target}, {entry['backend']}) in {entry['build_seconds']} s{accuracy}"
     )
+
+
+def _check_compiled(precisions: list) -> None:
+    from builders.errors import ConfigError
+    from builders.repository import TORCH_PRECISIONS
+
+    unknown = [p for p in precisions if p not in TORCH_PRECISIONS]
+    if unknown:
+        raise ConfigError(f"--compiled {unknown}: unknown precision; choose among {list(TORCH_PRECISIONS)}")
+
+
+def _build_compiled(request, precision: str, uint8_input: bool) -> None:
+    """A compiled engine of a built model: on the GPU when there is one (KIND_GPU, CUDA graphs), else the CPU."""
+    import dataclasses
+
+    import torch
+
+    from builders.build import build_torch_variant
+    from builders.repository import TorchRuntime
+
+    gpu = torch.cuda.is_available()
+    options = dataclasses.replace(request.options, kind="KIND_GPU" if gpu else "KIND_CPU")
+    runtime = TorchRuntime(precision, channels_last=gpu, cuda_graphs=gpu, uint8_input=uint8_input,
+                           compiler="inductor", host_outputs=gpu)  # fmt: skip
+    entry = build_torch_variant(dataclasses.replace(request, options=options), runtime)
+    click.echo(f"built {entry['name']} (compiled in {entry['compiled']['compile_seconds']} s, {options.kind})")
 
 
 def _write_pipelines(repo, spec, options):

@@ -89,3 +89,19 @@ def test_an_engine_that_fails_the_gate_is_not_written(compiled_repo):
     assert not (root / "repo" / "digits_cnn_inductor_bf16_nographs").exists()
     assert "digits_cnn_inductor_bf16_nographs" not in read_manifest(root / "repo")["models"]
     assert (root / "work" / spec.name / "digits_cnn_inductor_bf16_nographs.validation.compiled.json").exists()
+
+
+def test_the_builder_cli_builds_compiled_engines_and_refuses_unknown_precisions_up_front(tmp_path):
+    import subprocess
+    import sys
+
+    common = [sys.executable, "-m", "builders", "build", "--models", "digits_cnn", "--repo", str(tmp_path / "repo"),
+              "--work-dir", str(tmp_path / "work"), "--no-pipelines", "--target", "embedded"]  # fmt: skip
+    refused = subprocess.run([*common, "--compiled", "fp8"], capture_output=True, text=True)
+    assert refused.returncode != 0 and "--compiled ['fp8']: unknown precision" in refused.stderr
+    assert not (tmp_path / "repo").exists()  # refused before anything was built
+    done = subprocess.run([*common, "--compiled", "fp32"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"built {ENGINE}" in done.stdout
+    assert (tmp_path / "repo" / ENGINE / "1" / "compile_cache.bin").stat().st_size > 0
+    assert read_manifest(tmp_path / "repo")["models"][ENGINE]["compiled"]["device"] == "cpu"
