@@ -30,6 +30,7 @@ GIVEN_MODELS = $(if $(filter command line environment,$(origin MODELS)),$(MODELS
 PYTEST_ARGS ?=
 
 SERVER_PORTS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
+HEALTH_PORT ?= 8003
 NGC_RELEASE ?= $(shell sed -n 's/^NGC_RELEASE=//p' docker/.env)
 COMPOSE := docker compose --env-file docker/.env -f docker/compose.yaml
 ADMIN_KEY = $$($(PY) -c 'from server.launcher import admin_key; print(admin_key(__import__("pathlib").Path("$(STATE_DIR)")).read_text().strip())')
@@ -55,8 +56,8 @@ build-engines: install ## Export, validate, quantize, write the repository: MODE
 		--weights $(WEIGHTS) --precisions "$(PRECISIONS)" $(if $(CALIBRATION),--calibration $(CALIBRATION)) \
 		$(if $(COMPILED),--compiled "$(COMPILED)")
 
-serve: install ## Start the embedded tritonserver on REPO; returns once it is ready
-	$(PY) -m server start --repo $(REPO) $(SERVER_PORTS) --state-dir $(STATE_DIR)
+serve: install ## Start the embedded tritonserver on REPO, supervised (HEALTH_PORT: readiness for load balancers)
+	$(PY) -m server start --repo $(REPO) $(SERVER_PORTS) --health-port $(HEALTH_PORT) --state-dir $(STATE_DIR)
 
 stop: ## Stop the server that `make serve` started
 	@if [ -x $(PY) ]; then $(PY) -m server stop --state-dir $(STATE_DIR); fi

@@ -28,26 +28,59 @@ def cli():
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (keep loopback: see README).")
 @click.option("--model-control", type=click.Choice(["none", "explicit", "poll"]), default="none", show_default=True)
 @click.option("--timeout", type=float, default=180.0, show_default=True, help="Seconds to wait for readiness.")
+@click.option(
+    "--supervise/--no-supervise",
+    default=True,
+    show_default=True,
+    help="Run under a supervisor that reloads models whose stub died and restarts a crashed server "
+    "(model control becomes explicit, every model loaded at start).",
+)
+@click.option("--health-port", type=int, default=8003, show_default=True, help="The supervisor's readiness port.")
 @STATE_DIR
 @user_errors
-def start(repo, http_port, grpc_port, metrics_port, host, model_control, timeout, state_dir):
+def start(repo, http_port, grpc_port, metrics_port, host, model_control, timeout, supervise, health_port, state_dir):
     """Start the server and return once every model is ready."""
-    from server.launcher import ServerSettings, start
+    from server.launcher import ServerSettings, read_state, start
 
     step(f"starting tritonserver on {repo} (http {http_port}, grpc {grpc_port}, metrics {metrics_port})")
     settings = ServerSettings(repo, http_port, grpc_port, metrics_port, host, state_dir, timeout, model_control)
-    state = start(settings)
+    if supervise:
+        from server.supervisor_process import start_supervised
+
+        start_supervised(settings, health_port)
+        state = read_state(state_dir)
+        click.echo(f"supervisor: readiness for load balancers at http://{host}:{health_port}/v2/health/ready")
+    else:
+        state = start(settings)
     click.echo(f"tritonserver ready: pid {state.pid}, http {state.http_url}, grpc {state.grpc_url}, log {state.log}")
     click.echo(f"admin key (header '{'admin-key'}') in {state.admin_key_file}")
+
+
+@cli.command(hidden=True)
+@click.option("--repo", type=click.Path(path_type=Path), required=True)
+@click.option("--ports", nargs=4, type=int, required=True, help="http grpc metrics health")
+@click.option("--host", default="127.0.0.1")
+@click.option("--timeout", type=float, default=180.0)
+@STATE_DIR
+def supervise(repo, ports, host, timeout, state_dir):
+    """Run the supervisor in the foreground (what `start --supervise` spawns)."""
+    from server.launcher import ServerSettings
+    from server.supervisor import serve
+
+    http_port, grpc_port, metrics_port, health_port = ports
+    serve(ServerSettings(repo, http_port, grpc_port, metrics_port, host, state_dir, timeout), health_port)
 
 
 @cli.command()
 @STATE_DIR
 def stop(state_dir):
-    """Stop the server started from STATE_DIR."""
+    """Stop the server started from STATE_DIR (and its supervisor)."""
     from server.launcher import stop
+    from server.supervisor_process import stop_supervisor
 
-    click.echo("tritonserver stopped" if stop(state_dir) else "no tritonserver was running")
+    supervised = stop_supervisor(state_dir)
+    stopped = stop(state_dir) or supervised
+    click.echo("tritonserver stopped" if stopped else "no tritonserver was running")
 
 
 @cli.command()

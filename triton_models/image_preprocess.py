@@ -46,7 +46,7 @@ class TritonPythonModel:
         return np.stack([self._decode(i, blob) for i, blob in enumerate(images.reshape(-1))])
 
     def _decode(self, index, blob):
-        from PIL import Image, UnidentifiedImageError
+        from PIL import Image
 
         if not blob:
             raise ValueError(f"image {index} is empty")
@@ -57,8 +57,12 @@ class TritonPythonModel:
                     raise ValueError(f"image {index} is {width}x{height}, over the limit of {self.max_pixels} pixels")
                 image = image.convert("L" if self.channels == 1 else "RGB").resize((self.width, self.height))
                 pixels = np.asarray(image, dtype=np.float32) / 255.0
-        except (UnidentifiedImageError, OSError, SyntaxError) as err:
-            raise ValueError(f"image {index} could not be decoded ({err})") from None
+        except Image.DecompressionBombError as err:  # a header claiming far more pixels than any limit
+            raise ValueError(f"image {index} is over the limit of {self.max_pixels} pixels ({err})") from None
+        except ValueError:
+            raise
+        except Exception as err:  # PIL raises many types on hostile bytes; each is the caller's bad image
+            raise ValueError(f"image {index} could not be decoded ({type(err).__name__}: {err})") from None
         return pixels.reshape(self.height, self.width, self.channels)
 
     def _normalize(self, pixels):

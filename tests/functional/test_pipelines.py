@@ -52,6 +52,21 @@ def test_the_uint8_pipeline_agrees_with_the_bytes_one(served):
     np.testing.assert_allclose(raw["SCORES"], coded["SCORES"], atol=1e-5)
 
 
+def png_header_only(width: int, height: int) -> bytes:
+    """A PNG whose header claims width x height pixels and holds none (a decompression bomb's header)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+        + chunk(b"IEND", b"")
+    )
+
+
 def test_bad_images_fail_alone_naming_the_step_and_the_rest_succeed(served):
     from PIL import Image
 
@@ -59,7 +74,8 @@ def test_bad_images_fail_alone_naming_the_step_and_the_rest_succeed(served):
     huge = io.BytesIO()
     Image.new("L", (5000, 5000)).save(huge, format="PNG")
     cases = {"good": images[0], "corrupt": b"\x89PNG\r\n\x1a\nnot really", "truncated": images[1][:40],
-             "empty": b"", "too large": huge.getvalue(), "good2": images[2]}  # fmt: skip
+             "empty": b"", "too large": huge.getvalue(), "bomb header": png_header_only(60000, 60000),
+             "good2": images[2]}  # fmt: skip
     ep = served.endpoint("grpc")
 
     def send(item):
@@ -74,7 +90,8 @@ def test_bad_images_fail_alone_naming_the_step_and_the_rest_succeed(served):
     assert int(results["good"]["CLASS_IDS"][0, 0]) == labels[0]
     assert int(results["good2"]["CLASS_IDS"][0, 0]) == labels[2]
     for name, reason in (("corrupt", "could not be decoded"), ("truncated", "could not be decoded"),
-                         ("empty", "is empty"), ("too large", "over the limit")):  # fmt: skip
+                         ("empty", "is empty"), ("too large", "over the limit"),
+                         ("bomb header", "over the limit")):  # fmt: skip
         assert "INVALID_ARG" in results[name] or "400" in results[name], results[name]
         assert "preprocess: image 0" in results[name] and reason in results[name], results[name]
     with ep.client() as client:

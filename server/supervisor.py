@@ -1,0 +1,202 @@
+"""Self-healing for the embedded server: reload models whose stub died, restart a crashed tritonserver.
+
+The supervisor runs tritonserver in explicit model-control mode with every model loaded at start
+(so it may reload one through the model-control API) and, every `interval` seconds:
+- restarts tritonserver on the same repository and ports when its process is gone;
+- reloads a model when one of its Python-backend stub processes is gone (Triton keeps saying the
+  model is ready while every request fails with "Stub process ... is not healthy").
+It answers load balancers truthfully on its own port: GET /v2/health/ready (200 only when the
+server is up and no model is being healed), GET /v2/models/<name>/ready, GET /status (JSON).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from builders.errors import ServerError
+from server import launcher
+
+STATE = "supervisor.json"
+STUB = b"triton_python_backend_stub"
+
+
+def stub_pids(server_pid: int) -> dict[str, set[int]]:
+    """Model name -> pids of the server's Python-backend stubs (children of server_pid)."""
+    found: dict[str, set[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == server_pid and argv[0].endswith(STUB) and len(argv) > 1:
+            model = Path(argv[1].decode(errors="replace")).parts[-3]  # <repo>/<model>/<version>/model.py
+            found.setdefault(model, set()).add(int(entry.name))
+    return found
+
+
+@dataclasses.dataclass
+class Health:
+    """What the supervisor knows, shared with its HTTP endpoint."""
+
+    server_up: bool = False
+    healing: set = dataclasses.field(default_factory=set)  # models being reloaded
+    models: set = dataclasses.field(default_factory=set)
+    events: list = dataclasses.field(default_factory=list)  # (time, what) of every heal and restart
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    def record(self, what: str) -> None:
+        with self.lock:
+            self.events.append((round(time.time(), 3), what))
+        print(f"supervisor: {what}", flush=True)
+
+    def ready(self, model: str | None = None) -> bool:
+        with self.lock:
+            if model is None:
+                return self.server_up and not self.healing
+            return self.server_up and model in self.models and model not in self.healing
+
+    def snapshot(self) -> dict:
+        with self.lock:
+            return {"server_up": self.server_up, "healing": sorted(self.healing), "models": sorted(self.models),
+                    "events": list(self.events)}  # fmt: skip
+
+
+class Supervisor:
+    """Runs one tritonserver and heals it; stop() ends both."""
+
+    def __init__(self, settings: launcher.ServerSettings, health_port: int, interval: float = 0.5):
+        extra = tuple(a for a in settings.extra_args if not a.startswith("--load-model"))
+        self.settings = dataclasses.replace(settings, model_control="explicit", extra_args=(*extra, "--load-model=*"))
+        self.health, self.interval, self.stopping = Health(), interval, threading.Event()
+        self.http = ThreadingHTTPServer((settings.host, health_port), _handler(self.health))
+        self.state: launcher.ServerState | None = None
+        self.stubs: dict[str, set[int]] = {}
+
+    def start(self) -> None:
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        self._start_server()
+
+    def _start_server(self) -> None:
+        self.state = launcher.start(self.settings)
+        self.stubs = stub_pids(self.state.pid)
+        with self.health.lock:
+            self.health.server_up, self.health.models = True, set(self._loaded())
+
+    def _loaded(self) -> list[str]:
+        import tritonclient.http as http
+
+        with http.InferenceServerClient(self.state.http_url) as client:
+            index = client.get_model_repository_index(headers=self.state.admin_headers())
+        return [m["name"] for m in index if m.get("state") == "READY"]
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.interval):
+            self.check()
+
+    def check(self) -> None:
+        """One round: restart a dead server, else reload models that lost a stub."""
+        if not launcher._is_tritonserver(self.state.pid):
+            self._restart()
+            return
+        current = stub_pids(self.state.pid)
+        for model, pids in self.stubs.items():
+            if not pids <= current.get(model, set()):
+                self._reload(model, len(pids - current.get(model, set())))
+        self.stubs = stub_pids(self.state.pid)
+
+    def _restart(self) -> None:
+        with self.health.lock:
+            self.health.server_up = False
+        self.health.record(f"tritonserver (pid {self.state.pid}) is gone; restarting on the same ports")
+        launcher._reap(self.state.pid)
+        started = time.monotonic()
+        while not self.stopping.is_set():
+            try:
+                self._start_server()
+                self.health.record(f"tritonserver restarted in {time.monotonic() - started:.1f} s")
+                return
+            except ServerError as err:  # e.g. a port still held by the dying server: try again
+                self.health.record(f"restart failed ({str(err).splitlines()[0]}); retrying")
+                time.sleep(1.0)
+
+    def _reload(self, model: str, lost: int) -> None:
+        import tritonclient.http as http
+
+        with self.health.lock:
+            self.health.healing.add(model)
+        self.health.record(f"{model}: {lost} stub process(es) gone; reloading")
+        started = time.monotonic()
+        try:
+            with http.InferenceServerClient(self.state.http_url, network_timeout=120.0) as client:
+                # A load of an unchanged, loaded model is a no-op for Triton, even with a dead stub: unload first.
+                client.unload_model(model, headers=self.state.admin_headers())
+                client.load_model(model, headers=self.state.admin_headers())
+            self.health.record(f"{model}: reloaded in {time.monotonic() - started:.2f} s")
+        except Exception as err:  # the next round tries again; readiness says not ready meanwhile
+            self.health.record(f"{model}: reload failed ({err})")
+            return
+        with self.health.lock:
+            self.health.healing.discard(model)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.http.shutdown()
+        launcher.stop(self.settings.state_dir)
+
+
+def _handler(health: Health):
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            if self.path == "/status":
+                return self._send(200, health.snapshot())
+            if self.path in ("/v2/health/ready", "/ready"):
+                return self._send(200 if health.ready() else 503, {"ready": health.ready()})
+            parts = self.path.strip("/").split("/")
+            if len(parts) == 4 and parts[:2] == ["v2", "models"] and parts[3] == "ready":
+                ok = health.ready(parts[2])
+                return self._send(200 if ok else 503, {"model": parts[2], "ready": ok})
+            return self._send(404, {"error": f"unknown path {self.path}; try /v2/health/ready or /status"})
+
+        def _send(self, code: int, body: dict) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):  # quiet: load balancers poll often
+            pass
+
+    return Handler
+
+
+def serve(settings: launcher.ServerSettings, health_port: int) -> None:
+    """Run a supervisor in this process until SIGTERM/SIGINT; its state goes to <state_dir>/supervisor.json."""
+    supervisor = Supervisor(settings, health_port)
+    path = settings.state_dir / STATE
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, lambda *_: supervisor.stopping.set())
+    signal.signal(signal.SIGINT, lambda *_: supervisor.stopping.set())
+    try:
+        supervisor.start()
+    except Exception as err:
+        path.write_text(json.dumps({"pid": os.getpid(), "error": str(err)}))
+        supervisor.http.shutdown()
+        raise
+    path.write_text(json.dumps({"pid": os.getpid(), "health_port": health_port, "ready": True}))
+    try:
+        supervisor.run()
+    finally:
+        supervisor.stop()
+        path.unlink(missing_ok=True)

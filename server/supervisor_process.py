@@ -1,0 +1,93 @@
+"""Start and stop the supervisor as a detached process (what `make serve` and `make stop` do)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from builders.errors import ServerError
+from server import launcher
+from server.supervisor import STATE
+
+
+def start_supervised(settings: launcher.ServerSettings, health_port: int) -> dict:
+    """Spawn `python -m server supervise` in its own session; return its state once the server is ready.
+
+    Raises:
+        ServerError: a port is taken, or the server did not come up (the supervisor's reason).
+    """
+    launcher.check_ports_free(settings)
+    _check_port(settings.host, health_port)
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    path = settings.state_dir / STATE
+    path.unlink(missing_ok=True)
+    ports = [settings.http_port, settings.grpc_port, settings.metrics_port, health_port]
+    command = [sys.executable, "-m", "server", "supervise", "--repo", str(settings.repo), "--host", settings.host,
+               "--timeout", str(settings.startup_timeout), "--state-dir", str(settings.state_dir),
+               "--ports", *map(str, ports)]  # fmt: skip
+    log = open(settings.state_dir / "supervisor.log", "a")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return _await(process, path, settings.startup_timeout + 30)
+
+
+def _check_port(host: str, port: int) -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the health server binds it
+        try:
+            probe.bind((host, port))
+        except OSError as err:
+            raise ServerError(f"health port {port} on {host} is in use ({err.strerror}); choose another "
+                              "(HEALTH_PORT=... / --health-port)") from None  # fmt: skip
+
+
+def _await(process: subprocess.Popen, path: Path, timeout: float) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            state = json.loads(path.read_text() or "{}")
+            if state.get("error"):
+                process.wait(timeout=60)
+                raise ServerError(state["error"])
+            if state.get("ready"):
+                return state
+        if process.poll() is not None:
+            raise ServerError(f"the supervisor exited with code {process.returncode}; see {path.parent}/supervisor.log")
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGTERM)
+    raise ServerError(f"the supervised server was not ready after {timeout:.0f} s; see {path.parent}/supervisor.log")
+
+
+def stop_supervisor(state_dir: Path, timeout: float = 60.0) -> bool:
+    """SIGTERM the supervisor of state_dir (it stops its server) and wait; return whether one ran."""
+    path = state_dir / STATE
+    if not path.exists():
+        return False
+    pid = json.loads(path.read_text() or "{}").get("pid")
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except (ProcessLookupError, TypeError):
+        path.unlink(missing_ok=True)
+        return False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.1)
+    path.unlink(missing_ok=True)
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)  # reap it if it is our child
+    except ChildProcessError:
+        pass
+    try:
+        return bool(Path(f"/proc/{pid}/cmdline").read_bytes())
+    except OSError:
+        return False

@@ -1,0 +1,127 @@
+"""The supervised embedded server heals itself: a killed stub, a killed tritonserver, readiness that tells the truth."""
+
+import json
+import os
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+
+from builders.build import BuildRequest, build_model
+from builders.repository import ServingOptions
+from clients.infer import infer
+from server import launcher
+from server.supervisor import stub_pids
+from server.supervisor_process import start_supervised, stop_supervisor
+from tests.functional.conftest import endpoint_of
+
+pytestmark = pytest.mark.functional
+RECOVERY_FLOOR_S = 10.0
+
+
+@pytest.fixture()
+def supervised(digits_build, tmp_path):
+    spec, built, _ = digits_build
+    options = ServingOptions(instances=2)
+    build_model(BuildRequest(spec, "embedded", tmp_path / "repo", tmp_path / "work", options), built)
+    http_port, grpc_port, metrics_port, health_port = launcher.free_ports(4)
+    settings = launcher.ServerSettings(tmp_path / "repo", http_port, grpc_port, metrics_port,
+                                       state_dir=tmp_path / "state")  # fmt: skip
+    start_supervised(settings, health_port)
+    yield settings, health_port
+    stop_supervisor(settings.state_dir)
+    launcher.stop(settings.state_dir)
+
+
+def _health(port: int, path: str = "/v2/health/ready") -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as response:
+            return response.status
+    except urllib.error.HTTPError as err:
+        return err.code
+    except OSError:
+        return 0
+
+
+def _load(settings, stop: threading.Event, protocol: str, log: list) -> None:
+    """Bounded closed-loop load: one request at a time, each recorded as (start, end, ok)."""
+    ep = endpoint_of(launcher.read_state(settings.state_dir), settings.repo, protocol)
+    x = np.zeros((1, 1, 8, 8), np.float32)
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            infer(ep, "digits_cnn", {"input": x})
+            ok = True
+        except Exception:
+            ok = False
+        log.append((started, time.monotonic(), ok))
+        time.sleep(0.01)
+
+
+def _poll_health(port: int, stop: threading.Event, seen: list) -> None:
+    while not stop.is_set():
+        seen.append((time.monotonic(), _health(port, "/v2/models/digits_cnn/ready")))
+        time.sleep(0.05)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return not open(f"/proc/{pid}/cmdline", "rb").read()  # empty: a zombie
+    except OSError:
+        return True
+
+
+def test_a_killed_stub_is_reloaded_within_the_floor_and_only_that_window_fails(supervised):
+    settings, health_port = supervised
+    stop, logs, seen = threading.Event(), {"http": [], "grpc": []}, []
+    threads = [threading.Thread(target=_load, args=(settings, stop, p, logs[p])) for p in logs]
+    threads.append(threading.Thread(target=_poll_health, args=(health_port, stop, seen)))
+    for thread in threads:
+        thread.start()
+    time.sleep(2.0)
+    server_pid = launcher.read_state(settings.state_dir).pid
+    victim = min(stub_pids(server_pid)["digits_cnn"])
+    killed = time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+    time.sleep(RECOVERY_FLOOR_S + 2)
+    stop.set()
+    for thread in threads:
+        thread.join(30)
+    requests = logs["http"] + logs["grpc"]
+    failed = [r for r in requests if not r[2]]
+    recovered = min(end for start, end, ok in requests if ok and start > killed + 0.05 and end > killed)
+    print(f"stub kill: {len(failed)} of {len(requests)} requests failed, recovered {recovered - killed:.2f} s after")
+    assert recovered - killed < RECOVERY_FLOOR_S
+    assert all(killed - 1.0 <= start <= recovered for start, _, _ in failed), "a failure outside the kill window"
+    assert all(ok for start, _, ok in requests if start > recovered), "failures after the recovery"
+    assert 503 in {code for _, code in seen}, "readiness never said the model was down"
+    assert seen[-1][1] == 200
+    assert set(stub_pids(server_pid)["digits_cnn"]).isdisjoint({victim})
+
+
+def test_a_killed_server_is_restarted_on_the_same_ports_and_stop_ends_everything(supervised):
+    settings, health_port = supervised
+    old = launcher.read_state(settings.state_dir)
+    os.kill(old.pid, signal.SIGKILL)
+    deadline, down_seen = time.monotonic() + 120, False
+    while time.monotonic() < deadline:
+        down_seen |= _health(health_port) == 503
+        if down_seen and _health(health_port) == 200:
+            break
+        time.sleep(0.1)
+    assert down_seen and _health(health_port) == 200
+    new = launcher.read_state(settings.state_dir)
+    assert new.pid != old.pid and (new.http_port, new.grpc_port) == (old.http_port, old.grpc_port)
+    ep = endpoint_of(new, settings.repo, "grpc")
+    assert infer(ep, "digits_cnn", {"input": np.zeros((2, 1, 8, 8), np.float32)}).outputs["logits"].shape == (2, 10)
+    with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/status", timeout=2) as response:
+        events = [what for _, what in json.loads(response.read())["events"]]
+    assert any("restarted" in e for e in events), events
+    supervisor_pid = json.loads((settings.state_dir / "supervisor.json").read_text())["pid"]
+    assert stop_supervisor(settings.state_dir)
+    assert not launcher._is_tritonserver(new.pid) and _gone(supervisor_pid)
+    assert _health(health_port) == 0  # nothing answers any more
