@@ -82,7 +82,7 @@ lint: install ## ruff check and format check
 
 demo: install ## Build DEMO_MODELS, serve them, measure with perf_analyzer, print the table, stop
 	$(MAKE) --no-print-directory build-engines MODELS="$(DEMO_MODELS)" TARGET=embedded
-	$(PY) -m server start --repo $(REPO) $(SERVER_PORTS) --state-dir $(STATE_DIR)
+	$(PY) -m server start --repo $(REPO) $(SERVER_PORTS) --health-port $(HEALTH_PORT) --state-dir $(STATE_DIR)
 	@status=0; \
 	$(PY) -m loadtest perf --models "$(DEMO_MODELS)" --protocol grpc --concurrency "1 4" --interval-ms 1500 \
 		--state-dir $(STATE_DIR) || status=$$?; \
