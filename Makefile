@@ -35,7 +35,7 @@ NGC_RELEASE ?= $(shell sed -n 's/^NGC_RELEASE=//p' docker/.env)
 COMPOSE := docker compose --env-file docker/.env -f docker/compose.yaml
 ADMIN_KEY = $$($(PY) -c 'from server.launcher import admin_key; print(admin_key(__import__("pathlib").Path("$(STATE_DIR)")).read_text().strip())')
 
-.PHONY: help install build-engines serve stop status infer perf loadtest test lint demo clean \
+.PHONY: help install build-engines serve stop status infer perf loadtest test test-chaos lint demo clean \
 	build-engines-docker serve-docker stop-docker perf-docker docker-lint bundle gpu-bench
 
 help: ## List the targets and their variables
@@ -76,6 +76,9 @@ loadtest: install ## Headless Locust run against MODEL (after `make serve`; defa
 
 test: install ## Run the unit and functional tests (real tritonserver)
 	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+test-chaos: install ## The stub-kill recovery test under load (prints the failed-request count and the window)
+	$(PY) -m pytest tests/functional/test_supervisor.py -m chaos -s $(PYTEST_ARGS)
 
 lint: install ## ruff check and format check
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .
