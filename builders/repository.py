@@ -121,6 +121,11 @@ class TorchRuntime:
 TORCH_PRECISIONS = ("fp32", "fp16", "bf16")
 
 
+def is_torch_runtime(config) -> bool:
+    """Whether a parsed config (model_config_pb2.ModelConfig) serves a torch-runtime variant."""
+    return "runtime" in config.parameters and config.parameters["runtime"].string_value == "torch"
+
+
 def torch_config(spec: ModelSpec, runtime: TorchRuntime, options: ServingOptions) -> ModelConfig:
     """Config of a torch-runtime variant: Python backend, GPU-resident inputs where the kind is GPU."""
     if runtime.cuda_graphs and (len(spec.inputs) > 1 or -1 in spec.inputs[0].dims):

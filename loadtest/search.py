@@ -87,8 +87,10 @@ def one_instance_only(config) -> bool:
     no batching on the H100 (CUDA MPS does not help; docs/benchmarks.md), so the search keeps it at 1."""
     from tritonclient.grpc import model_config_pb2
 
+    from builders.repository import is_torch_runtime
+
     gpu = any(g.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU for g in config.instance_group)
-    return gpu and "runtime" in config.parameters and config.parameters["runtime"].string_value == "torch"
+    return gpu and is_torch_runtime(config)
 
 
 def candidate_config(base, candidate: Candidate):

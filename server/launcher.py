@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import signal
 import socket
@@ -91,15 +90,20 @@ def free_ports(count: int) -> list[int]:
 def check_ports_free(settings: ServerSettings) -> None:
     """Raise ServerError naming the first port that something else already holds."""
     for label, port in (("http", settings.http_port), ("grpc", settings.grpc_port), ("metrics", settings.metrics_port)):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: TIME_WAIT is no holder
-            try:
-                sock.bind((settings.host, port))
-            except OSError as err:
-                raise ServerError(
-                    f"{label} port {port} on {settings.host} is in use ({err.strerror}); stop what holds it "
-                    f"(`make stop` if it is our server) or choose another port (e.g. HTTP_PORT=...)"
-                ) from None
+        check_port_free(settings.host, label, port)
+
+
+def check_port_free(host: str, label: str, port: int) -> None:
+    """Raise ServerError when something holds host:port (TIME_WAIT is no holder, as for servers)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as err:
+            raise ServerError(
+                f"{label} port {port} on {host} is in use ({err.strerror}); stop what holds it "
+                f"(`make stop` if it is our server) or choose another port (e.g. {label.upper()}_PORT=...)"
+            ) from None
 
 
 def server_command(settings: ServerSettings, binary: Path, backends: Path, key: str) -> list[str]:
@@ -178,7 +182,7 @@ def numpy_problem(repo: Path, version: str | None = None) -> str | None:
         version = numpy.__version__
     if int(version.split(".")[0]) < 2:
         return None
-    affected = sorted(p.parent.name for p in repo.glob("*/config.pbtxt") if _answers_with_numpy(p.read_text()))
+    affected = sorted(p.parent.name for p in repo.glob("*/config.pbtxt") if _answers_with_numpy(p))
     if not affected:
         return None
     return (
@@ -188,11 +192,13 @@ def numpy_problem(repo: Path, version: str | None = None) -> str | None:
     )
 
 
-def _answers_with_numpy(config_text: str) -> bool:
+def _answers_with_numpy(path: Path) -> bool:
     """A Python-backend model other than the torch runtime (whose outputs leave through DLPack)."""
-    python = 'backend: "python"' in config_text
-    torch_runtime = re.search(r'key:\s*"runtime"\s*value\s*\{\s*string_value:\s*"torch"', config_text) is not None
-    return python and not torch_runtime
+    from builders.model_config import parse_pbtxt
+    from builders.repository import is_torch_runtime
+
+    config = parse_pbtxt(path.read_text())
+    return config.backend == "python" and not is_torch_runtime(config)
 
 
 def _guard_plans(repo: Path) -> None:

@@ -109,10 +109,11 @@ class Supervisor:
             self._restart()
             return
         current = stub_pids(self.state.pid)
-        for model, pids in self.stubs.items():
-            if not pids <= current.get(model, set()):
-                self._reload(model, len(pids - current.get(model, set())))
-        self.stubs = stub_pids(self.state.pid)
+        lost = {model: pids - current.get(model, set()) for model, pids in self.stubs.items()}
+        for model, gone in lost.items():
+            if gone:
+                self._reload(model, len(gone))
+        self.stubs = stub_pids(self.state.pid) if any(lost.values()) else current
 
     def _restart(self) -> None:
         with self.health.lock:

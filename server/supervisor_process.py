@@ -22,7 +22,7 @@ def start_supervised(settings: launcher.ServerSettings, health_port: int) -> dic
         ServerError: a port is taken, or the server did not come up (the supervisor's reason).
     """
     launcher.check_ports_free(settings)
-    _check_port(settings.host, health_port)
+    launcher.check_port_free(settings.host, "health", health_port)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     path = settings.state_dir / STATE
     path.unlink(missing_ok=True)
@@ -33,18 +33,6 @@ def start_supervised(settings: launcher.ServerSettings, health_port: int) -> dic
     log = open(settings.state_dir / "supervisor.log", "a")
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     return _await(process, path, settings.startup_timeout + 30)
-
-
-def _check_port(host: str, port: int) -> None:
-    import socket
-
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the health server binds it
-        try:
-            probe.bind((host, port))
-        except OSError as err:
-            raise ServerError(f"health port {port} on {host} is in use ({err.strerror}); choose another "
-                              "(HEALTH_PORT=... / --health-port)") from None  # fmt: skip
 
 
 def _await(process: subprocess.Popen, path: Path, timeout: float) -> dict:

@@ -78,9 +78,7 @@ def _raw(name="input", datatype="FP32", shape=(1, 1, 8, 8), nbytes=None):
 
 HTTP_CASES = {
     "wrong shape": lambda h: h.infer([_json_tensor(shape=(1, 1, 9, 9))]),
-    "byte size mismatch (binary)": lambda h: h.call(
-        "POST", "/v2/models/digits_cnn/infer", _binary_body(declared=256, sent=100), _binary_headers(256)
-    ),
+    "byte size mismatch (binary)": lambda h: h.call("POST", "/v2/models/digits_cnn/infer", *_binary(256, 100)),
     "missing input": lambda h: h.infer([]),
     "unknown input": lambda h: h.infer([_json_tensor(name="nope")]),
     "wrong dtype": lambda h: h.infer([_json_tensor(datatype="INT32")]),
@@ -111,16 +109,12 @@ GRPC_CASES = {
 }
 
 
-def _binary_headers(declared: int) -> dict:
+def _binary(declared: int, sent: int) -> tuple[bytes, dict]:
+    """A binary-data request whose header declares `declared` bytes of input and whose body carries `sent`."""
     header = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 1, 8, 8],
                                      "parameters": {"binary_data_size": declared}}]}).encode()  # fmt: skip
-    return {"Inference-Header-Content-Length": str(len(header)), "Content-Type": "application/octet-stream"}
-
-
-def _binary_body(declared: int, sent: int) -> bytes:
-    header = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 1, 8, 8],
-                                     "parameters": {"binary_data_size": declared}}]}).encode()  # fmt: skip
-    return header + bytes(sent)
+    headers = {"Inference-Header-Content-Length": str(len(header)), "Content-Type": "application/octet-stream"}
+    return header + bytes(sent), headers
 
 
 def _gzip_bomb() -> bytes:
