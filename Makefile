@@ -36,7 +36,7 @@ COMPOSE := docker compose --env-file docker/.env -f docker/compose.yaml
 ADMIN_KEY = $$($(PY) -c 'from server.launcher import admin_key; print(admin_key(__import__("pathlib").Path("$(STATE_DIR)")).read_text().strip())')
 
 .PHONY: help install build-engines serve stop status infer perf loadtest test test-chaos lint demo clean \
-	build-engines-docker serve-docker stop-docker perf-docker docker-lint bundle gpu-bench
+	rollout build-engines-docker serve-docker stop-docker perf-docker docker-lint bundle gpu-bench
 
 help: ## List the targets and their variables
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-15s\033[0m %s\n", $$1, $$2}'
@@ -61,6 +61,10 @@ serve: install ## Start the embedded tritonserver on REPO, supervised (HEALTH_PO
 
 stop: ## Stop the server that `make serve` started
 	@if [ -x $(PY) ]; then $(PY) -m server stop --state-dir $(STATE_DIR); fi
+
+FROM ?=
+rollout: install ## Roll MODEL's new build from FROM into the served REPO without downtime (rolls back on a failed check)
+	$(PY) -m server rollout --model "$(MODEL)" --from "$(FROM)" --repo $(REPO) --http-port $(HTTP_PORT) --state-dir $(STATE_DIR)
 
 status: install ## Show the running server
 	$(PY) -m server status --state-dir $(STATE_DIR)

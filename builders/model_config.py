@@ -243,11 +243,16 @@ class ModelConfig:
 
     def to_pbtxt(self) -> str:
         """The config in protobuf text format, as config.pbtxt holds it."""
-        from google.protobuf import text_format
+        return proto_to_pbtxt(self.to_proto())
 
-        text = text_format.MessageToString(self.to_proto())
-        # proto3 drops zero-valued scalars; Triton needs max_batch_size: 0 said explicitly.
-        return text if self.max_batch_size else f"max_batch_size: 0\n{text}"
+
+def proto_to_pbtxt(message) -> str:
+    """A model_config_pb2.ModelConfig in protobuf text format, as config.pbtxt holds it."""
+    from google.protobuf import text_format
+
+    text = text_format.MessageToString(message)
+    # proto3 drops zero-valued scalars; Triton needs max_batch_size: 0 said explicitly.
+    return text if message.max_batch_size else f"max_batch_size: 0\n{text}"
 
 
 def _batching_proto(pb, msg, batching: DynamicBatching) -> None:

@@ -27,10 +27,10 @@ def model_inputs(client, model: str) -> list[dict]:
     return [_as_dict(i) for i in inputs]
 
 
-def model_outputs(client, model: str) -> list[dict]:
-    """The model's outputs from its metadata."""
+def model_outputs(client, model: str, version: str = "") -> list[dict]:
+    """The model's outputs from its metadata (of one version if given)."""
     with refused_as_client_error(model):
-        meta = client.get_model_metadata(model)
+        meta = client.get_model_metadata(model, version)
     outputs = meta["outputs"] if isinstance(meta, dict) else meta.outputs
     return [_as_dict(o) for o in outputs]
 
@@ -67,8 +67,8 @@ def parse_top_k(raw: np.ndarray) -> list[list[tuple[float, int, str]]]:
     return parsed
 
 
-def infer(ep: Endpoint, model: str, arrays: dict, top_k: int = 0, client=None) -> InferResult:
-    """Send one request; return its outputs and round-trip latency.
+def infer(ep: Endpoint, model: str, arrays: dict, top_k: int = 0, client=None, version: str = "") -> InferResult:
+    """Send one request (to one version if given, else the server's choice); return outputs and latency.
 
     Raises:
         ClientError: the server refused the request (message and status from the server).
@@ -76,11 +76,11 @@ def infer(ep: Endpoint, model: str, arrays: dict, top_k: int = 0, client=None) -
     owned = client is None
     client = client or ep.client()
     try:
-        names = [o["name"] for o in model_outputs(client, model)]
+        names = [o["name"] for o in model_outputs(client, model, version)]
         inputs, requested = build_request(ep.module(), arrays, names, top_k)
         start = time.perf_counter()
         with refused_as_client_error(model):
-            result = client.infer(model, inputs, outputs=requested)
+            result = client.infer(model, inputs, model_version=version, outputs=requested)
         latency = (time.perf_counter() - start) * 1e3
     finally:
         if owned:

@@ -168,7 +168,7 @@ def start(settings: ServerSettings) -> ServerState:
     return state
 
 
-def numpy_problem(repo: Path, version: str | None = None) -> str | None:
+def numpy_problem(repo: Path, version: str | None = None, models: list[str] | None = None) -> str | None:
     """Why this environment's numpy cannot serve the repository's Python-backend models, or None.
 
     The embedded tritonserver's Python-backend stub was built for numpy 1. Under numpy 2 (measured
@@ -182,7 +182,8 @@ def numpy_problem(repo: Path, version: str | None = None) -> str | None:
         version = numpy.__version__
     if int(version.split(".")[0]) < 2:
         return None
-    affected = sorted(p.parent.name for p in repo.glob("*/config.pbtxt") if _answers_with_numpy(p))
+    configs = [p for p in repo.glob("*/config.pbtxt") if models is None or p.parent.name in models]
+    affected = sorted(p.parent.name for p in configs if _answers_with_numpy(p))
     if not affected:
         return None
     return (
@@ -202,12 +203,16 @@ def _answers_with_numpy(path: Path) -> bool:
 
 
 def _guard_plans(repo: Path) -> None:
+    from builders.repository import read_manifest
+
+    guard_manifest(read_manifest(repo))
+
+
+def guard_manifest(manifest: dict) -> None:
     """The embedded server has no TensorRT backend: refuse plans up front, naming them; and compiled
     engines built for another torch, triton or GPU than this host's."""
     from builders.guard import check_manifest, local_target
-    from builders.repository import read_manifest
 
-    manifest = read_manifest(repo)
     where = "the embedded tritonserver (Python backend only) on this host"
     check_manifest(manifest, local_target(tensorrt=False, where=where))
 

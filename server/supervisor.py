@@ -4,7 +4,8 @@ The supervisor runs tritonserver in explicit model-control mode with every model
 (so it may reload one through the model-control API) and, every `interval` seconds:
 - restarts tritonserver on the same repository and ports when its process is gone;
 - reloads a model when one of its Python-backend stub processes is gone (Triton keeps saying the
-  model is ready while every request fails with "Stub process ... is not healthy").
+  model is ready while every request fails with "Stub process ... is not healthy"), except the
+  models a rollout holds (server/rollout_lock.py).
 It answers load balancers truthfully on its own port: GET /v2/health/ready (200 only when the
 server is up and no model is being healed), GET /v2/models/<name>/ready, GET /status (JSON).
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from builders.errors import ServerError
 from server import launcher
+from server.rollout_lock import paused_models
 
 STATE = "supervisor.json"
 STUB = b"triton_python_backend_stub"
@@ -30,6 +32,14 @@ STUB = b"triton_python_backend_stub"
 def stub_pids(server_pid: int) -> dict[str, set[int]]:
     """Model name -> pids of the server's Python-backend stubs (children of server_pid)."""
     found: dict[str, set[int]] = {}
+    for model, _, pid in stubs(server_pid):
+        found.setdefault(model, set()).add(pid)
+    return found
+
+
+def stubs(server_pid: int) -> list[tuple[str, str, int]]:
+    """(model, version, pid) of every Python-backend stub that server_pid started."""
+    found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -39,8 +49,8 @@ def stub_pids(server_pid: int) -> dict[str, set[int]]:
         except (OSError, IndexError, ValueError):
             continue
         if parent == server_pid and argv[0].endswith(STUB) and len(argv) > 1:
-            model = Path(argv[1].decode(errors="replace")).parts[-3]  # <repo>/<model>/<version>/model.py
-            found.setdefault(model, set()).add(int(entry.name))
+            parts = Path(argv[1].decode(errors="replace")).parts  # <repo>/<model>/<version>/model.py
+            found.append((parts[-3], parts[-2], int(entry.name)))
     return found
 
 
@@ -81,6 +91,7 @@ class Supervisor:
         self.http = ThreadingHTTPServer((settings.host, health_port), _handler(self.health))
         self.state: launcher.ServerState | None = None
         self.stubs: dict[str, set[int]] = {}
+        self.paused: set[str] = set()  # models a rollout held in the last round
 
     def start(self) -> None:
         threading.Thread(target=self.http.serve_forever, daemon=True).start()
@@ -109,7 +120,10 @@ class Supervisor:
             self._restart()
             return
         current = stub_pids(self.state.pid)
-        lost = {model: pids - current.get(model, set()) for model, pids in self.stubs.items()}
+        # A rollout swaps stubs on purpose; one more round after it ends takes a fresh snapshot.
+        paused, self.paused = self.paused, paused_models(self.settings.state_dir)
+        paused |= self.paused
+        lost = {model: pids - current.get(model, set()) for model, pids in self.stubs.items() if model not in paused}
         for model, gone in lost.items():
             if gone:
                 self._reload(model, len(gone))
@@ -144,10 +158,21 @@ class Supervisor:
                 client.load_model(model, headers=self.state.admin_headers())
             self.health.record(f"{model}: reloaded in {time.monotonic() - started:.2f} s")
         except Exception as err:  # the next round tries again; readiness says not ready meanwhile
+            if not (self.settings.repo / model).is_dir():
+                self._forget(model)
+                return
             self.health.record(f"{model}: reload failed ({err})")
             return
         with self.health.lock:
             self.health.healing.discard(model)
+
+    def _forget(self, model: str) -> None:
+        """A model whose folder left the repository is no longer ours to heal."""
+        self.health.record(f"{model}: its folder left the repository; no longer watched")
+        self.stubs.pop(model, None)
+        with self.health.lock:
+            self.health.healing.discard(model)
+            self.health.models.discard(model)
 
     def stop(self) -> None:
         self.stopping.set()

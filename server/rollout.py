@@ -1,0 +1,334 @@
+"""Zero-downtime rollout of a new build of one model into a running server.
+
+    preflight  nothing changes: the build exists, fits this host, keeps the model's interface
+    canary     the build is loaded beside the served model as <model>__candidate and checked through
+               the endpoint (smoke request, accuracy gate where the build has labeled data), then unloaded;
+               a failure here leaves the serving version untouched ("rejected")
+    promote    the build is copied in as the next version folder (one rename), the model-level files
+               replaced atomically, and the model loaded: Triton starts the new version while the old
+               one serves, then retires the old one (version_policy latest 1), so no request fails
+    verify     a smoke request to the new version; on failure the version folder and files are put
+               back and the model loaded again ("rolled back")
+    record     the manifest gets the build's entry and the model's version history
+
+The server must run in explicit model-control mode (`make serve` does, under its supervisor).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn
+
+from builders.cli_support import step
+from builders.errors import ServerError, ToolError
+from builders.model_config import parse_pbtxt, proto_to_pbtxt
+from builders.repository import read_manifest
+from builders.spec import ModelSpec
+from clients.connection import Endpoint
+from server import launcher
+from server import model_versions as mv
+from server.rollout_checks import CheckFailed, Gate, accuracy_gate, labeled_data, served_accuracy, smoke
+from server.rollout_lock import rollout_lock
+
+CANDIDATE = "{model}__candidate"
+
+
+class RolloutError(ServerError):
+    """A rollout was refused, rejected or rolled back; the version serving before still serves."""
+
+
+@dataclass(frozen=True)
+class RolloutRequest:
+    """Roll the build of `model` in `source` (a repository written by make build-engines) into the server."""
+
+    model: str
+    source: Path
+    state_dir: Path = Path(".triton")
+    canary: bool = True
+    gate: Gate = Gate()
+    keep: int = 2  # version folders kept on disk (the serving one and the newest retired ones)
+    timeout: float = 300.0
+
+
+@dataclass
+class Plan:
+    """What preflight found: the build, the served model, and the endpoint."""
+
+    req: RolloutRequest
+    ep: Endpoint
+    repo: Path
+    build_dir: Path  # the build's newest version folder
+    files: mv.ModelFiles  # the build's model-level files
+    config: object  # the build's parsed config.pbtxt
+    entry: dict  # the build's manifest entry
+    serving: int  # the version serving now
+    served_entry: dict
+    server_pid: int
+    checks: dict = field(default_factory=dict)
+
+    @property
+    def model_dir(self) -> Path:
+        return self.repo / self.req.model
+
+    @property
+    def spec(self) -> ModelSpec | None:
+        return ModelSpec.from_dict(self.entry["spec"]) if self.entry.get("spec") else None
+
+
+def rollout(req: RolloutRequest) -> dict:
+    """Roll the build in; return the history event of the new version.
+
+    Raises:
+        RolloutError: refused before anything changed, rejected by the canary checks, or rolled back.
+    """
+    plan = preflight(req)
+    candidate = CANDIDATE.format(model=req.model)
+    with rollout_lock(req.state_dir, [req.model, candidate]):
+        if req.canary:
+            try:
+                _canary(plan, candidate)
+            except CheckFailed as err:
+                _refuse(plan, "rejected", err)
+        version = _promote(plan)
+    return _recorded(plan, version)
+
+
+def _refuse(plan: Plan, status: str, err: CheckFailed) -> NoReturn:
+    """Record a rejected or rolled-back build in the history and raise."""
+    event = {"version": None, "status": status, "source": str(plan.req.source.resolve()), "reason": str(err)}
+    mv.record(plan.repo, plan.req.model, event)
+    raise RolloutError(f"{plan.req.model}: the new build was {status}: {err}; version {plan.serving} keeps serving")
+
+
+def preflight(req: RolloutRequest) -> Plan:
+    """Everything that can be checked before touching the served repository.
+
+    Raises:
+        RolloutError: no such build or served model, the interface differs, or the build cannot run here.
+    """
+    state = launcher.read_state(req.state_dir)
+    repo = Path(state.repo)
+    ep = Endpoint("http", state.http_url, state.admin_headers("http"), repo)
+    build_model_dir = req.source / req.model
+    if not (build_model_dir / mv.CONFIG).exists():
+        raise RolloutError(f"{build_model_dir}/{mv.CONFIG} not found: build the model into {req.source} first "
+                           f"(make build-engines MODELS={req.model} REPO={req.source})")  # fmt: skip
+    entry = read_manifest(req.source)["models"].get(req.model)
+    if entry is None:
+        raise RolloutError(f"{req.source}/manifest.json has no entry for {req.model}: build it with make build-engines")
+    config = parse_pbtxt((build_model_dir / mv.CONFIG).read_text())
+    served_config = parse_pbtxt((repo / req.model / mv.CONFIG).read_text()) if (repo / req.model).is_dir() else None
+    _check_compatible(req.model, config, served_config)
+    _check_runnable(req, entry)
+    serving = _serving_version(ep, req.model)
+    served_entry = read_manifest(repo)["models"].get(req.model, {})
+    files = mv.ModelFiles.read(build_model_dir)
+    build_dir = mv.newest_version(build_model_dir)
+    return Plan(req, ep, repo, build_dir, files, config, entry, serving, served_entry, state.pid)
+
+
+def _check_compatible(model: str, config, served) -> None:
+    if served is None:
+        raise RolloutError(f"{model} is not in the served repository: rollouts replace a served model "
+                           "(serve a new model by building it into the repository and restarting)")  # fmt: skip
+    if config.name != model:
+        raise RolloutError(f"the build's config names the model {config.name!r}, not {model!r}")
+    policy = config.version_policy.WhichOneof("policy_choice")
+    if policy not in (None, "latest") or (policy == "latest" and config.version_policy.latest.num_versions != 1):
+        raise RolloutError(f"{model}: the build's version_policy serves several versions ({policy}); a rollout "
+                           "serves one (latest 1): remove version_policy from its config.pbtxt")  # fmt: skip
+    before, after = _interface(served), _interface(config)
+    if before != after:
+        raise RolloutError(f"{model}: the build changes the model's interface, which would break its clients:\n"
+                           f"  served: {before}\n  build:  {after}\n"
+                           "serve it under a new name instead (build it with another name and restart)")  # fmt: skip
+    if 0 < config.max_batch_size < served.max_batch_size:
+        raise RolloutError(f"{model}: the build's max_batch_size {config.max_batch_size} is below the served "
+                           f"{served.max_batch_size}: clients sending larger batches would fail")  # fmt: skip
+
+
+def _interface(config) -> dict:
+    inputs = [(t.name, t.data_type, list(t.dims), t.format) for t in config.input]
+    outputs = [(t.name, t.data_type, list(t.dims)) for t in config.output]
+    return {"batching": config.max_batch_size > 0, "inputs": inputs, "outputs": outputs}
+
+
+def _check_runnable(req: RolloutRequest, entry: dict) -> None:
+    try:
+        launcher.guard_manifest({"models": {req.model: entry}})
+    except ToolError as err:  # GuardError: built for another GPU, torch or triton
+        raise RolloutError(f"{req.model}: {err}") from None
+    problem = launcher.numpy_problem(req.source, models=[req.model])
+    if problem:
+        raise RolloutError(problem)
+
+
+def _serving_version(ep: Endpoint, model: str) -> int:
+    ready = _ready_versions(ep, model)
+    if not ready:
+        raise RolloutError(f"{model} has no ready version on {ep.url}: check `make status` and the server log")
+    return max(ready)
+
+
+def _ready_versions(ep: Endpoint, model: str) -> list[int]:
+    try:
+        with ep.client() as client:
+            index = client.get_model_repository_index(headers=ep.admin_headers)
+    except Exception as err:
+        raise RolloutError(f"cannot read the model index of {ep.url}: {err}") from None
+    return [int(m["version"]) for m in index if m["name"] == model and m.get("state") == "READY" and m.get("version")]
+
+
+def _load(ep: Endpoint, model: str, timeout: float) -> None:
+    """Load (or reload) a model; CheckFailed with Triton's reason if it fails."""
+    from tritonclient.utils import InferenceServerException
+
+    try:
+        with ep.module().InferenceServerClient(ep.url, network_timeout=timeout) as client:
+            client.load_model(model, headers=ep.admin_headers)
+    except InferenceServerException as err:
+        hint = " (is the server in explicit model-control mode? `make serve` is)" if "explicit" in str(err) else ""
+        raise CheckFailed(f"loading {model} failed: {err.message()}{hint}") from None
+
+
+def _unload(ep: Endpoint, model: str) -> None:
+    try:
+        with ep.client() as client:
+            client.unload_model(model, headers=ep.admin_headers)
+    except Exception as err:  # the candidate's folder goes anyway; report and go on
+        step(f"unloading {model} failed ({err}); its folder is removed")
+
+
+def _checks(plan: Plan, model: str, version: str, accuracy: bool) -> dict:
+    """Smoke request, and the accuracy gate where the build has labeled data whose input the model takes."""
+    batch = min(2, plan.config.max_batch_size) if plan.config.max_batch_size else 0
+    results = smoke(plan.ep, model, version, plan.spec, batch)
+    data = labeled_data(plan.spec) if accuracy and plan.entry.get("accuracy") is not None else None
+    if data is not None and _takes(plan.config, data):
+        measured = served_accuracy(plan.ep, model, version, data, plan.config.max_batch_size)
+        serving = plan.served_entry.get("accuracy")
+        results.update(accuracy_gate(measured, plan.entry["accuracy"], serving, plan.req.gate))
+    else:
+        results["accuracy"] = "not checked (the build has no labeled data for this input)"
+    step(f"{model} v{version}: " + ", ".join(f"{k} {v}" for k, v in results.items()))
+    return results
+
+
+def _takes(config, data) -> bool:
+    """Whether the model has the labeled data's input with its dtype and per-sample dims (a uint8 variant has not)."""
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    from clients.inputs import numpy_dtype
+
+    name, x, _ = data
+    tensor = next((t for t in config.input if t.name == name), None)
+    if tensor is None:
+        return False
+    dtype = numpy_dtype(pb.DataType.Name(tensor.data_type).removeprefix("TYPE_"))
+    return dtype == x.dtype and list(tensor.dims) == list(x.shape[1:])
+
+
+def _canary(plan: Plan, candidate: str) -> None:
+    folder = plan.repo / candidate
+    mv.remove(folder)  # a leftover of an interrupted rollout (we hold the lock)
+    step(f"{plan.req.model}: loading the build beside the serving v{plan.serving} as {candidate}")
+    try:
+        _write_candidate(plan, candidate, folder)
+        _load(plan.ep, candidate, plan.req.timeout)
+        plan.checks = _checks(plan, candidate, "1", accuracy=True)
+    finally:
+        _unload(plan.ep, candidate)
+        mv.remove(folder)
+        _await(lambda: not _stale_stubs(plan, None), plan.req.timeout)
+
+
+def _await(condition, timeout: float, settle: float = 1.0) -> bool:
+    """Poll condition until true (then wait settle seconds, for the supervisor's next round) or timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            time.sleep(settle)
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _write_candidate(plan: Plan, candidate: str, folder: Path) -> None:
+    staging = Path(tempfile.mkdtemp(prefix=f".staging-{candidate}-", dir=plan.repo))
+    try:
+        shutil.copytree(plan.build_dir, staging / "1")
+        config = type(plan.config)()
+        config.CopyFrom(plan.config)
+        config.name = candidate
+        plan.files.write(staging, proto_to_pbtxt(config).encode())
+        staging.rename(folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _promote(plan: Plan) -> int:
+    """Copy in and load the next version; verify it; roll back on failure. Returns the new version."""
+    model, before = plan.req.model, mv.ModelFiles.read(plan.model_dir)
+    version = _next_version(plan)
+    step(f"{model}: rolling in the build as v{version} (v{plan.serving} serves until v{version} is ready)")
+    mv.copy_in(plan.build_dir, plan.model_dir / str(version))
+    plan.files.write(plan.model_dir)
+    try:
+        _load(plan.ep, model, plan.req.timeout)
+        checks = _checks(plan, model, str(version), accuracy=not plan.req.canary)
+        plan.checks = {**plan.checks, "after_promotion": checks} if plan.checks else checks
+    except CheckFailed as err:
+        _rollback(plan, version, before)
+        _refuse(plan, "rolled back", err)
+    _await_retired(plan, version)
+    return version
+
+
+def _next_version(plan: Plan) -> int:
+    history = plan.served_entry.get("history") or []
+    seen = [h["version"] for h in history if isinstance(h.get("version"), int)]
+    return max([*mv.disk_versions(plan.model_dir), *seen, plan.serving]) + 1
+
+
+def _rollback(plan: Plan, version: int, before: mv.ModelFiles) -> None:
+    step(f"{plan.req.model}: v{version} failed; rolling back to v{plan.serving}")
+    mv.remove(plan.model_dir / str(version))
+    before.write(plan.model_dir)
+    try:
+        _load(plan.ep, plan.req.model, plan.req.timeout)
+    except CheckFailed as err:
+        raise RolloutError(f"{plan.req.model}: rollback to v{plan.serving} failed too: {err}; "
+                           "see the server log, then restart the server (make stop; make serve)") from None  # fmt: skip
+    _await_retired(plan, plan.serving)
+
+
+def _await_retired(plan: Plan, version: int) -> None:
+    """Wait until `version` alone is ready and no stub of another version (or of the candidate) lives,
+    so that the supervisor sees the swap while the lock still holds."""
+    alone = lambda: not _stale_stubs(plan, version) and _ready_versions(plan.ep, plan.req.model) == [version]  # noqa: E731
+    if not _await(alone, plan.req.timeout):
+        raise RolloutError(f"{plan.req.model}: v{version} serves, but other versions were still loaded after "
+                           f"{plan.req.timeout:.0f} s; see the server log")  # fmt: skip
+
+
+def _stale_stubs(plan: Plan, version: int | None) -> list:
+    """Stubs of the candidate, and of the model's versions other than `version`."""
+    from server.supervisor import stubs
+
+    candidate, model = CANDIDATE.format(model=plan.req.model), plan.req.model
+    other = (lambda v: v != str(version)) if version is not None else (lambda v: False)  # noqa: E731
+    return [s for s in stubs(plan.server_pid) if s[0] == candidate or (s[0] == model and other(s[1]))]
+
+
+def _recorded(plan: Plan, version: int) -> dict:
+    pruned = mv.prune(plan.model_dir, plan.req.keep, version)
+    event = {"version": version, "status": "serving", "source": str(plan.req.source.resolve()),
+             "sha256": plan.entry.get("sha256"), "previous": plan.serving, "checks": plan.checks,
+             "pruned_versions": pruned}  # fmt: skip
+    mv.record(plan.repo, plan.req.model, event, mv.versioned_entry(plan.entry, plan.req.model, version))
+    return event
