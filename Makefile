@@ -36,7 +36,7 @@ COMPOSE := docker compose --env-file docker/.env -f docker/compose.yaml
 ADMIN_KEY = $$($(PY) -c 'from server.launcher import admin_key; print(admin_key(__import__("pathlib").Path("$(STATE_DIR)")).read_text().strip())')
 
 .PHONY: help install build-engines serve stop status infer perf loadtest test test-chaos lint demo clean \
-	rollout build-engines-docker serve-docker stop-docker perf-docker docker-lint bundle gpu-bench
+	rollout soak build-engines-docker serve-docker stop-docker perf-docker docker-lint bundle gpu-bench
 
 help: ## List the targets and their variables
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-15s\033[0m %s\n", $$1, $$2}'
@@ -77,6 +77,10 @@ perf: install ## perf_analyzer sweep of MODELS (after `make serve`; default: the
 
 loadtest: install ## Headless Locust run against MODEL (after `make serve`; default: the manifest's models); writes reports/<time>/
 	$(PY) -m loadtest locust --models "$(MODEL)" --protocol $(PROTOCOL) --state-dir $(STATE_DIR)
+
+MINUTES ?= 10
+soak: install ## Bounded load on MODEL (default digits_cnn_pipeline) for MINUTES with RSS sampled (after `make serve`)
+	$(PY) -m loadtest soak $(if $(MODEL),--model $(MODEL)) --minutes $(MINUTES) --state-dir $(STATE_DIR)
 
 test: install ## Run the unit and functional tests (real tritonserver)
 	$(PY) -m pytest tests $(PYTEST_ARGS)

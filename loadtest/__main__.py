@@ -1,5 +1,6 @@
 """Measurement commands: `python -m loadtest perf|install-perf-analyzer`."""
 
+import sys
 import time
 from pathlib import Path
 
@@ -232,6 +233,33 @@ def reconcile(models, protocol, concurrency, seconds, out, state_dir):
     (out / "reconcile.md").write_text(f"# Locust vs perf_analyzer\n\n{text}\n")
     click.echo(text)
     click.echo(f"report: {out}/reconcile.md")
+
+
+@cli.command()
+@click.option("--model", default="digits_cnn_pipeline", show_default=True, help="Model or pipeline to load.")
+@click.option("--minutes", type=float, default=10.0, show_default=True)
+@click.option("--interval", type=float, default=10.0, show_default=True, help="Seconds between RSS samples.")
+@click.option("--clients", type=int, default=1, show_default=True, help="Closed-loop clients per protocol.")
+@click.option("--protocols", default="http grpc", show_default=True)
+@click.option("--warmup", type=float, default=60.0, show_default=True, help="Seconds before growth is measured.")
+@click.option("--max-growth", type=float, default=5.0, show_default=True, help="Goal: RSS growth per process, %.")
+@click.option("--out", type=click.Path(path_type=Path), default=None)
+@click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
+@user_errors
+def soak(model, minutes, interval, clients, protocols, warmup, max_growth, out, state_dir):
+    """Bounded load for MINUTES with RSS of tritonserver and each stub sampled; exits 1 if the goal is missed."""
+    from clients.connection import endpoint
+    from loadtest.soak import SoakSettings, run
+    from server.launcher import read_state
+
+    names = tuple(protocols.split())
+    settings = SoakSettings(model, minutes * 60, interval, clients, names, warmup, max_growth)
+    out = out or Path("reports") / time.strftime("soak-%Y%m%d-%H%M%S")
+    endpoints = [endpoint(p, None, state_dir) for p in names]
+    summary = run(settings, endpoints, lambda: read_state(state_dir).pid, out)
+    click.echo((out / "soak.md").read_text())
+    click.echo(f"report: {out}/soak.md")
+    sys.exit(0 if summary["goal_met"] else 1)
 
 
 def _latest_earlier(run: Path, marker: str) -> Path | None:

@@ -32,3 +32,15 @@ def test_report_has_tables_plots_history_and_reasons(tmp_path):
         assert f"]({image})" in text and (current / image).stat().st_size > 5000
     page = (current / "report.html").read_text()
     assert page.count("<table>") == 3 and '<img src="perf.png"' in page
+
+
+def test_soak_growth_is_measured_after_the_warmup():
+    from loadtest.soak import growth
+
+    samples = [(0, "server", 1, 50.0), (0, "stub #0", 2, 10.0), (60, "server", 1, 100.0),
+               (60, "stub #0", 2, 20.0), (120, "server", 1, 104.0), (120, "stub #0", 3, 20.0)]  # fmt: skip
+    rows = [{"t_s": t, "process": p, "pid": pid, "rss_mib": rss} for t, p, pid, rss in samples]
+    table = {r["process"]: r for r in growth(rows, warmup=60)}
+    assert table["server"]["growth_pct"] == 4.0 and table["server"]["same_pid"]
+    assert table["stub #0"]["growth_pct"] == 0.0 and not table["stub #0"]["same_pid"]
+    assert table["total"]["from_mib"] == 120.0 and table["total"]["to_mib"] == 124.0
