@@ -114,9 +114,9 @@ def stop(state_dir):
 @user_errors
 def rollout(model, source, repo, http_port, canary, accuracy_tolerance, accuracy_budget, keep, state_dir):
     """Roll a new build of MODEL into the running server without downtime (rolls back on a failed check)."""
+    from clients.rollout import RolloutRequest, rollout
+    from clients.rollout_checks import Gate
     from server.launcher import read_state
-    from server.rollout import RolloutRequest, rollout
-    from server.rollout_checks import Gate
 
     _check_same_server(read_state(state_dir), repo, http_port, state_dir)
     gate = Gate(accuracy_tolerance, accuracy_budget)

@@ -20,8 +20,8 @@ from builders.build import BuildRequest, build_model
 from builders.repository import ServingOptions, read_manifest
 from builders.zoo import BuiltModel, digits
 from clients.infer import infer
+from clients.rollout import RolloutError, RolloutRequest, rollout
 from server import launcher
-from server.rollout import RolloutError, RolloutRequest, rollout
 from server.rollout_lock import rollout_lock
 from server.supervisor_process import start_supervised, stop_supervisor
 from tests.functional.conftest import endpoint_of

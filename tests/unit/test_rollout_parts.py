@@ -10,9 +10,9 @@ import pytest
 from builders.errors import ServerError
 from builders.model_config import parse_pbtxt
 from builders.repository import read_manifest, update_manifest
+from clients.rollout import RolloutError, _check_compatible
+from clients.rollout_checks import CheckFailed, Gate, _output_problem, accuracy_gate
 from server import model_versions as mv
-from server.rollout import RolloutError, _check_compatible
-from server.rollout_checks import CheckFailed, Gate, _output_problem, accuracy_gate
 from server.rollout_lock import LOCK, paused_models, rollout_lock
 
 CONFIG = """

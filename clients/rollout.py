@@ -29,9 +29,9 @@ from builders.model_config import parse_pbtxt, proto_to_pbtxt
 from builders.repository import read_manifest
 from builders.spec import ModelSpec
 from clients.connection import Endpoint
+from clients.rollout_checks import CheckFailed, Gate, accuracy_gate, labeled_data, served_accuracy, smoke
 from server import launcher
 from server import model_versions as mv
-from server.rollout_checks import CheckFailed, Gate, accuracy_gate, labeled_data, served_accuracy, smoke
 from server.rollout_lock import rollout_lock
 
 CANDIDATE = "{model}__candidate"
