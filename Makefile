@@ -36,7 +36,7 @@ COMPOSE := docker compose --env-file docker/.env -f docker/compose.yaml
 ADMIN_KEY = $$($(PY) -c 'from server.launcher import admin_key; print(admin_key(__import__("pathlib").Path("$(STATE_DIR)")).read_text().strip())')
 
 .PHONY: help install build-engines serve stop status infer perf loadtest test test-chaos lint demo clean \
-	rollout soak build-engines-docker serve-docker stop-docker perf-docker docker-lint bundle gpu-bench
+	rollout soak cluster cluster-restart build-engines-docker serve-docker stop-docker perf-docker docker-lint bundle gpu-bench
 
 help: ## List the targets and their variables
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-15s\033[0m %s\n", $$1, $$2}'
@@ -61,6 +61,13 @@ serve: install ## Start the embedded tritonserver on REPO, supervised (HEALTH_PO
 
 stop: ## Stop the server that `make serve` started
 	@if [ -x $(PY) ]; then $(PY) -m server stop --state-dir $(STATE_DIR); fi
+
+REPLICAS ?= 2
+cluster: install ## REPLICAS supervised tritonservers on REPO behind Envoy on HTTP_PORT/GRPC_PORT (admin+metrics: METRICS_PORT); `make stop` ends all
+	$(PY) -m server cluster --replicas $(REPLICAS) --repo $(REPO) $(SERVER_PORTS) --state-dir $(STATE_DIR)
+
+cluster-restart: install ## Rolling restart of the cluster's replicas (each back in Envoy before the next)
+	$(PY) -m server cluster-restart --state-dir $(STATE_DIR)
 
 FROM ?=
 rollout: install ## Roll MODEL's new build from FROM into the served REPO without downtime (rolls back on a failed check)

@@ -61,23 +61,73 @@ def start(repo, http_port, grpc_port, metrics_port, host, model_control, timeout
 @click.option("--ports", nargs=4, type=int, required=True, help="http grpc metrics health")
 @click.option("--host", default="127.0.0.1")
 @click.option("--timeout", type=float, default=180.0)
+@click.option("--drain", type=float, default=0.0, help="Seconds of 'not ready' before stopping the server.")
 @STATE_DIR
-def supervise(repo, ports, host, timeout, state_dir):
+def supervise(repo, ports, host, timeout, drain, state_dir):
     """Run the supervisor in the foreground (what `start --supervise` spawns)."""
     from server.launcher import ServerSettings
     from server.supervisor import serve
 
     http_port, grpc_port, metrics_port, health_port = ports
-    serve(ServerSettings(repo, http_port, grpc_port, metrics_port, host, state_dir, timeout), health_port)
+    serve(ServerSettings(repo, http_port, grpc_port, metrics_port, host, state_dir, timeout), health_port, drain)
+
+
+@cli.command()
+@click.option("--replicas", type=click.IntRange(1), default=2, show_default=True)
+@click.option("--repo", type=click.Path(path_type=Path), default=Path("model_repository"), show_default=True)
+@click.option("--http-port", type=int, default=8000, show_default=True, help="Envoy's HTTP listener.")
+@click.option("--grpc-port", type=int, default=8001, show_default=True, help="Envoy's gRPC listener.")
+@click.option("--metrics-port", type=int, default=8002, show_default=True, help="Envoy's admin (/stats/prometheus).")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--timeout", type=float, default=180.0, show_default=True, help="Seconds per replica to get ready.")
+@STATE_DIR
+@user_errors
+def cluster(replicas, repo, http_port, grpc_port, metrics_port, host, timeout, state_dir):
+    """Start REPLICAS supervised tritonservers behind Envoy; return once Envoy routes to every one."""
+    from server.cluster import ClusterSettings, start_cluster
+
+    settings = ClusterSettings(repo, replicas, http_port, grpc_port, metrics_port, host, state_dir, timeout)
+    state = start_cluster(settings)
+    click.echo(f"envoy: http {host}:{http_port}, grpc {host}:{grpc_port}, admin/metrics {host}:{metrics_port}")
+    for replica in state["replicas"]:
+        ports = f"http {replica['http_port']}, grpc {replica['grpc_port']}, readiness {replica['health_port']}"
+        click.echo(f"  {replica['name']}: {ports} (log {state_dir}/{replica['name']}/tritonserver.log)")
+
+
+@cli.command("envoy-run", hidden=True)
+@click.option("--config", type=click.Path(path_type=Path), required=True)
+@click.option("--admin-port", type=int, required=True)
+@click.option("--log", type=click.Path(path_type=Path), required=True)
+def envoy_run(config, admin_port, log):
+    """Run Envoy in the foreground, restarting it if it dies (what `cluster` starts)."""
+    from server.cluster import envoy_binary
+    from server.envoy_process import run
+
+    raise SystemExit(run(envoy_binary(), config, admin_port, log))
+
+
+@cli.command("cluster-restart")
+@STATE_DIR
+@user_errors
+def cluster_restart(state_dir):
+    """Rolling restart of the cluster's replicas, one at a time, each back in Envoy before the next."""
+    from server.cluster import restart_replicas
+
+    for done in restart_replicas(state_dir):
+        click.echo(f"{done['replica']}: restarted and routed again in {done['seconds']} s")
 
 
 @cli.command()
 @STATE_DIR
 def stop(state_dir):
     """Stop the server started from STATE_DIR (and its supervisor)."""
+    from server.cluster import stop_cluster
     from server.launcher import stop
     from server.supervisor_process import stop_supervisor
 
+    if stop_cluster(state_dir):
+        click.echo("cluster stopped (envoy and every replica)")
+        return
     supervised = stop_supervisor(state_dir)
     stopped = stop(state_dir) or supervised
     click.echo("tritonserver stopped" if stopped else "no tritonserver was running")

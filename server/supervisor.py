@@ -84,10 +84,11 @@ class Health:
 class Supervisor:
     """Runs one tritonserver and heals it; stop() ends both."""
 
-    def __init__(self, settings: launcher.ServerSettings, health_port: int, interval: float = 0.5):
+    def __init__(self, settings: launcher.ServerSettings, health_port: int, interval: float = 0.5, drain: float = 0.0):
         extra = tuple(a for a in settings.extra_args if not a.startswith("--load-model"))
         self.settings = dataclasses.replace(settings, model_control="explicit", extra_args=(*extra, "--load-model=*"))
         self.health, self.interval, self.stopping = Health(), interval, threading.Event()
+        self.drain = drain  # seconds of "not ready" before the server stops: load balancers route away first
         self.http = ThreadingHTTPServer((settings.host, health_port), _handler(self.health))
         self.state: launcher.ServerState | None = None
         self.stubs: dict[str, set[int]] = {}
@@ -175,7 +176,11 @@ class Supervisor:
             self.health.models.discard(model)
 
     def stop(self) -> None:
+        """Answer "not ready" for `drain` seconds (load balancers move away), then stop the server."""
         self.stopping.set()
+        with self.health.lock:
+            self.health.server_up = False
+        time.sleep(self.drain)
         self.http.shutdown()
         launcher.stop(self.settings.state_dir)
 
@@ -207,9 +212,9 @@ def _handler(health: Health):
     return Handler
 
 
-def serve(settings: launcher.ServerSettings, health_port: int) -> None:
+def serve(settings: launcher.ServerSettings, health_port: int, drain: float = 0.0) -> None:
     """Run a supervisor in this process until SIGTERM/SIGINT; its state goes to <state_dir>/supervisor.json."""
-    supervisor = Supervisor(settings, health_port)
+    supervisor = Supervisor(settings, health_port, drain=drain)
     path = settings.state_dir / STATE
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, lambda *_: supervisor.stopping.set())

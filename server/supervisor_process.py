@@ -15,7 +15,7 @@ from server import launcher
 from server.supervisor import STATE
 
 
-def start_supervised(settings: launcher.ServerSettings, health_port: int) -> dict:
+def start_supervised(settings: launcher.ServerSettings, health_port: int, drain: float = 0.0) -> dict:
     """Spawn `python -m server supervise` in its own session; return its state once the server is ready.
 
     Raises:
@@ -29,7 +29,7 @@ def start_supervised(settings: launcher.ServerSettings, health_port: int) -> dic
     ports = [settings.http_port, settings.grpc_port, settings.metrics_port, health_port]
     command = [sys.executable, "-m", "server", "supervise", "--repo", str(settings.repo), "--host", settings.host,
                "--timeout", str(settings.startup_timeout), "--state-dir", str(settings.state_dir),
-               "--ports", *map(str, ports)]  # fmt: skip
+               "--drain", str(drain), "--ports", *map(str, ports)]  # fmt: skip
     log = open(settings.state_dir / "supervisor.log", "a")
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     return _await(process, path, settings.startup_timeout + 30)

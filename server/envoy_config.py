@@ -1,0 +1,201 @@
+"""Envoy's configuration for a cluster of tritonserver replicas, built from typed data.
+
+Two listeners (HTTP/1.1 and gRPC) route to two upstream clusters over the same replicas. Each
+replica is health-checked on its supervisor's readiness port (GET /v2/health/ready: 503 while the
+server restarts or a model heals), and ejected by outlier detection after consecutive errors.
+Requests that fail before a replica answered (connection refused or reset, gRPC UNAVAILABLE) are
+retried on another replica: inference requests have no side effects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+PREVIOUS_HOSTS = "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"
+ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+HTTP_OPTIONS = "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One tritonserver replica: where it serves, and where its readiness is answered."""
+
+    name: str
+    http_port: int
+    grpc_port: int
+    health_port: int
+    host: str = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Balancing:
+    """How Envoy spreads and protects: health checks, outlier ejection, retries, timeouts (seconds)."""
+
+    health_interval: float = 0.5
+    health_timeout: float = 1.0
+    unhealthy_threshold: int = 1
+    healthy_threshold: int = 1
+    consecutive_errors: int = 3  # outlier detection: 5xx / gateway errors before ejection
+    ejection_time: float = 5.0
+    retries: int = 2
+    request_timeout: float = 120.0
+    max_requests: int = 4096  # circuit breaker: concurrent requests per upstream cluster
+
+    @property
+    def drain_seconds(self) -> float:
+        """How long a stopping replica answers "not ready" first: enough for Envoy to see it (with margin)."""
+        return self.health_interval * (self.unhealthy_threshold + 1) + self.health_timeout
+
+    def __post_init__(self):
+        if self.health_interval <= 0 or self.health_timeout <= 0 or self.request_timeout <= 0:
+            raise ValueError("health_interval, health_timeout and request_timeout must be positive seconds")
+        if min(self.unhealthy_threshold, self.healthy_threshold, self.consecutive_errors) < 1 or self.retries < 0:
+            raise ValueError("thresholds must be >= 1 and retries >= 0")
+
+
+@dataclass(frozen=True)
+class EnvoySettings:
+    """The listeners and admin port of Envoy, and the replicas behind it."""
+
+    replicas: tuple[Replica, ...]
+    http_port: int
+    grpc_port: int
+    admin_port: int
+    host: str = "127.0.0.1"
+    balancing: Balancing = field(default_factory=Balancing)
+
+    def __post_init__(self):
+        if not self.replicas:
+            raise ValueError("a cluster needs at least one replica")
+        names = [r.name for r in self.replicas]
+        if len(set(names)) != len(names):
+            raise ValueError(f"replica names must be unique, got {names}")
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.3f}s"
+
+
+def _address(host: str, port: int) -> dict:
+    return {"socket_address": {"address": host, "port_value": port}}
+
+
+def _endpoint(replica: Replica, port: int) -> dict:
+    return {
+        "endpoint": {
+            "address": _address(replica.host, port),
+            "hostname": replica.name,
+            "health_check_config": {"port_value": replica.health_port},
+        }
+    }
+
+
+def _health_check(b: Balancing) -> dict:
+    return {
+        "timeout": _duration(b.health_timeout),
+        "interval": _duration(b.health_interval),
+        "unhealthy_threshold": b.unhealthy_threshold,
+        "healthy_threshold": b.healthy_threshold,
+        "no_traffic_interval": _duration(b.health_interval),
+        "http_health_check": {"path": "/v2/health/ready", "codec_client_type": "HTTP1"},
+    }
+
+
+def _outlier_detection(b: Balancing) -> dict:
+    return {
+        "consecutive_5xx": b.consecutive_errors,
+        "consecutive_gateway_failure": b.consecutive_errors,
+        "interval": "1s",
+        "base_ejection_time": _duration(b.ejection_time),
+        "max_ejection_percent": 50,
+    }
+
+
+def upstream(name: str, s: EnvoySettings, protocol: str) -> dict:
+    """The cluster of replicas for one protocol ('http' or 'grpc': HTTP/2 upstream)."""
+    port = (lambda r: r.http_port) if protocol == "http" else (lambda r: r.grpc_port)
+    cluster = {
+        "name": name,
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        "lb_policy": "LEAST_REQUEST",
+        "load_assignment": {
+            "cluster_name": name,
+            "endpoints": [{"lb_endpoints": [_endpoint(r, port(r)) for r in s.replicas]}],
+        },
+        "health_checks": [_health_check(s.balancing)],
+        "outlier_detection": _outlier_detection(s.balancing),
+        "circuit_breakers": {
+            "thresholds": [{"max_requests": s.balancing.max_requests, "max_pending_requests": s.balancing.max_requests}]
+        },
+        "common_lb_config": {"healthy_panic_threshold": {"value": 0}},  # never send to replicas known bad
+    }
+    if protocol == "grpc":
+        options = {"@type": HTTP_OPTIONS, "explicit_http_config": {"http2_protocol_options": {}}}
+        cluster["typed_extension_protocol_options"] = {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": options
+        }
+    return cluster
+
+
+def _route(cluster: str, b: Balancing, protocol: str) -> dict:
+    retry_on = "connect-failure,refused-stream,reset-before-request"
+    if protocol == "grpc":
+        retry_on += ",unavailable"
+    return {
+        "match": {"prefix": "/"},
+        "route": {
+            "cluster": cluster,
+            "timeout": _duration(b.request_timeout),
+            "retry_policy": {
+                "retry_on": retry_on,
+                "num_retries": b.retries,
+                "retry_host_predicate": [
+                    {
+                        "name": "envoy.retry_host_predicates.previous_hosts",
+                        "typed_config": {"@type": PREVIOUS_HOSTS},
+                    }
+                ],
+                "host_selection_retry_max_attempts": 3,
+            },
+        },
+    }
+
+
+def listener(name: str, s: EnvoySettings, port: int, cluster: str, protocol: str) -> dict:
+    """A listener on s.host:port whose every request goes to cluster."""
+    manager = {
+        "@type": HCM,
+        "stat_prefix": name,
+        "codec_type": "AUTO",
+        "route_config": {
+            "name": name,
+            "virtual_hosts": [{"name": name, "domains": ["*"], "routes": [_route(cluster, s.balancing, protocol)]}],
+        },
+        "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {"@type": ROUTER}}],
+        "stream_idle_timeout": _duration(s.balancing.request_timeout),
+    }
+    if protocol == "grpc":
+        manager["http2_protocol_options"] = {}
+    return {
+        "name": name,
+        "address": _address(s.host, port),
+        "filter_chains": [
+            {"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}]}
+        ],
+    }
+
+
+def envoy_config(s: EnvoySettings) -> dict:
+    """The whole bootstrap configuration (write it as JSON; Envoy reads JSON as YAML)."""
+    return {
+        "admin": {"address": _address(s.host, s.admin_port)},
+        "static_resources": {
+            "listeners": [
+                listener("triton_http", s, s.http_port, "replicas_http", "http"),
+                listener("triton_grpc", s, s.grpc_port, "replicas_grpc", "grpc"),
+            ],
+            "clusters": [upstream("replicas_http", s, "http"), upstream("replicas_grpc", s, "grpc")],
+        },
+    }

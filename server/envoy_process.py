@@ -1,0 +1,44 @@
+"""Keep Envoy running for a cluster: start it, restart it if it dies, stop it on SIGTERM.
+
+Envoy is run as the child of this small foreground process (`python -m server envoy-run`, which the
+cluster starts in a session of its own): Envoy stops when its parent exits (measured: a SIGTERM
+reaches it as soon as the process that started it exits), so the cluster's command cannot start it
+and return.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+
+def run(binary: Path, config: Path, admin_port: int, log: Path) -> int:
+    """Run Envoy until SIGTERM/SIGINT; restart it (after 0.5 s) whenever it exits on its own."""
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    command = [str(binary), "-c", str(config), "--log-level", "warn", "--base-id", str(admin_port),
+               "--drain-time-s", "2", "--concurrency", "2"]  # fmt: skip
+    with open(log, "a") as handle:
+        while not stopping.is_set():
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT)
+            while process.poll() is None and not stopping.wait(0.2):
+                pass
+            if stopping.is_set():
+                return _stop(process)
+            handle.write(f"envoy-run: envoy exited with code {process.returncode}; restarting\n")
+            handle.flush()
+            time.sleep(0.5)
+    return 0
+
+
+def _stop(process: subprocess.Popen, timeout: float = 10.0) -> int:
+    process.terminate()
+    try:
+        return process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait()
