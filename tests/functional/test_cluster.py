@@ -1,0 +1,168 @@
+"""Two supervised replicas behind a real Envoy: routing on HTTP and gRPC, locked admin APIs, a replica
+SIGKILLed under load, a rolling restart under load, and `stop` leaving no process behind."""
+
+import os
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+
+from builders.build import BuildRequest, build_model
+from builders.repository import ServingOptions
+from clients.infer import infer
+from server import launcher
+from server.cluster import ClusterSettings, host_health, read_cluster, restart_replicas, start_cluster, stop_cluster
+from server.envoy_config import Balancing
+from tests.functional.conftest import endpoint_of
+
+pytestmark = pytest.mark.functional
+X = np.zeros((1, 1, 8, 8), np.float32)
+
+
+@pytest.fixture(scope="module")
+def cluster(digits_build, tmp_path_factory):
+    spec, built, _ = digits_build
+    root = tmp_path_factory.mktemp("cluster")
+    build_model(BuildRequest(spec, "embedded", root / "repo", root / "work", ServingOptions()), built)
+    http_port, grpc_port, admin_port = launcher.free_ports(3)
+    settings = ClusterSettings(root / "repo", 2, http_port, grpc_port, admin_port, state_dir=root / "state",
+                               balancing=Balancing())  # fmt: skip
+    start_cluster(settings)
+    yield settings
+    pids = _our_pids(settings)
+    stop_cluster(settings.state_dir)
+    _await(lambda: not [p for p in pids if _alive(p)], 30)
+
+
+def _our_pids(settings) -> list[int]:
+    """Every process of the cluster: Envoy's keeper and Envoy, each supervisor, server and stub."""
+    from server.supervisor import stubs
+
+    state, pids = read_cluster(settings.state_dir), []
+    pids.append(state["envoy_pid"])
+    for replica in state["replicas"]:
+        folder = settings.state_dir / replica["name"]
+        server = launcher.read_state(folder).pid
+        pids += [server, *(pid for _, _, pid in stubs(server))]
+        pids.append(int(__import__("json").loads((folder / "supervisor.json").read_text())["pid"]))
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return bool(open(f"/proc/{pid}/cmdline", "rb").read())
+    except OSError:
+        return False
+
+
+def _await(condition, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.1)
+
+
+def _front(settings, protocol):
+    return endpoint_of(launcher.read_state(settings.state_dir), settings.repo, protocol)
+
+
+def _inferences(settings, replica: str) -> int:
+    state = launcher.read_state(settings.state_dir / replica)
+    ep = endpoint_of(state, settings.repo, "http")
+    with ep.client() as client:
+        stats = client.get_inference_statistics("digits_cnn", headers=ep.admin_headers)
+    return sum(int(m["inference_stats"]["success"]["count"]) for m in stats["model_stats"])
+
+
+class Load:
+    """One closed-loop client per protocol through Envoy; each request logged as (start, end, error)."""
+
+    def __init__(self, settings):
+        self.endpoints = [_front(settings, p) for p in ("http", "grpc")]
+        self.stop, self.log = threading.Event(), []
+        self.threads = [threading.Thread(target=self._run, args=(ep,)) for ep in self.endpoints]
+
+    def _run(self, ep):
+        with ep.client() as client:
+            while not self.stop.is_set():
+                started, error = time.monotonic(), None
+                try:
+                    infer(ep, "digits_cnn", {"input": X}, client=client)
+                except Exception as err:
+                    error = f"{ep.protocol}: {err}"
+                self.log.append((started, time.monotonic(), error))
+                time.sleep(0.005)
+
+    def __enter__(self):
+        for thread in self.threads:
+            thread.start()
+        time.sleep(1.0)
+        return self
+
+    def __exit__(self, *exc):
+        time.sleep(1.0)
+        self.stop.set()
+        for thread in self.threads:
+            thread.join()
+
+    def failures(self):
+        return [entry for entry in self.log if entry[2] is not None]
+
+
+def test_requests_through_envoy_reach_every_replica_on_both_protocols(cluster):
+    before = {r: _inferences(cluster, r) for r in ("replica-0", "replica-1")}
+    for protocol in ("http", "grpc"):
+        ep = _front(cluster, protocol)
+        with ep.client() as client:
+            for _ in range(20):
+                assert infer(ep, "digits_cnn", {"input": X}, client=client).outputs["logits"].shape == (1, 10)
+    served = {r: _inferences(cluster, r) - before[r] for r in before}
+    assert sum(served.values()) == 40 and min(served.values()) > 0, served
+
+
+def test_admin_apis_stay_locked_through_envoy(cluster):
+    url = f"http://127.0.0.1:{cluster.http_port}/v2/repository/index"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=5)
+    assert refused.value.code == 403
+    key = launcher.admin_key(cluster.state_dir).read_text().strip()
+    for _ in range(4):  # whichever replica answers, the cluster's key opens it
+        request = urllib.request.Request(url, method="POST", headers={"admin-key": key})
+        with urllib.request.urlopen(request, timeout=5) as response:
+            assert response.status == 200
+
+
+def test_a_replica_killed_under_load_costs_at_most_the_requests_in_flight(cluster):
+    victim = launcher.read_state(cluster.state_dir / "replica-0").pid
+    with Load(cluster) as load:
+        killed = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        _await(lambda: set(_flags(cluster)) != {"healthy"}, 10)  # Envoy saw it go
+        down_seen = time.monotonic()
+        restarted = lambda: launcher.read_state(cluster.state_dir / "replica-0").pid != victim  # noqa: E731
+        _await(lambda: restarted() and set(_flags(cluster)) == {"healthy"}, 60)
+        back = time.monotonic()
+    failures = load.failures()
+    print(f"kill: {len(load.log)} requests, {len(failures)} failed; marked down after {down_seen - killed:.2f} s, "
+          f"back in Envoy after {back - killed:.1f} s")  # fmt: skip
+    assert len(load.log) > 50
+    assert len(failures) <= 2, failures  # one request in flight per client at most
+    assert all(start <= killed + 0.05 for start, _, _ in failures), (failures, killed, down_seen)
+
+
+def _flags(cluster) -> list[str]:
+    """Envoy's health flags of every replica in both upstream clusters ('healthy' or why not)."""
+    return [flags for hosts in host_health(cluster.admin_port).values() for flags in hosts.values()]
+
+
+def test_a_rolling_restart_under_load_fails_no_request(cluster):
+    with Load(cluster) as load:
+        done = restart_replicas(cluster.state_dir)
+    print(f"rolling restart: {done}; {len(load.log)} requests, {len(load.failures())} failed")
+    assert [d["replica"] for d in done] == ["replica-0", "replica-1"]
+    assert len(load.log) > 50
+    assert not load.failures(), load.failures()[:3]
