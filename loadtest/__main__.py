@@ -262,6 +262,28 @@ def soak(model, minutes, interval, clients, protocols, warmup, max_growth, out, 
     sys.exit(0 if summary["goal_met"] else 1)
 
 
+@cli.command("envoy-bench")
+@click.option("--model", default="digits_cnn", show_default=True)
+@click.option("--protocols", default="http grpc", show_default=True)
+@click.option("--concurrency", default="1 4", show_default=True)
+@click.option("--interval-ms", type=int, default=3000, show_default=True, help="perf_analyzer measurement window.")
+@click.option("--out", type=click.Path(path_type=Path), default=None)
+@click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
+@user_errors
+def envoy_bench(model, protocols, concurrency, interval_ms, out, state_dir):
+    """perf_analyzer through Envoy vs straight to replica-0 of `make cluster` (REPLICAS=1 isolates Envoy)."""
+    from loadtest import envoy_bench as bench
+    from loadtest.perf_tools import find_perf_analyzer
+    from server.cluster import read_cluster
+
+    read_cluster(state_dir)  # a cluster runs there, or say how to start one
+    out = out or Path("reports") / time.strftime("envoy-%Y%m%d-%H%M%S")
+    rows = bench.measure(state_dir, model, protocols.split(), _numbers(concurrency), find_perf_analyzer(), out,
+                         measurement_ms=interval_ms, stability_percent=50.0, max_trials=10)  # fmt: skip
+    click.echo(bench.write(bench.compare(rows), rows, out))
+    click.echo(f"report: {out}/envoy.md")
+
+
 def _latest_earlier(run: Path, marker: str) -> Path | None:
     """The most recent earlier run folder beside `run` that holds `marker`."""
     earlier = sorted(p for p in run.parent.iterdir() if p != run and (p / marker).exists() and p.name < run.name)
