@@ -284,6 +284,16 @@ def envoy_bench(model, protocols, concurrency, interval_ms, out, state_dir):
     click.echo(f"report: {out}/envoy.md")
 
 
+@cli.command("kubernetes-monitoring")
+@click.option("--folder", type=click.Path(path_type=Path, file_okay=False), default=Path("kubernetes"))
+def kubernetes_monitoring(folder):
+    """(Re)write the PrometheusRule and prometheus-adapter manifests from loadtest/prometheus_rules.py."""
+    from loadtest.prometheus_rules import write_kubernetes
+
+    for path in write_kubernetes(folder):
+        click.echo(f"wrote {path}")
+
+
 def _latest_earlier(run: Path, marker: str) -> Path | None:
     """The most recent earlier run folder beside `run` that holds `marker`."""
     earlier = sorted(p for p in run.parent.iterdir() if p != run and (p / marker).exists() and p.name < run.name)

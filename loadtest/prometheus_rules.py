@@ -1,0 +1,139 @@
+"""Prometheus recording and alerting rules for Triton, from typed data.
+
+One source for every place the rules are used: the local Prometheus of `make cluster`
+(written as rules.yml), the PrometheusRule of the Kubernetes manifests, and the HPA signal
+that prometheus-adapter serves (the same queue-time-per-request expression).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+QUEUE_PER_REQUEST = "triton:queue_time_per_request_us"
+THROUGHPUT = "triton:inference_throughput"
+REQUESTS = "triton:request_success"
+P99 = "triton:request_p99_ms"
+GPU_UTILIZATION = "triton:gpu_utilization"
+
+
+@dataclass(frozen=True)
+class RuleSettings:
+    """The rate window of every recording rule, and the queue-time budget of the scale-out alert."""
+
+    window: str = "1m"
+    queue_budget_us: float = 10_000.0  # 10 ms of queueing per request: add replicas
+    alert_for: str = "2m"
+
+    def __post_init__(self):
+        if not self.window[:-1].isdigit() or self.window[-1] not in "smh":
+            raise ValueError(f"window {self.window!r}: expected a Prometheus duration such as '30s' or '1m'")
+        if self.queue_budget_us <= 0:
+            raise ValueError("queue_budget_us must be positive")
+
+
+def queue_time_per_request(window: str, by: str = "model", matchers: str = "") -> str:
+    """Mean queue time per successful request in µs over the window (the autoscaling signal).
+
+    by and matchers may be prometheus-adapter's templates (<<.GroupBy>>, <<.LabelMatchers>>).
+    """
+    labels = f"{{{matchers}}}" if matchers else ""
+    queued = f"sum by ({by}) (rate(nv_inference_queue_duration_us{labels}[{window}]))"
+    served = f"sum by ({by}) (rate(nv_inference_request_success{labels}[{window}]))"
+    return f"{queued} / ({served} > 0)"
+
+
+HPA_METRIC = "triton_queue_time_per_request_us"
+
+
+def prometheus_rule(s: RuleSettings = RuleSettings()) -> dict:
+    """The rules as a Prometheus Operator PrometheusRule."""
+    meta = {"name": "triton", "labels": {"app.kubernetes.io/name": "triton"}}
+    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule", "metadata": meta,
+            "spec": rule_groups(s)}  # fmt: skip
+
+
+def adapter_config(window: str = "1m") -> dict:
+    """prometheus-adapter's rule that serves the HPA metric per pod: queue time per request."""
+    rule = {
+        "seriesQuery": 'nv_inference_queue_duration_us{namespace!="",pod!=""}',
+        "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
+        "name": {"matches": "^nv_inference_queue_duration_us$", "as": HPA_METRIC},
+        "metricsQuery": queue_time_per_request(window, "<<.GroupBy>>", "<<.LabelMatchers>>"),
+    }
+    return {"rules": [rule]}
+
+
+def adapter_configmap(window: str = "1m") -> dict:
+    """The ConfigMap prometheus-adapter reads (--config=/etc/adapter/config.yaml)."""
+    import yaml
+
+    meta = {"name": "prometheus-adapter-triton", "labels": {"app.kubernetes.io/name": "triton"}}
+    data = {"config.yaml": yaml.safe_dump(adapter_config(window), sort_keys=False, width=200)}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+
+
+GENERATED = "# Generated from loadtest/prometheus_rules.py by `python -m loadtest kubernetes-monitoring`.\n"
+
+
+def write_kubernetes(folder) -> list:
+    """Write prometheus-rules.yaml and prometheus-adapter.yaml into folder; return their paths."""
+    from pathlib import Path
+
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        """Multi-line strings (the adapter's config.yaml) as literal blocks."""
+
+    def text(dumper, value):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+    Dumper.add_representer(str, text)
+    written = []
+    for name, doc in (("prometheus-rules.yaml", prometheus_rule()), ("prometheus-adapter.yaml", adapter_configmap())):
+        path = Path(folder) / name
+        path.write_text(GENERATED + yaml.dump(doc, Dumper=Dumper, sort_keys=False, width=200))
+        written.append(path)
+    return written
+
+
+def recording_rules(s: RuleSettings) -> list[dict]:
+    """Throughput and requests per model, queue time per request, p99 (histograms on), GPU utilization."""
+    w = s.window
+    return [
+        {"record": f"{THROUGHPUT}:rate{w}", "expr": f"sum by (model) (rate(nv_inference_count[{w}]))"},
+        {"record": f"{REQUESTS}:rate{w}", "expr": f"sum by (model) (rate(nv_inference_request_success[{w}]))"},
+        {"record": f"{QUEUE_PER_REQUEST}:rate{w}", "expr": queue_time_per_request(w)},
+        {
+            "record": f"{P99}:rate{w}",
+            "expr": "histogram_quantile(0.99, sum by (model, le) "
+            f"(rate(nv_inference_first_response_histogram_ms_bucket[{w}])))",
+        },
+        {"record": f"{GPU_UTILIZATION}:avg", "expr": "avg by (gpu_uuid) (nv_gpu_utilization)"},
+    ]
+
+
+def alerting_rules(s: RuleSettings) -> list[dict]:
+    """'Scale out' when a model's requests queue longer than the budget for a while."""
+    return [
+        {
+            "alert": "TritonScaleOut",
+            "expr": f"{QUEUE_PER_REQUEST}:rate{s.window} > {s.queue_budget_us:g}",
+            "for": s.alert_for,
+            "labels": {"severity": "warning", "action": "scale-out"},
+            "annotations": {
+                "summary": "Scale out: {{ $labels.model }} requests queue {{ $value | humanize }} µs each",
+                "description": f"Mean queue time per request above {s.queue_budget_us:g} µs for {s.alert_for}: "
+                "add replicas (the HPA acts on the same signal).",
+            },
+        }
+    ]
+
+
+def rule_groups(s: RuleSettings = RuleSettings()) -> dict:
+    """The rule file's content ({'groups': [...]}) as Prometheus and the PrometheusRule spec read it."""
+    return {
+        "groups": [
+            {"name": "triton-recording", "rules": recording_rules(s)},
+            {"name": "triton-alerts", "rules": alerting_rules(s)},
+        ]
+    }

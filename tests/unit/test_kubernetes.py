@@ -1,0 +1,146 @@
+"""The Kubernetes manifests, validated offline: core kinds against the Kubernetes 1.37 OpenAPI schemas
+(kubernetes-validate, strict), custom resources by what can be checked without their operators (the
+KServe predictor as a core Container, the PrometheusRule against the rules generator, promtool where
+installed), and the wiring between them (selectors, ports, probes, secret, metric names)."""
+
+import copy
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from loadtest import prometheus_rules
+
+ROOT = Path(__file__).parents[2]
+FOLDER = ROOT / "kubernetes"
+K8S = "1.37.0"
+CUSTOM = {"ServiceMonitor", "PrometheusRule", "InferenceService"}
+
+
+def _docs(name: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all((FOLDER / name).read_text()) if d]
+
+
+def _all() -> dict[str, dict]:
+    found = {}
+    for path in sorted(FOLDER.rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") != "Kustomization":
+                found[f"{path.relative_to(FOLDER)}:{doc['kind']}"] = doc
+    return found
+
+
+def _validate(doc: dict) -> None:
+    import kubernetes_validate
+
+    kubernetes_validate.validate(doc, K8S, strict=True)
+
+
+@pytest.mark.parametrize("name", [n for n, d in _all().items() if d["kind"] not in CUSTOM])
+def test_core_manifests_validate_strictly(name):
+    _validate(_all()[name])
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        lambda d: d["spec"].__setitem__("replicas", "two"),
+        lambda d: d["spec"]["template"]["spec"]["containers"][0].__setitem__("livenessProbes", {}),
+        lambda d: d["spec"]["template"]["spec"]["containers"][0]["ports"][0].__setitem__("containerPort", "http"),
+        lambda d: d["spec"].pop("selector"),
+    ],
+    ids=["replicas-string", "unknown-field", "port-name-as-number", "no-selector"],
+)
+def test_a_broken_manifest_is_rejected(breakage):
+    import kubernetes_validate
+
+    deployment = copy.deepcopy(_docs("deployment.yaml")[0])
+    breakage(deployment)
+    with pytest.raises(kubernetes_validate.ValidationError):
+        _validate(deployment)
+
+
+def test_kustomization_lists_every_manifest_and_only_existing_ones():
+    listed = set(_docs("kustomization.yaml")[0]["resources"])
+    assert listed == {p.name for p in FOLDER.glob("*.yaml") if p.name != "kustomization.yaml"}
+
+
+def _container() -> dict:
+    return _docs("deployment.yaml")[0]["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_service_and_servicemonitor_select_the_pods_and_their_ports():
+    deployment, service, monitor = (
+        _docs("deployment.yaml")[0],
+        _docs("service.yaml")[0],
+        _docs("servicemonitor.yaml")[0],
+    )
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    container_ports = {p["name"]: p["containerPort"] for p in _container()["ports"]}
+    assert {p["targetPort"] for p in service["spec"]["ports"]} <= container_ports.keys()
+    assert container_ports == {"http": 8000, "grpc": 8001, "metrics": 8002}
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert {e["port"] for e in monitor["spec"]["endpoints"]} <= {p["name"] for p in service["spec"]["ports"]}
+
+
+def test_probes_gpu_and_the_admin_key_secret():
+    container = _container()
+    assert container["startupProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    secret = container["env"][0]["valueFrom"]["secretKeyRef"]
+    assert container["env"][0]["name"] == "TRITON_ADMIN_KEY" and secret == {
+        "name": "triton-admin-key",
+        "key": "admin-key",
+    }
+    restricted = [a for a in container["args"] if "restricted" in a]
+    assert len(restricted) == 2 and all(a.endswith("admin-key=$(TRITON_ADMIN_KEY)") for a in restricted)
+
+
+def test_the_image_is_the_ngc_release_of_docker_env():
+    release = next(line.split("=", 1)[1] for line in (ROOT / "docker/.env").read_text().splitlines()
+                   if line.startswith("NGC_RELEASE="))  # fmt: skip
+    image = f"nvcr.io/nvidia/tritonserver:{release}-py3"
+    assert _container()["image"] == image
+    assert _docs("kserve/inferenceservice.yaml")[0]["spec"]["predictor"]["model"]["image"] == image
+
+
+def test_the_prometheus_rule_and_adapter_are_what_the_generator_writes(tmp_path):
+    written = {p.name: p.read_text() for p in prometheus_rules.write_kubernetes(tmp_path)}
+    for name, text in written.items():
+        assert (FOLDER / name).read_text() == text, f"{name} drifted: run `python -m loadtest kubernetes-monitoring`"
+
+
+def test_the_hpa_scales_on_the_adapters_queue_time_metric():
+    hpa, adapter = _docs("hpa.yaml")[0], _docs("prometheus-adapter.yaml")[0]
+    rule = yaml.safe_load(adapter["data"]["config.yaml"])["rules"][0]
+    metric = hpa["spec"]["metrics"][0]["pods"]["metric"]["name"]
+    assert metric == rule["name"]["as"] == prometheus_rules.HPA_METRIC
+    assert hpa["spec"]["scaleTargetRef"]["name"] == _docs("deployment.yaml")[0]["metadata"]["name"]
+    expected = prometheus_rules.queue_time_per_request("1m", "<<.GroupBy>>", "<<.LabelMatchers>>")
+    assert rule["metricsQuery"] == expected
+
+
+@pytest.mark.skipif(
+    shutil.which("promtool") is None, reason="promtool not installed (Debian: apt-get install prometheus)"
+)
+def test_promtool_accepts_the_rules(tmp_path):
+    path = tmp_path / "rules.yml"
+    path.write_text(yaml.safe_dump(_docs("prometheus-rules.yaml")[0]["spec"]))
+    done = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_kserve_predictor_is_a_valid_container_spec():
+    model = copy.deepcopy(_docs("kserve/inferenceservice.yaml")[0]["spec"]["predictor"]["model"])
+    assert model.pop("modelFormat") == {"name": "triton"} and model.pop("storageUri").startswith("pvc://")
+    assert model.pop("protocolVersion") == "v2"
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "check"},
+           "spec": {"containers": [{"name": "kserve-container", **model}]}}  # fmt: skip
+    _validate(pod)
+    assert [a for a in model["args"] if "restricted" in a] == [a for a in _container()["args"] if "restricted" in a]
