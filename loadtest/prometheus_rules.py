@@ -31,6 +31,9 @@ class RuleSettings:
             raise ValueError("queue_budget_us must be positive")
 
 
+DEFAULT_RULES = RuleSettings()
+
+
 def queue_time_per_request(window: str, by: str = "model", matchers: str = "") -> str:
     """Mean queue time per successful request in µs over the window (the autoscaling signal).
 
@@ -45,7 +48,7 @@ def queue_time_per_request(window: str, by: str = "model", matchers: str = "") -
 HPA_METRIC = "triton_queue_time_per_request_us"
 
 
-def prometheus_rule(s: RuleSettings = RuleSettings()) -> dict:
+def prometheus_rule(s: RuleSettings = DEFAULT_RULES) -> dict:
     """The rules as a Prometheus Operator PrometheusRule."""
     meta = {"name": "triton", "labels": {"app.kubernetes.io/name": "triton"}}
     return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule", "metadata": meta,
@@ -76,7 +79,7 @@ GENERATED = "# Generated from loadtest/prometheus_rules.py by `python -m loadtes
 
 
 def write_kubernetes(folder) -> list:
-    """Write prometheus-rules.yaml and prometheus-adapter.yaml into folder; return their paths."""
+    """Write prometheus-rules.yaml, prometheus-adapter.yaml and grafana-dashboard.yaml into folder."""
     from pathlib import Path
 
     import yaml
@@ -88,8 +91,12 @@ def write_kubernetes(folder) -> list:
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
 
     Dumper.add_representer(str, text)
+    from loadtest.dashboard import configmap
+
     written = []
-    for name, doc in (("prometheus-rules.yaml", prometheus_rule()), ("prometheus-adapter.yaml", adapter_configmap())):
+    docs = (("prometheus-rules.yaml", prometheus_rule()), ("prometheus-adapter.yaml", adapter_configmap()),
+            ("grafana-dashboard.yaml", configmap()))  # fmt: skip
+    for name, doc in docs:
         path = Path(folder) / name
         path.write_text(GENERATED + yaml.dump(doc, Dumper=Dumper, sort_keys=False, width=200))
         written.append(path)
@@ -129,7 +136,7 @@ def alerting_rules(s: RuleSettings) -> list[dict]:
     ]
 
 
-def rule_groups(s: RuleSettings = RuleSettings()) -> dict:
+def rule_groups(s: RuleSettings = DEFAULT_RULES) -> dict:
     """The rule file's content ({'groups': [...]}) as Prometheus and the PrometheusRule spec read it."""
     return {
         "groups": [

@@ -1,0 +1,96 @@
+"""A real Prometheus scraping two replicas and Envoy while Locust (a master and 2 worker processes)
+drives load through Envoy: the recorded series hold real values that agree with Locust's own count,
+and every query of the Grafana dashboard evaluates."""
+
+import shutil
+import time
+
+import pytest
+
+from builders.build import BuildRequest, build_model
+from builders.repository import ServingOptions
+from loadtest import dashboard
+from loadtest import prometheus_server as prom
+from loadtest.locust_run import LocustRun, run_locust
+from loadtest.prometheus_rules import QUEUE_PER_REQUEST, REQUESTS, THROUGHPUT, RuleSettings
+from server import launcher
+from server.cluster import ClusterSettings, start_cluster, stop_cluster
+
+pytestmark = [
+    pytest.mark.functional,
+    pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed: make install-prometheus"),
+]
+RULES = RuleSettings(window="10s")
+
+
+@pytest.fixture(scope="module")
+def monitored(digits_build, tmp_path_factory):
+    spec, built, _ = digits_build
+    root = tmp_path_factory.mktemp("monitored")
+    build_model(BuildRequest(spec, "embedded", root / "repo", root / "work", ServingOptions()), built)
+    http_port, grpc_port, admin_port, prom_port = launcher.free_ports(4)
+    settings = ClusterSettings(root / "repo", 2, http_port, grpc_port, admin_port, state_dir=root / "state")
+    start_cluster(settings)
+    try:
+        state = prom.start(settings.state_dir, prom_port, interval="1s", rules=RULES)
+        yield settings, state["url"], root
+    finally:
+        prom.stop(settings.state_dir)
+        stop_cluster(settings.state_dir)
+
+
+def _counter(url: str, at: float) -> float:
+    return prom.scalar(prom.query(url, 'sum(nv_inference_request_success{model="digits_cnn"})', at))
+
+
+def _await_scrape_after(url: str, moment: float, timeout: float = 15.0) -> float:
+    """A time at which every target has been scraped after `moment`; returns it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stamps = [float(r["value"][1]) for r in prom.query(url, "timestamp(up)")]
+        if stamps and min(stamps) > moment:
+            return time.time()
+        time.sleep(0.5)
+    raise AssertionError("prometheus did not scrape every target in time")
+
+
+def test_recorded_series_agree_with_locusts_count(monitored):
+    settings, url, root = monitored
+    deadline = time.monotonic() + 20
+    while len(prom.query(url, "up == 1")) < 3:  # two replicas and Envoy, scraped and up
+        assert time.monotonic() < deadline, prom.query(url, "up")
+        time.sleep(0.5)
+    before = _await_scrape_after(url, time.time())
+    start_count = _counter(url, before)
+    run = LocustRun((("digits_cnn", 1),), protocol="http", users=4, spawn_rate=4, run_time_s=15, processes=2)
+    result = run_locust(run, launcher.read_state(settings.state_dir), root / "locust")
+    after = _await_scrape_after(url, time.time())
+    locust_ok = sum(r["requests"] - r["failures"] for r in result["rows"] if r["name"] != "Aggregated")
+    served = _counter(url, after) - start_count
+    print(f"locust (2 workers): {locust_ok} successful requests; prometheus: {served:.0f} (counter increase)")
+    assert locust_ok > 100
+    assert abs(served - locust_ok) <= 0.10 * locust_ok, (served, locust_ok)
+    rate = prom.query_range(url, f'{REQUESTS}:rate{RULES.window}{{model="digits_cnn"}}', after - 20, after, 1)
+    peak = max(float(v) for series in rate for _, v in series["values"])
+    assert 0.5 * locust_ok / run.run_time_s < peak < 2.0 * locust_ok / run.run_time_s, (peak, locust_ok)
+    assert (
+        prom.scalar(prom.query(url, f'max_over_time({THROUGHPUT}:rate{RULES.window}{{model="digits_cnn"}}[30s])')) > 0
+    )
+    queued = prom.query(url, f'max_over_time({QUEUE_PER_REQUEST}:rate{RULES.window}{{model="digits_cnn"}}[30s])')
+    assert queued and float(queued[0]["value"][1]) >= 0
+
+
+def test_every_dashboard_query_evaluates(monitored):
+    _, url, _ = monitored
+    empty = []
+    for expr in dashboard.queries(RULES):
+        if not prom.query(url, expr):  # raises on a query Prometheus rejects
+            empty.append(expr)
+    # Series that need a GPU or latency histograms may be empty on this host; the rest must hold data.
+    assert all("gpu" in e or "p99" in e or "failure" in e for e in empty), empty
+
+
+def test_a_bad_query_is_reported_with_prometheus_reason(monitored):
+    _, url, _ = monitored
+    with pytest.raises(Exception, match="prometheus rejected"):
+        prom.query(url, "sum(rate(nv_inference_count[5m])")
