@@ -36,7 +36,7 @@ COMPOSE := docker compose --env-file docker/.env -f docker/compose.yaml
 ADMIN_KEY = $$($(PY) -c 'from server.launcher import admin_key; print(admin_key(__import__("pathlib").Path("$(STATE_DIR)")).read_text().strip())')
 
 .PHONY: help install build-engines serve stop status infer perf loadtest test test-chaos lint demo clean \
-	rollout soak cluster cluster-restart build-engines-docker serve-docker stop-docker perf-docker docker-lint bundle gpu-bench
+	rollout soak cluster monitor install-prometheus cluster-restart build-engines-docker serve-docker stop-docker perf-docker docker-lint bundle gpu-bench
 
 help: ## List the targets and their variables
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-15s\033[0m %s\n", $$1, $$2}'
@@ -59,8 +59,9 @@ build-engines: install ## Export, validate, quantize, write the repository: MODE
 serve: install ## Start the embedded tritonserver on REPO, supervised (HEALTH_PORT: readiness for load balancers)
 	$(PY) -m server start --repo $(REPO) $(SERVER_PORTS) --health-port $(HEALTH_PORT) --state-dir $(STATE_DIR)
 
-stop: ## Stop the server that `make serve` started
-	@if [ -x $(PY) ]; then $(PY) -m server stop --state-dir $(STATE_DIR); fi
+stop: ## Stop what `make serve`, `make cluster` or `make monitor` started in STATE_DIR
+	@if [ -x $(PY) ]; then $(PY) -m loadtest prometheus stop --state-dir $(STATE_DIR) >/dev/null; \
+		$(PY) -m server stop --state-dir $(STATE_DIR); fi
 
 REPLICAS ?= 2
 cluster: install ## REPLICAS supervised tritonservers on REPO behind Envoy on HTTP_PORT/GRPC_PORT (admin+metrics: METRICS_PORT); `make stop` ends all
@@ -68,6 +69,19 @@ cluster: install ## REPLICAS supervised tritonservers on REPO behind Envoy on HT
 
 cluster-restart: install ## Rolling restart of the cluster's replicas (each back in Envoy before the next)
 	$(PY) -m server cluster-restart --state-dir $(STATE_DIR)
+
+PROMETHEUS_PORT ?= 9090
+monitor: install install-prometheus ## Prometheus on PROMETHEUS_PORT scraping the server or cluster of STATE_DIR (Triton rules loaded)
+	$(PY) -m loadtest prometheus start --port $(PROMETHEUS_PORT) --state-dir $(STATE_DIR)
+
+install-prometheus: ## Install Prometheus (Debian/Ubuntu package) when missing; says how where it cannot
+	@command -v prometheus >/dev/null || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q prometheus >/dev/null 2>&1 || \
+				{ apt-get update -q >/dev/null 2>&1 && apt-get install -y -q prometheus >/dev/null 2>&1; }; \
+			pkill -x prometheus 2>/dev/null; pkill -f prometheus-node-exporter 2>/dev/null; true; \
+		fi; \
+		command -v prometheus >/dev/null || echo "prometheus is missing: sudo apt-get install prometheus, or set PROMETHEUS_BINARY (its tests are skipped)"; }
 
 FROM ?=
 rollout: install ## Roll MODEL's new build from FROM into the served REPO without downtime (rolls back on a failed check)
@@ -89,7 +103,7 @@ MINUTES ?= 10
 soak: install ## Bounded load on MODEL (default digits_cnn_pipeline) for MINUTES with RSS sampled (after `make serve`)
 	$(PY) -m loadtest soak $(if $(MODEL),--model $(MODEL)) --minutes $(MINUTES) --state-dir $(STATE_DIR)
 
-test: install ## Run the unit and functional tests (real tritonserver)
+test: install install-prometheus ## Run the unit and functional tests (real tritonserver)
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 test-chaos: install ## The stub-kill recovery test under load (prints the failed-request count and the window)

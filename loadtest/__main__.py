@@ -68,15 +68,17 @@ def perf(
     from loadtest.perf_tools import find_perf_analyzer
     from loadtest.plots import throughput_vs_latency
     from loadtest.report import build_report, write_context
+    from loadtest.server_view import record_window
 
     ep, analyzer = endpoint(protocol, url, state_dir), find_perf_analyzer()
     out = out or Path("reports") / time.strftime("%Y%m%d-%H%M%S")
-    rows, names = [], _models_or_served(models, ep)
+    rows, names, started = [], _models_or_served(models, ep), time.time()
     for model in names:
         data = sweeps.input_data_file(ep, model, out / "raw" / f"{model}_input.json")
         sweep = sweeps.Sweep(model, protocol, _numbers(concurrency), _numbers(request_rate, float), _numbers(batch),
                              shared_memory, interval_ms, stability_percent=stability, input_data=data)  # fmt: skip
         rows += sweeps.run_sweep(sweep, ep, analyzer, out / "raw")
+    record_window(out, started, time.time())
     sweeps.write_csv(rows, out / "perf.csv")
     table = sweeps.markdown_table(rows)
     (out / "perf.md").write_text(f"# perf_analyzer sweep\n\n{table}\n")
@@ -294,6 +296,26 @@ def kubernetes_monitoring(folder):
         click.echo(f"wrote {path}")
 
 
+@cli.command()
+@click.argument("action", type=click.Choice(["start", "stop"]))
+@click.option("--port", type=int, default=9090, show_default=True, help="Prometheus' web port (on 127.0.0.1).")
+@click.option("--interval", default="5s", show_default=True, help="Scrape and rule evaluation interval.")
+@click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
+@user_errors
+def prometheus(action, port, interval, state_dir):
+    """Start (or stop) a Prometheus scraping the server or cluster of STATE_DIR, with the Triton rules."""
+    from loadtest import prometheus_server as prom
+
+    if action == "stop":
+        click.echo("prometheus stopped" if prom.stop(state_dir) else "no prometheus was running")
+        return
+    from server.launcher import check_port_free
+
+    check_port_free("127.0.0.1", "prometheus", port)
+    state = prom.start(state_dir, port, interval)
+    click.echo(f"prometheus: {state['url']} (config and rules in {state['folder']})")
+
+
 def _latest_earlier(run: Path, marker: str) -> Path | None:
     """The most recent earlier run folder beside `run` that holds `marker`."""
     earlier = sorted(p for p in run.parent.iterdir() if p != run and (p / marker).exists() and p.name < run.name)
@@ -309,12 +331,24 @@ def _latest_earlier(run: Path, marker: str) -> Path | None:
     help="An earlier run folder: show the change of each metric.",
 )
 @click.option("--repo", type=click.Path(path_type=Path), default=Path("model_repository"), show_default=True)
+@click.option(
+    "--prometheus",
+    "prometheus_url",
+    default=None,
+    help="Prometheus URL for the server-side view (default: the one `make monitor` started in STATE_DIR).",
+)
+@click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
 @user_errors
-def report(run, compare, repo):
+def report(run, compare, repo, prometheus_url, state_dir):
     """(Re)build RUN/report.md and RUN/report.html from what the run folder holds."""
+    import json
+
+    from loadtest.prometheus_server import STATE
     from loadtest.report import build_report
 
-    click.echo(f"report: {build_report(run, repo if repo.exists() else None, compare)}")
+    if prometheus_url is None and (state_dir / STATE).exists():
+        prometheus_url = json.loads((state_dir / STATE).read_text())["url"]
+    click.echo(f"report: {build_report(run, repo if repo.exists() else None, compare, prometheus_url)}")
 
 
 @cli.command("batching-bench")

@@ -6,11 +6,13 @@ import csv
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from builders.cli_support import step
 from builders.errors import MeasurementError
+from loadtest.server_view import record_window
 from server.launcher import ServerState
 
 LOCUSTFILE = Path(__file__).with_name("locustfiles") / "models.py"
@@ -83,9 +85,11 @@ def run_locust(run: LocustRun, state: ServerState, out_dir: Path) -> dict:
     prefix, log = out_dir / "locust", out_dir / "locust.log"
     workers = f", {run.processes} worker processes" if run.processes else ""
     step(f"locust: {run.users} users, {run.run_time_s} s, {run.protocol}{workers}, models {dict(run.models)}")
+    started = time.time()
     with open(log, "w") as handle:
         done = subprocess.run(locust_command(run, prefix), env=locust_environment(run, state), stdout=handle,
                               stderr=subprocess.STDOUT, timeout=run.run_time_s + 120)  # fmt: skip
+    record_window(out_dir, started, time.time())
     rows = read_stats(Path(f"{prefix}_stats.csv"))
     if done.returncode not in (0, 1, SLO_EXIT) or not rows:
         raise MeasurementError(f"locust failed (exit {done.returncode}); see {log}")

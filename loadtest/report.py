@@ -163,8 +163,11 @@ def _html_table(table: Table) -> str:
     return f"<table><tr>{cells}</tr>{body}</table>"
 
 
-def build_report(run: Path, repo: Path | None, earlier: Path | None = None) -> Path:
-    """Write run/report.md and run/report.html from what the run folder holds; return the md path."""
+def build_report(run: Path, repo: Path | None, earlier: Path | None = None, prometheus: str | None = None) -> Path:
+    """Write run/report.md and run/report.html from what the run folder holds; return the md path.
+
+    prometheus: a Prometheus URL; adds the server-side view of the run's window (window.json).
+    """
     perf_rows, environment = read_perf(run / "perf.csv"), _json(run / "environment.json")
     manifest = _json(repo / "manifest.json").get("models", {}) if repo else {}
     sections: list[tuple[str, Table | None, Path | None]] = [
@@ -179,6 +182,12 @@ def build_report(run: Path, repo: Path | None, earlier: Path | None = None) -> P
     locust = read_csv(run / "locust_stats.csv")
     if locust:
         sections.append(("Locust", locust_table(locust), None))
+    if prometheus:
+        from loadtest.server_view import view
+
+        found = view(run, prometheus)
+        if found:
+            sections.append(("Server side (Prometheus, the run's window)", *found))
     if earlier is not None:
         history = history_table(perf_rows, read_perf(earlier / "perf.csv"))
         sections.append((f"Change against {earlier.name}", history, None))

@@ -11,8 +11,9 @@ from builders.build import BuildRequest, build_model
 from builders.repository import ServingOptions
 from loadtest import dashboard
 from loadtest import prometheus_server as prom
-from loadtest.locust_run import LocustRun, run_locust
+from loadtest.locust_run import LocustRun, read_stats, run_locust
 from loadtest.prometheus_rules import QUEUE_PER_REQUEST, REQUESTS, THROUGHPUT, RuleSettings
+from loadtest.report import build_report
 from server import launcher
 from server.cluster import ClusterSettings, start_cluster, stop_cluster
 
@@ -78,6 +79,18 @@ def test_recorded_series_agree_with_locusts_count(monitored):
     )
     queued = prom.query(url, f'max_over_time({QUEUE_PER_REQUEST}:rate{RULES.window}{{model="digits_cnn"}}[30s])')
     assert queued and float(queued[0]["value"][1]) >= 0
+
+
+def test_the_report_gains_the_server_side_view(monitored):
+    settings, url, root = monitored
+    report = build_report(root / "locust", settings.repo, prometheus=url).read_text()
+    assert "## Server side (Prometheus, the run's window)" in report
+    row = next(line for line in report.splitlines() if line.startswith("| digits_cnn |"))
+    served = float(row.split("|")[2].replace(",", ""))
+    stats = read_stats(root / "locust" / "locust_stats.csv")
+    locust = sum(r["requests"] for r in stats if r["name"] != "Aggregated")
+    assert abs(served - locust) <= 0.10 * locust, (served, locust)
+    assert (root / "locust" / "server_view.png").stat().st_size > 5_000
 
 
 def test_every_dashboard_query_evaluates(monitored):
