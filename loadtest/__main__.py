@@ -316,6 +316,30 @@ def prometheus(action, port, interval, state_dir):
     click.echo(f"prometheus: {state['url']} (config and rules in {state['folder']})")
 
 
+@cli.command("multi-gpu-bench")
+@click.option("--model", default="resnet50", show_default=True)
+@click.option("--gpus", type=int, default=2, show_default=True)
+@click.option("--instances-per-gpu", type=int, default=2, show_default=True)
+@click.option("--batch", type=int, default=512, show_default=True)
+@click.option("--concurrency-per-gpu", type=int, default=4, show_default=True)
+@click.option("--work", type=click.Path(path_type=Path), default=Path("build/multi_gpu"), show_default=True)
+@click.option("--build-only", is_flag=True, help="Build the engine into WORK and stop (a later run reuses it).")
+@click.option("--out", type=click.Path(path_type=Path), default=None)
+@user_errors
+def multi_gpu_bench(model, gpus, instances_per_gpu, batch, concurrency_per_gpu, work, build_only, out):
+    """1 GPU vs 1 server on every GPU vs 1 replica per GPU, compiled ResNet-50, side by side (needs CUDA GPUs)."""
+    from loadtest.multi_gpu_bench import MultiGpuSettings, build, run
+
+    settings = MultiGpuSettings(model, gpus, instances_per_gpu, batch, concurrency_per_gpu)
+    if build_only:
+        click.echo(f"built {build(settings, work)[1]} in {work}")
+        return
+    out = out or Path("reports") / time.strftime("multi-gpu-%Y%m%d-%H%M%S")
+    rows = run(settings, work, out)
+    click.echo((out / "multi_gpu.md").read_text())
+    click.echo(f"report: {out}/multi_gpu.md ({len(rows)} layouts)")
+
+
 def _latest_earlier(run: Path, marker: str) -> Path | None:
     """The most recent earlier run folder beside `run` that holds `marker`."""
     earlier = sorted(p for p in run.parent.iterdir() if p != run and (p / marker).exists() and p.name < run.name)

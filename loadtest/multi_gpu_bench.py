@@ -1,0 +1,161 @@
+"""Every GPU of a host: one GPU vs one server with instances on each GPU vs one replica per GPU.
+
+ResNet-50 as the compiled engine (torch.compile inductor fp16, CUDA graphs, uint8 input), requests
+at the max batch from one perf_analyzer per GPU over gRPC with CUDA shared memory, side by side in
+one run. Layouts:
+    1 GPU                 one server, instance_group gpus [0]
+    1 server, N GPUs      one server, instance_group gpus [0], gpus [1], ...
+    N replicas            one server per GPU, each with instance_group gpus [i]
+Scaling = layout throughput / the 1-GPU throughput.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from builders.cli_support import step
+from builders.errors import MeasurementError
+
+
+@dataclass(frozen=True)
+class MultiGpuSettings:
+    model: str = "resnet50"
+    gpus: int = 2
+    instances_per_gpu: int = 2
+    batch: int = 512
+    concurrency_per_gpu: int = 4
+    measurement_ms: int = 4000
+
+
+def build(settings: MultiGpuSettings, work: Path) -> tuple[Path, str]:
+    """Build the compiled uint8 variant (KIND_GPU, no batcher: requests come at the max batch); (repo, name)."""
+    from builders import zoo
+    from builders.build import BuildRequest, build_model, build_torch_variant
+    from builders.repository import ServingOptions, TorchRuntime
+
+    spec = zoo.get_spec(settings.model, max_batch_size=settings.batch)
+    repo, done = work / "repo", work / "built.json"
+    if done.exists():  # built by an earlier call (--build-only): the compile takes minutes
+        return repo, json.loads(done.read_text())["name"]
+    build_model(BuildRequest(spec, "embedded", work / "scratch_repo", work / "build", ServingOptions()))
+    gpu = ServingOptions(instances=1, kind="KIND_GPU", dynamic_batching=False)
+    runtime = TorchRuntime("fp16", channels_last=True, cuda_graphs=True, compiler="inductor", uint8_input=True,
+                           host_outputs=True)  # fmt: skip
+    name = build_torch_variant(BuildRequest(spec, "embedded", repo, work / "build", gpu), runtime)["name"]
+    done.write_text(json.dumps({"name": name}))
+    return repo, name
+
+
+def placed(repo: Path, model: str, gpus: list[int], count: int, target: Path) -> Path:
+    """A repository holding only `model`, its instances placed `count` per GPU of `gpus`."""
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    from builders.model_config import parse_pbtxt, proto_to_pbtxt
+
+    shutil.copytree(repo / model, target / model)
+    config = parse_pbtxt((target / model / "config.pbtxt").read_text())
+    del config.instance_group[:]
+    for gpu in gpus:
+        config.instance_group.add(count=count, kind=pb.ModelInstanceGroup.KIND_GPU, gpus=[gpu])
+    (target / model / "config.pbtxt").write_text(proto_to_pbtxt(config))
+    manifest = json.loads((repo / "manifest.json").read_text())
+    manifest["models"] = {model: manifest["models"][model]}
+    (target / "manifest.json").write_text(json.dumps(manifest))
+    return target
+
+
+def layouts(repo: Path, model: str, s: MultiGpuSettings, work: Path) -> dict[str, list[tuple[Path, int]]]:
+    """Layout name -> [(repository of one server, clients against it)]."""
+    every = list(range(s.gpus))
+    return {
+        "1 GPU": [(placed(repo, model, [0], s.instances_per_gpu, work / "one_gpu"), 1)],
+        f"1 server, {s.gpus} GPUs": [(placed(repo, model, every, s.instances_per_gpu, work / "one_server"), s.gpus)],
+        f"{s.gpus} replicas, 1 GPU each": [
+            (placed(repo, model, [g], s.instances_per_gpu, work / f"replica_{g}"), 1) for g in every
+        ],  # fmt: skip
+    }
+
+
+def measure_layout(name: str, servers: list[tuple[Path, int]], model: str, s: MultiGpuSettings, out: Path) -> dict:
+    """Start the layout's servers, check an answer, run one perf_analyzer per GPU at once, stop; one row."""
+    from clients.connection import Endpoint
+    from loadtest.gpu_bench import check_outputs
+    from server import launcher
+
+    started = []
+    try:
+        for index, (repo, clients) in enumerate(servers):
+            settings = launcher.ServerSettings(repo, *launcher.free_ports(3), state_dir=repo / "state",
+                                               startup_timeout=600)  # fmt: skip
+            state = launcher.start(settings)
+            started.append(settings)
+            ep = Endpoint("grpc", state.grpc_url, state.admin_headers("grpc"), repo)
+            check_outputs(ep, model)
+            servers[index] = (ep, clients)
+        points = _concurrent_perf([ep for ep, clients in servers for _ in range(clients)], model, s, out / name)
+    finally:
+        for settings in started:
+            launcher.stop(settings.state_dir)
+    total = sum(p["throughput"] for p in points)
+    step(f"{name}: {total:,.0f} img/s from {len(points)} clients")
+    return {"layout": name, "img_per_s": round(total, 1), "clients": len(points),
+            "per_client": [round(p["throughput"], 1) for p in points],
+            "p50_ms": max(p["p50_ms"] for p in points)}  # fmt: skip
+
+
+def _concurrent_perf(endpoints: list, model: str, s: MultiGpuSettings, raw: Path) -> list[dict]:
+    from loadtest.perf import Sweep, run_sweep
+    from loadtest.perf_tools import find_perf_analyzer
+
+    analyzer, results, errors = find_perf_analyzer(), {}, []
+    sweep = Sweep(model, "grpc", (s.concurrency_per_gpu,), (), (s.batch,), "cuda", s.measurement_ms, 10, 50,
+                  output_shm_bytes=s.batch * 1000 * 4)  # fmt: skip
+
+    def one(index, ep):
+        try:
+            results[index] = run_sweep(sweep, ep, analyzer, raw / f"client_{index}")[0]
+        except Exception as err:  # reported after every client finished
+            errors.append(err)
+
+    threads = [threading.Thread(target=one, args=(i, ep)) for i, ep in enumerate(endpoints)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise MeasurementError(f"a perf_analyzer client failed: {errors[0]}")
+    return [results[i] for i in sorted(results)]
+
+
+def run(s: MultiGpuSettings, work: Path, out: Path) -> list[dict]:
+    """Build, measure every layout side by side; write multi_gpu.{csv,md,json} under out."""
+    out.mkdir(parents=True, exist_ok=True)
+    repo, model = build(s, work)
+    rows = []
+    for name, servers in layouts(repo, model, s, work).items():
+        rows.append(measure_layout(name, list(servers), model, s, out))
+        (out / "multi_gpu.json").write_text(json.dumps(rows, indent=2))
+    base = rows[0]["img_per_s"]
+    for row in rows:
+        row["scaling"] = round(row["img_per_s"] / base, 3) if base else 0.0
+    _write(rows, s, out)
+    return rows
+
+
+def _write(rows: list[dict], s: MultiGpuSettings, out: Path) -> None:
+    with open(out / "multi_gpu.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    title = (f"# {s.model} on {s.gpus} GPUs: batch {s.batch}, {s.concurrency_per_gpu} requests in flight per GPU, "
+             f"{s.instances_per_gpu} instances per GPU, gRPC + CUDA shared memory")  # fmt: skip
+    header = "| layout | img/s | per client | scaling vs 1 GPU | worst client p50 ms |"
+    lines = [title, "", header, "|---|---:|---|---:|---:|"]
+    lines += [f"| {r['layout']} | {r['img_per_s']:,.0f} | {', '.join(f'{c:,.0f}' for c in r['per_client'])} | "
+              f"{r['scaling']:.3f} | {r['p50_ms']:.1f} |" for r in rows]  # fmt: skip
+    (out / "multi_gpu.md").write_text("\n".join(lines) + "\n")
