@@ -1,8 +1,8 @@
 """Every GPU of a host: one GPU vs one server with instances on each GPU vs one replica per GPU.
 
 ResNet-50 as the compiled engine (torch.compile inductor fp16, CUDA graphs, uint8 input), requests
-at the max batch from one perf_analyzer per GPU over gRPC with CUDA shared memory, side by side in
-one run. Layouts:
+at the max batch over gRPC with CUDA shared memory (one perf_analyzer per server, concurrency 4 per
+GPU it serves), side by side in one run. Layouts:
     1 GPU                 one server, instance_group gpus [0]
     1 server, N GPUs      one server, instance_group gpus [0], gpus [1], ...
     N replicas            one server per GPU, each with instance_group gpus [i]
@@ -70,7 +70,7 @@ def placed(repo: Path, model: str, gpus: list[int], count: int, target: Path) ->
 
 
 def layouts(repo: Path, model: str, s: MultiGpuSettings, work: Path) -> dict[str, list[tuple[Path, int]]]:
-    """Layout name -> [(repository of one server, clients against it)]."""
+    """Layout name -> [(repository of one server, GPUs it serves)]."""
     every = list(range(s.gpus))
     return {
         "1 GPU": [(placed(repo, model, [0], s.instances_per_gpu, work / "one_gpu"), 1)],
@@ -82,7 +82,7 @@ def layouts(repo: Path, model: str, s: MultiGpuSettings, work: Path) -> dict[str
 
 
 def measure_layout(name: str, servers: list[tuple[Path, int]], model: str, s: MultiGpuSettings, out: Path) -> dict:
-    """Start the layout's servers, check an answer, run one perf_analyzer per GPU at once, stop; one row."""
+    """Start the layout's servers, check an answer, load every server at once, stop; one row."""
     from clients.connection import Endpoint
     from loadtest.gpu_bench import check_outputs
     from server import launcher
@@ -96,33 +96,36 @@ def measure_layout(name: str, servers: list[tuple[Path, int]], model: str, s: Mu
             started.append(settings)
             ep = Endpoint("grpc", state.grpc_url, state.admin_headers("grpc"), repo)
             check_outputs(ep, model)
-            servers[index] = (ep, clients)
-        points = _concurrent_perf([ep for ep, clients in servers for _ in range(clients)], model, s, out / name)
+            servers[index] = (ep, clients)  # clients: the GPUs this server serves
+        slug = "".join(c if c.isalnum() else "_" for c in name)
+        points = _concurrent_perf(servers, model, s, out / "raw" / slug)
     finally:
         for settings in started:
             launcher.stop(settings.state_dir)
     total = sum(p["throughput"] for p in points)
-    step(f"{name}: {total:,.0f} img/s from {len(points)} clients")
+    step(f"{name}: {total:,.0f} img/s from {len(points)} perf_analyzer client(s)")
     return {"layout": name, "img_per_s": round(total, 1), "clients": len(points),
             "per_client": [round(p["throughput"], 1) for p in points],
             "p50_ms": max(p["p50_ms"] for p in points)}  # fmt: skip
 
 
-def _concurrent_perf(endpoints: list, model: str, s: MultiGpuSettings, raw: Path) -> list[dict]:
+def _concurrent_perf(servers: list, model: str, s: MultiGpuSettings, raw: Path) -> list[dict]:
+    """One perf_analyzer per server, all at once, with concurrency_per_gpu x the GPUs it serves
+    (shared-memory region names are per server: two clients of one server would collide)."""
     from loadtest.perf import Sweep, run_sweep
     from loadtest.perf_tools import find_perf_analyzer
 
     analyzer, results, errors = find_perf_analyzer(), {}, []
-    sweep = Sweep(model, "grpc", (s.concurrency_per_gpu,), (), (s.batch,), "cuda", s.measurement_ms, 10, 50,
-                  output_shm_bytes=s.batch * 1000 * 4)  # fmt: skip
 
-    def one(index, ep):
+    def one(index, ep, gpus):
+        sweep = Sweep(model, "grpc", (s.concurrency_per_gpu * gpus,), (), (s.batch,), "cuda", s.measurement_ms, 10,
+                      50, output_shm_bytes=s.batch * 1000 * 4)  # fmt: skip
         try:
             results[index] = run_sweep(sweep, ep, analyzer, raw / f"client_{index}")[0]
         except Exception as err:  # reported after every client finished
             errors.append(err)
 
-    threads = [threading.Thread(target=one, args=(i, ep)) for i, ep in enumerate(endpoints)]
+    threads = [threading.Thread(target=one, args=(i, ep, gpus)) for i, (ep, gpus) in enumerate(servers)]
     for thread in threads:
         thread.start()
     for thread in threads:
