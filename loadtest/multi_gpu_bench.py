@@ -57,6 +57,7 @@ def placed(repo: Path, model: str, gpus: list[int], count: int, target: Path) ->
 
     from builders.model_config import parse_pbtxt, proto_to_pbtxt
 
+    shutil.rmtree(target, ignore_errors=True)  # a layout of an earlier run
     shutil.copytree(repo / model, target / model)
     config = parse_pbtxt((target / model / "config.pbtxt").read_text())
     del config.instance_group[:]
