@@ -324,13 +324,14 @@ def prometheus(action, port, interval, state_dir):
 @click.option("--concurrency-per-gpu", type=int, default=4, show_default=True)
 @click.option("--work", type=click.Path(path_type=Path), default=Path("build/multi_gpu"), show_default=True)
 @click.option("--build-only", is_flag=True, help="Build the engine into WORK and stop (a later run reuses it).")
+@click.option("--envoy", is_flag=True, help="Also: one replica per GPU behind Envoy vs direct, over the wire.")
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
-def multi_gpu_bench(model, gpus, instances_per_gpu, batch, concurrency_per_gpu, work, build_only, out):
+def multi_gpu_bench(model, gpus, instances_per_gpu, batch, concurrency_per_gpu, work, build_only, envoy, out):
     """1 GPU vs 1 server on every GPU vs 1 replica per GPU, compiled ResNet-50, side by side (needs CUDA GPUs)."""
     from loadtest.multi_gpu_bench import MultiGpuSettings, build, run
 
-    settings = MultiGpuSettings(model, gpus, instances_per_gpu, batch, concurrency_per_gpu)
+    settings = MultiGpuSettings(model, gpus, instances_per_gpu, batch, concurrency_per_gpu, envoy=envoy)
     if build_only:
         click.echo(f"built {build(settings, work)[1]} in {work}")
         return

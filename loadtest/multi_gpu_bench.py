@@ -30,6 +30,9 @@ class MultiGpuSettings:
     batch: int = 512
     concurrency_per_gpu: int = 4
     measurement_ms: int = 4000
+    envoy: bool = False  # also: replicas behind Envoy vs direct, without shared memory (the wire path)
+    wire_batch: int = 128
+    wire_concurrency_per_gpu: int = 8
 
 
 def build(settings: MultiGpuSettings, work: Path) -> tuple[Path, str]:
@@ -110,7 +113,7 @@ def measure_layout(name: str, servers: list[tuple[Path, int]], model: str, s: Mu
             "p50_ms": max(p["p50_ms"] for p in points)}  # fmt: skip
 
 
-def _concurrent_perf(servers: list, model: str, s: MultiGpuSettings, raw: Path) -> list[dict]:
+def _concurrent_perf(servers: list, model: str, s: MultiGpuSettings, raw: Path, wire: bool = False) -> list[dict]:
     """One perf_analyzer per server, all at once, with concurrency_per_gpu x the GPUs it serves
     (shared-memory region names are per server: two clients of one server would collide)."""
     from loadtest.perf import Sweep, run_sweep
@@ -118,9 +121,11 @@ def _concurrent_perf(servers: list, model: str, s: MultiGpuSettings, raw: Path) 
 
     analyzer, results, errors = find_perf_analyzer(), {}, []
 
+    batch, concurrency = (s.wire_batch, s.wire_concurrency_per_gpu) if wire else (s.batch, s.concurrency_per_gpu)
+
     def one(index, ep, gpus):
-        sweep = Sweep(model, "grpc", (s.concurrency_per_gpu * gpus,), (), (s.batch,), "cuda", s.measurement_ms, 10,
-                      50, output_shm_bytes=s.batch * 1000 * 4)  # fmt: skip
+        sweep = Sweep(model, "grpc", (concurrency * gpus,), (), (batch,), "none" if wire else "cuda",
+                      s.measurement_ms, 10, 50, output_shm_bytes=batch * 1000 * 4)  # fmt: skip
         try:
             results[index] = run_sweep(sweep, ep, analyzer, raw / f"client_{index}")[0]
         except Exception as err:  # reported after every client finished
@@ -136,6 +141,39 @@ def _concurrent_perf(servers: list, model: str, s: MultiGpuSettings, raw: Path) 
     return [results[i] for i in sorted(results)]
 
 
+def envoy_rows(repo: Path, model: str, s: MultiGpuSettings, work: Path, out: Path) -> list[dict]:
+    """`make cluster` with one replica per GPU: each replica loaded directly vs all through Envoy, over the
+    wire (gRPC without shared memory: a proxy carries the tensors), side by side."""
+    from clients.connection import Endpoint
+    from loadtest.gpu_bench import check_outputs
+    from server import launcher
+    from server.cluster import ClusterSettings, start_cluster, stop_cluster
+
+    target = placed(repo, model, [0], s.instances_per_gpu, work / "cluster_repo")
+    settings = ClusterSettings(target, s.gpus, *launcher.free_ports(3), state_dir=work / "cluster_state",
+                               startup_timeout=600, gpu_per_replica=True)  # fmt: skip
+    start_cluster(settings)
+    try:
+        front = launcher.read_state(settings.state_dir)
+        replicas = [launcher.read_state(settings.state_dir / f"replica-{i}") for i in range(s.gpus)]
+        endpoint = lambda state: Endpoint("grpc", state.grpc_url, state.admin_headers("grpc"), target)  # noqa: E731
+        check_outputs(endpoint(front), model)
+        layouts = {f"{s.gpus} replicas direct, gRPC without shm": [(endpoint(r), 1) for r in replicas],
+                   f"{s.gpus} replicas behind Envoy, gRPC without shm": [(endpoint(front), s.gpus)]}  # fmt: skip
+        rows = []
+        for name, servers in layouts.items():
+            slug = "".join(c if c.isalnum() else "_" for c in name)
+            points = _concurrent_perf(servers, model, s, out / "raw" / slug, wire=True)
+            total = sum(p["throughput"] for p in points)
+            step(f"{name}: {total:,.0f} img/s")
+            rows.append({"layout": name, "img_per_s": round(total, 1), "clients": len(points),
+                         "per_client": [round(p["throughput"], 1) for p in points],
+                         "p50_ms": max(p["p50_ms"] for p in points)})  # fmt: skip
+        return rows
+    finally:
+        stop_cluster(settings.state_dir)
+
+
 def run(s: MultiGpuSettings, work: Path, out: Path) -> list[dict]:
     """Build, measure every layout side by side; write multi_gpu.{csv,md,json} under out."""
     out.mkdir(parents=True, exist_ok=True)
@@ -143,6 +181,9 @@ def run(s: MultiGpuSettings, work: Path, out: Path) -> list[dict]:
     rows = []
     for name, servers in layouts(repo, model, s, work).items():
         rows.append(measure_layout(name, list(servers), model, s, out))
+        (out / "multi_gpu.json").write_text(json.dumps(rows, indent=2))
+    if s.envoy:
+        rows += envoy_rows(repo, model, s, work, out)
         (out / "multi_gpu.json").write_text(json.dumps(rows, indent=2))
     base = rows[0]["img_per_s"]
     for row in rows:

@@ -80,13 +80,15 @@ def supervise(repo, ports, host, timeout, drain, state_dir):
 @click.option("--metrics-port", type=int, default=8002, show_default=True, help="Envoy's admin (/stats/prometheus).")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--timeout", type=float, default=180.0, show_default=True, help="Seconds per replica to get ready.")
+@click.option("--gpu-per-replica", is_flag=True, help="Replica i sees GPU i only (CUDA_VISIBLE_DEVICES=i).")
 @STATE_DIR
 @user_errors
-def cluster(replicas, repo, http_port, grpc_port, metrics_port, host, timeout, state_dir):
+def cluster(replicas, repo, http_port, grpc_port, metrics_port, host, timeout, gpu_per_replica, state_dir):
     """Start REPLICAS supervised tritonservers behind Envoy; return once Envoy routes to every one."""
     from server.cluster import ClusterSettings, start_cluster
 
-    settings = ClusterSettings(repo, replicas, http_port, grpc_port, metrics_port, host, state_dir, timeout)
+    settings = ClusterSettings(repo, replicas, http_port, grpc_port, metrics_port, host, state_dir, timeout,
+                               gpu_per_replica=gpu_per_replica)  # fmt: skip
     state = start_cluster(settings)
     click.echo(f"envoy: http {host}:{http_port}, grpc {host}:{grpc_port}, admin/metrics {host}:{metrics_port}")
     for replica in state["replicas"]:

@@ -41,6 +41,7 @@ class ClusterSettings:
     state_dir: Path = Path(".triton")
     startup_timeout: float = 180.0
     balancing: Balancing = Balancing()
+    gpu_per_replica: bool = False  # replica i sees GPU i only (CUDA_VISIBLE_DEVICES=i)
 
     def __post_init__(self):
         if self.replicas < 1:
@@ -77,7 +78,9 @@ def start_cluster(settings: ClusterSettings) -> dict:
     state = {"replicas": [], "envoy_pid": None, **_ports(settings)}
     try:
         for index in range(settings.replicas):
-            state["replicas"].append(asdict(_start_replica(settings, index)))
+            env = {"CUDA_VISIBLE_DEVICES": str(index)} if settings.gpu_per_replica else {}
+            state["replicas"].append(asdict(_start_replica(settings, index, env)))
+            state.setdefault("env", {})[f"replica-{index}"] = env
             _write(settings.state_dir, state)
         state["envoy_pid"] = _start_envoy(settings, _replicas(state))
         _write(settings.state_dir, state)
@@ -94,17 +97,18 @@ def _ports(settings: ClusterSettings) -> dict:
             "admin_port": settings.admin_port, "repo": str(settings.repo.resolve())}  # fmt: skip
 
 
-def _start_replica(settings: ClusterSettings, index: int) -> Replica:
+def _start_replica(settings: ClusterSettings, index: int, env: dict) -> Replica:
     folder = settings.state_dir / f"replica-{index}"
     folder.mkdir(parents=True, exist_ok=True)
     key = launcher.admin_key(settings.state_dir)
     if not (folder / key.name).exists():  # one key for the cluster: admin calls through Envoy reach any replica
         shutil.copy2(key, folder / key.name)
     http, grpc, metrics, health = launcher.free_ports(4)
-    step(f"replica-{index}: starting on http {http}, grpc {grpc}, metrics {metrics}, readiness {health}")
+    where = f", GPU {env['CUDA_VISIBLE_DEVICES']}" if env else ""
+    step(f"replica-{index}: starting on http {http}, grpc {grpc}, metrics {metrics}, readiness {health}{where}")
     replica_settings = launcher.ServerSettings(settings.repo, http, grpc, metrics, settings.host, folder,
                                                settings.startup_timeout)  # fmt: skip
-    start_supervised(replica_settings, health, drain=settings.balancing.drain_seconds)
+    start_supervised(replica_settings, health, drain=settings.balancing.drain_seconds, env=env)
     return Replica(f"replica-{index}", http, grpc, health, settings.host)
 
 
@@ -200,7 +204,8 @@ def restart_replicas(state_dir: Path, timeout: float = 180.0) -> list[dict]:
         launcher.stop(folder)
         settings = launcher.ServerSettings(Path(state["repo"]), replica.http_port, replica.grpc_port,
                                            server.metrics_port, replica.host, folder, timeout)  # fmt: skip
-        start_supervised(settings, replica.health_port, drain=Balancing().drain_seconds)
+        env = state.get("env", {}).get(replica.name, {})
+        start_supervised(settings, replica.health_port, drain=Balancing().drain_seconds, env=env)
         await_routable(state["admin_port"], state["host"], len(state["replicas"]), timeout)
         done.append({"replica": replica.name, "seconds": round(time.monotonic() - started, 1)})
     return done

@@ -15,8 +15,12 @@ from server import launcher
 from server.supervisor import STATE
 
 
-def start_supervised(settings: launcher.ServerSettings, health_port: int, drain: float = 0.0) -> dict:
+def start_supervised(
+    settings: launcher.ServerSettings, health_port: int, drain: float = 0.0, env: dict | None = None
+) -> dict:
     """Spawn `python -m server supervise` in its own session; return its state once the server is ready.
+
+    env: variables added to the supervisor's (and so the server's) environment, e.g. CUDA_VISIBLE_DEVICES.
 
     Raises:
         ServerError: a port is taken, or the server did not come up (the supervisor's reason).
@@ -31,7 +35,8 @@ def start_supervised(settings: launcher.ServerSettings, health_port: int, drain:
                "--timeout", str(settings.startup_timeout), "--state-dir", str(settings.state_dir),
                "--drain", str(drain), "--ports", *map(str, ports)]  # fmt: skip
     log = open(settings.state_dir / "supervisor.log", "a")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                               env={**os.environ, **(env or {})})  # fmt: skip
     return _await(process, path, settings.startup_timeout + 30)
 
 
