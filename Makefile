@@ -64,8 +64,9 @@ stop: ## Stop what `make serve`, `make cluster` or `make monitor` started in STA
 		$(PY) -m server stop --state-dir $(STATE_DIR); fi
 
 REPLICAS ?= 2
-cluster: install ## REPLICAS supervised tritonservers on REPO behind Envoy on HTTP_PORT/GRPC_PORT (admin+metrics: METRICS_PORT); `make stop` ends all
-	$(PY) -m server cluster --replicas $(REPLICAS) --repo $(REPO) $(SERVER_PORTS) --state-dir $(STATE_DIR)
+cluster: install ## REPLICAS supervised tritonservers on REPO behind Envoy on HTTP_PORT/GRPC_PORT (admin+metrics: METRICS_PORT); GPU_PER_REPLICA=1; `make stop` ends all
+	$(PY) -m server cluster --replicas $(REPLICAS) --repo $(REPO) $(SERVER_PORTS) --state-dir $(STATE_DIR) \
+		$(if $(GPU_PER_REPLICA),--gpu-per-replica)
 
 cluster-restart: install ## Rolling restart of the cluster's replicas (each back in Envoy before the next)
 	$(PY) -m server cluster-restart --state-dir $(STATE_DIR)

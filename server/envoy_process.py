@@ -21,7 +21,7 @@ def run(binary: Path, config: Path, admin_port: int, log: Path) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
     command = [str(binary), "-c", str(config), "--log-level", "warn", "--base-id", str(admin_port),
-               "--drain-time-s", "2", "--concurrency", "2"]  # fmt: skip
+               "--drain-time-s", "2"]  # fmt: skip
     with open(log, "a") as handle:
         while not stopping.is_set():
             process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT)
