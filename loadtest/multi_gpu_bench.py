@@ -142,8 +142,9 @@ def _concurrent_perf(servers: list, model: str, s: MultiGpuSettings, raw: Path, 
 
 
 def envoy_rows(repo: Path, model: str, s: MultiGpuSettings, work: Path, out: Path) -> list[dict]:
-    """`make cluster` with one replica per GPU: each replica loaded directly vs all through Envoy, over the
-    wire (gRPC without shared memory: a proxy carries the tensors), side by side."""
+    """`make cluster` with one replica per GPU: one client per replica directly vs as many clients through
+    Envoy (each its own connection: Envoy serves a connection on one worker), over the wire (gRPC without
+    shared memory: a proxy carries the tensors), side by side."""
     from clients.connection import Endpoint
     from loadtest.gpu_bench import check_outputs
     from server import launcher
@@ -159,7 +160,7 @@ def envoy_rows(repo: Path, model: str, s: MultiGpuSettings, work: Path, out: Pat
         endpoint = lambda state: Endpoint("grpc", state.grpc_url, state.admin_headers("grpc"), target)  # noqa: E731
         check_outputs(endpoint(front), model)
         layouts = {f"{s.gpus} replicas direct, gRPC without shm": [(endpoint(r), 1) for r in replicas],
-                   f"{s.gpus} replicas behind Envoy, gRPC without shm": [(endpoint(front), s.gpus)]}  # fmt: skip
+                   f"{s.gpus} replicas behind Envoy, gRPC without shm": [(endpoint(front), 1)] * s.gpus}  # fmt: skip
         rows = []
         for name, servers in layouts.items():
             slug = "".join(c if c.isalnum() else "_" for c in name)
