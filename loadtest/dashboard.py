@@ -49,7 +49,7 @@ def panels(rules: RuleSettings = DEFAULT_RULES) -> list[Panel]:
         Panel("Queue time per request (the autoscaling signal)", "µs",
               (Query(f"{QUEUE_PER_REQUEST}:rate{w}", "{{model}}"), Query(f"vector({rules.queue_budget_us:g})", "max")),
               "Mean wait in Triton's queue per request; above the budget TritonScaleOut fires, the HPA adds pods."),
-        Panel("p99 latency (histograms on)", "ms", (Query(f"{P99}:rate{w}", "{{model}}"),)),
+        Panel("p99 latency (histogram or summaries)", "ms", (Query(f"{P99}:rate{w}", "{{model}}"),)),
         Panel("Failed requests/s per model", "reqps",
               (Query(f"sum by (model) (rate(nv_inference_request_failure[{w}]))", "{{model}}"),)),
         Panel("GPU utilization", "percentunit", (Query(f"{GPU_UTILIZATION}:avg", "{{gpu_uuid}}"),)),

@@ -103,6 +103,16 @@ def write_kubernetes(folder) -> list:
     return written
 
 
+def p99_ms(window: str) -> str:
+    """p99 request latency (ms) per model: from the latency histograms where Triton exports them
+    (--metrics-config=histogram_latencies=true, newer releases), else the worst replica's p99 summary
+    (--metrics-config=summary_latencies=true, which 2.51 has and `make serve` turns on)."""
+    buckets = f"sum by (model, le) (rate(nv_inference_first_response_histogram_ms_bucket[{window}]))"
+    histogram = f"histogram_quantile(0.99, {buckets})"
+    summary = 'max by (model) (nv_inference_request_summary_us{quantile="0.99"}) / 1000'
+    return f"{histogram} or {summary}"
+
+
 def recording_rules(s: RuleSettings) -> list[dict]:
     """Throughput and requests per model, queue time per request, p99 (histograms on), GPU utilization."""
     w = s.window
@@ -110,11 +120,7 @@ def recording_rules(s: RuleSettings) -> list[dict]:
         {"record": f"{THROUGHPUT}:rate{w}", "expr": f"sum by (model) (rate(nv_inference_count[{w}]))"},
         {"record": f"{REQUESTS}:rate{w}", "expr": f"sum by (model) (rate(nv_inference_request_success[{w}]))"},
         {"record": f"{QUEUE_PER_REQUEST}:rate{w}", "expr": queue_time_per_request(w)},
-        {
-            "record": f"{P99}:rate{w}",
-            "expr": "histogram_quantile(0.99, sum by (model, le) "
-            f"(rate(nv_inference_first_response_histogram_ms_bucket[{w}])))",
-        },
+        {"record": f"{P99}:rate{w}", "expr": p99_ms(w)},
         {"record": f"{GPU_UTILIZATION}:avg", "expr": "avg by (gpu_uuid) (nv_gpu_utilization)"},
     ]
 

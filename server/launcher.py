@@ -126,6 +126,7 @@ def server_command(settings: ServerSettings, binary: Path, backends: Path, key: 
         "--exit-on-error=false",
         "--log-verbose=0",
         "--exit-timeout-secs=10",
+        "--metrics-config=summary_latencies=true",  # p50/p90/p99 per model (2.51 has summaries, not histograms)
         *settings.extra_args,
     ]
 
