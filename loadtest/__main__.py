@@ -341,6 +341,25 @@ def multi_gpu_bench(model, gpus, instances_per_gpu, batch, concurrency_per_gpu, 
     click.echo(f"report: {out}/multi_gpu.md ({len(rows)} layouts)")
 
 
+@cli.command("cluster-faults")
+@click.option("--model", default="digits_cnn", show_default=True)
+@click.option("--protocol", type=click.Choice(["http", "grpc"]), default="grpc", show_default=True)
+@click.option("--users", type=int, default=4, show_default=True)
+@click.option("--seconds", type=int, default=40, show_default=True, help="Locust run time per experiment.")
+@click.option("--out", type=click.Path(path_type=Path), default=None)
+@click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
+@user_errors
+def cluster_faults(model, protocol, users, seconds, out, state_dir):
+    """Locust through Envoy while a replica is SIGKILLed, then during a rolling restart (after `make cluster`)."""
+    from loadtest.cluster_faults import run
+    from server.cluster import read_cluster
+
+    read_cluster(state_dir)
+    out = out or Path("reports") / time.strftime("cluster-faults-%Y%m%d-%H%M%S")
+    run(state_dir, model, protocol, users, seconds, out)
+    click.echo((out / "faults.md").read_text())
+
+
 def _latest_earlier(run: Path, marker: str) -> Path | None:
     """The most recent earlier run folder beside `run` that holds `marker`."""
     earlier = sorted(p for p in run.parent.iterdir() if p != run and (p / marker).exists() and p.name < run.name)

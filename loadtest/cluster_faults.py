@@ -1,0 +1,92 @@
+"""Faults under load on a cluster (`make cluster`): Locust through Envoy while a replica is SIGKILLed,
+then while every replica is restarted one by one. Locust counts the failures; the figures go to faults.md."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+from builders.cli_support import step
+from loadtest.locust_run import LocustRun, run_locust
+
+
+def _healthy(state_dir: Path, replicas: int) -> bool:
+    from server.cluster import host_health, read_cluster
+
+    view = host_health(read_cluster(state_dir)["admin_port"])
+    return len(view) == 2 and all(sum(f == "healthy" for f in hosts.values()) == replicas for hosts in view.values())
+
+
+def _during_locust(run: LocustRun, state_dir: Path, out: Path, fault, delay: float) -> tuple[dict, dict]:
+    """Run Locust through Envoy; `delay` seconds in, call fault(); return (Locust's result, fault's figures)."""
+    from server.launcher import read_state
+
+    result, figures = {}, {}
+    thread = threading.Thread(target=lambda: result.update(run_locust(run, read_state(state_dir), out)))
+    thread.start()
+    time.sleep(delay)
+    figures.update(fault())
+    thread.join()
+    return result, figures
+
+
+def kill_replica(state_dir: Path, replicas: int, name: str = "replica-0") -> dict:
+    """SIGKILL a replica's tritonserver; seconds until Envoy saw it down and until it routes to it again."""
+    from server.launcher import read_state
+
+    victim, killed = read_state(state_dir / name).pid, time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+    step(f"killed {name}'s tritonserver (pid {victim})")
+    down = _wait(lambda: not _healthy(state_dir, replicas), 30)
+    back = _wait(lambda: read_state(state_dir / name).pid != victim and _healthy(state_dir, replicas), 120)
+    return {"marked_down_s": round(down - killed, 2), "back_in_rotation_s": round(back - killed, 1)}
+
+
+def rolling_restart(state_dir: Path) -> dict:
+    from server.cluster import restart_replicas
+
+    return {"restarts": restart_replicas(state_dir)}
+
+
+def _wait(condition, timeout: float) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return time.monotonic()
+        time.sleep(0.05)
+    raise TimeoutError("the cluster did not reach the expected state in time")
+
+
+def run(state_dir: Path, model: str, protocol: str, users: int, seconds: int, out: Path) -> list[dict]:
+    """Both experiments, one Locust run each; rows with requests, failures and the fault's figures."""
+    from server.cluster import read_cluster
+
+    replicas = len(read_cluster(state_dir)["replicas"])
+    locust = LocustRun(((model, 1),), protocol=protocol, users=users, spawn_rate=users, run_time_s=seconds)
+    experiments = {
+        "SIGKILL of replica-0's tritonserver": (lambda: kill_replica(state_dir, replicas), seconds / 4),
+        "rolling restart of every replica": (lambda: rolling_restart(state_dir), 3.0),
+    }
+    rows = []
+    for name, (fault, delay) in experiments.items():
+        slug = "kill" if "SIGKILL" in name else "rolling"
+        result, figures = _during_locust(locust, state_dir, out / slug, fault, delay)
+        total = next(r for r in result["rows"] if r["name"] == "Aggregated")
+        rows.append({"experiment": name, "requests": total["requests"], "failed": total["failures"], **figures})
+        step(f"{name}: {total['failures']} failed of {total['requests']}")
+        _wait(lambda: _healthy(state_dir, replicas), 120)
+    _write(rows, out, locust, replicas)
+    return rows
+
+
+def _write(rows: list[dict], out: Path, locust: LocustRun, replicas: int) -> None:
+    lines = [f"# Faults under load: {replicas} replicas behind Envoy, Locust {locust.users} users over "
+             f"{locust.protocol}, {locust.run_time_s} s per experiment", "",
+             "| experiment | requests | failed | details |", "|---|---:|---:|---|"]  # fmt: skip
+    for row in rows:
+        details = ", ".join(f"{k} {v}" for k, v in row.items() if k not in ("experiment", "requests", "failed"))
+        lines.append(f"| {row['experiment']} | {row['requests']:,} | {row['failed']} | {details} |")
+    (out / "faults.md").write_text("\n".join(lines) + "\n")
