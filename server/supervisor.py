@@ -151,12 +151,15 @@ class Supervisor:
         with self.health.lock:
             self.health.healing.add(model)
         self.health.record(f"{model}: {lost} stub process(es) gone; reloading")
-        started = time.monotonic()
+        started, old = time.monotonic(), stub_pids(self.state.pid).get(model, set())
         try:
             with http.InferenceServerClient(self.state.http_url, network_timeout=120.0) as client:
                 # A load of an unchanged, loaded model is a no-op for Triton, even with a dead stub: unload first.
                 client.unload_model(model, headers=self.state.admin_headers())
                 client.load_model(model, headers=self.state.admin_headers())
+            # The old instances' surviving stubs may still be exiting: were they in the next snapshot, their
+            # exit would read as another crash and trigger a second reload (a second outage).
+            _await_gone(old, timeout=10.0)
             self.health.record(f"{model}: reloaded in {time.monotonic() - started:.2f} s")
         except Exception as err:  # the next round tries again; readiness says not ready meanwhile
             if not (self.settings.repo / model).is_dir():
@@ -183,6 +186,19 @@ class Supervisor:
         time.sleep(self.drain)
         self.http.shutdown()
         launcher.stop(self.settings.state_dir)
+
+
+def _await_gone(pids: set[int], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(_running(pid) for pid in pids):
+        time.sleep(0.05)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return bool(Path(f"/proc/{pid}/cmdline").read_bytes())  # empty for a zombie
+    except OSError:
+        return False
 
 
 def _handler(health: Health):
