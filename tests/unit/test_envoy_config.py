@@ -1,0 +1,69 @@
+"""Envoy's generated configuration: accepted by the real Envoy binary (--mode validate), and wired as meant."""
+
+import json
+import subprocess
+
+import pytest
+
+from server.cluster import envoy_binary
+from server.envoy_config import Balancing, EnvoySettings, Replica, envoy_config
+
+REPLICAS = (Replica("replica-0", 9100, 9101, 9103), Replica("replica-1", 9200, 9201, 9203))
+
+
+def _validate(config: dict, tmp_path) -> subprocess.CompletedProcess:
+    path = tmp_path / "envoy.json"
+    path.write_text(json.dumps(config))
+    return subprocess.run([str(envoy_binary()), "--mode", "validate", "-c", str(path)], capture_output=True, text=True)
+
+
+def test_the_real_envoy_accepts_the_generated_config(tmp_path):
+    done = _validate(envoy_config(EnvoySettings(REPLICAS, 8000, 8001, 8002)), tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_the_real_envoy_rejects_a_broken_config(tmp_path):
+    config = envoy_config(EnvoySettings(REPLICAS, 8000, 8001, 8002))
+    config["static_resources"]["clusters"][0]["lb_policy"] = "FASTEST_PLEASE"
+    assert _validate(config, tmp_path).returncode != 0
+
+
+def test_routing_health_checks_and_protocols():
+    config = envoy_config(EnvoySettings(REPLICAS, 8000, 8001, 8002))
+    listeners = {item["name"]: item for item in config["static_resources"]["listeners"]}
+    clusters = {item["name"]: item for item in config["static_resources"]["clusters"]}
+    assert {item["address"]["socket_address"]["address"] for item in listeners.values()} == {"127.0.0.1"}
+    assert config["admin"]["address"]["socket_address"] == {"address": "127.0.0.1", "port_value": 8002}
+    for name, port_of in (("replicas_http", lambda r: r.http_port), ("replicas_grpc", lambda r: r.grpc_port)):
+        endpoints = clusters[name]["load_assignment"]["endpoints"][0]["lb_endpoints"]
+        assert [e["endpoint"]["address"]["socket_address"]["port_value"] for e in endpoints] == [
+            port_of(r) for r in REPLICAS
+        ]
+        assert [e["endpoint"]["health_check_config"]["port_value"] for e in endpoints] == [
+            r.health_port for r in REPLICAS
+        ]
+        assert clusters[name]["health_checks"][0]["http_health_check"]["path"] == "/v2/health/ready"
+    assert "typed_extension_protocol_options" in clusters["replicas_grpc"]
+    assert "typed_extension_protocol_options" not in clusters["replicas_http"]
+    route = listeners["triton_grpc"]["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]
+    assert "unavailable" in route["virtual_hosts"][0]["routes"][0]["route"]["retry_policy"]["retry_on"]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: EnvoySettings((), 1, 2, 3),
+        lambda: EnvoySettings((REPLICAS[0], REPLICAS[0]), 1, 2, 3),
+        lambda: Balancing(health_interval=0),
+        lambda: Balancing(retries=-1),
+    ],
+    ids=["no-replicas", "duplicate-names", "zero-interval", "negative-retries"],
+)
+def test_invalid_settings_are_refused(make):
+    with pytest.raises(ValueError):
+        make()
+
+
+def test_a_stopping_replica_drains_longer_than_envoy_needs_to_notice():
+    b = Balancing()
+    assert b.drain_seconds > b.health_interval * b.unhealthy_threshold + b.health_timeout
