@@ -62,14 +62,17 @@ def start(repo, http_port, grpc_port, metrics_port, host, model_control, timeout
 @click.option("--host", default="127.0.0.1")
 @click.option("--timeout", type=float, default=180.0)
 @click.option("--drain", type=float, default=0.0, help="Seconds of 'not ready' before stopping the server.")
+@click.option("--probes", nargs=3, type=float, default=(10.0, 5.0, 3), help="interval timeout threshold")
 @STATE_DIR
-def supervise(repo, ports, host, timeout, drain, state_dir):
+def supervise(repo, ports, host, timeout, drain, probes, state_dir):
     """Run the supervisor in the foreground (what `start --supervise` spawns)."""
     from server.launcher import ServerSettings
+    from server.probes import ProbeSettings
     from server.supervisor import serve
 
     http_port, grpc_port, metrics_port, health_port = ports
-    serve(ServerSettings(repo, http_port, grpc_port, metrics_port, host, state_dir, timeout), health_port, drain)
+    settings = ServerSettings(repo, http_port, grpc_port, metrics_port, host, state_dir, timeout)
+    serve(settings, health_port, drain, ProbeSettings(probes[0], probes[1], int(probes[2])))
 
 
 @cli.command()

@@ -3,6 +3,8 @@
 The supervisor runs tritonserver in explicit model-control mode with every model loaded at start
 (so it may reload one through the model-control API) and, every `interval` seconds:
 - restarts tritonserver on the same repository and ports when its process is gone;
+- reloads a model that stopped answering: every `probes.interval` one small inference per model,
+  and `probes.threshold` timeouts or server errors in a row trigger a reload (server/probes.py);
 - reloads a model when one of its Python-backend stub processes is gone (Triton keeps saying the
   model is ready while every request fails with "Stub process ... is not healthy"), except the
   models a rollout holds (server/rollout_lock.py).
@@ -23,6 +25,7 @@ from pathlib import Path
 
 from builders.errors import ServerError
 from server import launcher
+from server.probes import DEFAULT_PROBES, ProbeSettings, ProbeState, answered, probe_inputs, record
 from server.rollout_lock import paused_models
 
 STATE = "supervisor.json"
@@ -84,7 +87,8 @@ class Health:
 class Supervisor:
     """Runs one tritonserver and heals it; stop() ends both."""
 
-    def __init__(self, settings: launcher.ServerSettings, health_port: int, interval: float = 0.5, drain: float = 0.0):
+    def __init__(self, settings: launcher.ServerSettings, health_port: int, interval: float = 0.5, drain: float = 0.0,
+                 probes: ProbeSettings = DEFAULT_PROBES):  # fmt: skip
         extra = tuple(a for a in settings.extra_args if not a.startswith("--load-model"))
         self.settings = dataclasses.replace(settings, model_control="explicit", extra_args=(*extra, "--load-model=*"))
         self.health, self.interval, self.stopping = Health(), interval, threading.Event()
@@ -93,10 +97,44 @@ class Supervisor:
         self.state: launcher.ServerState | None = None
         self.stubs: dict[str, set[int]] = {}
         self.paused: set[str] = set()  # models a rollout held in the last round
+        self.probes, self.probed = probes, ProbeState()
+        self.reloading = threading.RLock()  # one reload at a time (stub watch and probes)
 
     def start(self) -> None:
         threading.Thread(target=self.http.serve_forever, daemon=True).start()
         self._start_server()
+        if self.probes.interval > 0:
+            threading.Thread(target=self._probe_loop, daemon=True).start()
+
+    def _probe_loop(self) -> None:
+        """Every probes.interval: one probe per model; reload a model after probes.threshold failures in a row."""
+        while not self.stopping.wait(self.probes.interval):
+            with self.health.lock:
+                if not self.health.server_up:
+                    continue
+                models = sorted(self.health.models - self.health.healing)
+            for model in models:
+                if model in self.paused or self.stopping.is_set():
+                    continue
+                inputs = self._probe_inputs(model)
+                if not inputs:
+                    continue
+                ok = answered(self.state.http_url, model, inputs, self.probes.timeout)
+                if record(self.probed, model, ok, self.probes.threshold):
+                    self._reload(model, f"{self.probes.threshold} probes in a row got no answer")
+
+    def _probe_inputs(self, model: str):
+        """Probe inputs of a model (None: not probed, e.g. ensembles: their steps are; []: ask again later)."""
+        if model not in self.probed.inputs:
+            import tritonclient.http as http
+
+            try:
+                with http.InferenceServerClient(self.state.http_url, network_timeout=self.probes.timeout) as client:
+                    metadata, config = client.get_model_metadata(model), client.get_model_config(model)
+            except Exception:  # not answering: probe it next round
+                return []
+            self.probed.inputs[model] = None if config.get("platform") == "ensemble" else probe_inputs(metadata, config)
+        return self.probed.inputs[model]
 
     def _start_server(self) -> None:
         self.state = launcher.start(self.settings)
@@ -120,6 +158,10 @@ class Supervisor:
         if not launcher._is_tritonserver(self.state.pid):
             self._restart()
             return
+        with self.reloading:  # the probes' reloads change the stubs too
+            self._check_stubs()
+
+    def _check_stubs(self) -> None:
         current = stub_pids(self.state.pid)
         # A rollout swaps stubs on purpose; one more round after it ends takes a fresh snapshot.
         paused, self.paused = self.paused, paused_models(self.settings.state_dir)
@@ -127,7 +169,7 @@ class Supervisor:
         lost = {model: pids - current.get(model, set()) for model, pids in self.stubs.items() if model not in paused}
         for model, gone in lost.items():
             if gone:
-                self._reload(model, len(gone))
+                self._reload(model, f"{len(gone)} stub process(es) gone")
         self.stubs = stub_pids(self.state.pid) if any(lost.values()) else current
 
     def _restart(self) -> None:
@@ -145,12 +187,16 @@ class Supervisor:
                 self.health.record(f"restart failed ({str(err).splitlines()[0]}); retrying")
                 time.sleep(1.0)
 
-    def _reload(self, model: str, lost: int) -> None:
+    def _reload(self, model: str, why: str) -> None:
+        with self.reloading:
+            self._reload_now(model, why)
+
+    def _reload_now(self, model: str, why: str) -> None:
         import tritonclient.http as http
 
         with self.health.lock:
             self.health.healing.add(model)
-        self.health.record(f"{model}: {lost} stub process(es) gone; reloading")
+        self.health.record(f"{model}: {why}; reloading")
         started, old = time.monotonic(), stub_pids(self.state.pid).get(model, set())
         try:
             with http.InferenceServerClient(self.state.http_url, network_timeout=120.0) as client:
@@ -158,8 +204,10 @@ class Supervisor:
                 client.unload_model(model, headers=self.state.admin_headers())
                 client.load_model(model, headers=self.state.admin_headers())
             # The old instances' surviving stubs may still be exiting: were they in the next snapshot, their
-            # exit would read as another crash and trigger a second reload (a second outage).
-            _await_gone(old, timeout=10.0)
+            # exit would read as another crash and trigger a second reload (a second outage). A wedged stub
+            # that Triton gave up on never exits: it is ended here.
+            _retire(old, timeout=3.0)
+            self.stubs[model] = stub_pids(self.state.pid).get(model, set())
             self.health.record(f"{model}: reloaded in {time.monotonic() - started:.2f} s")
         except Exception as err:  # the next round tries again; readiness says not ready meanwhile
             if not (self.settings.repo / model).is_dir():
@@ -188,10 +236,14 @@ class Supervisor:
         launcher.stop(self.settings.state_dir)
 
 
-def _await_gone(pids: set[int], timeout: float) -> None:
+def _retire(pids: set[int], timeout: float) -> None:
+    """Wait for replaced stubs to exit; SIGKILL those still there after timeout (wedged, abandoned)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and any(_running(pid) for pid in pids):
         time.sleep(0.05)
+    for pid in pids:
+        if _running(pid) and STUB in Path(f"/proc/{pid}/cmdline").read_bytes():
+            os.kill(pid, signal.SIGKILL)
 
 
 def _running(pid: int) -> bool:
@@ -228,9 +280,11 @@ def _handler(health: Health):
     return Handler
 
 
-def serve(settings: launcher.ServerSettings, health_port: int, drain: float = 0.0) -> None:
+def serve(
+    settings: launcher.ServerSettings, health_port: int, drain: float = 0.0, probes: ProbeSettings = DEFAULT_PROBES
+) -> None:
     """Run a supervisor in this process until SIGTERM/SIGINT; its state goes to <state_dir>/supervisor.json."""
-    supervisor = Supervisor(settings, health_port, drain=drain)
+    supervisor = Supervisor(settings, health_port, drain=drain, probes=probes)
     path = settings.state_dir / STATE
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, lambda *_: supervisor.stopping.set())

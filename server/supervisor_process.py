@@ -12,11 +12,16 @@ from pathlib import Path
 
 from builders.errors import ServerError
 from server import launcher
+from server.probes import DEFAULT_PROBES, ProbeSettings
 from server.supervisor import STATE
 
 
 def start_supervised(
-    settings: launcher.ServerSettings, health_port: int, drain: float = 0.0, env: dict | None = None
+    settings: launcher.ServerSettings,
+    health_port: int,
+    drain: float = 0.0,
+    env: dict | None = None,
+    probes: ProbeSettings = DEFAULT_PROBES,
 ) -> dict:
     """Spawn `python -m server supervise` in its own session; return its state once the server is ready.
 
@@ -33,7 +38,8 @@ def start_supervised(
     ports = [settings.http_port, settings.grpc_port, settings.metrics_port, health_port]
     command = [sys.executable, "-m", "server", "supervise", "--repo", str(settings.repo), "--host", settings.host,
                "--timeout", str(settings.startup_timeout), "--state-dir", str(settings.state_dir),
-               "--drain", str(drain), "--ports", *map(str, ports)]  # fmt: skip
+               "--drain", str(drain), "--ports", *map(str, ports),
+               "--probes", str(probes.interval), str(probes.timeout), str(probes.threshold)]  # fmt: skip
     log = open(settings.state_dir / "supervisor.log", "a")
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                env={**os.environ, **(env or {})})  # fmt: skip

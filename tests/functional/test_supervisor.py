@@ -15,23 +15,25 @@ from builders.build import BuildRequest, build_model
 from builders.repository import ServingOptions
 from clients.infer import infer
 from server import launcher
+from server.probes import ProbeSettings
 from server.supervisor import stub_pids
 from server.supervisor_process import start_supervised, stop_supervisor
 from tests.functional.conftest import endpoint_of
 
 pytestmark = pytest.mark.functional
 RECOVERY_FLOOR_S = 10.0
+PROBES = ProbeSettings(interval=1.0, timeout=2.0, threshold=3)
 
 
 @pytest.fixture()
-def supervised(digits_build, tmp_path):
+def supervised(digits_build, tmp_path, request):
     spec, built, _ = digits_build
-    options = ServingOptions(instances=2)
+    options = ServingOptions(instances=getattr(request, "param", 2))
     build_model(BuildRequest(spec, "embedded", tmp_path / "repo", tmp_path / "work", options), built)
     http_port, grpc_port, metrics_port, health_port = launcher.free_ports(4)
     settings = launcher.ServerSettings(tmp_path / "repo", http_port, grpc_port, metrics_port,
                                        state_dir=tmp_path / "state")  # fmt: skip
-    start_supervised(settings, health_port)
+    start_supervised(settings, health_port, probes=PROBES)
     yield settings, health_port
     stop_supervisor(settings.state_dir)
     launcher.stop(settings.state_dir)
@@ -159,3 +161,31 @@ def test_deeply_nested_json_crashes_tritonserver_and_the_supervisor_brings_it_ba
     assert launcher.read_state(settings.state_dir).pid != old.pid, "tritonserver survived: unpin this test"
     ep = endpoint_of(launcher.read_state(settings.state_dir), settings.repo, "http")
     assert infer(ep, "digits_cnn", {"input": np.zeros((1, 1, 8, 8), np.float32)}).outputs["logits"].shape == (1, 10)
+
+
+@pytest.mark.parametrize("supervised", [1], indirect=True)
+def test_a_wedged_stub_is_found_by_the_probes_and_the_model_reloaded(supervised):
+    """SIGSTOP leaves every process alive and Triton calling the model ready, while nothing answers."""
+    settings, health_port = supervised
+    state = launcher.read_state(settings.state_dir)
+    ep = endpoint_of(state, settings.repo, "http")
+    (victim,) = stub_pids(state.pid)["digits_cnn"]
+    os.kill(victim, signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        deadline, answered = stopped + 90, None
+        while time.monotonic() < deadline and answered is None:
+            try:
+                with ep.client(network_timeout=3.0) as client:
+                    x = np.zeros((1, 1, 8, 8), np.float32)
+                    answered = infer(ep, "digits_cnn", {"input": x}, client=client).outputs["logits"].shape
+            except Exception:
+                time.sleep(0.5)
+    finally:
+        os.kill(victim, signal.SIGCONT)  # a no-op for the SIGKILLed stub; frees it if the probes missed it
+    print(f"wedged stub: served again {time.monotonic() - stopped:.1f} s after the SIGSTOP")
+    assert answered == (1, 10)
+    events = [what for _, what in _events(health_port)]
+    assert any("probes in a row got no answer" in e for e in events), events
+    assert sum("reloading" in e for e in events) == 1, events  # one reload, no cascade
+    assert victim not in stub_pids(state.pid).get("digits_cnn", set())
