@@ -35,13 +35,15 @@ def _during_locust(run: LocustRun, state_dir: Path, out: Path, fault, delay: flo
 
 def kill_replica(state_dir: Path, replicas: int, name: str = "replica-0") -> dict:
     """SIGKILL a replica's tritonserver; seconds until Envoy saw it down and until it routes to it again."""
+    from server.cluster import replica_ready
     from server.launcher import read_state
 
     victim, killed = read_state(state_dir / name).pid, time.monotonic()
     os.kill(victim, signal.SIGKILL)
     step(f"killed {name}'s tritonserver (pid {victim})")
     down = _wait(lambda: not _healthy(state_dir, replicas), 30)
-    back = _wait(lambda: read_state(state_dir / name).pid != victim and _healthy(state_dir, replicas), 120)
+    restarted = lambda: read_state(state_dir / name).pid != victim and replica_ready(state_dir, name)  # noqa: E731
+    back = _wait(lambda: restarted() and _healthy(state_dir, replicas), 120)
     return {"marked_down_s": round(down - killed, 2), "back_in_rotation_s": round(back - killed, 1)}
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 import urllib.parse
@@ -20,6 +19,7 @@ from pathlib import Path
 from builders.cli_support import step
 from builders.errors import MeasurementError
 from loadtest.prometheus_rules import DEFAULT_RULES, RuleSettings, rule_groups
+from server.processes import terminate_group
 
 STATE = "prometheus.json"
 
@@ -121,19 +121,7 @@ def stop(state_dir: Path) -> bool:
         return False
     pid = json.loads(path.read_text())["pid"]
     path.unlink()
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return False
-    for _ in range(100):
-        try:
-            if os.waitpid(pid, os.WNOHANG)[0]:
-                break
-        except ChildProcessError:
-            if not Path(f"/proc/{pid}").exists():
-                break
-        time.sleep(0.1)
-    return True
+    return terminate_group(pid)
 
 
 def query(url: str, promql: str, at: float | None = None) -> list[dict]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from builders.cli_support import step
 from builders.errors import ServerError
 from server import launcher
 from server.envoy_config import Balancing, EnvoySettings, Replica, envoy_config
+from server.processes import terminate_group
 from server.supervisor_process import start_supervised, stop_supervisor
 
 CLUSTER = "cluster.json"
@@ -147,6 +147,17 @@ def host_health(admin_port: int, host: str = "127.0.0.1") -> dict[str, dict[str,
     return view
 
 
+def replica_ready(state_dir: Path, name: str) -> bool:
+    """Whether a replica's supervisor says it is ready (its server up, no model healing)."""
+    replica = next(r for r in read_cluster(state_dir)["replicas"] if r["name"] == name)
+    try:
+        url = f"http://{replica['host']}:{replica['health_port']}/v2/health/ready"
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
 def await_routable(admin_port: int, host: str, replicas: int, timeout: float) -> None:
     """Wait until both upstream clusters see `replicas` healthy hosts."""
     deadline = time.monotonic() + timeout
@@ -219,7 +230,7 @@ def stop_cluster(state_dir: Path) -> bool:
     state = json.loads(path.read_text() or "{}")
     pid = state.get("envoy_pid")
     if pid:
-        _terminate(pid)
+        terminate_group(pid)
     for replica in state.get("replicas", []):
         folder = state_dir / replica["name"]
         stop_supervisor(folder)
@@ -227,20 +238,3 @@ def stop_cluster(state_dir: Path) -> bool:
     path.unlink(missing_ok=True)
     (state_dir / launcher.STATE).unlink(missing_ok=True)
     return True
-
-
-def _terminate(pid: int, timeout: float = 10.0) -> None:
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if os.waitpid(pid, os.WNOHANG)[0]:
-                return
-        except ChildProcessError:
-            if not Path(f"/proc/{pid}").exists():
-                return
-        time.sleep(0.1)
-    os.killpg(pid, signal.SIGKILL)

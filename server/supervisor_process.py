@@ -13,6 +13,7 @@ from pathlib import Path
 from builders.errors import ServerError
 from server import launcher
 from server.probes import DEFAULT_PROBES, ProbeSettings
+from server.processes import alive
 from server.supervisor import STATE
 
 
@@ -75,18 +76,7 @@ def stop_supervisor(state_dir: Path, timeout: float = 60.0) -> bool:
         path.unlink(missing_ok=True)
         return False
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _alive(pid):
+    while time.monotonic() < deadline and alive(pid):
         time.sleep(0.1)
     path.unlink(missing_ok=True)
     return True
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.waitpid(pid, os.WNOHANG)  # reap it if it is our child
-    except ChildProcessError:
-        pass
-    try:
-        return bool(Path(f"/proc/{pid}/cmdline").read_bytes())
-    except OSError:
-        return False

@@ -3,7 +3,6 @@ SIGKILLed under load, a rolling restart under load, and `stop` leaving no proces
 
 import os
 import signal
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -15,9 +14,18 @@ from builders.build import BuildRequest, build_model
 from builders.repository import ServingOptions
 from clients.infer import infer
 from server import launcher
-from server.cluster import ClusterSettings, host_health, read_cluster, restart_replicas, start_cluster, stop_cluster
+from server.cluster import (
+    ClusterSettings,
+    host_health,
+    read_cluster,
+    replica_ready,
+    restart_replicas,
+    start_cluster,
+    stop_cluster,
+)
 from server.envoy_config import Balancing
 from tests.functional.conftest import endpoint_of
+from tests.functional.load import ClosedLoop
 
 pytestmark = pytest.mark.functional
 X = np.zeros((1, 1, 8, 8), np.float32)
@@ -78,39 +86,9 @@ def _inferences(settings, replica: str) -> int:
     return sum(int(m["inference_stats"]["success"]["count"]) for m in stats["model_stats"])
 
 
-class Load:
-    """One closed-loop client per protocol through Envoy; each request logged as (start, end, error)."""
-
-    def __init__(self, settings):
-        self.endpoints = [_front(settings, p) for p in ("http", "grpc")]
-        self.stop, self.log = threading.Event(), []
-        self.threads = [threading.Thread(target=self._run, args=(ep,)) for ep in self.endpoints]
-
-    def _run(self, ep):
-        with ep.client() as client:
-            while not self.stop.is_set():
-                started, error = time.monotonic(), None
-                try:
-                    infer(ep, "digits_cnn", {"input": X}, client=client)
-                except Exception as err:
-                    error = f"{ep.protocol}: {err}"
-                self.log.append((started, time.monotonic(), error))
-                time.sleep(0.005)
-
-    def __enter__(self):
-        for thread in self.threads:
-            thread.start()
-        time.sleep(1.0)
-        return self
-
-    def __exit__(self, *exc):
-        time.sleep(1.0)
-        self.stop.set()
-        for thread in self.threads:
-            thread.join()
-
-    def failures(self):
-        return [entry for entry in self.log if entry[2] is not None]
+def _load(settings) -> ClosedLoop:
+    """One closed-loop client per protocol through Envoy."""
+    return ClosedLoop([_front(settings, p) for p in ("http", "grpc")], "digits_cnn", {"input": X}, settle=1.0)
 
 
 def test_requests_through_envoy_reach_every_replica_on_both_protocols(cluster):
@@ -138,12 +116,13 @@ def test_admin_apis_stay_locked_through_envoy(cluster):
 
 def test_a_replica_killed_under_load_costs_at_most_the_requests_in_flight(cluster):
     victim = launcher.read_state(cluster.state_dir / "replica-0").pid
-    with Load(cluster) as load:
+    with _load(cluster) as load:
         killed = time.monotonic()
         os.kill(victim, signal.SIGKILL)
         _await(lambda: set(_flags(cluster)) != {"healthy"}, 10)  # Envoy saw it go
         down_seen = time.monotonic()
-        restarted = lambda: launcher.read_state(cluster.state_dir / "replica-0").pid != victim  # noqa: E731
+        restarted = lambda: (launcher.read_state(cluster.state_dir / "replica-0").pid != victim  # noqa: E731
+                             and replica_ready(cluster.state_dir, "replica-0"))  # fmt: skip
         _await(lambda: restarted() and set(_flags(cluster)) == {"healthy"}, 60)
         back = time.monotonic()
     failures = load.failures()
@@ -151,7 +130,7 @@ def test_a_replica_killed_under_load_costs_at_most_the_requests_in_flight(cluste
           f"back in Envoy after {back - killed:.1f} s")  # fmt: skip
     assert len(load.log) > 50
     assert len(failures) <= 2, failures  # one request in flight per client at most
-    assert all(start <= killed + 0.05 for start, _, _ in failures), (failures, killed, down_seen)
+    assert all(start <= killed + 0.05 for _, start, _, _ in failures), (failures, killed, down_seen)
 
 
 def _flags(cluster) -> list[str]:
@@ -160,7 +139,7 @@ def _flags(cluster) -> list[str]:
 
 
 def test_a_rolling_restart_under_load_fails_no_request(cluster):
-    with Load(cluster) as load:
+    with _load(cluster) as load:
         done = restart_replicas(cluster.state_dir)
     print(f"rolling restart: {done}; {len(load.log)} requests, {len(load.failures())} failed")
     assert [d["replica"] for d in done] == ["replica-0", "replica-1"]

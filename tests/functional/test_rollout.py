@@ -10,7 +10,6 @@ import json
 import shutil
 import subprocess
 import sys
-import threading
 import time
 
 import numpy as np
@@ -25,6 +24,7 @@ from server import launcher
 from server.rollout_lock import rollout_lock
 from server.supervisor_process import start_supervised, stop_supervisor
 from tests.functional.conftest import endpoint_of
+from tests.functional.load import ClosedLoop
 
 pytestmark = pytest.mark.functional
 X = np.random.default_rng(3).standard_normal((2, 1, 8, 8)).astype(np.float32)
@@ -86,42 +86,18 @@ def server(builds, tmp_path_factory):
     launcher.stop(settings.state_dir)
 
 
-class Load:
+class Load(ClosedLoop):
     """One closed-loop client per protocol sending to digits_cnn (no version: what the server serves)."""
 
     def __init__(self, settings):
         state = launcher.read_state(settings.state_dir)
-        self.endpoints = [endpoint_of(state, settings.repo, p) for p in ("http", "grpc")]
-        self.stop, self.log = threading.Event(), {"http": [], "grpc": []}
-        self.threads = [threading.Thread(target=self._run, args=(ep,)) for ep in self.endpoints]
-
-    def _run(self, ep):
-        while not self.stop.is_set():
-            try:
-                infer(ep, "digits_cnn", {"input": X})
-                self.log[ep.protocol].append(None)
-            except Exception as err:
-                self.log[ep.protocol].append(str(err))
-            time.sleep(0.005)
-
-    def __enter__(self):
-        for thread in self.threads:
-            thread.start()
-        time.sleep(0.5)
-        return self
-
-    def __exit__(self, *exc):
-        time.sleep(0.5)
-        self.stop.set()
-        for thread in self.threads:
-            thread.join()
+        super().__init__([endpoint_of(state, settings.repo, p) for p in ("http", "grpc")], "digits_cnn", {"input": X})
 
     def assert_no_failures(self):
-        for protocol, results in self.log.items():
-            failures = [r for r in results if r is not None]
-            print(f"{protocol}: {len(results)} requests, {len(failures)} failed")
-            assert len(results) > 20, f"{protocol}: the load sent only {len(results)} requests"
-            assert not failures, f"{protocol}: {len(failures)} of {len(results)} failed, first: {failures[0]}"
+        for protocol, (requests, failed) in sorted(self.counts().items()):
+            print(f"{protocol}: {requests} requests, {failed} failed")
+            assert requests > 20, f"{protocol}: the load sent only {requests} requests"
+        assert not self.failures(), self.failures()[:3]
 
 
 def _logits(settings, version: str = "") -> np.ndarray:
