@@ -186,8 +186,9 @@ def test_perf_analyzer_drives_the_two_input_model_with_spec_shaped_inputs(user_s
     data = perf.input_data_file(ep, "acme_classifier", tmp_path / "input.json")
     sample = json.loads(data.read_text())["data"][0]
     assert sample["ids"]["shape"] == [8] and max(sample["ids"]["content"]) < 50  # spec's length and vocabulary
-    sweep = perf.Sweep("acme_classifier", "grpc", (2,), batch_sizes=(1, 4), measurement_ms=500, max_trials=4,
-                       stability_percent=50, input_data=data)  # fmt: skip
+    # A functional check, not a measurement: loose stability so that a busy host cannot fail it (it did once).
+    sweep = perf.Sweep("acme_classifier", "grpc", (2,), batch_sizes=(1, 4), measurement_ms=500, max_trials=10,
+                       stability_percent=100, input_data=data)  # fmt: skip
     rows = perf.run_sweep(sweep, ep, find_perf_analyzer(), tmp_path / "raw")
     assert [r["batch"] for r in rows] == [1, 4] and all(r["throughput"] > 0 for r in rows)
 
