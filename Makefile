@@ -86,6 +86,7 @@ install-prometheus: ## Install Prometheus (Debian/Ubuntu package) when missing; 
 
 FROM ?=
 rollout: install ## Roll MODEL's new build from FROM into the served REPO without downtime (rolls back on a failed check)
+	@test -n "$(MODEL)" -a -n "$(FROM)" || { echo "usage: make rollout MODEL=<served model> FROM=<repository built by make build-engines>"; exit 2; }
 	$(PY) -m server rollout --model "$(MODEL)" --from "$(FROM)" --repo $(REPO) --http-port $(HTTP_PORT) --state-dir $(STATE_DIR)
 
 status: install ## Show the running server
