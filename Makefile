@@ -78,8 +78,8 @@ monitor: install install-prometheus ## Prometheus on PROMETHEUS_PORT scraping th
 install-prometheus: ## Install Prometheus (Debian/Ubuntu package) when missing; says how where it cannot
 	@command -v prometheus >/dev/null || { \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-			export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q prometheus >/dev/null 2>&1 || \
-				{ apt-get update -q >/dev/null 2>&1 && apt-get install -y -q prometheus >/dev/null 2>&1; }; \
+			export DEBIAN_FRONTEND=noninteractive; timeout 300 apt-get install -y -q prometheus >/dev/null 2>&1 || \
+				{ timeout 300 apt-get update -q >/dev/null 2>&1 && timeout 300 apt-get install -y -q prometheus >/dev/null 2>&1; }; \
 			pkill -x prometheus 2>/dev/null; pkill -f prometheus-node-exporter 2>/dev/null; true; \
 		fi; \
 		command -v prometheus >/dev/null || echo "prometheus is missing: sudo apt-get install prometheus, or set PROMETHEUS_BINARY (its tests are skipped)"; }
