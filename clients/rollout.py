@@ -188,7 +188,7 @@ def _load(ep: Endpoint, model: str, timeout: float) -> None:
     from tritonclient.utils import InferenceServerException
 
     try:
-        with ep.module().InferenceServerClient(ep.url, network_timeout=timeout) as client:
+        with ep.client(network_timeout=timeout) as client:
             client.load_model(model, headers=ep.admin_headers)
     except InferenceServerException as err:
         hint = " (is the server in explicit model-control mode? `make serve` is)" if "explicit" in str(err) else ""

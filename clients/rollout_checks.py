@@ -1,4 +1,5 @@
-"""What a rollout checks through the server's endpoint before a version takes traffic."""
+"""What a rollout checks through the server's endpoint before a version takes traffic (gpu-bench runs the
+smoke check too, before timing: perf_analyzer does not read outputs)."""
 
 from __future__ import annotations
 
@@ -25,33 +26,37 @@ class Gate:
 
 
 def smoke(ep: Endpoint, model: str, version: str, spec: ModelSpec | None, batch: int) -> dict:
-    """One request of `batch` example inputs: every output present, of that batch, finite.
+    """One request of `batch` example inputs: every output present, of that batch and its dims, finite.
 
     Raises:
-        CheckFailed: the request was refused or an output is missing, empty or not finite.
+        CheckFailed: the request was refused or an output is missing, malformed, empty or not finite.
     """
-    from clients.infer import infer, model_inputs
+    from clients.infer import infer, model_inputs, model_outputs
+    from clients.inputs import example_inputs
 
     with ep.client() as client:
         try:
-            from clients.inputs import example_inputs
-
             arrays = example_inputs(model_inputs(client, model), batch, spec)
+            dims = {o["name"]: [int(d) for d in o["shape"][1:]] for o in model_outputs(client, model, version)}
             result = infer(ep, model, arrays, client=client, version=version)
         except ClientError as err:
             raise CheckFailed(f"smoke request failed: {err}") from None
+        except ValueError as err:  # tritonclient cannot shape an output that came back short or empty
+            raise CheckFailed(f"smoke request: an output came back malformed ({err})") from None
     for name, array in result.outputs.items():
-        problem = _output_problem(array, batch)
+        problem = _output_problem(array, batch, dims.get(name))
         if problem:
             raise CheckFailed(f"smoke request: output {name!r} {problem}")
     return {"smoke": "passed", "batch": batch, "latency_ms": round(result.latency_ms, 2)}
 
 
-def _output_problem(array, batch: int) -> str | None:
+def _output_problem(array, batch: int, dims: list[int] | None = None) -> str | None:
     if array is None or array.size == 0:
         return "is empty"
     if batch and array.shape[0] != batch:
         return f"has batch {array.shape[0]}, expected {batch}"
+    if batch and dims and min(dims) > 0 and list(array.shape[1:]) != dims:
+        return f"has shape {list(array.shape)}, expected {[batch, *dims]}"
     if array.dtype.kind == "f" and not np.isfinite(array).all():
         return "holds NaN or infinity"
     return None

@@ -14,10 +14,10 @@ from loadtest.locust_run import LocustRun, run_locust
 
 
 def _healthy(state_dir: Path, replicas: int) -> bool:
-    from server.cluster import host_health, read_cluster
+    from server.cluster import read_cluster, routable
 
-    view = host_health(read_cluster(state_dir)["admin_port"])
-    return len(view) == 2 and all(sum(f == "healthy" for f in hosts.values()) == replicas for hosts in view.values())
+    cluster = read_cluster(state_dir)
+    return routable(cluster["admin_port"], cluster["host"], replicas)
 
 
 def _during_locust(run: LocustRun, state_dir: Path, out: Path, fault, delay: float) -> tuple[dict, dict]:

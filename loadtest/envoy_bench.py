@@ -9,21 +9,14 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from clients.connection import Endpoint
+from clients.connection import Endpoint, endpoint
 from loadtest.perf import Sweep, run_sweep
 from loadtest.perf_tools import PerfAnalyzer
 
 
 def targets(state_dir: Path, protocol: str) -> dict[str, Endpoint]:
-    """'envoy' (the cluster's front) and 'direct' (replica-0) endpoints for one protocol."""
-    from server.launcher import read_state
-
-    def endpoint(folder: Path) -> Endpoint:
-        state = read_state(folder)
-        url = state.http_url if protocol == "http" else state.grpc_url
-        return Endpoint(protocol, url, state.admin_headers(protocol), Path(state.repo))
-
-    return {"direct": endpoint(state_dir / "replica-0"), "envoy": endpoint(state_dir)}
+    """'direct' (replica-0) and 'envoy' (the cluster's front) endpoints for one protocol."""
+    return {"direct": endpoint(protocol, None, state_dir / "replica-0"), "envoy": endpoint(protocol, None, state_dir)}
 
 
 def measure(state_dir: Path, model: str, protocols, concurrency, analyzer: PerfAnalyzer, out: Path, **sweep) -> list:

@@ -395,24 +395,13 @@ def check_outputs(ep, model: str, batch: int = 2) -> None:
 
     perf_analyzer does not read outputs: a model answering with empty or garbage tensors would be timed as fast.
     """
-    import numpy as np
-
     from builders.errors import MeasurementError
-    from clients.infer import infer, model_inputs, model_outputs
-    from clients.inputs import example_inputs
+    from clients.rollout_checks import CheckFailed, smoke
 
-    with ep.client() as client:
-        arrays = example_inputs(model_inputs(client, model), batch)
-        shapes = {o["name"]: [int(d) for d in o["shape"][1:]] for o in model_outputs(client, model)}
-        try:
-            outputs = infer(ep, model, arrays, client=client).outputs
-        except ValueError as err:  # tritonclient cannot shape an output that came back short or empty
-            raise MeasurementError(f"{model}: an output came back malformed ({err}); not measured") from err
-    for name, dims in shapes.items():
-        size, values = batch * int(np.prod(dims)), outputs[name]
-        if (min(dims, default=1) > 0 and values.size != size) or not np.isfinite(values.astype(np.float64)).all():
-            raise MeasurementError(f"{model}: output {name!r} holds {values.size} values (expected {size}, all finite)"
-                                   "; the server answers wrongly, so it is not measured")  # fmt: skip
+    try:
+        smoke(ep, model, "", None, batch)
+    except CheckFailed as err:
+        raise MeasurementError(f"{model}: {err}; the server answers wrongly, so it is not measured") from err
 
 
 def _same_batch(row: BenchRow, rows: list[BenchRow], batch: int) -> None:

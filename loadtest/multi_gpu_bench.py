@@ -87,7 +87,7 @@ def layouts(repo: Path, model: str, s: MultiGpuSettings, work: Path) -> dict[str
 
 def measure_layout(name: str, servers: list[tuple[Path, int]], model: str, s: MultiGpuSettings, out: Path) -> dict:
     """Start the layout's servers, check an answer, load every server at once, stop; one row."""
-    from clients.connection import Endpoint
+    from clients.connection import endpoint
     from loadtest.gpu_bench import check_outputs
     from server import launcher
 
@@ -96,16 +96,21 @@ def measure_layout(name: str, servers: list[tuple[Path, int]], model: str, s: Mu
         for index, (repo, clients) in enumerate(servers):
             settings = launcher.ServerSettings(repo, *launcher.free_ports(3), state_dir=repo / "state",
                                                startup_timeout=600)  # fmt: skip
-            state = launcher.start(settings)
+            launcher.start(settings)
             started.append(settings)
-            ep = Endpoint("grpc", state.grpc_url, state.admin_headers("grpc"), repo)
+            ep = endpoint("grpc", None, settings.state_dir)
             check_outputs(ep, model)
             servers[index] = (ep, clients)  # clients: the GPUs this server serves
-        slug = "".join(c if c.isalnum() else "_" for c in name)
-        points = _concurrent_perf(servers, model, s, out / "raw" / slug)
+        return _row(name, servers, model, s, out)
     finally:
         for settings in started:
             launcher.stop(settings.state_dir)
+
+
+def _row(name: str, servers: list, model: str, s: MultiGpuSettings, out: Path, wire: bool = False) -> dict:
+    """Load the servers at once; the layout's row: total and per-client img/s, the worst client's p50."""
+    slug = "".join(c if c.isalnum() else "_" for c in name)
+    points = _concurrent_perf(servers, model, s, out / "raw" / slug, wire)
     total = sum(p["throughput"] for p in points)
     step(f"{name}: {total:,.0f} img/s from {len(points)} perf_analyzer client(s)")
     return {"layout": name, "img_per_s": round(total, 1), "clients": len(points),
@@ -145,7 +150,7 @@ def envoy_rows(repo: Path, model: str, s: MultiGpuSettings, work: Path, out: Pat
     """`make cluster` with one replica per GPU: one client per replica directly vs as many clients through
     Envoy (each its own connection: Envoy serves a connection on one worker), over the wire (gRPC without
     shared memory: a proxy carries the tensors), side by side."""
-    from clients.connection import Endpoint
+    from clients.connection import endpoint
     from loadtest.gpu_bench import check_outputs
     from server import launcher
     from server.cluster import ClusterSettings, start_cluster, stop_cluster
@@ -155,22 +160,12 @@ def envoy_rows(repo: Path, model: str, s: MultiGpuSettings, work: Path, out: Pat
                                startup_timeout=600, gpu_per_replica=True)  # fmt: skip
     start_cluster(settings)
     try:
-        front = launcher.read_state(settings.state_dir)
-        replicas = [launcher.read_state(settings.state_dir / f"replica-{i}") for i in range(s.gpus)]
-        endpoint = lambda state: Endpoint("grpc", state.grpc_url, state.admin_headers("grpc"), target)  # noqa: E731
-        check_outputs(endpoint(front), model)
-        layouts = {f"{s.gpus} replicas direct, gRPC without shm": [(endpoint(r), 1) for r in replicas],
-                   f"{s.gpus} replicas behind Envoy, gRPC without shm": [(endpoint(front), 1)] * s.gpus}  # fmt: skip
-        rows = []
-        for name, servers in layouts.items():
-            slug = "".join(c if c.isalnum() else "_" for c in name)
-            points = _concurrent_perf(servers, model, s, out / "raw" / slug, wire=True)
-            total = sum(p["throughput"] for p in points)
-            step(f"{name}: {total:,.0f} img/s")
-            rows.append({"layout": name, "img_per_s": round(total, 1), "clients": len(points),
-                         "per_client": [round(p["throughput"], 1) for p in points],
-                         "p50_ms": max(p["p50_ms"] for p in points)})  # fmt: skip
-        return rows
+        front = endpoint("grpc", None, settings.state_dir)
+        replicas = [endpoint("grpc", None, settings.state_dir / f"replica-{i}") for i in range(s.gpus)]
+        check_outputs(front, model)
+        layouts = {f"{s.gpus} replicas direct, gRPC without shm": [(ep, 1) for ep in replicas],
+                   f"{s.gpus} replicas behind Envoy, gRPC without shm": [(front, 1)] * s.gpus}  # fmt: skip
+        return [_row(name, servers, model, s, out, wire=True) for name, servers in layouts.items()]
     finally:
         stop_cluster(settings.state_dir)
 

@@ -45,6 +45,16 @@ def queue_time_per_request(window: str, by: str = "model", matchers: str = "") -
     return f"{queued} / ({served} > 0)"
 
 
+def inferences_per_s(window: str) -> str:
+    """Inferences (samples) per second per model."""
+    return f"sum by (model) (rate(nv_inference_count[{window}]))"
+
+
+def requests_per_s(window: str) -> str:
+    """Successful requests per second per model."""
+    return f"sum by (model) (rate(nv_inference_request_success[{window}]))"
+
+
 HPA_METRIC = "triton_queue_time_per_request_us"
 
 
@@ -117,8 +127,8 @@ def recording_rules(s: RuleSettings) -> list[dict]:
     """Throughput and requests per model, queue time per request, p99 (histograms on), GPU utilization."""
     w = s.window
     return [
-        {"record": f"{THROUGHPUT}:rate{w}", "expr": f"sum by (model) (rate(nv_inference_count[{w}]))"},
-        {"record": f"{REQUESTS}:rate{w}", "expr": f"sum by (model) (rate(nv_inference_request_success[{w}]))"},
+        {"record": f"{THROUGHPUT}:rate{w}", "expr": inferences_per_s(w)},
+        {"record": f"{REQUESTS}:rate{w}", "expr": requests_per_s(w)},
         {"record": f"{QUEUE_PER_REQUEST}:rate{w}", "expr": queue_time_per_request(w)},
         {"record": f"{P99}:rate{w}", "expr": p99_ms(w)},
         {"record": f"{GPU_UTILIZATION}:avg", "expr": "avg by (gpu_uuid) (nv_gpu_utilization)"},

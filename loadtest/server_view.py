@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from loadtest import prometheus_server as prom
-from loadtest.prometheus_rules import queue_time_per_request
+from loadtest.prometheus_rules import inferences_per_s, queue_time_per_request, requests_per_s
 
 WINDOW = "window.json"
 
@@ -27,8 +27,8 @@ def record_window(run: Path, start: float, end: float) -> None:
 def series(window: str) -> dict[str, str]:
     """Name -> PromQL of each series of the view (rates over `window`)."""
     return {
-        "inferences_per_s": f"sum by (model) (rate(nv_inference_count[{window}]))",
-        "requests_per_s": f"sum by (model) (rate(nv_inference_request_success[{window}]))",
+        "inferences_per_s": inferences_per_s(window),
+        "requests_per_s": requests_per_s(window),
         "queue_us_per_request": queue_time_per_request(window),
     }
 

@@ -158,16 +158,21 @@ def replica_ready(state_dir: Path, name: str) -> bool:
         return False
 
 
+def routable(admin_port: int, host: str, replicas: int) -> bool:
+    """Whether both upstream clusters (HTTP, gRPC) see `replicas` healthy hosts."""
+    try:
+        view = host_health(admin_port, host)
+    except OSError:
+        return False
+    healthy = [sum(flag == "healthy" for flag in hosts.values()) for hosts in view.values()]
+    return len(healthy) == 2 and min(healthy) == replicas
+
+
 def await_routable(admin_port: int, host: str, replicas: int, timeout: float) -> None:
     """Wait until both upstream clusters see `replicas` healthy hosts."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            view = host_health(admin_port, host)
-        except OSError:
-            view = {}
-        healthy = [sum(flag == "healthy" for flag in hosts.values()) for hosts in view.values()]
-        if len(healthy) == 2 and min(healthy) == replicas:
+        if routable(admin_port, host, replicas):
             return
         time.sleep(0.2)
     raise ServerError(f"envoy did not see {replicas} healthy replicas within {timeout:.0f} s (admin port {admin_port})")

@@ -1,4 +1,4 @@
-"""Ending a process group that this project started (Envoy's keeper, Prometheus)."""
+"""Processes this project watches or started: is one alive, what runs there, ending a process group."""
 
 from __future__ import annotations
 
@@ -8,6 +8,14 @@ import time
 from pathlib import Path
 
 
+def cmdline(pid: int) -> bytes:
+    """The process' command line (NUL-separated); empty for a zombie or a process that is gone."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def alive(pid: int) -> bool:
     """Whether pid runs (a zombie does not), reaping it when it is our child."""
     try:
@@ -15,10 +23,7 @@ def alive(pid: int) -> bool:
             return False
     except ChildProcessError:
         pass
-    try:
-        return bool(Path(f"/proc/{pid}/cmdline").read_bytes())
-    except OSError:
-        return False
+    return bool(cmdline(pid))
 
 
 def terminate_group(pid: int, timeout: float = 10.0) -> bool:

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from builders.errors import ServerError
+from server.processes import alive
 
 LOCK = "rollout.lock"
 
@@ -42,12 +43,12 @@ def rollout_lock(state_dir: Path, models: list[str]):
 def paused_models(state_dir: Path) -> set[str]:
     """The models a live rollout holds (empty when none runs)."""
     holder = _read(state_dir / LOCK)
-    return set(holder.get("models", ())) if _alive(holder.get("pid")) else set()
+    return set(holder.get("models", ())) if _alive(holder) else set()
 
 
 def _clear_stale(path: Path) -> None:
     holder = _read(path)  # an empty file is a lock being written: not stale
-    if holder and not _alive(holder.get("pid")):
+    if holder and not _alive(holder):
         path.unlink(missing_ok=True)
 
 
@@ -58,13 +59,6 @@ def _read(path: Path) -> dict:
         return {}
 
 
-def _alive(pid) -> bool:
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _alive(holder: dict) -> bool:
+    pid = holder.get("pid")
+    return isinstance(pid, int) and alive(pid)

@@ -26,6 +26,7 @@ from pathlib import Path
 from builders.errors import ServerError
 from server import launcher
 from server.probes import DEFAULT_PROBES, ProbeSettings, ProbeState, answered, probe_inputs, record
+from server.processes import cmdline
 from server.rollout_lock import paused_models
 
 STATE = "supervisor.json"
@@ -239,18 +240,11 @@ class Supervisor:
 def _retire(pids: set[int], timeout: float) -> None:
     """Wait for replaced stubs to exit; SIGKILL those still there after timeout (wedged, abandoned)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(_running(pid) for pid in pids):
+    while time.monotonic() < deadline and any(cmdline(pid) for pid in pids):
         time.sleep(0.05)
     for pid in pids:
-        if _running(pid) and STUB in Path(f"/proc/{pid}/cmdline").read_bytes():
+        if STUB in cmdline(pid):
             os.kill(pid, signal.SIGKILL)
-
-
-def _running(pid: int) -> bool:
-    try:
-        return bool(Path(f"/proc/{pid}/cmdline").read_bytes())  # empty for a zombie
-    except OSError:
-        return False
 
 
 def _handler(health: Health):

@@ -1,6 +1,7 @@
 """Two supervised replicas behind a real Envoy: routing on HTTP and gRPC, locked admin APIs, a replica
 SIGKILLed under load, a rolling restart under load, and `stop` leaving no process behind."""
 
+import json
 import os
 import signal
 import time
@@ -56,7 +57,7 @@ def _our_pids(settings) -> list[int]:
         folder = settings.state_dir / replica["name"]
         server = launcher.read_state(folder).pid
         pids += [server, *(pid for _, _, pid in stubs(server))]
-        pids.append(int(__import__("json").loads((folder / "supervisor.json").read_text())["pid"]))
+        pids.append(int(json.loads((folder / "supervisor.json").read_text())["pid"]))
     return pids
 
 
