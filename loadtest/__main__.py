@@ -28,6 +28,15 @@ def install_perf_analyzer():
     click.echo(f"perf_analyzer: {install().binary}")
 
 
+@cli.command("install-prometheus")
+@user_errors
+def install_prometheus():
+    """Unpack Debian's Prometheus into .tools/prometheus (no root, no service; idempotent)."""
+    from loadtest.prometheus_tools import install_prometheus as install
+
+    click.echo(f"prometheus: {install()}")
+
+
 def _models_or_served(models: str, ep) -> list[str]:
     """The models given, or those of the served repository's manifest that are ready."""
     from clients.served import served_models

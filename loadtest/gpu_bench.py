@@ -288,9 +288,12 @@ def _point(ep, analyzer, model, batch, concurrency, shm, settings, raw) -> dict:
 
 
 def _describe(point: dict) -> str:
+    from loadtest.perf import stability
+
+    flag = "" if point.get("stable", "yes") == "yes" else f", {stability(point)}"
     return (f"gRPC b{point['batch']} c{point['level']:g} shm={point['shm']} (queue {point['queue_us']:.0f} µs, "
             f"infer {point['compute_infer_us']:.0f} µs, in {point['compute_input_us']:.0f} µs, "
-            f"out {point['compute_output_us']:.0f} µs)")  # fmt: skip
+            f"out {point['compute_output_us']:.0f} µs{flag})")  # fmt: skip
 
 
 def _measure_served(ep, analyzer, model: str, gpu: bool, settings: BenchSettings, raw: Path) -> tuple:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from builders.cli_support import step
@@ -15,7 +16,12 @@ SHARED_MEMORY = ("none", "system", "cuda")
 COLUMNS = (
     "model", "protocol", "batch", "load", "level", "throughput", "p50_ms", "p90_ms", "p95_ms", "p99_ms",
     "avg_ms", "queue_us", "compute_input_us", "compute_infer_us", "compute_output_us", "network_us",
+    "stable", "spread_pct", "window_ms",
 )  # fmt: skip
+TEXT_COLUMNS = ("model", "protocol", "load", "stable")
+UNSTABLE = "Failed to obtain stable measurement"
+PASS_LINE = re.compile(r"Pass \[\d+\] throughput: ([0-9.eE+-]+) infer/sec\. Avg latency: (\d+) usec")
+ACCEPT_ANY = 1000.0  # --stability-percentage that takes the first windows as they come (last resort)
 
 
 @dataclass(frozen=True)
@@ -56,7 +62,7 @@ def perf_args(sweep: Sweep, ep: Endpoint, batch: int, load: tuple[str, str], csv
         f"--{kind.replace('_', '-')}-range", value,
         "--measurement-interval", str(sweep.measurement_ms), "--max-trials", str(sweep.max_trials),
         "--stability-percentage", f"{sweep.stability_percent:g}",
-        "-f", str(csv_path), "--verbose-csv",
+        "-f", str(csv_path), "--verbose-csv", "-v",
     ]  # fmt: skip
     if sweep.input_data is not None:
         args += ["--input-data", str(sweep.input_data)]
@@ -100,6 +106,17 @@ def input_data_file(ep: Endpoint, model: str, path: Path) -> Path | None:
     return path
 
 
+@dataclass(frozen=True)
+class PointFailure:
+    """A point that gave no measurement at all (the server refused, perf_analyzer crashed)."""
+
+    model: str
+    batch: int
+    load: str
+    level: str
+    message: str
+
+
 def parse_csv(path: Path, sweep: Sweep, batch: int, kind: str) -> list[dict]:
     """perf_analyzer's --verbose-csv output → tidy rows (latencies in ms, server breakdown in µs)."""
     with open(path, newline="") as handle:
@@ -107,6 +124,65 @@ def parse_csv(path: Path, sweep: Sweep, batch: int, kind: str) -> list[dict]:
     if not records:
         raise MeasurementError(f"perf_analyzer wrote no measurement to {path}")
     return [_row(r, sweep, batch, kind) for r in records]
+
+
+def window_spread(output: str) -> float:
+    """Spread of the measurement windows perf_analyzer printed (-v): the larger of throughput and
+    average latency, as (max - min) / mean in percent; 0 where fewer than two windows were printed."""
+    passes = [(float(t), float(lat)) for t, lat in PASS_LINE.findall(output)][-3:]
+    if len(passes) < 2:
+        return 0.0
+    spreads = []
+    for values in zip(*passes):
+        mean = sum(values) / len(values)
+        spreads.append(100 * (max(values) - min(values)) / mean if mean else 0.0)
+    return round(max(spreads), 1)
+
+
+def attempts(sweep: Sweep) -> list[Sweep]:
+    """The sweep as given, then twice the window with more trials; the last resort (ACCEPT_ANY) follows."""
+    longer = replace(sweep, measurement_ms=sweep.measurement_ms * 2, max_trials=sweep.max_trials + 3)
+    return [sweep, longer]
+
+
+def _run(analyzer: PerfAnalyzer, args: list[str], sweep: Sweep):
+    timeout = 60 + sweep.measurement_ms / 1000 * sweep.max_trials * 3
+    return analyzer.attempt(args, timeout)
+
+
+def measure_point(sweep: Sweep, ep: Endpoint, analyzer: PerfAnalyzer, batch: int, load: tuple[str, str],
+                  csv_path: Path) -> list[dict]:  # fmt: skip
+    """One (batch, load) point. A point that does not stabilize is retried with longer windows; if it
+    still does not, its first windows are taken as they come and the row is flagged unstable with their
+    spread: a busy host gives a result, not a crash.
+
+    Raises:
+        MeasurementError: perf_analyzer failed for another reason (its output's tail in the message).
+    """
+    for tried in attempts(sweep):
+        csv_path.unlink(missing_ok=True)
+        done = _run(analyzer, perf_args(tried, ep, batch, load, csv_path), tried)
+        if done.returncode == 0:
+            rows = parse_csv(csv_path, tried, batch, load[0])
+            return [_stamp(r, "yes", window_spread(done.stdout), tried) for r in rows]
+        if UNSTABLE not in done.stdout + done.stderr:
+            raise MeasurementError(f"perf_analyzer failed (exit {done.returncode}):\n{_tail(done)}")
+    last = replace(tried, stability_percent=ACCEPT_ANY, max_trials=3)
+    done = _run(analyzer, perf_args(last, ep, batch, load, csv_path), last)
+    if done.returncode != 0:
+        raise MeasurementError(f"perf_analyzer failed (exit {done.returncode}):\n{_tail(done)}")
+    spread = window_spread(done.stdout)
+    step(f"perf: {sweep.model} batch {batch} {load[0]} {load[1]} unstable (windows spread {spread:g}%): kept and "
+         f"flagged; a longer window helps (perf_analyzer --measurement-interval: --interval-ms / INTERVAL_MS)")
+    return [_stamp(r, "no", spread, last) for r in parse_csv(csv_path, last, batch, load[0])]
+
+
+def _stamp(row: dict, stable: str, spread: float, sweep: Sweep) -> dict:
+    return {**row, "stable": stable, "spread_pct": spread, "window_ms": sweep.measurement_ms}
+
+
+def _tail(done) -> str:
+    return "\n".join((done.stdout + done.stderr).strip().splitlines()[-8:])
 
 
 def _row(record: dict, sweep: Sweep, batch: int, kind: str) -> dict:
@@ -129,19 +205,31 @@ def _row(record: dict, sweep: Sweep, batch: int, kind: str) -> dict:
         "compute_infer_us": float(record["Server Compute Infer"]),
         "compute_output_us": float(record["Server Compute Output"]),
         "network_us": float(record["Network+Server Send/Recv"]),
+        "stable": "yes",
+        "spread_pct": 0.0,
+        "window_ms": sweep.measurement_ms,
     }
 
 
-def run_sweep(sweep: Sweep, ep: Endpoint, analyzer: PerfAnalyzer, work_dir: Path) -> list[dict]:
-    """Run every (batch, load) point of a sweep; one progress line per point."""
+def run_sweep(sweep: Sweep, ep: Endpoint, analyzer: PerfAnalyzer, work_dir: Path,
+              failures: list[PointFailure] | None = None) -> list[dict]:  # fmt: skip
+    """Run every (batch, load) point of a sweep; one progress line per point.
+
+    With `failures` given, a point that fails is recorded there and the sweep goes on (finished
+    points are never lost); without it, the first failure raises MeasurementError.
+    """
     work_dir.mkdir(parents=True, exist_ok=True)
     rows, points = [], [(b, load) for b in sweep.batch_sizes for load in sweep.loads()]
     for i, (batch, load) in enumerate(points, start=1):
         step(f"perf [{i}/{len(points)}] {sweep.model} {ep.protocol} batch {batch} {load[0]} {load[1]}")
         csv_path = work_dir / f"{sweep.model}_{ep.protocol}_b{batch}_{load[0]}_{load[1]}.csv"
-        timeout = 60 + sweep.measurement_ms / 1000 * sweep.max_trials * 3
-        analyzer.run(perf_args(sweep, ep, batch, load, csv_path), timeout)
-        rows += parse_csv(csv_path, sweep, batch, load[0])
+        try:
+            rows += measure_point(sweep, ep, analyzer, batch, load, csv_path)
+        except MeasurementError as err:
+            if failures is None:
+                raise
+            failures.append(PointFailure(sweep.model, batch, load[0], load[1], str(err)))
+            step(f"perf: {sweep.model} batch {batch} {load[0]} {load[1]} failed, going on: {str(err).splitlines()[0]}")
     return rows
 
 
@@ -158,19 +246,41 @@ def read_csv(path: Path) -> list[dict]:
     """Rows written by write_csv, with their numbers typed again (empty if there is no file)."""
     if not path.exists():
         return []
-    text = ("model", "protocol", "load")
     with open(path, newline="") as handle:
-        return [{k: v if k in text else (int(v) if k == "batch" else float(v)) for k, v in r.items()}
-                for r in csv.DictReader(handle)]  # fmt: skip
+        return [_typed(r) for r in csv.DictReader(handle)]
+
+
+def _typed(record: dict) -> dict:
+    row = {k: v if k in TEXT_COLUMNS else (int(v) if k == "batch" else float(v)) for k, v in record.items() if v != ""}
+    row.setdefault("stable", "yes")  # runs written before stability was recorded
+    return row
 
 
 def markdown_table(rows: list[dict]) -> str:
     """The rows as a markdown table people read."""
-    head = "| model | proto | batch | load | throughput (infer/s) | p50 ms | p99 ms | queue µs | infer µs |"
-    lines = [head, "|" + "---|" * 9]
+    head = "| model | proto | batch | load | throughput (infer/s) | p50 ms | p99 ms | queue µs | infer µs | stability |"
+    lines = [head, "|" + "---|" * 10]
     for r in rows:
         lines.append(
             f"| {r['model']} | {r['protocol']} | {r['batch']} | {r['load']} {r['level']:g} | {r['throughput']:.1f} "
-            f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['queue_us']:.0f} | {r['compute_infer_us']:.0f} |"
+            f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['queue_us']:.0f} | {r['compute_infer_us']:.0f} "
+            f"| {stability(r)} |"
         )
+    return "\n".join(lines)
+
+
+def stability(row: dict) -> str:
+    """'stable', or 'unstable ±S%' with the spread of its measurement windows."""
+    if row.get("stable", "yes") == "yes":
+        return "stable"
+    return f"unstable ±{float(row.get('spread_pct', 0)) / 2:.0f}%"
+
+
+def failures_table(failures: list[PointFailure]) -> str:
+    """Points that gave no measurement, as a markdown table (empty string if none)."""
+    if not failures:
+        return ""
+    lines = ["| model | batch | load | error |", "|---|---|---|---|"]
+    for f in failures:
+        lines.append(f"| {f.model} | {f.batch} | {f.load} {f.level} | {f.message.splitlines()[0]} |")
     return "\n".join(lines)

@@ -35,13 +35,21 @@ class PerfAnalyzer:
     binary: Path
     env: dict
 
-    def run(self, args: list[str], timeout: float) -> subprocess.CompletedProcess:
-        """Run perf_analyzer with args; raise MeasurementError on failure, with its output."""
+    def attempt(self, args: list[str], timeout: float) -> subprocess.CompletedProcess:
+        """Run perf_analyzer with args and return what it did, whatever its exit status.
+
+        Raises:
+            MeasurementError: it ran past timeout (it was ended).
+        """
         try:
-            done = subprocess.run([str(self.binary), *args], env=self.env, capture_output=True, text=True,
+            return subprocess.run([str(self.binary), *args], env=self.env, capture_output=True, text=True,
                                   timeout=timeout)  # fmt: skip
         except subprocess.TimeoutExpired as err:
             raise MeasurementError(f"perf_analyzer ran past {timeout:.0f} s: {' '.join(args)}") from err
+
+    def run(self, args: list[str], timeout: float) -> subprocess.CompletedProcess:
+        """Run perf_analyzer with args; raise MeasurementError on failure, with its output."""
+        done = self.attempt(args, timeout)
         if done.returncode != 0:
             tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-8:])
             raise MeasurementError(f"perf_analyzer failed (exit {done.returncode}):\n{tail}")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 import urllib.parse
@@ -65,18 +64,20 @@ def scrape_config(targets: list[Target], interval: str = "5s") -> dict:
 
 
 def find_prometheus() -> Path:
-    """The prometheus binary (PATH or PROMETHEUS_BINARY).
+    """The prometheus binary ($PROMETHEUS_BINARY, .tools/prometheus/bin, then PATH).
 
     Raises:
         MeasurementError: not installed, with how to install it.
     """
-    found = os.environ.get("PROMETHEUS_BINARY") or shutil.which("prometheus")
+    from loadtest.prometheus_tools import find_tool
+
+    found = find_tool("prometheus")
     if not found:
         raise MeasurementError(
-            "prometheus is not installed: `make install-prometheus` (Debian/Ubuntu: sudo apt-get install prometheus), "
-            "or put a Prometheus release's binary on PATH or in PROMETHEUS_BINARY"
+            "prometheus is not installed: `make install-prometheus` (unpacks Debian's package into .tools/, "
+            "no root), or set PROMETHEUS_BINARY to a Prometheus binary"
         )
-    return Path(found)
+    return found
 
 
 def start(state_dir: Path, port: int, interval: str = "5s", rules: RuleSettings = DEFAULT_RULES) -> dict:

@@ -24,6 +24,8 @@ class Reconciliation:
     locust_p50_ms: float
     perf_tput: float
     locust_tput: float
+    perf_stable: bool = True
+    perf_spread_pct: float = 0.0
 
     @property
     def gap(self) -> float:
@@ -44,7 +46,8 @@ def reconcile(state, ep, analyzer, model: str, concurrency: int, seconds: int, o
     run = LocustRun(((model, 1),), ep.protocol, users=concurrency, spawn_rate=concurrency, run_time_s=seconds)
     locust = next(r for r in run_locust(run, state, out / "locust")["rows"] if r["name"] != "Aggregated")
     return Reconciliation(model, ep.protocol, concurrency, perf_row["p50_ms"], locust["p50_ms"],
-                          perf_row["throughput"], locust["throughput"])  # fmt: skip
+                          perf_row["throughput"], locust["throughput"], perf_row["stable"] == "yes",
+                          perf_row["spread_pct"])  # fmt: skip
 
 
 def markdown(results: list[Reconciliation]) -> str:
@@ -53,6 +56,8 @@ def markdown(results: list[Reconciliation]) -> str:
              "perf_analyzer infer/s | Locust req/s |", "|" + "---|" * 9]  # fmt: skip
     for r in results:
         verdict = "agree (≤ 15%)" if r.agrees else "differ (> 15%)"
+        if not r.perf_stable:
+            verdict += f"; perf_analyzer unstable ±{r.perf_spread_pct / 2:.0f}%"
         lines.append(f"| {r.model} | {r.protocol} | {r.concurrency} | {r.perf_p50_ms:.2f} | {r.locust_p50_ms:.1f} | "
                      f"{r.gap:.0%} | {verdict} | {r.perf_tput:.1f} | {r.locust_tput:.1f} |")  # fmt: skip
     if any(not r.agrees for r in results):

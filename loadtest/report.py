@@ -3,8 +3,9 @@
 A run folder (reports/<timestamp>/) holds what the measurement commands wrote: perf.csv
 (perf_analyzer), locust_stats.csv (Locust), breakdown.json (per-step latency of ensembles),
 environment.json. The report adds plots (throughput vs p99 per variant, latency breakdown per
-ensemble step, accuracy vs speed per precision), the seeds' table (CPU vs GPU vs TensorRT rows,
-with the reason for a missing row), the environment, and the change against an earlier run.
+ensemble step, accuracy vs speed per precision), the CPU vs GPU vs TensorRT table (with the reason for a
+missing row, or the row of another run beside it), the environment, and the change against an earlier run
+that measured the same points.
 """
 
 from __future__ import annotations
@@ -50,31 +51,64 @@ def runtime_class(entry: dict | None) -> str:
     return "GPU" if entry.get("kind") == "KIND_GPU" else "CPU"
 
 
-def seeds_table(perf_rows: list[dict], manifest: dict, environment: dict) -> Table:
-    """CPU vs GPU vs TensorRT rows (best measured variant of each), or the reason for none."""
-    best = best_per_model(perf_rows)
-    by_class: dict[str, list[dict]] = {}
-    for model, row in best.items():
-        by_class.setdefault(runtime_class(manifest.get(model)), []).append(row)
-    reasons = {"GPU": "no GPU variant measured in this run" if environment.get("host", {}).get("gpu") else
-               "no CUDA GPU on this host", "TensorRT": "no TensorRT plan measured (TensorRT builds in the NGC "
-               "container: make build-engines-docker)"}  # fmt: skip
+CLASSES = ("CPU", "GPU", "TensorRT")
+
+
+def runtime_table(perf_rows: list[dict], manifest: dict, environment: dict, others: list[Path] = ()) -> Table:
+    """CPU vs GPU vs TensorRT rows (best measured variant of each). A class this run did not measure is
+    taken from the latest other run folder that did (named in the row), or its row says why it is missing."""
+    by_class = _best_by_class(perf_rows, manifest)
     rows = []
-    for cls in ("CPU", "GPU", "TensorRT"):
+    for cls in (*CLASSES, "unknown"):
         for row in by_class.get(cls, []):
-            rows.append([cls, row["model"], f"{_num(row, 'p50_ms'):.2f}", f"{_num(row, 'throughput'):.1f}",
-                         f"b{row['batch']} {_point(row)}", ""])  # fmt: skip
-        if cls not in by_class:
-            rows.append([cls, "—", "—", "—", "—", reasons.get(cls, "")])
-    return ["runtime", "model", "p50 ms", "best infer/s", "at", "why missing"], rows
+            rows.append(_runtime_row(cls, row, "" if cls != "unknown" else "not in the repository's manifest"))
+        if cls in by_class or cls == "unknown":
+            continue
+        found = _from_other_run(cls, manifest, others)
+        rows += [_runtime_row(cls, row, f"not in this run: from {folder}") for folder, row in found] or [
+            [cls, "—", "—", "—", "—", _missing(cls, perf_rows, environment)]]  # fmt: skip
+    return ["runtime", "model", "p50 ms", "best infer/s", "at", "why missing / source"], rows
+
+
+def _best_by_class(perf_rows: list[dict], manifest: dict) -> dict[str, list[dict]]:
+    by_class: dict[str, list[dict]] = {}
+    for model, row in best_per_model(perf_rows).items():
+        by_class.setdefault(runtime_class(manifest.get(model)), []).append(row)
+    return by_class
+
+
+def _runtime_row(cls: str, row: dict, note: str) -> list[str]:
+    return [cls, row["model"], f"{_num(row, 'p50_ms'):.2f}", f"{_num(row, 'throughput'):.1f}",
+            f"b{row['batch']} {_point(row)}", note]  # fmt: skip
+
+
+def _from_other_run(cls: str, manifest: dict, others: list[Path]) -> list[tuple[str, dict]]:
+    for folder in sorted(others, reverse=True):
+        rows = _best_by_class(read_perf(folder / "perf.csv"), manifest).get(cls, [])
+        if rows:
+            return [(folder.name, r) for r in rows]
+    return []
+
+
+def _missing(cls: str, perf_rows: list[dict], environment: dict) -> str:
+    if not perf_rows:
+        return "no perf_analyzer points in this run (make perf measures them)"
+    if cls == "CPU":
+        return "no CPU variant measured here or in an earlier run beside it"
+    if cls == "GPU":
+        gpu = environment.get("host", {}).get("gpu")
+        return "no GPU variant measured in this run" if gpu else "no CUDA GPU on this host"
+    return "no TensorRT plan measured (TensorRT builds in the NGC container: make build-engines-docker)"
 
 
 def perf_table(perf_rows: list[dict]) -> Table:
     """Every perf_analyzer point."""
-    head = ["model", "proto", "batch", "load", "infer/s", "p50 ms", "p99 ms", "queue µs", "infer µs"]
+    from loadtest.perf import stability
+
+    head = ["model", "proto", "batch", "load", "infer/s", "p50 ms", "p99 ms", "queue µs", "infer µs", "stability"]
     rows = [[r["model"], r["protocol"], r["batch"], _point(r), f"{_num(r, 'throughput'):.1f}",
              f"{_num(r, 'p50_ms'):.2f}", f"{_num(r, 'p99_ms'):.2f}", f"{_num(r, 'queue_us'):.0f}",
-             f"{_num(r, 'compute_infer_us'):.0f}"] for r in perf_rows]  # fmt: skip
+             f"{_num(r, 'compute_infer_us'):.0f}", stability(r)] for r in perf_rows]  # fmt: skip
     return head, rows
 
 
@@ -89,6 +123,16 @@ def _change(new: dict, old: dict, key: str) -> str:
 
 def _key(row: dict) -> tuple:
     return row["model"], row["protocol"], row["batch"], row["load"], float(row["level"])
+
+
+def comparable_run(run: Path, candidates: list[Path]) -> Path | None:
+    """The latest of candidates (earlier run folders) that measured at least one of run's points
+    (same model, protocol, batch and load): only like is compared with like."""
+    mine = {_key(r) for r in read_perf(run / "perf.csv")}
+    for folder in sorted(candidates, reverse=True):
+        if mine & {_key(r) for r in read_perf(folder / "perf.csv")}:
+            return folder
+    return None
 
 
 def history_table(current: list[dict], earlier: list[dict]) -> Table:
@@ -170,18 +214,25 @@ def build_report(run: Path, repo: Path | None, earlier: Path | None = None, prom
     """
     perf_rows, environment = read_perf(run / "perf.csv"), _json(run / "environment.json")
     manifest = _json(repo / "manifest.json").get("models", {}) if repo else {}
+    others = _sibling_runs(run)
     sections: list[tuple[str, Table | None, Path | None]] = [
-        ("CPU vs GPU vs TensorRT", seeds_table(perf_rows, manifest, environment), None)]  # fmt: skip
+        ("CPU vs GPU vs TensorRT", runtime_table(perf_rows, manifest, environment, others), None)]  # fmt: skip
     if perf_rows:
         plot = throughput_vs_latency(perf_rows, run / "perf.png")
         sections.append(("perf_analyzer: every point", perf_table(perf_rows), plot))
-        sections.append(("Accuracy vs speed", None, accuracy_plot(perf_rows, manifest, run / "accuracy_speed.png")))
+        accuracy = accuracy_plot(perf_rows, manifest, run / "accuracy_speed.png")
+        if accuracy is not None:
+            sections.append(("Accuracy vs speed", None, accuracy))
+        paid = precision_table(perf_rows, manifest)
+        if paid[1]:
+            sections.append(("Did each precision pay?", paid, None))
     breakdown = _json(run / "breakdown.json")
     if breakdown:
         sections.append(("Latency per ensemble step", None, breakdown_plot(breakdown, run / "breakdown.png")))
     locust = read_csv(run / "locust_stats.csv")
     if locust:
-        sections.append(("Locust", locust_table(locust), None))
+        history_png = run / "locust_history.png"
+        sections.append(("Locust", locust_table(locust), history_png if history_png.exists() else None))
     if prometheus:
         from loadtest.server_view import view
 
@@ -190,9 +241,34 @@ def build_report(run: Path, repo: Path | None, earlier: Path | None = None, prom
             sections.append(("Server side (Prometheus, the run's window)", *found))
     if earlier is not None:
         history = history_table(perf_rows, read_perf(earlier / "perf.csv"))
-        sections.append((f"Change against {earlier.name}", history, None))
+        if history[1]:
+            sections.append((f"Change against {earlier.name}", history, None))
+        else:
+            sections.append((f"Change against {earlier.name}: none of its points matches this run's "
+                             "(model, protocol, batch, load)", None, None))  # fmt: skip
     _write(run, sections, environment)
     return run / "report.md"
+
+
+def _sibling_runs(run: Path) -> list[Path]:
+    """Other run folders beside run that hold a perf.csv (earlier ones first)."""
+    if not run.parent.is_dir():
+        return []
+    return sorted(p for p in run.parent.iterdir() if p != run and (p / "perf.csv").exists())
+
+
+def precision_table(perf_rows: list[dict], manifest: dict) -> Table:
+    """Each reduced-precision variant's best throughput against its fp32 model's, and whether it paid."""
+    best, rows = best_per_model(perf_rows), []
+    for model, row in best.items():
+        entry = manifest.get(model, {})
+        base = entry.get("spec", {}).get("name")  # the fp32 model a variant was built from
+        if entry.get("precision") in (None, "fp32") or base == model or base not in best:
+            continue
+        ratio = _num(row, "throughput") / max(_num(best[base], "throughput"), 1e-9)
+        verdict = "paid" if ratio > 1.05 else ("no gain" if ratio >= 0.95 else "did not pay: slower than fp32 here")
+        rows.append([model, entry.get("precision", "?"), base, f"{ratio:.2f}x", verdict])
+    return ["variant", "precision", "against", "best infer/s vs fp32", "verdict"], rows
 
 
 def write_context(run: Path, ep, models: list[str]) -> None:

@@ -146,6 +146,8 @@ class Searcher:
         accurate, why = accuracy_ok(self.manifest, candidate.variant, variants, self.budgets["accuracy"])
         fast = row["p99_ms"] <= self.budgets["p99_ms"]
         reason = why or ("" if fast else f"p99 {row['p99_ms']:.2f} ms > {self.budgets['p99_ms']:g} ms")
+        if row.get("stable") == "no":  # a busy host: kept, and said so beside the figure
+            reason = "; ".join(filter(None, [reason, f"unstable ±{row['spread_pct'] / 2:.0f}%"]))
         result = Result(candidate, row["throughput"], row["p99_ms"], accurate and fast, reason)
         self.results[candidate] = result
         return result

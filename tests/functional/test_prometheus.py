@@ -2,7 +2,6 @@
 drives load through Envoy: the recorded series hold real values that agree with Locust's own count,
 and every query of the Grafana dashboard evaluates."""
 
-import shutil
 import time
 
 import pytest
@@ -12,6 +11,7 @@ from builders.repository import ServingOptions
 from loadtest import dashboard
 from loadtest import prometheus_server as prom
 from loadtest.locust_run import LocustRun, read_stats, run_locust
+from loadtest.prometheus_tools import find_tool
 from loadtest.prometheus_rules import P99, QUEUE_PER_REQUEST, REQUESTS, THROUGHPUT, RuleSettings
 from loadtest.report import build_report
 from server import launcher
@@ -19,7 +19,7 @@ from server.cluster import ClusterSettings, start_cluster, stop_cluster
 
 pytestmark = [
     pytest.mark.functional,
-    pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed: make install-prometheus"),
+    pytest.mark.skipif(find_tool("prometheus") is None, reason="prometheus not installed: make install-prometheus"),
 ]
 RULES = RuleSettings(window="10s")
 

@@ -223,3 +223,9 @@ def test_client_cli_reports_a_bad_model_cleanly(served):
     )  # fmt: skip
     assert done.returncode == 2 and "error:" in done.stderr and "Traceback" not in done.stderr
     _assert_live(served)
+
+
+def test_digits_cnn_learns_from_real_data(digits_build):
+    _, built, result = digits_build
+    assert built.metrics["accuracy"] > 0.95
+    assert result.metrics["accuracy"] == built.metrics["accuracy"]

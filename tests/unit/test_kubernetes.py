@@ -4,7 +4,6 @@ KServe predictor as a core Container, the PrometheusRule against the rules gener
 installed), and the wiring between them (selectors, ports, probes, secret, metric names)."""
 
 import copy
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 import yaml
 
 from loadtest import prometheus_rules
+from loadtest.prometheus_tools import find_tool
 
 ROOT = Path(__file__).parents[2]
 FOLDER = ROOT / "kubernetes"
@@ -126,13 +126,11 @@ def test_the_hpa_scales_on_the_adapters_queue_time_metric():
     assert rule["metricsQuery"] == expected
 
 
-@pytest.mark.skipif(
-    shutil.which("promtool") is None, reason="promtool not installed (Debian: apt-get install prometheus)"
-)
+@pytest.mark.skipif(find_tool("promtool") is None, reason="promtool not installed: make install-prometheus")
 def test_promtool_accepts_the_rules(tmp_path):
     path = tmp_path / "rules.yml"
     path.write_text(yaml.safe_dump(_docs("prometheus-rules.yaml")[0]["spec"]))
-    done = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True)
+    done = subprocess.run([str(find_tool("promtool")), "check", "rules", str(path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 
 

