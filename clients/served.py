@@ -67,3 +67,20 @@ def _ready(client, model: str) -> bool:
         return bool(client.is_model_ready(model))
     except Exception:  # tritonclient raises on unknown models over gRPC
         return False
+
+
+def require_ready(ep: Endpoint, names: list[str]) -> None:
+    """Check that every named model is ready on the server before a run starts.
+
+    Raises:
+        ClientError: a model is unknown or not ready; the message lists what the server has ready.
+    """
+    with ep.client() as client:
+        missing = [n for n in names if not _ready(client, n)]
+        if not missing:
+            return
+        index = client.get_model_repository_index(headers=ep.admin_headers)
+    index = index if isinstance(index, list) else [{"name": m.name, "state": m.state} for m in index.models]
+    ready = sorted(m["name"] for m in index if m.get("state") == "READY")
+    raise ClientError(f"model(s) {', '.join(missing)} not ready or unknown on {ep.url}; ready there: "
+                      f"{', '.join(ready) or 'none'} (MODEL=... or --models)")  # fmt: skip

@@ -15,6 +15,14 @@ def cli():
     """Measure a running Triton server: perf_analyzer sweeps, reports."""
 
 
+def _weight(model: str) -> int:
+    """The weight of 'model:weight' (1 if none)."""
+    name, _, weight = model.partition(":")
+    if weight and not weight.isdigit():
+        raise MeasurementError(f"{model!r}: a model's weight is a whole number ('{name}:2')")
+    return int(weight or 1)
+
+
 def _numbers(text: str, kind=int) -> tuple:
     return tuple(kind(v) for v in text.replace(",", " ").split())
 
@@ -81,21 +89,27 @@ def perf(
 
     ep, analyzer = endpoint(protocol, url, state_dir), find_perf_analyzer()
     out = out or Path("reports") / time.strftime("%Y%m%d-%H%M%S")
-    rows, names, started = [], _models_or_served(models, ep), time.time()
+    rows, failures, names, started = [], [], _models_or_served(models, ep), time.time()
     for model in names:
         data = sweeps.input_data_file(ep, model, out / "raw" / f"{model}_input.json")
         sweep = sweeps.Sweep(model, protocol, _numbers(concurrency), _numbers(request_rate, float), _numbers(batch),
                              shared_memory, interval_ms, stability_percent=stability, input_data=data)  # fmt: skip
-        rows += sweeps.run_sweep(sweep, ep, analyzer, out / "raw")
+        rows += sweeps.run_sweep(sweep, ep, analyzer, out / "raw", failures)
     record_window(out, started, time.time())
     sweeps.write_csv(rows, out / "perf.csv")
-    table = sweeps.markdown_table(rows)
-    (out / "perf.md").write_text(f"# perf_analyzer sweep\n\n{table}\n")
+    table, failed = sweeps.markdown_table(rows), sweeps.failures_table(failures)
+    failed_md = f"\n## Failed points\n\n{failed}\n" if failed else ""
+    (out / "perf.md").write_text(f"# perf_analyzer sweep\n\n{table}\n{failed_md}")
     throughput_vs_latency(rows, out / "perf.png")
     write_context(out, endpoint("http", None, state_dir), names)
-    report = build_report(out, ep.repo, _latest_earlier(out, "perf.csv"))
+    report = build_report(out, ep.repo, _comparable_earlier(out))
     click.echo(table)
+    if failed:
+        click.echo(f"\n{failed}")
     click.echo(f"report: {report} (and report.html; CSV: perf.csv, plots: *.png)")
+    if failures:
+        total = len(failures) + len(rows)
+        raise SystemExit(f"{len(failures)} of {total} points failed (table above); the finished points are kept")
 
 
 @cli.command()
@@ -119,11 +133,14 @@ def locust(models, protocol, users, spawn_rate, run_time, processes, rate_per_us
            slo_fail_ratio, batch, out, state_dir):  # fmt: skip
     """Headless Locust run against the server of `make serve`; CSV + HTML report, table printed."""
     from clients.connection import endpoint
+    from clients.served import require_ready
     from loadtest.locust_run import LocustRun, markdown_table, run_locust
     from server.launcher import read_state
 
-    given = models.replace(",", " ").split() or _models_or_served("", endpoint(protocol, None, state_dir))
-    parsed = tuple((m.partition(":")[0], int(m.partition(":")[2] or 1)) for m in given)
+    ep = endpoint(protocol, None, state_dir)
+    given = models.replace(",", " ").split() or _models_or_served("", ep)
+    parsed = tuple((m.partition(":")[0], _weight(m)) for m in given)
+    require_ready(ep, [m for m, _ in parsed])  # a typo fails here in a second, not in Locust's log
     run = LocustRun(parsed, protocol, users, spawn_rate, run_time, processes, rate_per_user, shape, slo_p99_ms,
                     slo_fail_ratio, batch)  # fmt: skip
     out = out or Path("reports") / time.strftime("%Y%m%d-%H%M%S")
@@ -369,10 +386,12 @@ def cluster_faults(model, protocol, users, seconds, out, state_dir):
     click.echo((out / "faults.md").read_text())
 
 
-def _latest_earlier(run: Path, marker: str) -> Path | None:
-    """The most recent earlier run folder beside `run` that holds `marker`."""
-    earlier = sorted(p for p in run.parent.iterdir() if p != run and (p / marker).exists() and p.name < run.name)
-    return earlier[-1] if earlier else None
+def _comparable_earlier(run: Path) -> Path | None:
+    """The latest earlier run beside `run` that measured one of its points (like with like), or None."""
+    from loadtest.report import comparable_run
+
+    earlier = [p for p in run.parent.iterdir() if p != run and (p / "perf.csv").exists() and p.name < run.name]
+    return comparable_run(run, earlier)
 
 
 @cli.command()

@@ -87,13 +87,64 @@ def run_locust(run: LocustRun, state: ServerState, out_dir: Path) -> dict:
     step(f"locust: {run.users} users, {run.run_time_s} s, {run.protocol}{workers}, models {dict(run.models)}")
     started = time.time()
     with open(log, "w") as handle:
-        done = subprocess.run(locust_command(run, prefix), env=locust_environment(run, state), stdout=handle,
-                              stderr=subprocess.STDOUT, timeout=run.run_time_s + 120)  # fmt: skip
+        try:
+            done = subprocess.run(locust_command(run, prefix), env=locust_environment(run, state), stdout=handle,
+                                  stderr=subprocess.STDOUT, timeout=run.run_time_s + 120)  # fmt: skip
+        except subprocess.TimeoutExpired as err:
+            raise MeasurementError(
+                f"locust ran past {run.run_time_s + 120} s; its log ends:\n{_log_tail(log)}"
+            ) from err
     record_window(out_dir, started, time.time())
     rows = read_stats(Path(f"{prefix}_stats.csv"))
     if done.returncode not in (0, 1, SLO_EXIT) or not rows:
-        raise MeasurementError(f"locust failed (exit {done.returncode}); see {log}")
+        raise MeasurementError(f"locust failed (exit {done.returncode}); its log ({log}) ends:\n{_log_tail(log)}")
+    history_plot(Path(f"{prefix}_stats_history.csv"), out_dir / "locust_history.png")
     return {"rows": rows, "slo_ok": done.returncode != SLO_EXIT, "exit_code": done.returncode, "log": str(log)}
+
+
+def _log_tail(log: Path, lines: int = 6) -> str:
+    return "\n".join(log.read_text(errors="replace").strip().splitlines()[-lines:])
+
+
+def read_history(path: Path) -> list[dict]:
+    """Locust's <prefix>_stats_history.csv, the 'Aggregated' rows: seconds since start, users, requests/s,
+    failures/s and p50/p95/p99 in ms (NaN before the first response)."""
+    if not path.exists():
+        return []
+    with open(path, newline="") as handle:
+        records = [r for r in csv.DictReader(handle) if r.get("Name") == "Aggregated"]
+    if not records:
+        return []
+    start = int(records[0]["Timestamp"])
+    number = lambda r, k: float(r[k]) if r.get(k) not in (None, "", "N/A") else float("nan")  # noqa: E731
+    return [{"t": int(r["Timestamp"]) - start, "users": number(r, "User Count"), "rps": number(r, "Requests/s"),
+             "fails": number(r, "Failures/s"), "p50": number(r, "50%"), "p95": number(r, "95%"),
+             "p99": number(r, "99%")} for r in records]  # fmt: skip
+
+
+def history_plot(history_csv: Path, path: Path) -> Path | None:
+    """PNG: p50/p95/p99 (ms) and requests/s over the run, from Locust's stats history (None: no history)."""
+    from loadtest.plots import pyplot, save
+
+    points = read_history(history_csv)
+    if len(points) < 2:
+        return None
+    plt = pyplot()
+    fig, (lat, rate) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True)
+    t = [p["t"] for p in points]
+    for key in ("p50", "p95", "p99"):
+        lat.plot(t, [p[key] for p in points], label=key)
+    lat.set_ylabel("latency (ms)")
+    lat.legend(fontsize=8)
+    rate.plot(t, [p["rps"] for p in points], label="requests/s")
+    rate.plot(t, [p["fails"] for p in points], label="failures/s", color="tab:red")
+    rate.set_xlabel("seconds since start")
+    rate.set_ylabel("per second")
+    rate.legend(fontsize=8)
+    for ax in (lat, rate):
+        ax.grid(alpha=0.3)
+    lat.set_title("Locust: latency percentiles and request rate over the run")
+    return save(fig, path)
 
 
 def read_stats(path: Path) -> list[dict]:

@@ -172,8 +172,10 @@ def measure_point(sweep: Sweep, ep: Endpoint, analyzer: PerfAnalyzer, batch: int
     if done.returncode != 0:
         raise MeasurementError(f"perf_analyzer failed (exit {done.returncode}):\n{_tail(done)}")
     spread = window_spread(done.stdout)
-    step(f"perf: {sweep.model} batch {batch} {load[0]} {load[1]} unstable (windows spread {spread:g}%): kept and "
-         f"flagged; a longer window helps (perf_analyzer --measurement-interval: --interval-ms / INTERVAL_MS)")
+    step(
+        f"perf: {sweep.model} batch {batch} {load[0]} {load[1]} unstable (windows spread {spread:g}%): kept and "
+        f"flagged; a longer window helps (perf_analyzer --measurement-interval: --interval-ms / INTERVAL_MS)"
+    )
     return [_stamp(r, "no", spread, last) for r in parse_csv(csv_path, last, batch, load[0])]
 
 

@@ -7,7 +7,6 @@ and, for a cluster, Envoy's /stats/prometheus. Rules come from loadtest/promethe
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 import urllib.parse

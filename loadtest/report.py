@@ -91,14 +91,13 @@ def _from_other_run(cls: str, manifest: dict, others: list[Path]) -> list[tuple[
 
 
 def _missing(cls: str, perf_rows: list[dict], environment: dict) -> str:
+    if cls == "TensorRT":
+        return "no TensorRT plan measured (TensorRT builds in the NGC container: make build-engines-docker)"
+    if cls == "GPU" and not environment.get("host", {}).get("gpu"):
+        return "no CUDA GPU on this host"
     if not perf_rows:
-        return "no perf_analyzer points in this run (make perf measures them)"
-    if cls == "CPU":
-        return "no CPU variant measured here or in an earlier run beside it"
-    if cls == "GPU":
-        gpu = environment.get("host", {}).get("gpu")
-        return "no GPU variant measured in this run" if gpu else "no CUDA GPU on this host"
-    return "no TensorRT plan measured (TensorRT builds in the NGC container: make build-engines-docker)"
+        return f"no perf_analyzer points in this run or an earlier one beside it (make perf measures a {cls} variant)"
+    return f"no {cls} variant measured here or in an earlier run beside it"
 
 
 def perf_table(perf_rows: list[dict]) -> Table:
@@ -246,6 +245,9 @@ def build_report(run: Path, repo: Path | None, earlier: Path | None = None, prom
         else:
             sections.append((f"Change against {earlier.name}: none of its points matches this run's "
                              "(model, protocol, batch, load)", None, None))  # fmt: skip
+    elif perf_rows and others:
+        sections.append(("Change against an earlier run: none beside this one measured the same points "
+                         "(model, protocol, batch, load)", None, None))  # fmt: skip
     _write(run, sections, environment)
     return run / "report.md"
 

@@ -73,3 +73,24 @@ def test_reconciliation_measures_both_tools_at_the_same_load(served, tmp_path):
     assert result.agrees == (result.gap <= reconcile.TOLERANCE)
     text = reconcile.markdown([result])
     assert "resnet18_64" in text and ("agree" in text if result.agrees else "Why they can differ" in text)
+
+
+def test_a_point_that_cannot_stabilize_is_kept_and_flagged(served, tmp_path):
+    # a 0.001% stability bound is not met by any real host: the point must still give a row
+    sweep = perf.Sweep("digits_cnn", "grpc", concurrency=(2,), measurement_ms=200, stability_percent=0.001,
+                       max_trials=3)  # fmt: skip
+    (row,) = perf.run_sweep(sweep, served.endpoint("grpc"), find_perf_analyzer(), tmp_path)
+    assert row["throughput"] > 0 and row["p99_ms"] >= row["p50_ms"] > 0
+    assert row["stable"] in ("yes", "no") and row["window_ms"] >= 200
+    if row["stable"] == "no":
+        assert row["spread_pct"] >= 0 and "unstable ±" in perf.markdown_table([row])
+
+
+def test_a_failed_point_keeps_the_finished_ones(served, tmp_path):
+    ep, analyzer, failures = served.endpoint("grpc"), find_perf_analyzer(), []
+    rows = perf.run_sweep(perf.Sweep("digits_cnn", concurrency=(1,), measurement_ms=300, stability_percent=100),
+                          ep, analyzer, tmp_path, failures)  # fmt: skip
+    rows += perf.run_sweep(perf.Sweep("no_such_model", concurrency=(1,), measurement_ms=300), ep, analyzer, tmp_path,
+                           failures)  # fmt: skip
+    assert len(rows) == 1 and rows[0]["model"] == "digits_cnn"
+    assert [f.model for f in failures] == ["no_such_model"] and "no_such_model" in perf.failures_table(failures)

@@ -11,8 +11,8 @@ from builders.repository import ServingOptions
 from loadtest import dashboard
 from loadtest import prometheus_server as prom
 from loadtest.locust_run import LocustRun, read_stats, run_locust
-from loadtest.prometheus_tools import find_tool
 from loadtest.prometheus_rules import P99, QUEUE_PER_REQUEST, REQUESTS, THROUGHPUT, RuleSettings
+from loadtest.prometheus_tools import find_tool
 from loadtest.report import build_report
 from server import launcher
 from server.cluster import ClusterSettings, start_cluster, stop_cluster

@@ -39,3 +39,36 @@ def test_arguments_carry_load_shared_memory_and_admin_header(tmp_path):
 def test_empty_sweeps_are_refused():
     with pytest.raises(MeasurementError, match="at least one concurrency"):
         perf.Sweep("m", concurrency=())
+
+
+VERBOSE = """Request concurrency: 4
+  Pass [1] throughput: 3946.18 infer/sec. Avg latency: 1010 usec (std 1007 usec).
+  Pass [2] throughput: 3745.01 infer/sec. Avg latency: 1067 usec (std 708 usec).
+  Pass [3] throughput: 800.364 infer/sec. Avg latency: 4840 usec (std 21040 usec).
+Failed to obtain stable measurement within 3 measurement windows for concurrency 4."""
+
+
+def test_window_spread_is_the_widest_of_throughput_and_latency():
+    mean_latency = (1010 + 1067 + 4840) / 3
+    assert perf.window_spread(VERBOSE) == pytest.approx(100 * (4840 - 1010) / mean_latency, abs=0.1)
+    assert perf.window_spread("no passes printed") == 0.0
+
+
+def test_stability_is_said_beside_the_figure():
+    assert perf.stability({"stable": "yes"}) == "stable"
+    assert perf.stability({"stable": "no", "spread_pct": 30.0}) == "unstable ±15%"
+
+
+def test_retries_lengthen_the_window():
+    first, longer = perf.attempts(perf.Sweep("m", measurement_ms=500, max_trials=5))
+    assert (first.measurement_ms, longer.measurement_ms, longer.max_trials) == (500, 1000, 8)
+
+
+def test_rows_written_before_stability_was_recorded_read_as_stable(tmp_path):
+    rows = perf.parse_csv(FIXTURE, perf.Sweep("digits_cnn"), batch=1, kind="concurrency")
+    perf.write_csv(rows, tmp_path / "perf.csv")
+    old = tmp_path / "old.csv"
+    lines = (tmp_path / "perf.csv").read_text().splitlines()
+    cut = len(perf.COLUMNS) - 3
+    old.write_text("\n".join(",".join(line.split(",")[:cut]) for line in lines) + "\n")
+    assert all(r["stable"] == "yes" for r in perf.read_csv(old))

@@ -44,3 +44,68 @@ def test_soak_growth_is_measured_after_the_warmup():
     assert table["server"]["growth_pct"] == 4.0 and table["server"]["same_pid"]
     assert table["stub #0"]["growth_pct"] == 0.0 and not table["stub #0"]["same_pid"]
     assert table["total"]["from_mib"] == 120.0 and table["total"]["to_mib"] == 124.0
+
+
+def _repo(tmp_path: Path, models: dict) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir(exist_ok=True)
+    (repo / "manifest.json").write_text(json.dumps({"models": models}))
+    return repo
+
+
+def test_a_class_missing_from_this_run_comes_from_another_run_beside_it(tmp_path):
+    _run(tmp_path / "20260101-000000", 1.0)
+    locust_only = tmp_path / "20260102-000000"
+    locust_only.mkdir()
+    repo = _repo(tmp_path, {"digits_cnn": {"kind": "KIND_CPU", "precision": "fp32"}})
+    text = build_report(locust_only, repo).read_text()
+    assert "| CPU | digits_cnn |" in text and "not in this run: from 20260101-000000" in text
+
+
+def test_without_any_cpu_measurement_the_row_says_why(tmp_path):
+    alone = tmp_path / "20260102-000000"
+    alone.mkdir()
+    text = build_report(alone, _repo(tmp_path, {})).read_text()
+    cpu_row = next(line for line in text.splitlines() if line.startswith("| CPU |"))
+    assert cpu_row.rstrip("| ").split("|")[-1].strip(), cpu_row  # the "why missing" cell is not empty
+
+
+def test_no_empty_accuracy_heading_and_no_comparison_with_unlike_runs(tmp_path):
+    other = _run(tmp_path / "20260101-000000", 1.0)
+    rows = perf.read_csv(other / "perf.csv")
+    for row in rows:
+        row["model"] = "another_model"
+    perf.write_csv(rows, other / "perf.csv")
+    current = _run(tmp_path / "20260102-000000", 1.0)
+    text = build_report(current, _repo(tmp_path, {"digits_cnn": {"kind": "KIND_CPU"}})).read_text()
+    assert "Accuracy vs speed" not in text
+    assert "none beside this one measured the same points" in text and "→" not in text
+
+
+def test_a_precision_that_did_not_pay_is_said(tmp_path):
+    run = _run(tmp_path / "20260101-000000", 1.0)
+    rows = perf.read_csv(run / "perf.csv")
+    rows += [{**r, "model": "digits_cnn_int8", "throughput": r["throughput"] * 0.8} for r in rows]
+    perf.write_csv(rows, run / "perf.csv")
+    spec = {"name": "digits_cnn"}
+    repo = _repo(tmp_path, {"digits_cnn": {"kind": "KIND_CPU", "precision": "fp32", "spec": spec},
+                            "digits_cnn_int8": {"kind": "KIND_CPU", "precision": "int8", "spec": spec}})  # fmt: skip
+    text = build_report(run, repo).read_text()
+    assert "| digits_cnn_int8 | int8 | digits_cnn | 0.80x | did not pay: slower than fp32 here |" in text
+
+
+HISTORY = """Timestamp,User Count,Type,Name,Requests/s,Failures/s,50%,66%,75%,80%,90%,95%,98%,99%,99.9%,99.99%,100%
+1700000000,4,,Aggregated,0.000000,0.000000,N/A,N/A,N/A,N/A,N/A,N/A,N/A,N/A,N/A,N/A,N/A
+1700000001,4,,Aggregated,1500.0,0.000000,2,2,3,3,3,3,4,5,8,9,9
+1700000002,4,,Aggregated,1700.0,1.0,2,2,3,3,3,4,4,6,9,9,9
+"""
+
+
+def test_locust_history_becomes_a_png_of_percentiles_and_rate(tmp_path):
+    from loadtest.locust_run import history_plot, read_history
+
+    (tmp_path / "h.csv").write_text(HISTORY)
+    points = read_history(tmp_path / "h.csv")
+    assert [p["t"] for p in points] == [0, 1, 2] and points[2]["p99"] == 6.0 and points[2]["fails"] == 1.0
+    assert history_plot(tmp_path / "h.csv", tmp_path / "h.png").stat().st_size > 10_000
+    assert history_plot(tmp_path / "missing.csv", tmp_path / "x.png") is None
