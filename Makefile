@@ -53,7 +53,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 build-engines: install ## Export, validate, quantize, write the repository: MODELS="..." and/or SPEC=models.toml, TARGET=embedded|ngc PRECISIONS="fp32 int8" COMPILED="fp16 bf16"
-	$(PY) -m builders build --models "$(MODELS)" $(if $(SPEC),--spec $(SPEC)) --target $(TARGET) --repo $(REPO) \
+	$(PY) -m builders build --models "$(MODELS)" $(if $(SPEC),--spec $(SPEC)) --target $(TARGET) --repo $(REPO) $(if $(VERBOSE),-v) \
 		--weights $(WEIGHTS) --precisions "$(PRECISIONS)" $(if $(CALIBRATION),--calibration $(CALIBRATION)) \
 		$(if $(COMPILED),--compiled "$(COMPILED)")
 

@@ -81,6 +81,7 @@ def _split(value: str) -> list[str]:
     "CUDA graphs; without one: KIND_CPU.",
 )
 @click.option("--uint8-input", is_flag=True, help="Compiled engines take uint8 NHWC images, normalized in the engine.")
+@click.option("-v", "--verbose", is_flag=True, help="Show the exporter's warnings (hidden by default).")
 @user_errors
 def build(
     models,
@@ -102,13 +103,15 @@ def build(
     pipelines,
     compiled,
     uint8_input,
+    verbose,
 ):
     """Build MODELS (zoo) and the models of --spec into the repository REPO, one validated model at a time."""
+    from builders import export, zoo
     from builders import spec_file as spec_files
-    from builders import zoo
     from builders.build import BuildRequest
     from builders.repository import ServingOptions, default_target
 
+    export.VERBOSE = verbose
     target = default_target() if target == "auto" else target
     _check_compiled(_split(compiled))
     preferred = tuple(int(b) for b in _split(preferred_batch))

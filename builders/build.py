@@ -61,7 +61,7 @@ def _validated_artifact(req: BuildRequest, built: zoo.BuiltModel | None) -> tupl
     if req.spec.builder == user_models.ONNX:
         return _imported_artifact(req.spec, out_dir, digest)
     if built is None:
-        step(f"{req.spec.name}: building the torch module ({req.spec.builder}, weights={req.spec.weights})")
+        step(f"{req.spec.name}: building the torch module ({req.spec.builder}, weights: {weights_source(req.spec)})")
         built = zoo.build_module(req.spec)
     if built.metrics:
         step(f"{req.spec.name}: builder metrics {built.metrics}")
@@ -158,6 +158,19 @@ def write_torch_variant(req: BuildRequest, runtime: repository.TorchRuntime, ext
             "torch_runtime": dataclasses.asdict(runtime),
             "versions": tool_versions(), "host": host_info(),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+
+
+def weights_source(spec) -> str:
+    """Where the module's weights come from, as the build log says it: a checkpoint, an exported program,
+    torchvision's named weights, a training run, or random initialization."""
+    args = spec.builder_args or {}
+    if args.get("checkpoint"):
+        return f"checkpoint {args['checkpoint']}"
+    if spec.builder == user_models.EXPORTED:
+        return f"the exported program {args.get('exported', '')}".rstrip()
+    if "epochs" in args:
+        return f"trained here ({args['epochs']} epochs)"
+    return spec.weights
 
 
 def _passed_report(out_dir: Path) -> dict | None:

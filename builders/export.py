@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,6 +147,29 @@ def export_onnx(module, spec: ModelSpec, out_dir: Path, build_hash: str, metrics
     return ExportResult(final, sha, reused=False, metrics=metrics or {})
 
 
+VERBOSE = False  # the builder CLI's -v: show the exporter's warnings
+
+
+@contextlib.contextmanager
+def exporter_output():
+    """Hide the exporter's warnings and log lines unless VERBOSE (a user rarely can act on them);
+    errors still raise."""
+    if VERBOSE:
+        yield
+        return
+    import logging
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch_log = logging.getLogger("torch")
+        level = torch_log.level
+        torch_log.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            torch_log.setLevel(level)
+
+
 def _torch_export(module, spec: ModelSpec, example: dict, path: Path) -> None:
     import torch
 
@@ -158,7 +183,7 @@ def _torch_export(module, spec: ModelSpec, example: dict, path: Path) -> None:
     )
     shapes = shapes_for(module, spec)  # positional, like args
     try:
-        with torch.no_grad():
+        with torch.no_grad(), exporter_output():
             torch.onnx.export(module, args, str(path), dynamic_shapes=shapes, **kwargs)
     except Exception as err:  # torch raises many unrelated types here
         raise ExportError(f"model {spec.name!r}: torch.onnx.export failed: {err}") from err

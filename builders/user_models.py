@@ -214,6 +214,7 @@ def check_against_spec(module, spec: ModelSpec):
                 out = module(*[torch.from_numpy(v) for v in feeds.values()])
         out = outputs_as_list(out)
     except Exception as err:  # whatever the user's forward() raises
+        _raise_for_unranged_integers(module, spec, feeds, err)
         raise SpecError(
             f"{where(spec)}: the module failed on inputs shaped like the spec's inputs {shapes} "
             f"({type(err).__name__}: {err}); inputs are passed to forward() positionally, in the spec's order: "
@@ -227,6 +228,62 @@ def check_against_spec(module, spec: ModelSpec):
     for i, (tensor, want) in enumerate(zip(out, spec.outputs)):
         _check_output(i, tensor, want, spec)
     return module
+
+
+DEFAULT_HIGH = 100  # generated integers without a value_range are drawn from [0, 100) (export.random_values)
+
+
+def _unranged_integers(spec: ModelSpec) -> list[str]:
+    import numpy as np
+
+    return [t.name for t in spec.inputs if t.value_range is None and np.dtype(t.numpy_dtype).kind in "iu"]
+
+
+def _accepts(module, feeds: dict, name: str, value: int) -> bool:
+    """Whether the module runs with input `name` filled with `value` (other integer inputs at 0)."""
+    import numpy as np
+    import torch
+
+    trial = {k: (np.full_like(v, value) if k == name else np.zeros_like(v) if v.dtype.kind in "iu" else v)
+             for k, v in feeds.items()}  # fmt: skip
+    try:
+        with torch.no_grad():
+            module(*[torch.from_numpy(v) for v in trial.values()])
+    except Exception:  # the user's forward() on a probe value
+        return False
+    return True
+
+
+def _largest_accepted(module, feeds: dict, name: str) -> int | None:
+    """The largest value in [0, DEFAULT_HIGH) the module accepts in `name` (binary search), or None."""
+    if not _accepts(module, feeds, name, 0):
+        return None
+    low, high = 0, DEFAULT_HIGH - 1  # low accepted; is anything above it?
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if _accepts(module, feeds, name, mid) else (low, mid - 1)
+    return low
+
+
+def _raise_for_unranged_integers(module, spec: ModelSpec, feeds: dict, err: Exception) -> None:
+    """Where integer inputs have no value_range and the module failed (typically an embedding lookup
+    past its size), name the input and the value_range that works, found by probing the module."""
+    names = _unranged_integers(spec)
+    if not names:
+        return
+    hints = []
+    for name in names:
+        top = _largest_accepted(module, feeds, name)
+        if top is not None and top < DEFAULT_HIGH - 1:
+            hints.append(f"inputs '{name}' accepts values 0..{top}: add value_range = [0, {top + 1}] (high excluded)")
+    if not hints:
+        return
+    raise SpecError(
+        f"{where(spec)}: the module failed on generated data ({type(err).__name__}: {err}); integer inputs "
+        f"{names} have no value_range, so their values were drawn from [0, {DEFAULT_HIGH}). Probed: "
+        + "; ".join(hints)
+        + " to that input in the spec"
+    ) from err
 
 
 def _check_output(i: int, tensor, want, spec: ModelSpec) -> None:

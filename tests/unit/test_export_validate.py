@@ -82,3 +82,17 @@ def test_an_export_that_does_not_match_the_spec_leaves_no_model(digits_build, tm
     with pytest.raises(ExportError):
         export.export_onnx(_WrongOutputs(), spec, tmp_path, "h")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_exporter_warnings_show_only_with_verbose(monkeypatch):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with export.exporter_output():
+            warnings.warn("the exporter talks", UserWarning, stacklevel=1)
+        assert seen == []
+        monkeypatch.setattr(export, "VERBOSE", True)
+        with export.exporter_output():
+            warnings.warn("the exporter talks", UserWarning, stacklevel=1)
+        assert [str(w.message) for w in seen] == ["the exporter talks"]

@@ -44,3 +44,16 @@ def test_image_format_needs_three_dims():
 
 def test_dynamic_axes_are_allowed():
     assert TensorSpec("ids", "INT64", (-1,)).dims == (-1,)
+
+
+def test_the_build_log_names_where_the_weights_come_from():
+    import dataclasses
+
+    from builders import zoo
+    from builders.build import weights_source
+
+    resnet = zoo.get_spec("resnet18")
+    assert weights_source(resnet) == "random"
+    assert weights_source(zoo.get_spec("digits_cnn")).startswith("trained here")
+    user = dataclasses.replace(resnet, builder="user_factory", builder_args={"factory": "m:f", "checkpoint": "w.pt"})
+    assert weights_source(user) == "checkpoint w.pt"
