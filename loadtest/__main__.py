@@ -494,7 +494,7 @@ def batching_bench(models, concurrency, max_queue_delay_us, interval_ms, gpu, ho
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
 def gpu_bench(model, gpu_batch, cpu_batch, served_points, instances, interval_ms, max_batch, served, out):
-    """CPU vs GPU vs TensorRT vs compiled engines for MODEL, in-process and served, in one run (the seeds' table)."""
+    """CPU vs GPU vs TensorRT vs compiled engines for MODEL, in-process and served, in one run."""
     from loadtest import gpu_bench as bench
 
     out = out or Path("reports") / time.strftime("gpu-%Y%m%d-%H%M%S")

@@ -1,6 +1,6 @@
 """CPU vs GPU vs TensorRT for one model, in-process and served through Triton, in one run.
 
-The seeds' table: onnxruntime and torch on the CPU, torch CUDA fp32, fp16 channels_last,
+The CPU vs GPU vs TensorRT table: onnxruntime and torch on the CPU, torch CUDA fp32, fp16 channels_last,
 fp16 + CUDA graphs, the compiled engines (torch.compile/inductor fp16 and bf16 + CUDA graphs),
 and TensorRT (marked unavailable with the reason where it is). Each is timed in-process
 (batch-1 latency, throughput at a large batch) and, where the embedded server can serve it,
@@ -197,7 +197,7 @@ def rows_from_csv(path: Path) -> list[BenchRow]:
 
 
 def markdown(rows: list[BenchRow], header: str) -> str:
-    """The seeds' table, with served figures and serving efficiency."""
+    """The CPU vs GPU vs TensorRT table, with served figures and serving efficiency."""
     fmt = lambda v, spec: "—" if v is None else format(v, spec)  # noqa: E731
     lines = [header, "",
              "| runtime | in-process batch 1 (ms) | in-process img/s (batch) | served batch-1 p50 (ms) "

@@ -1,4 +1,4 @@
-"""GPU paths for real: CUDA graphs, fp16, KIND_GPU instances, CUDA shared memory. Run on the H100 device."""
+"""GPU paths for real: CUDA graphs, fp16, KIND_GPU instances, CUDA shared memory. Run on a GPU host (verified on an H100 host (Ubuntu 24.04, Python 3.12, torch 2.11+cu130, no TensorRT))."""
 
 from pathlib import Path
 
@@ -8,7 +8,7 @@ import torch
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here: run on a GPU host (the H100 device)"),
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here: run on a GPU host"),
 ]
 
 from builders import zoo  # noqa: E402
@@ -29,7 +29,7 @@ def gpu_served(tmp_path_factory):
     root = tmp_path_factory.mktemp("gpu")
     spec = zoo.get_spec("resnet18", **SPEC)
     built = zoo.build_module(spec)
-    # the ONNX build stays out of the served repository: the device's numpy 2 cannot serve it (launcher.numpy_problem)
+    # the ONNX build stays out of the served repository: a host with numpy 2 cannot serve it (launcher.numpy_problem)
     build_model(BuildRequest(spec, "embedded", root / "scratch", root / "work"), built)
     gpu = ServingOptions(instances=2, kind="KIND_GPU", dynamic_batching=False)  # 2 instances: no batcher
     compiled = dict(channels_last=True, cuda_graphs=True, compiler="inductor", host_outputs=True)
