@@ -1,4 +1,5 @@
-"""GPU paths for real: CUDA graphs, fp16, KIND_GPU instances, CUDA shared memory. Run on a GPU host (verified on an H100 host (Ubuntu 24.04, Python 3.12, torch 2.11+cu130, no TensorRT))."""
+"""GPU paths for real: CUDA graphs, fp16, KIND_GPU instances, CUDA shared memory. Run on a GPU host
+(verified on an H100 host: Ubuntu 24.04, Python 3.12, torch 2.11+cu130, no TensorRT)."""
 
 from pathlib import Path
 
