@@ -23,3 +23,39 @@ def test_every_cli_command_of_the_readme_exists(package, command):
     cli = importlib.import_module(f"{package}.__main__").cli
     names = set(cli.commands) if hasattr(cli, "commands") else set()
     assert command in names, f"`python -m {package} {command}` is not a command"
+
+
+MAKEFILE = (ROOT / "Makefile").read_text()
+
+
+def _make_variable(name: str) -> list[str]:
+    (value,) = re.findall(rf"^{name} \?= (.*)$", MAKEFILE, re.M)
+    return value.split()
+
+
+def test_the_demo_builds_and_measures_the_models_the_readme_names():
+    (line,) = [line for line in README.splitlines() if line.startswith("make demo ")]
+    named = re.search(r"build ([\w ,+]+?), start", line).group(1).replace("+", " ").replace(",", " ").split()
+    assert named == _make_variable("DEMO_MODELS"), line
+    table = README.split("What `make demo` printed", 1)[1].split("```")[1]
+    assert sorted(
+        {row.split("|")[1].strip() for row in table.splitlines() if row.startswith("| ")} - {"model"}
+    ) == sorted(named)
+
+
+def test_every_make_variable_is_defined_once():
+    names = re.findall(r"^([A-Z_]+) *[?:]?=", MAKEFILE, re.M)
+    assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+def test_no_process_is_ended_by_name():
+    sources = [ROOT / "Makefile", *ROOT.glob("*/**/*.py"), *ROOT.glob(".ci/*"), *ROOT.glob("docker/*")]
+    pattern = re.compile(r"\b(pkill|killall)\b")
+    hits = [str(p.relative_to(ROOT)) for p in sources if ".venv" not in p.parts and p.is_file()
+            and p != Path(__file__) and pattern.search(p.read_text(errors="replace"))]  # fmt: skip
+    assert hits == []
+
+
+def test_the_readme_names_every_port_variable():
+    for name in ("HTTP_PORT", "GRPC_PORT", "METRICS_PORT", "HEALTH_PORT"):
+        assert name in README and f"{name} ?=" in MAKEFILE
