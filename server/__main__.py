@@ -122,6 +122,15 @@ def cluster_restart(state_dir):
         click.echo(f"{done['replica']}: restarted and routed again in {done['seconds']} s")
 
 
+@cli.command("build-shim")
+@user_errors
+def build_shim():
+    """Compile the server shim (server/triton_shim.c: admin key out of argv, private shared memory) into .tools/."""
+    from server.secret_args import build_library
+
+    click.echo(f"admin-key shim: {build_library()}")
+
+
 @cli.command()
 @STATE_DIR
 def stop(state_dir):

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from builders.errors import ServerError
 from server.install import find_install, prepare_backends, server_environment
+from server.processes import remove_orphaned_shared_memory
+from server.secret_args import PLACEHOLDER, pass_secret
 
 ADMIN_HEADER = "admin-key"
 GRPC_ADMIN_HEADER = f"triton-grpc-protocol-{ADMIN_HEADER}"  # gRPC prefixes restricted-protocol keys
@@ -149,13 +151,18 @@ def start(settings: ServerSettings) -> ServerState:
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     key_file = admin_key(settings.state_dir)
     backends = prepare_backends(install, settings.state_dir)
-    command = server_command(settings, install.binary, backends, key_file.read_text().strip())
+    command = server_command(settings, install.binary, backends, PLACEHOLDER)  # the key goes through a pipe
     command += [f"--cache-directory={install.caches}", f"--cache-config=local,size={CACHE_BYTES}"]
     log = settings.state_dir / "tritonserver.log"
-    with open(log, "w") as handle:
-        process = subprocess.Popen(
-            command, stdout=handle, stderr=subprocess.STDOUT, env=server_environment(install), start_new_session=True
-        )
+    env, secret_fd = pass_secret(server_environment(install), key_file.read_text().strip())
+    try:
+        with open(log, "a") as handle:  # appended, never truncated: a crash's evidence survives the restart
+            handle.write(f"\n===== tritonserver starting {time.strftime('%Y-%m-%dT%H:%M:%S%z')} =====\n")
+            handle.flush()
+            process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env, umask=0o077,
+                                       pass_fds=(secret_fd,), start_new_session=True)  # fmt: skip
+    finally:
+        os.close(secret_fd)
     state = ServerState(
         process.pid, settings.host, settings.http_port, settings.grpc_port, settings.metrics_port,
         str(settings.repo.resolve()), str(log.resolve()), str(key_file.resolve()),
@@ -163,10 +170,35 @@ def start(settings: ServerSettings) -> ServerState:
     (settings.state_dir / STATE).write_text(json.dumps(asdict(state), indent=2))
     try:
         wait_ready(state, process, settings.startup_timeout)
+        check_admin_key(state)
     except BaseException:
         stop(settings.state_dir)
         raise
     return state
+
+
+def check_admin_key(state: ServerState) -> None:
+    """The admin API opens with the key and stays shut with the command line's placeholder.
+
+    Raises:
+        ServerError: the key did not reach the server (the shim did not run); the server must not serve.
+    """
+    import urllib.error
+    import urllib.request
+
+    def status(key: str) -> int:
+        request = urllib.request.Request(f"http://{state.http_url}/v2/repository/index", data=b"{}", method="POST",
+                                         headers={ADMIN_HEADER: key})  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return answer.status
+        except urllib.error.HTTPError as err:
+            return err.code
+
+    real, placeholder = status(Path(state.admin_key_file).read_text().strip()), status(PLACEHOLDER)
+    if real != 200 or placeholder == 200:
+        raise ServerError(f"the admin key did not reach tritonserver (key: {real}, placeholder: {placeholder}); "
+                          "rebuild the shim with `make install` (server/triton_shim.c)")  # fmt: skip
 
 
 def numpy_problem(repo: Path, version: str | None = None, models: list[str] | None = None) -> str | None:
@@ -301,6 +333,7 @@ def stop(state_dir: Path, timeout: float = 30.0) -> bool:
     if running:
         _terminate(state.pid, timeout)
     (state_dir / STATE).unlink(missing_ok=True)
+    remove_orphaned_shared_memory(min_age_s=0.0 if running else 5.0)
     return running
 
 

@@ -20,30 +20,33 @@ import os
 import signal
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 from builders.errors import ServerError
 from server import launcher
+from server.health_server import BoundedHTTPServer
+from server.liveness import DEFAULT_LIVENESS, LivenessSettings, Misses, describe_exit, live, log_tail, reap
 from server.probes import DEFAULT_PROBES, ProbeSettings, ProbeState, answered, probe_inputs, record
-from server.processes import cmdline
+from server.processes import cmdline, remove_orphaned_shared_memory
 from server.rollout_lock import paused_models
 
 STATE = "supervisor.json"
 STUB = b"triton_python_backend_stub"
 
 
-def stub_pids(server_pid: int) -> dict[str, set[int]]:
-    """Model name -> pids of the server's Python-backend stubs (children of server_pid)."""
+def stub_pids(server_pid: int, repo: Path | None = None) -> dict[str, set[int]]:
+    """Model name -> pids of the server's Python-backend stubs (children of server_pid; with repo, only
+    those of the repository's models, not of models loaded through the API from a temporary folder)."""
     found: dict[str, set[int]] = {}
-    for model, _, pid in stubs(server_pid):
+    for model, _, pid in stubs(server_pid, repo):
         found.setdefault(model, set()).add(pid)
     return found
 
 
-def stubs(server_pid: int) -> list[tuple[str, str, int]]:
-    """(model, version, pid) of every Python-backend stub that server_pid started."""
-    found = []
+def stubs(server_pid: int, repo: Path | None = None) -> list[tuple[str, str, int]]:
+    """(model, version, pid) of every Python-backend stub that server_pid started (under repo, if given)."""
+    found, root = [], repo.resolve().parts if repo is not None else ()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -54,7 +57,8 @@ def stubs(server_pid: int) -> list[tuple[str, str, int]]:
             continue
         if parent == server_pid and argv[0].endswith(STUB) and len(argv) > 1:
             parts = Path(argv[1].decode(errors="replace")).parts  # <repo>/<model>/<version>/model.py
-            found.append((parts[-3], parts[-2], int(entry.name)))
+            if len(parts) >= 3 and parts[: len(root)] == root:
+                found.append((parts[-3], parts[-2], int(entry.name)))
     return found
 
 
@@ -63,7 +67,10 @@ class Health:
     """What the supervisor knows, shared with its HTTP endpoint."""
 
     server_up: bool = False
+    live: bool = True  # the server answered its last liveness checks
     healing: set = dataclasses.field(default_factory=set)  # models being reloaded
+    unloaded: set = dataclasses.field(default_factory=set)  # unloaded through the API: not healed until loaded
+    restarts: list = dataclasses.field(default_factory=list)  # per restart: time, pid, exit, reason, log tail
     models: set = dataclasses.field(default_factory=set)
     events: list = dataclasses.field(default_factory=list)  # (time, what) of every heal and restart
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
@@ -76,25 +83,27 @@ class Health:
     def ready(self, model: str | None = None) -> bool:
         with self.lock:
             if model is None:
-                return self.server_up and not self.healing
-            return self.server_up and model in self.models and model not in self.healing
+                return self.server_up and self.live and not self.healing
+            return self.server_up and self.live and model in self.models and model not in self.healing
 
     def snapshot(self) -> dict:
         with self.lock:
-            return {"server_up": self.server_up, "healing": sorted(self.healing), "models": sorted(self.models),
-                    "events": list(self.events)}  # fmt: skip
+            return {"server_up": self.server_up, "live": self.live, "healing": sorted(self.healing),
+                    "models": sorted(self.models), "unloaded": sorted(self.unloaded), "events": list(self.events),
+                    "restarts": list(self.restarts)}  # fmt: skip
 
 
 class Supervisor:
     """Runs one tritonserver and heals it; stop() ends both."""
 
     def __init__(self, settings: launcher.ServerSettings, health_port: int, interval: float = 0.5, drain: float = 0.0,
-                 probes: ProbeSettings = DEFAULT_PROBES):  # fmt: skip
+                 probes: ProbeSettings = DEFAULT_PROBES, liveness: LivenessSettings = DEFAULT_LIVENESS):  # fmt: skip
         extra = tuple(a for a in settings.extra_args if not a.startswith("--load-model"))
         self.settings = dataclasses.replace(settings, model_control="explicit", extra_args=(*extra, "--load-model=*"))
         self.health, self.interval, self.stopping = Health(), interval, threading.Event()
         self.drain = drain  # seconds of "not ready" before the server stops: load balancers route away first
-        self.http = ThreadingHTTPServer((settings.host, health_port), _handler(self.health))
+        self.http = BoundedHTTPServer((settings.host, health_port), _handler(self.health))
+        self.liveness, self.misses, self.kill_reason = liveness, Misses(), ""
         self.state: launcher.ServerState | None = None
         self.stubs: dict[str, set[int]] = {}
         self.paused: set[str] = set()  # models a rollout held in the last round
@@ -103,26 +112,59 @@ class Supervisor:
 
     def start(self) -> None:
         threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        remove_orphaned_shared_memory()  # regions an earlier crash left behind
         self._start_server()
         if self.probes.interval > 0:
             threading.Thread(target=self._probe_loop, daemon=True).start()
+        threading.Thread(target=self._liveness_loop, daemon=True).start()
 
-    def _probe_loop(self) -> None:
-        """Every probes.interval: one probe per model; reload a model after probes.threshold failures in a row."""
-        while not self.stopping.wait(self.probes.interval):
+    def _liveness_loop(self) -> None:
+        """Every liveness.interval: is the server answering? Not ready after a miss, killed after several."""
+        while not self.stopping.wait(self.liveness.interval):
             with self.health.lock:
                 if not self.health.server_up:
                     continue
-                models = sorted(self.health.models - self.health.healing)
-            for model in models:
-                if model in self.paused or self.stopping.is_set():
-                    continue
-                inputs = self._probe_inputs(model)
-                if not inputs:
-                    continue
-                ok = answered(self.state.http_url, model, inputs, self.probes.timeout)
-                if record(self.probed, model, ok, self.probes.threshold):
-                    self._reload(model, f"{self.probes.threshold} probes in a row got no answer")
+            state = self.state
+            ok = live(state.http_url, self.liveness.timeout)
+            misses = self.misses.add(ok)
+            with self.health.lock:
+                self.health.live = misses < self.liveness.not_ready_after
+            if misses == self.liveness.not_ready_after:
+                self.health.record(f"tritonserver (pid {state.pid}) did not answer /v2/health/live; not ready")
+            if self.liveness.kill_after and misses >= self.liveness.kill_after:
+                self._kill_frozen(state, misses)
+
+    def _kill_frozen(self, state: launcher.ServerState, misses: int) -> None:
+        waited = misses * (self.liveness.interval + self.liveness.timeout)
+        self.kill_reason = f"frozen: no answer to {misses} liveness checks (about {waited:.1f} s)"
+        self.health.record(f"tritonserver (pid {state.pid}) {self.kill_reason}; killing it to restart")
+        self.misses.count = 0
+        try:
+            os.killpg(state.pid, signal.SIGKILL)  # SIGKILL ends a stopped process too
+        except ProcessLookupError:
+            pass
+
+    def _probe_loop(self) -> None:
+        """Every probes.interval: one probe per model, all at once (a round takes at most about one probe
+        timeout, whatever the number of models); reload a model after probes.threshold failures in a row."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="probe") as pool:
+            while not self.stopping.wait(self.probes.interval):
+                with self.health.lock:
+                    if not self.health.server_up:
+                        continue
+                    models = sorted(self.health.models - self.health.healing - self.paused)
+                targets = [(m, inputs) for m in models if (inputs := self._probe_inputs(m))]
+                urls = [self.state.http_url] * len(targets)
+                results = pool.map(self._probe_one, urls, targets)
+                for model, ok in list(results):
+                    if record(self.probed, model, ok, self.probes.threshold) and not self.stopping.is_set():
+                        self._reload(model, f"{self.probes.threshold} probes in a row got no answer")
+
+    def _probe_one(self, url: str, target: tuple) -> tuple[str, bool]:
+        model, inputs = target
+        return model, answered(url, model, inputs, self.probes.timeout)
 
     def _probe_inputs(self, model: str):
         """Probe inputs of a model (None: not probed, e.g. ensembles: their steps are; []: ask again later)."""
@@ -139,9 +181,11 @@ class Supervisor:
 
     def _start_server(self) -> None:
         self.state = launcher.start(self.settings)
-        self.stubs = stub_pids(self.state.pid)
+        self.stubs = stub_pids(self.state.pid, self.settings.repo)
+        self.misses.count = 0
         with self.health.lock:
-            self.health.server_up, self.health.models = True, set(self._loaded())
+            self.health.server_up, self.health.live, self.health.models = True, True, set(self._loaded())
+            self.health.unloaded.clear()
 
     def _loaded(self) -> list[str]:
         import tritonclient.http as http
@@ -163,21 +207,63 @@ class Supervisor:
             self._check_stubs()
 
     def _check_stubs(self) -> None:
-        current = stub_pids(self.state.pid)
+        current = stub_pids(self.state.pid, self.settings.repo)
         # A rollout swaps stubs on purpose; one more round after it ends takes a fresh snapshot.
         paused, self.paused = self.paused, paused_models(self.settings.state_dir)
         paused |= self.paused
         lost = {model: pids - current.get(model, set()) for model, pids in self.stubs.items() if model not in paused}
+        lost = {model: gone for model, gone in lost.items() if gone}
+        unloaded = self._unloaded_on_purpose(list(lost)) if lost else set()
         for model, gone in lost.items():
-            if gone:
+            if model in unloaded:
+                self._respect_unload(model)
+            else:
                 self._reload(model, f"{len(gone)} stub process(es) gone")
-        self.stubs = stub_pids(self.state.pid) if any(lost.values()) else current
+        self._adopt_loaded(current)
+        self.stubs = stub_pids(self.state.pid, self.settings.repo) if lost else current
+        for model in unloaded:
+            self.stubs.pop(model, None)
+
+    def _index(self) -> dict[str, dict]:
+        import tritonclient.http as http
+
+        with http.InferenceServerClient(self.state.http_url, network_timeout=5.0) as client:
+            index = client.get_model_repository_index(headers=self.state.admin_headers())
+        found: dict[str, dict] = {}
+        for entry in index:  # one entry per version: READY wins
+            if entry.get("state") == "READY" or entry["name"] not in found:
+                found[entry["name"]] = entry
+        return found
+
+    def _unloaded_on_purpose(self, models: list[str]) -> set[str]:
+        """Of models whose stubs are gone, those that Triton no longer calls READY (an unload through the API);
+        a crashed stub leaves its model READY."""
+        try:
+            index = self._index()
+        except Exception:  # the server is busy or restarting: treat as crashes, the next round looks again
+            return set()
+        return {m for m in models if index.get(m, {}).get("state") != "READY"}
+
+    def _respect_unload(self, model: str) -> None:
+        self.health.record(f"{model}: unloaded through the admin API; not healed until it is loaded again")
+        with self.health.lock:
+            self.health.models.discard(model)
+            self.health.unloaded.add(model)
+
+    def _adopt_loaded(self, current: dict[str, set[int]]) -> None:
+        """Watch again a model that was unloaded on purpose once its stubs are back (it was loaded)."""
+        with self.health.lock:
+            back = {m for m in self.health.unloaded if current.get(m)}
+            self.health.unloaded -= back
+            self.health.models |= back
+        for model in back:
+            self.stubs[model] = current[model]
+            self.health.record(f"{model}: loaded again; watched")
 
     def _restart(self) -> None:
         with self.health.lock:
             self.health.server_up = False
-        self.health.record(f"tritonserver (pid {self.state.pid}) is gone; restarting on the same ports")
-        launcher._reap(self.state.pid)
+        self._record_exit()
         started = time.monotonic()
         while not self.stopping.is_set():
             try:
@@ -187,6 +273,19 @@ class Supervisor:
             except ServerError as err:  # e.g. a port still held by the dying server: try again
                 self.health.record(f"restart failed ({str(err).splitlines()[0]}); retrying")
                 time.sleep(1.0)
+
+    def _record_exit(self) -> None:
+        """The exit status or signal, the log's last lines and the time: in /status and the supervisor log."""
+        old, reason = self.state, self.kill_reason or "exited on its own"
+        self.kill_reason = ""
+        exit_text = describe_exit(reap(old.pid))
+        tail = log_tail(Path(old.log))
+        with self.health.lock:
+            self.health.restarts.append({"time": round(time.time(), 3), "pid": old.pid, "exit": exit_text,
+                                         "reason": reason, "log_tail": tail})  # fmt: skip
+        self.health.record(f"tritonserver (pid {old.pid}) is gone: {exit_text} ({reason}); restarting on the same "
+                           "ports; its log ends:\n    " + "\n    ".join(tail))  # fmt: skip
+        remove_orphaned_shared_memory()
 
     def _reload(self, model: str, why: str) -> None:
         with self.reloading:
@@ -198,7 +297,7 @@ class Supervisor:
         with self.health.lock:
             self.health.healing.add(model)
         self.health.record(f"{model}: {why}; reloading")
-        started, old = time.monotonic(), stub_pids(self.state.pid).get(model, set())
+        started, old = time.monotonic(), stub_pids(self.state.pid, self.settings.repo).get(model, set())
         try:
             with http.InferenceServerClient(self.state.http_url, network_timeout=120.0) as client:
                 # A load of an unchanged, loaded model is a no-op for Triton, even with a dead stub: unload first.
@@ -208,7 +307,7 @@ class Supervisor:
             # exit would read as another crash and trigger a second reload (a second outage). A wedged stub
             # that Triton gave up on never exits: it is ended here.
             _retire(old, timeout=3.0)
-            self.stubs[model] = stub_pids(self.state.pid).get(model, set())
+            self.stubs[model] = stub_pids(self.state.pid, self.settings.repo).get(model, set())
             self.health.record(f"{model}: reloaded in {time.monotonic() - started:.2f} s")
         except Exception as err:  # the next round tries again; readiness says not ready meanwhile
             if not (self.settings.repo / model).is_dir():

@@ -1,0 +1,78 @@
+"""Is tritonserver itself answering? One cheap check, independent of how many models it serves.
+
+A frozen server (SIGSTOPped, deadlocked, swapping) keeps its process and its ports, so a process
+check calls it alive while every request times out. The supervisor asks /v2/health/live with a short
+timeout every `interval`: after `not_ready_after` misses in a row it answers "not ready" to load
+balancers, after `kill_after` it kills the server's process group and restarts it. An exit is
+described (code or signal) with the log's last lines, so a restart keeps its evidence.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class LivenessSettings:
+    interval: float = 0.5  # seconds between checks
+    timeout: float = 1.0  # a check that takes longer is a miss
+    not_ready_after: int = 1  # misses in a row before readiness turns 503
+    kill_after: int = 4  # misses in a row before the server is killed and restarted (0: never)
+
+
+DEFAULT_LIVENESS = LivenessSettings()
+
+
+def live(http_url: str, timeout: float) -> bool:
+    """Whether the server answered GET /v2/health/live with 200 within timeout."""
+    try:
+        with urllib.request.urlopen(f"http://{http_url}/v2/health/live", timeout=timeout) as answer:
+            return answer.status == 200
+    except Exception:  # refused, reset, timed out: no answer
+        return False
+
+
+@dataclass
+class Misses:
+    """Consecutive missed liveness checks."""
+
+    count: int = 0
+
+    def add(self, ok: bool) -> int:
+        self.count = 0 if ok else self.count + 1
+        return self.count
+
+
+def describe_exit(status: int | None) -> str:
+    """An os.waitpid status in words: 'exit code 1', 'killed by signal 9 (SIGKILL)', or 'status unknown'."""
+    if status is None:
+        return "status unknown (not our child, or already reaped)"
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        return f"killed by signal {number} ({signal.Signals(number).name})"
+    if os.WIFEXITED(status):
+        return f"exit code {os.WEXITSTATUS(status)}"
+    return f"status {status}"
+
+
+def reap(pid: int) -> int | None:
+    """Collect the exit status of our child pid (None if it is not our child or still runs)."""
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return None
+    return status if done else None
+
+
+def log_tail(path: Path, lines: int = 12, max_bytes: int = 64_000) -> list[str]:
+    """The last lines of a log file (empty if unreadable)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, path.stat().st_size - max_bytes))
+            return handle.read().decode(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return []

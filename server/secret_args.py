@@ -1,0 +1,78 @@
+"""The admin key reaches tritonserver without appearing in its argv or environment.
+
+Triton 2.51 reads restricted-API keys only from its command line, which every local user can read
+in /proc/<pid>/cmdline. The command line therefore carries PLACEHOLDER; the key travels through a
+pipe whose read end the server inherits, and server/triton_shim.c (LD_PRELOAD, built into
+.tools/triton_shim/ by `make install`; it also keeps shared memory private) fills it in before
+tritonserver's main() runs. The launcher then proves the substitution: the real key must open the
+admin API and the placeholder must not.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from builders.cli_support import step
+from builders.errors import ServerError
+
+PLACEHOLDER = "@TRITON_ADMIN_KEY@"
+FD_VARIABLE = "TRITON_SECRET_FD"
+SOURCE = Path(__file__).with_name("triton_shim.c")
+TOOLS_DIR = Path(__file__).resolve().parent.parent / ".tools" / "triton_shim"
+LIBRARY = TOOLS_DIR / "libtriton_shim.so"
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+
+
+def build_library(force: bool = False) -> Path:
+    """Compile triton_shim.c into .tools/triton_shim/ (idempotent: rebuilt when the source is newer).
+
+    Raises:
+        ServerError: no C compiler, or the compile failed.
+    """
+    if LIBRARY.exists() and not force and LIBRARY.stat().st_mtime >= SOURCE.stat().st_mtime:
+        return LIBRARY
+    compiler = _compiler()
+    if compiler is None:
+        raise ServerError("no C compiler (cc/gcc) to build the admin-key shim: install gcc (Debian: apt-get install "
+                          "gcc) and run `make install` again")  # fmt: skip
+    TOOLS_DIR.mkdir(parents=True, exist_ok=True)
+    partial = LIBRARY.with_suffix(".partial")
+    step(f"admin-key shim: compiling {SOURCE.name} into {LIBRARY}")
+    done = subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-Wall", "-o", str(partial), str(SOURCE), "-ldl"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    if done.returncode != 0:
+        raise ServerError(f"compiling {SOURCE} failed:\n{done.stderr.strip()[-800:]}")
+    partial.replace(LIBRARY)
+    return LIBRARY
+
+
+def library() -> Path:
+    """The built shim ($TRITON_SHIM overrides), building it when a compiler is at hand.
+
+    Raises:
+        ServerError: not built and cannot be; the message says how to fix it.
+    """
+    given = os.environ.get("TRITON_SHIM")
+    if given:
+        if not Path(given).is_file():
+            raise ServerError(f"TRITON_SHIM={given} is not a file; unset it or point it at libtriton_shim.so")
+        return Path(given)
+    return build_library()
+
+
+def pass_secret(env: dict, secret: str) -> tuple[dict, int]:
+    """An environment that loads the shim, and the read end of a pipe holding the secret.
+
+    The caller passes the descriptor to the child (`pass_fds`) and closes it after the start.
+    """
+    preload = " ".join(p for p in (str(library()), env.get("LD_PRELOAD", "")) if p)
+    read_end, write_end = os.pipe()
+    with os.fdopen(write_end, "w") as pipe:
+        pipe.write(secret)
+    return {**env, "LD_PRELOAD": preload, FD_VARIABLE: str(read_end)}, read_end
