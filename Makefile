@@ -66,9 +66,9 @@ stop: ## Stop what `make serve`, `make cluster` or `make monitor` started in STA
 		$(PY) -m server stop --state-dir $(STATE_DIR); fi
 
 REPLICAS ?= 2
-cluster: install ## REPLICAS supervised tritonservers on REPO behind Envoy on HTTP_PORT/GRPC_PORT (admin+metrics: METRICS_PORT); GPU_PER_REPLICA=1; `make stop` ends all
+cluster: install ## REPLICAS supervised tritonservers on REPO behind Envoy on HTTP_PORT/GRPC_PORT (stats: METRICS_PORT); GPU_PER_REPLICA=1 REPLICA_BASE_PORT=9100; `make stop` ends all
 	$(PY) -m server cluster --replicas $(REPLICAS) --repo $(REPO) $(SERVER_PORTS) --state-dir $(STATE_DIR) \
-		$(if $(GPU_PER_REPLICA),--gpu-per-replica)
+		$(if $(GPU_PER_REPLICA),--gpu-per-replica) $(if $(REPLICA_BASE_PORT),--replica-base-port $(REPLICA_BASE_PORT))
 
 cluster-restart: install ## Rolling restart of the cluster's replicas (each back in Envoy before the next)
 	$(PY) -m server cluster-restart --state-dir $(STATE_DIR)

@@ -14,10 +14,9 @@ from loadtest.locust_run import LocustRun, run_locust
 
 
 def _healthy(state_dir: Path, replicas: int) -> bool:
-    from server.cluster import read_cluster, routable
+    from server.cluster import admin_socket, routable
 
-    cluster = read_cluster(state_dir)
-    return routable(cluster["admin_port"], cluster["host"], replicas)
+    return routable(admin_socket(state_dir), replicas)
 
 
 def _during_locust(run: LocustRun, state_dir: Path, out: Path, fault, delay: float) -> tuple[dict, dict]:

@@ -80,20 +80,24 @@ def supervise(repo, ports, host, timeout, drain, probes, state_dir):
 @click.option("--repo", type=click.Path(path_type=Path), default=Path("model_repository"), show_default=True)
 @click.option("--http-port", type=int, default=8000, show_default=True, help="Envoy's HTTP listener.")
 @click.option("--grpc-port", type=int, default=8001, show_default=True, help="Envoy's gRPC listener.")
-@click.option("--metrics-port", type=int, default=8002, show_default=True, help="Envoy's admin (/stats/prometheus).")
+@click.option("--metrics-port", type=int, default=8002, show_default=True, help="Envoy's GET /stats/prometheus only.")
+@click.option("--replica-base-port", type=int, default=0, help="Replica i on ports base+4i..base+4i+3 (0: free ports).")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--timeout", type=float, default=180.0, show_default=True, help="Seconds per replica to get ready.")
 @click.option("--gpu-per-replica", is_flag=True, help="Replica i sees GPU i only (CUDA_VISIBLE_DEVICES=i).")
 @STATE_DIR
 @user_errors
-def cluster(replicas, repo, http_port, grpc_port, metrics_port, host, timeout, gpu_per_replica, state_dir):
+def cluster(replicas, repo, http_port, grpc_port, metrics_port, replica_base_port, host, timeout, gpu_per_replica,
+            state_dir):  # fmt: skip
     """Start REPLICAS supervised tritonservers behind Envoy; return once Envoy routes to every one."""
     from server.cluster import ClusterSettings, start_cluster
 
     settings = ClusterSettings(repo, replicas, http_port, grpc_port, metrics_port, host, state_dir, timeout,
-                               gpu_per_replica=gpu_per_replica)  # fmt: skip
+                               gpu_per_replica=gpu_per_replica, replica_base_port=replica_base_port)  # fmt: skip
     state = start_cluster(settings)
-    click.echo(f"envoy: http {host}:{http_port}, grpc {host}:{grpc_port}, admin/metrics {host}:{metrics_port}")
+    click.echo(f"envoy: http {host}:{http_port}, grpc {host}:{grpc_port}, "
+               f"stats {host}:{metrics_port}/stats/prometheus, "
+               f"admin: unix socket {state_dir}/envoy-admin.sock (0600)")  # fmt: skip
     for replica in state["replicas"]:
         ports = f"http {replica['http_port']}, grpc {replica['grpc_port']}, readiness {replica['health_port']}"
         click.echo(f"  {replica['name']}: {ports} (log {state_dir}/{replica['name']}/tritonserver.log)")
@@ -101,14 +105,13 @@ def cluster(replicas, repo, http_port, grpc_port, metrics_port, host, timeout, g
 
 @cli.command("envoy-run", hidden=True)
 @click.option("--config", type=click.Path(path_type=Path), required=True)
-@click.option("--admin-port", type=int, required=True)
 @click.option("--log", type=click.Path(path_type=Path), required=True)
-def envoy_run(config, admin_port, log):
+def envoy_run(config, log):
     """Run Envoy in the foreground, restarting it if it dies (what `cluster` starts)."""
     from server.cluster import envoy_binary
     from server.envoy_process import run
 
-    raise SystemExit(run(envoy_binary(), config, admin_port, log))
+    raise SystemExit(run(envoy_binary(), config, log))
 
 
 @cli.command("cluster-restart")

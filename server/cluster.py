@@ -2,8 +2,9 @@
 
 Layout of the state folder: one `replica-<i>/` per replica (its supervisor, server, log; every
 replica shares the cluster's admin key), `envoy.json` (generated config), `envoy.log`,
-`cluster.json` (what to stop), and `server.json` pointing at Envoy's listeners, so that the
-clients, perf and Locust commands of STATE_DIR go through the load balancer.
+`cluster.json` (what to stop), `envoy-admin.sock` (Envoy's admin interface, mode 0600), and
+`server.json` pointing at Envoy's listeners, so that the clients, perf and Locust commands of
+STATE_DIR go through the load balancer. Nothing started here holds the caller's stdout or stderr.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from server.processes import terminate_group
 from server.supervisor_process import start_supervised, stop_supervisor
 
 CLUSTER = "cluster.json"
+ADMIN_SOCKET = "envoy-admin.sock"
 
 
 @dataclass(frozen=True)
@@ -42,10 +44,24 @@ class ClusterSettings:
     startup_timeout: float = 180.0
     balancing: Balancing = Balancing()
     gpu_per_replica: bool = False  # replica i sees GPU i only (CUDA_VISIBLE_DEVICES=i)
+    replica_base_port: int = 0  # replica i takes the 4 ports from base + 4i (http, grpc, metrics, readiness); 0: free
 
     def __post_init__(self):
         if self.replicas < 1:
             raise ServerError(f"REPLICAS={self.replicas}: a cluster needs at least one replica")
+        top = self.replica_base_port + 4 * self.replicas - 1
+        if self.replica_base_port and not 1024 <= self.replica_base_port <= top <= 65535:
+            raise ServerError(f"REPLICA_BASE_PORT={self.replica_base_port}: replicas need ports "
+                              f"{self.replica_base_port}..{top}, within 1024..65535")  # fmt: skip
+
+    def replica_ports(self, index: int) -> list[int]:
+        """http, grpc, metrics and readiness ports of replica index."""
+        if not self.replica_base_port:
+            return launcher.free_ports(4)
+        base = self.replica_base_port + 4 * index
+        for label, port in zip(("http", "grpc", "metrics", "health"), range(base, base + 4)):
+            launcher.check_port_free(self.host, f"replica-{index} {label}", port)
+        return list(range(base, base + 4))
 
 
 def envoy_binary() -> Path:
@@ -84,7 +100,7 @@ def start_cluster(settings: ClusterSettings) -> dict:
             _write(settings.state_dir, state)
         state["envoy_pid"] = _start_envoy(settings, _replicas(state))
         _write(settings.state_dir, state)
-        await_routable(settings.admin_port, settings.host, settings.replicas, settings.startup_timeout)
+        await_routable(admin_socket(settings.state_dir), settings.replicas, settings.startup_timeout)
     except BaseException:
         stop_cluster(settings.state_dir)
         raise
@@ -103,7 +119,7 @@ def _start_replica(settings: ClusterSettings, index: int, env: dict) -> Replica:
     key = launcher.admin_key(settings.state_dir)
     if not (folder / key.name).exists():  # one key for the cluster: admin calls through Envoy reach any replica
         shutil.copy2(key, folder / key.name)
-    http, grpc, metrics, health = launcher.free_ports(4)
+    http, grpc, metrics, health = settings.replica_ports(index)
     where = f", GPU {env['CUDA_VISIBLE_DEVICES']}" if env else ""
     step(f"replica-{index}: starting on http {http}, grpc {grpc}, metrics {metrics}, readiness {health}{where}")
     replica_settings = launcher.ServerSettings(settings.repo, http, grpc, metrics, settings.host, folder,
@@ -118,31 +134,56 @@ def _replicas(state: dict) -> tuple[Replica, ...]:
 
 def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> int:
     """Write envoy.json and start `python -m server envoy-run` (Envoy's keeper); return the keeper's pid."""
-    envoy = EnvoySettings(replicas, settings.http_port, settings.grpc_port, settings.admin_port, settings.host,
-                          settings.balancing)  # fmt: skip
+    envoy = EnvoySettings(replicas, settings.http_port, settings.grpc_port, settings.admin_port,
+                          str(admin_socket(settings.state_dir)), settings.host, settings.balancing)  # fmt: skip
     config = settings.state_dir / "envoy.json"
     config.write_text(json.dumps(envoy_config(envoy), indent=2))
-    ports = f"http {settings.http_port}, grpc {settings.grpc_port}, admin {settings.admin_port}"
+    ports = f"http {settings.http_port}, grpc {settings.grpc_port}, stats {settings.admin_port}"
     step(f"envoy: {ports} -> {len(replicas)} replicas")
     log = settings.state_dir / "envoy.log"
     log.write_text("")
-    command = [sys.executable, "-m", "server", "envoy-run", "--config", str(config), "--admin-port",
-               str(settings.admin_port), "--log", str(log)]  # fmt: skip
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+    command = [sys.executable, "-m", "server", "envoy-run", "--config", str(config), "--log", str(log)]
+    with open(log, "a") as handle:  # the keeper must not hold the caller's stdout/stderr (`make cluster | tail`)
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
+                                   start_new_session=True)  # fmt: skip
     time.sleep(0.5)
     if process.poll() is not None:
         raise ServerError(f"envoy exited with code {process.returncode}; see {log}")
     return process.pid
 
 
-def host_health(admin_port: int, host: str = "127.0.0.1") -> dict[str, dict[str, str]]:
+def admin_socket(state_dir: Path) -> Path:
+    """Envoy's admin socket of a cluster's state folder."""
+    return (state_dir / ADMIN_SOCKET).resolve()
+
+
+def admin_get(socket_path: Path, path: str, method: str = "GET", timeout: float = 2.0) -> tuple[int, str]:
+    """One request to Envoy's admin interface over its Unix socket: (status, body)."""
+    import http.client
+    import socket
+
+    class UnixConnection(http.client.HTTPConnection):
+        def connect(self):
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout)
+            self.sock.connect(str(socket_path))
+
+    connection = UnixConnection("localhost", timeout=timeout)
+    try:
+        connection.request(method, path)
+        answer = connection.getresponse()
+        return answer.status, answer.read().decode(errors="replace")
+    finally:
+        connection.close()
+
+
+def host_health(socket_path: Path) -> dict[str, dict[str, str]]:
     """Envoy's view: upstream cluster -> replica address -> health flags ('healthy' or the failure flags)."""
-    with urllib.request.urlopen(f"http://{host}:{admin_port}/clusters", timeout=2) as response:
-        text = response.read().decode()
+    _, text = admin_get(socket_path, "/clusters")
     view: dict[str, dict[str, str]] = {}
     for line in text.splitlines():
         parts = line.split("::")
-        if len(parts) == 4 and parts[2] == "health_flags":
+        if len(parts) == 4 and parts[2] == "health_flags" and parts[0].startswith("replicas_"):
             view.setdefault(parts[0], {})[parts[1]] = parts[3]
     return view
 
@@ -158,24 +199,24 @@ def replica_ready(state_dir: Path, name: str) -> bool:
         return False
 
 
-def routable(admin_port: int, host: str, replicas: int) -> bool:
+def routable(socket_path: Path, replicas: int) -> bool:
     """Whether both upstream clusters (HTTP, gRPC) see `replicas` healthy hosts."""
     try:
-        view = host_health(admin_port, host)
+        view = host_health(socket_path)
     except OSError:
         return False
     healthy = [sum(flag == "healthy" for flag in hosts.values()) for hosts in view.values()]
     return len(healthy) == 2 and min(healthy) == replicas
 
 
-def await_routable(admin_port: int, host: str, replicas: int, timeout: float) -> None:
+def await_routable(socket_path: Path, replicas: int, timeout: float) -> None:
     """Wait until both upstream clusters see `replicas` healthy hosts."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if routable(admin_port, host, replicas):
+        if routable(socket_path, replicas):
             return
         time.sleep(0.2)
-    raise ServerError(f"envoy did not see {replicas} healthy replicas within {timeout:.0f} s (admin port {admin_port})")
+    raise ServerError(f"envoy did not see {replicas} healthy replicas within {timeout:.0f} s (admin {socket_path})")
 
 
 def _write(state_dir: Path, state: dict) -> None:
@@ -222,7 +263,7 @@ def restart_replicas(state_dir: Path, timeout: float = 180.0) -> list[dict]:
                                            server.metrics_port, replica.host, folder, timeout)  # fmt: skip
         env = state.get("env", {}).get(replica.name, {})
         start_supervised(settings, replica.health_port, drain=Balancing().drain_seconds, env=env)
-        await_routable(state["admin_port"], state["host"], len(state["replicas"]), timeout)
+        await_routable(admin_socket(state_dir), len(state["replicas"]), timeout)
         done.append({"replica": replica.name, "seconds": round(time.monotonic() - started, 1)})
     return done
 

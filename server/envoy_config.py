@@ -3,8 +3,13 @@
 Two listeners (HTTP/1.1 and gRPC) route to two upstream clusters over the same replicas. Each
 replica is health-checked on its supervisor's readiness port (GET /v2/health/ready: 503 while the
 server restarts or a model heals), and ejected by outlier detection after consecutive errors.
-Requests that fail before a replica answered (connection refused or reset, gRPC UNAVAILABLE) are
-retried on another replica: inference requests have no side effects.
+Requests that fail before a replica answered (connection refused or reset) are retried on another
+replica, and gRPC inference calls also on UNAVAILABLE: inference requests have no side effects. Other
+gRPC calls are not retried on UNAVAILABLE, which is also what Triton answers a refused admin call.
+
+Envoy's admin interface (which can drain listeners, change log levels and runtime values) listens only
+on a Unix socket of mode 0600 in the state folder. The stats port serves GET /stats/prometheus from it
+and nothing else, for Prometheus.
 """
 
 from __future__ import annotations
@@ -14,6 +19,9 @@ from dataclasses import dataclass, field
 HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 PREVIOUS_HOSTS = "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"
 ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+ADMIN_SOCKET_MODE = 0o600
+STATS_PATH = "/stats/prometheus"
+GRPC_INFER = ("/inference.GRPCInferenceService/ModelInfer", "/inference.GRPCInferenceService/ModelStreamInfer")
 HTTP_OPTIONS = "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 
 
@@ -56,12 +64,13 @@ class Balancing:
 
 @dataclass(frozen=True)
 class EnvoySettings:
-    """The listeners and admin port of Envoy, and the replicas behind it."""
+    """Envoy's listeners, its admin socket and stats port, and the replicas behind it."""
 
     replicas: tuple[Replica, ...]
     http_port: int
     grpc_port: int
-    admin_port: int
+    stats_port: int  # GET /stats/prometheus only
+    admin_socket: str  # the admin interface: a Unix socket, mode 0600
     host: str = "127.0.0.1"
     balancing: Balancing = field(default_factory=Balancing)
 
@@ -139,28 +148,28 @@ def upstream(name: str, s: EnvoySettings, protocol: str) -> dict:
     return cluster
 
 
-def _route(cluster: str, b: Balancing, protocol: str) -> dict:
-    retry_on = "connect-failure,refused-stream,reset-before-request"
-    if protocol == "grpc":
-        retry_on += ",unavailable"
+def _retry_policy(b: Balancing, retry_on: str) -> dict:
     return {
-        "match": {"prefix": "/"},
-        "route": {
-            "cluster": cluster,
-            "timeout": _duration(b.request_timeout),
-            "retry_policy": {
-                "retry_on": retry_on,
-                "num_retries": b.retries,
-                "retry_host_predicate": [
-                    {
-                        "name": "envoy.retry_host_predicates.previous_hosts",
-                        "typed_config": {"@type": PREVIOUS_HOSTS},
-                    }
-                ],
-                "host_selection_retry_max_attempts": 3,
-            },
-        },
+        "retry_on": retry_on,
+        "num_retries": b.retries,
+        "retry_host_predicate": [
+            {"name": "envoy.retry_host_predicates.previous_hosts", "typed_config": {"@type": PREVIOUS_HOSTS}}
+        ],
+        "host_selection_retry_max_attempts": 3,
     }
+
+
+def _route(cluster: str, b: Balancing, match: dict, retry_on: str) -> dict:
+    action = {"cluster": cluster, "timeout": _duration(b.request_timeout), "retry_policy": _retry_policy(b, retry_on)}
+    return {"match": match, "route": action}
+
+
+def routes(cluster: str, b: Balancing, protocol: str) -> list[dict]:
+    """Every request to cluster, retried on another replica when it failed before a replica answered;
+    gRPC inference also on UNAVAILABLE (a replica going away), other gRPC calls not (a refused admin call)."""
+    before_answer = "connect-failure,refused-stream,reset-before-request"
+    found = [_route(cluster, b, {"path": path}, before_answer + ",unavailable") for path in GRPC_INFER]
+    return (found if protocol == "grpc" else []) + [_route(cluster, b, {"prefix": "/"}, before_answer)]
 
 
 def listener(name: str, s: EnvoySettings, port: int, cluster: str, protocol: str) -> dict:
@@ -171,7 +180,7 @@ def listener(name: str, s: EnvoySettings, port: int, cluster: str, protocol: str
         "codec_type": "AUTO",
         "route_config": {
             "name": name,
-            "virtual_hosts": [{"name": name, "domains": ["*"], "routes": [_route(cluster, s.balancing, protocol)]}],
+            "virtual_hosts": [{"name": name, "domains": ["*"], "routes": routes(cluster, s.balancing, protocol)}],
         },
         "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {"@type": ROUTER}}],
         "stream_idle_timeout": _duration(s.balancing.request_timeout),
@@ -187,15 +196,58 @@ def listener(name: str, s: EnvoySettings, port: int, cluster: str, protocol: str
     }
 
 
+def stats_listener(s: EnvoySettings) -> dict:
+    """s.host:s.stats_port: GET /stats/prometheus from the admin socket; anything else 404 (no admin action)."""
+    get = [{"name": ":method", "string_match": {"exact": "GET"}}]
+    refuse = {"status": 404, "body": {"inline_string": f"only GET {STATS_PATH} is served here\n"}}
+    manager = {
+        "@type": HCM,
+        "stat_prefix": "envoy_stats",
+        "codec_type": "HTTP1",
+        "route_config": {
+            "name": "envoy_stats",
+            "virtual_hosts": [
+                {
+                    "name": "envoy_stats",
+                    "domains": ["*"],
+                    "routes": [
+                        {
+                            "match": {"path": STATS_PATH, "headers": get},
+                            "route": {"cluster": "envoy_admin", "timeout": "5s"},
+                        },
+                        {"match": {"prefix": "/"}, "direct_response": refuse},
+                    ],
+                }
+            ],
+        },  # fmt: skip
+        "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {"@type": ROUTER}}],
+    }
+    return {
+        "name": "envoy_stats",
+        "address": _address(s.host, s.stats_port),
+        "filter_chains": [
+            {"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}]}
+        ],
+    }
+
+
+def admin_cluster(s: EnvoySettings) -> dict:
+    """The admin socket as an upstream, for the stats listener."""
+    endpoints = [{"lb_endpoints": [{"endpoint": {"address": {"pipe": {"path": s.admin_socket}}}}]}]
+    return {"name": "envoy_admin", "type": "STATIC", "connect_timeout": "1s",
+            "load_assignment": {"cluster_name": "envoy_admin", "endpoints": endpoints}}  # fmt: skip
+
+
 def envoy_config(s: EnvoySettings) -> dict:
     """The whole bootstrap configuration (write it as JSON; Envoy reads JSON as YAML)."""
     return {
-        "admin": {"address": _address(s.host, s.admin_port)},
+        "admin": {"address": {"pipe": {"path": s.admin_socket, "mode": ADMIN_SOCKET_MODE}}},
         "static_resources": {
             "listeners": [
                 listener("triton_http", s, s.http_port, "replicas_http", "http"),
                 listener("triton_grpc", s, s.grpc_port, "replicas_grpc", "grpc"),
+                stats_listener(s),
             ],
-            "clusters": [upstream("replicas_http", s, "http"), upstream("replicas_grpc", s, "grpc")],
+            "clusters": [upstream("replicas_http", s, "http"), upstream("replicas_grpc", s, "grpc"), admin_cluster(s)],
         },
     }

@@ -15,16 +15,18 @@ import time
 from pathlib import Path
 
 
-def run(binary: Path, config: Path, admin_port: int, log: Path) -> int:
-    """Run Envoy until SIGTERM/SIGINT; restart it (after 0.5 s) whenever it exits on its own."""
+def run(binary: Path, config: Path, log: Path) -> int:
+    """Run Envoy until SIGTERM/SIGINT; restart it (after 0.5 s) whenever it exits on its own.
+
+    Hot restart is off: Envoy then keeps no shared-memory files in /dev/shm (they outlived crashed runs)."""
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
-    command = [str(binary), "-c", str(config), "--log-level", "warn", "--base-id", str(admin_port),
-               "--drain-time-s", "2"]  # fmt: skip
+    command = [str(binary), "-c", str(config), "--log-level", "warn", "--disable-hot-restart", "--drain-time-s", "2"]
     with open(log, "a") as handle:
         while not stopping.is_set():
-            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
+                                       umask=0o077)  # fmt: skip
             while process.poll() is None and not stopping.wait(0.2):
                 pass
             if stopping.is_set():

@@ -213,16 +213,19 @@ class Supervisor:
         paused |= self.paused
         lost = {model: pids - current.get(model, set()) for model, pids in self.stubs.items() if model not in paused}
         lost = {model: gone for model, gone in lost.items() if gone}
-        unloaded = self._unloaded_on_purpose(list(lost)) if lost else set()
+        states = self._states(list(lost)) if lost else {}
         for model, gone in lost.items():
-            if model in unloaded:
+            if states.get(model) == "UNAVAILABLE":
                 self._respect_unload(model)
-            else:
+            elif states.get(model) in ("LOADING", "UNLOADING"):  # an operator's load or unload in progress
+                continue
+            else:  # READY with a dead stub (a crash), or the index did not answer
                 self._reload(model, f"{len(gone)} stub process(es) gone")
         self._adopt_loaded(current)
         self.stubs = stub_pids(self.state.pid, self.settings.repo) if lost else current
-        for model in unloaded:
-            self.stubs.pop(model, None)
+        for model, state in states.items():
+            if state == "UNAVAILABLE":
+                self.stubs.pop(model, None)
 
     def _index(self) -> dict[str, dict]:
         import tritonclient.http as http
@@ -235,14 +238,14 @@ class Supervisor:
                 found[entry["name"]] = entry
         return found
 
-    def _unloaded_on_purpose(self, models: list[str]) -> set[str]:
-        """Of models whose stubs are gone, those that Triton no longer calls READY (an unload through the API);
-        a crashed stub leaves its model READY."""
+    def _states(self, models: list[str]) -> dict[str, str]:
+        """Triton's state of models whose stubs are gone: a crashed stub leaves its model READY, an unload
+        through the API makes it UNAVAILABLE. Empty when the index does not answer (the next round looks again)."""
         try:
             index = self._index()
-        except Exception:  # the server is busy or restarting: treat as crashes, the next round looks again
-            return set()
-        return {m for m in models if index.get(m, {}).get("state") != "READY"}
+        except Exception:  # busy or restarting
+            return {}
+        return {m: index.get(m, {}).get("state", "UNAVAILABLE") for m in models}
 
     def _respect_unload(self, model: str) -> None:
         self.health.record(f"{model}: unloaded through the admin API; not healed until it is loaded again")

@@ -17,6 +17,7 @@ from clients.infer import infer
 from server import launcher
 from server.cluster import (
     ClusterSettings,
+    admin_socket,
     host_health,
     read_cluster,
     replica_ready,
@@ -136,7 +137,7 @@ def test_a_replica_killed_under_load_costs_at_most_the_requests_in_flight(cluste
 
 def _flags(cluster) -> list[str]:
     """Envoy's health flags of every replica in both upstream clusters ('healthy' or why not)."""
-    return [flags for hosts in host_health(cluster.admin_port).values() for flags in hosts.values()]
+    return [flags for hosts in host_health(admin_socket(cluster.state_dir)).values() for flags in hosts.values()]
 
 
 def test_a_rolling_restart_under_load_fails_no_request(cluster):

@@ -18,22 +18,23 @@ def _validate(config: dict, tmp_path) -> subprocess.CompletedProcess:
 
 
 def test_the_real_envoy_accepts_the_generated_config(tmp_path):
-    done = _validate(envoy_config(EnvoySettings(REPLICAS, 8000, 8001, 8002)), tmp_path)
+    done = _validate(envoy_config(EnvoySettings(REPLICAS, 8000, 8001, 8002, "/tmp/t/envoy-admin.sock")), tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
 
 def test_the_real_envoy_rejects_a_broken_config(tmp_path):
-    config = envoy_config(EnvoySettings(REPLICAS, 8000, 8001, 8002))
+    config = envoy_config(EnvoySettings(REPLICAS, 8000, 8001, 8002, "/tmp/t/envoy-admin.sock"))
     config["static_resources"]["clusters"][0]["lb_policy"] = "FASTEST_PLEASE"
     assert _validate(config, tmp_path).returncode != 0
 
 
 def test_routing_health_checks_and_protocols():
-    config = envoy_config(EnvoySettings(REPLICAS, 8000, 8001, 8002))
+    config = envoy_config(EnvoySettings(REPLICAS, 8000, 8001, 8002, "/tmp/t/envoy-admin.sock"))
     listeners = {item["name"]: item for item in config["static_resources"]["listeners"]}
     clusters = {item["name"]: item for item in config["static_resources"]["clusters"]}
     assert {item["address"]["socket_address"]["address"] for item in listeners.values()} == {"127.0.0.1"}
-    assert config["admin"]["address"]["socket_address"] == {"address": "127.0.0.1", "port_value": 8002}
+    assert config["admin"]["address"] == {"pipe": {"path": "/tmp/t/envoy-admin.sock", "mode": 0o600}}
+    assert listeners["envoy_stats"]["address"]["socket_address"]["port_value"] == 8002
     for name, port_of in (("replicas_http", lambda r: r.http_port), ("replicas_grpc", lambda r: r.grpc_port)):
         endpoints = clusters[name]["load_assignment"]["endpoints"][0]["lb_endpoints"]
         assert [e["endpoint"]["address"]["socket_address"]["port_value"] for e in endpoints] == [
@@ -46,14 +47,24 @@ def test_routing_health_checks_and_protocols():
     assert "typed_extension_protocol_options" in clusters["replicas_grpc"]
     assert "typed_extension_protocol_options" not in clusters["replicas_http"]
     route = listeners["triton_grpc"]["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]
-    assert "unavailable" in route["virtual_hosts"][0]["routes"][0]["route"]["retry_policy"]["retry_on"]
+    retry = {str(r["match"]): r["route"]["retry_policy"]["retry_on"] for r in route["virtual_hosts"][0]["routes"]}
+    assert "unavailable" in retry[str({"path": "/inference.GRPCInferenceService/ModelInfer"})]
+    assert "unavailable" not in retry[str({"prefix": "/"})]  # a refused admin call is not retried
+
+
+def test_the_stats_port_serves_prometheus_stats_and_nothing_else():
+    config = envoy_config(EnvoySettings(REPLICAS, 8000, 8001, 8002, "/tmp/t/envoy-admin.sock"))
+    (stats,) = [item for item in config["static_resources"]["listeners"] if item["name"] == "envoy_stats"]
+    routes = stats["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
+    assert routes[0]["match"]["path"] == "/stats/prometheus" and routes[0]["route"]["cluster"] == "envoy_admin"
+    assert routes[1]["match"] == {"prefix": "/"} and routes[1]["direct_response"]["status"] == 404
 
 
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: EnvoySettings((), 1, 2, 3),
-        lambda: EnvoySettings((REPLICAS[0], REPLICAS[0]), 1, 2, 3),
+        lambda: EnvoySettings((), 1, 2, 3, "/s"),
+        lambda: EnvoySettings((REPLICAS[0], REPLICAS[0]), 1, 2, 3, "/s"),
         lambda: Balancing(health_interval=0),
         lambda: Balancing(retries=-1),
     ],
