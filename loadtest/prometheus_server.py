@@ -45,7 +45,8 @@ def targets_of(state_dir: Path) -> list[Target]:
     for replica in data["replicas"]:
         state = read_state(state_dir / replica["name"])
         found.append(Target("triton", f"{state.host}:{state.metrics_port}", labels={"replica": replica["name"]}))
-    found.append(Target("envoy", f"{data['host']}:{data['admin_port']}", "/stats/prometheus"))
+    if data.get("stats_port", data["admin_port"]):  # a single server behind the edge has no Envoy stats port
+        found.append(Target("envoy", f"{data['host']}:{data['admin_port']}", "/stats/prometheus"))
     return found
 
 

@@ -1,5 +1,6 @@
 """Command line of the launcher: `python -m server start|stop|status`."""
 
+import dataclasses
 from pathlib import Path
 
 import click
@@ -36,24 +37,54 @@ def cli():
     "(model control becomes explicit, every model loaded at start).",
 )
 @click.option("--health-port", type=int, default=8003, show_default=True, help="The supervisor's readiness port.")
+@click.option(
+    "--edge/--no-edge",
+    default=True,
+    show_default=True,
+    help="HTTP through Envoy, which refuses requests that cannot be valid before tritonserver sees them "
+    "(gRPC, metrics and readiness stay the server's own ports). Needs --supervise.",
+)
+@click.option("--max-request-mb", type=float, default=64.0, show_default=True, help="The edge's cap on a body.")
 @STATE_DIR
 @user_errors
-def start(repo, http_port, grpc_port, metrics_port, host, model_control, timeout, supervise, health_port, state_dir):
+def start(repo, http_port, grpc_port, metrics_port, host, model_control, timeout, supervise, health_port, edge,
+          max_request_mb, state_dir):  # fmt: skip
     """Start the server and return once every model is ready."""
     from server.launcher import ServerSettings, read_state, start
 
     step(f"starting tritonserver on {repo} (http {http_port}, grpc {grpc_port}, metrics {metrics_port})")
     settings = ServerSettings(repo, http_port, grpc_port, metrics_port, host, state_dir, timeout, model_control)
-    if supervise:
+    if supervise and edge:
+        state = _start_behind_edge(settings, health_port, max_request_mb)
+    elif supervise:
         from server.supervisor_process import start_supervised
 
         start_supervised(settings, health_port)
         state = read_state(state_dir)
-        click.echo(f"supervisor: readiness for load balancers at http://{host}:{health_port}/v2/health/ready")
     else:
         state = start(settings)
+    if supervise:
+        click.echo(f"supervisor: readiness for load balancers at http://{host}:{health_port}/v2/health/ready")
     click.echo(f"tritonserver ready: pid {state.pid}, http {state.http_url}, grpc {state.grpc_url}, log {state.log}")
     click.echo(f"admin key (header '{'admin-key'}') in {state.admin_key_file}")
+
+
+def _start_behind_edge(settings, health_port: int, max_request_mb: float):
+    """One supervised server whose HTTP port is Envoy's edge (server/edge.py); its state as clients see it."""
+    from server.cluster import ClusterSettings, start_cluster
+    from server.edge import MIB, EdgeLimits
+    from server.launcher import read_state
+
+    limits = EdgeLimits(max_request_bytes=int(max_request_mb * MIB))
+    cluster = ClusterSettings(settings.repo, 1, settings.http_port, settings.grpc_port, settings.metrics_port,
+                              settings.host, settings.state_dir, settings.startup_timeout, edge=limits, single=True,
+                              health_port=health_port)  # fmt: skip
+    start_cluster(cluster)
+    state = read_state(settings.state_dir / "replica-0")
+    click.echo(f"edge: http {settings.host}:{settings.http_port} checked by Envoy before tritonserver "
+               f"(body cap {max_request_mb:g} MB; its http {state.http_url} is internal)")  # fmt: skip
+    front = read_state(settings.state_dir)  # the ports clients use; pid and log of the server itself
+    return dataclasses.replace(front, pid=state.pid, log=state.log)
 
 
 @cli.command(hidden=True)

@@ -22,6 +22,7 @@ from pathlib import Path
 from builders.cli_support import step
 from builders.errors import ServerError
 from server import launcher
+from server.edge import EdgeLimits, http_filters, model_rules
 from server.envoy_config import Balancing, EnvoySettings, Replica, envoy_config
 from server.processes import terminate_group
 from server.supervisor_process import start_supervised, stop_supervisor
@@ -45,10 +46,17 @@ class ClusterSettings:
     balancing: Balancing = Balancing()
     gpu_per_replica: bool = False  # replica i sees GPU i only (CUDA_VISIBLE_DEVICES=i)
     replica_base_port: int = 0  # replica i takes the 4 ports from base + 4i (http, grpc, metrics, readiness); 0: free
+    edge: EdgeLimits | None = EdgeLimits()  # Envoy checks HTTP requests before a replica sees them (None: off)
+    # One server behind the edge (`make serve`): Envoy serves HTTP only; gRPC, metrics and readiness are the
+    # server's own ports (grpc_port, admin_port, health_port), its HTTP port a free one behind Envoy.
+    single: bool = False
+    health_port: int = 8003
 
     def __post_init__(self):
         if self.replicas < 1:
             raise ServerError(f"REPLICAS={self.replicas}: a cluster needs at least one replica")
+        if self.single and self.replicas != 1:
+            raise ServerError("a single server behind the edge has one replica")
         top = self.replica_base_port + 4 * self.replicas - 1
         if self.replica_base_port and not 1024 <= self.replica_base_port <= top <= 65535:
             raise ServerError(f"REPLICA_BASE_PORT={self.replica_base_port}: replicas need ports "
@@ -56,6 +64,10 @@ class ClusterSettings:
 
     def replica_ports(self, index: int) -> list[int]:
         """http, grpc, metrics and readiness ports of replica index."""
+        if self.single:
+            for label, port in (("grpc", self.grpc_port), ("metrics", self.admin_port), ("health", self.health_port)):
+                launcher.check_port_free(self.host, label, port)
+            return [launcher.free_ports(1)[0], self.grpc_port, self.admin_port, self.health_port]
         if not self.replica_base_port:
             return launcher.free_ports(4)
         base = self.replica_base_port + 4 * index
@@ -87,7 +99,9 @@ def start_cluster(settings: ClusterSettings) -> dict:
     Raises:
         ServerError: a port is taken, a replica or Envoy did not come up (everything started is stopped).
     """
-    for label, port in (("http", settings.http_port), ("grpc", settings.grpc_port), ("metrics", settings.admin_port)):
+    front = (("http", settings.http_port),) if settings.single else (
+        ("http", settings.http_port), ("grpc", settings.grpc_port), ("metrics", settings.admin_port))  # fmt: skip
+    for label, port in front:
         launcher.check_port_free(settings.host, label, port)
     envoy_binary()  # installed, or say how before starting anything
     settings.state_dir.mkdir(parents=True, exist_ok=True)
@@ -110,7 +124,8 @@ def start_cluster(settings: ClusterSettings) -> dict:
 
 def _ports(settings: ClusterSettings) -> dict:
     return {"host": settings.host, "http_port": settings.http_port, "grpc_port": settings.grpc_port,
-            "admin_port": settings.admin_port, "repo": str(settings.repo.resolve())}  # fmt: skip
+            "admin_port": settings.admin_port, "repo": str(settings.repo.resolve()), "single": settings.single,
+            "stats_port": 0 if settings.single else settings.admin_port}  # fmt: skip
 
 
 def _start_replica(settings: ClusterSettings, index: int, env: dict) -> Replica:
@@ -134,11 +149,15 @@ def _replicas(state: dict) -> tuple[Replica, ...]:
 
 def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> int:
     """Write envoy.json and start `python -m server envoy-run` (Envoy's keeper); return the keeper's pid."""
-    envoy = EnvoySettings(replicas, settings.http_port, settings.grpc_port, settings.admin_port,
-                          str(admin_socket(settings.state_dir)), settings.host, settings.balancing)  # fmt: skip
+    edge = tuple(http_filters(model_rules(settings.repo), settings.edge)) if settings.edge else ()
+    stats = 0 if settings.single else settings.admin_port
+    socket_path = str(admin_socket(settings.state_dir))
+    envoy = EnvoySettings(replicas, settings.http_port, settings.grpc_port, stats, socket_path, settings.host,
+                          settings.balancing, edge, grpc=not settings.single)  # fmt: skip
     config = settings.state_dir / "envoy.json"
     config.write_text(json.dumps(envoy_config(envoy), indent=2))
-    ports = f"http {settings.http_port}, grpc {settings.grpc_port}, stats {settings.admin_port}"
+    ports = (f"http {settings.http_port}" if settings.single else
+             f"http {settings.http_port}, grpc {settings.grpc_port}, stats {settings.admin_port}")  # fmt: skip
     step(f"envoy: {ports} -> {len(replicas)} replicas")
     log = settings.state_dir / "envoy.log"
     log.write_text("")
@@ -206,7 +225,7 @@ def routable(socket_path: Path, replicas: int) -> bool:
     except OSError:
         return False
     healthy = [sum(flag == "healthy" for flag in hosts.values()) for hosts in view.values()]
-    return len(healthy) == 2 and min(healthy) == replicas
+    return bool(healthy) and min(healthy) == replicas
 
 
 def await_routable(socket_path: Path, replicas: int, timeout: float) -> None:

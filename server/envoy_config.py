@@ -69,10 +69,12 @@ class EnvoySettings:
     replicas: tuple[Replica, ...]
     http_port: int
     grpc_port: int
-    stats_port: int  # GET /stats/prometheus only
+    stats_port: int  # GET /stats/prometheus only (0: no stats listener)
     admin_socket: str  # the admin interface: a Unix socket, mode 0600
     host: str = "127.0.0.1"
     balancing: Balancing = field(default_factory=Balancing)
+    edge_filters: tuple = ()  # HTTP filters before the router (server/edge.py: size cap, request checks)
+    grpc: bool = True  # a gRPC listener (False: clients reach the replica's gRPC port directly)
 
     def __post_init__(self):
         if not self.replicas:
@@ -182,9 +184,10 @@ def listener(name: str, s: EnvoySettings, port: int, cluster: str, protocol: str
             "name": name,
             "virtual_hosts": [{"name": name, "domains": ["*"], "routes": routes(cluster, s.balancing, protocol)}],
         },
-        "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {"@type": ROUTER}}],
+        "http_filters": [*(s.edge_filters if protocol == "http" else ()),
+                         {"name": "envoy.filters.http.router", "typed_config": {"@type": ROUTER}}],
         "stream_idle_timeout": _duration(s.balancing.request_timeout),
-    }
+    }  # fmt: skip
     if protocol == "grpc":
         manager["http2_protocol_options"] = {}
     return {
@@ -240,14 +243,15 @@ def admin_cluster(s: EnvoySettings) -> dict:
 
 def envoy_config(s: EnvoySettings) -> dict:
     """The whole bootstrap configuration (write it as JSON; Envoy reads JSON as YAML)."""
+    listeners = [listener("triton_http", s, s.http_port, "replicas_http", "http")]
+    clusters = [upstream("replicas_http", s, "http")]
+    if s.grpc:
+        listeners.append(listener("triton_grpc", s, s.grpc_port, "replicas_grpc", "grpc"))
+        clusters.append(upstream("replicas_grpc", s, "grpc"))
+    if s.stats_port:
+        listeners.append(stats_listener(s))
+        clusters.append(admin_cluster(s))
     return {
         "admin": {"address": {"pipe": {"path": s.admin_socket, "mode": ADMIN_SOCKET_MODE}}},
-        "static_resources": {
-            "listeners": [
-                listener("triton_http", s, s.http_port, "replicas_http", "http"),
-                listener("triton_grpc", s, s.grpc_port, "replicas_grpc", "grpc"),
-                stats_listener(s),
-            ],
-            "clusters": [upstream("replicas_http", s, "http"), upstream("replicas_grpc", s, "grpc"), admin_cluster(s)],
-        },
+        "static_resources": {"listeners": listeners, "clusters": clusters},
     }

@@ -1,5 +1,5 @@
 /*
- * triton_shim: loaded into tritonserver with LD_PRELOAD, it does two things Triton 2.51 cannot be told to do.
+ * triton_shim: loaded into tritonserver with LD_PRELOAD, it does three things Triton 2.51 cannot be told to do.
  *
  * 1. The admin key stays out of /proc/<pid>/cmdline and the environment.
  *
@@ -14,7 +14,13 @@
  * server starts (Python-backend stubs) neither load it nor learn the descriptor.
  *
  *
- * 2. Shared memory is private. The Python backend creates its regions (/dev/shm/triton_python_backend_*,
+ * 2. No code arrives through the model-control API. A load request may carry files ("file:1/model.py")
+ * that Triton writes into a fresh temporary folder (mkdtemp, template .../folderXXXXXX) and loads: a
+ * holder of the admin key could run any Python as the server's user. mkdtemp() below refuses that
+ * template, so such a load fails ("failed to make temporary directory") while loads of the repository's
+ * own models, with or without a config override, work as before.
+ *
+ * 3. Shared memory is private. The Python backend creates its regions (/dev/shm/triton_python_backend_*,
  * which carry every request's tensors) through boost.interprocess, which fchmod()s them to 0644 whatever
  * the umask. fchmod() below keeps only the owner's bits for files under /dev/shm, so other local users
  * cannot read them.
@@ -23,6 +29,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,4 +103,15 @@ int fchmod(int fd, mode_t mode) {
     if (real_fchmod == NULL) real_fchmod = (int (*)(int, mode_t))dlsym(RTLD_NEXT, "fchmod");
     if (in_shared_memory(fd)) mode &= S_IRWXU;
     return real_fchmod(fd, mode);
+}
+
+char *mkdtemp(char *template_path) {
+    static char *(*real_mkdtemp)(char *) = NULL;
+    if (real_mkdtemp == NULL) real_mkdtemp = (char *(*)(char *))dlsym(RTLD_NEXT, "mkdtemp");
+    const char *base = strrchr(template_path, '/');
+    if (base != NULL && strncmp(base + 1, "folder", 6) == 0) { /* Triton's folder for files sent with a load */
+        errno = EACCES;
+        return NULL;
+    }
+    return real_mkdtemp(template_path);
 }
