@@ -32,7 +32,8 @@ SERVER_PORTS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port
 HEALTH_PORT ?= 8003
 NGC_RELEASE ?= $(shell sed -n 's/^NGC_RELEASE=//p' docker/.env)
 COMPOSE := docker compose --env-file docker/.env -f docker/compose.yaml
-ADMIN_KEY = $$($(PY) -c 'from server.launcher import admin_key; print(admin_key(__import__("pathlib").Path("$(STATE_DIR)")).read_text().strip())')
+# the admin key's file (created on first use, mode 600): Docker reads it as a secret, nothing passes the key itself
+ADMIN_KEY_FILE = $$($(PY) -c 'from server.launcher import admin_key; print(admin_key(__import__("pathlib").Path("$(STATE_DIR)")).resolve())')
 
 .PHONY: help install build-engines serve stop status infer perf loadtest test test-unit test-chaos lint demo clean \
 	rollout soak cluster monitor install-prometheus cluster-restart build-engines-docker serve-docker stop-docker perf-docker docker-lint bundle gpu-bench
@@ -128,16 +129,17 @@ build-engines-docker: install ## NGC: ONNX + TensorRT plans inside the TensorRT 
 
 serve-docker: install ## NGC: guard the plans against the server image, then start tritonserver
 	$(PY) -m builders guard --repo $(REPO) --image nvcr.io/nvidia/tritonserver:$(NGC_RELEASE)-py3
-	TRITON_ADMIN_KEY=$(ADMIN_KEY) REPO=$(abspath $(REPO)) $(COMPOSE) up -d --wait tritonserver
+	ADMIN_KEY_FILE=$(ADMIN_KEY_FILE) REPO=$(abspath $(REPO)) $(COMPOSE) up -d --build --wait tritonserver
 
 stop-docker: ## NGC: stop the containers
-	TRITON_ADMIN_KEY=unused $(COMPOSE) --profile build --profile perf down
+	ADMIN_KEY_FILE=/dev/null $(COMPOSE) --profile build --profile perf down
 
 perf-docker: install ## NGC: perf_analyzer from the SDK image against MODEL (system shared memory)
-	TRITON_ADMIN_KEY=$(ADMIN_KEY) MODEL=$(MODEL) $(COMPOSE) --profile perf run --rm sdk
+	ADMIN_KEY_FILE=$(ADMIN_KEY_FILE) MODEL=$(MODEL) $(COMPOSE) --profile perf run --rm --build sdk
 
 docker-lint: install ## Validate the Docker files statically (hadolint, compose schema): no engine needed
 	$(VENV)/bin/hadolint docker/Dockerfile.builder
+	$(VENV)/bin/hadolint docker/Dockerfile.server
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec docker/compose.yaml
 
 BUNDLE_PYTHON ?= 3.12

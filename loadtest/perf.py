@@ -11,6 +11,7 @@ from builders.cli_support import step
 from builders.errors import MeasurementError
 from clients.connection import Endpoint
 from loadtest.perf_tools import PerfAnalyzer
+from server.secret_args import PLACEHOLDER
 
 SHARED_MEMORY = ("none", "system", "cuda")
 COLUMNS = (
@@ -70,9 +71,14 @@ def perf_args(sweep: Sweep, ep: Endpoint, batch: int, load: tuple[str, str], csv
         args += ["--shared-memory", sweep.shared_memory]
         if sweep.output_shm_bytes:
             args += ["--output-shared-memory-size", str(sweep.output_shm_bytes)]
-    for key, val in ep.admin_headers.items():  # perf_analyzer reads the (restricted) statistics API
-        args += ["-H", f"{key}:{val}"]
+    for key in ep.admin_headers:  # perf_analyzer reads the (restricted) statistics API; the key itself
+        args += ["-H", f"{key}:{PLACEHOLDER}"]  # goes through a pipe, never argv (server/secret_args.py)
     return args
+
+
+def admin_secret(ep: Endpoint) -> str | None:
+    """The admin key that perf_analyzer's -H placeholder stands for (None: no admin header)."""
+    return next(iter(ep.admin_headers.values()), None)
 
 
 def input_data_file(ep: Endpoint, model: str, path: Path) -> Path | None:
@@ -145,9 +151,9 @@ def attempts(sweep: Sweep) -> list[Sweep]:
     return [sweep, longer]
 
 
-def _run(analyzer: PerfAnalyzer, args: list[str], sweep: Sweep):
+def _run(analyzer: PerfAnalyzer, args: list[str], sweep: Sweep, secret: str | None):
     timeout = 60 + sweep.measurement_ms / 1000 * sweep.max_trials * 3
-    return analyzer.attempt(args, timeout)
+    return analyzer.attempt(args, timeout, secret)
 
 
 def measure_point(sweep: Sweep, ep: Endpoint, analyzer: PerfAnalyzer, batch: int, load: tuple[str, str],
@@ -161,14 +167,14 @@ def measure_point(sweep: Sweep, ep: Endpoint, analyzer: PerfAnalyzer, batch: int
     """
     for tried in attempts(sweep):
         csv_path.unlink(missing_ok=True)
-        done = _run(analyzer, perf_args(tried, ep, batch, load, csv_path), tried)
+        done = _run(analyzer, perf_args(tried, ep, batch, load, csv_path), tried, admin_secret(ep))
         if done.returncode == 0:
             rows = parse_csv(csv_path, tried, batch, load[0])
             return [_stamp(r, "yes", window_spread(done.stdout), tried) for r in rows]
         if UNSTABLE not in done.stdout + done.stderr:
             raise MeasurementError(f"perf_analyzer failed (exit {done.returncode}):\n{_tail(done)}")
     last = replace(tried, stability_percent=ACCEPT_ANY, max_trials=3)
-    done = _run(analyzer, perf_args(last, ep, batch, load, csv_path), last)
+    done = _run(analyzer, perf_args(last, ep, batch, load, csv_path), last, admin_secret(ep))
     if done.returncode != 0:
         raise MeasurementError(f"perf_analyzer failed (exit {done.returncode}):\n{_tail(done)}")
     spread = window_spread(done.stdout)

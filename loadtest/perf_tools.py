@@ -35,17 +35,27 @@ class PerfAnalyzer:
     binary: Path
     env: dict
 
-    def attempt(self, args: list[str], timeout: float) -> subprocess.CompletedProcess:
-        """Run perf_analyzer with args and return what it did, whatever its exit status.
+    def attempt(self, args: list[str], timeout: float, secret: str | None = None) -> subprocess.CompletedProcess:
+        """Run perf_analyzer with args and return what it did, whatever its exit status. With a secret, the
+        args carry its placeholder and the secret itself goes through a pipe (server/secret_args.py).
 
         Raises:
             MeasurementError: it ran past timeout (it was ended).
         """
+        env, fds = self.env, ()
+        if secret is not None:
+            from server.secret_args import pass_secret
+
+            env, fd = pass_secret(self.env, secret)
+            fds = (fd,)
         try:
-            return subprocess.run([str(self.binary), *args], env=self.env, capture_output=True, text=True,
-                                  timeout=timeout)  # fmt: skip
+            return subprocess.run([str(self.binary), *args], env=env, capture_output=True, text=True,
+                                  timeout=timeout, pass_fds=fds)  # fmt: skip
         except subprocess.TimeoutExpired as err:
             raise MeasurementError(f"perf_analyzer ran past {timeout:.0f} s: {' '.join(args)}") from err
+        finally:
+            for fd in fds:
+                os.close(fd)
 
     def run(self, args: list[str], timeout: float) -> subprocess.CompletedProcess:
         """Run perf_analyzer with args; raise MeasurementError on failure, with its output."""

@@ -7,6 +7,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -189,3 +190,109 @@ def test_a_wedged_stub_is_found_by_the_probes_and_the_model_reloaded(supervised)
     assert any("probes in a row got no answer" in e for e in events), events
     assert sum("reloading" in e for e in events) == 1, events  # one reload, no cascade
     assert victim not in stub_pids(state.pid).get("digits_cnn", set())
+
+
+def _status(port: int) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=2) as response:
+        return json.loads(response.read())
+
+
+def test_a_frozen_server_turns_not_ready_fast_and_is_restarted_with_its_evidence(supervised):
+    settings, health_port = supervised
+    old = launcher.read_state(settings.state_dir)
+    log_before = Path(old.log).read_text()
+    os.kill(old.pid, signal.SIGSTOP)
+    frozen, not_ready_after, back_after = time.monotonic(), None, None
+    try:
+        while time.monotonic() - frozen < 60 and back_after is None:
+            code = _health(health_port)
+            if code != 200 and not_ready_after is None:
+                not_ready_after = time.monotonic() - frozen
+            if not_ready_after is not None and code == 200:
+                back_after = time.monotonic() - frozen
+            time.sleep(0.05)
+    finally:
+        try:
+            os.kill(old.pid, signal.SIGCONT)  # a no-op once it was killed
+        except ProcessLookupError:
+            pass
+    print(f"frozen server: not ready after {not_ready_after:.2f} s, serving again after {back_after:.1f} s")
+    assert not_ready_after is not None and not_ready_after <= 2.0
+    assert back_after is not None and back_after <= RECOVERY_FLOOR_S
+    new = launcher.read_state(settings.state_dir)
+    assert new.pid != old.pid
+    (restart,) = _status(health_port)["restarts"]
+    assert restart["pid"] == old.pid and "SIGKILL" in restart["exit"] and "frozen" in restart["reason"]
+    assert restart["log_tail"]
+    assert Path(new.log).read_text().startswith(log_before)  # appended, never truncated
+    supervisor_log = (settings.state_dir / "supervisor.log").read_text()
+    assert f"tritonserver (pid {old.pid}) is gone: killed by signal 9" in supervisor_log
+
+
+def test_a_crash_leaves_no_shared_memory_behind(supervised):
+    settings, health_port = supervised
+    old = launcher.read_state(settings.state_dir)
+    mine = _shm_regions()
+    assert mine and all((p.stat().st_mode & 0o777) == 0o600 for p in mine)  # private: see the README
+    os.killpg(old.pid, signal.SIGKILL)  # the server and its stubs: nothing unmaps its regions
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and launcher.read_state(settings.state_dir).pid == old.pid:
+        time.sleep(0.2)
+    time.sleep(6)  # regions are removed once older than 5 s and unmapped
+    _await(lambda: _health(health_port) == 200, 60)
+    assert not (set(mine) & set(_shm_regions())), "the crashed server's regions are still there"
+    stop_supervisor(settings.state_dir)
+    assert not (set(_shm_regions()) - set(mine) - _others()), "regions left after stop"
+
+
+def _shm_regions() -> list[Path]:
+    return sorted(Path("/dev/shm").glob("triton_python_backend_shm_region_*"))
+
+
+def _others() -> set[Path]:
+    """Regions some other server maps (another test module's, running in this session)."""
+    from server.processes import _mapped_shared_memory
+
+    return {Path("/dev/shm") / name for name in _mapped_shared_memory()}
+
+
+def _await(condition, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not condition():
+        time.sleep(0.2)
+    assert condition()
+
+
+@pytest.mark.parametrize("supervised", [1], indirect=True)
+def test_an_unload_through_the_admin_api_is_respected_until_a_load(supervised):
+    settings, health_port = supervised
+    state = launcher.read_state(settings.state_dir)
+    with endpoint_of(state, settings.repo, "http").client() as client:
+        client.unload_model("digits_cnn", headers=state.admin_headers())
+        time.sleep(3.0)  # several supervisor rounds
+        assert not client.is_model_ready("digits_cnn"), "the supervisor reloaded a model unloaded on purpose"
+        assert "digits_cnn" in _status(health_port)["unloaded"]
+        client.load_model("digits_cnn", headers=state.admin_headers())
+    _await(lambda: "digits_cnn" in _status(health_port)["models"], 10)
+    victim = min(stub_pids(state.pid)["digits_cnn"])
+    os.kill(victim, signal.SIGKILL)  # watched again: a crash after the load is healed
+    _await(lambda: victim not in stub_pids(state.pid).get("digits_cnn", set()) and _health(health_port) == 200, 30)
+    assert any("reloaded" in what for _, what in _events(health_port))
+
+
+def test_the_readiness_port_bounds_its_connections(supervised):
+    import socket
+
+    settings, health_port = supervised
+    supervisor_pid = json.loads((settings.state_dir / "supervisor.json").read_text())["pid"]
+    held = [socket.create_connection(("127.0.0.1", health_port), timeout=5) for _ in range(200)]
+    try:
+        for sock in held:
+            sock.send(b"GET /v2/health/ready HTTP/1.1\r\n")  # half a request, never finished
+        time.sleep(1.0)
+        threads = len(os.listdir(f"/proc/{supervisor_pid}/task"))
+        assert threads < 80, f"{threads} threads for 200 half-sent requests"
+    finally:
+        for sock in held:
+            sock.close()
+    _await(lambda: _health(health_port) == 200, 15)

@@ -23,6 +23,7 @@ def _compose():
 
 def test_dockerfile_passes_hadolint_and_a_bad_one_does_not(tmp_path):
     assert _run(BIN / "hadolint", DOCKER / "Dockerfile.builder").returncode == 0
+    assert _run(BIN / "hadolint", DOCKER / "Dockerfile.server").returncode == 0
     bad = tmp_path / "Dockerfile"
     bad.write_text("FROM ubuntu:latest\nRUN apt-get install -y curl\nRUN cd /tmp\n")
     assert _run(BIN / "hadolint", bad).returncode != 0
@@ -39,10 +40,11 @@ def test_compose_file_matches_the_compose_schema_and_a_broken_one_does_not(tmp_p
 def test_one_release_variable_pins_every_image():
     compose = _compose()
     images = [s["image"] for s in compose["services"].values() if "image" in s]
-    assert images and all("${NGC_RELEASE" in image for image in images)
+    assert all("${NGC_RELEASE" in image for image in images)
     builds = [s["build"]["args"]["NGC_RELEASE"] for s in compose["services"].values() if "build" in s]
     assert builds and all(arg.startswith("${NGC_RELEASE") for arg in builds)
     assert "ARG NGC_RELEASE" in (DOCKER / "Dockerfile.builder").read_text()
+    assert "ARG NGC_RELEASE" in (DOCKER / "Dockerfile.server").read_text()
     release = re.search(r"^NGC_RELEASE=(\d+)\.(\d+)$", (DOCKER / ".env").read_text(), re.M)
     assert release and (int(release[1]), int(release[2])) >= (25, 8)  # fixes for the 2025 CVEs
 
@@ -52,11 +54,13 @@ def test_server_is_locked_down_like_the_embedded_one():
     assert all(p.startswith("127.0.0.1:") for p in server["ports"])
     (volume,) = server["volumes"]
     assert volume["target"] == "/models" and volume["read_only"] is True
-    flags = server["command"]
-    assert "--model-control-mode=none" in flags
-    for flag in ("--http-restricted-api=", "--grpc-restricted-protocol="):
-        (value,) = [f for f in flags if f.startswith(flag)]
-        assert value.split("=", 1)[1].startswith(",".join(RESTRICTED) + ":admin-key=")
+    assert "--model-control-mode=none" in server["command"]
+    assert server["secrets"] == ["triton_admin_key"] and server["build"]["target"] == "server"
+    text = (DOCKER / "compose.yaml").read_text()
+    assert "admin-key=" not in text and "TRITON_ADMIN_KEY" not in text  # no key on a command line or in env
+    script = (DOCKER / "serve.sh").read_text()
+    assert f'restricted="{",".join(RESTRICTED)}:admin-key=@TRITON_ADMIN_KEY@"' in script
+    assert '--http-restricted-api="$restricted" --grpc-restricted-protocol="$restricted"' in script
     assert server["shm_size"] and server["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
 
 
@@ -64,4 +68,4 @@ def test_serve_docker_runs_the_guard_before_starting_the_server():
     done = _run("make", "-n", "-C", DOCKER.parent, "serve-docker", "REPO=model_repository")
     lines = [line for line in done.stdout.splitlines() if "builders guard" in line or "compose" in line]
     assert "builders guard" in lines[0] and "--image nvcr.io/nvidia/tritonserver:" in lines[0]
-    assert "up -d --wait tritonserver" in lines[1]
+    assert "up -d --build --wait tritonserver" in lines[1] and "ADMIN_KEY_FILE=" in lines[1]

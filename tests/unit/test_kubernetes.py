@@ -93,13 +93,28 @@ def test_probes_gpu_and_the_admin_key_secret():
     assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
-    secret = container["env"][0]["valueFrom"]["secretKeyRef"]
-    assert container["env"][0]["name"] == "TRITON_ADMIN_KEY" and secret == {
-        "name": "triton-admin-key",
-        "key": "admin-key",
-    }
-    restricted = [a for a in container["args"] if "restricted" in a]
-    assert len(restricted) == 2 and all(a.endswith("admin-key=$(TRITON_ADMIN_KEY)") for a in restricted)
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert "TRITON_ADMIN_KEY" not in env and not any("valueFrom" in e for e in container["env"])  # no key in env
+    assert not any("admin-key=" in a for a in container["args"] + container["command"])  # nor on a command line
+    assert container["command"] == ["/bin/sh", "/shim-src/serve.sh"]
+    volumes = {v["name"]: v for v in _docs("deployment.yaml")[0]["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["admin-key"]["secret"]["secretName"] == "triton-admin-key"
+    assert volumes["admin-key"]["secret"]["defaultMode"] == 0o400
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert env["TRITON_ADMIN_KEY_FILE"] == f"{mounts['admin-key']}/admin-key"
+    (init,) = _docs("deployment.yaml")[0]["spec"]["template"]["spec"]["initContainers"]
+    assert f"{mounts['shim']}/libtriton_shim.so" == env["TRITON_SHIM"] and env["TRITON_SHIM"] in init["command"]
+
+
+def test_the_shim_configmap_is_what_the_repository_holds():
+    from server.secret_args import kubernetes_configmap
+
+    assert (FOLDER / "triton-shim.yaml").read_text() == kubernetes_configmap(), (
+        "kubernetes/triton-shim.yaml is stale: python -m server k8s-shim > kubernetes/triton-shim.yaml"
+    )
+    data = _docs("triton-shim.yaml")[0]["data"]
+    assert data["triton_shim.c"] == (ROOT / "server/triton_shim.c").read_text()
+    assert data["serve.sh"] == (ROOT / "docker/serve.sh").read_text()
 
 
 def test_the_image_is_the_ngc_release_of_docker_env():
@@ -141,4 +156,5 @@ def test_the_kserve_predictor_is_a_valid_container_spec():
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "check"},
            "spec": {"containers": [{"name": "kserve-container", **model}]}}  # fmt: skip
     _validate(pod)
-    assert [a for a in model["args"] if "restricted" in a] == [a for a in _container()["args"] if "restricted" in a]
+    assert model["command"] == _container()["command"] and model["env"] == _container()["env"]
+    assert not any("admin-key=" in a for a in model["args"])

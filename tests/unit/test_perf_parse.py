@@ -33,7 +33,8 @@ def test_arguments_carry_load_shared_memory_and_admin_header(tmp_path):
     args = perf.perf_args(sweep, ep, 4, sweep.loads()[0], tmp_path / "x.csv")
     joined = " ".join(args)
     assert "--request-rate-range 50" in joined and "-b 4" in joined and "--shared-memory system" in joined
-    assert "-H triton-grpc-protocol-admin-key:k" in joined
+    assert "-H triton-grpc-protocol-admin-key:@TRITON_ADMIN_KEY@" in joined and ":k " not in joined + " "
+    assert perf.admin_secret(ep) == "k"  # passed through a pipe, not argv
 
 
 def test_empty_sweeps_are_refused():

@@ -1,0 +1,186 @@
+"""The edge (`make serve`'s default): requests that crashed tritonserver 2.51 are refused before it sees them,
+on HTTP through Envoy and on gRPC straight to the server; the server's pid never changes, good requests pass."""
+
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import grpc
+import numpy as np
+import pytest
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from builders.build import BuildRequest, build_model
+from clients.infer import infer
+from server import launcher
+from server.cluster import ADMIN_SOCKET, ClusterSettings, start_cluster, stop_cluster
+from tests.functional.conftest import endpoint_of
+
+pytestmark = pytest.mark.functional
+GOOD = np.zeros((1, 1, 8, 8), np.float32)
+HUGE = [1, 1, 8, 2147483648]  # 64 GiB of FP32 declared in ~100 bytes
+
+
+@pytest.fixture(scope="module")
+def edged(digits_build, tmp_path_factory):
+    spec, built, _ = digits_build
+    root = tmp_path_factory.mktemp("edged")
+    build_model(BuildRequest(spec, "embedded", root / "repo", root / "work"), built)
+    http_port, grpc_port, metrics_port, health_port = launcher.free_ports(4)
+    settings = ClusterSettings(root / "repo", 1, http_port, grpc_port, metrics_port, state_dir=root / "state",
+                               single=True, health_port=health_port)  # fmt: skip
+    start_cluster(settings)
+    yield settings
+    stop_cluster(settings.state_dir)
+
+
+def _server_pid(settings) -> int:
+    return launcher.read_state(settings.state_dir / "replica-0").pid
+
+
+def _http(settings, path: str, body: bytes, headers: dict | None = None) -> tuple[int, str]:
+    conn = http.client.HTTPConnection("127.0.0.1", settings.http_port, timeout=60)
+    try:
+        conn.request("POST", path, body=body, headers=headers or {})
+        answer = conn.getresponse()
+        return answer.status, answer.read()[:400].decode(errors="replace")
+    finally:
+        conn.close()
+
+
+def _infer_json(settings, inputs: list, model: str = "digits_cnn") -> tuple[int, str]:
+    return _http(settings, f"/v2/models/{model}/infer", json.dumps({"inputs": inputs}).encode())
+
+
+def _still_serving(settings, pid: int) -> None:
+    state = launcher.read_state(settings.state_dir)
+    for protocol in ("http", "grpc"):
+        out = infer(endpoint_of(state, settings.repo, protocol), "digits_cnn", {"input": GOOD})
+        assert out["logits"].shape == (1, 10)
+    assert _server_pid(settings) == pid, "tritonserver was restarted: a request reached it and crashed it"
+
+
+CRASHERS = {
+    "huge shape, 4 values": [{"name": "input", "shape": HUGE, "datatype": "FP32", "data": [0, 0, 0, 0]}],
+    "huge shape, unknown model rules": [{"name": "x", "shape": [1, 2**30], "datatype": "FP64", "data": [0]}],
+    "dims over the config": [{"name": "input", "shape": [1, 1, 8, 1000000], "datatype": "FP32", "data": [0]}],
+    "fewer values than the shape": [{"name": "input", "shape": [2, 1, 8, 8], "datatype": "FP32", "data": [0]}],
+    "batch over max_batch_size": [{"name": "input", "shape": [999, 1, 8, 8], "datatype": "FP32", "data": [0]}],
+    "negative dim": [{"name": "input", "shape": [1, -1, 8, 8], "datatype": "FP32", "data": [0]}],
+    "wrong datatype": [{"name": "input", "shape": [1, 1, 8, 8], "datatype": "FP64", "data": [0] * 64}],
+}
+
+
+@pytest.mark.parametrize("case", sorted(CRASHERS))
+def test_a_request_that_cannot_be_valid_is_refused_at_the_edge(edged, case):
+    pid = _server_pid(edged)
+    model = "not_a_model" if "unknown" in case else "digits_cnn"
+    status, body = _infer_json(edged, CRASHERS[case], model)
+    assert status == 400 and "refused at the edge" in body, body
+    _still_serving(edged, pid)
+
+
+def test_deeply_nested_json_is_refused(edged):
+    pid = _server_pid(edged)
+    head = '{"inputs":[{"name":"input","shape":[1,1,8,8],"datatype":"FP32","data":'
+    status, body = _http(edged, "/v2/models/digits_cnn/infer", (head + "[" * 200_000).encode())
+    assert status == 400 and "nested deeper" in body, body
+    _still_serving(edged, pid)
+
+
+def test_a_body_over_the_cap_gets_413(edged):
+    pid = _server_pid(edged)
+    status, _ = _http(edged, "/v2/models/digits_cnn/infer", b"0" * (65 * 2**20))
+    assert status == 413
+    _still_serving(edged, pid)
+
+
+def test_a_body_in_600000_one_byte_chunks_is_reassembled(edged):
+    pid = _server_pid(edged)
+    body = json.dumps({"inputs": [{"name": "input", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [0.5] * 64}],
+                       "pad": " " * 600_000}).encode()  # fmt: skip
+    with socket.create_connection(("127.0.0.1", edged.http_port), timeout=120) as sock:
+        head = b"POST /v2/models/digits_cnn/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        sock.sendall(head + b"".join(b"1\r\n" + body[i : i + 1] + b"\r\n" for i in range(len(body))) + b"0\r\n\r\n")
+        answer = sock.recv(200).decode(errors="replace")
+    assert answer.startswith("HTTP/1.1 200") or answer.startswith("HTTP/1.1 4"), answer
+    _still_serving(edged, pid)
+
+
+def test_binary_requests_are_checked_and_good_ones_pass(edged):
+    pid = _server_pid(edged)
+    header = json.dumps({"inputs": [{"name": "input", "shape": [1, 1, 8, 8], "datatype": "FP32",
+                                     "parameters": {"binary_data_size": 10**9}}]}).encode()  # fmt: skip
+    status, body = _http(edged, "/v2/models/digits_cnn/infer", header + GOOD.tobytes(),
+                         {"Inference-Header-Content-Length": str(len(header))})  # fmt: skip
+    assert status == 400 and "binary_data_size" in body, body
+    _still_serving(edged, pid)  # tritonclient sends binary data: the good path went through the edge
+
+
+def test_grpc_refuses_the_huge_shape_without_crashing(edged):
+    pid = _server_pid(edged)
+    channel = grpc.insecure_channel(f"127.0.0.1:{edged.grpc_port}")
+    tensor = service_pb2.ModelInferRequest().InferInputTensor(name="input", datatype="FP32", shape=HUGE)
+    tensor.contents.fp32_contents.extend([0, 0, 0, 0])
+    request = service_pb2.ModelInferRequest(model_name="digits_cnn", inputs=[tensor])
+    with pytest.raises(grpc.RpcError) as info:
+        service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=60)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    channel.close()
+    _still_serving(edged, pid)
+
+
+def test_a_load_carrying_files_is_refused_even_with_the_key(edged):
+    state = launcher.read_state(edged.state_dir / "replica-0")
+    key = {"admin-key": state.admin_headers()["admin-key"]}
+    config = json.dumps({"name": "x", "backend": "python", "max_batch_size": 0})
+    body = json.dumps({"parameters": {"config": config, "file:1/model.py": "aW1wb3J0IG9z"}}).encode()
+    status, answer = _http(edged, "/v2/repository/models/x/load", body, key)
+    assert status == 403 and "cannot carry files" in answer
+    conn = http.client.HTTPConnection(state.host, state.http_port, timeout=60)  # straight to tritonserver
+    conn.request("POST", "/v2/repository/models/x/load", body=body, headers=key)
+    direct = conn.getresponse()
+    assert direct.status >= 400 and b"failed" in direct.read()  # the shim refused Triton's temporary folder
+    conn.close()
+
+
+def test_envoy_admin_is_a_private_socket(edged):
+    path = edged.state_dir / ADMIN_SOCKET
+    assert path.is_socket() and (path.stat().st_mode & 0o777) == 0o600
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another local user (runuser -u nobody)")
+def test_another_local_user_sees_no_key_and_no_tensor(edged):
+    state = launcher.read_state(edged.state_dir / "replica-0")
+    key = state.admin_headers()["admin-key"]
+    seen = _as_nobody(f"cat /proc/{state.pid}/cmdline /proc/{state.pid}/environ 2>/dev/null; "
+                      "cat /dev/shm/triton_python_backend_shm_region_* 2>&1 | head -c 300")  # fmt: skip
+    assert key.encode() not in seen and b"@TRITON_ADMIN_KEY@" in seen
+    assert b"Permission denied" in seen  # the Python backend's regions are 0600
+    placeholder = {"admin-key": "@TRITON_ADMIN_KEY@"}
+    status, _ = _http(edged, "/v2/repository/index", b"{}", placeholder)
+    assert status == 403
+
+
+def _as_nobody(script: str) -> bytes:
+    return subprocess.run(["runuser", "-u", "nobody", "--", "sh", "-c", script], capture_output=True,
+                          timeout=30).stdout  # fmt: skip
+
+
+def test_make_serve_style_start_returns_with_output_captured(digits_build, tmp_path):
+    """`python -m server start | tail` must end: nothing it leaves running holds the caller's output."""
+    spec, built, _ = digits_build
+    build_model(BuildRequest(spec, "embedded", tmp_path / "repo", tmp_path / "work"), built)
+    ports = [str(p) for p in launcher.free_ports(4)]
+    command = [sys.executable, "-m", "server", "start", "--repo", str(tmp_path / "repo"), "--http-port", ports[0],
+               "--grpc-port", ports[1], "--metrics-port", ports[2], "--health-port", ports[3],
+               "--state-dir", str(tmp_path / "state")]  # fmt: skip
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "edge: http" in done.stdout
+    finally:
+        subprocess.run([sys.executable, "-m", "server", "stop", "--state-dir", str(tmp_path / "state")], timeout=120)
