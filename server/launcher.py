@@ -19,6 +19,7 @@ from server.secret_args import PLACEHOLDER, pass_secret
 
 ADMIN_HEADER = "admin-key"
 GRPC_ADMIN_HEADER = f"triton-grpc-protocol-{ADMIN_HEADER}"  # gRPC prefixes restricted-protocol keys
+CHILDREN: dict[int, subprocess.Popen] = {}  # servers started by this process, kept to read their exit status
 RESTRICTED = ("model-repository", "shared-memory", "statistics", "trace", "logging")
 STATE = "server.json"
 CACHE_BYTES = 32 << 20  # the response cache, for models that enable it
@@ -163,6 +164,7 @@ def start(settings: ServerSettings) -> ServerState:
                                        pass_fds=(secret_fd,), start_new_session=True)  # fmt: skip
     finally:
         os.close(secret_fd)
+    CHILDREN[process.pid] = process
     state = ServerState(
         process.pid, settings.host, settings.http_port, settings.grpc_port, settings.metrics_port,
         str(settings.repo.resolve()), str(log.resolve()), str(key_file.resolve()),
@@ -332,6 +334,7 @@ def stop(state_dir: Path, timeout: float = 30.0) -> bool:
     running = _is_tritonserver(state.pid)
     if running:
         _terminate(state.pid, timeout)
+    CHILDREN.pop(state.pid, None)
     (state_dir / STATE).unlink(missing_ok=True)
     remove_orphaned_shared_memory(min_age_s=0.0 if running else 5.0)
     return running

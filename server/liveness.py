@@ -9,7 +9,6 @@ described (code or signal) with the log's last lines, so a restart keeps its evi
 
 from __future__ import annotations
 
-import os
 import signal
 import urllib.request
 from dataclasses import dataclass
@@ -47,25 +46,26 @@ class Misses:
         return self.count
 
 
-def describe_exit(status: int | None) -> str:
-    """An os.waitpid status in words: 'exit code 1', 'killed by signal 9 (SIGKILL)', or 'status unknown'."""
-    if status is None:
+def describe_exit(returncode: int | None) -> str:
+    """A Popen returncode in words: 'exit code 1', 'killed by signal 9 (SIGKILL)', or 'status unknown'."""
+    if returncode is None:
         return "status unknown (not our child, or already reaped)"
-    if os.WIFSIGNALED(status):
-        number = os.WTERMSIG(status)
-        return f"killed by signal {number} ({signal.Signals(number).name})"
-    if os.WIFEXITED(status):
-        return f"exit code {os.WEXITSTATUS(status)}"
-    return f"status {status}"
+    if returncode < 0:
+        return f"killed by signal {-returncode} ({signal.Signals(-returncode).name})"
+    return f"exit code {returncode}"
 
 
 def reap(pid: int) -> int | None:
-    """Collect the exit status of our child pid (None if it is not our child or still runs)."""
-    try:
-        done, status = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
+    """The returncode of the server we started as pid (None if we did not start it or it still runs)."""
+    from server.launcher import CHILDREN
+
+    process = CHILDREN.pop(pid, None)
+    if process is None:
         return None
-    return status if done else None
+    try:
+        return process.wait(timeout=5)
+    except Exception:  # still running (should not happen: it is gone from /proc)
+        return None
 
 
 def log_tail(path: Path, lines: int = 12, max_bytes: int = 64_000) -> list[str]:

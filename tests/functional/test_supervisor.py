@@ -146,6 +146,7 @@ def test_deeply_nested_json_crashes_tritonserver_and_the_supervisor_brings_it_ba
     settings, health_port = supervised
     old = launcher.read_state(settings.state_dir)
     conn = http.client.HTTPConnection(old.host, old.http_port, timeout=30)
+    sent = time.monotonic()
     try:
         conn.request("POST", "/v2/models/digits_cnn/infer", body=b"[" * 200_000)
         conn.getresponse()
@@ -160,6 +161,9 @@ def test_deeply_nested_json_crashes_tritonserver_and_the_supervisor_brings_it_ba
             break
         time.sleep(0.2)
     assert launcher.read_state(settings.state_dir).pid != old.pid, "tritonserver survived: unpin this test"
+    print(f"nested JSON on the internal port: tritonserver crashed, ready again {time.monotonic() - sent:.1f} s later")
+    (restart,) = _status(health_port)["restarts"]
+    assert "exited on its own" in restart["reason"] and restart["exit"] != "status unknown"
     ep = endpoint_of(launcher.read_state(settings.state_dir), settings.repo, "http")
     assert infer(ep, "digits_cnn", {"input": np.zeros((1, 1, 8, 8), np.float32)}).outputs["logits"].shape == (1, 10)
 
