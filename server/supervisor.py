@@ -272,6 +272,9 @@ class Supervisor:
             try:
                 self._start_server()
                 self.health.record(f"tritonserver restarted in {time.monotonic() - started:.1f} s")
+                # the new server mapped its regions by now: what nobody maps (and is older than a second)
+                # was the dead server's
+                remove_orphaned_shared_memory(min_age_s=1.0)
                 return
             except ServerError as err:  # e.g. a port still held by the dying server: try again
                 self.health.record(f"restart failed ({str(err).splitlines()[0]}); retrying")
@@ -288,7 +291,6 @@ class Supervisor:
                                          "reason": reason, "log_tail": tail})  # fmt: skip
         self.health.record(f"tritonserver (pid {old.pid}) is gone: {exit_text} ({reason}); restarting on the same "
                            "ports; its log ends:\n    " + "\n    ".join(tail))  # fmt: skip
-        remove_orphaned_shared_memory()
 
     def _reload(self, model: str, why: str) -> None:
         with self.reloading:

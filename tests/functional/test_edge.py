@@ -59,7 +59,7 @@ def _still_serving(settings, pid: int) -> None:
     state = launcher.read_state(settings.state_dir)
     for protocol in ("http", "grpc"):
         out = infer(endpoint_of(state, settings.repo, protocol), "digits_cnn", {"input": GOOD})
-        assert out["logits"].shape == (1, 10)
+        assert out.outputs["logits"].shape == (1, 10)
     assert _server_pid(settings) == pid, "tritonserver was restarted: a request reached it and crashed it"
 
 
