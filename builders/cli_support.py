@@ -22,6 +22,14 @@ def user_errors(func):
     return wrapper
 
 
+def private_files() -> None:
+    """umask 077 for this process and what it starts: state, logs, sockets and reports readable by the owner
+    only (the server's, the measuring tools'; a built repository keeps the default so a server can read it)."""
+    import os
+
+    os.umask(0o077)
+
+
 def step(message: str) -> None:
     """Print one progress line for a build or run step."""
     click.secho(f"==> {message}", fg="cyan", err=True)

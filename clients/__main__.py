@@ -4,7 +4,7 @@ from pathlib import Path
 
 import click
 
-from builders.cli_support import user_errors
+from builders.cli_support import private_files, user_errors
 from builders.errors import ClientError
 
 _PROTOCOL = click.option("--protocol", type=click.Choice(["http", "grpc"]), default="http", show_default=True)
@@ -15,6 +15,7 @@ _STATE = click.option("--state-dir", type=click.Path(path_type=Path), default=Pa
 @click.group()
 def cli():
     """Talk to a running Triton server over HTTP or gRPC."""
+    private_files()
 
 
 def _endpoint(protocol, url, state_dir):

@@ -6,13 +6,14 @@ from pathlib import Path
 
 import click
 
-from builders.cli_support import user_errors
+from builders.cli_support import private_files, user_errors
 from builders.errors import MeasurementError
 
 
 @click.group()
 def cli():
     """Measure a running Triton server: perf_analyzer sweeps, reports."""
+    private_files()
 
 
 def _weight(model: str) -> int:

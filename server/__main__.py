@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from builders.cli_support import step, user_errors
+from builders.cli_support import private_files, step, user_errors
 
 STATE_DIR = click.option(
     "--state-dir",
@@ -19,6 +19,7 @@ STATE_DIR = click.option(
 @click.group()
 def cli():
     """Run the embedded tritonserver on a model repository."""
+    private_files()
 
 
 @cli.command()

@@ -182,5 +182,8 @@ def test_make_serve_style_start_returns_with_output_captured(digits_build, tmp_p
         done = subprocess.run(command, capture_output=True, text=True, timeout=240)
         assert done.returncode == 0, done.stderr[-2000:]
         assert "edge: http" in done.stdout
+        state = tmp_path / "state"
+        shared = [str(p) for p in state.rglob("*") if p.stat().st_mode & 0o077 and not p.is_symlink()]
+        assert shared == [], "files or folders other users can read"  # umask 077 for the server and its logs
     finally:
         subprocess.run([sys.executable, "-m", "server", "stop", "--state-dir", str(tmp_path / "state")], timeout=120)
