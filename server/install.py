@@ -69,9 +69,19 @@ def prepare_backends(install: TritonInstall, state_dir: Path) -> Path:
     target = backends / "python"
     if target.exists():
         shutil.rmtree(target)
-    shutil.copytree(install.python_backend, target)
-    shutil.copy2(stub, target / "triton_python_backend_stub")
+    for source in install.python_backend.rglob("*"):  # files and folders take their modes from the umask
+        if source.is_file() and "__pycache__" not in source.parts:
+            (target / source.relative_to(install.python_backend)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target / source.relative_to(install.python_backend))
+    shutil.copyfile(stub, target / "triton_python_backend_stub")
+    (target / "triton_python_backend_stub").chmod(0o755 & ~_umask())
     return backends
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def server_environment(install: TritonInstall) -> dict:
