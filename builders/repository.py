@@ -103,6 +103,7 @@ class TorchRuntime:
     graph_batch_sizes: tuple[int, ...] = ()
     compiler: str = ""  # "inductor": a compiled engine (torch.compile, built ahead of time with its cache)
     host_outputs: bool = False  # outputs leave the stub from host memory instead of CUDA IPC
+    staged: bool = True  # with CUDA graphs: the staged request path (torch_runtime.StagedRunner); False: earlier
 
     def __post_init__(self):
         if self.precision not in TORCH_PRECISIONS:
@@ -112,7 +113,7 @@ class TorchRuntime:
 
     def variant(self, model: str) -> str:
         """Repository name: <model>_torch_<precision>[_graphs][_u8], or <model>_inductor_<precision>[_nographs][_u8]."""
-        u8 = "_u8" if self.uint8_input else ""
+        u8 = ("_u8" if self.uint8_input else "") + ("_unstaged" if self.cuda_graphs and not self.staged else "")
         if self.compiler:
             return f"{model}_{self.compiler}_{self.precision}{'' if self.cuda_graphs else '_nographs'}{u8}"
         return f"{model}_torch_{self.precision}{'_graphs' if self.cuda_graphs else ''}{u8}"
@@ -142,7 +143,7 @@ def torch_config(spec: ModelSpec, runtime: TorchRuntime, options: ServingOptions
     base = model_config(dataclasses.replace(spec, name=runtime.variant(spec.name)), "embedded", options)
     params = {"runtime": "torch", "precision": runtime.precision, "channels_last": int(runtime.channels_last),
               "cuda_graphs": int(runtime.cuda_graphs), "compiler": runtime.compiler,
-              "host_outputs": int(runtime.host_outputs),
+              "host_outputs": int(runtime.host_outputs), "staged": int(runtime.staged),
               "graph_batch_sizes": " ".join(map(str, runtime.graph_batch_sizes)),
               "FORCE_CPU_ONLY_INPUT_TENSORS": "no" if options.kind == "KIND_GPU" else "yes"}  # fmt: skip
     inputs = base.inputs

@@ -490,11 +490,12 @@ def batching_bench(models, concurrency, max_queue_delay_us, interval_ms, gpu, ho
 @click.option(
     "--served",
     default="",
-    help="Served rows only these (default: all): onnx fp32 graphs graphs_u8 inductor inductor_u8.",
+    help="Served rows only these (default: all): onnx fp32 graphs graphs_u8 inductor inductor_u8 inductor_u8_unstaged.",
 )
+@click.option("--profile", is_flag=True, help="Also time each step of single requests through execute.")
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
-def gpu_bench(model, gpu_batch, cpu_batch, served_points, instances, interval_ms, max_batch, served, out):
+def gpu_bench(model, gpu_batch, cpu_batch, served_points, instances, interval_ms, max_batch, served, profile, out):
     """CPU vs GPU vs TensorRT vs compiled engines for MODEL, in-process and served, in one run."""
     from loadtest import gpu_bench as bench
 
@@ -502,7 +503,8 @@ def gpu_bench(model, gpu_batch, cpu_batch, served_points, instances, interval_ms
     out.mkdir(parents=True, exist_ok=True)
     points = tuple(tuple(int(v) for v in p.split("x")) for p in served_points.split())
     rows = bench.served_rows(served.replace(",", " ").split())
-    settings = bench.BenchSettings(model, gpu_batch, cpu_batch, points, instances, interval_ms, max_batch, rows)
+    settings = bench.BenchSettings(model, gpu_batch, cpu_batch, points, instances, interval_ms, max_batch, rows,
+                                   profile)  # fmt: skip
     bench.run(settings, out)
     click.echo((out / "gpu_bench.md").read_text())
     click.echo(f"report: {out}/gpu_bench.md (CSV: gpu_bench.csv, plot: gpu_bench.png)")

@@ -155,12 +155,14 @@ GPU_RUNTIMES = ("torch CUDA fp32 eager", "torch CUDA fp16 channels_last", "torch
 COMPILED = "torch.compile (inductor) fp16 channels_last + CUDA graphs"
 COMPILED_U8 = COMPILED + ", uint8 input"
 COMPILED_BF16 = "torch.compile (inductor) bf16 channels_last + CUDA graphs"
+COMPILED_U8_UNSTAGED = COMPILED_U8 + ", earlier request path (unstaged)"
 
 
 def served_rows(keys: list[str]) -> tuple[str, ...]:
     """Runtime names of the served rows for short keys (--served); empty: all of them."""
     names = {"onnx": "onnxruntime CPU fp32", "fp32": "torch CUDA fp32 eager", "graphs": GRAPHS,
-             "graphs_u8": GRAPHS_U8, "inductor": COMPILED, "inductor_u8": COMPILED_U8}  # fmt: skip
+             "graphs_u8": GRAPHS_U8, "inductor": COMPILED, "inductor_u8": COMPILED_U8,
+             "inductor_u8_unstaged": COMPILED_U8_UNSTAGED}  # fmt: skip
     unknown = [k for k in keys if k not in names]
     if unknown:
         raise MeasurementError(f"--served {unknown}: unknown; choose among {sorted(names)}")
@@ -243,6 +245,7 @@ class BenchSettings:
     measurement_ms: int = 3000
     max_batch: int = 0  # the served models' max batch (0: gpu_batch); the compiled rows measure up to it
     served: tuple[str, ...] = ()  # served rows (runtime names); empty: every servable one
+    profile: bool = False  # also: per-step µs of single requests through execute (request_profile.md)
 
 
 def _served_variants(spec, work: Path, repo: Path, settings: BenchSettings) -> dict:
@@ -263,11 +266,13 @@ def _served_variants(spec, work: Path, repo: Path, settings: BenchSettings) -> d
                          dynamic_batching=settings.instances == 1)  # fmt: skip
     graphs = dict(channels_last=True, cuda_graphs=True)
     compiled = dict(graphs, compiler="inductor", host_outputs=True)
+    unstaged = dict(compiled, uint8_input=True, staged=False)
     for runtime, name in ((TorchRuntime("fp32"), "torch CUDA fp32 eager"),
                           (TorchRuntime("fp16", **graphs), GRAPHS),
                           (TorchRuntime("fp16", uint8_input=True, **graphs), GRAPHS_U8),
                           (TorchRuntime("fp16", **compiled), COMPILED),
-                          (TorchRuntime("fp16", uint8_input=True, **compiled), COMPILED_U8)):  # fmt: skip
+                          (TorchRuntime("fp16", uint8_input=True, **compiled), COMPILED_U8),
+                          (TorchRuntime("fp16", **unstaged), COMPILED_U8_UNSTAGED)):  # fmt: skip
         if settings.served and name not in settings.served:
             continue
         variants[name] = build_torch_variant(BuildRequest(spec, "embedded", repo, work, gpu), runtime)["name"]
@@ -360,7 +365,9 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
     if COMPILED in variants or COMPILED_U8 in variants:
         compiled = compiled_rows(spec, work / spec.name / "model.pt2", settings.gpu_batch)
         at = rows.index(next(r for r in rows if r.runtime.startswith("TensorRT")))
-        rows[at:at] = compiled[:1] + [BenchRow(COMPILED_U8, note="in-process figures: the row above")] + compiled[1:]
+        same = [BenchRow(name, note="in-process figures: the row above") for name in (COMPILED_U8, COMPILED_U8_UNSTAGED)
+                if name in variants]  # fmt: skip
+        rows[at:at] = compiled[:1] + same + compiled[1:]
     if GRAPHS_U8 in variants:  # served only: same in-process runtime as GRAPHS
         graphs = next(r for r in rows if r.runtime == GRAPHS)
         extra_row = BenchRow(GRAPHS_U8, inproc_tput=graphs.inproc_tput, inproc_batch=graphs.inproc_batch,
@@ -385,6 +392,11 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
                 _write(rows, out, settings, csv)  # as results come: a run cut short keeps what it measured
     finally:
         launcher.stop(server.state_dir)
+    if settings.profile:
+        from loadtest.request_profile import profile_requests
+
+        profiled = {name: variants[name] for name in (COMPILED_U8, COMPILED_U8_UNSTAGED) if name in variants}
+        profile_requests(repo, profiled, (1, spec.max_batch_size), out)
     for name in (COMPILED_U8, COMPILED):
         if name in variants:
             _cold_starts(next(r for r in rows if r.runtime == name), repo, variants[name], out)
@@ -410,7 +422,7 @@ def check_outputs(ep, model: str, batch: int = 2) -> None:
 def _same_batch(row: BenchRow, rows: list[BenchRow], batch: int) -> None:
     """Compiled rows: in-process figures at the batch the best served point used (efficiency at the same batch)."""
     source = row if "inproc_by_batch" in row.extra else None
-    if source is None and row.runtime == COMPILED_U8:
+    if source is None and row.runtime in (COMPILED_U8, COMPILED_U8_UNSTAGED):
         source = next(r for r in rows if r.runtime == COMPILED)
     by_batch = source.extra.get("inproc_by_batch", {}) if source else {}
     if batch in by_batch:
@@ -437,13 +449,13 @@ def _write(rows, out: Path, settings: BenchSettings, csv) -> None:
     from builders.environment import host_info, tool_versions
 
     with open(out / "gpu_bench.csv", "w", newline="") as handle:
-        fields = [f.name for f in dataclasses.fields(BenchRow) if f.name != "extra"] + ["efficiency"]
+        fields = [f.name for f in dataclasses.fields(BenchRow) if f.name != "extra"] + ["efficiency", "instances"]
         writer = csv.DictWriter(handle, fieldnames=fields)
         writer.writeheader()
         for r in rows:
-            writer.writerow(
-                {**{k: v for k, v in dataclasses.asdict(r).items() if k != "extra"}, "efficiency": r.efficiency}
-            )
+            served = settings.instances if r.served_tput else ""
+            writer.writerow({**{k: v for k, v in dataclasses.asdict(r).items() if k != "extra"},
+                             "efficiency": r.efficiency, "instances": served})  # fmt: skip
     host = host_info()
     header = (f"# {settings.model}: CPU vs GPU vs TensorRT\n\nHost: {host['gpu']}, {host['cpu']} ({host['cores']} "
               f"cores); versions {tool_versions()}; settings {dataclasses.asdict(settings)}")  # fmt: skip

@@ -12,6 +12,12 @@ on the instance's own CUDA stream (through a CUDA graph per batch bucket when en
 fixed-shape input only), and outputs leave through DLPack without a host round trip (or, with
 host_outputs, in one device-to-host copy per execute). Any number of inputs and outputs; floating inputs are cast
 to the precision, integer ones kept; outputs are cast to the dtypes of the config.
+
+With CUDA graphs on a GPU, requests take the staged path (torch_runtime.StagedRunner, parameter staged=1, the
+default): pinned staging, one host-to-device copy into the graph's input, normalization and casts inside the
+graph, one device-to-host copy into pinned memory, one synchronize. staged=0 keeps the earlier path, for
+comparison. TRITON_TORCH_PROFILE=<file> appends each execute's per-step microseconds to that file (JSON lines;
+the GPU is synchronized between steps while profiling, so time it apart from throughput runs).
 """
 
 import json
@@ -46,7 +52,10 @@ class TritonPythonModel:
         self.input_names = [i["name"] for i in config["input"]]
         self.outputs = [(o["name"], _TORCH_DTYPES.get(o["data_type"], torch.float32)) for o in config["output"]]
         self.stream = torch.cuda.Stream(self.device) if gpu else None
+        self.staged = False
         self.runner = self._runner(folder, params, config["max_batch_size"])
+        self.profile = rt.StepTimes(os.environ.get("TRITON_TORCH_PROFILE"), args["model_name"], self.staged,
+                                    self.device if gpu else None)  # fmt: skip
 
     def _runner(self, folder, params, max_batch):
         module = torch.export.load(os.path.join(folder, "model.pt2")).module()
@@ -60,6 +69,9 @@ class TritonPythonModel:
         fixed = len(self.spec["inputs"]) == 1 and -1 not in first["dims"]
         graphs = params.get("cuda_graphs") == "1" and self.device.type == "cuda" and fixed
         with self._on_stream():
+            if graphs and params.get("staged", "1") == "1":
+                self.staged = True
+                return self._staged(module, first, rt.bucket_sizes(max_batch, explicit))
             if graphs:
                 buckets = rt.bucket_sizes(max_batch, explicit)
                 return rt.GraphRunner(module, tuple(first["dims"]), self.dtype, self.device, buckets,
@@ -67,6 +79,32 @@ class TritonPythonModel:
             if isinstance(module, rt.DynamicBatch) and fixed:  # compile both graphs now, not at the first request
                 self._warm(module, first, max_batch)
             return module
+
+    def _staged(self, module, first, buckets):
+        """The graph runs from the wire tensor (uint8 NHWC or the config's float) to the config's output dtypes."""
+        if self.uint8:
+            pre = self.spec["preprocessing"]
+            mean = torch.tensor(pre["mean"], device=self.device, dtype=torch.float32)
+            std = torch.tensor(pre["std"], device=self.device, dtype=torch.float32)
+            wire_shape = (*pre["image_size"], pre["channels"])
+
+            def prepare(batch):
+                return rt.normalize_uint8(batch, mean, std, self.dtype, self.channels_last)
+
+            wire_dtype = torch.uint8
+        else:
+            wire_shape, wire_dtype, prepare = (
+                tuple(first["dims"]),
+                _TORCH_DTYPES[f"TYPE_{first['dtype']}"],
+                self._formatted,
+            )
+
+        def whole(batch):
+            out = module(prepare(batch))
+            out = list(out) if isinstance(out, (tuple, list)) else [out]
+            return [o.to(dtype) for o, (_, dtype) in zip(out, self.outputs)]
+
+        return rt.StagedRunner(whole, wire_shape, wire_dtype, self.device, buckets)
 
     def _warm(self, module, first, max_batch):
         floating = self.uint8 or first["dtype"] in ("FP32", "FP16")
@@ -81,14 +119,25 @@ class TritonPythonModel:
         return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
 
     def execute(self, requests):
+        steps = self.profile.start()
         feeds = [[rt.from_triton(pb_utils.get_input_tensor_by_name(r, n)) for n in self.input_names] for r in requests]
         sizes = [f[0].shape[0] for f in feeds]
-        try:
-            merged = [torch.cat(parts) if len(parts) > 1 else parts[0] for parts in zip(*feeds)]
-            outputs = self._run(merged)
-        except Exception:  # e.g. requests with different lengths on a dynamic axis: run them one by one
-            return [self._respond_alone(f) for f in feeds]
-        return [self._response([o[start : start + n] for o in outputs]) for start, n in _spans(sizes)]
+        steps.mark("inputs from Triton (DLPack)")
+        if self.staged:
+            with self._on_stream(), torch.inference_mode():
+                outputs = self.runner([f[0] for f in feeds])
+            steps.mark("staged: copies in, graph, copies out, one sync")
+        else:
+            try:
+                merged = [torch.cat(parts) if len(parts) > 1 else parts[0] for parts in zip(*feeds)]
+                steps.mark("merge (torch.cat)")
+                outputs = self._run(merged, steps)
+            except Exception:  # e.g. requests with different lengths on a dynamic axis: run them one by one
+                return [self._respond_alone(f) for f in feeds]
+        responses = [self._response([o[start : start + n] for o in outputs]) for start, n in _spans(sizes)]
+        steps.mark("responses (DLPack out)")
+        self.profile.write(steps, sum(sizes))
+        return responses
 
     def _respond_alone(self, feed):
         try:
@@ -97,16 +146,25 @@ class TritonPythonModel:
             error = pb_utils.TritonError(f"torch runtime failed: {err}", pb_utils.TritonError.INVALID_ARG)
             return pb_utils.InferenceResponse(output_tensors=[], error=error)
 
-    def _run(self, inputs):
+    def _run(self, inputs, steps=None):
+        steps = steps or rt.StepTimes.NONE
         with self._on_stream(), torch.inference_mode():
-            ready = [self._prepare(i, x.to(self.device, non_blocking=True)) for i, x in enumerate(inputs)]
+            moved = [x.to(self.device, non_blocking=True) for x in inputs]
+            steps.mark("to device")
+            ready = [self._prepare(i, x) for i, x in enumerate(moved)]
+            steps.mark("normalize / cast")
             out = self.runner(*ready)
             out = list(out) if isinstance(out, (tuple, list)) else [out]
+            steps.mark("module (graph replay, clone)")
             out = [o.to(dtype) for o, (_, dtype) in zip(out, self.outputs)]
+            steps.mark("output casts")
             if self.host_outputs:  # one device-to-host copy per execute, then plain shared memory
-                return [o.cpu() for o in out]
+                out = [o.cpu() for o in out]
+                steps.mark("to host (.cpu)")
+                return out
         if self.stream is not None:
             self.stream.synchronize()
+        steps.mark("synchronize")
         return out
 
     def _prepare(self, index, tensor):

@@ -56,3 +56,49 @@ def test_dlpack_exchange_is_zero_copy():
     y = torch.utils.dlpack.from_dlpack(rt.to_dlpack(x))
     y[0, 0] = 42
     assert x[0, 0] == 42 and y.data_ptr() == x.data_ptr()
+
+
+def test_the_staged_runner_batches_requests_without_cat_and_answers_on_the_host():
+    import torch
+
+    from triton_models.torch_runtime import StagedRunner
+
+    def whole(batch):  # the wire tensor (uint8) to the outputs, as the served graph does
+        x = batch.float() / 255
+        return [x.sum(dim=1), (x * 2).to(torch.float16)]
+
+    runner = StagedRunner(whole, (3, 4), torch.uint8, "cpu", (1, 2, 4))
+    parts = [torch.full((1, 3, 4), 255, dtype=torch.uint8), torch.zeros((2, 3, 4), dtype=torch.uint8)]
+    first, second = runner(parts)
+    assert first.shape == (3, 4) and first[0].tolist() == [3.0] * 4 and first[1:].abs().sum() == 0
+    assert second.dtype == torch.float16 and second.shape == (3, 3, 4) and second.device.type == "cpu"
+    again, _ = runner([torch.zeros((1, 3, 4), dtype=torch.uint8)])  # buffers reused: a fresh answer, not stale
+    assert again.shape == (1, 4) and again.abs().sum() == 0 and first[0].tolist() == [3.0] * 4
+
+
+def test_the_unstaged_variant_has_a_name_of_its_own():
+    from builders.repository import TorchRuntime
+
+    staged = TorchRuntime("fp16", uint8_input=True, cuda_graphs=True, compiler="inductor")
+    earlier = TorchRuntime("fp16", uint8_input=True, cuda_graphs=True, compiler="inductor", staged=False)
+    assert staged.variant("resnet50") == "resnet50_inductor_fp16_u8"
+    assert earlier.variant("resnet50") == "resnet50_inductor_fp16_u8_unstaged"
+
+
+def test_the_request_profile_takes_the_median_of_each_step(tmp_path):
+    import json
+
+    from loadtest.request_profile import markdown, summarize
+    from triton_models.torch_runtime import StepTimes
+
+    path = tmp_path / "p.jsonl"
+    profile = StepTimes(str(path), "m_u8", staged=True)
+    for _ in range(6):
+        steps = profile.start()
+        steps.mark("inputs")
+        steps.mark("graph")
+        profile.write(steps, 1)
+    assert StepTimes(None).start() is StepTimes.NONE  # off: nothing recorded
+    (row,) = summarize(path, {"m_u8": "staged"})
+    assert row["model"] == "staged" and row["executes"] == 3 and set(row["steps_us"]) == {"inputs", "graph"}
+    assert "**total in execute**" in markdown([row]) and json.loads(path.read_text().splitlines()[0])["staged"]
