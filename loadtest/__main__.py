@@ -493,9 +493,11 @@ def batching_bench(models, concurrency, max_queue_delay_us, interval_ms, gpu, ho
     help="Served rows only these (default: all): onnx fp32 graphs graphs_u8 inductor inductor_u8 inductor_u8_unstaged.",
 )
 @click.option("--profile", is_flag=True, help="Also time each step of single requests through execute.")
+@click.option("--quick", is_flag=True, help="Compiled fp16 and served rows only (no CPU/eager rows, bf16, cold start).")
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
-def gpu_bench(model, gpu_batch, cpu_batch, served_points, instances, interval_ms, max_batch, served, profile, out):
+def gpu_bench(model, gpu_batch, cpu_batch, served_points, instances, interval_ms, max_batch, served, profile, quick,
+              out):  # fmt: skip
     """CPU vs GPU vs TensorRT vs compiled engines for MODEL, in-process and served, in one run."""
     from loadtest import gpu_bench as bench
 
@@ -504,7 +506,7 @@ def gpu_bench(model, gpu_batch, cpu_batch, served_points, instances, interval_ms
     points = tuple(tuple(int(v) for v in p.split("x")) for p in served_points.split())
     rows = bench.served_rows(served.replace(",", " ").split())
     settings = bench.BenchSettings(model, gpu_batch, cpu_batch, points, instances, interval_ms, max_batch, rows,
-                                   profile)  # fmt: skip
+                                   profile, quick)  # fmt: skip
     bench.run(settings, out)
     click.echo((out / "gpu_bench.md").read_text())
     click.echo(f"report: {out}/gpu_bench.md (CSV: gpu_bench.csv, plot: gpu_bench.png)")

@@ -88,7 +88,7 @@ def _torch_fn(module):
     return run
 
 
-def compiled_rows(spec, program: Path, gpu_batch: int) -> list[BenchRow]:
+def compiled_rows(spec, program: Path, gpu_batch: int, precisions=("fp16", "bf16")) -> list[BenchRow]:
     """The compiled engines in-process: fp16 and bf16, batch 1 and every bucket from gpu_batch up to the max."""
     import torch
 
@@ -98,7 +98,7 @@ def compiled_rows(spec, program: Path, gpu_batch: int) -> list[BenchRow]:
 
     rows, shape = [], tuple(spec.inputs[0].dims)
     batches = [b for b in (gpu_batch, 2 * gpu_batch, 4 * gpu_batch) if b <= spec.max_batch_size]
-    for precision, name in (("fp16", COMPILED), ("bf16", COMPILED_BF16)):
+    for precision, name in [(p, n) for p, n in (("fp16", COMPILED), ("bf16", COMPILED_BF16)) if p in precisions]:
         step(f"gpu-bench: in-process {name} (compiling)")
         runtime = TorchRuntime(precision, channels_last=True, cuda_graphs=True, compiler="inductor")
         engine, seconds = compile_engine(program, spec, runtime, "cuda")
@@ -246,6 +246,7 @@ class BenchSettings:
     max_batch: int = 0  # the served models' max batch (0: gpu_batch); the compiled rows measure up to it
     served: tuple[str, ...] = ()  # served rows (runtime names); empty: every servable one
     profile: bool = False  # also: per-step µs of single requests through execute (request_profile.md)
+    quick: bool = False  # only the compiled fp16 rows and the served ones: no CPU/eager rows, no bf16, no cold start
 
 
 def _served_variants(spec, work: Path, repo: Path, settings: BenchSettings) -> dict:
@@ -360,10 +361,16 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
     spec = dataclasses.replace(spec, validation_batch_sizes=(1, 2))
     work, repo = out / "work", out / "repo"
     variants = _served_variants(spec, work, repo, settings)
-    rows = inprocess_rows(spec, work / spec.name / "model.onnx", work / spec.name / "model.pt",
-                          settings.gpu_batch, settings.cpu_batch)  # fmt: skip
+    rows = (
+        [tensorrt_row()]
+        if settings.quick
+        else inprocess_rows(
+            spec, work / spec.name / "model.onnx", work / spec.name / "model.pt", settings.gpu_batch, settings.cpu_batch
+        )
+    )
     if COMPILED in variants or COMPILED_U8 in variants:
-        compiled = compiled_rows(spec, work / spec.name / "model.pt2", settings.gpu_batch)
+        precisions = ("fp16",) if settings.quick else ("fp16", "bf16")
+        compiled = compiled_rows(spec, work / spec.name / "model.pt2", settings.gpu_batch, precisions)
         at = rows.index(next(r for r in rows if r.runtime.startswith("TensorRT")))
         same = [BenchRow(name, note="in-process figures: the row above") for name in (COMPILED_U8, COMPILED_U8_UNSTAGED)
                 if name in variants]  # fmt: skip
@@ -397,7 +404,7 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
 
         profiled = {name: variants[name] for name in (COMPILED_U8, COMPILED_U8_UNSTAGED) if name in variants}
         profile_requests(repo, profiled, (1, spec.max_batch_size), out)
-    for name in (COMPILED_U8, COMPILED):
+    for name in () if settings.quick else (COMPILED_U8, COMPILED):
         if name in variants:
             _cold_starts(next(r for r in rows if r.runtime == name), repo, variants[name], out)
             break
