@@ -236,28 +236,29 @@ def test_a_frozen_server_turns_not_ready_fast_and_is_restarted_with_its_evidence
 def test_a_crash_leaves_no_shared_memory_behind(supervised):
     settings, health_port = supervised
     old = launcher.read_state(settings.state_dir)
-    mine = _shm_regions()
+    mine = _regions_of(old.pid)  # other tests' servers have regions of their own: only this server's count
     assert mine and all((p.stat().st_mode & 0o777) == 0o600 for p in mine)  # private: see the README
     os.killpg(old.pid, signal.SIGKILL)  # the server and its stubs: nothing unmaps its regions
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and launcher.read_state(settings.state_dir).pid == old.pid:
-        time.sleep(0.2)
-    time.sleep(6)  # regions are removed once older than 5 s and unmapped
-    _await(lambda: _health(health_port) == 200, 60)
-    assert not (set(mine) & set(_shm_regions())), "the crashed server's regions are still there"
+    _await(lambda: launcher.read_state(settings.state_dir).pid != old.pid and _health(health_port) == 200, 60)
+    _await(lambda: not any(p.exists() for p in mine), 15)  # removed once the new server is up
+    new = _regions_of(launcher.read_state(settings.state_dir).pid)
+    assert new and not (new & mine)
     stop_supervisor(settings.state_dir)
-    assert not (set(_shm_regions()) - set(mine) - _others()), "regions left after stop"
+    assert not any(p.exists() for p in new), "regions left after stop"
 
 
-def _shm_regions() -> list[Path]:
-    return sorted(Path("/dev/shm").glob("triton_python_backend_shm_region_*"))
-
-
-def _others() -> set[Path]:
-    """Regions some other server maps (another test module's, running in this session)."""
-    from server.processes import _mapped_shared_memory
-
-    return {Path("/dev/shm") / name for name in _mapped_shared_memory()}
+def _regions_of(server_pid: int) -> set[Path]:
+    """The Python-backend regions that a server (or one of its stubs) maps."""
+    pids = [server_pid, *[pid for pids in stub_pids(server_pid).values() for pid in pids]]
+    found = set()
+    for pid in pids:
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            continue
+        found |= {Path("/dev/shm") / line.split("/dev/shm/", 1)[1].split(" (deleted)")[0]
+                  for line in maps.splitlines() if "/dev/shm/triton_python_backend" in line}  # fmt: skip
+    return found
 
 
 def _await(condition, timeout: float) -> None:
