@@ -10,6 +10,10 @@ from builders.errors import ClientError
 _PROTOCOL = click.option("--protocol", type=click.Choice(["http", "grpc"]), default="http", show_default=True)
 _URL = click.option("--url", default=None, help="HOST:PORT; default: the server started by `make serve`.")
 _STATE = click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
+_HEADER = click.option("--header", "headers", multiple=True, help="'Name: value' sent with every request (repeatable).")
+_SHAPE = click.option("--shape", "shapes", multiple=True, help="NAME:d1,d2: lengths of an input's dynamic dims.")
+_DATA = click.option("--input-data", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+                     help="Your data: an .npz (one array per input) or perf_analyzer's input-data JSON.")  # fmt: skip
 
 
 @click.group()
@@ -18,10 +22,10 @@ def cli():
     private_files()
 
 
-def _endpoint(protocol, url, state_dir):
-    from clients.connection import endpoint
+def _endpoint(protocol, url, state_dir, headers=()):
+    from clients.connection import endpoint, parse_headers
 
-    return endpoint(protocol, url, state_dir)
+    return endpoint(protocol, url, state_dir, parse_headers(headers))
 
 
 @cli.command()
@@ -94,34 +98,42 @@ def stats(model, protocol, url, state_dir):
 @click.option("--top-k", type=int, default=0, help="Return the k best classes (classifiers).")
 @click.option("--repeat", type=int, default=1, show_default=True, help="Send the request N times; report latency.")
 @click.option("--repo", type=click.Path(path_type=Path), default=None, help="Repository (for image preprocessing).")
+@_SHAPE
+@_DATA
 @_PROTOCOL
 @_URL
+@_HEADER
 @_STATE
 @user_errors
-def infer(model, source, batch, top_k, repeat, repo, protocol, url, state_dir):
+def infer(model, source, batch, top_k, repeat, repo, shapes, input_data, protocol, url, headers, state_dir):
     """Run MODEL (default: the first model of the server's manifest) on random data, a .npy/.npz array or an
     image; print outputs, top-k and latency."""
     from clients.infer import infer as run
+    from clients.model_plan import parse_shapes
     from clients.served import served_models
 
-    ep = _endpoint(protocol, url, state_dir)
+    ep = _endpoint(protocol, url, state_dir, headers)
     if model is None:
         model = served_models(ep)[0]
-        click.echo(f"model: {model} (the first of the repository's manifest)")
+        click.echo(f"model: {model} (the first model the server has ready)")
     with ep.client() as client:
-        arrays = _arrays(ep, client, model, source, batch, repo)
+        arrays = _arrays(ep, client, model, source, batch, repo, parse_shapes(shapes), input_data)
         results = [run(ep, model, arrays, top_k, client) for _ in range(max(repeat, 1))]
     _print_result(results, model, protocol)
 
 
-def _arrays(ep, client, model, source, batch, repo):
+def _arrays(ep, client, model, source, batch, repo, shapes, input_data):
     from clients import inputs as make
     from clients.infer import model_inputs
+    from clients.model_plan import plan
     from clients.served import served_spec
 
-    meta = model_inputs(client, model)
     if source is None:
-        return make.example_inputs(meta, batch, served_spec(Path(repo) if repo else ep.repo, model))
+        model_plan = plan(client, model, ep.headers)
+        if input_data is not None:
+            return make.data_inputs(input_data, model_plan)
+        return make.plan_inputs(model_plan, batch, shapes, served_spec(Path(repo) if repo else ep.repo, model))
+    meta = model_inputs(client, model)
     if source.suffix == ".npz":
         return _npz_arrays(source, meta, model)
     if len(meta) != 1:

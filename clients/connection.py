@@ -19,6 +19,7 @@ class Endpoint:
     url: str
     admin_headers: dict = field(default_factory=dict)
     repo: Path | None = None
+    headers: dict = field(default_factory=dict)  # sent with every request (a gateway's auth, say)
 
     def __post_init__(self):
         if self.protocol not in PROTOCOLS:
@@ -48,18 +49,36 @@ def refused_as_client_error(what: str):
         raise ClientError(f"{what}: server refused the request ({err.status()}): {err.message()}") from err
 
 
-def endpoint(protocol: str = "http", url: str | None = None, state_dir: Path = Path(".triton")) -> Endpoint:
-    """The endpoint of the server started from state_dir, or of url if given (no admin key then)."""
-    from server.launcher import read_state
+def endpoint(protocol: str = "http", url: str | None = None, state_dir: Path = Path(".triton"),
+             headers: dict | None = None) -> Endpoint:  # fmt: skip
+    """The endpoint of the server started from state_dir, or of url if given. A server we did not start
+    needs no state folder: its admin key, if any, is one of the headers ('admin-key: ...')."""
+    from server.launcher import ADMIN_HEADER, GRPC_ADMIN_HEADER, read_state
 
+    headers = dict(headers or {})
+    given_key = {k: v for k, v in headers.items() if k.lower() in (ADMIN_HEADER, GRPC_ADMIN_HEADER)}
+    admin = {(ADMIN_HEADER if protocol == "http" else GRPC_ADMIN_HEADER): v for v in given_key.values()}
     try:
         state = read_state(state_dir)
     except ServerError:
         if url is None:
             raise ClientError(
                 f"no server known: none was started from {state_dir} and no --url was given; "
-                "run `make serve` or pass --url HOST:PORT"
+                "run `make serve` or pass --url HOST:PORT (URL=HOST:PORT with make)"
             ) from None
-        return Endpoint(protocol, url)
+        return Endpoint(protocol, url, admin, None, headers)
+    if url is not None:  # another server than ours: our key and repository do not apply
+        return Endpoint(protocol, url, admin, None, headers)
     default = state.http_url if protocol == "http" else state.grpc_url
-    return Endpoint(protocol, url or default, state.admin_headers(protocol), Path(state.repo))
+    return Endpoint(protocol, default, admin or state.admin_headers(protocol), Path(state.repo), headers)
+
+
+def parse_headers(items) -> dict:
+    """--header 'Name: value' (repeatable) -> {name: value}."""
+    found = {}
+    for item in items:
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip():
+            raise ClientError(f"--header {item!r}: expected 'Name: value'")
+        found[name.strip().lower()] = value.strip()
+    return found

@@ -19,18 +19,18 @@ class InferResult:
     latency_ms: float
 
 
-def model_inputs(client, model: str) -> list[dict]:
+def model_inputs(client, model: str, headers: dict | None = None) -> list[dict]:
     """The model's inputs from its metadata: name, datatype, shape (batch axis first)."""
     with refused_as_client_error(model):
-        meta = client.get_model_metadata(model)
+        meta = client.get_model_metadata(model, headers=headers or None)
     inputs = meta["inputs"] if isinstance(meta, dict) else meta.inputs
     return [_as_dict(i) for i in inputs]
 
 
-def model_outputs(client, model: str, version: str = "") -> list[dict]:
+def model_outputs(client, model: str, version: str = "", headers: dict | None = None) -> list[dict]:
     """The model's outputs from its metadata (of one version if given)."""
     with refused_as_client_error(model):
-        meta = client.get_model_metadata(model, version)
+        meta = client.get_model_metadata(model, version, headers=headers or None)
     outputs = meta["outputs"] if isinstance(meta, dict) else meta.outputs
     return [_as_dict(o) for o in outputs]
 
@@ -76,11 +76,11 @@ def infer(ep: Endpoint, model: str, arrays: dict, top_k: int = 0, client=None, v
     owned = client is None
     client = client or ep.client()
     try:
-        names = [o["name"] for o in model_outputs(client, model, version)]
+        names = [o["name"] for o in model_outputs(client, model, version, ep.headers)]
         inputs, requested = build_request(ep.module(), arrays, names, top_k)
         start = time.perf_counter()
         with refused_as_client_error(model):
-            result = client.infer(model, inputs, model_version=version, outputs=requested)
+            result = client.infer(model, inputs, model_version=version, outputs=requested, headers=ep.headers or None)
         latency = (time.perf_counter() - start) * 1e3
     finally:
         if owned:

@@ -91,3 +91,86 @@ def load_image(path: Path, spec: ModelSpec) -> np.ndarray:
             return preprocess_image(image, spec)[None]
     except (OSError, UnidentifiedImageError) as err:
         raise ClientError(f"could not read {path} as an image: {err}") from err
+
+
+def plan_inputs(plan, batch: int, shapes: dict | None = None, spec: ModelSpec | None = None, seed: int = 0) -> dict:
+    """Inputs a model accepts, made from its server-side plan (clients.model_plan): the request shape
+    (no batch axis where max_batch_size is 0), dynamic dims from shapes or the manifest's spec, values from
+    the spec where the model is ours; optional inputs left out.
+
+    Without a spec, integers are drawn from [0, 2) (valid as indices, masks and flags) and floats from a
+    standard normal.
+
+    Raises:
+        NotMeasurable: a dynamic dim without a length, or a BYTES input without a known payload.
+    """
+    from clients.model_plan import NotMeasurable
+
+    arrays = {}
+    for i, tensor in enumerate(t for t in plan.inputs if not t.optional):
+        ours = _tensor_of(spec, {"name": tensor.name, "datatype": tensor.datatype, "shape": [-1, *tensor.dims]})
+        lengths = (lambda name, pos, t=ours: spec.sample_length(t.dynamic_axes()[pos + 1])) if ours else None
+        shape = plan.shape(tensor, batch, shapes, lengths)
+        if tensor.datatype == "BYTES":
+            if tensor.name not in ("IMAGE", "TEXT"):
+                raise NotMeasurable(f"{plan.name}: BYTES input '{tensor.name}' needs real data: --input-data "
+                                    "(perf_analyzer JSON or an .npz with one array per input)")  # fmt: skip
+            arrays[tensor.name] = example_input({**_meta(tensor), "shape": [-1, *shape[1:]]}, batch, i, spec)
+            continue
+        rng = np.random.default_rng(seed + i)
+        if ours is not None:
+            from builders.export import random_values
+
+            arrays[tensor.name] = random_values(rng, ours, tuple(shape))
+        else:
+            dtype = numpy_dtype(tensor.datatype)
+            values = rng.standard_normal(shape) if dtype.kind == "f" else rng.integers(0, 2, shape)
+            arrays[tensor.name] = values.astype(dtype)
+    return arrays
+
+
+def _meta(tensor) -> dict:
+    return {"name": tensor.name, "datatype": tensor.datatype, "shape": [-1, *tensor.dims]}
+
+
+def data_inputs(path: Path, plan) -> dict:
+    """The user's data for every required input: an .npz (one array per input, by name) or perf_analyzer's
+    input-data JSON (its first entry: "content" with "shape", or "b64" for BYTES)."""
+    import json
+
+    required = [t.name for t in plan.inputs if not t.optional]
+    if path.suffix == ".npz":
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {k: archive[k] for k in archive.files}
+    elif path.suffix == ".json":
+        arrays = _from_perf_json(json.loads(path.read_text())["data"][0], plan)
+    else:
+        raise ClientError(f"--input-data {path}: expected an .npz or perf_analyzer's .json")
+    missing = [n for n in required if n not in arrays]
+    if missing:
+        raise ClientError(f"{path} has no data for inputs {missing} of {plan.name}; it has {sorted(arrays)}")
+    return {n: arrays[n] for n in arrays if n in {t.name for t in plan.inputs}}
+
+
+def _from_perf_json(entry: dict, plan) -> dict:
+    import base64
+    import struct
+
+    arrays = {}
+    for tensor in plan.inputs:
+        item = entry.get(tensor.name)
+        if item is None:
+            continue
+        item = item if isinstance(item, dict) else {"content": item}
+        shape = item.get("shape") or [len(item.get("content", []))]
+        if "b64" in item:
+            blob, values, at = base64.b64decode(item["b64"]), [], 0
+            while at < len(blob):
+                (size,) = struct.unpack_from("<I", blob, at)
+                values.append(blob[at + 4 : at + 4 + size])
+                at += 4 + size
+            array = np.array(values, dtype=object).reshape(shape)
+        else:
+            array = np.array(item["content"], dtype=numpy_dtype(tensor.datatype)).reshape(shape)
+        arrays[tensor.name] = array[None] if plan.batching else array  # perf_analyzer's shapes omit the batch
+    return arrays
