@@ -37,22 +37,47 @@ def manifest_models(repo: Path | None) -> list[str]:
 
 
 def served_models(ep: Endpoint) -> list[str]:
-    """The manifest's models that the server has ready (default model list of perf, Locust, infer).
+    """The models to measure by default: the manifest's models that are ready where the repository is ours,
+    else every model the server's repository index calls READY (any Triton).
 
     Raises:
-        ClientError: no manifest is known for the server, or none of its models is ready.
+        ClientError: none is ready, or the server lists none to us (its index needs the admin key).
     """
     names = manifest_models(ep.repo)
     if not names:
-        raise ClientError(
-            f"no models listed: the server's repository ({ep.repo or 'unknown: started with --url'}) has no "
-            "manifest.json; name the models (MODELS=... or --models)"
-        )
+        return index_models(ep)
     with ep.client() as client:
         ready = [n for n in names if _ready(client, n)]
     if not ready:
         raise ClientError(f"none of the manifest's models {names} is ready on {ep.url}; check `make status`")
     return ready
+
+
+def index_models(ep: Endpoint) -> list[str]:
+    """Every model the server's repository index calls READY, sorted; the others are printed with their reason."""
+    from builders.cli_support import step
+
+    headers = {**ep.headers, **ep.admin_headers} or None
+    try:
+        with ep.client() as client:
+            index = client.get_model_repository_index(headers=headers)
+    except Exception as err:  # restricted without the key, or not Triton
+        why = str(err).splitlines()[0]
+        raise ClientError(f"the server at {ep.url} did not list its models ({why}); name them (MODELS=... or "
+                          "--models), or give its admin key (--header 'admin-key: ...')") from None  # fmt: skip
+    entries = index if isinstance(index, list) else [_entry(m) for m in index.models]
+    for entry in entries:
+        if entry.get("state") != "READY":
+            why = entry.get("reason") or "no reason given"
+            step(f"{entry['name']}: not ready ({entry.get('state', 'UNKNOWN')}: {why}), not measured")
+    ready = sorted({e["name"] for e in entries if e.get("state") == "READY"})
+    if not ready:
+        raise ClientError(f"the server at {ep.url} has no model ready")
+    return ready
+
+
+def _entry(message) -> dict:
+    return {"name": message.name, "state": message.state, "reason": message.reason}
 
 
 def variants_of(repo: Path | None, model: str) -> list[str]:

@@ -1,5 +1,6 @@
 """Measurement commands: `python -m loadtest perf|install-perf-analyzer`."""
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -54,7 +55,8 @@ def _models_or_served(models: str, ep) -> list[str]:
     if names:
         return names
     names = served_models(ep)
-    click.echo(f"models (from {ep.repo}/manifest.json): {' '.join(names)}")
+    source = f"{ep.repo}/manifest.json" if ep.repo and (ep.repo / "manifest.json").exists() else "the server's index"
+    click.echo(f"models (from {source}): {' '.join(names)}")
     return names
 
 
@@ -74,43 +76,75 @@ def _models_or_served(models: str, ep) -> list[str]:
     help="perf_analyzer --stability-percentage (its own default, 10, rarely holds on a small shared host).",
 )
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Report folder (default reports/<time>).")
-@click.option("--url", default=None)
+@click.option("--url", default=None, help="HOST:PORT of any Triton (default: the server of STATE_DIR).")
+@click.option("--header", "headers", multiple=True, help="'Name: value' sent with every request (repeatable).")
+@click.option("--shape", "shapes", multiple=True, help="NAME:d1,d2: lengths of an input's dynamic dims.")
+@click.option("--input-data", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="Your data: perf_analyzer's input-data JSON, or an .npz with one array per input.")  # fmt: skip
 @click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
 @user_errors
-def perf(
-    models, protocol, concurrency, request_rate, batch, shared_memory, interval_ms, stability, out, url, state_dir
-):
+def perf(models, protocol, concurrency, request_rate, batch, shared_memory, interval_ms, stability, out, url, headers,
+         shapes, input_data, state_dir):  # fmt: skip
     """Sweep MODELS with perf_analyzer; write perf.csv, perf.md and a PNG plot; print the table."""
-    from clients.connection import endpoint
+    from clients.connection import endpoint, parse_headers
+    from clients.model_plan import parse_shapes
     from loadtest import perf as sweeps
     from loadtest.perf_tools import find_perf_analyzer
     from loadtest.plots import throughput_vs_latency
     from loadtest.report import build_report, write_context
     from loadtest.server_view import record_window
 
-    ep, analyzer = endpoint(protocol, url, state_dir), find_perf_analyzer()
+    ep, analyzer = endpoint(protocol, url, state_dir, parse_headers(headers)), find_perf_analyzer()
     out = out or Path("reports") / time.strftime("%Y%m%d-%H%M%S")
-    rows, failures, names, started = [], [], _models_or_served(models, ep), time.time()
+    rows, failures, skipped, started = [], [], {}, time.time()
+    names = _models_or_served(models, ep)
     for model in names:
-        data = sweeps.input_data_file(ep, model, out / "raw" / f"{model}_input.json")
-        sweep = sweeps.Sweep(model, protocol, _numbers(concurrency), _numbers(request_rate, float), _numbers(batch),
-                             shared_memory, interval_ms, stability_percent=stability, input_data=data)  # fmt: skip
-        rows += sweeps.run_sweep(sweep, ep, analyzer, out / "raw", failures)
+        sweep = _model_sweep(ep, model, out, parse_shapes(shapes), input_data, skipped, protocol, concurrency,
+                             request_rate, batch, shared_memory, interval_ms, stability)  # fmt: skip
+        if sweep is not None:
+            rows += sweeps.run_sweep(sweep, ep, analyzer, out / "raw", failures)
     record_window(out, started, time.time())
     sweeps.write_csv(rows, out / "perf.csv")
     table, failed = sweeps.markdown_table(rows), sweeps.failures_table(failures)
-    failed_md = f"\n## Failed points\n\n{failed}\n" if failed else ""
-    (out / "perf.md").write_text(f"# perf_analyzer sweep\n\n{table}\n{failed_md}")
-    throughput_vs_latency(rows, out / "perf.png")
-    write_context(out, endpoint("http", None, state_dir), names)
+    notes = "".join(f"- {m}: {why}\n" for m, why in skipped.items())
+    extra = (f"\n## Failed points\n\n{failed}\n" if failed else "") + (f"\n## Not measured\n\n{notes}" if notes else "")
+    (out / "perf.md").write_text(f"# perf_analyzer sweep\n\n{table}\n{extra}")
+    (out / "skipped.json").write_text(json.dumps(skipped, indent=2))
+    if rows:
+        throughput_vs_latency(rows, out / "perf.png")
+    write_context(out, ep, names)
     report = build_report(out, ep.repo, _comparable_earlier(out))
-    click.echo(table)
-    if failed:
-        click.echo(f"\n{failed}")
+    click.echo(table + (f"\n{extra}" if extra else ""))
     click.echo(f"report: {report} (and report.html; CSV: perf.csv, plots: *.png)")
     if failures:
         total = len(failures) + len(rows)
         raise SystemExit(f"{len(failures)} of {total} points failed (table above); the finished points are kept")
+
+
+def _model_sweep(ep, model, out, shapes, input_data, skipped, protocol, concurrency, request_rate, batch,
+                 shared_memory, interval_ms, stability):  # fmt: skip
+    """The sweep of one model as the server describes it, or None (the reason goes to skipped)."""
+    from clients.model_plan import NotMeasurable, plan
+    from loadtest import perf as sweeps
+
+    with ep.client() as client:
+        model_plan = plan(client, model, ep.headers)
+    batches = _numbers(batch)
+    if not model_plan.batching and max(batches) > 1:
+        batches = (1,)
+        skipped[f"{model} batch > 1"] = "max_batch_size is 0 (no batch axis): measured at batch 1 only"
+    if model_plan.decoupled and protocol != "grpc":
+        skipped[model] = "decoupled: perf_analyzer measures it over gRPC streaming (PROTOCOL=grpc / --protocol grpc)"
+        return None
+    try:
+        data = sweeps.input_data_file(ep, model, out / "raw" / f"{model}_input.json", shapes, input_data)
+    except NotMeasurable as err:
+        skipped[model] = str(err).removeprefix(f"{model}: ")
+        click.echo(f"not measured: {err}")
+        return None
+    return sweeps.Sweep(model, protocol, _numbers(concurrency), _numbers(request_rate, float), batches, shared_memory,
+                        interval_ms, stability_percent=stability, input_data=data,
+                        streaming=model_plan.decoupled)  # fmt: skip
 
 
 @cli.command()

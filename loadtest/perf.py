@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import csv
+import json
 import re
+import struct
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -40,6 +43,7 @@ class Sweep:
     stability_percent: float = 10.0  # perf_analyzer's default; looser on busy hosts
     output_shm_bytes: int = 0  # per output region with shared memory (0: perf_analyzer's default)
     input_data: Path | None = None  # perf_analyzer --input-data JSON (real payloads for BYTES inputs)
+    streaming: bool = False  # decoupled models: gRPC streaming (perf_analyzer --streaming)
 
     def __post_init__(self):
         if self.shared_memory not in SHARED_MEMORY:
@@ -67,6 +71,11 @@ def perf_args(sweep: Sweep, ep: Endpoint, batch: int, load: tuple[str, str], csv
     ]  # fmt: skip
     if sweep.input_data is not None:
         args += ["--input-data", str(sweep.input_data)]
+    if sweep.streaming:
+        args += ["--streaming"]
+    for key, val in ep.headers.items():  # a gateway's headers (an admin key among them goes below, not here)
+        if key not in ep.admin_headers:
+            args += ["-H", f"{key}:{val}"]
     if sweep.shared_memory != "none":
         args += ["--shared-memory", sweep.shared_memory]
         if sweep.output_shm_bytes:
@@ -81,35 +90,47 @@ def admin_secret(ep: Endpoint) -> str | None:
     return next(iter(ep.admin_headers.values()), None)
 
 
-def input_data_file(ep: Endpoint, model: str, path: Path) -> Path | None:
-    """perf_analyzer input data: real payloads for BYTES inputs (an image, a text), and for integer
-    inputs or dynamic dims values and lengths from the model's spec (e.g. token ids within the
-    vocabulary). None where perf_analyzer's own random data fits (fixed-shape float inputs only).
-    """
-    import base64
-    import json
-    import struct
+def input_data_file(ep: Endpoint, model: str, path: Path, shapes: dict | None = None,
+                    data: Path | None = None) -> Path | None:  # fmt: skip
+    """perf_analyzer input data for a model, from its server-side plan (clients.model_plan): the user's data
+    (an .npz, or their perf_analyzer JSON passed as it is), else made-up inputs where they can be made up
+    (BYTES payloads of our pipelines, integer value ranges and dynamic lengths from our spec or --shape).
+    None where perf_analyzer's own random data fits (fixed-shape float inputs only).
 
-    from clients.infer import model_inputs
-    from clients.inputs import example_input
+    Raises:
+        NotMeasurable: the model's inputs cannot be made up; the message names the flag that fixes it.
+    """
+    from clients.inputs import data_inputs, plan_inputs
+    from clients.model_plan import plan
     from clients.served import served_spec
 
+    if data is not None and data.suffix == ".json":
+        return data
     with ep.client() as client:
-        inputs = model_inputs(client, model)
-    if all(m["datatype"] in ("FP32", "FP16") and -1 not in m["shape"][1:] for m in inputs):
+        model_plan = plan(client, model, ep.headers)
+    fixed = all(t.datatype in ("FP32", "FP16") and -1 not in t.dims for t in model_plan.inputs)
+    if data is None and fixed and not shapes:
         return None
-    spec, sample = served_spec(ep.repo, model), {}
-    for i, meta in enumerate(inputs):
-        array = example_input(meta, 1, i, spec)[0]  # one sample, without the batch axis
-        if meta["datatype"] == "BYTES":
-            # b64 holds the serialized BYTES tensor: a little-endian uint32 length before each element
-            blob = b"".join(struct.pack("<I", len(item)) + item for item in array.flat)
-            sample[meta["name"]] = {"b64": base64.b64encode(blob).decode(), "shape": list(array.shape)}
-        else:
-            sample[meta["name"]] = {"content": array.reshape(-1).tolist(), "shape": list(array.shape)}
+    arrays = data_inputs(data, model_plan) if data else plan_inputs(model_plan, 1, shapes,
+                                                                     served_spec(ep.repo, model))  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"data": [sample]}))
+    path.write_text(json.dumps({"data": [_perf_entry(arrays, model_plan)]}))
     return path
+
+
+def _perf_entry(arrays: dict, model_plan) -> dict:
+    """One request's tensors in perf_analyzer's JSON (shapes without the batch axis where the model batches;
+    BYTES as b64 of the serialized tensor: a little-endian uint32 length before each element)."""
+    entry = {}
+    for name, array in arrays.items():
+        sample = array[0] if model_plan.batching else array
+        if sample.dtype == object or sample.dtype.kind in "SU":
+            items = [v if isinstance(v, bytes) else str(v).encode() for v in sample.flat]
+            blob = b"".join(struct.pack("<I", len(item)) + item for item in items)
+            entry[name] = {"b64": base64.b64encode(blob).decode(), "shape": list(sample.shape)}
+        else:
+            entry[name] = {"content": sample.reshape(-1).tolist(), "shape": list(sample.shape)}
+    return entry
 
 
 @dataclass(frozen=True)

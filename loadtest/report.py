@@ -225,6 +225,14 @@ def build_report(run: Path, repo: Path | None, earlier: Path | None = None, prom
         paid = precision_table(perf_rows, manifest)
         if paid[1]:
             sections.append(("Did each precision pay?", paid, None))
+    described = environment.get("models") or {}
+    if described:
+        sections.append((f"Server: {environment.get('server', {}).get('url', '?')} (tritonserver "
+                         f"{environment.get('tritonserver', '?')}), models as it describes them",
+                         server_table(described), None))  # fmt: skip
+    skipped = _json(run / "skipped.json")
+    if skipped:
+        sections.append(("Not measured, and why", (["model", "why"], [[m, w] for m, w in skipped.items()]), None))
     breakdown = _json(run / "breakdown.json")
     if breakdown:
         sections.append(("Latency per ensemble step", None, breakdown_plot(breakdown, run / "breakdown.png")))
@@ -252,6 +260,16 @@ def build_report(run: Path, repo: Path | None, earlier: Path | None = None, prom
     return run / "report.md"
 
 
+def server_table(described: dict) -> Table:
+    """Each model as the server describes it."""
+    rows = []
+    for model, d in described.items():
+        groups = ", ".join(f"{g['count']}x {g['kind']}" for g in d.get("instance_groups", [])) or "—"
+        rows.append([model, d.get("platform", d.get("error", "?")), str(d.get("max_batch_size", "?")),
+                     d.get("batching", "?"), groups, "yes" if d.get("decoupled") else "no"])  # fmt: skip
+    return ["model", "platform / backend", "max batch", "batching", "instances", "decoupled"], rows
+
+
 def _sibling_runs(run: Path) -> list[Path]:
     """Other run folders beside run that hold a perf.csv (earlier ones first)."""
     if not run.parent.is_dir():
@@ -274,18 +292,47 @@ def precision_table(perf_rows: list[dict], manifest: dict) -> Table:
 
 
 def write_context(run: Path, ep, models: list[str]) -> None:
-    """environment.json (versions, host, server) and breakdown.json (ensembles) for a run folder."""
+    """environment.json (versions, host, and the server's own description: version, extensions, each model's
+    platform or backend, batching and instance groups, as it reports them) and breakdown.json (ensembles)."""
     from builders.environment import host_info, tool_versions
     from clients.breakdown import breakdown, ensemble_steps
 
+    headers = ep.headers or None
     with ep.client() as client:
-        server = client.get_server_metadata()
+        server = _plain(client.get_server_metadata(headers=headers))
+        described = {m: _describe_model(client, m, headers) for m in models}
         ensembles = [m for m in models if ensemble_steps(client, m)]
-    version = server["version"] if isinstance(server, dict) else server.version
-    environment = {"versions": tool_versions(), "host": host_info(), "tritonserver": version}
+    environment = {"versions": tool_versions(), "host": host_info(), "tritonserver": server.get("version"),
+                   "server": {"url": ep.url, "protocol": ep.protocol, "name": server.get("name"),
+                              "version": server.get("version"), "extensions": server.get("extensions", [])},
+                   "models": described}  # fmt: skip
     (run / "environment.json").write_text(json.dumps(environment, indent=2))
     steps = {m: breakdown(ep, m) for m in ensembles} if ep.admin_headers else {}
     (run / "breakdown.json").write_text(json.dumps(steps, indent=2))
+
+
+def _plain(message) -> dict:
+    if isinstance(message, dict):
+        return message
+    from google.protobuf import json_format
+
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+
+def _describe_model(client, model: str, headers) -> dict:
+    """What the server says of a model: platform/backend, max_batch_size, batching, instance groups."""
+    try:
+        config = _plain(client.get_model_config(model, headers=headers))
+    except Exception as err:  # not exposed by this server
+        return {"error": str(err).splitlines()[0]}
+    config = config.get("config", config)
+    batching = "dynamic" if "dynamic_batching" in config else "sequence" if "sequence_batching" in config else "none"
+    groups = [{"kind": g.get("kind", "KIND_AUTO"), "count": int(g.get("count", 1)), "gpus": g.get("gpus", [])}
+              for g in config.get("instance_group", [])]  # fmt: skip
+    return {"platform": config.get("platform") or config.get("backend", ""),
+            "max_batch_size": int(config.get("max_batch_size", 0) or 0), "batching": batching,
+            "instance_groups": groups,
+            "decoupled": bool(config.get("model_transaction_policy", {}).get("decoupled"))}  # fmt: skip
 
 
 def _json(path: Path) -> dict:
