@@ -109,7 +109,7 @@ def infer(model, source, batch, top_k, repeat, repo, shapes, input_data, protoco
     """Run MODEL (default: the first model of the server's manifest) on random data, a .npy/.npz array or an
     image; print outputs, top-k and latency."""
     from clients.infer import infer as run
-    from clients.model_plan import parse_shapes
+    from clients.model_plan import parse_shapes, plan
     from clients.served import served_models
 
     ep = _endpoint(protocol, url, state_dir, headers)
@@ -118,8 +118,34 @@ def infer(model, source, batch, top_k, repeat, repo, shapes, input_data, protoco
         click.echo(f"model: {model} (the first model the server has ready)")
     with ep.client() as client:
         arrays = _arrays(ep, client, model, source, batch, repo, parse_shapes(shapes), input_data)
+        described = plan(client, model, ep.headers)
+        if described.decoupled:
+            return _print_stream(ep, model, arrays, repeat, client)
+        if described.sequence:  # one sequence of `repeat` requests (at least 2), under one correlation id
+            return _print_sequence(ep, model, arrays, max(repeat, 2), client)
         results = [run(ep, model, arrays, top_k, client) for _ in range(max(repeat, 1))]
     _print_result(results, model, protocol)
+
+
+def _print_stream(ep, model, arrays, repeat, client):
+    from clients.streaming import stream_infer
+
+    for _ in range(max(repeat, 1)):
+        result = stream_infer(ep, model, arrays, client=client)
+        click.echo(f"{model} (decoupled, gRPC stream): {result.responses} response(s), first after "
+                   f"{result.first_ms:.2f} ms, last after {result.last_ms:.2f} ms")  # fmt: skip
+    for name, array in result.outputs.items():
+        click.echo(f"{name} (last response): shape {list(array.shape)} dtype {array.dtype}")
+
+
+def _print_sequence(ep, model, arrays, length, client):
+    from clients.infer import infer as run
+    from clients.streaming import sequence_ids
+
+    corrid = sequence_ids()
+    results = [run(ep, model, arrays, client=client, sequence=(corrid, i == 0, i == length - 1)) for i in range(length)]
+    click.echo(f"{model} (sequence batching): one sequence of {length} requests, correlation id {corrid}")
+    _print_result(results, model, ep.protocol)
 
 
 def _arrays(ep, client, model, source, batch, repo, shapes, input_data):
