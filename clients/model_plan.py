@@ -51,7 +51,7 @@ class ModelPlan:
             NotMeasurable: a dynamic dim has no length.
         """
         dims = list(tensor.dims)
-        given = (shapes or {}).get(tensor.name)
+        given = (shapes or {}).get(tensor.name) if -1 in dims else None  # fixed dims need no --shape
         if given is not None:
             if len(given) != len(dims) or any(d not in (-1, g) for d, g in zip(dims, given)):
                 raise ClientError(f"--shape {tensor.name}:{','.join(map(str, given))} does not fit its dims {dims}")

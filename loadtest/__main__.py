@@ -17,6 +17,29 @@ def cli():
     private_files()
 
 
+def _unmeasurable(ep, parsed, batch: int, shapes: dict, input_data) -> dict[str, str]:
+    """Models Locust cannot drive, with why and the flag that fixes it (the rest run)."""
+    from clients.inputs import data_inputs, plan_inputs
+    from clients.model_plan import NotMeasurable, plan
+    from clients.served import served_spec
+
+    skipped = {}
+    with ep.client() as client:
+        for model, _ in parsed:
+            described = plan(client, model, ep.headers)
+            try:
+                if described.decoupled and ep.protocol != "grpc":
+                    raise NotMeasurable(f"{model}: decoupled: its responses come over gRPC streaming (--protocol grpc)")
+                if input_data:
+                    data_inputs(input_data, described)
+                else:
+                    plan_inputs(described, batch, shapes, served_spec(ep.repo, model))
+            except NotMeasurable as err:
+                skipped[model] = str(err).removeprefix(f"{model}: ")
+                click.echo(f"not load-tested: {err}")
+    return skipped
+
+
 def _weight(model: str) -> int:
     """The weight of 'model:weight' (1 if none)."""
     name, _, weight = model.partition(":")
@@ -157,36 +180,47 @@ def _model_sweep(ep, model, out, shapes, input_data, skipped, protocol, concurre
 @click.option("--run-time", type=int, default=10, show_default=True, help="Seconds.")
 @click.option("--processes", type=int, default=0, help="Locust worker processes (distributed mode); 0: one process.")
 @click.option("--rate-per-user", type=float, default=0.0, help="Open loop: requests/s per user (0: closed loop).")
-@click.option("--shape", type=click.Choice(["constant", "step"]), default="constant", show_default=True)
+@click.option("--load-shape", type=click.Choice(["constant", "step"]), default="constant", show_default=True,
+              help="Users all at once, or added in steps.")  # fmt: skip
 @click.option("--slo-p99-ms", type=float, default=0.0, help="Fail the run if p99 exceeds this (0: off).")
 @click.option("--slo-fail-ratio", type=float, default=-1.0, help="Fail the run if the failure ratio exceeds this.")
 @click.option("--batch", type=int, default=1, show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Report folder (default reports/<time>).")
+@click.option("--url", default=None, help="HOST:PORT of any Triton (default: the server of STATE_DIR).")
+@click.option("--header", "headers", multiple=True, help="'Name: value' sent with every request (repeatable).")
+@click.option("--shape", "shapes", multiple=True, help="NAME:d1,d2: lengths of an input's dynamic dims.")
+@click.option("--input-data", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="Your data: an .npz with one array per input, or perf_analyzer's input-data JSON.")  # fmt: skip
 @click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
 @user_errors
-def locust(models, protocol, users, spawn_rate, run_time, processes, rate_per_user, shape, slo_p99_ms,
-           slo_fail_ratio, batch, out, state_dir):  # fmt: skip
-    """Headless Locust run against the server of `make serve`; CSV + HTML report, table printed."""
-    from clients.connection import endpoint
+def locust(models, protocol, users, spawn_rate, run_time, processes, rate_per_user, load_shape, slo_p99_ms,
+           slo_fail_ratio, batch, out, url, headers, shapes, input_data, state_dir):  # fmt: skip
+    """Headless Locust run against the server of `make serve` or any Triton (--url); CSV + HTML report."""
+    from clients.connection import endpoint, parse_headers
+    from clients.model_plan import parse_shapes
     from clients.served import require_ready
-    from loadtest.locust_run import LocustRun, markdown_table, run_locust
-    from server.launcher import read_state
+    from loadtest.locust_run import LocustRun, Target, markdown_table, run_locust
+    from loadtest.report import build_report, write_context
 
-    ep = endpoint(protocol, None, state_dir)
+    ep = endpoint(protocol, url, state_dir, parse_headers(headers))
     given = models.replace(",", " ").split() or _models_or_served("", ep)
     parsed = tuple((m.partition(":")[0], _weight(m)) for m in given)
     require_ready(ep, [m for m, _ in parsed])  # a typo fails here in a second, not in Locust's log
-    run = LocustRun(parsed, protocol, users, spawn_rate, run_time, processes, rate_per_user, shape, slo_p99_ms,
-                    slo_fail_ratio, batch)  # fmt: skip
-    out = out or Path("reports") / time.strftime("%Y%m%d-%H%M%S")
-    result = run_locust(run, read_state(state_dir), out)
+    sizes, out = parse_shapes(shapes), out or Path("reports") / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    skipped = _unmeasurable(ep, parsed, batch, sizes, input_data)
+    parsed = tuple((m, w) for m, w in parsed if m not in skipped)
+    (out / "skipped.json").write_text(json.dumps(skipped, indent=2))
+    if not parsed:
+        raise MeasurementError(f"no model can be load-tested: {skipped}")
+    run = LocustRun(parsed, protocol, users, spawn_rate, run_time, processes, rate_per_user, load_shape, slo_p99_ms,
+                    slo_fail_ratio, batch, shapes=sizes, input_data=str(input_data or ""),
+                    headers=ep.headers)  # fmt: skip
+    result = run_locust(run, Target.of(ep), out)
     table = markdown_table(result["rows"])
     (out / "locust.md").write_text(f"# Locust run\n\n{table}\n")
-    from loadtest.report import build_report, write_context
-
-    state = read_state(state_dir)
-    write_context(out, endpoint("http", None, state_dir), [m for m, _ in parsed])
-    report = build_report(out, Path(state.repo))
+    write_context(out, ep, [m for m, _ in parsed])
+    report = build_report(out, ep.repo)
     click.echo(table)
     click.echo(f"report: {report} (and report.html; Locust: locust_stats.csv, locust.html, locust.log)")
     if not result["slo_ok"]:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from builders.cli_support import step
@@ -34,12 +35,29 @@ class LocustRun:
     slo_p99_ms: float = 0.0
     slo_fail_ratio: float = -1.0
     batch: int = 1
+    shapes: dict = field(default_factory=dict)  # dynamic dims per input (--shape)
+    input_data: str = ""  # the user's data: .npz or perf_analyzer JSON
+    headers: dict = field(default_factory=dict)  # sent with every request; passed through a 0600 file
 
     def __post_init__(self):
         if self.shape not in ("constant", "step"):
             raise MeasurementError(f"shape {self.shape!r} unknown; expected 'constant' or 'step'")
         if not self.models or self.users < 1 or self.run_time_s < 1:
             raise MeasurementError("a Locust run needs at least one model, one user and one second")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where Locust sends requests: any server (a ServerState of ours has the same fields)."""
+
+    http_url: str
+    grpc_url: str
+    repo: Path | None = None
+
+    @classmethod
+    def of(cls, ep) -> "Target":
+        """The target of an Endpoint (its URL serves its protocol)."""
+        return cls(ep.url, ep.url, ep.repo)
 
 
 def locust_command(run: LocustRun, prefix: Path) -> list[str]:
@@ -65,7 +83,9 @@ def locust_environment(run: LocustRun, state: ServerState) -> dict:
         TRITON_GRPC_URL=state.grpc_url,
         TRITON_BATCH=str(run.batch),
         TRITON_RATE_PER_USER=f"{run.rate_per_user:g}",
-        TRITON_REPO=str(state.repo),
+        TRITON_REPO=str(state.repo or ""),
+        TRITON_SHAPES=json.dumps(run.shapes),
+        TRITON_INPUT_DATA=run.input_data,
         SLO_P99_MS=f"{run.slo_p99_ms:g}",
         SLO_FAIL_RATIO=f"{run.slo_fail_ratio:g}",
         LOAD_SHAPE=run.shape,
@@ -83,17 +103,25 @@ def run_locust(run: LocustRun, state: ServerState, out_dir: Path) -> dict:
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     prefix, log = out_dir / "locust", out_dir / "locust.log"
+    env = locust_environment(run, state)
+    if run.headers:  # headers may carry a secret: a file only the owner reads, not the environment
+        path = out_dir / ".headers.json"
+        path.touch(mode=0o600)
+        path.write_text(json.dumps(run.headers))
+        env["TRITON_HEADERS_FILE"] = str(path)
     workers = f", {run.processes} worker processes" if run.processes else ""
     step(f"locust: {run.users} users, {run.run_time_s} s, {run.protocol}{workers}, models {dict(run.models)}")
     started = time.time()
     with open(log, "w") as handle:
         try:
-            done = subprocess.run(locust_command(run, prefix), env=locust_environment(run, state), stdout=handle,
+            done = subprocess.run(locust_command(run, prefix), env=env, stdout=handle,
                                   stderr=subprocess.STDOUT, timeout=run.run_time_s + 120)  # fmt: skip
         except subprocess.TimeoutExpired as err:
             raise MeasurementError(
                 f"locust ran past {run.run_time_s + 120} s; its log ends:\n{_log_tail(log)}"
             ) from err
+        finally:
+            (out_dir / ".headers.json").unlink(missing_ok=True)  # the report folder keeps no secret
     record_window(out_dir, started, time.time())
     rows = read_stats(Path(f"{prefix}_stats.csv"))
     if done.returncode not in (0, 1, SLO_EXIT) or not rows:

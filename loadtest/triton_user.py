@@ -13,12 +13,17 @@ import grpc.experimental.gevent as grpc_gevent
 
 grpc_gevent.init_gevent()
 
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
 from locust import User, constant_throughput, events, task  # noqa: E402
 
-from clients.connection import Endpoint, refused_as_client_error  # noqa: E402
-from clients.infer import build_request, model_inputs, model_outputs  # noqa: E402
-from clients.inputs import example_inputs  # noqa: E402
+from clients.connection import Endpoint  # noqa: E402
+from clients.infer import build_request  # noqa: E402
+from clients.inputs import data_inputs, plan_inputs  # noqa: E402
+from clients.model_plan import plan  # noqa: E402
 from clients.served import served_spec  # noqa: E402
+from clients.streaming import sequence_ids, stream_infer  # noqa: E402
 
 PROTOCOL = os.environ.get("TRITON_PROTOCOL", "http")
 HTTP_URL = os.environ.get("TRITON_HTTP_URL", "127.0.0.1:8000")
@@ -26,6 +31,14 @@ GRPC_URL = os.environ.get("TRITON_GRPC_URL", "127.0.0.1:8001")
 BATCH = int(os.environ.get("TRITON_BATCH", "1"))
 RATE = float(os.environ.get("TRITON_RATE_PER_USER", "0"))  # requests/s per user; 0: closed loop
 REPO = os.environ.get("TRITON_REPO") or None  # the served repository: input shapes and values from its manifest
+SHAPES = json.loads(os.environ.get("TRITON_SHAPES") or "{}")  # dynamic dims: {input: [d1, d2]}
+INPUT_DATA = os.environ.get("TRITON_INPUT_DATA") or None  # the user's data (.npz or perf_analyzer JSON)
+SEQUENCE_LENGTH = int(os.environ.get("TRITON_SEQUENCE_LENGTH", "10"))  # requests per sequence (stateful models)
+HEADERS_FILE = os.environ.get("TRITON_HEADERS_FILE")  # a file (0600), never the environment: headers may be secret
+
+
+def _headers() -> dict:
+    return json.loads(Path(HEADERS_FILE).read_text()) if HEADERS_FILE else {}
 
 
 class TritonUser(User):
@@ -40,34 +53,59 @@ class TritonUser(User):
 
     def on_start(self):
         url = HTTP_URL if self.protocol == "http" else GRPC_URL
-        self.endpoint = Endpoint(self.protocol, url)
+        self.endpoint = Endpoint(self.protocol, url, headers=_headers())
         self.triton = self.endpoint.client()
-        with refused_as_client_error(self.model):
-            inputs = model_inputs(self.triton, self.model)
-            self.output_names = [o["name"] for o in model_outputs(self.triton, self.model)]
-        self.arrays = example_inputs(inputs, self.batch, served_spec(REPO, self.model))
+        self.plan = plan(self.triton, self.model, self.endpoint.headers)
+        self.output_names = list(self.plan.outputs)
+        self.arrays = (data_inputs(Path(INPUT_DATA), self.plan) if INPUT_DATA else
+                       plan_inputs(self.plan, self.batch, SHAPES, served_spec(REPO, self.model)))  # fmt: skip
         self.request_bytes = sum(sum(len(v) for v in a.flat) if a.dtype == object else a.nbytes
                                  for a in self.arrays.values())  # fmt: skip
+        self.sequence, self.in_sequence = sequence_ids(), 0
 
     def on_stop(self):
         self.triton.close()
 
     @task
     def infer(self):
+        if self.plan.decoupled:
+            return self._stream()
         inputs, outputs = build_request(self.endpoint.module(), self.arrays, self.output_names)
         start, error = time.perf_counter(), None
         try:
-            self.triton.infer(self.model, inputs, outputs=outputs)
+            self.triton.infer(self.model, inputs, outputs=outputs, headers=self.endpoint.headers or None,
+                              **self._sequence_flags())  # fmt: skip
         except Exception as err:  # reported to Locust as a failure, never raised into gevent
             error = err
-        events.request.fire(
-            request_type=self.protocol.upper(),
-            name=f"{self.model} b{self.batch}",
-            response_time=(time.perf_counter() - start) * 1000,
-            response_length=self.request_bytes,
-            exception=error,
-            context={},
-        )
+        self._report(f"{self.model} b{self.batch}", (time.perf_counter() - start) * 1000, error)
+
+    def _sequence_flags(self) -> dict:
+        """Stateful models: every request of a user belongs to its current sequence; start and end flagged."""
+        if not self.plan.sequence:
+            return {}
+        position = self.in_sequence
+        self.in_sequence = (position + 1) % SEQUENCE_LENGTH
+        if position == 0:
+            self.sequence = sequence_ids()
+        return {"sequence_id": self.sequence, "sequence_start": position == 0,
+                "sequence_end": position == SEQUENCE_LENGTH - 1}  # fmt: skip
+
+    def _stream(self):
+        """Decoupled models: one request on the user's gRPC stream; time to the first and to the last response."""
+        start, error, result = time.perf_counter(), None, None
+        try:
+            result = stream_infer(self.endpoint, self.model, self.arrays, client=self.triton)
+        except Exception as err:  # reported as a failure
+            error = err
+        elapsed = (time.perf_counter() - start) * 1000
+        self._report(f"{self.model} b{self.batch} first response", result.first_ms if result else elapsed, error)
+        self._report(f"{self.model} b{self.batch} last response", result.last_ms if result else elapsed, error,
+                     result.responses if result else 0)  # fmt: skip
+
+    def _report(self, name: str, ms: float, error, length: int | None = None) -> None:
+        events.request.fire(request_type=self.protocol.upper(), name=name, response_time=ms,
+                            response_length=self.request_bytes if length is None else length, exception=error,
+                            context={})  # fmt: skip
 
 
 def user_for(model: str, weight: int = 1, protocol: str = PROTOCOL) -> type:

@@ -34,7 +34,10 @@ class ProbeState:
 
 
 def probe_inputs(metadata: dict, config: dict) -> list[tuple[str, list[int], str]] | None:
-    """Zero-filled inputs of batch 1 for a model, or None for models with BYTES inputs."""
+    """Zero-filled inputs of batch 1 for a model, or None for models with BYTES inputs and decoupled models
+    (their responses come only over gRPC streaming; an HTTP probe would count as a failure)."""
+    if config.get("model_transaction_policy", {}).get("decoupled"):
+        return None
     batching = int(config.get("max_batch_size", 0)) > 0
     found = []
     for tensor in metadata["inputs"]:
