@@ -26,6 +26,11 @@ CONCURRENCY ?= 1 2 4
 # what `make demo` builds and measures (the README's table; a test holds the two equal)
 DEMO_MODELS ?= digits_cnn resnet50
 INTERVAL_MS ?= 2000
+# any Triton: URL=host:port (PROTOCOL says which port), SHAPE="NAME:d1,d2 ..." for dynamic dims, INPUT_DATA=file
+URL ?=
+SHAPE ?=
+INPUT_DATA ?=
+ANY_TRITON = $(if $(URL),--url $(URL)) $(foreach s,$(SHAPE),--shape $(s)) $(if $(INPUT_DATA),--input-data $(INPUT_DATA))
 PYTEST_ARGS ?=
 
 SERVER_PORTS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
@@ -89,16 +94,16 @@ rollout: install ## Roll MODEL's new build from FROM into the served REPO withou
 status: install ## Show the running server
 	$(PY) -m server status --state-dir $(STATE_DIR)
 
-infer: install ## One request to MODEL (or MODELS) with top-3 (after `make serve`; default: the manifest's first model) PROTOCOL=grpc
+infer: install ## One request to MODEL (or MODELS) with top-3 (after `make serve`, or URL=host:port of any Triton) PROTOCOL=grpc
 	@test $(words $(GIVEN_MODELS)) -le 1 || { echo "make infer takes one model: MODEL=<name> (got '$(GIVEN_MODELS)')"; exit 2; }
-	$(PY) -m clients infer $(GIVEN_MODELS) --top-k 3 --protocol $(PROTOCOL) --state-dir $(STATE_DIR)
+	$(PY) -m clients infer $(GIVEN_MODELS) --top-k 3 --protocol $(PROTOCOL) --state-dir $(STATE_DIR) $(ANY_TRITON)
 
-perf: install ## perf_analyzer sweep of MODELS or MODEL (after `make serve`; default: the manifest's models) INTERVAL_MS=2000; writes reports/<time>/
+perf: install ## perf_analyzer sweep of MODELS or MODEL (default: every ready model) of `make serve` or URL=; INTERVAL_MS=2000; reports/<time>/
 	$(PY) -m loadtest perf --models "$(GIVEN_MODELS)" --protocol $(PROTOCOL) --concurrency "$(CONCURRENCY)" \
-		--interval-ms $(INTERVAL_MS) --state-dir $(STATE_DIR)
+		--interval-ms $(INTERVAL_MS) --state-dir $(STATE_DIR) $(ANY_TRITON)
 
-loadtest: install ## Headless Locust run against MODEL or MODELS (after `make serve`; default: the manifest's models); writes reports/<time>/
-	$(PY) -m loadtest locust --models "$(GIVEN_MODELS)" --protocol $(PROTOCOL) --state-dir $(STATE_DIR)
+loadtest: install ## Headless Locust run against MODEL or MODELS (default: every ready model) of `make serve` or URL=; reports/<time>/
+	$(PY) -m loadtest locust --models "$(GIVEN_MODELS)" --protocol $(PROTOCOL) --state-dir $(STATE_DIR) $(ANY_TRITON)
 
 MINUTES ?= 10
 soak: install ## Bounded load on MODEL (default digits_cnn_pipeline) for MINUTES with RSS sampled (after `make serve`)

@@ -1,0 +1,115 @@
+"""The measuring half against a Triton we did not build for: a hand-written repository with no manifest
+(tests/fixtures/foreign_repo), reached by URL with no state folder. Every kind of model there is either
+measured or skipped with the flag that fixes it; nothing crashes."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from server import launcher
+
+pytestmark = pytest.mark.functional
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "foreign_repo"
+NO_STATE = ["--state-dir", "/nonexistent/state"]
+
+
+@pytest.fixture(scope="module")
+def foreign(tmp_path_factory):
+    root = tmp_path_factory.mktemp("foreign")
+    shutil.copytree(FIXTURE, root / "repo")
+    settings = launcher.ServerSettings(root / "repo", *launcher.free_ports(3), state_dir=root / "state")
+    state = launcher.start(settings)
+    yield state, root
+    launcher.stop(settings.state_dir)
+
+
+def _run(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+def _key(state) -> list[str]:
+    return ["--header", f"admin-key: {state.admin_headers()['admin-key']}"]
+
+
+@pytest.mark.parametrize(
+    "model, protocol, extra, expected",
+    [
+        ("add_sub", "http", [], "add_sub over http: 1 request"),
+        ("add_sub", "grpc", [], "add_sub over grpc: 1 request"),
+        ("scale_dynamic", "grpc", ["--shape", "X:5", "--batch", "2"], "Y: shape [2, 5]"),
+        ("doubled", "http", ["--shape", "IN:3"], "OUT: shape [1, 3]"),
+        ("repeat", "grpc", [], "response(s), first after"),
+        ("accumulate", "http", ["--repeat", "3"], "one sequence of 3 requests"),
+    ],
+)
+def test_infer_any_model_by_url(foreign, model, protocol, extra, expected):
+    state, root = foreign
+    url = state.http_url if protocol == "http" else state.grpc_url
+    done = _run(["clients", "infer", model, "--url", url, "--protocol", protocol, *extra, *NO_STATE], root)
+    assert done.returncode == 0, done.stderr[-1500:]
+    assert expected in done.stdout
+
+
+@pytest.mark.parametrize(
+    "model, args, message",
+    [
+        ("scale_dynamic", [], "--shape X:8"),
+        ("byte_length", [], "--input-data"),
+        ("repeat", ["--protocol", "http"], "gRPC streaming"),
+    ],
+)
+def test_what_cannot_be_made_up_is_refused_with_the_flag(foreign, model, args, message):
+    state, root = foreign
+    url = state.grpc_url if "--protocol" not in args else state.http_url
+    done = _run(["clients", "infer", model, "--url", url, "--protocol", "grpc", *args, *NO_STATE], root)
+    assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_bytes_from_the_users_data(foreign, tmp_path):
+    state, root = foreign
+    np.savez(tmp_path / "data.npz", PAYLOAD=np.array([[b"hello"], [b"four"]]))
+    done = _run(["clients", "infer", "byte_length", "--url", state.http_url, "--input-data",
+                 str(tmp_path / "data.npz"), *NO_STATE], root)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-1500:]
+    assert "LENGTH: shape [2, 1] dtype int32" in done.stdout
+
+
+def test_perf_measures_every_ready_model_and_names_what_it_skips(foreign):
+    state, root = foreign
+    out = root / "perf"
+    done = _run(["loadtest", "perf", "--url", state.grpc_url, *_key(state), "--shape", "X:4", "--shape", "IN:4",
+                 "--concurrency", "1", "--interval-ms", "300", "--stability", "100", "--out", str(out), *NO_STATE],
+                root, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
+    measured = {line.split("|")[1].strip() for line in (out / "perf.md").read_text().splitlines()
+                if line.startswith("| ") and "model" not in line}  # fmt: skip
+    assert measured == {"accumulate", "add_sub", "doubled", "repeat", "scale_dynamic"}
+    assert "byte_length" in json.loads((out / "skipped.json").read_text())
+    report = (out / "report.md").read_text()
+    assert "| add_sub | python | 0 | none | 1x KIND_CPU | no |" in report  # the server's own description
+    assert "| repeat | python | 0 | none | 1x KIND_CPU | yes |" in report
+    assert json.loads((out / "environment.json").read_text())["server"]["version"]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_locust_drives_any_model_by_url(foreign, protocol):
+    state, root = foreign
+    url = state.http_url if protocol == "http" else state.grpc_url
+    out = root / f"locust-{protocol}"
+    models = "add_sub accumulate repeat doubled byte_length"
+    done = _run(["loadtest", "locust", "--url", url, "--protocol", protocol, "--models", models, "--users", "5",
+                 "--spawn-rate", "5", "--shape", "IN:4", "--run-time", "4", "--out", str(out), *NO_STATE],
+                root)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
+    skipped = json.loads((out / "skipped.json").read_text())
+    assert "byte_length" in skipped and ("repeat" in skipped) == (protocol == "http")
+    table = (out / "locust.md").read_text()
+    assert "add_sub b1" in table and "accumulate b1" in table
+    if protocol == "grpc":
+        assert "repeat b1 first response" in table and "repeat b1 last response" in table
+    assert not list(out.glob(".headers*"))
