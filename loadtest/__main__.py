@@ -251,12 +251,19 @@ def locust(models, protocol, users, spawn_rate, run_time, processes, rate_per_us
 @click.option("--delays-us", default="0 100 1000 5000", show_default=True)
 @click.option("--interval-ms", type=int, default=1500, show_default=True)
 @click.option("--write-back/--no-write-back", default=True, show_default=True)
+@click.option("--shape", "shapes", multiple=True, help="NAME:d1,d2: lengths of an input's dynamic dims.")
+@click.option("--input-data", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="Your data: perf_analyzer's input-data JSON, or an .npz with one array per input.")  # fmt: skip
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
 def search(repo, variants, mode, p99_ms, accuracy_budget, concurrency, max_instances, delays_us, interval_ms,
-           write_back, out):  # fmt: skip
-    """Find the best serving config on a real server (explicit model control); write the winner back."""
+           write_back, shapes, input_data, out):  # fmt: skip
+    """Find the best serving config on a real server (explicit model control); write the winner back.
+
+    Any repository `make serve` serves: only config.pbtxt is edited (instance groups, dynamic batching, queue
+    delay), and only the winner's; every other file stays as it was."""
     from clients.connection import Endpoint
+    from clients.model_plan import parse_shapes
     from loadtest import search as s
     from loadtest.perf_tools import find_perf_analyzer
     from server import launcher
@@ -269,7 +276,8 @@ def search(repo, variants, mode, p99_ms, accuracy_budget, concurrency, max_insta
         ep = Endpoint("grpc", state.grpc_url, state.admin_headers("grpc"), repo)
         names = tuple(variants.split()) or _first_model_variants(repo)
         searcher = s.Searcher(repo, ep, find_perf_analyzer(), {"p99_ms": p99_ms, "accuracy": accuracy_budget},
-                              {"concurrency": concurrency, "interval_ms": interval_ms}, out)  # fmt: skip
+                              {"concurrency": concurrency, "interval_ms": interval_ms,
+                               "shapes": parse_shapes(shapes), "input_data": input_data}, out)  # fmt: skip
         space = s.SearchSpace(names, max_instances, _numbers(delays_us),
                               {v: searcher.base_config(v).max_batch_size for v in names},
                               frozenset(v for v in names if s.one_instance_only(searcher.base_config(v))))  # fmt: skip

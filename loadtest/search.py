@@ -117,6 +117,17 @@ class Searcher:
         self.manifest = read_manifest(repo)["models"]
         self.base, self.parse = {}, parse_pbtxt
         self.results: dict[Candidate, Result] = {}
+        self.data: dict[str, Path | None] = {}
+
+    def _input_data(self, variant: str):
+        """perf_analyzer data for a variant (dynamic dims from --shape, the user's --input-data), once per variant."""
+        from loadtest.perf import input_data_file
+
+        if variant not in self.data:
+            path = self.out / "raw" / f"{variant}_input.json"
+            self.data[variant] = input_data_file(self.ep, variant, path, self.load.get("shapes"),
+                                                 self.load.get("input_data"))  # fmt: skip
+        return self.data[variant]
 
     def base_config(self, variant: str):
         if variant not in self.base:
@@ -138,8 +149,9 @@ class Searcher:
         with self.ep.client() as client:
             client.load_model(candidate.variant, config=config, headers=self.ep.admin_headers)
             try:
+                data = self._input_data(candidate.variant)
                 sweep = Sweep(candidate.variant, "grpc", (self.load["concurrency"],), (), (1,), "none",
-                              self.load["interval_ms"], 10, 50)  # fmt: skip
+                              self.load["interval_ms"], 10, 50, input_data=data)  # fmt: skip
                 (row,) = run_sweep(sweep, self.ep, self.analyzer, self.out / "raw")
             finally:
                 client.unload_model(candidate.variant, headers=self.ep.admin_headers)

@@ -113,3 +113,17 @@ def test_locust_drives_any_model_by_url(foreign, protocol):
     if protocol == "grpc":
         assert "repeat b1 first response" in table and "repeat b1 last response" in table
     assert not list(out.glob(".headers*"))
+
+
+def test_search_edits_only_the_winners_config_of_a_repository_it_did_not_build(tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURE, repo, ignore=shutil.ignore_patterns("__pycache__"))
+    before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+    done = _run(["loadtest", "search", "--repo", str(repo), "--variants", "scale_dynamic", "--max-instances", "2",
+                 "--delays-us", "0 1000", "--interval-ms", "400", "--shape", "X:4", "--out", str(tmp_path / "out")],
+                tmp_path, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
+    assert "winner written to" in done.stdout
+    after = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    changed = sorted(str(p.relative_to(repo)) for p in before if before[p] != after.get(p))
+    assert changed in ([], ["scale_dynamic/config.pbtxt"]) and set(after) == set(before)
