@@ -12,8 +12,12 @@ _URL = click.option("--url", default=None, help="HOST:PORT; default: the server 
 _STATE = click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
 _HEADER = click.option("--header", "headers", multiple=True, help="'Name: value' sent with every request (repeatable).")
 _SHAPE = click.option("--shape", "shapes", multiple=True, help="NAME:d1,d2: lengths of an input's dynamic dims.")
-_DATA = click.option("--input-data", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
-                     help="Your data: an .npz (one array per input) or perf_analyzer's input-data JSON.")  # fmt: skip
+_DATA = click.option(
+    "--input-data",
+    type=click.Path(path_type=Path, exists=True),
+    default=None,
+    help="Your data: an .npz (one array per input), perf_analyzer's JSON, a folder of images.",
+)
 
 
 @click.group()

@@ -139,17 +139,47 @@ def data_inputs(path: Path, plan) -> dict:
     import json
 
     required = [t.name for t in plan.inputs if not t.optional]
-    if path.suffix == ".npz":
+    if path.is_dir():
+        arrays = image_folder(path, plan)
+    elif path.suffix == ".npz":
         with np.load(path, allow_pickle=False) as archive:
             arrays = {k: archive[k] for k in archive.files}
     elif path.suffix == ".json":
         arrays = _from_perf_json(json.loads(path.read_text())["data"][0], plan)
     else:
-        raise ClientError(f"--input-data {path}: expected an .npz or perf_analyzer's .json")
+        raise ClientError(f"--input-data {path}: expected an .npz, perf_analyzer's .json or a folder of images")
     missing = [n for n in required if n not in arrays]
     if missing:
         raise ClientError(f"{path} has no data for inputs {missing} of {plan.name}; it has {sorted(arrays)}")
     return {n: arrays[n] for n in arrays if n in {t.name for t in plan.inputs}}
+
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
+
+
+def image_folder(folder: Path, plan, limit: int = 64) -> dict:
+    """A folder of images for a model's image input: a rank-3 input with 1 or 3 channels first (CHW) or last
+    (HWC); each image resized to its dims; uint8 as they are, floats scaled to [0, 1]. One row per image
+    (at most max_batch_size, and `limit`); without a batch axis, the first image."""
+    from PIL import Image
+
+    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)[:limit]
+    images = [t for t in plan.inputs if len(t.dims) == 3 and (t.dims[0] in (1, 3) or t.dims[-1] in (1, 3))]
+    if not files or len(images) != 1 or -1 in images[0].dims:
+        raise ClientError(f"--input-data {folder}: needs images ({', '.join(IMAGE_SUFFIXES)}) and a model with one "
+                          "image input of fixed dims (C,H,W or H,W,C)")  # fmt: skip
+    tensor = images[0]
+    last = tensor.dims[-1] in (1, 3)
+    height, width, channels = tensor.dims if last else (*tensor.dims[1:], tensor.dims[0])
+    rows = []
+    for path in files[: max(plan.max_batch_size, 1)]:
+        with Image.open(path) as image:
+            pixels = np.asarray(image.convert("L" if channels == 1 else "RGB").resize((width, height)))
+        pixels = pixels.reshape(height, width, channels)
+        rows.append(pixels if last else pixels.transpose(2, 0, 1))
+    batch = np.stack(rows) if plan.batching else rows[0]
+    dtype = numpy_dtype(tensor.datatype)
+    return {tensor.name: batch.astype(dtype) if dtype.kind in "iu" else (batch / 255.0).astype(dtype)}
 
 
 def _from_perf_json(entry: dict, plan) -> dict:

@@ -102,8 +102,12 @@ def _models_or_served(models: str, ep) -> list[str]:
 @click.option("--url", default=None, help="HOST:PORT of any Triton (default: the server of STATE_DIR).")
 @click.option("--header", "headers", multiple=True, help="'Name: value' sent with every request (repeatable).")
 @click.option("--shape", "shapes", multiple=True, help="NAME:d1,d2: lengths of an input's dynamic dims.")
-@click.option("--input-data", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
-              help="Your data: perf_analyzer's input-data JSON, or an .npz with one array per input.")  # fmt: skip
+@click.option(
+    "--input-data",
+    type=click.Path(path_type=Path, exists=True),
+    default=None,
+    help="Your data: perf_analyzer's input-data JSON, an .npz (one array per input), a folder of images.",
+)
 @click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
 @user_errors
 def perf(models, protocol, concurrency, request_rate, batch, shared_memory, interval_ms, stability, out, url, headers,
@@ -189,8 +193,12 @@ def _model_sweep(ep, model, out, shapes, input_data, skipped, protocol, concurre
 @click.option("--url", default=None, help="HOST:PORT of any Triton (default: the server of STATE_DIR).")
 @click.option("--header", "headers", multiple=True, help="'Name: value' sent with every request (repeatable).")
 @click.option("--shape", "shapes", multiple=True, help="NAME:d1,d2: lengths of an input's dynamic dims.")
-@click.option("--input-data", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
-              help="Your data: an .npz with one array per input, or perf_analyzer's input-data JSON.")  # fmt: skip
+@click.option(
+    "--input-data",
+    type=click.Path(path_type=Path, exists=True),
+    default=None,
+    help="Your data: perf_analyzer's input-data JSON, an .npz (one array per input), a folder of images.",
+)
 @click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
 @user_errors
 def locust(models, protocol, users, spawn_rate, run_time, processes, rate_per_user, load_shape, slo_p99_ms,
@@ -252,8 +260,12 @@ def locust(models, protocol, users, spawn_rate, run_time, processes, rate_per_us
 @click.option("--interval-ms", type=int, default=1500, show_default=True)
 @click.option("--write-back/--no-write-back", default=True, show_default=True)
 @click.option("--shape", "shapes", multiple=True, help="NAME:d1,d2: lengths of an input's dynamic dims.")
-@click.option("--input-data", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
-              help="Your data: perf_analyzer's input-data JSON, or an .npz with one array per input.")  # fmt: skip
+@click.option(
+    "--input-data",
+    type=click.Path(path_type=Path, exists=True),
+    default=None,
+    help="Your data: perf_analyzer's input-data JSON, an .npz (one array per input), a folder of images.",
+)
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
 def search(repo, variants, mode, p99_ms, accuracy_budget, concurrency, max_instances, delays_us, interval_ms,

@@ -113,8 +113,13 @@ def input_data_file(ep: Endpoint, model: str, path: Path, shapes: dict | None = 
         return None
     arrays = data_inputs(data, model_plan) if data else plan_inputs(model_plan, 1, shapes,
                                                                      served_spec(ep.repo, model))  # fmt: skip
+    rows = len(next(iter(arrays.values()))) if model_plan.batching and data is not None and data.is_dir() else 1
+    entries = [
+        _perf_entry({k: v[i : i + 1] for k, v in arrays.items()} if rows > 1 else arrays, model_plan)
+        for i in range(rows)
+    ]  # fmt: skip (a folder of images: one entry per image, perf_analyzer cycles)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"data": [_perf_entry(arrays, model_plan)]}))
+    path.write_text(json.dumps({"data": entries}))
     return path
 
 
