@@ -30,7 +30,13 @@ INTERVAL_MS ?= 2000
 URL ?=
 SHAPE ?=
 INPUT_DATA ?=
-ANY_TRITON = $(if $(URL),--url $(URL)) $(foreach s,$(SHAPE),--shape $(s)) $(if $(INPUT_DATA),--input-data $(INPUT_DATA))
+# TLS: TLS_CERT= and TLS_KEY= make Envoy's listeners speak TLS; clients then take TLS=1 (CA_FILE= for private roots)
+TLS_CERT ?=
+TLS_KEY ?=
+TLS ?=
+CA_FILE ?=
+SERVER_TLS = $(if $(TLS_CERT),--tls-cert $(TLS_CERT) --tls-key $(TLS_KEY))
+ANY_TRITON = $(if $(TLS),--tls) $(if $(CA_FILE),--ca-file $(CA_FILE)) $(if $(URL),--url $(URL)) $(foreach s,$(SHAPE),--shape $(s)) $(if $(INPUT_DATA),--input-data $(INPUT_DATA))
 PYTEST_ARGS ?=
 
 SERVER_PORTS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
@@ -65,7 +71,7 @@ build-engines: install ## Export, validate, quantize, write the repository: MODE
 		$(if $(COMPILED),--compiled "$(COMPILED)")
 
 serve: install ## Start the embedded tritonserver on REPO, supervised (HEALTH_PORT: readiness for load balancers)
-	$(PY) -m server start --repo $(REPO) $(SERVER_PORTS) --health-port $(HEALTH_PORT) --state-dir $(STATE_DIR)
+	$(PY) -m server start --repo $(REPO) $(SERVER_PORTS) --health-port $(HEALTH_PORT) --state-dir $(STATE_DIR) $(SERVER_TLS)
 
 stop: ## Stop what `make serve`, `make cluster` or `make monitor` started in STATE_DIR
 	@if [ -x $(PY) ]; then $(PY) -m loadtest prometheus stop --state-dir $(STATE_DIR) >/dev/null; \
@@ -74,7 +80,8 @@ stop: ## Stop what `make serve`, `make cluster` or `make monitor` started in STA
 REPLICAS ?= 2
 cluster: install ## REPLICAS supervised tritonservers on REPO behind Envoy on HTTP_PORT/GRPC_PORT (stats: METRICS_PORT); GPU_PER_REPLICA=1 REPLICA_BASE_PORT=9100; `make stop` ends all
 	$(PY) -m server cluster --replicas $(REPLICAS) --repo $(REPO) $(SERVER_PORTS) --state-dir $(STATE_DIR) \
-		$(if $(GPU_PER_REPLICA),--gpu-per-replica) $(if $(REPLICA_BASE_PORT),--replica-base-port $(REPLICA_BASE_PORT))
+		$(if $(GPU_PER_REPLICA),--gpu-per-replica) $(if $(REPLICA_BASE_PORT),--replica-base-port $(REPLICA_BASE_PORT)) \
+		$(SERVER_TLS)
 
 cluster-restart: install ## Rolling restart of the cluster's replicas (each back in Envoy before the next)
 	$(PY) -m server cluster-restart --state-dir $(STATE_DIR)

@@ -10,6 +10,10 @@ from builders.errors import ClientError
 _PROTOCOL = click.option("--protocol", type=click.Choice(["http", "grpc"]), default="http", show_default=True)
 _URL = click.option("--url", default=None, help="HOST:PORT; default: the server started by `make serve`.")
 _STATE = click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
+_TLS = click.option("--tls", is_flag=True, help="HTTPS / gRPC over TLS (--ca-file: the roots that sign the server).")
+_CA = click.option(
+    "--ca-file", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM root certificates."
+)
 _HEADER = click.option("--header", "headers", multiple=True, help="'Name: value' sent with every request (repeatable).")
 _SHAPE = click.option("--shape", "shapes", multiple=True, help="NAME:d1,d2: lengths of an input's dynamic dims.")
 _DATA = click.option(
@@ -26,20 +30,22 @@ def cli():
     private_files()
 
 
-def _endpoint(protocol, url, state_dir, headers=()):
+def _endpoint(protocol, url, state_dir, headers=(), tls=False, ca_file=None):
     from clients.connection import endpoint, parse_headers
 
-    return endpoint(protocol, url, state_dir, parse_headers(headers))
+    return endpoint(protocol, url, state_dir, parse_headers(headers), tls, ca_file)
 
 
 @cli.command()
 @_PROTOCOL
 @_URL
+@_TLS
+@_CA
 @_STATE
 @user_errors
-def health(protocol, url, state_dir):
+def health(protocol, url, tls, ca_file, state_dir):
     """Server liveness, readiness and version."""
-    ep = _endpoint(protocol, url, state_dir)
+    ep = _endpoint(protocol, url, state_dir, (), tls, ca_file)
     with ep.client() as client:
         live, ready = _probe(client.is_server_live), _probe(client.is_server_ready)
         version = _probe(lambda: _field(client.get_server_metadata(), "version")) if live else None
@@ -107,16 +113,19 @@ def stats(model, protocol, url, state_dir):
 @_PROTOCOL
 @_URL
 @_HEADER
+@_TLS
+@_CA
 @_STATE
 @user_errors
-def infer(model, source, batch, top_k, repeat, repo, shapes, input_data, protocol, url, headers, state_dir):
+def infer(model, source, batch, top_k, repeat, repo, shapes, input_data, protocol, url, headers, tls, ca_file,
+          state_dir):  # fmt: skip
     """Run MODEL (default: the first model of the server's manifest) on random data, a .npy/.npz array or an
     image; print outputs, top-k and latency."""
     from clients.infer import infer as run
     from clients.model_plan import parse_shapes, plan
     from clients.served import served_models
 
-    ep = _endpoint(protocol, url, state_dir, headers)
+    ep = _endpoint(protocol, url, state_dir, headers, tls, ca_file)
     if model is None:
         model = served_models(ep)[0]
         click.echo(f"model: {model} (the first model the server has ready)")

@@ -20,6 +20,8 @@ class Endpoint:
     admin_headers: dict = field(default_factory=dict)
     repo: Path | None = None
     headers: dict = field(default_factory=dict)  # sent with every request (a gateway's auth, say)
+    tls: bool = False  # HTTPS / gRPC over TLS
+    ca_file: str | None = None  # PEM roots that sign the server's certificate (default: the system's)
 
     def __post_init__(self):
         if self.protocol not in PROTOCOLS:
@@ -27,6 +29,10 @@ class Endpoint:
 
     def client(self, **kwargs):
         """A new tritonclient client (tritonclient.http or tritonclient.grpc) for this endpoint."""
+        if self.tls and self.protocol == "http":
+            kwargs.update(ssl=True, ssl_options={"ca_certs": self.ca_file} if self.ca_file else None)
+        elif self.tls:
+            kwargs.update(ssl=True, root_certificates=self.ca_file)
         return self.module().InferenceServerClient(self.url, **kwargs)
 
     def module(self):
@@ -50,7 +56,7 @@ def refused_as_client_error(what: str):
 
 
 def endpoint(protocol: str = "http", url: str | None = None, state_dir: Path = Path(".triton"),
-             headers: dict | None = None) -> Endpoint:  # fmt: skip
+             headers: dict | None = None, tls: bool = False, ca_file: str | None = None) -> Endpoint:  # fmt: skip
     """The endpoint of the server started from state_dir, or of url if given. A server we did not start
     needs no state folder: its admin key, if any, is one of the headers ('admin-key: ...')."""
     from server.launcher import ADMIN_HEADER, GRPC_ADMIN_HEADER, read_state
@@ -66,11 +72,12 @@ def endpoint(protocol: str = "http", url: str | None = None, state_dir: Path = P
                 f"no server known: none was started from {state_dir} and no --url was given; "
                 "run `make serve` or pass --url HOST:PORT (URL=HOST:PORT with make)"
             ) from None
-        return Endpoint(protocol, url, admin, None, headers)
+        return Endpoint(protocol, url, admin, None, headers, tls, ca_file)
     if url is not None:  # another server than ours: our key and repository do not apply
-        return Endpoint(protocol, url, admin, None, headers)
+        return Endpoint(protocol, url, admin, None, headers, tls, ca_file)
     default = state.http_url if protocol == "http" else state.grpc_url
-    return Endpoint(protocol, default, admin or state.admin_headers(protocol), Path(state.repo), headers)
+    keys = admin or state.admin_headers(protocol)
+    return Endpoint(protocol, default, keys, Path(state.repo), headers, tls, ca_file)
 
 
 def parse_headers(items) -> dict:

@@ -108,10 +108,12 @@ def _models_or_served(models: str, ep) -> list[str]:
     default=None,
     help="Your data: perf_analyzer's input-data JSON, an .npz (one array per input), a folder of images.",
 )
+@click.option("--tls", is_flag=True, help="HTTPS / gRPC over TLS (--ca-file: the roots that sign the server).")
+@click.option("--ca-file", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM root certificates.")
 @click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
 @user_errors
 def perf(models, protocol, concurrency, request_rate, batch, shared_memory, interval_ms, stability, out, url, headers,
-         shapes, input_data, state_dir):  # fmt: skip
+         shapes, input_data, tls, ca_file, state_dir):  # fmt: skip
     """Sweep MODELS with perf_analyzer; write perf.csv, perf.md and a PNG plot; print the table."""
     from clients.connection import endpoint, parse_headers
     from clients.model_plan import parse_shapes
@@ -121,7 +123,7 @@ def perf(models, protocol, concurrency, request_rate, batch, shared_memory, inte
     from loadtest.report import build_report, write_context
     from loadtest.server_view import record_window
 
-    ep, analyzer = endpoint(protocol, url, state_dir, parse_headers(headers)), find_perf_analyzer()
+    ep, analyzer = endpoint(protocol, url, state_dir, parse_headers(headers), tls, ca_file), find_perf_analyzer()
     out = out or Path("reports") / time.strftime("%Y%m%d-%H%M%S")
     rows, failures, skipped, started = [], [], {}, time.time()
     names = _models_or_served(models, ep)
@@ -199,10 +201,12 @@ def _model_sweep(ep, model, out, shapes, input_data, skipped, protocol, concurre
     default=None,
     help="Your data: perf_analyzer's input-data JSON, an .npz (one array per input), a folder of images.",
 )
+@click.option("--tls", is_flag=True, help="HTTPS / gRPC over TLS (--ca-file: the roots that sign the server).")
+@click.option("--ca-file", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM root certificates.")
 @click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
 @user_errors
 def locust(models, protocol, users, spawn_rate, run_time, processes, rate_per_user, load_shape, slo_p99_ms,
-           slo_fail_ratio, batch, out, url, headers, shapes, input_data, state_dir):  # fmt: skip
+           slo_fail_ratio, batch, out, url, headers, shapes, input_data, tls, ca_file, state_dir):  # fmt: skip
     """Headless Locust run against the server of `make serve` or any Triton (--url); CSV + HTML report."""
     from clients.connection import endpoint, parse_headers
     from clients.model_plan import parse_shapes
@@ -210,7 +214,7 @@ def locust(models, protocol, users, spawn_rate, run_time, processes, rate_per_us
     from loadtest.locust_run import LocustRun, Target, markdown_table, run_locust
     from loadtest.report import build_report, write_context
 
-    ep = endpoint(protocol, url, state_dir, parse_headers(headers))
+    ep = endpoint(protocol, url, state_dir, parse_headers(headers), tls, ca_file)
     given = models.replace(",", " ").split() or _models_or_served("", ep)
     parsed = tuple((m.partition(":")[0], _weight(m)) for m in given)
     require_ready(ep, [m for m, _ in parsed])  # a typo fails here in a second, not in Locust's log
@@ -223,7 +227,7 @@ def locust(models, protocol, users, spawn_rate, run_time, processes, rate_per_us
         raise MeasurementError(f"no model can be load-tested: {skipped}")
     run = LocustRun(parsed, protocol, users, spawn_rate, run_time, processes, rate_per_user, load_shape, slo_p99_ms,
                     slo_fail_ratio, batch, shapes=sizes, input_data=str(input_data or ""),
-                    headers=ep.headers)  # fmt: skip
+                    headers=ep.headers, tls=tls, ca_file=ca_file or "")  # fmt: skip
     result = run_locust(run, Target.of(ep), out)
     table = markdown_table(result["rows"])
     (out / "locust.md").write_text(f"# Locust run\n\n{table}\n")

@@ -38,6 +38,8 @@ class LocustRun:
     shapes: dict = field(default_factory=dict)  # dynamic dims per input (--shape)
     input_data: str = ""  # the user's data: .npz or perf_analyzer JSON
     headers: dict = field(default_factory=dict)  # sent with every request; passed through a 0600 file
+    tls: bool = False
+    ca_file: str = ""
 
     def __post_init__(self):
         if self.shape not in ("constant", "step"):
@@ -86,6 +88,8 @@ def locust_environment(run: LocustRun, state: ServerState) -> dict:
         TRITON_REPO=str(state.repo or ""),
         TRITON_SHAPES=json.dumps(run.shapes),
         TRITON_INPUT_DATA=run.input_data,
+        TRITON_TLS="1" if run.tls else "",
+        TRITON_CA_FILE=run.ca_file,
         SLO_P99_MS=f"{run.slo_p99_ms:g}",
         SLO_FAIL_RATIO=f"{run.slo_fail_ratio:g}",
         LOAD_SHAPE=run.shape,

@@ -62,8 +62,9 @@ class Sweep:
 def perf_args(sweep: Sweep, ep: Endpoint, batch: int, load: tuple[str, str], csv_path: Path) -> list[str]:
     """perf_analyzer's command line for one batch size and one load level."""
     kind, value = load
+    url = f"https://{ep.url}" if ep.tls and ep.protocol == "http" else ep.url
     args = [
-        "-m", sweep.model, "-u", ep.url, "-i", ep.protocol, "-b", str(batch),
+        "-m", sweep.model, "-u", url, "-i", ep.protocol, "-b", str(batch),
         f"--{kind.replace('_', '-')}-range", value,
         "--measurement-interval", str(sweep.measurement_ms), "--max-trials", str(sweep.max_trials),
         "--stability-percentage", f"{sweep.stability_percent:g}",
@@ -73,6 +74,7 @@ def perf_args(sweep: Sweep, ep: Endpoint, batch: int, load: tuple[str, str], csv
         args += ["--input-data", str(sweep.input_data)]
     if sweep.streaming:
         args += ["--streaming"]
+    args += tls_args(ep)
     for key, val in ep.headers.items():  # a gateway's headers (an admin key among them goes below, not here)
         if key not in ep.admin_headers:
             args += ["-H", f"{key}:{val}"]
@@ -83,6 +85,17 @@ def perf_args(sweep: Sweep, ep: Endpoint, batch: int, load: tuple[str, str], csv
     for key in ep.admin_headers:  # perf_analyzer reads the (restricted) statistics API; the key itself
         args += ["-H", f"{key}:{PLACEHOLDER}"]  # goes through a pipe, never argv (server/secret_args.py)
     return args
+
+
+def tls_args(ep: Endpoint) -> list[str]:
+    """perf_analyzer's TLS flags for an endpoint (none without TLS)."""
+    if not ep.tls:
+        return []
+    if ep.protocol == "grpc":
+        roots = ["--ssl-grpc-root-certifications-file", ep.ca_file] if ep.ca_file else []
+        return ["--ssl-grpc-use-ssl", "true", *roots]
+    found = ["--ssl-https-verify-peer", "1", "--ssl-https-verify-host", "2"]
+    return found + (["--ssl-https-ca-certificates-file", ep.ca_file] if ep.ca_file else [])
 
 
 def admin_secret(ep: Endpoint) -> str | None:

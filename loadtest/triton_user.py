@@ -34,6 +34,8 @@ REPO = os.environ.get("TRITON_REPO") or None  # the served repository: input sha
 SHAPES = json.loads(os.environ.get("TRITON_SHAPES") or "{}")  # dynamic dims: {input: [d1, d2]}
 INPUT_DATA = os.environ.get("TRITON_INPUT_DATA") or None  # the user's data (.npz or perf_analyzer JSON)
 SEQUENCE_LENGTH = int(os.environ.get("TRITON_SEQUENCE_LENGTH", "10"))  # requests per sequence (stateful models)
+TLS = os.environ.get("TRITON_TLS") == "1"
+CA_FILE = os.environ.get("TRITON_CA_FILE") or None
 HEADERS_FILE = os.environ.get("TRITON_HEADERS_FILE")  # a file (0600), never the environment: headers may be secret
 
 
@@ -53,7 +55,7 @@ class TritonUser(User):
 
     def on_start(self):
         url = HTTP_URL if self.protocol == "http" else GRPC_URL
-        self.endpoint = Endpoint(self.protocol, url, headers=_headers())
+        self.endpoint = Endpoint(self.protocol, url, headers=_headers(), tls=TLS, ca_file=CA_FILE)
         self.triton = self.endpoint.client()
         self.plan = plan(self.triton, self.model, self.endpoint.headers)
         self.output_names = list(self.plan.outputs)

@@ -46,17 +46,24 @@ def cli():
     "(gRPC, metrics and readiness stay the server's own ports). Needs --supervise.",
 )
 @click.option("--max-request-mb", type=float, default=64.0, show_default=True, help="The edge's cap on a body.")
+@click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="PEM certificate chain: Envoy's listeners speak TLS (with --tls-key).",
+)
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM private key.")
 @STATE_DIR
 @user_errors
 def start(repo, http_port, grpc_port, metrics_port, host, model_control, timeout, supervise, health_port, edge,
-          max_request_mb, state_dir):  # fmt: skip
+          max_request_mb, tls_cert, tls_key, state_dir):  # fmt: skip
     """Start the server and return once every model is ready."""
     from server.launcher import ServerSettings, read_state, start
 
     step(f"starting tritonserver on {repo} (http {http_port}, grpc {grpc_port}, metrics {metrics_port})")
     settings = ServerSettings(repo, http_port, grpc_port, metrics_port, host, state_dir, timeout, model_control)
     if supervise and edge:
-        state = _start_behind_edge(settings, health_port, max_request_mb)
+        state = _start_behind_edge(settings, health_port, max_request_mb, _tls(tls_cert, tls_key))
     elif supervise:
         from server.supervisor_process import start_supervised
 
@@ -70,7 +77,7 @@ def start(repo, http_port, grpc_port, metrics_port, host, model_control, timeout
     click.echo(f"admin key (header '{'admin-key'}') in {state.admin_key_file}")
 
 
-def _start_behind_edge(settings, health_port: int, max_request_mb: float):
+def _start_behind_edge(settings, health_port: int, max_request_mb: float, tls=None):
     """One supervised server whose HTTP port is Envoy's edge (server/edge.py); its state as clients see it."""
     from server.cluster import ClusterSettings, start_cluster
     from server.edge import MIB, EdgeLimits
@@ -79,7 +86,7 @@ def _start_behind_edge(settings, health_port: int, max_request_mb: float):
     limits = EdgeLimits(max_request_bytes=int(max_request_mb * MIB))
     cluster = ClusterSettings(settings.repo, 1, settings.http_port, settings.grpc_port, settings.metrics_port,
                               settings.host, settings.state_dir, settings.startup_timeout, edge=limits, single=True,
-                              health_port=health_port)  # fmt: skip
+                              health_port=health_port, tls=tls)  # fmt: skip
     start_cluster(cluster)
     state = read_state(settings.state_dir / "replica-0")
     click.echo(f"edge: http {settings.host}:{settings.http_port} checked by Envoy before tritonserver "
@@ -117,15 +124,23 @@ def supervise(repo, ports, host, timeout, drain, probes, state_dir):
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--timeout", type=float, default=180.0, show_default=True, help="Seconds per replica to get ready.")
 @click.option("--gpu-per-replica", is_flag=True, help="Replica i sees GPU i only (CUDA_VISIBLE_DEVICES=i).")
+@click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="PEM certificate chain: Envoy's listeners speak TLS (with --tls-key).",
+)
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM private key.")
 @STATE_DIR
 @user_errors
 def cluster(replicas, repo, http_port, grpc_port, metrics_port, replica_base_port, host, timeout, gpu_per_replica,
-            state_dir):  # fmt: skip
+            tls_cert, tls_key, state_dir):  # fmt: skip
     """Start REPLICAS supervised tritonservers behind Envoy; return once Envoy routes to every one."""
     from server.cluster import ClusterSettings, start_cluster
 
     settings = ClusterSettings(repo, replicas, http_port, grpc_port, metrics_port, host, state_dir, timeout,
-                               gpu_per_replica=gpu_per_replica, replica_base_port=replica_base_port)  # fmt: skip
+                               gpu_per_replica=gpu_per_replica, replica_base_port=replica_base_port,
+                               tls=_tls(tls_cert, tls_key))  # fmt: skip
     state = start_cluster(settings)
     click.echo(f"envoy: http {host}:{http_port}, grpc {host}:{grpc_port}, "
                f"stats {host}:{metrics_port}/stats/prometheus, "
@@ -133,6 +148,12 @@ def cluster(replicas, repo, http_port, grpc_port, metrics_port, replica_base_por
     for replica in state["replicas"]:
         ports = f"http {replica['http_port']}, grpc {replica['grpc_port']}, readiness {replica['health_port']}"
         click.echo(f"  {replica['name']}: {ports} (log {state_dir}/{replica['name']}/tritonserver.log)")
+
+
+def _tls(cert, key):
+    if bool(cert) != bool(key):
+        raise click.UsageError("TLS needs both --tls-cert and --tls-key (TLS_CERT= and TLS_KEY=)")
+    return (str(Path(cert).resolve()), str(Path(key).resolve())) if cert else None
 
 
 @cli.command("envoy-run", hidden=True)

@@ -51,6 +51,7 @@ class ClusterSettings:
     # server's own ports (grpc_port, admin_port, health_port), its HTTP port a free one behind Envoy.
     single: bool = False
     health_port: int = 8003
+    tls: tuple[str, str] | None = None  # (certificate chain, private key): Envoy's listeners speak TLS
 
     def __post_init__(self):
         if self.replicas < 1:
@@ -153,7 +154,7 @@ def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> in
     stats = 0 if settings.single else settings.admin_port
     socket_path = str(admin_socket(settings.state_dir))
     envoy = EnvoySettings(replicas, settings.http_port, settings.grpc_port, stats, socket_path, settings.host,
-                          settings.balancing, edge, grpc=not settings.single)  # fmt: skip
+                          settings.balancing, edge, grpc=not settings.single, tls=settings.tls)  # fmt: skip
     config = settings.state_dir / "envoy.json"
     config.write_text(json.dumps(envoy_config(envoy), indent=2))
     ports = (f"http {settings.http_port}" if settings.single else

@@ -23,6 +23,7 @@ ADMIN_SOCKET_MODE = 0o600
 STATS_PATH = "/stats/prometheus"
 GRPC_INFER = ("/inference.GRPCInferenceService/ModelInfer", "/inference.GRPCInferenceService/ModelStreamInfer")
 HTTP_OPTIONS = "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+DOWNSTREAM_TLS = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class EnvoySettings:
     balancing: Balancing = field(default_factory=Balancing)
     edge_filters: tuple = ()  # HTTP filters before the router (server/edge.py: size cap, request checks)
     grpc: bool = True  # a gRPC listener (False: clients reach the replica's gRPC port directly)
+    tls: tuple[str, str] | None = None  # (certificate chain, private key) PEM files: the listeners speak TLS
 
     def __post_init__(self):
         if not self.replicas:
@@ -190,13 +192,19 @@ def listener(name: str, s: EnvoySettings, port: int, cluster: str, protocol: str
     }  # fmt: skip
     if protocol == "grpc":
         manager["http2_protocol_options"] = {}
-    return {
-        "name": name,
-        "address": _address(s.host, port),
-        "filter_chains": [
-            {"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}]}
-        ],
-    }
+    chain = {"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}]}
+    if s.tls:
+        chain["transport_socket"] = _tls(s.tls, "h2" if protocol == "grpc" else "http/1.1")
+    return {"name": name, "address": _address(s.host, port), "filter_chains": [chain]}
+
+
+def _tls(files: tuple[str, str], alpn: str) -> dict:
+    """TLS termination with the given certificate chain and key (PEM files)."""
+    cert, key = files
+    context = {"tls_certificates": [{"certificate_chain": {"filename": cert}, "private_key": {"filename": key}}],
+               "alpn_protocols": [alpn]}  # fmt: skip
+    return {"name": "envoy.transport_sockets.tls",
+            "typed_config": {"@type": DOWNSTREAM_TLS, "common_tls_context": context}}  # fmt: skip
 
 
 def stats_listener(s: EnvoySettings) -> dict:

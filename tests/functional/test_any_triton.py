@@ -127,3 +127,46 @@ def test_search_edits_only_the_winners_config_of_a_repository_it_did_not_build(t
     after = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
     changed = sorted(str(p.relative_to(repo)) for p in before if before[p] != after.get(p))
     assert changed in ([], ["scale_dynamic/config.pbtxt"]) and set(after) == set(before)
+
+
+@pytest.fixture(scope="module")
+def behind_tls(foreign, tmp_path_factory):
+    """The foreign repository served by a replica behind Envoy that speaks TLS on HTTP and gRPC (a self-signed
+    certificate for 127.0.0.1, made here with openssl)."""
+    from server.cluster import ClusterSettings, start_cluster, stop_cluster
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    root = tmp_path_factory.mktemp("tls")
+    cert, key = root / "cert.pem", root / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)  # fmt: skip
+    shutil.copytree(FIXTURE, root / "repo", ignore=shutil.ignore_patterns("__pycache__"))
+    http_port, grpc_port, stats_port = launcher.free_ports(3)
+    settings = ClusterSettings(root / "repo", 1, http_port, grpc_port, stats_port, state_dir=root / "state",
+                               tls=(str(cert), str(key)))  # fmt: skip
+    start_cluster(settings)
+    yield settings, cert, root
+    stop_cluster(settings.state_dir)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_infer_and_perf_over_tls(behind_tls, protocol):
+    settings, cert, root = behind_tls
+    port = settings.http_port if protocol == "http" else settings.grpc_port
+    tls = ["--url", f"127.0.0.1:{port}", "--protocol", protocol, "--tls", "--ca-file", str(cert), *NO_STATE]
+    done = _run(["clients", "infer", "add_sub", *tls], root)
+    assert done.returncode == 0 and f"add_sub over {protocol}" in done.stdout, done.stderr[-1500:]
+    plain = _run(["clients", "infer", "add_sub", *tls[:4], *NO_STATE], root)
+    assert plain.returncode != 0  # the listener speaks only TLS
+    key = ["--header", f"admin-key: {(settings.state_dir / 'admin_key').read_text().strip()}"]
+    out = root / f"perf-{protocol}"
+    done = _run(["loadtest", "perf", "--models", "add_sub", *key, "--concurrency", "1", "--interval-ms", "300",
+                 "--stability", "100", "--out", str(out), *tls], root, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
+    assert "| add_sub |" in (out / "perf.md").read_text()
+    done = _run(["loadtest", "locust", "--models", "add_sub", "--users", "2", "--spawn-rate", "2", "--run-time", "3",
+                 "--out", str(root / f"locust-{protocol}"), *tls], root)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
+    assert "add_sub b1" in (root / f"locust-{protocol}" / "locust.md").read_text()
