@@ -114,7 +114,8 @@ loadtest: install ## Headless Locust run against MODEL or MODELS (default: every
 
 MINUTES ?= 10
 soak: install ## Bounded load on MODEL (default digits_cnn_pipeline) for MINUTES with RSS sampled (after `make serve`)
-	$(PY) -m loadtest soak $(if $(MODEL),--model $(MODEL)) --minutes $(MINUTES) --state-dir $(STATE_DIR)
+	$(PY) -m loadtest soak $(if $(MODEL),--model $(MODEL)) --minutes $(MINUTES) --state-dir $(STATE_DIR) \
+		$(if $(URL),--url $(URL) --protocols $(PROTOCOL))
 
 test: install install-prometheus ## Run every test: unit, golden fixtures, functional (real tritonserver); what CI runs
 	$(PY) -m pytest tests $(PYTEST_ARGS)

@@ -365,19 +365,24 @@ def reconcile(models, protocol, concurrency, seconds, out, state_dir):
 @click.option("--warmup", type=float, default=60.0, show_default=True, help="Seconds before growth is measured.")
 @click.option("--max-growth", type=float, default=5.0, show_default=True, help="Goal: RSS growth per process, %.")
 @click.option("--out", type=click.Path(path_type=Path), default=None)
+@click.option("--url", default=None, help="HOST:PORT of any Triton (RSS is then not sampled); one of --protocols.")
+@click.option("--header", "headers", multiple=True, help="'Name: value' sent with every request (repeatable).")
 @click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
 @user_errors
-def soak(model, minutes, interval, clients, protocols, warmup, max_growth, out, state_dir):
+def soak(model, minutes, interval, clients, protocols, warmup, max_growth, out, url, headers, state_dir):
     """Bounded load for MINUTES with RSS of tritonserver and each stub sampled; exits 1 if the goal is missed."""
-    from clients.connection import endpoint
+    from clients.connection import endpoint, parse_headers
     from loadtest.soak import SoakSettings, run
     from server.launcher import read_state
 
     names = tuple(protocols.split())
+    if url and len(names) != 1:
+        raise MeasurementError("--url is one port: give the one protocol it speaks (--protocols http or grpc)")
     settings = SoakSettings(model, minutes * 60, interval, clients, names, warmup, max_growth)
     out = out or Path("reports") / time.strftime("soak-%Y%m%d-%H%M%S")
-    endpoints = [endpoint(p, None, state_dir) for p in names]
-    summary = run(settings, endpoints, lambda: read_state(state_dir).pid, out)
+    endpoints = [endpoint(p, url, state_dir, parse_headers(headers)) for p in names]
+    pid = (lambda: None) if url else (lambda: read_state(state_dir).pid)  # a server not ours: RSS not sampled
+    summary = run(settings, endpoints, pid, out)
     click.echo((out / "soak.md").read_text())
     click.echo(f"report: {out}/soak.md")
     sys.exit(0 if summary["goal_met"] else 1)

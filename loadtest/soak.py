@@ -87,12 +87,12 @@ def _client_loop(ep: Endpoint, model: str, arrays: dict, counts: Counts, stop: t
 
 
 def _arrays(ep: Endpoint, model: str) -> dict:
-    from clients.infer import model_inputs
-    from clients.inputs import example_inputs
+    from clients.inputs import plan_inputs
+    from clients.model_plan import plan
     from clients.served import served_spec
 
     with ep.client() as client:
-        return example_inputs(model_inputs(client, model), 1, served_spec(ep.repo, model))
+        return plan_inputs(plan(client, model, ep.headers), 1, None, served_spec(ep.repo, model))
 
 
 def run(settings: SoakSettings, endpoints: list[Endpoint], server_pid, out: Path) -> dict:
@@ -116,10 +116,16 @@ def run(settings: SoakSettings, endpoints: list[Endpoint], server_pid, out: Path
 
 
 def _sample(settings: SoakSettings, server_pid, counts: Counts) -> list[dict]:
+    """RSS rows per process (a server we did not start, server_pid() None: one row of request counts per sample,
+    RSS not sampled)."""
     rows, started = [], time.monotonic()
     while True:
         elapsed = time.monotonic() - started
-        for label, pid in processes(server_pid()).items():
+        pid_now = server_pid()
+        if pid_now is None:
+            rows.append({"t_s": round(elapsed, 1), "process": "tritonserver", "pid": 0, "rss_mib": float("nan"),
+                         "requests": counts.ok + counts.failed, "failed": counts.failed})  # fmt: skip
+        for label, pid in processes(pid_now).items() if pid_now is not None else ():
             rss = rss_mib(pid)
             if rss is not None:
                 rows.append({"t_s": round(elapsed, 1), "process": label, "pid": pid, "rss_mib": round(rss, 2),
@@ -132,7 +138,7 @@ def _sample(settings: SoakSettings, server_pid, counts: Counts) -> list[dict]:
 
 def _progress(rows: list[dict], elapsed: float) -> None:
     now = [r for r in rows if r["t_s"] == rows[-1]["t_s"]]
-    total = sum(r["rss_mib"] for r in now)
+    total = sum(r["rss_mib"] for r in now if r["rss_mib"] == r["rss_mib"])  # NaN: not sampled
     step(f"soak t={elapsed:5.0f} s: {now[0]['requests']:,} requests, {now[0]['failed']} failed, "
          f"RSS {total:,.0f} MiB over {len(now)} processes")  # fmt: skip
 
@@ -166,10 +172,11 @@ def _write(settings: SoakSettings, rows: list[dict], counts: Counts, out: Path) 
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    table = growth(rows, settings.warmup)
+    sampled = all(r["rss_mib"] == r["rss_mib"] for r in rows)  # NaN where the server is not ours
+    table = growth(rows, settings.warmup) if sampled else []
     summary = {"model": settings.model, "seconds": rows[-1]["t_s"], "requests": counts.ok + counts.failed,
                "failed": counts.failed, "errors": counts.errors, "growth": table,
-               "max_growth_pct": settings.max_growth_pct}  # fmt: skip
+               "max_growth_pct": settings.max_growth_pct, "rss_sampled": sampled}  # fmt: skip
     summary["goal_met"] = counts.failed == 0 and all(r["growth_pct"] < settings.max_growth_pct for r in table)
     plot(rows, settings.warmup, out / "soak.png")
     (out / "soak.md").write_text(markdown(summary, settings))
@@ -184,13 +191,16 @@ def markdown(summary: dict, settings: SoakSettings) -> str:
         "",
         f"{summary['seconds']:.0f} s, {settings.clients} closed-loop client(s) per protocol over "
         f"{' + '.join(settings.protocols)}: {summary['requests']:,} requests ({rate:,.1f}/s), "
-        f"{summary['failed']} failed. RSS sampled every {settings.interval:g} s; growth from the first sample "
+        f"{summary['failed']} failed. RSS (of our own servers) sampled every {settings.interval:g} s; "
+        "growth from the first sample "
         f"at or after {settings.warmup:g} s (warm-up) to the last. Goal: 0 failed, growth < "
         f"{settings.max_growth_pct:g}% per process: {'met' if summary['goal_met'] else 'MISSED'}.",
         "",
         "| process | RSS after warm-up (MiB) | RSS at the end (MiB) | growth | same pid |",
         "|---|---:|---:|---:|---|",
     ]
+    if not summary.get("rss_sampled", True):
+        lines += ["| (not sampled: the server is not one we started, --url) | — | — | — | — |"]
     for r in summary["growth"]:
         lines.append(f"| {r['process']} | {r['from_mib']:.1f} | {r['to_mib']:.1f} | {r['growth_pct']:+.2f}% | "
                      f"{'yes' if r['same_pid'] else 'no (restarted)'} |")  # fmt: skip

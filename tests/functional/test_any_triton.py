@@ -170,3 +170,13 @@ def test_infer_and_perf_over_tls(behind_tls, protocol):
                  "--out", str(root / f"locust-{protocol}"), *tls], root)  # fmt: skip
     assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
     assert "add_sub b1" in (root / f"locust-{protocol}" / "locust.md").read_text()
+
+
+def test_a_short_soak_of_a_server_we_did_not_start(foreign):
+    state, root = foreign
+    out = root / "soak"
+    done = _run(["loadtest", "soak", "--model", "add_sub", "--minutes", "0.1", "--interval", "2", "--warmup", "1",
+                 "--url", state.grpc_url, "--protocols", "grpc", "--out", str(out), *NO_STATE], root)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
+    text = (out / "soak.md").read_text()
+    assert "0 failed" in text and "not sampled: the server is not one we started" in text
