@@ -332,22 +332,25 @@ def _run_search_modes(s, space, searcher, mode):
 
 
 @cli.command()
-@click.option("--models", default="", help="Models to reconcile on (p50 >> 1 ms); default: the manifest's models.")
+@click.option("--models", default="", help="Models to reconcile on (p50 >> 1 ms); default: every ready model.")
+@click.option("--url", default=None, help="HOST:PORT of any Triton (default: the server of STATE_DIR).")
+@click.option("--header", "headers", multiple=True, help="'Name: value' sent with every request (repeatable).")
 @click.option("--protocol", type=click.Choice(["http", "grpc"]), default="grpc", show_default=True)
 @click.option("--concurrency", type=int, default=4, show_default=True)
 @click.option("--seconds", type=int, default=12, show_default=True, help="Per tool and model.")
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
 @user_errors
-def reconcile(models, protocol, concurrency, seconds, out, state_dir):
-    """Locust vs perf_analyzer p50 at matched load on the server of `make serve` (agree within 15%?)."""
-    from clients.connection import endpoint
+def reconcile(models, protocol, concurrency, seconds, out, url, headers, state_dir):
+    """Locust vs perf_analyzer p50 at matched load on the server of `make serve` or any Triton (agree within 15%?)."""
+    from clients.connection import endpoint, parse_headers
     from loadtest import reconcile as rec
+    from loadtest.locust_run import Target
     from loadtest.perf_tools import find_perf_analyzer
-    from server.launcher import read_state
 
     out = out or Path("reports") / time.strftime("reconcile-%Y%m%d-%H%M%S")
-    ep, state, analyzer = endpoint(protocol, None, state_dir), read_state(state_dir), find_perf_analyzer()
+    ep, analyzer = endpoint(protocol, url, state_dir, parse_headers(headers)), find_perf_analyzer()
+    state = Target.of(ep)
     names = _models_or_served(models, ep)
     results = [rec.reconcile(state, ep, analyzer, m, concurrency, seconds, out / m) for m in names]
     text = rec.markdown(results)
