@@ -23,7 +23,8 @@ COLUMNS = (
     "stable", "spread_pct", "window_ms",
 )  # fmt: skip
 TEXT_COLUMNS = ("model", "protocol", "load", "stable")
-UNSTABLE = "Failed to obtain stable measurement"
+# perf_analyzer's words when its windows disagree, or when one was too short to hold a request (a busy host)
+UNSTABLE = ("Failed to obtain stable measurement", "Please use a larger time window")
 PASS_LINE = re.compile(r"Pass \[\d+\] throughput: ([0-9.eE+-]+) infer/sec\. Avg latency: (\d+) usec")
 ACCEPT_ANY = 1000.0  # --stability-percentage that takes the first windows as they come (last resort)
 
@@ -210,7 +211,7 @@ def measure_point(sweep: Sweep, ep: Endpoint, analyzer: PerfAnalyzer, batch: int
         if done.returncode == 0:
             rows = parse_csv(csv_path, tried, batch, load[0])
             return [_stamp(r, "yes", window_spread(done.stdout), tried) for r in rows]
-        if UNSTABLE not in done.stdout + done.stderr:
+        if not any(words in done.stdout + done.stderr for words in UNSTABLE):
             raise MeasurementError(f"perf_analyzer failed (exit {done.returncode}):\n{_tail(done)}")
     last = replace(tried, stability_percent=ACCEPT_ANY, max_trials=3)
     done = _run(analyzer, perf_args(last, ep, batch, load, csv_path), last, admin_secret(ep))

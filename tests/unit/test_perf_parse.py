@@ -73,3 +73,8 @@ def test_rows_written_before_stability_was_recorded_read_as_stable(tmp_path):
     cut = len(perf.COLUMNS) - 3
     old.write_text("\n".join(",".join(line.split(",")[:cut]) for line in lines) + "\n")
     assert all(r["stable"] == "yes" for r in perf.read_csv(old))
+
+
+def test_a_window_too_short_to_hold_a_request_counts_as_unstable():
+    text = "Pass [1] cb::Error: No valid requests recorded within time interval. Please use a larger time window."
+    assert any(words in text for words in perf.UNSTABLE)
