@@ -53,8 +53,12 @@ def served_models(ep: Endpoint) -> list[str]:
     return ready
 
 
+NOT_READY: dict[str, str] = {}  # model -> the server's reason, from the last index read (for reports)
+
+
 def index_models(ep: Endpoint) -> list[str]:
-    """Every model the server's repository index calls READY, sorted; the others are printed with their reason."""
+    """Every model the server's repository index calls READY, sorted; the others are printed with their reason
+    (and kept in NOT_READY for the run's report)."""
     from builders.cli_support import step
 
     headers = {**ep.headers, **ep.admin_headers} or None
@@ -69,7 +73,8 @@ def index_models(ep: Endpoint) -> list[str]:
     for entry in entries:
         if entry.get("state") != "READY":
             why = entry.get("reason") or "no reason given"
-            step(f"{entry['name']}: not ready ({entry.get('state', 'UNKNOWN')}: {why}), not measured")
+            NOT_READY[entry["name"]] = f"not ready ({entry.get('state', 'UNKNOWN')}: {why})"
+            step(f"{entry['name']}: {NOT_READY[entry['name']]}, not measured")
     ready = sorted({e["name"] for e in entries if e.get("state") == "READY"})
     if not ready:
         raise ClientError(f"the server at {ep.url} has no model ready")

@@ -17,6 +17,13 @@ def cli():
     private_files()
 
 
+def _not_ready() -> dict[str, str]:
+    """Models the server's index listed as not ready in this run, with its reason."""
+    from clients.served import NOT_READY
+
+    return dict(NOT_READY)
+
+
 def _unmeasurable(ep, parsed, batch: int, shapes: dict, input_data) -> dict[str, str]:
     """Models Locust cannot drive, with why and the flag that fixes it (the rest run)."""
     from clients.inputs import data_inputs, plan_inputs
@@ -138,7 +145,7 @@ def perf(models, protocol, concurrency, request_rate, batch, shared_memory, inte
     notes = "".join(f"- {m}: {why}\n" for m, why in skipped.items())
     extra = (f"\n## Failed points\n\n{failed}\n" if failed else "") + (f"\n## Not measured\n\n{notes}" if notes else "")
     (out / "perf.md").write_text(f"# perf_analyzer sweep\n\n{table}\n{extra}")
-    (out / "skipped.json").write_text(json.dumps(skipped, indent=2))
+    (out / "skipped.json").write_text(json.dumps({**_not_ready(), **skipped}, indent=2))
     if rows:
         throughput_vs_latency(rows, out / "perf.png")
     write_context(out, ep, names)
@@ -222,7 +229,7 @@ def locust(models, protocol, users, spawn_rate, run_time, processes, rate_per_us
     out.mkdir(parents=True, exist_ok=True)
     skipped = _unmeasurable(ep, parsed, batch, sizes, input_data)
     parsed = tuple((m, w) for m, w in parsed if m not in skipped)
-    (out / "skipped.json").write_text(json.dumps(skipped, indent=2))
+    (out / "skipped.json").write_text(json.dumps({**_not_ready(), **skipped}, indent=2))
     if not parsed:
         raise MeasurementError(f"no model can be load-tested: {skipped}")
     run = LocustRun(parsed, protocol, users, spawn_rate, run_time, processes, rate_per_user, load_shape, slo_p99_ms,

@@ -180,3 +180,38 @@ def test_a_short_soak_of_a_server_we_did_not_start(foreign):
     assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
     text = (out / "soak.md").read_text()
     assert "0 failed" in text and "not sampled: the server is not one we started" in text
+
+
+def test_a_model_that_is_not_ready_is_listed_with_the_reason(tmp_path):
+    import tritonclient.http as http
+
+    shutil.copytree(FIXTURE, tmp_path / "repo", ignore=shutil.ignore_patterns("__pycache__"))
+    settings = launcher.ServerSettings(tmp_path / "repo", *launcher.free_ports(3), state_dir=tmp_path / "state",
+                                       model_control="explicit", extra_args=("--load-model=*",))  # fmt: skip
+    state = launcher.start(settings)
+    try:
+        with http.InferenceServerClient(state.http_url) as client:
+            client.unload_model("byte_length", headers=state.admin_headers())
+            _await_state(client, state, "byte_length", "UNAVAILABLE")
+        out = tmp_path / "perf"
+        done = _run(["loadtest", "perf", "--url", state.grpc_url, *_key(state), "--models", "", "--shape", "X:4",
+                     "--shape", "IN:4", "--concurrency", "1", "--interval-ms", "300", "--stability", "100",
+                     "--out", str(out), *NO_STATE], tmp_path, timeout=600)  # fmt: skip
+    finally:
+        launcher.stop(settings.state_dir)
+    assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
+    skipped = json.loads((out / "skipped.json").read_text())
+    assert skipped["byte_length"].startswith("not ready (UNAVAILABLE: unloaded)")
+    assert "byte_length" in (out / "report.md").read_text()
+
+
+def _await_state(client, state, model: str, wanted: str, timeout: float = 60) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        index = client.get_model_repository_index(headers=state.admin_headers())
+        if any(m["name"] == model and m.get("state") == wanted for m in index):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{model} never became {wanted}")
