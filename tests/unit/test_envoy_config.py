@@ -2,6 +2,7 @@
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -78,3 +79,18 @@ def test_invalid_settings_are_refused(make):
 def test_a_stopping_replica_drains_longer_than_envoy_needs_to_notice():
     b = Balancing()
     assert b.drain_seconds > b.health_interval * b.unhealthy_threshold + b.health_timeout
+
+
+def test_replica_ports_can_be_given_as_a_base():
+    from builders.errors import ServerError
+    from server.cluster import ClusterSettings
+    from server.launcher import free_ports
+
+    base = free_ports(1)[0] // 8 * 8  # a block near a free port; check_port_free refuses a taken one
+    settings = ClusterSettings(Path("repo"), 2, replica_base_port=base)
+    try:
+        assert settings.replica_ports(1) == [base + 4, base + 5, base + 6, base + 7]
+    except ServerError as err:  # another process holds one of them right now: the message names it
+        assert "in use" in str(err)
+    with pytest.raises(ServerError, match="REPLICA_BASE_PORT"):
+        ClusterSettings(Path("repo"), 2, replica_base_port=65534)
