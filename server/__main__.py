@@ -203,8 +203,9 @@ def stop(state_dir):
     from server.launcher import stop
     from server.supervisor_process import stop_supervisor
 
+    single = (state_dir / "cluster.json").exists() and '"single": true' in (state_dir / "cluster.json").read_text()
     if stop_cluster(state_dir):
-        click.echo("cluster stopped (envoy and every replica)")
+        click.echo("tritonserver and its edge stopped" if single else "cluster stopped (envoy and every replica)")
         return
     supervised = stop_supervisor(state_dir)
     stopped = stop(state_dir) or supervised
@@ -269,7 +270,19 @@ def status(state_dir):
     from server.launcher import read_state
 
     state = read_state(state_dir)
-    click.echo(f"pid {state.pid}, http {state.http_url}, grpc {state.grpc_url}, repo {state.repo}, log {state.log}")
+    if not (state_dir / "cluster.json").exists():
+        click.echo(f"pid {state.pid}, http {state.http_url}, grpc {state.grpc_url}, repo {state.repo}, log {state.log}")
+        return
+    from server.cluster import read_cluster
+
+    cluster = read_cluster(state_dir)
+    front = "edge (Envoy, HTTP)" if cluster.get("single") else "Envoy"
+    click.echo(f"{front}: pid {state.pid}, http {state.http_url}, grpc {state.grpc_url}, repo {state.repo}, "
+               f"log {state.log}")  # fmt: skip
+    for replica in cluster["replicas"]:
+        inner = read_state(state_dir / replica["name"])
+        click.echo(f"  {replica['name']}: tritonserver pid {inner.pid}, http {inner.http_url}, grpc {inner.grpc_url}, "
+                   f"readiness {replica['health_port']}, log {inner.log}")  # fmt: skip
 
 
 if __name__ == "__main__":
