@@ -6,22 +6,12 @@ import click
 
 from builders.cli_support import private_files, user_errors
 from builders.errors import ClientError
+from clients import cli_options as options
 
 _PROTOCOL = click.option("--protocol", type=click.Choice(["http", "grpc"]), default="http", show_default=True)
-_URL = click.option("--url", default=None, help="HOST:PORT; default: the server started by `make serve`.")
+_URL = options.URL
 _STATE = click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
-_TLS = click.option("--tls", is_flag=True, help="HTTPS / gRPC over TLS (--ca-file: the roots that sign the server).")
-_CA = click.option(
-    "--ca-file", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM root certificates."
-)
-_HEADER = click.option("--header", "headers", multiple=True, help="'Name: value' sent with every request (repeatable).")
-_SHAPE = click.option("--shape", "shapes", multiple=True, help="NAME:d1,d2: lengths of an input's dynamic dims.")
-_DATA = click.option(
-    "--input-data",
-    type=click.Path(path_type=Path, exists=True),
-    default=None,
-    help="Your data: an .npz (one array per input), perf_analyzer's JSON, a folder of images.",
-)
+_TLS, _CA, _HEADER, _SHAPE, _DATA = options.TLS, options.CA_FILE, options.HEADER, options.SHAPE, options.INPUT_DATA
 
 
 @click.group()

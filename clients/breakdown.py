@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from clients.admin import inference_statistics
-from clients.connection import Endpoint, refused_as_client_error
+from clients.connection import Endpoint, as_dict, refused_as_client_error
 
 PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
 
@@ -12,15 +12,9 @@ def ensemble_steps(client, model: str) -> list[str]:
     """The composing models of an ensemble, in order (empty for a plain model)."""
     with refused_as_client_error(model):
         config = client.get_model_config(model)
-    config = config if isinstance(config, dict) else _as_dict(config)["config"]
+    config = config if isinstance(config, dict) else as_dict(config)["config"]
     steps = config.get("ensemble_scheduling", {}).get("step", [])
     return [step["model_name"] for step in steps]
-
-
-def _as_dict(message) -> dict:
-    from google.protobuf import json_format
-
-    return json_format.MessageToDict(message, preserving_proto_field_name=True)
 
 
 def _row(name: str, stats: dict) -> dict:

@@ -44,6 +44,15 @@ class Endpoint:
         return module
 
 
+def as_dict(message) -> dict:
+    """A tritonclient answer as a dict: HTTP answers already are one; gRPC answers are protobuf messages."""
+    if isinstance(message, dict):
+        return message
+    from google.protobuf import json_format
+
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+
 @contextlib.contextmanager
 def refused_as_client_error(what: str):
     """Turn tritonclient's InferenceServerException into a ClientError naming what was asked."""

@@ -18,39 +18,16 @@ def numpy_dtype(triton_dtype: str):
     return np.dtype(DTYPES[triton_dtype])
 
 
-def random_input(shape: list[int], datatype: str, batch: int, seed: int = 0) -> np.ndarray:
-    """Random data for a metadata shape (batch axis -1 first; other -1 axes become 8)."""
-    rng = np.random.default_rng(seed)
-    dims = [batch] + [8 if d == -1 else d for d in shape[1:]]
-    dtype = numpy_dtype(datatype)
-    if dtype.kind == "f":
-        return rng.standard_normal(dims).astype(dtype)
-    return rng.integers(0, 100, dims).astype(dtype)
-
-
-def example_input(meta: dict, batch: int, seed: int = 0, spec: ModelSpec | None = None) -> np.ndarray:
-    """An input that the model accepts: random numbers (within the spec's value_range and axis
-    lengths where the model's spec is known), or for our pipelines' BYTES inputs a real payload
-    (IMAGE: an encoded PNG of random pixels; TEXT: a sentence)."""
-    tensor = _tensor_of(spec, meta)
-    if tensor is not None:
-        from builders.export import random_values, sample_shape
-
-        return random_values(np.random.default_rng(seed), tensor, sample_shape(spec, tensor, batch))
-    if meta["datatype"] != "BYTES":
-        return random_input(meta["shape"], meta["datatype"], batch, seed)
-    if meta["name"] == "IMAGE":
+def bytes_payload(name: str, batch: int, seed: int = 0) -> np.ndarray:
+    """A real payload for our pipelines' BYTES inputs (IMAGE: an encoded PNG of random pixels; TEXT: a sentence),
+    one per sample."""
+    if name == "IMAGE":
         payload = _random_png(seed)
-    elif meta["name"] == "TEXT":
+    elif name == "TEXT":
         payload = "Triton serves PyTorch models on CPUs and GPUs.".encode()
     else:
-        raise ClientError(f"no example payload for BYTES input {meta['name']!r}; send one with --input")
+        raise ClientError(f"no example payload for BYTES input {name!r}; send one with --input")
     return np.array([[payload]] * batch, dtype=object)
-
-
-def example_inputs(metas: list[dict], batch: int, spec: ModelSpec | None = None) -> dict:
-    """example_input for every input of a model (metadata order), by name."""
-    return {m["name"]: example_input(m, batch, i, spec) for i, m in enumerate(metas)}
 
 
 def _tensor_of(spec: ModelSpec | None, meta: dict):
@@ -115,7 +92,7 @@ def plan_inputs(plan, batch: int, shapes: dict | None = None, spec: ModelSpec | 
             if tensor.name not in ("IMAGE", "TEXT"):
                 raise NotMeasurable(f"{plan.name}: BYTES input '{tensor.name}' needs real data: --input-data "
                                     "(perf_analyzer JSON or an .npz with one array per input)")  # fmt: skip
-            arrays[tensor.name] = example_input({**_meta(tensor), "shape": [-1, *shape[1:]]}, batch, i, spec)
+            arrays[tensor.name] = bytes_payload(tensor.name, batch, i)
             continue
         rng = np.random.default_rng(seed + i)
         if ours is not None:
@@ -127,10 +104,6 @@ def plan_inputs(plan, batch: int, shapes: dict | None = None, spec: ModelSpec | 
             values = rng.standard_normal(shape) if dtype.kind == "f" else rng.integers(0, 2, shape)
             arrays[tensor.name] = values.astype(dtype)
     return arrays
-
-
-def _meta(tensor) -> dict:
-    return {"name": tensor.name, "datatype": tensor.datatype, "shape": [-1, *tensor.dims]}
 
 
 def data_inputs(path: Path, plan) -> dict:

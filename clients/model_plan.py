@@ -43,6 +43,16 @@ class ModelPlan:
     def batching(self) -> bool:
         return self.max_batch_size > 0
 
+    def require_protocol(self, protocol: str) -> None:
+        """A decoupled model answers only over gRPC streaming.
+
+        Raises:
+            NotMeasurable: it is decoupled and the protocol is not gRPC.
+        """
+        if self.decoupled and protocol != "grpc":
+            raise NotMeasurable(f"{self.name}: decoupled: its responses come only over gRPC streaming "
+                                "(--protocol grpc, PROTOCOL=grpc)")  # fmt: skip
+
     def shape(self, tensor: TensorPlan, batch: int, shapes: dict | None = None, lengths=None) -> list[int]:
         """The request shape of one input: [batch] + dims where the model batches, else dims; dynamic
         dims from shapes[name] (all per-sample dims) or lengths(name, position).
@@ -71,12 +81,12 @@ def plan(client, model: str, headers: dict | None = None) -> ModelPlan:
     Raises:
         ClientError: the model is unknown or not ready (the server's reason).
     """
-    from clients.connection import refused_as_client_error
+    from clients.connection import as_dict, refused_as_client_error
 
     with refused_as_client_error(model):
-        meta = _as_dict(client.get_model_metadata(model, headers=headers or None))
+        meta = as_dict(client.get_model_metadata(model, headers=headers or None))
     try:
-        config = _as_dict(client.get_model_config(model, headers=headers or None))
+        config = as_dict(client.get_model_config(model, headers=headers or None))
         config = config.get("config", config)
     except Exception:  # not Triton, or config not exposed: metadata is enough for shapes
         config = {}
@@ -88,14 +98,6 @@ def plan(client, model: str, headers: dict | None = None) -> ModelPlan:
                      config.get("platform") or config.get("backend", ""),
                      bool(config.get("model_transaction_policy", {}).get("decoupled")),
                      "sequence_batching" in config)  # fmt: skip
-
-
-def _as_dict(message) -> dict:
-    if isinstance(message, dict):
-        return message
-    from google.protobuf import json_format
-
-    return json_format.MessageToDict(message, preserving_proto_field_name=True)
 
 
 def parse_shapes(items) -> dict[str, list[int]]:

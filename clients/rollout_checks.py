@@ -31,12 +31,13 @@ def smoke(ep: Endpoint, model: str, version: str, spec: ModelSpec | None, batch:
     Raises:
         CheckFailed: the request was refused or an output is missing, malformed, empty or not finite.
     """
-    from clients.infer import infer, model_inputs, model_outputs
-    from clients.inputs import example_inputs
+    from clients.infer import infer, model_outputs
+    from clients.inputs import plan_inputs
+    from clients.model_plan import plan
 
     with ep.client() as client:
         try:
-            arrays = example_inputs(model_inputs(client, model), batch, spec)
+            arrays = plan_inputs(plan(client, model, ep.headers), batch, None, spec)
             dims = {o["name"]: [int(d) for d in o["shape"][1:]] for o in model_outputs(client, model, version)}
             result = infer(ep, model, arrays, client=client, version=version)
         except ClientError as err:

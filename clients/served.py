@@ -60,16 +60,15 @@ def index_models(ep: Endpoint) -> list[str]:
     """Every model the server's repository index calls READY, sorted; the others are printed with their reason
     (and kept in NOT_READY for the run's report)."""
     from builders.cli_support import step
+    from clients.admin import repository_index
 
-    headers = {**ep.headers, **ep.admin_headers} or None
     try:
         with ep.client() as client:
-            index = client.get_model_repository_index(headers=headers)
+            entries = repository_index(ep, client)
     except Exception as err:  # restricted without the key, or not Triton
         why = str(err).splitlines()[0]
         raise ClientError(f"the server at {ep.url} did not list its models ({why}); name them (MODELS=... or "
                           "--models), or give its admin key (--header 'admin-key: ...')") from None  # fmt: skip
-    entries = index if isinstance(index, list) else [_entry(m) for m in index.models]
     for entry in entries:
         if entry.get("state") != "READY":
             why = entry.get("reason") or "no reason given"
@@ -79,10 +78,6 @@ def index_models(ep: Endpoint) -> list[str]:
     if not ready:
         raise ClientError(f"the server at {ep.url} has no model ready")
     return ready
-
-
-def _entry(message) -> dict:
-    return {"name": message.name, "state": message.state, "reason": message.reason}
 
 
 def variants_of(repo: Path | None, model: str) -> list[str]:
@@ -105,12 +100,13 @@ def require_ready(ep: Endpoint, names: list[str]) -> None:
     Raises:
         ClientError: a model is unknown or not ready; the message lists what the server has ready.
     """
+    from clients.admin import repository_index
+
     with ep.client() as client:
         missing = [n for n in names if not _ready(client, n)]
         if not missing:
             return
-        index = client.get_model_repository_index(headers=ep.admin_headers)
-    index = index if isinstance(index, list) else [{"name": m.name, "state": m.state} for m in index.models]
+        index = repository_index(ep, client)
     ready = sorted(m["name"] for m in index if m.get("state") == "READY")
     raise ClientError(f"model(s) {', '.join(missing)} not ready or unknown on {ep.url}; ready there: "
                       f"{', '.join(ready) or 'none'} (MODEL=... or --models)")  # fmt: skip

@@ -9,6 +9,7 @@ import click
 
 from builders.cli_support import private_files, user_errors
 from builders.errors import MeasurementError
+from clients import cli_options as options
 
 
 @click.group()
@@ -35,8 +36,7 @@ def _unmeasurable(ep, parsed, batch: int, shapes: dict, input_data) -> dict[str,
         for model, _ in parsed:
             described = plan(client, model, ep.headers)
             try:
-                if described.decoupled and ep.protocol != "grpc":
-                    raise NotMeasurable(f"{model}: decoupled: its responses come over gRPC streaming (--protocol grpc)")
+                described.require_protocol(ep.protocol)
                 if input_data:
                     data_inputs(input_data, described)
                 else:
@@ -106,17 +106,12 @@ def _models_or_served(models: str, ep) -> list[str]:
     help="perf_analyzer --stability-percentage (its own default, 10, rarely holds on a small shared host).",
 )
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Report folder (default reports/<time>).")
-@click.option("--url", default=None, help="HOST:PORT of any Triton (default: the server of STATE_DIR).")
-@click.option("--header", "headers", multiple=True, help="'Name: value' sent with every request (repeatable).")
-@click.option("--shape", "shapes", multiple=True, help="NAME:d1,d2: lengths of an input's dynamic dims.")
-@click.option(
-    "--input-data",
-    type=click.Path(path_type=Path, exists=True),
-    default=None,
-    help="Your data: perf_analyzer's input-data JSON, an .npz (one array per input), a folder of images.",
-)
-@click.option("--tls", is_flag=True, help="HTTPS / gRPC over TLS (--ca-file: the roots that sign the server).")
-@click.option("--ca-file", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM root certificates.")
+@options.URL
+@options.HEADER
+@options.SHAPE
+@options.INPUT_DATA
+@options.TLS
+@options.CA_FILE
 @click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
 @user_errors
 def perf(models, protocol, concurrency, request_rate, batch, shared_memory, interval_ms, stability, out, url, headers,
@@ -169,10 +164,8 @@ def _model_sweep(ep, model, out, shapes, input_data, skipped, protocol, concurre
     if not model_plan.batching and max(batches) > 1:
         batches = (1,)
         skipped[f"{model} batch > 1"] = "max_batch_size is 0 (no batch axis): measured at batch 1 only"
-    if model_plan.decoupled and protocol != "grpc":
-        skipped[model] = "decoupled: perf_analyzer measures it over gRPC streaming (PROTOCOL=grpc / --protocol grpc)"
-        return None
     try:
+        model_plan.require_protocol(protocol)
         data = sweeps.input_data_file(ep, model, out / "raw" / f"{model}_input.json", shapes, input_data)
     except NotMeasurable as err:
         skipped[model] = str(err).removeprefix(f"{model}: ")
@@ -199,17 +192,12 @@ def _model_sweep(ep, model, out, shapes, input_data, skipped, protocol, concurre
 @click.option("--slo-fail-ratio", type=float, default=-1.0, help="Fail the run if the failure ratio exceeds this.")
 @click.option("--batch", type=int, default=1, show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Report folder (default reports/<time>).")
-@click.option("--url", default=None, help="HOST:PORT of any Triton (default: the server of STATE_DIR).")
-@click.option("--header", "headers", multiple=True, help="'Name: value' sent with every request (repeatable).")
-@click.option("--shape", "shapes", multiple=True, help="NAME:d1,d2: lengths of an input's dynamic dims.")
-@click.option(
-    "--input-data",
-    type=click.Path(path_type=Path, exists=True),
-    default=None,
-    help="Your data: perf_analyzer's input-data JSON, an .npz (one array per input), a folder of images.",
-)
-@click.option("--tls", is_flag=True, help="HTTPS / gRPC over TLS (--ca-file: the roots that sign the server).")
-@click.option("--ca-file", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM root certificates.")
+@options.URL
+@options.HEADER
+@options.SHAPE
+@options.INPUT_DATA
+@options.TLS
+@options.CA_FILE
 @click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
 @user_errors
 def locust(models, protocol, users, spawn_rate, run_time, processes, rate_per_user, load_shape, slo_p99_ms,
@@ -270,13 +258,8 @@ def locust(models, protocol, users, spawn_rate, run_time, processes, rate_per_us
 @click.option("--delays-us", default="0 100 1000 5000", show_default=True)
 @click.option("--interval-ms", type=int, default=1500, show_default=True)
 @click.option("--write-back/--no-write-back", default=True, show_default=True)
-@click.option("--shape", "shapes", multiple=True, help="NAME:d1,d2: lengths of an input's dynamic dims.")
-@click.option(
-    "--input-data",
-    type=click.Path(path_type=Path, exists=True),
-    default=None,
-    help="Your data: perf_analyzer's input-data JSON, an .npz (one array per input), a folder of images.",
-)
+@options.SHAPE
+@options.INPUT_DATA
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
 def search(repo, variants, mode, p99_ms, accuracy_budget, concurrency, max_instances, delays_us, interval_ms,
@@ -340,8 +323,8 @@ def _run_search_modes(s, space, searcher, mode):
 
 @cli.command()
 @click.option("--models", default="", help="Models to reconcile on (p50 >> 1 ms); default: every ready model.")
-@click.option("--url", default=None, help="HOST:PORT of any Triton (default: the server of STATE_DIR).")
-@click.option("--header", "headers", multiple=True, help="'Name: value' sent with every request (repeatable).")
+@options.URL
+@options.HEADER
 @click.option("--protocol", type=click.Choice(["http", "grpc"]), default="grpc", show_default=True)
 @click.option("--concurrency", type=int, default=4, show_default=True)
 @click.option("--seconds", type=int, default=12, show_default=True, help="Per tool and model.")
@@ -376,7 +359,7 @@ def reconcile(models, protocol, concurrency, seconds, out, url, headers, state_d
 @click.option("--max-growth", type=float, default=5.0, show_default=True, help="Goal: RSS growth per process, %.")
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @click.option("--url", default=None, help="HOST:PORT of any Triton (RSS is then not sampled); one of --protocols.")
-@click.option("--header", "headers", multiple=True, help="'Name: value' sent with every request (repeatable).")
+@options.HEADER
 @click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
 @user_errors
 def soak(model, minutes, interval, clients, protocols, warmup, max_growth, out, url, headers, state_dir):

@@ -57,14 +57,6 @@ class PerfAnalyzer:
             for fd in fds:
                 os.close(fd)
 
-    def run(self, args: list[str], timeout: float) -> subprocess.CompletedProcess:
-        """Run perf_analyzer with args; raise MeasurementError on failure, with its output."""
-        done = self.attempt(args, timeout)
-        if done.returncode != 0:
-            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-8:])
-            raise MeasurementError(f"perf_analyzer failed (exit {done.returncode}):\n{tail}")
-        return done
-
 
 def _works(binary: Path, env: dict) -> bool:
     try:

@@ -296,10 +296,11 @@ def write_context(run: Path, ep, models: list[str]) -> None:
     platform or backend, batching and instance groups, as it reports them) and breakdown.json (ensembles)."""
     from builders.environment import host_info, tool_versions
     from clients.breakdown import breakdown, ensemble_steps
+    from clients.connection import as_dict
 
     headers = ep.headers or None
     with ep.client() as client:
-        server = _plain(client.get_server_metadata(headers=headers))
+        server = as_dict(client.get_server_metadata(headers=headers))
         described = {m: _describe_model(client, m, headers) for m in models}
         ensembles = [m for m in models if ensemble_steps(client, m)]
     environment = {"versions": tool_versions(), "host": host_info(), "tritonserver": server.get("version"),
@@ -311,18 +312,12 @@ def write_context(run: Path, ep, models: list[str]) -> None:
     (run / "breakdown.json").write_text(json.dumps(steps, indent=2))
 
 
-def _plain(message) -> dict:
-    if isinstance(message, dict):
-        return message
-    from google.protobuf import json_format
-
-    return json_format.MessageToDict(message, preserving_proto_field_name=True)
-
-
 def _describe_model(client, model: str, headers) -> dict:
     """What the server says of a model: platform/backend, max_batch_size, batching, instance groups."""
+    from clients.connection import as_dict
+
     try:
-        config = _plain(client.get_model_config(model, headers=headers))
+        config = as_dict(client.get_model_config(model, headers=headers))
     except Exception as err:  # not exposed by this server
         return {"error": str(err).splitlines()[0]}
     config = config.get("config", config)

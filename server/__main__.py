@@ -14,6 +14,9 @@ STATE_DIR = click.option(
     show_default=True,
     help="Holds the pid, ports, log and admin key of the server.",
 )
+TLS_CERT = click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None,
+                        help="PEM certificate chain: Envoy's listeners speak TLS (with --tls-key).")  # fmt: skip
+TLS_KEY = click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM private key.")
 
 
 @click.group()
@@ -46,13 +49,8 @@ def cli():
     "(gRPC, metrics and readiness stay the server's own ports). Needs --supervise.",
 )
 @click.option("--max-request-mb", type=float, default=64.0, show_default=True, help="The edge's cap on a body.")
-@click.option(
-    "--tls-cert",
-    type=click.Path(exists=True, dir_okay=False),
-    default=None,
-    help="PEM certificate chain: Envoy's listeners speak TLS (with --tls-key).",
-)
-@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM private key.")
+@TLS_CERT
+@TLS_KEY
 @STATE_DIR
 @user_errors
 def start(repo, http_port, grpc_port, metrics_port, host, model_control, timeout, supervise, health_port, edge,
@@ -124,13 +122,8 @@ def supervise(repo, ports, host, timeout, drain, probes, state_dir):
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--timeout", type=float, default=180.0, show_default=True, help="Seconds per replica to get ready.")
 @click.option("--gpu-per-replica", is_flag=True, help="Replica i sees GPU i only (CUDA_VISIBLE_DEVICES=i).")
-@click.option(
-    "--tls-cert",
-    type=click.Path(exists=True, dir_okay=False),
-    default=None,
-    help="PEM certificate chain: Envoy's listeners speak TLS (with --tls-key).",
-)
-@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM private key.")
+@TLS_CERT
+@TLS_KEY
 @STATE_DIR
 @user_errors
 def cluster(replicas, repo, http_port, grpc_port, metrics_port, replica_base_port, host, timeout, gpu_per_replica,
@@ -199,11 +192,11 @@ def k8s_shim():
 @STATE_DIR
 def stop(state_dir):
     """Stop the server started from STATE_DIR (and its supervisor)."""
-    from server.cluster import stop_cluster
+    from server.cluster import read_cluster, stop_cluster
     from server.launcher import stop
     from server.supervisor_process import stop_supervisor
 
-    single = (state_dir / "cluster.json").exists() and '"single": true' in (state_dir / "cluster.json").read_text()
+    single = (state_dir / "cluster.json").exists() and read_cluster(state_dir).get("single")
     if stop_cluster(state_dir):
         click.echo("tritonserver and its edge stopped" if single else "cluster stopped (envoy and every replica)")
         return

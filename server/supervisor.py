@@ -188,11 +188,7 @@ class Supervisor:
             self.health.unloaded.clear()
 
     def _loaded(self) -> list[str]:
-        import tritonclient.http as http
-
-        with http.InferenceServerClient(self.state.http_url) as client:
-            index = client.get_model_repository_index(headers=self.state.admin_headers())
-        return [m["name"] for m in index if m.get("state") == "READY"]
+        return [name for name, entry in self._index().items() if entry.get("state") == "READY"]
 
     def run(self) -> None:
         while not self.stopping.wait(self.interval):
@@ -228,6 +224,7 @@ class Supervisor:
                 self.stubs.pop(model, None)
 
     def _index(self) -> dict[str, dict]:
+        """Triton's repository index by model name (of several versions, a READY one)."""
         import tritonclient.http as http
 
         with http.InferenceServerClient(self.state.http_url, network_timeout=5.0) as client:

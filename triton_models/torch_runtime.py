@@ -28,6 +28,22 @@ def pick_bucket(batch: int, buckets: tuple[int, ...]) -> int:
     raise ValueError(f"batch {batch} exceeds the largest captured size {buckets[-1]}")
 
 
+def capture(fn, static: torch.Tensor, device):
+    """fn(static) captured as a CUDA graph, after warm-up runs on a side stream (cuDNN autotuning happens
+    outside the capture); returns the graph and its static outputs."""
+    with torch.inference_mode():
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn(static)
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outputs = fn(static)
+    return graph, outputs
+
+
 class GraphRunner:
     """Runs a module through one CUDA graph per bucket size, on static input/output buffers.
 
@@ -46,19 +62,8 @@ class GraphRunner:
             self._capture(size)
 
     def _capture(self, size: int) -> None:
-        with torch.inference_mode():
-            if self.device.type != "cuda":
-                return
-            stream = torch.cuda.Stream(self.device)
-            stream.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(stream):
-                for _ in range(3):  # warm up kernels (cuDNN autotuning) outside the capture
-                    self.module(self.inputs[size])
-            torch.cuda.current_stream(self.device).wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                self.outputs[size] = self.module(self.inputs[size])
-            self.graphs[size] = graph
+        if self.device.type == "cuda":
+            self.graphs[size], self.outputs[size] = capture(self.module, self.inputs[size], self.device)
 
     def __call__(self, batch: torch.Tensor) -> torch.Tensor:
         count = batch.shape[0]
@@ -98,20 +103,11 @@ class StagedRunner:
         self.host = [torch.empty(o.shape, dtype=o.dtype, pin_memory=cuda) for o in largest]
 
     def _capture(self, size: int) -> None:
-        with torch.inference_mode():
-            if self.device.type != "cuda":
+        if self.device.type == "cuda":
+            self.graphs[size], self.outputs[size] = capture(self._call, self.inputs[size], self.device)
+        else:
+            with torch.inference_mode():
                 self.outputs[size] = self._call(self.inputs[size])
-                return
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):
-                for _ in range(3):  # warm up kernels (cuDNN autotuning) outside the capture
-                    self._call(self.inputs[size])
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                self.outputs[size] = self._call(self.inputs[size])
-            self.graphs[size] = graph
 
     def _call(self, batch):
         out = self.fn(batch)
