@@ -118,13 +118,33 @@ def build(
     options = ServingOptions(instances, kind, max_queue_delay_us, preferred, not no_dynamic_batching, intra_op_threads)
     names = _split(models) or ([] if spec_file else ["digits_cnn"])
     requests = [
-        (BuildRequest(zoo.get_spec(n, weights=weights, max_batch_size=max_batch), target, repo, work_dir, options,
-                      force, tuple(_split(precisions)), calibration), pipelines)
+        (
+            BuildRequest(
+                zoo.get_spec(n, weights=weights, max_batch_size=max_batch),
+                target,
+                repo,
+                work_dir,
+                options,
+                force,
+                tuple(_split(precisions)),
+                calibration,
+            ),
+            pipelines,
+        )
         for n in names
-    ]  # fmt: skip
+    ]
     for user in spec_files.load(spec_file) if spec_file else []:
-        request = BuildRequest(user.spec, target, repo, work_dir, user.serving, force, user.precisions,
-                               user.calibration or calibration, user.eval_data)  # fmt: skip
+        request = BuildRequest(
+            user.spec,
+            target,
+            repo,
+            work_dir,
+            user.serving,
+            force,
+            user.precisions,
+            user.calibration or calibration,
+            user.eval_data,
+        )
         requests.append((request, pipelines and user.pipelines))
     for i, (request, with_pipelines) in enumerate(requests, start=1):
         step(f"[{i}/{len(requests)}] {request.spec.name}")
@@ -166,8 +186,9 @@ def _build_compiled(request, precision: str, uint8_input: bool) -> None:
 
     gpu = torch.cuda.is_available()
     options = dataclasses.replace(request.options, kind="KIND_GPU" if gpu else "KIND_CPU")
-    runtime = TorchRuntime(precision, channels_last=gpu, cuda_graphs=gpu, uint8_input=uint8_input,
-                           compiler="inductor", host_outputs=gpu)  # fmt: skip
+    runtime = TorchRuntime(
+        precision, channels_last=gpu, cuda_graphs=gpu, uint8_input=uint8_input, compiler="inductor", host_outputs=gpu
+    )
     entry = build_torch_variant(dataclasses.replace(request, options=options), runtime)
     click.echo(f"built {entry['name']} (compiled in {entry['compiled']['compile_seconds']} s, {options.kind})")
 
@@ -201,8 +222,21 @@ def _write_pipelines(repo, spec, options):
 @click.option("--instances", type=int, default=1, show_default=True)
 @click.option("--calibration", type=click.Path(path_type=Path, exists=True), default=None)
 @user_errors
-def engines(models, precisions, repo, work_dir, max_batch, opt_batch, static_batch, optimization_level,
-            workspace_mib, hardware_compatible, version_compatible, instances, calibration):  # fmt: skip
+def engines(
+    models,
+    precisions,
+    repo,
+    work_dir,
+    max_batch,
+    opt_batch,
+    static_batch,
+    optimization_level,
+    workspace_mib,
+    hardware_compatible,
+    version_compatible,
+    instances,
+    calibration,
+):
     """Build TensorRT plans of built models (needs TensorRT: the NGC container)."""
     from builders import zoo
     from builders.engine_profile import EngineOptions
@@ -214,10 +248,15 @@ def engines(models, precisions, repo, work_dir, max_batch, opt_batch, static_bat
         spec = zoo.get_spec(name)
         for precision in _split(precisions):
             options = EngineOptions(
-                precision, max_batch, opt_batch, static_batch, optimization_level=optimization_level,
-                workspace_mib=workspace_mib, hardware_compatible=hardware_compatible,
+                precision,
+                max_batch,
+                opt_batch,
+                static_batch,
+                optimization_level=optimization_level,
+                workspace_mib=workspace_mib,
+                hardware_compatible=hardware_compatible,
                 version_compatible=version_compatible,
-            )  # fmt: skip
+            )
             entry = build_plan_variant(spec, repo, work_dir, options, serving, calibration)
             click.echo(f"built {entry['name']}: {entry['timing']}")
 
@@ -250,8 +289,10 @@ def list_models(spec_file):
     specs += [user.spec for user in spec_files.load(spec_file)] if spec_file else []
     for spec in specs:
         tensors = lambda ts: [(t.name, t.dtype, list(t.dims)) for t in ts]  # noqa: E731
-        click.echo(f"{spec.name:16s} inputs={tensors(spec.inputs)} outputs={tensors(spec.outputs)} "
-                   f"max_batch={spec.max_batch_size}")  # fmt: skip
+        click.echo(
+            f"{spec.name:16s} inputs={tensors(spec.inputs)} outputs={tensors(spec.outputs)} "
+            f"max_batch={spec.max_batch_size}"
+        )
 
 
 if __name__ == "__main__":

@@ -151,13 +151,21 @@ def write_torch_variant(req: BuildRequest, runtime: repository.TorchRuntime, ext
 
     artifacts = {"model.pt2": program, "spec.json": spec_file, "model.py": TORCH_MODEL, **(extra or {})}
     repository.write_model(req.repo, variant, config, artifacts, req.target)
-    return {"name": config.name, "target": req.target, "backend": "python",
-            "runtime": "inductor" if runtime.compiler else "torch", "kind": req.options.kind,
-            "precision": runtime.precision, "artifact": f"{config.name}/1/model.pt2",
-            "sha256": export.file_sha256(program), "spec": req.spec.to_dict(),
-            "torch_runtime": dataclasses.asdict(runtime),
-            "versions": tool_versions(), "host": host_info(),
-            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+    return {
+        "name": config.name,
+        "target": req.target,
+        "backend": "python",
+        "runtime": "inductor" if runtime.compiler else "torch",
+        "kind": req.options.kind,
+        "precision": runtime.precision,
+        "artifact": f"{config.name}/1/model.pt2",
+        "sha256": export.file_sha256(program),
+        "spec": req.spec.to_dict(),
+        "torch_runtime": dataclasses.asdict(runtime),
+        "versions": tool_versions(),
+        "host": host_info(),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 def weights_source(spec) -> str:
@@ -238,9 +246,16 @@ def build_int8(req: BuildRequest, fp32: export.ExportResult, fp32_entry: dict, d
     config = repository.model_config(variant, req.target, req.options)
     step(f"{spec.name}: writing {req.repo / variant.name} (INT8, target {req.target})")
     repository.write_model(req.repo, variant, config, {"model.onnx": result.path}, req.target)
-    entry = {**fp32_entry, "name": variant.name, "precision": "int8", "artifact": f"{variant.name}/1/model.onnx",
-             "sha256": export.file_sha256(result.path), "accuracy": report.get("int8_accuracy"),
-             "int8": report, "build_seconds": round(time.time() - started, 1)}  # fmt: skip
+    entry = {
+        **fp32_entry,
+        "name": variant.name,
+        "precision": "int8",
+        "artifact": f"{variant.name}/1/model.onnx",
+        "sha256": export.file_sha256(result.path),
+        "accuracy": report.get("int8_accuracy"),
+        "int8": report,
+        "build_seconds": round(time.time() - started, 1),
+    }
     entry["validation"] = {"passed": report["passed"], "kind": report["gate"]}
     repository.update_manifest(req.repo, entry)
     return entry
@@ -273,8 +288,13 @@ def _int8_report(spec: ModelSpec, fp32_path: Path, result: quantize.QuantizeResu
     feeds = data.get("x", data["calibration"])
     batch = {k: v[:32] for k, v in feeds.items()}
     speed = side_by_side({"fp32": fp32_path, "int8": result.path}, batch)
-    details = {"quantizer": result.quantizer, "calibration_samples": result.samples, "activations": result.activations,
-               "cpu_throughput_batch32": speed, "int8_speedup": round(speed["int8"] / speed["fp32"], 2)}  # fmt: skip
+    details = {
+        "quantizer": result.quantizer,
+        "calibration_samples": result.samples,
+        "activations": result.activations,
+        "cpu_throughput_batch32": speed,
+        "int8_speedup": round(speed["int8"] / speed["fp32"], 2),
+    }
     step(f"{spec.name}: CPU throughput at batch 32, FP32 {speed['fp32']:.0f}/s vs INT8 {speed['int8']:.0f}/s")
     report_path = result.path.with_name("validation.int8.json")
     if "y" not in data:
@@ -290,15 +310,22 @@ def _agreement_report(spec, fp32_path, int8_path, feeds, report_path, details) -
     import numpy as np
     import onnxruntime as ort
 
-    outs = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-            for p in (fp32_path, int8_path)]  # fmt: skip
+    outs = [
+        ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        for p in (fp32_path, int8_path)
+    ]
     flat = [o.reshape(len(o), -1) for o in outs]
     agreement = float((flat[0].argmax(1) == flat[1].argmax(1)).mean())
     error = float(np.abs(outs[0] - outs[1]).max()) if outs[0].dtype.kind == "f" else 0.0
-    report = {"model": spec.name, "precision": "int8", "top1_agreement_with_fp32": agreement,
-              "max_abs_difference_first_output": error, "passed": True,
-              "gate": "none (no labeled data: give eval_data, or calibrate and evaluate on your own data)",
-              **details}  # fmt: skip
+    report = {
+        "model": spec.name,
+        "precision": "int8",
+        "top1_agreement_with_fp32": agreement,
+        "max_abs_difference_first_output": error,
+        "passed": True,
+        "gate": "none (no labeled data: give eval_data, or calibrate and evaluate on your own data)",
+        **details,
+    }
     report_path.write_text(json.dumps(report, indent=2))
     return report
 

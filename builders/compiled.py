@@ -161,13 +161,27 @@ def build_compiled_variant(req, runtime: repository.TorchRuntime) -> dict:
         blob, _ = torch.compiler.save_cache_artifacts()
     cache = out_dir / f"{name}.{CACHE}"
     cache.write_bytes(blob)
-    compiled = {"compiler": "inductor", **compiler_versions(), "device": device, "gpu": gpu_info() if device == "cuda"
-                else None, "compile_seconds": seconds, "cache_bytes": len(blob)}  # fmt: skip
+    compiled = {
+        "compiler": "inductor",
+        **compiler_versions(),
+        "device": device,
+        "gpu": gpu_info() if device == "cuda" else None,
+        "compile_seconds": seconds,
+        "cache_bytes": len(blob),
+    }
     if device == "cuda":
         compiled["compute_capability"] = compiled["gpu"]["compute_capability"]
     entry = write_torch_variant(req, runtime, {CACHE: cache})
     worst = max((s["max_abs"] for b in report["batches"] for s in b["outputs"].values()), default=0.0)
-    entry.update(compiled=compiled, validation={"passed": True, "max_abs_error": worst, "atol": report["atol"],
-                                                "rtol": report["rtol"], "reference": "pytorch fp32 eager"})  # fmt: skip
+    entry.update(
+        compiled=compiled,
+        validation={
+            "passed": True,
+            "max_abs_error": worst,
+            "atol": report["atol"],
+            "rtol": report["rtol"],
+            "reference": "pytorch fp32 eager",
+        },
+    )
     repository.update_manifest(req.repo, entry)
     return entry

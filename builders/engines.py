@@ -37,12 +37,18 @@ def variant_name(spec: ModelSpec, options: EngineOptions) -> str:
 def plan_config(spec: ModelSpec, name: str, options: EngineOptions, serving: repository.ServingOptions, cc_files):
     """The config of a plan variant: tensorrt_plan on the GPU, max batch and batching inside the profile."""
     base = repository.model_config(dataclasses.replace(spec, name=name), "ngc", serving)
-    gpu = dict(platform="tensorrt_plan", default_model_filename=None, cc_model_filenames=cc_files, warmup=[],
-               instance_groups=[dataclasses.replace(g, kind="KIND_GPU") for g in base.instance_groups])  # fmt: skip
+    gpu = dict(
+        platform="tensorrt_plan",
+        default_model_filename=None,
+        cc_model_filenames=cc_files,
+        warmup=[],
+        instance_groups=[dataclasses.replace(g, kind="KIND_GPU") for g in base.instance_groups],
+    )
     if options.static_batch:  # a static engine takes exactly its batch: the batch axis becomes a fixed dim
         fixed = lambda ts: [dataclasses.replace(t, dims=(options.static_batch, *t.dims), format=None) for t in ts]  # noqa: E731
-        return dataclasses.replace(base, max_batch_size=0, dynamic_batching=None, inputs=fixed(base.inputs),
-                                   outputs=fixed(base.outputs), **gpu)  # fmt: skip
+        return dataclasses.replace(
+            base, max_batch_size=0, dynamic_batching=None, inputs=fixed(base.inputs), outputs=fixed(base.outputs), **gpu
+        )
     config = dataclasses.replace(base, **gpu)
     check_config_against_profile(config, batch_range(spec, options))
     return config
@@ -68,8 +74,14 @@ def _source_onnx(spec: ModelSpec, work_dir: Path, precision: str, calibration: P
     return quantize.quantize(fp32, out, spec, data, for_tensorrt=True).path
 
 
-def build_plan_variant(spec: ModelSpec, repo: Path, work_dir: Path, options: EngineOptions,
-                       serving: repository.ServingOptions, calibration: Path | None = None) -> dict:  # fmt: skip
+def build_plan_variant(
+    spec: ModelSpec,
+    repo: Path,
+    work_dir: Path,
+    options: EngineOptions,
+    serving: repository.ServingOptions,
+    calibration: Path | None = None,
+) -> dict:
     """Build one plan variant into the repository; return its manifest entry."""
     require_tensorrt()
     started, name = time.time(), variant_name(spec, options)
@@ -94,12 +106,19 @@ def _plan_entry(repo, name, spec, config: ModelConfig, metadata, comparison, tim
 
     engines = repository.read_manifest(repo)["models"].get(name, {}).get("engines", {})
     entry = {
-        "name": name, "target": "ngc", "backend": "tensorrt_plan", "precision": metadata["precision"],
+        "name": name,
+        "target": "ngc",
+        "backend": "tensorrt_plan",
+        "precision": metadata["precision"],
         "engines": {**engines, metadata["compute_capability"]: metadata},
-        "validation": comparison, "timing": timing, "spec": spec.to_dict(), "versions": tool_versions(),
-        "host": host_info(), "max_batch_size": config.max_batch_size,
+        "validation": comparison,
+        "timing": timing,
+        "spec": spec.to_dict(),
+        "versions": tool_versions(),
+        "host": host_info(),
+        "max_batch_size": config.max_batch_size,
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "build_seconds": round(time.time() - started, 1),
-    }  # fmt: skip
+    }
     repository.update_manifest(repo, entry)
     return entry

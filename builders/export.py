@@ -69,8 +69,10 @@ def sample_inputs(spec: ModelSpec, batch: int, seed: int = 0, lengths: dict | No
 def sample_shape(spec: ModelSpec, tensor: TensorSpec, batch: int, lengths: dict | None = None) -> tuple:
     """(batch, dims...) of generated data for one input: dynamic axes take lengths[axis] or spec.sample_length."""
     named, lengths = tensor.dynamic_axes(), lengths or {}
-    dims = [lengths.get(named[i]) or spec.sample_length(named[i]) if i in named else d
-            for i, d in enumerate(tensor.dims, start=1)]  # fmt: skip
+    dims = [
+        lengths.get(named[i]) or spec.sample_length(named[i]) if i in named else d
+        for i, d in enumerate(tensor.dims, start=1)
+    ]
     return (batch, *dims)
 
 

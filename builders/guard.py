@@ -49,13 +49,17 @@ def engine_problems(model: str, engine: dict, target: Target) -> list[str]:
     built, found = engine["tensorrt"], target.tensorrt
     rebuild = f"rebuild {model} with `make build-engines-docker` against the server's NGC release"
     if found is None:
-        return [f"{model}: {target.where} has no TensorRT; serve plans with the NGC tritonserver image "
-                "(`make serve-docker`), or serve the ONNX variant on the embedded server"]  # fmt: skip
+        return [
+            f"{model}: {target.where} has no TensorRT; serve plans with the NGC tritonserver image "
+            "(`make serve-docker`), or serve the ONNX variant on the embedded server"
+        ]
     problems = []
     if engine.get("version_compatible"):
         if _version(found)[0] != _version(built)[0] or _version(found) < _version(built):
-            problems.append(f"{model}: version-compatible plan built with TensorRT {built} needs TensorRT "
-                            f"{_version(built)[0]}.x >= {built}, {target.where} has {found}; {rebuild}")  # fmt: skip
+            problems.append(
+                f"{model}: version-compatible plan built with TensorRT {built} needs TensorRT "
+                f"{_version(built)[0]}.x >= {built}, {target.where} has {found}; {rebuild}"
+            )
     elif _version(found) != _version(built):
         problems.append(f"{model}: plan built with TensorRT {built}, {target.where} has TensorRT {found}; {rebuild}")
     problems += _hardware_problems(model, engine, target)
@@ -86,20 +90,27 @@ def compiled_problems(model: str, compiled: dict, target: Target) -> list[str]:
         return [f"{model}: {target.where} has no torch; a compiled engine runs in the torch runtime"]
     problems = []
     if compiled["torch"] != target.torch:
-        problems.append(f"{model}: compiled with torch {compiled['torch']}, {target.where} has torch {target.torch}; "
-                        f"{rebuild}")  # fmt: skip
+        problems.append(
+            f"{model}: compiled with torch {compiled['torch']}, {target.where} has torch {target.torch}; {rebuild}"
+        )
     if compiled.get("device") != "cuda":
         return problems
     if compiled.get("triton") != target.triton:
-        problems.append(f"{model}: kernels compiled with triton {compiled.get('triton')}, {target.where} has triton "
-                        f"{target.triton}; {rebuild}")  # fmt: skip
+        problems.append(
+            f"{model}: kernels compiled with triton {compiled.get('triton')}, {target.where} has triton "
+            f"{target.triton}; {rebuild}"
+        )
     if target.compute_capability is None:
-        problems.append(f"{model}: compiled for a GPU ({(compiled.get('gpu') or {}).get('name')}), {target.where} "
-                        "has none; serve the ONNX or an eager torch variant there")  # fmt: skip
+        problems.append(
+            f"{model}: compiled for a GPU ({(compiled.get('gpu') or {}).get('name')}), {target.where} "
+            "has none; serve the ONNX or an eager torch variant there"
+        )
     elif _cc(target.compute_capability) != _cc(compiled["compute_capability"]):
-        problems.append(f"{model}: compiled for compute capability {compiled['compute_capability']} "
-                        f"({(compiled.get('gpu') or {}).get('name')}), {target.where} has {target.gpu} "
-                        f"({target.compute_capability}); {rebuild}")  # fmt: skip
+        problems.append(
+            f"{model}: compiled for compute capability {compiled['compute_capability']} "
+            f"({(compiled.get('gpu') or {}).get('name')}), {target.where} has {target.gpu} "
+            f"({target.compute_capability}); {rebuild}"
+        )
     return problems
 
 

@@ -231,8 +231,9 @@ class ModelConfig:
         if self.dynamic_batching is not None:
             _batching_proto(pb, msg.dynamic_batching, self.dynamic_batching)
         for step in self.ensemble_steps:
-            msg.ensemble_scheduling.step.add(model_name=step.model_name, model_version=-1,
-                                             input_map=step.input_map, output_map=step.output_map)  # fmt: skip
+            msg.ensemble_scheduling.step.add(
+                model_name=step.model_name, model_version=-1, input_map=step.input_map, output_map=step.output_map
+            )
         if self.response_cache:
             msg.response_cache.enable = True
         msg.model_warmup.extend(_warmup_proto(pb, w) for w in self.warmup)

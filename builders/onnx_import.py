@@ -74,12 +74,22 @@ def validate_runs(spec: ModelSpec, path: Path) -> dict:
         outputs, problem = _run_case(session, spec, batch, lengths)
         cases.append({"batch": batch, "axes": lengths, "outputs": outputs, "problem": problem})
         failures += [problem] if problem else []
-    report = {"model": spec.name, "reference": "the spec's shapes and dtypes", "candidate": "onnxruntime",
-              "precision": "fp32", "atol": None, "rtol": None, "passed": not failures, "batches": cases}  # fmt: skip
+    report = {
+        "model": spec.name,
+        "reference": "the spec's shapes and dtypes",
+        "candidate": "onnxruntime",
+        "precision": "fp32",
+        "atol": None,
+        "rtol": None,
+        "passed": not failures,
+        "batches": cases,
+    }
     (path.parent / REPORT).write_text(json.dumps(report, indent=2))
     if failures:
-        raise ValidationError(f"model {spec.name!r}: the ONNX model failed on the spec's shapes: {failures[0]} "
-                              f"({len(failures)} case(s) failed, details in {path.parent / REPORT})")  # fmt: skip
+        raise ValidationError(
+            f"model {spec.name!r}: the ONNX model failed on the spec's shapes: {failures[0]} "
+            f"({len(failures)} case(s) failed, details in {path.parent / REPORT})"
+        )
     return report
 
 

@@ -28,8 +28,11 @@ def preprocess_config(spec: ModelSpec, raw: bool, options: repository.ServingOpt
     """The preprocess step: bytes (or uint8 NHWC pixels) in, the classifier's input out."""
     pre, image = spec.preprocessing, spec.image_input
     height, width = pre.image_size
-    source = (TensorConfig("IMAGE", "TYPE_UINT8", (height, width, pre.channels), "FORMAT_NHWC") if raw
-              else TensorConfig("IMAGE", "TYPE_STRING", (1,)))  # fmt: skip
+    source = (
+        TensorConfig("IMAGE", "TYPE_UINT8", (height, width, pre.channels), "FORMAT_NHWC")
+        if raw
+        else TensorConfig("IMAGE", "TYPE_STRING", (1,))
+    )
     fmt = f"FORMAT_{image.image_format}"
     return ModelConfig(
         name=f"{spec.name}_preprocess{'_u8' if raw else ''}",
@@ -45,7 +48,7 @@ def preprocess_config(spec: ModelSpec, raw: bool, options: repository.ServingOpt
             "layout": image.image_format,
             "mean": " ".join(map(str, pre.mean)),
             "std": " ".join(map(str, pre.std)),
-        },  # fmt: skip
+        },
     )
 
 
@@ -63,7 +66,7 @@ def postprocess_config(spec: ModelSpec, top_k: int, options: repository.ServingO
             TensorConfig("CLASS_IDS", "TYPE_INT64", (top_k,)),
             TensorConfig("SCORES", "TYPE_FP32", (top_k,)),
             TensorConfig("LABELS", "TYPE_STRING", (top_k,)),
-        ],  # fmt: skip
+        ],
         dynamic_batching=DynamicBatching(max_queue_delay_microseconds=options.max_queue_delay_us),
         instance_groups=[InstanceGroup(options.instances, "KIND_CPU")],
         parameters={"top_k": top_k},
@@ -86,8 +89,13 @@ def ensemble_config(spec: ModelSpec, classifier: str, raw: bool, pre: ModelConfi
     )
 
 
-def write_image_pipelines(repo: Path, spec: ModelSpec, classifier: str | None = None, top_k: int = DEFAULT_TOP_K,
-                          options: repository.ServingOptions | None = None) -> list[str]:  # fmt: skip
+def write_image_pipelines(
+    repo: Path,
+    spec: ModelSpec,
+    classifier: str | None = None,
+    top_k: int = DEFAULT_TOP_K,
+    options: repository.ServingOptions | None = None,
+) -> list[str]:
     """Write both pipelines (bytes and uint8) and their steps; return the model names written."""
     _check(spec)
     options = options or repository.ServingOptions()
@@ -108,28 +116,43 @@ def text_pipeline_configs(spec: ModelSpec, options: repository.ServingOptions) -
     """tokenize → encoder → pool, and the ensemble <model>_pipeline (TEXT in, EMBEDDING out)."""
     ids, mask = (TensorConfig(t.name, f"TYPE_{t.dtype}", t.dims) for t in spec.inputs)
     hidden = spec.outputs[0].dims[-1]
-    common = dict(backend="python", max_batch_size=spec.max_batch_size,
-                  instance_groups=[InstanceGroup(options.instances, "KIND_CPU")])  # fmt: skip
-    tokenize = ModelConfig(name=f"{spec.name}_tokenize", inputs=[TensorConfig("TEXT", "TYPE_STRING", (1,))],
-                           outputs=[ids, mask], parameters={"max_length": spec.builder_args.get("max_seq", 512)},
-                           **common)  # fmt: skip
+    common = dict(
+        backend="python",
+        max_batch_size=spec.max_batch_size,
+        instance_groups=[InstanceGroup(options.instances, "KIND_CPU")],
+    )
+    tokenize = ModelConfig(
+        name=f"{spec.name}_tokenize",
+        inputs=[TensorConfig("TEXT", "TYPE_STRING", (1,))],
+        outputs=[ids, mask],
+        parameters={"max_length": spec.builder_args.get("max_seq", 512)},
+        **common,
+    )
     tokens = TensorConfig("token_embeddings", "TYPE_FP32", (-1, hidden))
-    pool = ModelConfig(name=f"{spec.name}_pool", inputs=[tokens, mask],
-                       outputs=[TensorConfig("EMBEDDING", "TYPE_FP32", (hidden,))], **common)  # fmt: skip
+    pool = ModelConfig(
+        name=f"{spec.name}_pool",
+        inputs=[tokens, mask],
+        outputs=[TensorConfig("EMBEDDING", "TYPE_FP32", (hidden,))],
+        **common,
+    )
     ensemble = ModelConfig(
-        name=f"{spec.name}_pipeline", platform="ensemble", max_batch_size=spec.max_batch_size,
-        inputs=tokenize.inputs, outputs=pool.outputs,
+        name=f"{spec.name}_pipeline",
+        platform="ensemble",
+        max_batch_size=spec.max_batch_size,
+        inputs=tokenize.inputs,
+        outputs=pool.outputs,
         ensemble_steps=[
             EnsembleStep(tokenize.name, {"TEXT": "TEXT"}, {ids.name: "ids", mask.name: "mask"}),
             EnsembleStep(spec.name, {ids.name: "ids", mask.name: "mask"}, {spec.outputs[0].name: "tokens"}),
             EnsembleStep(pool.name, {"token_embeddings": "tokens", mask.name: "mask"}, {"EMBEDDING": "EMBEDDING"}),
         ],
-    )  # fmt: skip
+    )
     return [tokenize, pool, ensemble]
 
 
-def write_text_pipeline(repo: Path, spec: ModelSpec, tokenizer_json: Path,
-                        options: repository.ServingOptions | None = None) -> list[str]:  # fmt: skip
+def write_text_pipeline(
+    repo: Path, spec: ModelSpec, tokenizer_json: Path, options: repository.ServingOptions | None = None
+) -> list[str]:
     """Write <model>_tokenize, <model>_pool and the <model>_pipeline ensemble."""
     if not (repo / spec.name / "config.pbtxt").exists():
         raise SpecError(f"encoder {spec.name!r} is not in {repo}: build it first (make build-engines)")

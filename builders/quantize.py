@@ -154,8 +154,9 @@ class _Reader:
 
     def __init__(self, feeds: dict):
         count = len(next(iter(feeds.values())))
-        self.batches = iter([{k: v[i : i + CALIBRATION_BATCH] for k, v in feeds.items()}
-                             for i in range(0, count, CALIBRATION_BATCH)])  # fmt: skip
+        self.batches = iter(
+            [{k: v[i : i + CALIBRATION_BATCH] for k, v in feeds.items()} for i in range(0, count, CALIBRATION_BATCH)]
+        )
 
     def get_next(self):
         return next(self.batches, None)
@@ -199,8 +200,15 @@ def onnx_accuracy(path: Path, x, y: np.ndarray, input_name: str | None = None) -
 
 def accuracy_gate(spec: ModelSpec, fp32: float, int8: float, report_path: Path, details: dict) -> dict:
     """Record FP32 vs INT8 accuracy; raise if INT8 trails by more than the budget."""
-    report = {"model": spec.name, "precision": "int8", "fp32_accuracy": fp32, "int8_accuracy": int8,
-              "budget": ACCURACY_BUDGET, "passed": fp32 - int8 <= ACCURACY_BUDGET, **details}  # fmt: skip
+    report = {
+        "model": spec.name,
+        "precision": "int8",
+        "fp32_accuracy": fp32,
+        "int8_accuracy": int8,
+        "budget": ACCURACY_BUDGET,
+        "passed": fp32 - int8 <= ACCURACY_BUDGET,
+        **details,
+    }
     report_path.write_text(json.dumps(report, indent=2))
     if not report["passed"]:
         raise ValidationError(

@@ -63,8 +63,13 @@ def model_config(spec: ModelSpec, target: str, options: ServingOptions = Serving
     inputs = [_tensor_config(t) for t in spec.inputs]
     batching = None
     if options.dynamic_batching:
-        batching = DynamicBatching(options.preferred_batch_sizes, options.max_queue_delay_us, options.queue_policy,
-                                   options.priority_levels, options.default_priority)  # fmt: skip
+        batching = DynamicBatching(
+            options.preferred_batch_sizes,
+            options.max_queue_delay_us,
+            options.queue_policy,
+            options.priority_levels,
+            options.default_priority,
+        )
     return ModelConfig(
         name=spec.name,
         max_batch_size=spec.max_batch_size,
@@ -141,11 +146,17 @@ def torch_config(spec: ModelSpec, runtime: TorchRuntime, options: ServingOptions
             "docs/benchmarks.md). Use 1 instance with dynamic batching, or several with dynamic_batching off."
         )
     base = model_config(dataclasses.replace(spec, name=runtime.variant(spec.name)), "embedded", options)
-    params = {"runtime": "torch", "precision": runtime.precision, "channels_last": int(runtime.channels_last),
-              "cuda_graphs": int(runtime.cuda_graphs), "compiler": runtime.compiler,
-              "host_outputs": int(runtime.host_outputs), "staged": int(runtime.staged),
-              "graph_batch_sizes": " ".join(map(str, runtime.graph_batch_sizes)),
-              "FORCE_CPU_ONLY_INPUT_TENSORS": "no" if options.kind == "KIND_GPU" else "yes"}  # fmt: skip
+    params = {
+        "runtime": "torch",
+        "precision": runtime.precision,
+        "channels_last": int(runtime.channels_last),
+        "cuda_graphs": int(runtime.cuda_graphs),
+        "compiler": runtime.compiler,
+        "host_outputs": int(runtime.host_outputs),
+        "staged": int(runtime.staged),
+        "graph_batch_sizes": " ".join(map(str, runtime.graph_batch_sizes)),
+        "FORCE_CPU_ONLY_INPUT_TENSORS": "no" if options.kind == "KIND_GPU" else "yes",
+    }
     inputs = base.inputs
     if runtime.uint8_input:
         image = spec.image_input

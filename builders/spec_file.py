@@ -29,15 +29,40 @@ from builders.spec import DTYPES, IMAGE_FORMATS, PRECISIONS, ModelSpec, Preproce
 
 SOURCES = ("factory", "exported", "onnx")
 MODEL_FIELDS = {
-    "name", "factory", "exported", "onnx", "factory_args", "checkpoint", "python_path", "max_batch_size",
-    "inputs", "outputs", "labels", "labels_file", "preprocessing", "dynamic_axes", "validation_batch_sizes",
-    "tolerances", "opset", "precisions", "calibration", "eval_data", "serving", "pipelines",
-}  # fmt: skip
+    "name",
+    "factory",
+    "exported",
+    "onnx",
+    "factory_args",
+    "checkpoint",
+    "python_path",
+    "max_batch_size",
+    "inputs",
+    "outputs",
+    "labels",
+    "labels_file",
+    "preprocessing",
+    "dynamic_axes",
+    "validation_batch_sizes",
+    "tolerances",
+    "opset",
+    "precisions",
+    "calibration",
+    "eval_data",
+    "serving",
+    "pipelines",
+}
 TENSOR_FIELDS = {"name", "dtype", "dims", "image_format", "value_range"}
 SERVING_FIELDS = {
-    "instances", "kind", "max_queue_delay_us", "preferred_batch_sizes", "dynamic_batching", "warmup_batch_sizes",
-    "response_cache", "intra_op_threads",
-}  # fmt: skip
+    "instances",
+    "kind",
+    "max_queue_delay_us",
+    "preferred_batch_sizes",
+    "dynamic_batching",
+    "warmup_batch_sizes",
+    "response_cache",
+    "intra_op_threads",
+}
 PREPROCESSING_FIELDS = {"image_size", "mean", "std"}
 KINDS = ("KIND_CPU", "KIND_GPU", "KIND_AUTO")
 
@@ -82,9 +107,10 @@ class _Model:
         joined = Path(os.path.normpath(self.folder.absolute() / value))
         if not joined.is_relative_to(self.folder.absolute()):
             raise self.fail(
-                key, f"{value!r} resolves outside the spec file's folder {self.folder}",
+                key,
+                f"{value!r} resolves outside the spec file's folder {self.folder}",
                 "keep models, checkpoints and data in that folder (or a link inside it)",
-            )  # fmt: skip
+            )
         if must_exist and not joined.exists():
             raise self.fail(key, f"{joined} does not exist", "check the path (relative to the spec file)")
         return joined
@@ -95,8 +121,10 @@ def _tuple(kinds) -> tuple:
 
 
 def _names(kinds) -> str:
-    return " or ".join({int: "integer", float: "number", str: "string", list: "list", dict: "table",
-                        bool: "true/false"}[k] for k in _tuple(kinds))  # fmt: skip
+    return " or ".join(
+        {int: "integer", float: "number", str: "string", list: "list", dict: "table", bool: "true/false"}[k]
+        for k in _tuple(kinds)
+    )
 
 
 def load(path: Path) -> list[UserModel]:
@@ -137,13 +165,15 @@ def read_model(table: dict, index: int, path: Path) -> UserModel:
     spec = _spec(m, builder, args)
     precisions = tuple(_strings(m, "precisions", ["fp32"]))
     if "fp32" not in precisions or not set(precisions) <= {"fp32", "int8"}:
-        raise m.fail("precisions", f"{list(precisions)} is not supported",
-                     'give ["fp32"] or ["fp32", "int8"] (fp16 plans come from the TensorRT build)')  # fmt: skip
+        raise m.fail(
+            "precisions",
+            f"{list(precisions)} is not supported",
+            'give ["fp32"] or ["fp32", "int8"] (fp16 plans come from the TensorRT build)',
+        )
     data = {k: m.local_path(k, table[k]) if k in table else None for k in ("calibration", "eval_data")}
     serving = _serving(m)
     _check_config(m, spec, serving)
-    return UserModel(spec, precisions, data["calibration"], data["eval_data"], serving,
-                     m.get("pipelines", bool, True))  # fmt: skip
+    return UserModel(spec, precisions, data["calibration"], data["eval_data"], serving, m.get("pipelines", bool, True))
 
 
 def _check_config(m: _Model, spec: ModelSpec, serving: ServingOptions) -> None:
@@ -161,9 +191,10 @@ def _source(m: _Model) -> tuple[str, dict]:
     given = [k for k in SOURCES if k in m.table]
     if len(given) != 1:
         raise m.fail(
-            "factory", f"{'none' if not given else ' and '.join(given)} of factory/exported/onnx given",
+            "factory",
+            f"{'none' if not given else ' and '.join(given)} of factory/exported/onnx given",
             'give exactly one: factory = "package.module:callable", exported = "model.pt2" or onnx = "model.onnx"',
-        )  # fmt: skip
+        )
     origin = {"spec_file": str(m.path)}
     if given[0] != "factory":
         for key in ("factory_args", "checkpoint", "python_path"):
@@ -181,10 +212,16 @@ def _factory_args(m: _Model) -> dict:
     target = m.get("factory", str)
     module, sep, attr = target.partition(":")
     if not sep or not module or not attr:
-        raise m.fail("factory", f"{target!r} is not 'package.module:callable'",
-                     'write it like "torchvision.models:mobilenet_v3_small"')  # fmt: skip
-    args = {"factory": target, "factory_args": m.get("factory_args", dict, {}),
-            "python_path": [str(m.local_path("python_path", p)) for p in _strings(m, "python_path", [])]}  # fmt: skip
+        raise m.fail(
+            "factory",
+            f"{target!r} is not 'package.module:callable'",
+            'write it like "torchvision.models:mobilenet_v3_small"',
+        )
+    args = {
+        "factory": target,
+        "factory_args": m.get("factory_args", dict, {}),
+        "python_path": [str(m.local_path("python_path", p)) for p in _strings(m, "python_path", [])],
+    }
     if "checkpoint" in m.table:
         from builders.export import file_sha256
 
@@ -203,9 +240,16 @@ def _strings(m: _Model, key: str, default: list) -> list:
 def _spec(m: _Model, builder: str, args: dict) -> ModelSpec:
     inputs = _tensors(m, "inputs")
     outputs = _tensors(m, "outputs")
-    fields = dict(name=m.get("name", str, required=True), builder=builder, builder_args=args, inputs=inputs,
-                  outputs=outputs, max_batch_size=m.get("max_batch_size", int, required=True),
-                  labels=_labels(m), preprocessing=_preprocessing(m, inputs))  # fmt: skip
+    fields = dict(
+        name=m.get("name", str, required=True),
+        builder=builder,
+        builder_args=args,
+        inputs=inputs,
+        outputs=outputs,
+        max_batch_size=m.get("max_batch_size", int, required=True),
+        labels=_labels(m),
+        preprocessing=_preprocessing(m, inputs),
+    )
     fields.update(_checks(m))
     try:
         return ModelSpec(**fields)
@@ -238,8 +282,11 @@ def _tolerances(m: _Model) -> dict:
     for precision, pair in table.items():
         ok = precision in PRECISIONS and isinstance(pair, list) and len(pair) == 2
         if not ok or not all(isinstance(v, (int, float)) and v >= 0 for v in pair):
-            raise m.fail(f"tolerances.{precision}", f"{pair!r} is invalid",
-                         f"give {{ fp32 = [atol, rtol] }} with precisions among {PRECISIONS}, values >= 0")  # fmt: skip
+            raise m.fail(
+                f"tolerances.{precision}",
+                f"{pair!r} is invalid",
+                f"give {{ fp32 = [atol, rtol] }} with precisions among {PRECISIONS}, values >= 0",
+            )
         tolerances[precision] = (float(pair[0]), float(pair[1]))
     return tolerances
 
@@ -286,8 +333,11 @@ def _dims(m: _Model, key: str, dims) -> tuple[tuple[int, ...], tuple[str, ...]]:
     """[3, -1, "seq"]: ints are fixed (-1 dynamic, its own axis); a string is a named dynamic axis."""
     ok = isinstance(dims, list) and dims and all(isinstance(d, (int, str)) and not isinstance(d, bool) for d in dims)
     if not ok or any(isinstance(d, int) and d < 1 and d != -1 for d in dims):
-        raise m.fail(f"{key}.dims", f"{dims!r} is invalid",
-                     'give per-sample dims (no batch axis): positive ints, -1 or an axis name like "seq"')  # fmt: skip
+        raise m.fail(
+            f"{key}.dims",
+            f"{dims!r} is invalid",
+            'give per-sample dims (no batch axis): positive ints, -1 or an axis name like "seq"',
+        )
     name = key.replace("[", "_").replace("]", "").replace(".", "_")
     axes = tuple(
         d if isinstance(d, str) else f"{name}_d{i}" for i, d in enumerate(dims, 1) if d == -1 or isinstance(d, str)
@@ -313,13 +363,20 @@ def _preprocessing(m: _Model, inputs: tuple[TensorSpec, ...]) -> Preprocessing |
         raise m.fail(f"preprocessing.{unknown[0]}", "is not a known field", f"known: {sorted(PREPROCESSING_FIELDS)}")
     image = next((t for t in inputs if t.image_format), None)
     if image is None:
-        raise m.fail("preprocessing", "is given but no input has an image_format",
-                     'set image_format = "NCHW" (or "NHWC") on the image input')  # fmt: skip
+        raise m.fail(
+            "preprocessing",
+            "is given but no input has an image_format",
+            'set image_format = "NCHW" (or "NHWC") on the image input',
+        )
     channels = image.dims[0] if image.image_format == "NCHW" else image.dims[2]
     size = list(image.dims[1:] if image.image_format == "NCHW" else image.dims[:2])
     try:
-        return Preprocessing(tuple(table.get("image_size", size)), channels, tuple(table.get("mean", [0.0] * channels)),
-                             tuple(table.get("std", [1.0] * channels)))  # fmt: skip
+        return Preprocessing(
+            tuple(table.get("image_size", size)),
+            channels,
+            tuple(table.get("mean", [0.0] * channels)),
+            tuple(table.get("std", [1.0] * channels)),
+        )
     except (SpecError, TypeError) as err:
         raise m.fail("preprocessing", str(err), "give image_size = [H, W], mean and std per channel") from err
 

@@ -101,13 +101,22 @@ def compare_engine(plan: Path, onnx_path: Path, spec: ModelSpec, options: Engine
         run = Comparator.run(runners, data_loader=DataLoader(input_metadata=_metadata(meta), iterations=1))
         passed = bool(Comparator.compare_accuracy(run, compare_func=SimpleCompareFunc(atol=atol, rtol=rtol)))
         results.append({"shapes": {k: list(v[1]) for k, v in meta.items()}, "passed": passed})
-    summary = {"model": spec.name, "precision": options.precision, "atol": atol, "rtol": rtol,
-               "reference": "onnxruntime", "candidate": "tensorrt", "runs": results,
-               "passed": all(r["passed"] for r in results)}  # fmt: skip
+    summary = {
+        "model": spec.name,
+        "precision": options.precision,
+        "atol": atol,
+        "rtol": rtol,
+        "reference": "onnxruntime",
+        "candidate": "tensorrt",
+        "runs": results,
+        "passed": all(r["passed"] for r in results),
+    }
     report.write_text(json.dumps(summary, indent=2))
     if not summary["passed"]:
-        raise ValidationError(f"{spec.name}: TensorRT {options.precision} differs from ONNX Runtime beyond "
-                              f"atol {atol:g} / rtol {rtol:g}; see {report}")  # fmt: skip
+        raise ValidationError(
+            f"{spec.name}: TensorRT {options.precision} differs from ONNX Runtime beyond "
+            f"atol {atol:g} / rtol {rtol:g}; see {report}"
+        )
     return summary
 
 
@@ -143,8 +152,12 @@ def time_engine(plan: Path, shapes: dict[str, tuple]) -> dict:
     """Time a plan with trtexec (GPU compute, H2D/D2H, throughput) at the given input shapes."""
     trtexec = shutil.which("trtexec") or "/usr/src/tensorrt/bin/trtexec"
     spec = ",".join(f"{name}:{'x'.join(map(str, shape))}" for name, shape in shapes.items())
-    done = subprocess.run([trtexec, f"--loadEngine={plan}", f"--shapes={spec}", "--useCudaGraph"],
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [trtexec, f"--loadEngine={plan}", f"--shapes={spec}", "--useCudaGraph"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if done.returncode != 0:
         raise ToolError(f"trtexec failed on {plan}: {done.stderr.strip()[-400:]}")
     return parse_trtexec(done.stdout)

@@ -244,8 +244,10 @@ def _accepts(module, feeds: dict, name: str, value: int) -> bool:
     import numpy as np
     import torch
 
-    trial = {k: (np.full_like(v, value) if k == name else np.zeros_like(v) if v.dtype.kind in "iu" else v)
-             for k, v in feeds.items()}  # fmt: skip
+    trial = {
+        k: (np.full_like(v, value) if k == name else np.zeros_like(v) if v.dtype.kind in "iu" else v)
+        for k, v in feeds.items()
+    }
     try:
         with torch.no_grad():
             module(*[torch.from_numpy(v) for v in trial.values()])

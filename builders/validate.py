@@ -24,8 +24,11 @@ def shape_cases(spec: ModelSpec) -> list[tuple[int, dict]]:
     axes = sorted({a for t in spec.inputs for a in t.axes})
     options = {a: spec.axis_lengths(a) for a in axes}
     count = max((len(v) for v in options.values()), default=1)
-    return [(b, {a: options[a][k % len(options[a])] for a in axes})
-            for b in spec.validation_batch_sizes for k in range(count)]  # fmt: skip
+    return [
+        (b, {a: options[a][k % len(options[a])] for a in axes})
+        for b in spec.validation_batch_sizes
+        for k in range(count)
+    ]
 
 
 def _feeds(spec: ModelSpec, batch: int, sample_data: dict | None, lengths: dict | None = None) -> dict:
@@ -101,10 +104,13 @@ def validate(
     tol = spec.tolerances[precision]
     cases = shape_cases(spec) if not (sample_data and "inputs" in sample_data) else _batches_only(spec)
     batches = [
-        {"batch": b, "axes": lengths,
-         "outputs": _compare_batch(module, onnx_path, spec, _feeds(spec, b, sample_data, lengths), tol)}
+        {
+            "batch": b,
+            "axes": lengths,
+            "outputs": _compare_batch(module, onnx_path, spec, _feeds(spec, b, sample_data, lengths), tol),
+        }
         for b, lengths in cases
-    ]  # fmt: skip
+    ]
     failures = [(b["batch"], name, s) for b in batches for name, s in b["outputs"].items() if not s["passed"]]
     report = {
         "model": spec.name,
@@ -139,12 +145,22 @@ def validate_torch(reference, candidate, spec: ModelSpec, precision: str, report
     batches = []
     for batch, lengths in shape_cases(spec):
         feeds = _feeds(spec, batch, None, lengths)
-        runners = [TorchFunctionRunner(reference, _metadata(feeds), names, name="pytorch fp32 eager"),
-                   TorchFunctionRunner(candidate, _metadata(feeds), names, name=what)]  # fmt: skip
+        runners = [
+            TorchFunctionRunner(reference, _metadata(feeds), names, name="pytorch fp32 eager"),
+            TorchFunctionRunner(candidate, _metadata(feeds), names, name=what),
+        ]
         batches.append({"batch": batch, "axes": lengths, "outputs": _compare_runners(runners, feeds, tol)})
     failures = [(b["batch"], name, s) for b in batches for name, s in b["outputs"].items() if not s["passed"]]
-    report = {"model": spec.name, "reference": "pytorch fp32 eager", "candidate": what, "precision": precision,
-              "atol": tol[0], "rtol": tol[1], "passed": not failures, "batches": batches}  # fmt: skip
+    report = {
+        "model": spec.name,
+        "reference": "pytorch fp32 eager",
+        "candidate": what,
+        "precision": precision,
+        "atol": tol[0],
+        "rtol": tol[1],
+        "passed": not failures,
+        "batches": batches,
+    }
     report_path.write_text(json.dumps(report, indent=2))
     if failures:
         batch, name, stats = max(failures, key=lambda f: f[2]["max_abs"])

@@ -107,8 +107,9 @@ def stats(model, protocol, url, state_dir):
 @_CA
 @_STATE
 @user_errors
-def infer(model, source, batch, top_k, repeat, repo, shapes, input_data, protocol, url, headers, tls, ca_file,
-          state_dir):  # fmt: skip
+def infer(
+    model, source, batch, top_k, repeat, repo, shapes, input_data, protocol, url, headers, tls, ca_file, state_dir
+):
     """Run MODEL (default: the first model of the server's manifest) on random data, a .npy/.npz array or an
     image; print outputs, top-k and latency."""
     from clients.infer import infer as run
@@ -135,8 +136,10 @@ def _print_stream(ep, model, arrays, repeat, client):
 
     for _ in range(max(repeat, 1)):
         result = stream_infer(ep, model, arrays, client=client)
-        click.echo(f"{model} (decoupled, gRPC stream): {result.responses} response(s), first after "
-                   f"{result.first_ms:.2f} ms, last after {result.last_ms:.2f} ms")  # fmt: skip
+        click.echo(
+            f"{model} (decoupled, gRPC stream): {result.responses} response(s), first after "
+            f"{result.first_ms:.2f} ms, last after {result.last_ms:.2f} ms"
+        )
     for name, array in result.outputs.items():
         click.echo(f"{name} (last response): shape {list(array.shape)} dtype {array.dtype}")
 

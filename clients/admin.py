@@ -15,8 +15,10 @@ def _call(ep: Endpoint, call, what: str):
     except ClientError as err:
         if ep.admin_headers:
             raise
-        raise ClientError(f"{err}; {what} is a restricted API where the server locks it: `make serve` knows its own "
-                          "key; for another server give it (--header 'admin-key: ...')") from None  # fmt: skip
+        raise ClientError(
+            f"{err}; {what} is a restricted API where the server locks it: `make serve` knows its own "
+            "key; for another server give it (--header 'admin-key: ...')"
+        ) from None
 
 
 def repository_index(ep: Endpoint, client) -> list[dict]:

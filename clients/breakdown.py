@@ -20,8 +20,12 @@ def ensemble_steps(client, model: str) -> list[str]:
 def _row(name: str, stats: dict) -> dict:
     inference = stats.get("inference_stats", {})
     success = int(inference.get("success", {}).get("count", 0))
-    row = {"model": name, "requests": success, "executions": int(stats.get("execution_count", 0)),
-           "inferences": int(stats.get("inference_count", 0))}  # fmt: skip
+    row = {
+        "model": name,
+        "requests": success,
+        "executions": int(stats.get("execution_count", 0)),
+        "inferences": int(stats.get("inference_count", 0)),
+    }
     for phase in PHASES:
         total_ns = int(inference.get(phase, {}).get("ns", 0))
         row[f"{phase}_us"] = total_ns / success / 1000 if success else 0.0

@@ -14,5 +14,6 @@ INPUT_DATA = click.option(
     help="Your data: perf_analyzer's input-data JSON, an .npz (one array per input), a folder of images.",
 )
 TLS = click.option("--tls", is_flag=True, help="HTTPS / gRPC over TLS (--ca-file: the roots that sign the server).")
-CA_FILE = click.option("--ca-file", type=click.Path(exists=True, dir_okay=False), default=None,
-                       help="PEM root certificates.")  # fmt: skip
+CA_FILE = click.option(
+    "--ca-file", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM root certificates."
+)

@@ -64,8 +64,14 @@ def refused_as_client_error(what: str):
         raise ClientError(f"{what}: server refused the request ({err.status()}): {err.message()}") from err
 
 
-def endpoint(protocol: str = "http", url: str | None = None, state_dir: Path = Path(".triton"),
-             headers: dict | None = None, tls: bool = False, ca_file: str | None = None) -> Endpoint:  # fmt: skip
+def endpoint(
+    protocol: str = "http",
+    url: str | None = None,
+    state_dir: Path = Path(".triton"),
+    headers: dict | None = None,
+    tls: bool = False,
+    ca_file: str | None = None,
+) -> Endpoint:
     """The endpoint of the server started from state_dir, or of url if given. A server we did not start
     needs no state folder: its admin key, if any, is one of the headers ('admin-key: ...')."""
     from server.launcher import ADMIN_HEADER, GRPC_ADMIN_HEADER, read_state

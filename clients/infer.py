@@ -67,8 +67,15 @@ def parse_top_k(raw: np.ndarray) -> list[list[tuple[float, int, str]]]:
     return parsed
 
 
-def infer(ep: Endpoint, model: str, arrays: dict, top_k: int = 0, client=None, version: str = "",
-          sequence: tuple[int, bool, bool] | None = None) -> InferResult:  # fmt: skip
+def infer(
+    ep: Endpoint,
+    model: str,
+    arrays: dict,
+    top_k: int = 0,
+    client=None,
+    version: str = "",
+    sequence: tuple[int, bool, bool] | None = None,
+) -> InferResult:
     """Send one request (to one version if given, else the server's choice); return outputs and latency.
 
     Raises:
@@ -82,8 +89,9 @@ def infer(ep: Endpoint, model: str, arrays: dict, top_k: int = 0, client=None, v
         start = time.perf_counter()
         with refused_as_client_error(model):
             seq = dict(zip(("sequence_id", "sequence_start", "sequence_end"), sequence)) if sequence else {}
-            result = client.infer(model, inputs, model_version=version, outputs=requested, headers=ep.headers or None,
-                                  **seq)  # fmt: skip
+            result = client.infer(
+                model, inputs, model_version=version, outputs=requested, headers=ep.headers or None, **seq
+            )
         latency = (time.perf_counter() - start) * 1e3
     finally:
         if owned:

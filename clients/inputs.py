@@ -90,8 +90,10 @@ def plan_inputs(plan, batch: int, shapes: dict | None = None, spec: ModelSpec | 
         shape = plan.shape(tensor, batch, shapes, lengths)
         if tensor.datatype == "BYTES":
             if tensor.name not in ("IMAGE", "TEXT"):
-                raise NotMeasurable(f"{plan.name}: BYTES input '{tensor.name}' needs real data: --input-data "
-                                    "(perf_analyzer JSON or an .npz with one array per input)")  # fmt: skip
+                raise NotMeasurable(
+                    f"{plan.name}: BYTES input '{tensor.name}' needs real data: --input-data "
+                    "(perf_analyzer JSON or an .npz with one array per input)"
+                )
             arrays[tensor.name] = bytes_payload(tensor.name, batch, i)
             continue
         rng = np.random.default_rng(seed + i)
@@ -139,8 +141,10 @@ def image_folder(folder: Path, plan, limit: int = 64) -> dict:
     files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)[:limit]
     images = [t for t in plan.inputs if len(t.dims) == 3 and (t.dims[0] in (1, 3) or t.dims[-1] in (1, 3))]
     if not files or len(images) != 1 or -1 in images[0].dims:
-        raise ClientError(f"--input-data {folder}: needs images ({', '.join(IMAGE_SUFFIXES)}) and a model with one "
-                          "image input of fixed dims (C,H,W or H,W,C)")  # fmt: skip
+        raise ClientError(
+            f"--input-data {folder}: needs images ({', '.join(IMAGE_SUFFIXES)}) and a model with one "
+            "image input of fixed dims (C,H,W or H,W,C)"
+        )
     tensor = images[0]
     last = tensor.dims[-1] in (1, 3)
     height, width, channels = tensor.dims if last else (*tensor.dims[1:], tensor.dims[0])

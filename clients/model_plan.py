@@ -50,8 +50,9 @@ class ModelPlan:
             NotMeasurable: it is decoupled and the protocol is not gRPC.
         """
         if self.decoupled and protocol != "grpc":
-            raise NotMeasurable(f"{self.name}: decoupled: its responses come only over gRPC streaming "
-                                "(--protocol grpc, PROTOCOL=grpc)")  # fmt: skip
+            raise NotMeasurable(
+                f"{self.name}: decoupled: its responses come only over gRPC streaming (--protocol grpc, PROTOCOL=grpc)"
+            )
 
     def shape(self, tensor: TensorPlan, batch: int, shapes: dict | None = None, lengths=None) -> list[int]:
         """The request shape of one input: [batch] + dims where the model batches, else dims; dynamic
@@ -70,8 +71,10 @@ class ModelPlan:
             dims = [d if d != -1 else (lengths(tensor.name, i) if lengths else None) for i, d in enumerate(dims)]
             if None in dims:
                 example = ",".join("8" if d is None else str(d) for d in dims)
-                raise NotMeasurable(f"{self.name}: input '{tensor.name}' has dynamic dims {list(tensor.dims)}; "
-                                    f"give their lengths: --shape {tensor.name}:{example}")  # fmt: skip
+                raise NotMeasurable(
+                    f"{self.name}: input '{tensor.name}' has dynamic dims {list(tensor.dims)}; "
+                    f"give their lengths: --shape {tensor.name}:{example}"
+                )
         return [batch, *dims] if self.batching else dims
 
 
@@ -92,12 +95,21 @@ def plan(client, model: str, headers: dict | None = None) -> ModelPlan:
         config = {}
     batching = int(config.get("max_batch_size", 0) or 0)
     optional = {i["name"] for i in config.get("input", []) if i.get("optional")}
-    inputs = tuple(TensorPlan(i["name"], i["datatype"], tuple(int(d) for d in i["shape"][1 if batching else 0 :]),
-                              i["name"] in optional) for i in meta["inputs"])  # fmt: skip
-    return ModelPlan(model, batching, inputs, tuple(o["name"] for o in meta["outputs"]),
-                     config.get("platform") or config.get("backend", ""),
-                     bool(config.get("model_transaction_policy", {}).get("decoupled")),
-                     "sequence_batching" in config)  # fmt: skip
+    inputs = tuple(
+        TensorPlan(
+            i["name"], i["datatype"], tuple(int(d) for d in i["shape"][1 if batching else 0 :]), i["name"] in optional
+        )
+        for i in meta["inputs"]
+    )
+    return ModelPlan(
+        model,
+        batching,
+        inputs,
+        tuple(o["name"] for o in meta["outputs"]),
+        config.get("platform") or config.get("backend", ""),
+        bool(config.get("model_transaction_policy", {}).get("decoupled")),
+        "sequence_batching" in config,
+    )
 
 
 def parse_shapes(items) -> dict[str, list[int]]:

@@ -115,8 +115,10 @@ def preflight(req: RolloutRequest) -> Plan:
     ep = Endpoint("http", state.http_url, state.admin_headers("http"), repo)
     build_model_dir = req.source / req.model
     if not (build_model_dir / mv.CONFIG).exists():
-        raise RolloutError(f"{build_model_dir}/{mv.CONFIG} not found: build the model into {req.source} first "
-                           f"(make build-engines MODELS={req.model} REPO={req.source})")  # fmt: skip
+        raise RolloutError(
+            f"{build_model_dir}/{mv.CONFIG} not found: build the model into {req.source} first "
+            f"(make build-engines MODELS={req.model} REPO={req.source})"
+        )
     entry = read_manifest(req.source)["models"].get(req.model)
     if entry is None:
         raise RolloutError(f"{req.source}/manifest.json has no entry for {req.model}: build it with make build-engines")
@@ -133,22 +135,30 @@ def preflight(req: RolloutRequest) -> Plan:
 
 def _check_compatible(model: str, config, served) -> None:
     if served is None:
-        raise RolloutError(f"{model} is not in the served repository: rollouts replace a served model "
-                           "(serve a new model by building it into the repository and restarting)")  # fmt: skip
+        raise RolloutError(
+            f"{model} is not in the served repository: rollouts replace a served model "
+            "(serve a new model by building it into the repository and restarting)"
+        )
     if config.name != model:
         raise RolloutError(f"the build's config names the model {config.name!r}, not {model!r}")
     policy = config.version_policy.WhichOneof("policy_choice")
     if policy not in (None, "latest") or (policy == "latest" and config.version_policy.latest.num_versions != 1):
-        raise RolloutError(f"{model}: the build's version_policy serves several versions ({policy}); a rollout "
-                           "serves one (latest 1): remove version_policy from its config.pbtxt")  # fmt: skip
+        raise RolloutError(
+            f"{model}: the build's version_policy serves several versions ({policy}); a rollout "
+            "serves one (latest 1): remove version_policy from its config.pbtxt"
+        )
     before, after = _interface(served), _interface(config)
     if before != after:
-        raise RolloutError(f"{model}: the build changes the model's interface, which would break its clients:\n"
-                           f"  served: {before}\n  build:  {after}\n"
-                           "serve it under a new name instead (build it with another name and restart)")  # fmt: skip
+        raise RolloutError(
+            f"{model}: the build changes the model's interface, which would break its clients:\n"
+            f"  served: {before}\n  build:  {after}\n"
+            "serve it under a new name instead (build it with another name and restart)"
+        )
     if 0 < config.max_batch_size < served.max_batch_size:
-        raise RolloutError(f"{model}: the build's max_batch_size {config.max_batch_size} is below the served "
-                           f"{served.max_batch_size}: clients sending larger batches would fail")  # fmt: skip
+        raise RolloutError(
+            f"{model}: the build's max_batch_size {config.max_batch_size} is below the served "
+            f"{served.max_batch_size}: clients sending larger batches would fail"
+        )
 
 
 def _interface(config) -> dict:
@@ -302,8 +312,10 @@ def _rollback(plan: Plan, version: int, before: mv.ModelFiles) -> None:
     try:
         _load(plan.ep, plan.req.model, plan.req.timeout)
     except CheckFailed as err:
-        raise RolloutError(f"{plan.req.model}: rollback to v{plan.serving} failed too: {err}; "
-                           "see the server log, then restart the server (make stop; make serve)") from None  # fmt: skip
+        raise RolloutError(
+            f"{plan.req.model}: rollback to v{plan.serving} failed too: {err}; "
+            "see the server log, then restart the server (make stop; make serve)"
+        ) from None
     _await_retired(plan, plan.serving)
 
 
@@ -312,8 +324,10 @@ def _await_retired(plan: Plan, version: int) -> None:
     so that the supervisor sees the swap while the lock still holds."""
     alone = lambda: not _stale_stubs(plan, version) and _ready_versions(plan.ep, plan.req.model) == [version]  # noqa: E731
     if not _await(alone, plan.req.timeout):
-        raise RolloutError(f"{plan.req.model}: v{version} serves, but other versions were still loaded after "
-                           f"{plan.req.timeout:.0f} s; see the server log")  # fmt: skip
+        raise RolloutError(
+            f"{plan.req.model}: v{version} serves, but other versions were still loaded after "
+            f"{plan.req.timeout:.0f} s; see the server log"
+        )
 
 
 def _stale_stubs(plan: Plan, version: int | None) -> list:
@@ -327,8 +341,14 @@ def _stale_stubs(plan: Plan, version: int | None) -> list:
 
 def _recorded(plan: Plan, version: int) -> dict:
     pruned = mv.prune(plan.model_dir, plan.req.keep, version)
-    event = {"version": version, "status": "serving", "source": str(plan.req.source.resolve()),
-             "sha256": plan.entry.get("sha256"), "previous": plan.serving, "checks": plan.checks,
-             "pruned_versions": pruned}  # fmt: skip
+    event = {
+        "version": version,
+        "status": "serving",
+        "source": str(plan.req.source.resolve()),
+        "sha256": plan.entry.get("sha256"),
+        "previous": plan.serving,
+        "checks": plan.checks,
+        "pruned_versions": pruned,
+    }
     mv.record(plan.repo, plan.req.model, event, mv.versioned_entry(plan.entry, plan.req.model, version))
     return event

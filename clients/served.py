@@ -67,8 +67,10 @@ def index_models(ep: Endpoint) -> list[str]:
             entries = repository_index(ep, client)
     except Exception as err:  # restricted without the key, or not Triton
         why = str(err).splitlines()[0]
-        raise ClientError(f"the server at {ep.url} did not list its models ({why}); name them (MODELS=... or "
-                          "--models), or give its admin key (--header 'admin-key: ...')") from None  # fmt: skip
+        raise ClientError(
+            f"the server at {ep.url} did not list its models ({why}); name them (MODELS=... or "
+            "--models), or give its admin key (--header 'admin-key: ...')"
+        ) from None
     for entry in entries:
         if entry.get("state") != "READY":
             why = entry.get("reason") or "no reason given"
@@ -108,5 +110,7 @@ def require_ready(ep: Endpoint, names: list[str]) -> None:
             return
         index = repository_index(ep, client)
     ready = sorted(m["name"] for m in index if m.get("state") == "READY")
-    raise ClientError(f"model(s) {', '.join(missing)} not ready or unknown on {ep.url}; ready there: "
-                      f"{', '.join(ready) or 'none'} (MODEL=... or --models)")  # fmt: skip
+    raise ClientError(
+        f"model(s) {', '.join(missing)} not ready or unknown on {ep.url}; ready there: "
+        f"{', '.join(ready) or 'none'} (MODEL=... or --models)"
+    )

@@ -27,8 +27,10 @@ def infer_cuda_shm(ep: Endpoint, model: str, arrays: dict, outputs: dict, device
             inputs = [_input(ep, client, cudashm, tag, regions, n, a, device_id) for n, a in arrays.items()]
             requested = [_output(ep, client, cudashm, tag, regions, n, spec, device_id) for n, spec in outputs.items()]
             client.infer(model, inputs, outputs=requested)
-            return {name: cudashm.get_contents_as_numpy(handle, np.dtype(dtype), shape)
-                    for (name, (dtype, shape)), handle in zip(outputs.items(), regions[len(arrays):])}  # fmt: skip
+            return {
+                name: cudashm.get_contents_as_numpy(handle, np.dtype(dtype), shape)
+                for (name, (dtype, shape)), handle in zip(outputs.items(), regions[len(arrays) :])
+            }
         finally:
             for handle in regions:
                 cudashm.destroy_shared_memory_region(handle)
@@ -37,8 +39,9 @@ def infer_cuda_shm(ep: Endpoint, model: str, arrays: dict, outputs: dict, device
 
 def _register(ep, client, cudashm, region, nbytes, device_id):
     handle = cudashm.create_shared_memory_region(region, nbytes, device_id)
-    client.register_cuda_shared_memory(region, cudashm.get_raw_handle(handle), device_id, nbytes,
-                                       headers=ep.admin_headers)  # fmt: skip
+    client.register_cuda_shared_memory(
+        region, cudashm.get_raw_handle(handle), device_id, nbytes, headers=ep.admin_headers
+    )
     return handle
 
 

@@ -39,8 +39,9 @@ def stream_infer(ep, model: str, arrays: dict, timeout: float = 60.0, client=Non
     client = client or ep.client()
     try:
         inputs, _ = build_request(ep.module(), arrays, [])
-        client.start_stream(callback=lambda result, error: answers.put((time.perf_counter(), result, error)),
-                            headers=ep.headers or None)  # fmt: skip
+        client.start_stream(
+            callback=lambda result, error: answers.put((time.perf_counter(), result, error)), headers=ep.headers or None
+        )
         started = time.perf_counter()
         client.async_stream_infer(model, inputs, enable_empty_final_response=True)
         return _collect(answers, model, started, timeout)

@@ -114,8 +114,24 @@ def _models_or_served(models: str, ep) -> list[str]:
 @options.CA_FILE
 @click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
 @user_errors
-def perf(models, protocol, concurrency, request_rate, batch, shared_memory, interval_ms, stability, out, url, headers,
-         shapes, input_data, tls, ca_file, state_dir):  # fmt: skip
+def perf(
+    models,
+    protocol,
+    concurrency,
+    request_rate,
+    batch,
+    shared_memory,
+    interval_ms,
+    stability,
+    out,
+    url,
+    headers,
+    shapes,
+    input_data,
+    tls,
+    ca_file,
+    state_dir,
+):
     """Sweep MODELS with perf_analyzer; write perf.csv, perf.md and a PNG plot; print the table."""
     from clients.connection import endpoint, parse_headers
     from clients.model_plan import parse_shapes
@@ -130,8 +146,21 @@ def perf(models, protocol, concurrency, request_rate, batch, shared_memory, inte
     rows, failures, skipped, started = [], [], {}, time.time()
     names = _models_or_served(models, ep)
     for model in names:
-        sweep = _model_sweep(ep, model, out, parse_shapes(shapes), input_data, skipped, protocol, concurrency,
-                             request_rate, batch, shared_memory, interval_ms, stability)  # fmt: skip
+        sweep = _model_sweep(
+            ep,
+            model,
+            out,
+            parse_shapes(shapes),
+            input_data,
+            skipped,
+            protocol,
+            concurrency,
+            request_rate,
+            batch,
+            shared_memory,
+            interval_ms,
+            stability,
+        )
         if sweep is not None:
             rows += sweeps.run_sweep(sweep, ep, analyzer, out / "raw", failures)
     record_window(out, started, time.time())
@@ -152,8 +181,21 @@ def perf(models, protocol, concurrency, request_rate, batch, shared_memory, inte
         raise SystemExit(f"{len(failures)} of {total} points failed (table above); the finished points are kept")
 
 
-def _model_sweep(ep, model, out, shapes, input_data, skipped, protocol, concurrency, request_rate, batch,
-                 shared_memory, interval_ms, stability):  # fmt: skip
+def _model_sweep(
+    ep,
+    model,
+    out,
+    shapes,
+    input_data,
+    skipped,
+    protocol,
+    concurrency,
+    request_rate,
+    batch,
+    shared_memory,
+    interval_ms,
+    stability,
+):
     """The sweep of one model as the server describes it, or None (the reason goes to skipped)."""
     from clients.model_plan import NotMeasurable, plan
     from loadtest import perf as sweeps
@@ -171,9 +213,18 @@ def _model_sweep(ep, model, out, shapes, input_data, skipped, protocol, concurre
         skipped[model] = str(err).removeprefix(f"{model}: ")
         click.echo(f"not measured: {err}")
         return None
-    return sweeps.Sweep(model, protocol, _numbers(concurrency), _numbers(request_rate, float), batches, shared_memory,
-                        interval_ms, stability_percent=stability, input_data=data,
-                        streaming=model_plan.decoupled)  # fmt: skip
+    return sweeps.Sweep(
+        model,
+        protocol,
+        _numbers(concurrency),
+        _numbers(request_rate, float),
+        batches,
+        shared_memory,
+        interval_ms,
+        stability_percent=stability,
+        input_data=data,
+        streaming=model_plan.decoupled,
+    )
 
 
 @cli.command()
@@ -186,8 +237,13 @@ def _model_sweep(ep, model, out, shapes, input_data, skipped, protocol, concurre
 @click.option("--run-time", type=int, default=10, show_default=True, help="Seconds.")
 @click.option("--processes", type=int, default=0, help="Locust worker processes (distributed mode); 0: one process.")
 @click.option("--rate-per-user", type=float, default=0.0, help="Open loop: requests/s per user (0: closed loop).")
-@click.option("--load-shape", type=click.Choice(["constant", "step"]), default="constant", show_default=True,
-              help="Users all at once, or added in steps.")  # fmt: skip
+@click.option(
+    "--load-shape",
+    type=click.Choice(["constant", "step"]),
+    default="constant",
+    show_default=True,
+    help="Users all at once, or added in steps.",
+)
 @click.option("--slo-p99-ms", type=float, default=0.0, help="Fail the run if p99 exceeds this (0: off).")
 @click.option("--slo-fail-ratio", type=float, default=-1.0, help="Fail the run if the failure ratio exceeds this.")
 @click.option("--batch", type=int, default=1, show_default=True)
@@ -200,8 +256,27 @@ def _model_sweep(ep, model, out, shapes, input_data, skipped, protocol, concurre
 @options.CA_FILE
 @click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
 @user_errors
-def locust(models, protocol, users, spawn_rate, run_time, processes, rate_per_user, load_shape, slo_p99_ms,
-           slo_fail_ratio, batch, out, url, headers, shapes, input_data, tls, ca_file, state_dir):  # fmt: skip
+def locust(
+    models,
+    protocol,
+    users,
+    spawn_rate,
+    run_time,
+    processes,
+    rate_per_user,
+    load_shape,
+    slo_p99_ms,
+    slo_fail_ratio,
+    batch,
+    out,
+    url,
+    headers,
+    shapes,
+    input_data,
+    tls,
+    ca_file,
+    state_dir,
+):
     """Headless Locust run against the server of `make serve` or any Triton (--url); CSV + HTML report."""
     from clients.connection import endpoint, parse_headers
     from clients.model_plan import parse_shapes
@@ -220,9 +295,24 @@ def locust(models, protocol, users, spawn_rate, run_time, processes, rate_per_us
     (out / "skipped.json").write_text(json.dumps({**_not_ready(), **skipped}, indent=2))
     if not parsed:
         raise MeasurementError(f"no model can be load-tested: {skipped}")
-    run = LocustRun(parsed, protocol, users, spawn_rate, run_time, processes, rate_per_user, load_shape, slo_p99_ms,
-                    slo_fail_ratio, batch, shapes=sizes, input_data=str(input_data or ""),
-                    headers=ep.headers, tls=tls, ca_file=ca_file or "")  # fmt: skip
+    run = LocustRun(
+        parsed,
+        protocol,
+        users,
+        spawn_rate,
+        run_time,
+        processes,
+        rate_per_user,
+        load_shape,
+        slo_p99_ms,
+        slo_fail_ratio,
+        batch,
+        shapes=sizes,
+        input_data=str(input_data or ""),
+        headers=ep.headers,
+        tls=tls,
+        ca_file=ca_file or "",
+    )
     result = run_locust(run, Target.of(ep), out)
     table = markdown_table(result["rows"])
     (out / "locust.md").write_text(f"# Locust run\n\n{table}\n")
@@ -262,8 +352,21 @@ def locust(models, protocol, users, spawn_rate, run_time, processes, rate_per_us
 @options.INPUT_DATA
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
-def search(repo, variants, mode, p99_ms, accuracy_budget, concurrency, max_instances, delays_us, interval_ms,
-           write_back, shapes, input_data, out):  # fmt: skip
+def search(
+    repo,
+    variants,
+    mode,
+    p99_ms,
+    accuracy_budget,
+    concurrency,
+    max_instances,
+    delays_us,
+    interval_ms,
+    write_back,
+    shapes,
+    input_data,
+    out,
+):
     """Find the best serving config on a real server (explicit model control); write the winner back.
 
     Any repository `make serve` serves: only config.pbtxt is edited (instance groups, dynamic batching, queue
@@ -281,12 +384,26 @@ def search(repo, variants, mode, p99_ms, accuracy_budget, concurrency, max_insta
     try:
         ep = Endpoint("grpc", state.grpc_url, state.admin_headers("grpc"), repo)
         names = tuple(variants.split()) or _first_model_variants(repo)
-        searcher = s.Searcher(repo, ep, find_perf_analyzer(), {"p99_ms": p99_ms, "accuracy": accuracy_budget},
-                              {"concurrency": concurrency, "interval_ms": interval_ms,
-                               "shapes": parse_shapes(shapes), "input_data": input_data}, out)  # fmt: skip
-        space = s.SearchSpace(names, max_instances, _numbers(delays_us),
-                              {v: searcher.base_config(v).max_batch_size for v in names},
-                              frozenset(v for v in names if s.one_instance_only(searcher.base_config(v))))  # fmt: skip
+        searcher = s.Searcher(
+            repo,
+            ep,
+            find_perf_analyzer(),
+            {"p99_ms": p99_ms, "accuracy": accuracy_budget},
+            {
+                "concurrency": concurrency,
+                "interval_ms": interval_ms,
+                "shapes": parse_shapes(shapes),
+                "input_data": input_data,
+            },
+            out,
+        )
+        space = s.SearchSpace(
+            names,
+            max_instances,
+            _numbers(delays_us),
+            {v: searcher.base_config(v).max_batch_size for v in names},
+            frozenset(v for v in names if s.one_instance_only(searcher.base_config(v))),
+        )
         text, winner = _run_search_modes(s, space, searcher, mode)
     finally:
         launcher.stop(settings.state_dir)
@@ -397,8 +514,17 @@ def envoy_bench(model, protocols, concurrency, interval_ms, out, state_dir):
 
     read_cluster(state_dir)  # a cluster runs there, or say how to start one
     out = out or Path("reports") / time.strftime("envoy-%Y%m%d-%H%M%S")
-    rows = bench.measure(state_dir, model, protocols.split(), _numbers(concurrency), find_perf_analyzer(), out,
-                         measurement_ms=interval_ms, stability_percent=50.0, max_trials=10)  # fmt: skip
+    rows = bench.measure(
+        state_dir,
+        model,
+        protocols.split(),
+        _numbers(concurrency),
+        find_perf_analyzer(),
+        out,
+        measurement_ms=interval_ms,
+        stability_percent=50.0,
+        max_trials=10,
+    )
     click.echo(bench.write(bench.compare(rows), rows, out))
     click.echo(f"report: {out}/envoy.md")
 
@@ -586,8 +712,9 @@ def batching_bench(models, concurrency, max_queue_delay_us, interval_ms, gpu, ho
 @click.option("--quick", is_flag=True, help="Compiled fp16 and served rows only (no CPU/eager rows, bf16, cold start).")
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
-def gpu_bench(model, gpu_batch, cpu_batch, served_points, instances, interval_ms, max_batch, served, profile, quick,
-              out):  # fmt: skip
+def gpu_bench(
+    model, gpu_batch, cpu_batch, served_points, instances, interval_ms, max_batch, served, profile, quick, out
+):
     """CPU vs GPU vs TensorRT vs compiled engines for MODEL, in-process and served, in one run."""
     from loadtest import gpu_bench as bench
 
@@ -595,8 +722,9 @@ def gpu_bench(model, gpu_batch, cpu_batch, served_points, instances, interval_ms
     out.mkdir(parents=True, exist_ok=True)
     points = tuple(tuple(int(v) for v in p.split("x")) for p in served_points.split())
     rows = bench.served_rows(served.replace(",", " ").split())
-    settings = bench.BenchSettings(model, gpu_batch, cpu_batch, points, instances, interval_ms, max_batch, rows,
-                                   profile, quick)  # fmt: skip
+    settings = bench.BenchSettings(
+        model, gpu_batch, cpu_batch, points, instances, interval_ms, max_batch, rows, profile, quick
+    )
     bench.run(settings, out)
     click.echo((out / "gpu_bench.md").read_text())
     click.echo(f"report: {out}/gpu_bench.md (CSV: gpu_bench.csv, plot: gpu_bench.png)")
@@ -612,8 +740,10 @@ def bundle(python_version, out):
 
     out = out or Path("dist") / f"triton-bundle-py{python_version.replace('.', '')}.tar.xz"
     path = make_bundle(out, python_version)
-    click.echo(f"bundle: {path} ({path.stat().st_size / 2**20:.1f} MiB); on the host: tar -xJf {path.name} && "
-               "sh triton-bundle/install.sh  (prints the environment to export)")  # fmt: skip
+    click.echo(
+        f"bundle: {path} ({path.stat().st_size / 2**20:.1f} MiB); on the host: tar -xJf {path.name} && "
+        "sh triton-bundle/install.sh  (prints the environment to export)"
+    )
 
 
 if __name__ == "__main__":

@@ -29,9 +29,13 @@ def build_variants(spec, repo: Path, work: Path, delay_us: int, gpu: bool = Fals
     cores, variants = os.cpu_count() or 1, {}
     for batching, instances in VARIANTS:
         variant = dataclasses.replace(spec, name=_variant_name(spec.name, batching, instances))
-        options = repository.ServingOptions(instances=instances, max_queue_delay_us=delay_us, dynamic_batching=batching,
-                                            intra_op_threads=max(1, cores // instances),
-                                            kind="KIND_GPU" if gpu else "KIND_CPU")  # fmt: skip
+        options = repository.ServingOptions(
+            instances=instances,
+            max_queue_delay_us=delay_us,
+            dynamic_batching=batching,
+            intra_op_threads=max(1, cores // instances),
+            kind="KIND_GPU" if gpu else "KIND_CPU",
+        )
         config, artifacts = _serving(spec, variant, options, work, gpu, host_outputs)
         repository.write_model(repo, variant, config, artifacts, "embedded")
         variants[variant.name] = (spec.name, batching, instances)
@@ -53,8 +57,11 @@ def _serving(spec, variant, options, work: Path, gpu: bool, host_outputs: bool):
         batcher = repository.model_config(spec, "embedded", options).dynamic_batching
         config = dataclasses.replace(config, dynamic_batching=batcher)
     (work / spec.name / "spec.json").write_text(json.dumps(spec.to_dict()))
-    return config, {"model.pt2": work / spec.name / "model.pt2", "spec.json": work / spec.name / "spec.json",
-                    "model.py": TORCH_MODEL}  # fmt: skip
+    return config, {
+        "model.pt2": work / spec.name / "model.pt2",
+        "spec.json": work / spec.name / "spec.json",
+        "model.py": TORCH_MODEL,
+    }
 
 
 def measure(variants: dict, ep, analyzer, concurrency: tuple, interval_ms: int, raw: Path) -> list[dict]:
@@ -66,32 +73,41 @@ def measure(variants: dict, ep, analyzer, concurrency: tuple, interval_ms: int, 
         step(f"batching-bench: {name}")
         sweep = Sweep(name, "grpc", concurrency, (), (1,), "none", interval_ms, 10, 50)
         for row in run_sweep(sweep, ep, analyzer, raw):
-            rows.append({**row, "base_model": model, "batching": "dynamic" if batching else "none",
-                         "instances": instances})  # fmt: skip
+            rows.append(
+                {**row, "base_model": model, "batching": "dynamic" if batching else "none", "instances": instances}
+            )
     return rows
 
 
 def ratio_table(rows: list[dict]) -> str:
     """Dynamic / no batching throughput, per model, instances and concurrency."""
-    lines = ["| model | instances | concurrency | no batching infer/s | dynamic infer/s | dynamic / none |",
-             "|" + "---|" * 6]  # fmt: skip
+    lines = [
+        "| model | instances | concurrency | no batching infer/s | dynamic infer/s | dynamic / none |",
+        "|" + "---|" * 6,
+    ]
     keyed = {(r["base_model"], r["instances"], r["level"], r["batching"]): r for r in rows}
     for model, instances, level, batching in sorted(keyed):
         if batching != "dynamic":
             continue
         none, dyn = keyed.get((model, instances, level, "none")), keyed[(model, instances, level, "dynamic")]
         if none:
-            lines.append(f"| {model} | {instances} | {level:g} | {none['throughput']:.1f} | {dyn['throughput']:.1f} | "
-                         f"{dyn['throughput'] / none['throughput']:.2f}x |")  # fmt: skip
+            lines.append(
+                f"| {model} | {instances} | {level:g} | {none['throughput']:.1f} | {dyn['throughput']:.1f} | "
+                f"{dyn['throughput'] / none['throughput']:.2f}x |"
+            )
     return "\n".join(lines)
 
 
 def detail_table(rows: list[dict]) -> str:
     """Every point: throughput, latency percentiles, queue and compute time."""
-    lines = ["| model | batching | instances | concurrency | infer/s | p50 ms | p99 ms | queue µs | infer µs |",
-             "|" + "---|" * 9]  # fmt: skip
+    lines = [
+        "| model | batching | instances | concurrency | infer/s | p50 ms | p99 ms | queue µs | infer µs |",
+        "|" + "---|" * 9,
+    ]
     for r in rows:
-        lines.append(f"| {r['base_model']} | {r['batching']} | {r['instances']} | {r['level']:g} | "
-                     f"{r['throughput']:.1f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['queue_us']:.0f} | "
-                     f"{r['compute_infer_us']:.0f} |")  # fmt: skip
+        lines.append(
+            f"| {r['base_model']} | {r['batching']} | {r['instances']} | {r['level']:g} | "
+            f"{r['throughput']:.1f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['queue_us']:.0f} | "
+            f"{r['compute_infer_us']:.0f} |"
+        )
     return "\n".join(lines)

@@ -21,12 +21,31 @@ from builders.errors import ServerError
 from loadtest.perf_tools import install_perf_analyzer, perf_libraries
 
 WHEELS = (
-    "tritonclient==2.73.0", "grpcio==1.85.1", "protobuf==6.33.6", "python-rapidjson==1.25",
-    "geventhttpclient==2.6.1", "gevent==26.9.0", "greenlet==3.3.2", "zope.event==6.2", "zope.interface==8.7",
-    "brotli==1.2.1", "certifi==2026.10.18", "urllib3==2.8.0", "click==8.5.1", "polygraphy==0.53.6",
-)  # fmt: skip
-PLATFORMS = ("manylinux_2_39_x86_64", "manylinux_2_35_x86_64", "manylinux_2_28_x86_64", "manylinux_2_24_x86_64",
-             "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64", "any")  # fmt: skip
+    "tritonclient==2.73.0",
+    "grpcio==1.85.1",
+    "protobuf==6.33.6",
+    "python-rapidjson==1.25",
+    "geventhttpclient==2.6.1",
+    "gevent==26.9.0",
+    "greenlet==3.3.2",
+    "zope.event==6.2",
+    "zope.interface==8.7",
+    "brotli==1.2.1",
+    "certifi==2026.10.18",
+    "urllib3==2.8.0",
+    "click==8.5.1",
+    "polygraphy==0.53.6",
+)
+PLATFORMS = (
+    "manylinux_2_39_x86_64",
+    "manylinux_2_35_x86_64",
+    "manylinux_2_28_x86_64",
+    "manylinux_2_24_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+    "any",
+)
 INSTALL_SH = """#!/bin/sh
 # Install the bundle's wheels next to tritonserver; print the environment to use it.
 set -e
@@ -57,9 +76,26 @@ def _keep(python: str):
 def _download_wheels(dest: Path, python: str) -> None:
     version = python.replace(".", "")
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                    "--python-version", version, "--implementation", "cp", *platforms, "-d", str(dest), *WHEELS],
-                   check=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            version,
+            "--implementation",
+            "cp",
+            *platforms,
+            "-d",
+            str(dest),
+            *WHEELS,
+        ],
+        check=True,
+    )
     project = Path(__file__).resolve().parent.parent
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), str(project)], check=True)
 

@@ -84,9 +84,13 @@ def run(state_dir: Path, model: str, protocol: str, users: int, seconds: int, ou
 
 
 def _write(rows: list[dict], out: Path, locust: LocustRun, replicas: int) -> None:
-    lines = [f"# Faults under load: {replicas} replicas behind Envoy, Locust {locust.users} users over "
-             f"{locust.protocol}, {locust.run_time_s} s per experiment", "",
-             "| experiment | requests | failed | details |", "|---|---:|---:|---|"]  # fmt: skip
+    lines = [
+        f"# Faults under load: {replicas} replicas behind Envoy, Locust {locust.users} users over "
+        f"{locust.protocol}, {locust.run_time_s} s per experiment",
+        "",
+        "| experiment | requests | failed | details |",
+        "|---|---:|---:|---|",
+    ]
     for row in rows:
         details = ", ".join(f"{k} {v}" for k, v in row.items() if k not in ("experiment", "requests", "failed"))
         lines.append(f"| {row['experiment']} | {row['requests']:,} | {row['failed']} | {details} |")

@@ -46,19 +46,31 @@ def panels(rules: RuleSettings = DEFAULT_RULES) -> list[Panel]:
     return [
         Panel("Inferences/s per model", "ops", (Query(f"{THROUGHPUT}:rate{w}", "{{model}}"),)),
         Panel("Successful requests/s per model", "reqps", (Query(f"{REQUESTS}:rate{w}", "{{model}}"),)),
-        Panel("Queue time per request (the autoscaling signal)", "µs",
-              (Query(f"{QUEUE_PER_REQUEST}:rate{w}", "{{model}}"), Query(f"vector({rules.queue_budget_us:g})", "max")),
-              "Mean wait in Triton's queue per request; above the budget TritonScaleOut fires, the HPA adds pods."),
+        Panel(
+            "Queue time per request (the autoscaling signal)",
+            "µs",
+            (Query(f"{QUEUE_PER_REQUEST}:rate{w}", "{{model}}"), Query(f"vector({rules.queue_budget_us:g})", "max")),
+            "Mean wait in Triton's queue per request; above the budget TritonScaleOut fires, the HPA adds pods.",
+        ),
         Panel("p99 latency (histogram or summaries)", "ms", (Query(f"{P99}:rate{w}", "{{model}}"),)),
-        Panel("Failed requests/s per model", "reqps",
-              (Query(f"sum by (model) (rate(nv_inference_request_failure[{w}]))", "{{model}}"),)),
+        Panel(
+            "Failed requests/s per model",
+            "reqps",
+            (Query(f"sum by (model) (rate(nv_inference_request_failure[{w}]))", "{{model}}"),),
+        ),
         Panel("GPU utilization", "percentunit", (Query(f"{GPU_UTILIZATION}:avg", "{{gpu_uuid}}"),)),
         Panel("Replicas up", "short", (Query('sum(up{job="triton"})', "scraped replicas"),)),
-        Panel("Envoy: requests/s by upstream cluster", "reqps",
-              (Query(f"sum by (envoy_cluster_name) (rate(envoy_cluster_upstream_rq_total[{w}]))", ENVOY_LEGEND),)),
-        Panel("Envoy: healthy replicas", "short",
-              (Query("sum by (envoy_cluster_name) (envoy_cluster_membership_healthy)", ENVOY_LEGEND),)),
-    ]  # fmt: skip
+        Panel(
+            "Envoy: requests/s by upstream cluster",
+            "reqps",
+            (Query(f"sum by (envoy_cluster_name) (rate(envoy_cluster_upstream_rq_total[{w}]))", ENVOY_LEGEND),),
+        ),
+        Panel(
+            "Envoy: healthy replicas",
+            "short",
+            (Query("sum by (envoy_cluster_name) (envoy_cluster_membership_healthy)", ENVOY_LEGEND),),
+        ),
+    ]
 
 
 def _panel_json(panel: Panel, index: int) -> dict:
@@ -73,7 +85,7 @@ def _panel_json(panel: Panel, index: int) -> dict:
         "targets": [
             {"refId": chr(ord("A") + i), "expr": q.expr, "legendFormat": q.legend, "datasource": DATASOURCE}
             for i, q in enumerate(panel.queries)
-        ],  # fmt: skip
+        ],
     }
 
 
@@ -97,8 +109,12 @@ def configmap(rules: RuleSettings = DEFAULT_RULES) -> dict:
     """The dashboard as a ConfigMap for Grafana's dashboard sidecar (label grafana_dashboard: "1")."""
     labels = {"app.kubernetes.io/name": "triton", "grafana_dashboard": "1"}
     meta = {"name": "triton-grafana-dashboard", "labels": labels}
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
-            "data": {"triton.json": json.dumps(dashboard(rules), indent=2)}}  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta,
+        "data": {"triton.json": json.dumps(dashboard(rules), indent=2)},
+    }
 
 
 def queries(rules: RuleSettings = DEFAULT_RULES) -> list[str]:

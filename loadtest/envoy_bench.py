@@ -36,11 +36,18 @@ def compare(rows: list[dict]) -> list[dict]:
     for protocol, level in sorted({(r["protocol"], r["level"]) for r in rows}):
         direct, envoy = index.get((protocol, level, "direct")), index.get((protocol, level, "envoy"))
         if direct and envoy:
-            table.append({"protocol": protocol, "concurrency": int(level),
-                          "direct_infer_s": direct["throughput"], "envoy_infer_s": envoy["throughput"],
-                          "ratio": round(envoy["throughput"] / direct["throughput"], 3),
-                          "direct_p50_ms": direct["p50_ms"], "envoy_p50_ms": envoy["p50_ms"],
-                          "added_p50_us": round((envoy["p50_ms"] - direct["p50_ms"]) * 1000)})  # fmt: skip
+            table.append(
+                {
+                    "protocol": protocol,
+                    "concurrency": int(level),
+                    "direct_infer_s": direct["throughput"],
+                    "envoy_infer_s": envoy["throughput"],
+                    "ratio": round(envoy["throughput"] / direct["throughput"], 3),
+                    "direct_p50_ms": direct["p50_ms"],
+                    "envoy_p50_ms": envoy["p50_ms"],
+                    "added_p50_us": round((envoy["p50_ms"] - direct["p50_ms"]) * 1000),
+                }
+            )
     return table
 
 
@@ -54,9 +61,11 @@ def write(table: list[dict], rows: list[dict], out: Path) -> str:
             writer.writerows(data)
     header = "| protocol | concurrency | direct infer/s | via Envoy infer/s | ratio | direct p50 ms | via Envoy p50 ms"
     lines = [header + " | added at p50 (µs) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    lines += [f"| {t['protocol']} | {t['concurrency']} | {t['direct_infer_s']:,.1f} | {t['envoy_infer_s']:,.1f} | "
-              f"{t['ratio']:.3f} | {t['direct_p50_ms']:.3f} | {t['envoy_p50_ms']:.3f} | {t['added_p50_us']} |"
-              for t in table]  # fmt: skip
+    lines += [
+        f"| {t['protocol']} | {t['concurrency']} | {t['direct_infer_s']:,.1f} | {t['envoy_infer_s']:,.1f} | "
+        f"{t['ratio']:.3f} | {t['direct_p50_ms']:.3f} | {t['envoy_p50_ms']:.3f} | {t['added_p50_us']} |"
+        for t in table
+    ]
     text = "\n".join(lines)
     (out / "envoy.md").write_text(f"# Envoy vs direct\n\n{text}\n\n![throughput](envoy.png)\n")
     _plot(table, out / "envoy.png")

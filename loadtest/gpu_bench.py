@@ -105,8 +105,15 @@ def compiled_rows(spec, program: Path, gpu_batch: int, precisions=("fp16", "bf16
         runner = _torch_fn(engine)  # its static buffers are inference tensors
         by_batch = {b: throughput(runner, _images(b, shape, DTYPES[precision])) for b in batches}
         b1 = latency_ms(runner, _images(1, shape, DTYPES[precision]))
-        rows.append(BenchRow(name, b1, by_batch[gpu_batch], gpu_batch,
-                             extra={"inproc_by_batch": by_batch, "compile_seconds": seconds}))  # fmt: skip
+        rows.append(
+            BenchRow(
+                name,
+                b1,
+                by_batch[gpu_batch],
+                gpu_batch,
+                extra={"inproc_by_batch": by_batch, "compile_seconds": seconds},
+            )
+        )
         rows[-1].note = "in-process img/s by batch: " + ", ".join(f"{b}: {v:,.0f}" for b, v in by_batch.items())
         del runner, engine
         torch.cuda.empty_cache()
@@ -160,9 +167,15 @@ COMPILED_U8_UNSTAGED = COMPILED_U8 + ", earlier request path (unstaged)"
 
 def served_rows(keys: list[str]) -> tuple[str, ...]:
     """Runtime names of the served rows for short keys (--served); empty: all of them."""
-    names = {"onnx": "onnxruntime CPU fp32", "fp32": "torch CUDA fp32 eager", "graphs": GRAPHS,
-             "graphs_u8": GRAPHS_U8, "inductor": COMPILED, "inductor_u8": COMPILED_U8,
-             "inductor_u8_unstaged": COMPILED_U8_UNSTAGED}  # fmt: skip
+    names = {
+        "onnx": "onnxruntime CPU fp32",
+        "fp32": "torch CUDA fp32 eager",
+        "graphs": GRAPHS,
+        "graphs_u8": GRAPHS_U8,
+        "inductor": COMPILED,
+        "inductor_u8": COMPILED_U8,
+        "inductor_u8_unstaged": COMPILED_U8_UNSTAGED,
+    }
     unknown = [k for k in keys if k not in names]
     if unknown:
         raise MeasurementError(f"--served {unknown}: unknown; choose among {sorted(names)}")
@@ -181,8 +194,11 @@ def tensorrt_row() -> BenchRow:
     try:
         require_tensorrt()
     except TensorRTUnavailable as err:
-        return BenchRow("TensorRT fp16", note=f"unavailable: {str(err).split(':')[0]} (no wheel reachable here); "
-                                              "measure with make build-engines-docker + make perf-docker")  # fmt: skip
+        return BenchRow(
+            "TensorRT fp16",
+            note=f"unavailable: {str(err).split(':')[0]} (no wheel reachable here); "
+            "measure with make build-engines-docker + make perf-docker",
+        )
     return BenchRow("TensorRT fp16", note="tensorrt imports: time plans with `python -m builders engines` (trtexec)")
 
 
@@ -201,9 +217,13 @@ def rows_from_csv(path: Path) -> list[BenchRow]:
 def markdown(rows: list[BenchRow], header: str) -> str:
     """The CPU vs GPU vs TensorRT table, with served figures and serving efficiency."""
     fmt = lambda v, spec: "—" if v is None else format(v, spec)  # noqa: E731
-    lines = [header, "",
-             "| runtime | in-process batch 1 (ms) | in-process img/s (batch) | served batch-1 p50 (ms) "
-             "| served img/s | served / in-process | served setup | note |", "|" + "---|" * 8]  # fmt: skip
+    lines = [
+        header,
+        "",
+        "| runtime | in-process batch 1 (ms) | in-process img/s (batch) | served batch-1 p50 (ms) "
+        "| served img/s | served / in-process | served setup | note |",
+        "|" + "---|" * 8,
+    ]
     for r in rows:
         batch = f" ({r.inproc_batch})" if r.inproc_batch else ""
         lines.append(
@@ -263,17 +283,20 @@ def _served_variants(spec, work: Path, repo: Path, settings: BenchSettings) -> d
         return variants
     # Requests arrive at the max batch here, so several instances need no batcher (and must not have one:
     # torch_config refuses KIND_GPU instances > 1 with dynamic batching).
-    gpu = ServingOptions(instances=settings.instances, kind="KIND_GPU", max_queue_delay_us=0,
-                         dynamic_batching=settings.instances == 1)  # fmt: skip
+    gpu = ServingOptions(
+        instances=settings.instances, kind="KIND_GPU", max_queue_delay_us=0, dynamic_batching=settings.instances == 1
+    )
     graphs = dict(channels_last=True, cuda_graphs=True)
     compiled = dict(graphs, compiler="inductor", host_outputs=True)
     unstaged = dict(compiled, uint8_input=True, staged=False)
-    for runtime, name in ((TorchRuntime("fp32"), "torch CUDA fp32 eager"),
-                          (TorchRuntime("fp16", **graphs), GRAPHS),
-                          (TorchRuntime("fp16", uint8_input=True, **graphs), GRAPHS_U8),
-                          (TorchRuntime("fp16", **compiled), COMPILED),
-                          (TorchRuntime("fp16", uint8_input=True, **compiled), COMPILED_U8),
-                          (TorchRuntime("fp16", **unstaged), COMPILED_U8_UNSTAGED)):  # fmt: skip
+    for runtime, name in (
+        (TorchRuntime("fp32"), "torch CUDA fp32 eager"),
+        (TorchRuntime("fp16", **graphs), GRAPHS),
+        (TorchRuntime("fp16", uint8_input=True, **graphs), GRAPHS_U8),
+        (TorchRuntime("fp16", **compiled), COMPILED),
+        (TorchRuntime("fp16", uint8_input=True, **compiled), COMPILED_U8),
+        (TorchRuntime("fp16", **unstaged), COMPILED_U8_UNSTAGED),
+    ):
         if settings.served and name not in settings.served:
             continue
         variants[name] = build_torch_variant(BuildRequest(spec, "embedded", repo, work, gpu), runtime)["name"]
@@ -287,8 +310,18 @@ GRAPHS_U8 = GRAPHS + ", uint8 input normalized on the GPU"
 def _point(ep, analyzer, model, batch, concurrency, shm, settings, raw) -> dict:
     from loadtest.perf import Sweep, run_sweep
 
-    sweep = Sweep(model, "grpc", (concurrency,), (), (batch,), shm, settings.measurement_ms, 10, 50,
-                  output_shm_bytes=batch * 1000 * 4)  # fmt: skip
+    sweep = Sweep(
+        model,
+        "grpc",
+        (concurrency,),
+        (),
+        (batch,),
+        shm,
+        settings.measurement_ms,
+        10,
+        50,
+        output_shm_bytes=batch * 1000 * 4,
+    )
     (row,) = run_sweep(sweep, ep, analyzer, raw)
     return {**row, "shm": shm}
 
@@ -297,9 +330,11 @@ def _describe(point: dict) -> str:
     from loadtest.perf import stability
 
     flag = "" if point.get("stable", "yes") == "yes" else f", {stability(point)}"
-    return (f"gRPC b{point['batch']} c{point['level']:g} shm={point['shm']} (queue {point['queue_us']:.0f} µs, "
-            f"infer {point['compute_infer_us']:.0f} µs, in {point['compute_input_us']:.0f} µs, "
-            f"out {point['compute_output_us']:.0f} µs{flag})")  # fmt: skip
+    return (
+        f"gRPC b{point['batch']} c{point['level']:g} shm={point['shm']} (queue {point['queue_us']:.0f} µs, "
+        f"infer {point['compute_infer_us']:.0f} µs, in {point['compute_input_us']:.0f} µs, "
+        f"out {point['compute_output_us']:.0f} µs{flag})"
+    )
 
 
 def _measure_served(ep, analyzer, model: str, gpu: bool, settings: BenchSettings, raw: Path) -> tuple:
@@ -335,8 +370,9 @@ def cold_start(repo: Path, model: str, out: Path, with_cache: bool = True) -> fl
     saved = {k: os.environ.get(k) for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
     with tempfile.TemporaryDirectory(prefix="cold-inductor-") as tmp:
         os.environ.update(TORCHINDUCTOR_CACHE_DIR=tmp, TRITON_CACHE_DIR=os.path.join(tmp, "triton"))
-        settings = launcher.ServerSettings(alone, *launcher.free_ports(3), state_dir=alone / "state",
-                                           startup_timeout=600)  # fmt: skip
+        settings = launcher.ServerSettings(
+            alone, *launcher.free_ports(3), state_dir=alone / "state", startup_timeout=600
+        )
         started = time.time()
         try:
             launcher.start(settings)
@@ -372,17 +408,23 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
         precisions = ("fp16",) if settings.quick else ("fp16", "bf16")
         compiled = compiled_rows(spec, work / spec.name / "model.pt2", settings.gpu_batch, precisions)
         at = rows.index(next(r for r in rows if r.runtime.startswith("TensorRT")))
-        same = [BenchRow(name, note="in-process figures: the row above") for name in (COMPILED_U8, COMPILED_U8_UNSTAGED)
-                if name in variants]  # fmt: skip
+        same = [
+            BenchRow(name, note="in-process figures: the row above")
+            for name in (COMPILED_U8, COMPILED_U8_UNSTAGED)
+            if name in variants
+        ]
         rows[at:at] = compiled[:1] + same + compiled[1:]
     if GRAPHS_U8 in variants:  # served only: same in-process runtime as GRAPHS
         graphs = next(r for r in rows if r.runtime == GRAPHS)
-        extra_row = BenchRow(GRAPHS_U8, inproc_tput=graphs.inproc_tput, inproc_batch=graphs.inproc_batch,
-                             note="in-process figures: the row above")  # fmt: skip
+        extra_row = BenchRow(
+            GRAPHS_U8,
+            inproc_tput=graphs.inproc_tput,
+            inproc_batch=graphs.inproc_batch,
+            note="in-process figures: the row above",
+        )
         rows.insert(rows.index(graphs) + 1, extra_row)
     ports = launcher.free_ports(3)
-    server = launcher.ServerSettings(repo, *ports, state_dir=out / "state",
-                                     startup_timeout=600)  # fmt: skip
+    server = launcher.ServerSettings(repo, *ports, state_dir=out / "state", startup_timeout=600)
     state, analyzer = launcher.start(server), find_perf_analyzer()
     try:
         ep = Endpoint("grpc", state.grpc_url, state.admin_headers("grpc"), repo)
@@ -461,11 +503,18 @@ def _write(rows, out: Path, settings: BenchSettings, csv) -> None:
         writer.writeheader()
         for r in rows:
             served = settings.instances if r.served_tput else ""
-            writer.writerow({**{k: v for k, v in dataclasses.asdict(r).items() if k != "extra"},
-                             "efficiency": r.efficiency, "instances": served})  # fmt: skip
+            writer.writerow(
+                {
+                    **{k: v for k, v in dataclasses.asdict(r).items() if k != "extra"},
+                    "efficiency": r.efficiency,
+                    "instances": served,
+                }
+            )
     host = host_info()
-    header = (f"# {settings.model}: CPU vs GPU vs TensorRT\n\nHost: {host['gpu']}, {host['cpu']} ({host['cores']} "
-              f"cores); versions {tool_versions()}; settings {dataclasses.asdict(settings)}")  # fmt: skip
+    header = (
+        f"# {settings.model}: CPU vs GPU vs TensorRT\n\nHost: {host['gpu']}, {host['cpu']} ({host['cores']} "
+        f"cores); versions {tool_versions()}; settings {dataclasses.asdict(settings)}"
+    )
     points = [p for r in rows for p in r.extra.get("points", [])]
     perf_table = "\n\n## Every served point\n\n" + perf_markdown(points) if points else ""
     (out / "gpu_bench.md").write_text(markdown(rows, header) + perf_table + "\n")

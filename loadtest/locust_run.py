@@ -65,9 +65,20 @@ class Target:
 def locust_command(run: LocustRun, prefix: Path) -> list[str]:
     """The headless locust command line (CSV and HTML written under prefix)."""
     command = [
-        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
-        "--csv", str(prefix), "--html", f"{prefix}.html", "--only-summary", "--exit-code-on-error", "1",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(LOCUSTFILE),
+        "--headless",
+        "--csv",
+        str(prefix),
+        "--html",
+        f"{prefix}.html",
+        "--only-summary",
+        "--exit-code-on-error",
+        "1",
+    ]
     if run.shape == "constant":
         command += ["-u", str(run.users), "-r", f"{run.spawn_rate:g}", "-t", f"{run.run_time_s}s"]
     if run.processes:
@@ -118,8 +129,13 @@ def run_locust(run: LocustRun, state: ServerState, out_dir: Path) -> dict:
     started = time.time()
     with open(log, "w") as handle:
         try:
-            done = subprocess.run(locust_command(run, prefix), env=env, stdout=handle,
-                                  stderr=subprocess.STDOUT, timeout=run.run_time_s + 120)  # fmt: skip
+            done = subprocess.run(
+                locust_command(run, prefix),
+                env=env,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                timeout=run.run_time_s + 120,
+            )
         except subprocess.TimeoutExpired as err:
             raise MeasurementError(
                 f"locust ran past {run.run_time_s + 120} s; its log ends:\n{_log_tail(log)}"
@@ -149,9 +165,18 @@ def read_history(path: Path) -> list[dict]:
         return []
     start = int(records[0]["Timestamp"])
     number = lambda r, k: float(r[k]) if r.get(k) not in (None, "", "N/A") else float("nan")  # noqa: E731
-    return [{"t": int(r["Timestamp"]) - start, "users": number(r, "User Count"), "rps": number(r, "Requests/s"),
-             "fails": number(r, "Failures/s"), "p50": number(r, "50%"), "p95": number(r, "95%"),
-             "p99": number(r, "99%")} for r in records]  # fmt: skip
+    return [
+        {
+            "t": int(r["Timestamp"]) - start,
+            "users": number(r, "User Count"),
+            "rps": number(r, "Requests/s"),
+            "fails": number(r, "Failures/s"),
+            "p50": number(r, "50%"),
+            "p95": number(r, "95%"),
+            "p99": number(r, "99%"),
+        }
+        for r in records
+    ]
 
 
 def history_plot(history_csv: Path, path: Path) -> Path | None:

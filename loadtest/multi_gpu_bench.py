@@ -47,8 +47,9 @@ def build(settings: MultiGpuSettings, work: Path) -> tuple[Path, str]:
         return repo, json.loads(done.read_text())["name"]
     build_model(BuildRequest(spec, "embedded", work / "scratch_repo", work / "build", ServingOptions()))
     gpu = ServingOptions(instances=1, kind="KIND_GPU", dynamic_batching=False)
-    runtime = TorchRuntime("fp16", channels_last=True, cuda_graphs=True, compiler="inductor", uint8_input=True,
-                           host_outputs=True)  # fmt: skip
+    runtime = TorchRuntime(
+        "fp16", channels_last=True, cuda_graphs=True, compiler="inductor", uint8_input=True, host_outputs=True
+    )
     name = build_torch_variant(BuildRequest(spec, "embedded", repo, work / "build", gpu), runtime)["name"]
     done.write_text(json.dumps({"name": name}))
     return repo, name
@@ -81,7 +82,7 @@ def layouts(repo: Path, model: str, s: MultiGpuSettings, work: Path) -> dict[str
         f"1 server, {s.gpus} GPUs": [(placed(repo, model, every, s.instances_per_gpu, work / "one_server"), s.gpus)],
         f"{s.gpus} replicas, 1 GPU each": [
             (placed(repo, model, [g], s.instances_per_gpu, work / f"replica_{g}"), 1) for g in every
-        ],  # fmt: skip
+        ],
     }
 
 
@@ -94,8 +95,9 @@ def measure_layout(name: str, servers: list[tuple[Path, int]], model: str, s: Mu
     started = []
     try:
         for index, (repo, clients) in enumerate(servers):
-            settings = launcher.ServerSettings(repo, *launcher.free_ports(3), state_dir=repo / "state",
-                                               startup_timeout=600)  # fmt: skip
+            settings = launcher.ServerSettings(
+                repo, *launcher.free_ports(3), state_dir=repo / "state", startup_timeout=600
+            )
             launcher.start(settings)
             started.append(settings)
             ep = endpoint("grpc", None, settings.state_dir)
@@ -113,9 +115,13 @@ def _row(name: str, servers: list, model: str, s: MultiGpuSettings, out: Path, w
     points = _concurrent_perf(servers, model, s, out / "raw" / slug, wire)
     total = sum(p["throughput"] for p in points)
     step(f"{name}: {total:,.0f} img/s from {len(points)} perf_analyzer client(s)")
-    return {"layout": name, "img_per_s": round(total, 1), "clients": len(points),
-            "per_client": [round(p["throughput"], 1) for p in points],
-            "p50_ms": max(p["p50_ms"] for p in points)}  # fmt: skip
+    return {
+        "layout": name,
+        "img_per_s": round(total, 1),
+        "clients": len(points),
+        "per_client": [round(p["throughput"], 1) for p in points],
+        "p50_ms": max(p["p50_ms"] for p in points),
+    }
 
 
 def _concurrent_perf(servers: list, model: str, s: MultiGpuSettings, raw: Path, wire: bool = False) -> list[dict]:
@@ -129,8 +135,18 @@ def _concurrent_perf(servers: list, model: str, s: MultiGpuSettings, raw: Path, 
     batch, concurrency = (s.wire_batch, s.wire_concurrency_per_gpu) if wire else (s.batch, s.concurrency_per_gpu)
 
     def one(index, ep, gpus):
-        sweep = Sweep(model, "grpc", (concurrency * gpus,), (), (batch,), "none" if wire else "cuda",
-                      s.measurement_ms, 10, 50, output_shm_bytes=batch * 1000 * 4)  # fmt: skip
+        sweep = Sweep(
+            model,
+            "grpc",
+            (concurrency * gpus,),
+            (),
+            (batch,),
+            "none" if wire else "cuda",
+            s.measurement_ms,
+            10,
+            50,
+            output_shm_bytes=batch * 1000 * 4,
+        )
         try:
             results[index] = run_sweep(sweep, ep, analyzer, raw / f"client_{index}")[0]
         except Exception as err:  # reported after every client finished
@@ -156,15 +172,23 @@ def envoy_rows(repo: Path, model: str, s: MultiGpuSettings, work: Path, out: Pat
     from server.cluster import ClusterSettings, start_cluster, stop_cluster
 
     target = placed(repo, model, [0], s.instances_per_gpu, work / "cluster_repo")
-    settings = ClusterSettings(target, s.gpus, *launcher.free_ports(3), state_dir=work / "cluster_state",
-                               startup_timeout=600, gpu_per_replica=True)  # fmt: skip
+    settings = ClusterSettings(
+        target,
+        s.gpus,
+        *launcher.free_ports(3),
+        state_dir=work / "cluster_state",
+        startup_timeout=600,
+        gpu_per_replica=True,
+    )
     start_cluster(settings)
     try:
         front = endpoint("grpc", None, settings.state_dir)
         replicas = [endpoint("grpc", None, settings.state_dir / f"replica-{i}") for i in range(s.gpus)]
         check_outputs(front, model)
-        layouts = {f"{s.gpus} replicas direct, gRPC without shm": [(ep, 1) for ep in replicas],
-                   f"{s.gpus} replicas behind Envoy, gRPC without shm": [(front, 1)] * s.gpus}  # fmt: skip
+        layouts = {
+            f"{s.gpus} replicas direct, gRPC without shm": [(ep, 1) for ep in replicas],
+            f"{s.gpus} replicas behind Envoy, gRPC without shm": [(front, 1)] * s.gpus,
+        }
         return [_row(name, servers, model, s, out, wire=True) for name, servers in layouts.items()]
     finally:
         stop_cluster(settings.state_dir)
@@ -193,10 +217,15 @@ def _write(rows: list[dict], s: MultiGpuSettings, out: Path) -> None:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    title = (f"# {s.model} on {s.gpus} GPUs: batch {s.batch}, {s.concurrency_per_gpu} requests in flight per GPU, "
-             f"{s.instances_per_gpu} instances per GPU, gRPC + CUDA shared memory")  # fmt: skip
+    title = (
+        f"# {s.model} on {s.gpus} GPUs: batch {s.batch}, {s.concurrency_per_gpu} requests in flight per GPU, "
+        f"{s.instances_per_gpu} instances per GPU, gRPC + CUDA shared memory"
+    )
     header = "| layout | img/s | per client | scaling vs 1 GPU | worst client p50 ms |"
     lines = [title, "", header, "|---|---:|---|---:|---:|"]
-    lines += [f"| {r['layout']} | {r['img_per_s']:,.0f} | {', '.join(f'{c:,.0f}' for c in r['per_client'])} | "
-              f"{r['scaling']:.3f} | {r['p50_ms']:.1f} |" for r in rows]  # fmt: skip
+    lines += [
+        f"| {r['layout']} | {r['img_per_s']:,.0f} | {', '.join(f'{c:,.0f}' for c in r['per_client'])} | "
+        f"{r['scaling']:.3f} | {r['p50_ms']:.1f} |"
+        for r in rows
+    ]
     (out / "multi_gpu.md").write_text("\n".join(lines) + "\n")

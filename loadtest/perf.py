@@ -18,10 +18,26 @@ from server.secret_args import PLACEHOLDER
 
 SHARED_MEMORY = ("none", "system", "cuda")
 COLUMNS = (
-    "model", "protocol", "batch", "load", "level", "throughput", "p50_ms", "p90_ms", "p95_ms", "p99_ms",
-    "avg_ms", "queue_us", "compute_input_us", "compute_infer_us", "compute_output_us", "network_us",
-    "stable", "spread_pct", "window_ms",
-)  # fmt: skip
+    "model",
+    "protocol",
+    "batch",
+    "load",
+    "level",
+    "throughput",
+    "p50_ms",
+    "p90_ms",
+    "p95_ms",
+    "p99_ms",
+    "avg_ms",
+    "queue_us",
+    "compute_input_us",
+    "compute_infer_us",
+    "compute_output_us",
+    "network_us",
+    "stable",
+    "spread_pct",
+    "window_ms",
+)
 TEXT_COLUMNS = ("model", "protocol", "load", "stable")
 # perf_analyzer's words when its windows disagree, or when one was too short to hold a request (a busy host)
 UNSTABLE = ("Failed to obtain stable measurement", "Please use a larger time window")
@@ -65,12 +81,27 @@ def perf_args(sweep: Sweep, ep: Endpoint, batch: int, load: tuple[str, str], csv
     kind, value = load
     url = f"https://{ep.url}" if ep.tls and ep.protocol == "http" else ep.url
     args = [
-        "-m", sweep.model, "-u", url, "-i", ep.protocol, "-b", str(batch),
-        f"--{kind.replace('_', '-')}-range", value,
-        "--measurement-interval", str(sweep.measurement_ms), "--max-trials", str(sweep.max_trials),
-        "--stability-percentage", f"{sweep.stability_percent:g}",
-        "-f", str(csv_path), "--verbose-csv", "-v",
-    ]  # fmt: skip
+        "-m",
+        sweep.model,
+        "-u",
+        url,
+        "-i",
+        ep.protocol,
+        "-b",
+        str(batch),
+        f"--{kind.replace('_', '-')}-range",
+        value,
+        "--measurement-interval",
+        str(sweep.measurement_ms),
+        "--max-trials",
+        str(sweep.max_trials),
+        "--stability-percentage",
+        f"{sweep.stability_percent:g}",
+        "-f",
+        str(csv_path),
+        "--verbose-csv",
+        "-v",
+    ]
     if sweep.input_data is not None:
         args += ["--input-data", str(sweep.input_data)]
     if sweep.streaming:
@@ -104,8 +135,9 @@ def admin_secret(ep: Endpoint) -> str | None:
     return next(iter(ep.admin_headers.values()), None)
 
 
-def input_data_file(ep: Endpoint, model: str, path: Path, shapes: dict | None = None,
-                    data: Path | None = None) -> Path | None:  # fmt: skip
+def input_data_file(
+    ep: Endpoint, model: str, path: Path, shapes: dict | None = None, data: Path | None = None
+) -> Path | None:
     """perf_analyzer input data for a model, from its server-side plan (clients.model_plan): the user's data
     (an .npz, or their perf_analyzer JSON passed as it is), else made-up inputs where they can be made up
     (BYTES payloads of our pipelines, integer value ranges and dynamic lengths from our spec or --shape).
@@ -125,13 +157,12 @@ def input_data_file(ep: Endpoint, model: str, path: Path, shapes: dict | None = 
     fixed = all(t.datatype in ("FP32", "FP16") and -1 not in t.dims for t in model_plan.inputs)
     if data is None and fixed and not shapes:
         return None
-    arrays = data_inputs(data, model_plan) if data else plan_inputs(model_plan, 1, shapes,
-                                                                     served_spec(ep.repo, model))  # fmt: skip
+    arrays = data_inputs(data, model_plan) if data else plan_inputs(model_plan, 1, shapes, served_spec(ep.repo, model))
     rows = len(next(iter(arrays.values()))) if model_plan.batching and data is not None and data.is_dir() else 1
     entries = [
         _perf_entry({k: v[i : i + 1] for k, v in arrays.items()} if rows > 1 else arrays, model_plan)
         for i in range(rows)
-    ]  # fmt: skip (a folder of images: one entry per image, perf_analyzer cycles)
+    ]  # a folder of images: one entry per image, perf_analyzer cycles
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"data": entries}))
     return path
@@ -196,8 +227,9 @@ def _run(analyzer: PerfAnalyzer, args: list[str], sweep: Sweep, secret: str | No
     return analyzer.attempt(args, timeout, secret)
 
 
-def measure_point(sweep: Sweep, ep: Endpoint, analyzer: PerfAnalyzer, batch: int, load: tuple[str, str],
-                  csv_path: Path) -> list[dict]:  # fmt: skip
+def measure_point(
+    sweep: Sweep, ep: Endpoint, analyzer: PerfAnalyzer, batch: int, load: tuple[str, str], csv_path: Path
+) -> list[dict]:
     """One (batch, load) point. A point that does not stabilize is retried with longer windows; if it
     still does not, its first windows are taken as they come and the row is flagged unstable with their
     spread: a busy host gives a result, not a crash.
@@ -259,8 +291,9 @@ def _row(record: dict, sweep: Sweep, batch: int, kind: str) -> dict:
     }
 
 
-def run_sweep(sweep: Sweep, ep: Endpoint, analyzer: PerfAnalyzer, work_dir: Path,
-              failures: list[PointFailure] | None = None) -> list[dict]:  # fmt: skip
+def run_sweep(
+    sweep: Sweep, ep: Endpoint, analyzer: PerfAnalyzer, work_dir: Path, failures: list[PointFailure] | None = None
+) -> list[dict]:
     """Run every (batch, load) point of a sweep; one progress line per point.
 
     With `failures` given, a point that fails is recorded there and the sweep goes on (finished

@@ -49,8 +49,9 @@ class PerfAnalyzer:
             env, fd = pass_secret(self.env, secret)
             fds = (fd,)
         try:
-            return subprocess.run([str(self.binary), *args], env=env, capture_output=True, text=True,
-                                  timeout=timeout, pass_fds=fds)  # fmt: skip
+            return subprocess.run(
+                [str(self.binary), *args], env=env, capture_output=True, text=True, timeout=timeout, pass_fds=fds
+            )
         except subprocess.TimeoutExpired as err:
             raise MeasurementError(f"perf_analyzer ran past {timeout:.0f} s: {' '.join(args)}") from err
         finally:
@@ -115,8 +116,21 @@ def _install_legacy_binary(scratch: Path) -> None:
     from server.install import find_install
 
     step(f"perf_analyzer: fetching the binary of {LEGACY_CLIENT}")
-    subprocess.run([sys.executable, "-m", "pip", "-q", "download", "--no-deps", "--only-binary=:all:",
-                    "-d", str(scratch), LEGACY_CLIENT], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "-q",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "-d",
+            str(scratch),
+            LEGACY_CLIENT,
+        ],
+        check=True,
+    )
     (TOOLS_DIR / "bin").mkdir(parents=True, exist_ok=True)
     (TOOLS_DIR / "lib").mkdir(parents=True, exist_ok=True)
     wheel = next(scratch.glob("tritonclient-*.whl"))

@@ -61,8 +61,12 @@ HPA_METRIC = "triton_queue_time_per_request_us"
 def prometheus_rule(s: RuleSettings = DEFAULT_RULES) -> dict:
     """The rules as a Prometheus Operator PrometheusRule."""
     meta = {"name": "triton", "labels": {"app.kubernetes.io/name": "triton"}}
-    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule", "metadata": meta,
-            "spec": rule_groups(s)}  # fmt: skip
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": meta,
+        "spec": rule_groups(s),
+    }
 
 
 def adapter_config(window: str = "1m") -> dict:
@@ -104,8 +108,11 @@ def write_kubernetes(folder) -> list:
     from loadtest.dashboard import configmap
 
     written = []
-    docs = (("prometheus-rules.yaml", prometheus_rule()), ("prometheus-adapter.yaml", adapter_configmap()),
-            ("grafana-dashboard.yaml", configmap()))  # fmt: skip
+    docs = (
+        ("prometheus-rules.yaml", prometheus_rule()),
+        ("prometheus-adapter.yaml", adapter_configmap()),
+        ("grafana-dashboard.yaml", configmap()),
+    )
     for name, doc in docs:
         path = Path(folder) / name
         path.write_text(GENERATED + yaml.dump(doc, Dumper=Dumper, sort_keys=False, width=200))

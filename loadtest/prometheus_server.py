@@ -59,8 +59,11 @@ def scrape_config(targets: list[Target], interval: str = "5s") -> dict:
     for job, members in jobs.items():
         configs = [{"targets": [t.address], "labels": t.labels} for t in members]
         scrape.append({"job_name": job, "metrics_path": members[0].path, "static_configs": configs})
-    return {"global": {"scrape_interval": interval, "evaluation_interval": interval},
-            "rule_files": ["rules.yml"], "scrape_configs": scrape}  # fmt: skip
+    return {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        "rule_files": ["rules.yml"],
+        "scrape_configs": scrape,
+    }
 
 
 def find_prometheus() -> Path:
@@ -88,8 +91,13 @@ def start(state_dir: Path, port: int, interval: str = "5s", rules: RuleSettings 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "prometheus.yml").write_text(yaml.safe_dump(scrape_config(targets_of(state_dir), interval)))
     (folder / "rules.yml").write_text(yaml.safe_dump(rule_groups(rules), sort_keys=False))
-    command = [str(binary), f"--config.file={folder / 'prometheus.yml'}", f"--storage.tsdb.path={folder / 'data'}",
-               f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]  # fmt: skip
+    command = [
+        str(binary),
+        f"--config.file={folder / 'prometheus.yml'}",
+        f"--storage.tsdb.path={folder / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--log.level=warn",
+    ]
     log = open(folder / "prometheus.log", "w")
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"

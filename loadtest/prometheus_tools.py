@@ -47,8 +47,9 @@ def find_tool(name: str) -> Path | None:
 def _apt(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     try:
-        return subprocess.run(["apt-get", "-q", *args], cwd=cwd, capture_output=True, text=True, env=env,
-                              timeout=APT_TIMEOUT_S)  # fmt: skip
+        return subprocess.run(
+            ["apt-get", "-q", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=APT_TIMEOUT_S
+        )
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(args, 124, "", f"apt-get ran past {APT_TIMEOUT_S} s")
 
@@ -57,8 +58,16 @@ def _private_lists(scratch: Path) -> list[str]:
     """apt options that keep package lists and caches in scratch (an unprivileged `apt-get update`)."""
     for sub in ("lists/partial", "cache/archives/partial"):
         (scratch / sub).mkdir(parents=True, exist_ok=True)
-    return ["-o", f"Dir::State::Lists={scratch / 'lists'}", "-o", f"Dir::Cache={scratch / 'cache'}",
-            "-o", "Debug::NoLocking=1", "-o", "APT::Sandbox::User=" + _current_user()]  # fmt: skip
+    return [
+        "-o",
+        f"Dir::State::Lists={scratch / 'lists'}",
+        "-o",
+        f"Dir::Cache={scratch / 'cache'}",
+        "-o",
+        "Debug::NoLocking=1",
+        "-o",
+        "APT::Sandbox::User=" + _current_user(),
+    ]
 
 
 def _current_user() -> str:
@@ -70,8 +79,10 @@ def _current_user() -> str:
 def _download(scratch: Path) -> Path:
     """Debian's prometheus .deb in scratch: the host's lists first, else lists read into scratch."""
     if not shutil.which("apt-get") or not shutil.which("dpkg-deb"):
-        raise MeasurementError("apt-get/dpkg-deb not found: put a Prometheus release's binaries on PATH "
-                               "or set PROMETHEUS_BINARY (the Prometheus tests are skipped)")  # fmt: skip
+        raise MeasurementError(
+            "apt-get/dpkg-deb not found: put a Prometheus release's binaries on PATH "
+            "or set PROMETHEUS_BINARY (the Prometheus tests are skipped)"
+        )
     done = _apt(["download", PACKAGE], scratch)
     if done.returncode != 0:
         options = _private_lists(scratch / "apt")
@@ -80,8 +91,10 @@ def _download(scratch: Path) -> Path:
     debs = sorted(scratch.glob(f"{PACKAGE}_*.deb"))
     if done.returncode != 0 or not debs:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-4:])
-        raise MeasurementError(f"apt-get download {PACKAGE} failed (exit {done.returncode}):\n{tail}\n"
-                               "set PROMETHEUS_BINARY to a Prometheus binary instead")  # fmt: skip
+        raise MeasurementError(
+            f"apt-get download {PACKAGE} failed (exit {done.returncode}):\n{tail}\n"
+            "set PROMETHEUS_BINARY to a Prometheus binary instead"
+        )
     return debs[0]
 
 

@@ -47,23 +47,39 @@ def reconcile(state, ep, analyzer, model: str, concurrency: int, seconds: int, o
         ((model, 1),), ep.protocol, users=concurrency, spawn_rate=concurrency, run_time_s=seconds, headers=ep.headers
     )
     locust = next(r for r in run_locust(run, state, out / "locust")["rows"] if r["name"] != "Aggregated")
-    return Reconciliation(model, ep.protocol, concurrency, perf_row["p50_ms"], locust["p50_ms"],
-                          perf_row["throughput"], locust["throughput"], perf_row["stable"] == "yes",
-                          perf_row["spread_pct"])  # fmt: skip
+    return Reconciliation(
+        model,
+        ep.protocol,
+        concurrency,
+        perf_row["p50_ms"],
+        locust["p50_ms"],
+        perf_row["throughput"],
+        locust["throughput"],
+        perf_row["stable"] == "yes",
+        perf_row["spread_pct"],
+    )
 
 
 def markdown(results: list[Reconciliation]) -> str:
     """The figures side by side, the verdict, and why a gap may exist."""
-    lines = ["| model | proto | concurrency | perf_analyzer p50 ms | Locust p50 ms | gap | verdict | "
-             "perf_analyzer infer/s | Locust req/s |", "|" + "---|" * 9]  # fmt: skip
+    lines = [
+        "| model | proto | concurrency | perf_analyzer p50 ms | Locust p50 ms | gap | verdict | "
+        "perf_analyzer infer/s | Locust req/s |",
+        "|" + "---|" * 9,
+    ]
     for r in results:
         verdict = "agree (≤ 15%)" if r.agrees else "differ (> 15%)"
         if not r.perf_stable:
             verdict += f"; perf_analyzer unstable ±{r.perf_spread_pct / 2:.0f}%"
-        lines.append(f"| {r.model} | {r.protocol} | {r.concurrency} | {r.perf_p50_ms:.2f} | {r.locust_p50_ms:.1f} | "
-                     f"{r.gap:.0%} | {verdict} | {r.perf_tput:.1f} | {r.locust_tput:.1f} |")  # fmt: skip
+        lines.append(
+            f"| {r.model} | {r.protocol} | {r.concurrency} | {r.perf_p50_ms:.2f} | {r.locust_p50_ms:.1f} | "
+            f"{r.gap:.0%} | {verdict} | {r.perf_tput:.1f} | {r.locust_tput:.1f} |"
+        )
     if any(not r.agrees for r in results):
-        lines += ["", "Why they can differ: Locust rounds times below 100 ms to whole milliseconds; its users share "
-                      "one gevent loop (and, here, the server's 2 cores), so client-side queueing counts as latency; "
-                      "perf_analyzer's C++ client measures with microsecond clocks and less overhead."]  # fmt: skip
+        lines += [
+            "",
+            "Why they can differ: Locust rounds times below 100 ms to whole milliseconds; its users share "
+            "one gevent loop (and, here, the server's 2 cores), so client-side queueing counts as latency; "
+            "perf_analyzer's C++ client measures with microsecond clocks and less overhead.",
+        ]
     return "\n".join(lines)

@@ -66,7 +66,8 @@ def runtime_table(perf_rows: list[dict], manifest: dict, environment: dict, othe
             continue
         found = _from_other_run(cls, manifest, others)
         rows += [_runtime_row(cls, row, f"not in this run: from {folder}") for folder, row in found] or [
-            [cls, "—", "—", "—", "—", _missing(cls, perf_rows, environment)]]  # fmt: skip
+            [cls, "—", "—", "—", "—", _missing(cls, perf_rows, environment)]
+        ]
     return ["runtime", "model", "p50 ms", "best infer/s", "at", "why missing / source"], rows
 
 
@@ -78,8 +79,14 @@ def _best_by_class(perf_rows: list[dict], manifest: dict) -> dict[str, list[dict
 
 
 def _runtime_row(cls: str, row: dict, note: str) -> list[str]:
-    return [cls, row["model"], f"{_num(row, 'p50_ms'):.2f}", f"{_num(row, 'throughput'):.1f}",
-            f"b{row['batch']} {_point(row)}", note]  # fmt: skip
+    return [
+        cls,
+        row["model"],
+        f"{_num(row, 'p50_ms'):.2f}",
+        f"{_num(row, 'throughput'):.1f}",
+        f"b{row['batch']} {_point(row)}",
+        note,
+    ]
 
 
 def _from_other_run(cls: str, manifest: dict, others: list[Path]) -> list[tuple[str, dict]]:
@@ -105,9 +112,21 @@ def perf_table(perf_rows: list[dict]) -> Table:
     from loadtest.perf import stability
 
     head = ["model", "proto", "batch", "load", "infer/s", "p50 ms", "p99 ms", "queue µs", "infer µs", "stability"]
-    rows = [[r["model"], r["protocol"], r["batch"], _point(r), f"{_num(r, 'throughput'):.1f}",
-             f"{_num(r, 'p50_ms'):.2f}", f"{_num(r, 'p99_ms'):.2f}", f"{_num(r, 'queue_us'):.0f}",
-             f"{_num(r, 'compute_infer_us'):.0f}", stability(r)] for r in perf_rows]  # fmt: skip
+    rows = [
+        [
+            r["model"],
+            r["protocol"],
+            r["batch"],
+            _point(r),
+            f"{_num(r, 'throughput'):.1f}",
+            f"{_num(r, 'p50_ms'):.2f}",
+            f"{_num(r, 'p99_ms'):.2f}",
+            f"{_num(r, 'queue_us'):.0f}",
+            f"{_num(r, 'compute_infer_us'):.0f}",
+            stability(r),
+        ]
+        for r in perf_rows
+    ]
     return head, rows
 
 
@@ -152,8 +171,19 @@ def history_table(current: list[dict], earlier: list[dict]) -> Table:
 def locust_table(rows: list[dict]) -> Table:
     """Locust's per-request stats."""
     head = ["request", "type", "requests", "failures", "req/s", "p50 ms", "p99 ms"]
-    return head, [[r["Name"], r["Type"], r["Request Count"], r["Failure Count"], f"{float(r['Requests/s']):.1f}",
-                   r["50%"], r["99%"]] for r in rows if r.get("Request Count", "0") != "0"]  # fmt: skip
+    return head, [
+        [
+            r["Name"],
+            r["Type"],
+            r["Request Count"],
+            r["Failure Count"],
+            f"{float(r['Requests/s']):.1f}",
+            r["50%"],
+            r["99%"],
+        ]
+        for r in rows
+        if r.get("Request Count", "0") != "0"
+    ]
 
 
 def breakdown_plot(breakdown: dict, path: Path) -> Path | None:
@@ -177,8 +207,9 @@ def breakdown_plot(breakdown: dict, path: Path) -> Path | None:
 def accuracy_plot(perf_rows: list[dict], manifest: dict, path: Path) -> Path | None:
     """Accuracy (manifest) against best throughput, one point per variant with an accuracy."""
     known = {m: r for m, r in best_per_model(perf_rows).items() if manifest.get(m, {}).get("accuracy") is not None}
-    points = [(m, _num(r, "throughput"), manifest[m]["accuracy"], manifest[m].get("precision", "?"))
-              for m, r in known.items()]  # fmt: skip
+    points = [
+        (m, _num(r, "throughput"), manifest[m]["accuracy"], manifest[m].get("precision", "?")) for m, r in known.items()
+    ]
     if not points:
         return None
     plt = pyplot()
@@ -215,7 +246,8 @@ def build_report(run: Path, repo: Path | None, earlier: Path | None = None, prom
     manifest = _json(repo / "manifest.json").get("models", {}) if repo else {}
     others = _sibling_runs(run)
     sections: list[tuple[str, Table | None, Path | None]] = [
-        ("CPU vs GPU vs TensorRT", runtime_table(perf_rows, manifest, environment, others), None)]  # fmt: skip
+        ("CPU vs GPU vs TensorRT", runtime_table(perf_rows, manifest, environment, others), None)
+    ]
     if perf_rows:
         plot = throughput_vs_latency(perf_rows, run / "perf.png")
         sections.append(("perf_analyzer: every point", perf_table(perf_rows), plot))
@@ -227,9 +259,14 @@ def build_report(run: Path, repo: Path | None, earlier: Path | None = None, prom
             sections.append(("Did each precision pay?", paid, None))
     described = environment.get("models") or {}
     if described:
-        sections.append((f"Server: {environment.get('server', {}).get('url', '?')} (tritonserver "
-                         f"{environment.get('tritonserver', '?')}), models as it describes them",
-                         server_table(described), None))  # fmt: skip
+        sections.append(
+            (
+                f"Server: {environment.get('server', {}).get('url', '?')} (tritonserver "
+                f"{environment.get('tritonserver', '?')}), models as it describes them",
+                server_table(described),
+                None,
+            )
+        )
     skipped = _json(run / "skipped.json")
     if skipped:
         sections.append(("Not measured, and why", (["model", "why"], [[m, w] for m, w in skipped.items()]), None))
@@ -251,11 +288,23 @@ def build_report(run: Path, repo: Path | None, earlier: Path | None = None, prom
         if history[1]:
             sections.append((f"Change against {earlier.name}", history, None))
         else:
-            sections.append((f"Change against {earlier.name}: none of its points matches this run's "
-                             "(model, protocol, batch, load)", None, None))  # fmt: skip
+            sections.append(
+                (
+                    f"Change against {earlier.name}: none of its points matches this run's "
+                    "(model, protocol, batch, load)",
+                    None,
+                    None,
+                )
+            )
     elif perf_rows and others:
-        sections.append(("Change against an earlier run: none beside this one measured the same points "
-                         "(model, protocol, batch, load)", None, None))  # fmt: skip
+        sections.append(
+            (
+                "Change against an earlier run: none beside this one measured the same points "
+                "(model, protocol, batch, load)",
+                None,
+                None,
+            )
+        )
     _write(run, sections, environment)
     return run / "report.md"
 
@@ -265,8 +314,16 @@ def server_table(described: dict) -> Table:
     rows = []
     for model, d in described.items():
         groups = ", ".join(f"{g['count']}x {g['kind']}" for g in d.get("instance_groups", [])) or "—"
-        rows.append([model, d.get("platform", d.get("error", "?")), str(d.get("max_batch_size", "?")),
-                     d.get("batching", "?"), groups, "yes" if d.get("decoupled") else "no"])  # fmt: skip
+        rows.append(
+            [
+                model,
+                d.get("platform", d.get("error", "?")),
+                str(d.get("max_batch_size", "?")),
+                d.get("batching", "?"),
+                groups,
+                "yes" if d.get("decoupled") else "no",
+            ]
+        )
     return ["model", "platform / backend", "max batch", "batching", "instances", "decoupled"], rows
 
 
@@ -303,10 +360,19 @@ def write_context(run: Path, ep, models: list[str]) -> None:
         server = as_dict(client.get_server_metadata(headers=headers))
         described = {m: _describe_model(client, m, headers) for m in models}
         ensembles = [m for m in models if ensemble_steps(client, m)]
-    environment = {"versions": tool_versions(), "host": host_info(), "tritonserver": server.get("version"),
-                   "server": {"url": ep.url, "protocol": ep.protocol, "name": server.get("name"),
-                              "version": server.get("version"), "extensions": server.get("extensions", [])},
-                   "models": described}  # fmt: skip
+    environment = {
+        "versions": tool_versions(),
+        "host": host_info(),
+        "tritonserver": server.get("version"),
+        "server": {
+            "url": ep.url,
+            "protocol": ep.protocol,
+            "name": server.get("name"),
+            "version": server.get("version"),
+            "extensions": server.get("extensions", []),
+        },
+        "models": described,
+    }
     (run / "environment.json").write_text(json.dumps(environment, indent=2))
     steps = {m: breakdown(ep, m) for m in ensembles} if ep.admin_headers else {}
     (run / "breakdown.json").write_text(json.dumps(steps, indent=2))
@@ -322,12 +388,17 @@ def _describe_model(client, model: str, headers) -> dict:
         return {"error": str(err).splitlines()[0]}
     config = config.get("config", config)
     batching = "dynamic" if "dynamic_batching" in config else "sequence" if "sequence_batching" in config else "none"
-    groups = [{"kind": g.get("kind", "KIND_AUTO"), "count": int(g.get("count", 1)), "gpus": g.get("gpus", [])}
-              for g in config.get("instance_group", [])]  # fmt: skip
-    return {"platform": config.get("platform") or config.get("backend", ""),
-            "max_batch_size": int(config.get("max_batch_size", 0) or 0), "batching": batching,
-            "instance_groups": groups,
-            "decoupled": bool(config.get("model_transaction_policy", {}).get("decoupled"))}  # fmt: skip
+    groups = [
+        {"kind": g.get("kind", "KIND_AUTO"), "count": int(g.get("count", 1)), "gpus": g.get("gpus", [])}
+        for g in config.get("instance_group", [])
+    ]
+    return {
+        "platform": config.get("platform") or config.get("backend", ""),
+        "max_batch_size": int(config.get("max_batch_size", 0) or 0),
+        "batching": batching,
+        "instance_groups": groups,
+        "decoupled": bool(config.get("model_transaction_policy", {}).get("decoupled")),
+    }
 
 
 def _json(path: Path) -> dict:
@@ -350,6 +421,8 @@ def _write(run: Path, sections, environment: dict) -> None:
     body.append(f"<h2>Environment</h2><pre>{html.escape(env)}</pre>")
     (run / "report.md").write_text("\n\n".join(md) + "\n")
     style = "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc}"
-    (run / "report.html").write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>{run.name}</title>"
-                                     f"<style>{style}</style></head><body><h1>Report: {run.name}</h1>{''.join(body)}"
-                                     "</body></html>\n")  # fmt: skip
+    (run / "report.html").write_text(
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{run.name}</title>"
+        f"<style>{style}</style></head><body><h1>Report: {run.name}</h1>{''.join(body)}"
+        "</body></html>\n"
+    )

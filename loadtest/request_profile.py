@@ -28,8 +28,14 @@ def profile_requests(repo: Path, models: dict[str, str], batches: tuple[int, ...
     path = out / "request_profile.jsonl"
     path.unlink(missing_ok=True)
     loads = tuple(f"--load-model={m}" for m in models.values())
-    settings = launcher.ServerSettings(repo, *launcher.free_ports(3), state_dir=out / "profile_state",
-                                       startup_timeout=600, model_control="explicit", extra_args=loads)  # fmt: skip
+    settings = launcher.ServerSettings(
+        repo,
+        *launcher.free_ports(3),
+        state_dir=out / "profile_state",
+        startup_timeout=600,
+        model_control="explicit",
+        extra_args=loads,
+    )
     os.environ["TRITON_TORCH_PROFILE"] = str(path)
     try:
         state = launcher.start(settings)
@@ -76,8 +82,15 @@ def summarize(path: Path, labels: dict[str, str], skip: int = 3) -> list[dict]:
     for (model, batch), records in sorted(groups.items()):
         kept = records[skip:] or records
         steps = {name: statistics.median(r[name] for r in kept if name in r) for name in kept[0]}
-        rows.append({"model": labels.get(model, model), "batch": batch, "executes": len(kept), "steps_us": steps,
-                     "total_us": round(sum(steps.values()), 1)})  # fmt: skip
+        rows.append(
+            {
+                "model": labels.get(model, model),
+                "batch": batch,
+                "executes": len(kept),
+                "steps_us": steps,
+                "total_us": round(sum(steps.values()), 1),
+            }
+        )
     return rows
 
 
@@ -86,8 +99,10 @@ def markdown(rows: list[dict]) -> str:
     for row in rows:
         for name, us in row["steps_us"].items():
             lines.append(f"| {row['model']} | {row['batch']} | {row['executes']} | {name} | {us:,.1f} |")
-        lines.append(f"| {row['model']} | {row['batch']} | {row['executes']} | **total in execute** | "
-                     f"**{row['total_us']:,.1f}** |")  # fmt: skip
+        lines.append(
+            f"| {row['model']} | {row['batch']} | {row['executes']} | **total in execute** | "
+            f"**{row['total_us']:,.1f}** |"
+        )
     return "\n".join(lines)
 
 

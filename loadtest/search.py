@@ -52,14 +52,23 @@ class SearchSpace:
         return sorted({(), (max(1, top // 2),), (top,)})
 
     def candidates(self) -> list[Candidate]:
-        return [Candidate(v, i, d, p) for v in self.variants for i in self.instance_counts(v)
-                for d in self.delays_us for p in self.preferred_options(v)]  # fmt: skip
+        return [
+            Candidate(v, i, d, p)
+            for v in self.variants
+            for i in self.instance_counts(v)
+            for d in self.delays_us
+            for p in self.preferred_options(v)
+        ]
 
     def neighbours(self, c: Candidate) -> list[Candidate]:
         """Candidates one step away along one dimension."""
         out = []
-        axes = (("variant", self.variants), ("instances", self.instance_counts(c.variant)),
-                ("delay_us", self.delays_us), ("preferred", self.preferred_options(c.variant)))  # fmt: skip
+        axes = (
+            ("variant", self.variants),
+            ("instances", self.instance_counts(c.variant)),
+            ("delay_us", self.delays_us),
+            ("preferred", self.preferred_options(c.variant)),
+        )
         for axis, values in axes:
             values = list(values)
             index = values.index(getattr(c, axis))
@@ -125,8 +134,9 @@ class Searcher:
 
         if variant not in self.data:
             path = self.out / "raw" / f"{variant}_input.json"
-            self.data[variant] = input_data_file(self.ep, variant, path, self.load.get("shapes"),
-                                                 self.load.get("input_data"))  # fmt: skip
+            self.data[variant] = input_data_file(
+                self.ep, variant, path, self.load.get("shapes"), self.load.get("input_data")
+            )
         return self.data[variant]
 
     def base_config(self, variant: str):
@@ -150,8 +160,18 @@ class Searcher:
             client.load_model(candidate.variant, config=config, headers=self.ep.admin_headers)
             try:
                 data = self._input_data(candidate.variant)
-                sweep = Sweep(candidate.variant, "grpc", (self.load["concurrency"],), (), (1,), "none",
-                              self.load["interval_ms"], 10, 50, input_data=data)  # fmt: skip
+                sweep = Sweep(
+                    candidate.variant,
+                    "grpc",
+                    (self.load["concurrency"],),
+                    (),
+                    (1,),
+                    "none",
+                    self.load["interval_ms"],
+                    10,
+                    50,
+                    input_data=data,
+                )
                 (row,) = run_sweep(sweep, self.ep, self.analyzer, self.out / "raw")
             finally:
                 client.unload_model(candidate.variant, headers=self.ep.admin_headers)
@@ -211,17 +231,31 @@ def write_back(repo: Path, winner: Candidate, base) -> Path:
 
 def report(results: dict, winner: Result, mode: str) -> str:
     """Every measured candidate, best first, with the verdict."""
-    lines = [f"## {mode}: {len(results)} candidates measured; best: {winner.candidate.label()} "
-             f"({winner.throughput:.1f} infer/s, p99 {winner.p99_ms:.2f} ms)", "",
-             "| candidate | infer/s | p99 ms | feasible | why not |", "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"## {mode}: {len(results)} candidates measured; best: {winner.candidate.label()} "
+        f"({winner.throughput:.1f} infer/s, p99 {winner.p99_ms:.2f} ms)",
+        "",
+        "| candidate | infer/s | p99 ms | feasible | why not |",
+        "|---|---|---|---|---|",
+    ]
     for r in sorted(results.values(), key=_score, reverse=True):
-        lines.append(f"| {r.candidate.label()} | {r.throughput:.1f} | {r.p99_ms:.2f} | {'yes' if r.feasible else 'no'} "
-                     f"| {r.reason} |")  # fmt: skip
+        lines.append(
+            f"| {r.candidate.label()} | {r.throughput:.1f} | {r.p99_ms:.2f} | {'yes' if r.feasible else 'no'} "
+            f"| {r.reason} |"
+        )
     return "\n".join(lines)
 
 
 def summary_json(results: dict, winner: Result) -> str:
     """Machine-readable result of a search."""
-    rows = [{"candidate": r.candidate.label(), "throughput": r.throughput, "p99_ms": r.p99_ms,
-             "feasible": r.feasible, "reason": r.reason} for r in results.values()]  # fmt: skip
+    rows = [
+        {
+            "candidate": r.candidate.label(),
+            "throughput": r.throughput,
+            "p99_ms": r.p99_ms,
+            "feasible": r.feasible,
+            "reason": r.reason,
+        }
+        for r in results.values()
+    ]
     return json.dumps({"winner": winner.candidate.label(), "measured": len(results), "results": rows}, indent=2)

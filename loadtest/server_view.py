@@ -41,8 +41,11 @@ def collect(url: str, start: float, end: float) -> list[dict]:
     for name, expr in series(window).items():
         for result in prom.query_range(url, expr, start, end + step, step):
             model = result["metric"].get("model", "")
-            rows += [{"series": name, "model": model, "t_s": round(float(t) - start, 1), "value": float(v)}
-                     for t, v in result["values"] if v not in ("NaN", "+Inf", "-Inf")]  # fmt: skip
+            rows += [
+                {"series": name, "model": model, "t_s": round(float(t) - start, 1), "value": float(v)}
+                for t, v in result["values"]
+                if v not in ("NaN", "+Inf", "-Inf")
+            ]
     return rows
 
 

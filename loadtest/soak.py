@@ -102,8 +102,11 @@ def run(settings: SoakSettings, endpoints: list[Endpoint], server_pid, out: Path
     """
     out.mkdir(parents=True, exist_ok=True)
     arrays, counts, stop = _arrays(endpoints[0], settings.model), Counts(), threading.Event()
-    threads = [threading.Thread(target=_client_loop, args=(ep, settings.model, arrays, counts, stop), daemon=True)
-               for ep in endpoints for _ in range(settings.clients)]  # fmt: skip
+    threads = [
+        threading.Thread(target=_client_loop, args=(ep, settings.model, arrays, counts, stop), daemon=True)
+        for ep in endpoints
+        for _ in range(settings.clients)
+    ]
     for thread in threads:
         thread.start()
     try:
@@ -123,13 +126,29 @@ def _sample(settings: SoakSettings, server_pid, counts: Counts) -> list[dict]:
         elapsed = time.monotonic() - started
         pid_now = server_pid()
         if pid_now is None:
-            rows.append({"t_s": round(elapsed, 1), "process": "tritonserver", "pid": 0, "rss_mib": float("nan"),
-                         "requests": counts.ok + counts.failed, "failed": counts.failed})  # fmt: skip
+            rows.append(
+                {
+                    "t_s": round(elapsed, 1),
+                    "process": "tritonserver",
+                    "pid": 0,
+                    "rss_mib": float("nan"),
+                    "requests": counts.ok + counts.failed,
+                    "failed": counts.failed,
+                }
+            )
         for label, pid in processes(pid_now).items() if pid_now is not None else ():
             rss = rss_mib(pid)
             if rss is not None:
-                rows.append({"t_s": round(elapsed, 1), "process": label, "pid": pid, "rss_mib": round(rss, 2),
-                             "requests": counts.ok + counts.failed, "failed": counts.failed})  # fmt: skip
+                rows.append(
+                    {
+                        "t_s": round(elapsed, 1),
+                        "process": label,
+                        "pid": pid,
+                        "rss_mib": round(rss, 2),
+                        "requests": counts.ok + counts.failed,
+                        "failed": counts.failed,
+                    }
+                )
         _progress(rows, elapsed)
         if elapsed >= settings.seconds:
             return rows
@@ -139,8 +158,10 @@ def _sample(settings: SoakSettings, server_pid, counts: Counts) -> list[dict]:
 def _progress(rows: list[dict], elapsed: float) -> None:
     now = [r for r in rows if r["t_s"] == rows[-1]["t_s"]]
     total = sum(r["rss_mib"] for r in now if r["rss_mib"] == r["rss_mib"])  # NaN: not sampled
-    step(f"soak t={elapsed:5.0f} s: {now[0]['requests']:,} requests, {now[0]['failed']} failed, "
-         f"RSS {total:,.0f} MiB over {len(now)} processes")  # fmt: skip
+    step(
+        f"soak t={elapsed:5.0f} s: {now[0]['requests']:,} requests, {now[0]['failed']} failed, "
+        f"RSS {total:,.0f} MiB over {len(now)} processes"
+    )
 
 
 def growth(rows: list[dict], warmup: float) -> list[dict]:
@@ -156,8 +177,15 @@ def growth(rows: list[dict], warmup: float) -> list[dict]:
             same = first[label]["pid"] == last[label]["pid"]
             result.append({"process": label, "from_mib": a, "to_mib": b, "growth_pct": _pct(a, b), "same_pid": same})
     a, b = sum(r["from_mib"] for r in result), sum(r["to_mib"] for r in result)
-    result.append({"process": "total", "from_mib": round(a, 1), "to_mib": round(b, 1), "growth_pct": _pct(a, b),
-                   "same_pid": all(r["same_pid"] for r in result)})  # fmt: skip
+    result.append(
+        {
+            "process": "total",
+            "from_mib": round(a, 1),
+            "to_mib": round(b, 1),
+            "growth_pct": _pct(a, b),
+            "same_pid": all(r["same_pid"] for r in result),
+        }
+    )
     return result
 
 
@@ -174,9 +202,16 @@ def _write(settings: SoakSettings, rows: list[dict], counts: Counts, out: Path) 
         writer.writerows(rows)
     sampled = all(r["rss_mib"] == r["rss_mib"] for r in rows)  # NaN where the server is not ours
     table = growth(rows, settings.warmup) if sampled else []
-    summary = {"model": settings.model, "seconds": rows[-1]["t_s"], "requests": counts.ok + counts.failed,
-               "failed": counts.failed, "errors": counts.errors, "growth": table,
-               "max_growth_pct": settings.max_growth_pct, "rss_sampled": sampled}  # fmt: skip
+    summary = {
+        "model": settings.model,
+        "seconds": rows[-1]["t_s"],
+        "requests": counts.ok + counts.failed,
+        "failed": counts.failed,
+        "errors": counts.errors,
+        "growth": table,
+        "max_growth_pct": settings.max_growth_pct,
+        "rss_sampled": sampled,
+    }
     summary["goal_met"] = counts.failed == 0 and all(r["growth_pct"] < settings.max_growth_pct for r in table)
     plot(rows, settings.warmup, out / "soak.png")
     (out / "soak.md").write_text(markdown(summary, settings))
@@ -202,8 +237,10 @@ def markdown(summary: dict, settings: SoakSettings) -> str:
     if not summary.get("rss_sampled", True):
         lines += ["| (not sampled: the server is not one we started, --url) | — | — | — | — |"]
     for r in summary["growth"]:
-        lines.append(f"| {r['process']} | {r['from_mib']:.1f} | {r['to_mib']:.1f} | {r['growth_pct']:+.2f}% | "
-                     f"{'yes' if r['same_pid'] else 'no (restarted)'} |")  # fmt: skip
+        lines.append(
+            f"| {r['process']} | {r['from_mib']:.1f} | {r['to_mib']:.1f} | {r['growth_pct']:+.2f}% | "
+            f"{'yes' if r['same_pid'] else 'no (restarted)'} |"
+        )
     if summary["errors"]:
         lines += ["", "First failures:", *[f"- `{e}`" for e in summary["errors"]]]
     return "\n".join(lines) + "\n\n![RSS over time](soak.png)\n"

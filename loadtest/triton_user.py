@@ -59,10 +59,14 @@ class TritonUser(User):
         self.triton = self.endpoint.client()
         self.plan = plan(self.triton, self.model, self.endpoint.headers)
         self.output_names = list(self.plan.outputs)
-        self.arrays = (data_inputs(Path(INPUT_DATA), self.plan) if INPUT_DATA else
-                       plan_inputs(self.plan, self.batch, SHAPES, served_spec(REPO, self.model)))  # fmt: skip
-        self.request_bytes = sum(sum(len(v) for v in a.flat) if a.dtype == object else a.nbytes
-                                 for a in self.arrays.values())  # fmt: skip
+        self.arrays = (
+            data_inputs(Path(INPUT_DATA), self.plan)
+            if INPUT_DATA
+            else plan_inputs(self.plan, self.batch, SHAPES, served_spec(REPO, self.model))
+        )
+        self.request_bytes = sum(
+            sum(len(v) for v in a.flat) if a.dtype == object else a.nbytes for a in self.arrays.values()
+        )
         self.sequence, self.in_sequence = sequence_ids(), 0
 
     def on_stop(self):
@@ -75,8 +79,9 @@ class TritonUser(User):
         inputs, outputs = build_request(self.endpoint.module(), self.arrays, self.output_names)
         start, error = time.perf_counter(), None
         try:
-            self.triton.infer(self.model, inputs, outputs=outputs, headers=self.endpoint.headers or None,
-                              **self._sequence_flags())  # fmt: skip
+            self.triton.infer(
+                self.model, inputs, outputs=outputs, headers=self.endpoint.headers or None, **self._sequence_flags()
+            )
         except Exception as err:  # reported to Locust as a failure, never raised into gevent
             error = err
         self._report(f"{self.model} b{self.batch}", (time.perf_counter() - start) * 1000, error)
@@ -89,8 +94,11 @@ class TritonUser(User):
         self.in_sequence = (position + 1) % SEQUENCE_LENGTH
         if position == 0:
             self.sequence = sequence_ids()
-        return {"sequence_id": self.sequence, "sequence_start": position == 0,
-                "sequence_end": position == SEQUENCE_LENGTH - 1}  # fmt: skip
+        return {
+            "sequence_id": self.sequence,
+            "sequence_start": position == 0,
+            "sequence_end": position == SEQUENCE_LENGTH - 1,
+        }
 
     def _stream(self):
         """Decoupled models: one request on the user's gRPC stream; time to the first and to the last response."""
@@ -101,13 +109,22 @@ class TritonUser(User):
             error = err
         elapsed = (time.perf_counter() - start) * 1000
         self._report(f"{self.model} b{self.batch} first response", result.first_ms if result else elapsed, error)
-        self._report(f"{self.model} b{self.batch} last response", result.last_ms if result else elapsed, error,
-                     result.responses if result else 0)  # fmt: skip
+        self._report(
+            f"{self.model} b{self.batch} last response",
+            result.last_ms if result else elapsed,
+            error,
+            result.responses if result else 0,
+        )
 
     def _report(self, name: str, ms: float, error, length: int | None = None) -> None:
-        events.request.fire(request_type=self.protocol.upper(), name=name, response_time=ms,
-                            response_length=self.request_bytes if length is None else length, exception=error,
-                            context={})  # fmt: skip
+        events.request.fire(
+            request_type=self.protocol.upper(),
+            name=name,
+            response_time=ms,
+            response_length=self.request_bytes if length is None else length,
+            exception=error,
+            context={},
+        )
 
 
 def user_for(model: str, weight: int = 1, protocol: str = PROTOCOL) -> type:

@@ -14,8 +14,12 @@ STATE_DIR = click.option(
     show_default=True,
     help="Holds the pid, ports, log and admin key of the server.",
 )
-TLS_CERT = click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None,
-                        help="PEM certificate chain: Envoy's listeners speak TLS (with --tls-key).")  # fmt: skip
+TLS_CERT = click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="PEM certificate chain: Envoy's listeners speak TLS (with --tls-key).",
+)
 TLS_KEY = click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM private key.")
 
 
@@ -53,8 +57,22 @@ def cli():
 @TLS_KEY
 @STATE_DIR
 @user_errors
-def start(repo, http_port, grpc_port, metrics_port, host, model_control, timeout, supervise, health_port, edge,
-          max_request_mb, tls_cert, tls_key, state_dir):  # fmt: skip
+def start(
+    repo,
+    http_port,
+    grpc_port,
+    metrics_port,
+    host,
+    model_control,
+    timeout,
+    supervise,
+    health_port,
+    edge,
+    max_request_mb,
+    tls_cert,
+    tls_key,
+    state_dir,
+):
     """Start the server and return once every model is ready."""
     from server.launcher import ServerSettings, read_state, start
 
@@ -82,13 +100,26 @@ def _start_behind_edge(settings, health_port: int, max_request_mb: float, tls=No
     from server.launcher import read_state
 
     limits = EdgeLimits(max_request_bytes=int(max_request_mb * MIB))
-    cluster = ClusterSettings(settings.repo, 1, settings.http_port, settings.grpc_port, settings.metrics_port,
-                              settings.host, settings.state_dir, settings.startup_timeout, edge=limits, single=True,
-                              health_port=health_port, tls=tls)  # fmt: skip
+    cluster = ClusterSettings(
+        settings.repo,
+        1,
+        settings.http_port,
+        settings.grpc_port,
+        settings.metrics_port,
+        settings.host,
+        settings.state_dir,
+        settings.startup_timeout,
+        edge=limits,
+        single=True,
+        health_port=health_port,
+        tls=tls,
+    )
     start_cluster(cluster)
     state = read_state(settings.state_dir / "replica-0")
-    click.echo(f"edge: http {settings.host}:{settings.http_port} checked by Envoy before tritonserver "
-               f"(body cap {max_request_mb:g} MB; its http {state.http_url} is internal)")  # fmt: skip
+    click.echo(
+        f"edge: http {settings.host}:{settings.http_port} checked by Envoy before tritonserver "
+        f"(body cap {max_request_mb:g} MB; its http {state.http_url} is internal)"
+    )
     front = read_state(settings.state_dir)  # the ports clients use; pid and log of the server itself
     return dataclasses.replace(front, pid=state.pid, log=state.log)
 
@@ -126,18 +157,42 @@ def supervise(repo, ports, host, timeout, drain, probes, state_dir):
 @TLS_KEY
 @STATE_DIR
 @user_errors
-def cluster(replicas, repo, http_port, grpc_port, metrics_port, replica_base_port, host, timeout, gpu_per_replica,
-            tls_cert, tls_key, state_dir):  # fmt: skip
+def cluster(
+    replicas,
+    repo,
+    http_port,
+    grpc_port,
+    metrics_port,
+    replica_base_port,
+    host,
+    timeout,
+    gpu_per_replica,
+    tls_cert,
+    tls_key,
+    state_dir,
+):
     """Start REPLICAS supervised tritonservers behind Envoy; return once Envoy routes to every one."""
     from server.cluster import ClusterSettings, start_cluster
 
-    settings = ClusterSettings(repo, replicas, http_port, grpc_port, metrics_port, host, state_dir, timeout,
-                               gpu_per_replica=gpu_per_replica, replica_base_port=replica_base_port,
-                               tls=_tls(tls_cert, tls_key))  # fmt: skip
+    settings = ClusterSettings(
+        repo,
+        replicas,
+        http_port,
+        grpc_port,
+        metrics_port,
+        host,
+        state_dir,
+        timeout,
+        gpu_per_replica=gpu_per_replica,
+        replica_base_port=replica_base_port,
+        tls=_tls(tls_cert, tls_key),
+    )
     state = start_cluster(settings)
-    click.echo(f"envoy: http {host}:{http_port}, grpc {host}:{grpc_port}, "
-               f"stats {host}:{metrics_port}/stats/prometheus, "
-               f"admin: unix socket {state_dir}/envoy-admin.sock (0600)")  # fmt: skip
+    click.echo(
+        f"envoy: http {host}:{http_port}, grpc {host}:{grpc_port}, "
+        f"stats {host}:{metrics_port}/stats/prometheus, "
+        f"admin: unix socket {state_dir}/envoy-admin.sock (0600)"
+    )
     for replica in state["replicas"]:
         ports = f"http {replica['http_port']}, grpc {replica['grpc_port']}, readiness {replica['health_port']}"
         click.echo(f"  {replica['name']}: {ports} (log {state_dir}/{replica['name']}/tritonserver.log)")
@@ -207,8 +262,13 @@ def stop(state_dir):
 
 @cli.command()
 @click.option("--model", required=True, help="The served model to replace (e.g. digits_cnn).")
-@click.option("--from", "source", type=click.Path(path_type=Path), required=True,
-              help="A repository written by make build-engines that holds the new build of MODEL.")  # fmt: skip
+@click.option(
+    "--from",
+    "source",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="A repository written by make build-engines that holds the new build of MODEL.",
+)
 @click.option("--repo", type=click.Path(path_type=Path), help="The served repository (checked against the server's).")
 @click.option("--http-port", type=int, help="The server's HTTP port (checked against the server's).")
 @click.option(
@@ -270,12 +330,15 @@ def status(state_dir):
 
     cluster = read_cluster(state_dir)
     front = "edge (Envoy, HTTP)" if cluster.get("single") else "Envoy"
-    click.echo(f"{front}: pid {state.pid}, http {state.http_url}, grpc {state.grpc_url}, repo {state.repo}, "
-               f"log {state.log}")  # fmt: skip
+    click.echo(
+        f"{front}: pid {state.pid}, http {state.http_url}, grpc {state.grpc_url}, repo {state.repo}, log {state.log}"
+    )
     for replica in cluster["replicas"]:
         inner = read_state(state_dir / replica["name"])
-        click.echo(f"  {replica['name']}: tritonserver pid {inner.pid}, http {inner.http_url}, grpc {inner.grpc_url}, "
-                   f"readiness {replica['health_port']}, log {inner.log}")  # fmt: skip
+        click.echo(
+            f"  {replica['name']}: tritonserver pid {inner.pid}, http {inner.http_url}, grpc {inner.grpc_url}, "
+            f"readiness {replica['health_port']}, log {inner.log}"
+        )
 
 
 if __name__ == "__main__":

@@ -60,8 +60,10 @@ class ClusterSettings:
             raise ServerError("a single server behind the edge has one replica")
         top = self.replica_base_port + 4 * self.replicas - 1
         if self.replica_base_port and not 1024 <= self.replica_base_port <= top <= 65535:
-            raise ServerError(f"REPLICA_BASE_PORT={self.replica_base_port}: replicas need ports "
-                              f"{self.replica_base_port}..{top}, within 1024..65535")  # fmt: skip
+            raise ServerError(
+                f"REPLICA_BASE_PORT={self.replica_base_port}: replicas need ports "
+                f"{self.replica_base_port}..{top}, within 1024..65535"
+            )
 
     def replica_ports(self, index: int) -> list[int]:
         """http, grpc, metrics and readiness ports of replica index."""
@@ -100,8 +102,11 @@ def start_cluster(settings: ClusterSettings) -> dict:
     Raises:
         ServerError: a port is taken, a replica or Envoy did not come up (everything started is stopped).
     """
-    front = (("http", settings.http_port),) if settings.single else (
-        ("http", settings.http_port), ("grpc", settings.grpc_port), ("metrics", settings.admin_port))  # fmt: skip
+    front = (
+        (("http", settings.http_port),)
+        if settings.single
+        else (("http", settings.http_port), ("grpc", settings.grpc_port), ("metrics", settings.admin_port))
+    )
     for label, port in front:
         launcher.check_port_free(settings.host, label, port)
     envoy_binary()  # installed, or say how before starting anything
@@ -124,9 +129,15 @@ def start_cluster(settings: ClusterSettings) -> dict:
 
 
 def _ports(settings: ClusterSettings) -> dict:
-    return {"host": settings.host, "http_port": settings.http_port, "grpc_port": settings.grpc_port,
-            "admin_port": settings.admin_port, "repo": str(settings.repo.resolve()), "single": settings.single,
-            "stats_port": 0 if settings.single else settings.admin_port}  # fmt: skip
+    return {
+        "host": settings.host,
+        "http_port": settings.http_port,
+        "grpc_port": settings.grpc_port,
+        "admin_port": settings.admin_port,
+        "repo": str(settings.repo.resolve()),
+        "single": settings.single,
+        "stats_port": 0 if settings.single else settings.admin_port,
+    }
 
 
 def _start_replica(settings: ClusterSettings, index: int, env: dict) -> Replica:
@@ -138,8 +149,9 @@ def _start_replica(settings: ClusterSettings, index: int, env: dict) -> Replica:
     http, grpc, metrics, health = settings.replica_ports(index)
     where = f", GPU {env['CUDA_VISIBLE_DEVICES']}" if env else ""
     step(f"replica-{index}: starting on http {http}, grpc {grpc}, metrics {metrics}, readiness {health}{where}")
-    replica_settings = launcher.ServerSettings(settings.repo, http, grpc, metrics, settings.host, folder,
-                                               settings.startup_timeout)  # fmt: skip
+    replica_settings = launcher.ServerSettings(
+        settings.repo, http, grpc, metrics, settings.host, folder, settings.startup_timeout
+    )
     start_supervised(replica_settings, health, drain=settings.balancing.drain_seconds, env=env)
     return Replica(f"replica-{index}", http, grpc, health, settings.host)
 
@@ -153,19 +165,33 @@ def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> in
     edge = tuple(http_filters(model_rules(settings.repo), settings.edge)) if settings.edge else ()
     stats = 0 if settings.single else settings.admin_port
     socket_path = str(admin_socket(settings.state_dir))
-    envoy = EnvoySettings(replicas, settings.http_port, settings.grpc_port, stats, socket_path, settings.host,
-                          settings.balancing, edge, grpc=not settings.single, tls=settings.tls)  # fmt: skip
+    envoy = EnvoySettings(
+        replicas,
+        settings.http_port,
+        settings.grpc_port,
+        stats,
+        socket_path,
+        settings.host,
+        settings.balancing,
+        edge,
+        grpc=not settings.single,
+        tls=settings.tls,
+    )
     config = settings.state_dir / "envoy.json"
     config.write_text(json.dumps(envoy_config(envoy), indent=2))
-    ports = (f"http {settings.http_port}" if settings.single else
-             f"http {settings.http_port}, grpc {settings.grpc_port}, stats {settings.admin_port}")  # fmt: skip
+    ports = (
+        f"http {settings.http_port}"
+        if settings.single
+        else f"http {settings.http_port}, grpc {settings.grpc_port}, stats {settings.admin_port}"
+    )
     step(f"envoy: {ports} -> {len(replicas)} replicas")
     log = settings.state_dir / "envoy.log"
     log.write_text("")
     command = [sys.executable, "-m", "server", "envoy-run", "--config", str(config), "--log", str(log)]
     with open(log, "a") as handle:  # the keeper must not hold the caller's stdout/stderr (`make cluster | tail`)
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
-                                   start_new_session=True)  # fmt: skip
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+        )
     time.sleep(0.5)
     if process.poll() is not None:
         raise ServerError(f"envoy exited with code {process.returncode}; see {log}")
@@ -249,10 +275,15 @@ def _write(state_dir: Path, state: dict) -> None:
 def _write_front(settings: ClusterSettings, state: dict) -> None:
     """server.json of the state folder, pointing at Envoy, for the clients and measurement commands."""
     front = launcher.ServerState(
-        state["envoy_pid"], settings.host, settings.http_port, settings.grpc_port, settings.admin_port,
-        str(settings.repo.resolve()), str((settings.state_dir / "envoy.log").resolve()),
+        state["envoy_pid"],
+        settings.host,
+        settings.http_port,
+        settings.grpc_port,
+        settings.admin_port,
+        str(settings.repo.resolve()),
+        str((settings.state_dir / "envoy.log").resolve()),
         str(launcher.admin_key(settings.state_dir).resolve()),
-    )  # fmt: skip
+    )
     (settings.state_dir / launcher.STATE).write_text(json.dumps(asdict(front), indent=2))
 
 
@@ -279,8 +310,15 @@ def restart_replicas(state_dir: Path, timeout: float = 180.0) -> list[dict]:
         step(f"{replica.name}: restarting")
         stop_supervisor(folder)
         launcher.stop(folder)
-        settings = launcher.ServerSettings(Path(state["repo"]), replica.http_port, replica.grpc_port,
-                                           server.metrics_port, replica.host, folder, timeout)  # fmt: skip
+        settings = launcher.ServerSettings(
+            Path(state["repo"]),
+            replica.http_port,
+            replica.grpc_port,
+            server.metrics_port,
+            replica.host,
+            folder,
+            timeout,
+        )
         env = state.get("env", {}).get(replica.name, {})
         start_supervised(settings, replica.health_port, drain=Balancing().drain_seconds, env=env)
         await_routable(admin_socket(state_dir), len(state["replicas"]), timeout)

@@ -52,8 +52,13 @@ def model_rules(repo: Path) -> dict[str, ModelRules]:
         except Exception:  # a config Triton will refuse anyway: the generic rules still hold for its name
             continue
         name = config.name or path.parent.name
-        inputs = {i.name: {"datatype": model_config_pb2.DataType.Name(i.data_type).removeprefix("TYPE_"),
-                           "dims": [int(d) for d in i.dims]} for i in config.input}  # fmt: skip
+        inputs = {
+            i.name: {
+                "datatype": model_config_pb2.DataType.Name(i.data_type).removeprefix("TYPE_"),
+                "dims": [int(d) for d in i.dims],
+            }
+            for i in config.input
+        }
         found[name] = ModelRules(int(config.max_batch_size), _strings_as_bytes(inputs))
     return found
 
@@ -65,8 +70,11 @@ def _strings_as_bytes(inputs: dict) -> dict:
 
 def lua_code(rules: dict[str, ModelRules], limits: EdgeLimits) -> str:
     """edge.lua with its CONFIG: the rules as JSON, read by the script's own parser."""
-    config = {"models": {n: asdict(r) for n, r in rules.items()}, "max_tensor_bytes": limits.max_tensor_bytes,
-              "max_depth": limits.max_depth}  # fmt: skip
+    config = {
+        "models": {n: asdict(r) for n, r in rules.items()},
+        "max_tensor_bytes": limits.max_tensor_bytes,
+        "max_depth": limits.max_depth,
+    }
     text = json.dumps(config, separators=(",", ":"))
     if "]==]" in text:
         raise ServerError("a model or input name holds ']==]', which the edge's configuration cannot carry")
@@ -77,8 +85,12 @@ def lua_code(rules: dict[str, ModelRules], limits: EdgeLimits) -> str:
 def http_filters(rules: dict[str, ModelRules], limits: EdgeLimits) -> list[dict]:
     """Envoy HTTP filters of the edge, before the router: buffer (size cap, chunked bodies), then Lua."""
     return [
-        {"name": "envoy.filters.http.buffer",
-         "typed_config": {"@type": BUFFER, "max_request_bytes": limits.max_request_bytes}},
-        {"name": "envoy.filters.http.lua",
-         "typed_config": {"@type": LUA, "default_source_code": {"inline_string": lua_code(rules, limits)}}},
-    ]  # fmt: skip
+        {
+            "name": "envoy.filters.http.buffer",
+            "typed_config": {"@type": BUFFER, "max_request_bytes": limits.max_request_bytes},
+        },
+        {
+            "name": "envoy.filters.http.lua",
+            "typed_config": {"@type": LUA, "default_source_code": {"inline_string": lua_code(rules, limits)}},
+        },
+    ]

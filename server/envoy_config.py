@@ -186,10 +186,12 @@ def listener(name: str, s: EnvoySettings, port: int, cluster: str, protocol: str
             "name": name,
             "virtual_hosts": [{"name": name, "domains": ["*"], "routes": routes(cluster, s.balancing, protocol)}],
         },
-        "http_filters": [*(s.edge_filters if protocol == "http" else ()),
-                         {"name": "envoy.filters.http.router", "typed_config": {"@type": ROUTER}}],
+        "http_filters": [
+            *(s.edge_filters if protocol == "http" else ()),
+            {"name": "envoy.filters.http.router", "typed_config": {"@type": ROUTER}},
+        ],
         "stream_idle_timeout": _duration(s.balancing.request_timeout),
-    }  # fmt: skip
+    }
     if protocol == "grpc":
         manager["http2_protocol_options"] = {}
     chain = {"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}]}
@@ -201,10 +203,14 @@ def listener(name: str, s: EnvoySettings, port: int, cluster: str, protocol: str
 def _tls(files: tuple[str, str], alpn: str) -> dict:
     """TLS termination with the given certificate chain and key (PEM files)."""
     cert, key = files
-    context = {"tls_certificates": [{"certificate_chain": {"filename": cert}, "private_key": {"filename": key}}],
-               "alpn_protocols": [alpn]}  # fmt: skip
-    return {"name": "envoy.transport_sockets.tls",
-            "typed_config": {"@type": DOWNSTREAM_TLS, "common_tls_context": context}}  # fmt: skip
+    context = {
+        "tls_certificates": [{"certificate_chain": {"filename": cert}, "private_key": {"filename": key}}],
+        "alpn_protocols": [alpn],
+    }
+    return {
+        "name": "envoy.transport_sockets.tls",
+        "typed_config": {"@type": DOWNSTREAM_TLS, "common_tls_context": context},
+    }
 
 
 def stats_listener(s: EnvoySettings) -> dict:
@@ -230,7 +236,7 @@ def stats_listener(s: EnvoySettings) -> dict:
                     ],
                 }
             ],
-        },  # fmt: skip
+        },
         "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {"@type": ROUTER}}],
     }
     return {
@@ -245,8 +251,12 @@ def stats_listener(s: EnvoySettings) -> dict:
 def admin_cluster(s: EnvoySettings) -> dict:
     """The admin socket as an upstream, for the stats listener."""
     endpoints = [{"lb_endpoints": [{"endpoint": {"address": {"pipe": {"path": s.admin_socket}}}}]}]
-    return {"name": "envoy_admin", "type": "STATIC", "connect_timeout": "1s",
-            "load_assignment": {"cluster_name": "envoy_admin", "endpoints": endpoints}}  # fmt: skip
+    return {
+        "name": "envoy_admin",
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        "load_assignment": {"cluster_name": "envoy_admin", "endpoints": endpoints},
+    }
 
 
 def envoy_config(s: EnvoySettings) -> dict:

@@ -25,8 +25,9 @@ def run(binary: Path, config: Path, log: Path) -> int:
     command = [str(binary), "-c", str(config), "--log-level", "warn", "--disable-hot-restart", "--drain-time-s", "2"]
     with open(log, "a") as handle:
         while not stopping.is_set():
-            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
-                                       umask=0o077)  # fmt: skip
+            process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT, umask=0o077
+            )
             while process.poll() is None and not stopping.wait(0.2):
                 pass
             if stopping.is_set():

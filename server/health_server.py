@@ -20,8 +20,7 @@ class BoundedHTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, address, handler, max_connections: int = MAX_CONNECTIONS,
-                 timeout_s: float = REQUEST_TIMEOUT_S):  # fmt: skip
+    def __init__(self, address, handler, max_connections: int = MAX_CONNECTIONS, timeout_s: float = REQUEST_TIMEOUT_S):
         handler.timeout = timeout_s  # StreamRequestHandler applies it to the connection's socket
         self.slots = threading.BoundedSemaphore(max_connections)
         super().__init__(address, handler)

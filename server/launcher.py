@@ -160,15 +160,28 @@ def start(settings: ServerSettings) -> ServerState:
         with open(log, "a") as handle:  # appended, never truncated: a crash's evidence survives the restart
             handle.write(f"\n===== tritonserver starting {time.strftime('%Y-%m-%dT%H:%M:%S%z')} =====\n")
             handle.flush()
-            process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env, umask=0o077,
-                                       pass_fds=(secret_fd,), start_new_session=True)  # fmt: skip
+            process = subprocess.Popen(
+                command,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                env=env,
+                umask=0o077,
+                pass_fds=(secret_fd,),
+                start_new_session=True,
+            )
     finally:
         os.close(secret_fd)
     CHILDREN[process.pid] = process
     state = ServerState(
-        process.pid, settings.host, settings.http_port, settings.grpc_port, settings.metrics_port,
-        str(settings.repo.resolve()), str(log.resolve()), str(key_file.resolve()),
-    )  # fmt: skip
+        process.pid,
+        settings.host,
+        settings.http_port,
+        settings.grpc_port,
+        settings.metrics_port,
+        str(settings.repo.resolve()),
+        str(log.resolve()),
+        str(key_file.resolve()),
+    )
     (settings.state_dir / STATE).write_text(json.dumps(asdict(state), indent=2))
     try:
         wait_ready(state, process, settings.startup_timeout)
@@ -189,8 +202,9 @@ def check_admin_key(state: ServerState) -> None:
     import urllib.request
 
     def status(key: str) -> int:
-        request = urllib.request.Request(f"http://{state.http_url}/v2/repository/index", data=b"{}", method="POST",
-                                         headers={ADMIN_HEADER: key})  # fmt: skip
+        request = urllib.request.Request(
+            f"http://{state.http_url}/v2/repository/index", data=b"{}", method="POST", headers={ADMIN_HEADER: key}
+        )
         try:
             with urllib.request.urlopen(request, timeout=10) as answer:
                 return answer.status
@@ -199,8 +213,10 @@ def check_admin_key(state: ServerState) -> None:
 
     real, placeholder = status(Path(state.admin_key_file).read_text().strip()), status(PLACEHOLDER)
     if real != 200 or placeholder == 200:
-        raise ServerError(f"the admin key did not reach tritonserver (key: {real}, placeholder: {placeholder}); "
-                          "rebuild the shim with `make install` (server/triton_shim.c)")  # fmt: skip
+        raise ServerError(
+            f"the admin key did not reach tritonserver (key: {real}, placeholder: {placeholder}); "
+            "rebuild the shim with `make install` (server/triton_shim.c)"
+        )
 
 
 def numpy_problem(repo: Path, version: str | None = None, models: list[str] | None = None) -> str | None:

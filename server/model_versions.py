@@ -110,8 +110,13 @@ def record(repo: Path, model: str, event: dict, entry: dict | None = None) -> di
 
 
 def _initial(entry: dict) -> dict:
-    return {"at": entry.get("built_at"), "version": entry.get("served_version", 1), "sha256": entry.get("sha256"),
-            "source": "make build-engines", "status": "serving"}  # fmt: skip
+    return {
+        "at": entry.get("built_at"),
+        "version": entry.get("served_version", 1),
+        "sha256": entry.get("sha256"),
+        "source": "make build-engines",
+        "status": "serving",
+    }
 
 
 def versioned_entry(entry: dict, model: str, version: int) -> dict:

@@ -52,8 +52,9 @@ def _mapped_shared_memory() -> set[str]:
             text = maps.read_text()
         except OSError:  # gone, or another user's
             continue
-        names.update(line.split("/dev/shm/", 1)[1].split(" (deleted)")[0] for line in text.splitlines()
-                     if "/dev/shm/" in line)  # fmt: skip
+        names.update(
+            line.split("/dev/shm/", 1)[1].split(" (deleted)")[0] for line in text.splitlines() if "/dev/shm/" in line
+        )
     return names
 
 
@@ -69,8 +70,12 @@ def orphaned_shared_memory(min_age_s: float = 5.0) -> list[Path]:
             info = path.lstat()
         except OSError:
             continue
-        if (path.name.startswith(SHM_PREFIXES) and info.st_uid == uid and path.name not in mapped
-                and now - info.st_mtime >= min_age_s):  # fmt: skip
+        if (
+            path.name.startswith(SHM_PREFIXES)
+            and info.st_uid == uid
+            and path.name not in mapped
+            and now - info.st_mtime >= min_age_s
+        ):
             found.append(path)
     return found
 

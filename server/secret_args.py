@@ -39,13 +39,19 @@ def build_library(force: bool = False) -> Path:
         return LIBRARY
     compiler = _compiler()
     if compiler is None:
-        raise ServerError("no C compiler (cc/gcc) to build the admin-key shim: install gcc (Debian: apt-get install "
-                          "gcc) and run `make install` again")  # fmt: skip
+        raise ServerError(
+            "no C compiler (cc/gcc) to build the admin-key shim: install gcc (Debian: apt-get install "
+            "gcc) and run `make install` again"
+        )
     TOOLS_DIR.mkdir(parents=True, exist_ok=True)
     partial = LIBRARY.with_suffix(".partial")
     step(f"admin-key shim: compiling {SOURCE.name} into {LIBRARY}")
-    done = subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-Wall", "-o", str(partial), str(SOURCE), "-ldl"],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-o", str(partial), str(SOURCE), "-ldl"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if done.returncode != 0:
         raise ServerError(f"compiling {SOURCE} failed:\n{done.stderr.strip()[-800:]}")
     partial.replace(LIBRARY)
@@ -84,9 +90,12 @@ def kubernetes_configmap() -> str:
     import yaml
 
     serve = SOURCE.parent.parent / "docker" / "serve.sh"
-    doc = {"apiVersion": "v1", "kind": "ConfigMap",
-           "metadata": {"name": "triton-shim", "labels": {"app.kubernetes.io/name": "triton"}},
-           "data": {"triton_shim.c": SOURCE.read_text(), "serve.sh": serve.read_text()}}  # fmt: skip
+    doc = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "triton-shim", "labels": {"app.kubernetes.io/name": "triton"}},
+        "data": {"triton_shim.c": SOURCE.read_text(), "serve.sh": serve.read_text()},
+    }
 
     class Literal(yaml.SafeDumper):  # multi-line text as | blocks, readable in review
         pass

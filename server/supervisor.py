@@ -88,16 +88,29 @@ class Health:
 
     def snapshot(self) -> dict:
         with self.lock:
-            return {"server_up": self.server_up, "live": self.live, "healing": sorted(self.healing),
-                    "models": sorted(self.models), "unloaded": sorted(self.unloaded), "events": list(self.events),
-                    "restarts": list(self.restarts)}  # fmt: skip
+            return {
+                "server_up": self.server_up,
+                "live": self.live,
+                "healing": sorted(self.healing),
+                "models": sorted(self.models),
+                "unloaded": sorted(self.unloaded),
+                "events": list(self.events),
+                "restarts": list(self.restarts),
+            }
 
 
 class Supervisor:
     """Runs one tritonserver and heals it; stop() ends both."""
 
-    def __init__(self, settings: launcher.ServerSettings, health_port: int, interval: float = 0.5, drain: float = 0.0,
-                 probes: ProbeSettings = DEFAULT_PROBES, liveness: LivenessSettings = DEFAULT_LIVENESS):  # fmt: skip
+    def __init__(
+        self,
+        settings: launcher.ServerSettings,
+        health_port: int,
+        interval: float = 0.5,
+        drain: float = 0.0,
+        probes: ProbeSettings = DEFAULT_PROBES,
+        liveness: LivenessSettings = DEFAULT_LIVENESS,
+    ):
         extra = tuple(a for a in settings.extra_args if not a.startswith("--load-model"))
         self.settings = dataclasses.replace(settings, model_control="explicit", extra_args=(*extra, "--load-model=*"))
         self.health, self.interval, self.stopping = Health(), interval, threading.Event()
@@ -284,10 +297,13 @@ class Supervisor:
         exit_text = describe_exit(reap(old.pid))
         tail = log_tail(Path(old.log))
         with self.health.lock:
-            self.health.restarts.append({"time": round(time.time(), 3), "pid": old.pid, "exit": exit_text,
-                                         "reason": reason, "log_tail": tail})  # fmt: skip
-        self.health.record(f"tritonserver (pid {old.pid}) is gone: {exit_text} ({reason}); restarting on the same "
-                           "ports; its log ends:\n    " + "\n    ".join(tail))  # fmt: skip
+            self.health.restarts.append(
+                {"time": round(time.time(), 3), "pid": old.pid, "exit": exit_text, "reason": reason, "log_tail": tail}
+            )
+        self.health.record(
+            f"tritonserver (pid {old.pid}) is gone: {exit_text} ({reason}); restarting on the same "
+            "ports; its log ends:\n    " + "\n    ".join(tail)
+        )
 
     def _reload(self, model: str, why: str) -> None:
         with self.reloading:

@@ -37,13 +37,32 @@ def start_supervised(
     path = settings.state_dir / STATE
     path.unlink(missing_ok=True)
     ports = [settings.http_port, settings.grpc_port, settings.metrics_port, health_port]
-    command = [sys.executable, "-m", "server", "supervise", "--repo", str(settings.repo), "--host", settings.host,
-               "--timeout", str(settings.startup_timeout), "--state-dir", str(settings.state_dir),
-               "--drain", str(drain), "--ports", *map(str, ports),
-               "--probes", str(probes.interval), str(probes.timeout), str(probes.threshold)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "server",
+        "supervise",
+        "--repo",
+        str(settings.repo),
+        "--host",
+        settings.host,
+        "--timeout",
+        str(settings.startup_timeout),
+        "--state-dir",
+        str(settings.state_dir),
+        "--drain",
+        str(drain),
+        "--ports",
+        *map(str, ports),
+        "--probes",
+        str(probes.interval),
+        str(probes.timeout),
+        str(probes.threshold),
+    ]
     log = open(settings.state_dir / "supervisor.log", "a")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                               env={**os.environ, **(env or {})})  # fmt: skip
+    process = subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **(env or {})}
+    )
     return _await(process, path, settings.startup_timeout + 30)
 
 

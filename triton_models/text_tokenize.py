@@ -37,8 +37,9 @@ class TritonPythonModel:
         encodings = self.tokenizer.encode_batch(decoded)
         ids = np.array([e.ids for e in encodings], np.int64)
         mask = np.array([e.attention_mask for e in encodings], np.int64)
-        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("input_ids", ids),
-                                                          pb_utils.Tensor("attention_mask", mask)])  # fmt: skip
+        return pb_utils.InferenceResponse(
+            output_tensors=[pb_utils.Tensor("input_ids", ids), pb_utils.Tensor("attention_mask", mask)]
+        )
 
     @staticmethod
     def _text(index, raw):

@@ -32,8 +32,14 @@ import triton_python_backend_utils as pb_utils  # noqa: E402
 
 from triton_models import torch_runtime as rt  # noqa: E402
 
-_TORCH_DTYPES = {"TYPE_FP32": torch.float32, "TYPE_FP16": torch.float16, "TYPE_INT64": torch.int64,
-                 "TYPE_INT32": torch.int32, "TYPE_UINT8": torch.uint8, "TYPE_BOOL": torch.bool}  # fmt: skip
+_TORCH_DTYPES = {
+    "TYPE_FP32": torch.float32,
+    "TYPE_FP16": torch.float16,
+    "TYPE_INT64": torch.int64,
+    "TYPE_INT32": torch.int32,
+    "TYPE_UINT8": torch.uint8,
+    "TYPE_BOOL": torch.bool,
+}
 
 
 class TritonPythonModel:
@@ -54,8 +60,9 @@ class TritonPythonModel:
         self.stream = torch.cuda.Stream(self.device) if gpu else None
         self.staged = False
         self.runner = self._runner(folder, params, config["max_batch_size"])
-        self.profile = rt.StepTimes(os.environ.get("TRITON_TORCH_PROFILE"), args["model_name"], self.staged,
-                                    self.device if gpu else None)  # fmt: skip
+        self.profile = rt.StepTimes(
+            os.environ.get("TRITON_TORCH_PROFILE"), args["model_name"], self.staged, self.device if gpu else None
+        )
 
     def _runner(self, folder, params, max_batch):
         module = torch.export.load(os.path.join(folder, "model.pt2")).module()
@@ -74,8 +81,9 @@ class TritonPythonModel:
                 return self._staged(module, first, rt.bucket_sizes(max_batch, explicit))
             if graphs:
                 buckets = rt.bucket_sizes(max_batch, explicit)
-                return rt.GraphRunner(module, tuple(first["dims"]), self.dtype, self.device, buckets,
-                                      self.channels_last)  # fmt: skip
+                return rt.GraphRunner(
+                    module, tuple(first["dims"]), self.dtype, self.device, buckets, self.channels_last
+                )
             if isinstance(module, rt.DynamicBatch) and fixed:  # compile both graphs now, not at the first request
                 self._warm(module, first, max_batch)
             return module

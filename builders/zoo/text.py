@@ -15,33 +15,68 @@ VOCAB = 30522  # BERT uncased WordPiece vocabulary
 
 # Varied text for validation and tests: short, long, punctuation, numbers, non-ASCII scripts.
 SENTENCES = (
-    "Hello.", "Triton serves models.", "A cat sits on the mat.", "Dogs bark at night.", "GPU", "fp16",
-    "The quick brown fox jumps over the lazy dog.", "Inference latency matters for users.",
+    "Hello.",
+    "Triton serves models.",
+    "A cat sits on the mat.",
+    "Dogs bark at night.",
+    "GPU",
+    "fp16",
+    "The quick brown fox jumps over the lazy dog.",
+    "Inference latency matters for users.",
     "Dynamic batching groups requests that arrive close together.",
-    "TensorRT builds optimized engines for NVIDIA GPUs.", "ONNX is an open format for machine learning models.",
-    "How much does a kilogram of apples cost in 2026?", "She sells sea shells by the sea shore.",
-    "Le modèle répond en moins d'une milliseconde.", "Das Modell läuft auf der Grafikkarte.",
-    "El servidor procesa miles de solicitudes por segundo.", "Модель работает на графическом процессоре.",
-    "模型在图形处理器上运行。", "モデルはGPUで動作します。", "모델은 GPU에서 실행됩니다.",
-    "النموذج يعمل على وحدة معالجة الرسومات.", "Το μοντέλο τρέχει στην κάρτα γραφικών.", "😀 emoji are text too 🚀",
-    "Numbers: 3.14159, 2.71828, 1.41421 and 42.", "e-mail me at someone@example.com, or call +1 555 0100.",
-    "C'est la vie.", "To be, or not to be, that is the question.", "Rain, rain, go away; come again another day.",
-    "I love serving models.", "I hate waiting for slow models.", "The stock market fell sharply today.",
-    "A new vaccine was approved by regulators.", "The football match ended in a draw.",
-    "Quantum computers use qubits instead of bits.", "The recipe calls for two cups of flour.",
-    "Mount Everest is the highest mountain on Earth.", "Paris is the capital of France.",
-    "Water boils at one hundred degrees Celsius at sea level.", "Photosynthesis turns light into chemical energy.",
-    "The library closes at nine o'clock on weekdays.", "Please restart the server after the upgrade.",
+    "TensorRT builds optimized engines for NVIDIA GPUs.",
+    "ONNX is an open format for machine learning models.",
+    "How much does a kilogram of apples cost in 2026?",
+    "She sells sea shells by the sea shore.",
+    "Le modèle répond en moins d'une milliseconde.",
+    "Das Modell läuft auf der Grafikkarte.",
+    "El servidor procesa miles de solicitudes por segundo.",
+    "Модель работает на графическом процессоре.",
+    "模型在图形处理器上运行。",
+    "モデルはGPUで動作します。",
+    "모델은 GPU에서 실행됩니다.",
+    "النموذج يعمل على وحدة معالجة الرسومات.",
+    "Το μοντέλο τρέχει στην κάρτα γραφικών.",
+    "😀 emoji are text too 🚀",
+    "Numbers: 3.14159, 2.71828, 1.41421 and 42.",
+    "e-mail me at someone@example.com, or call +1 555 0100.",
+    "C'est la vie.",
+    "To be, or not to be, that is the question.",
+    "Rain, rain, go away; come again another day.",
+    "I love serving models.",
+    "I hate waiting for slow models.",
+    "The stock market fell sharply today.",
+    "A new vaccine was approved by regulators.",
+    "The football match ended in a draw.",
+    "Quantum computers use qubits instead of bits.",
+    "The recipe calls for two cups of flour.",
+    "Mount Everest is the highest mountain on Earth.",
+    "Paris is the capital of France.",
+    "Water boils at one hundred degrees Celsius at sea level.",
+    "Photosynthesis turns light into chemical energy.",
+    "The library closes at nine o'clock on weekdays.",
+    "Please restart the server after the upgrade.",
     "Batch size one minimizes latency, larger batches maximize throughput.",
     "Shared memory avoids copying tensors through the network stack.",
     "The embedding of a sentence is the normalized mean of its token vectors.",
-    "UPPERCASE TEXT SHOULD STILL WORK", "lowercase text should still work", "MiXeD cAsE tExT",
-    "tabs\tand\nnewlines inside", "   leading and trailing spaces   ", "a " * 40,
+    "UPPERCASE TEXT SHOULD STILL WORK",
+    "lowercase text should still work",
+    "MiXeD cAsE tExT",
+    "tabs\tand\nnewlines inside",
+    "   leading and trailing spaces   ",
+    "a " * 40,
     " ".join(["Long documents are truncated to the model's maximum sequence length."] * 40),
     "In the beginning the Universe was created. This has made a lot of people very angry and been widely "
     "regarded as a bad move. Many were increasingly of the opinion that they'd all made a big mistake.",
-    "Short.", "Why?", "OK", "Yes!", "No...", "12345", "#hashtag @mention", "https://example.com/path?q=1",
-)  # fmt: skip
+    "Short.",
+    "Why?",
+    "OK",
+    "Yes!",
+    "No...",
+    "12345",
+    "#hashtag @mention",
+    "https://example.com/path?q=1",
+)
 
 
 def spec(weights: str = "pretrained", max_batch_size: int = 32) -> ModelSpec:
@@ -81,8 +116,10 @@ def tokenize(texts, max_length: int = MAX_SEQ) -> dict:
     tokenizer.enable_truncation(max_length)
     tokenizer.enable_padding()
     encodings = tokenizer.encode_batch(list(texts))
-    return {"input_ids": np.array([e.ids for e in encodings], np.int64),
-            "attention_mask": np.array([e.attention_mask for e in encodings], np.int64)}  # fmt: skip
+    return {
+        "input_ids": np.array([e.ids for e in encodings], np.int64),
+        "attention_mask": np.array([e.attention_mask for e in encodings], np.int64),
+    }
 
 
 def _encoder_class():

@@ -57,7 +57,7 @@ def served(tmp_path_factory, digits_build):
                 digits_built,
                 ServingOptions(instances=2, max_queue_delay_us=2000),
                 precisions=("fp32", "int8"),
-            ),  # fmt: skip
+            ),
             _build(repo, work, resnet_spec, zoo.build_module(resnet_spec), ServingOptions()),
         ]
     )

@@ -45,5 +45,7 @@ class ClosedLoop:
 
     def counts(self) -> dict:
         """protocol -> (requests, failed)."""
-        return {p: (sum(e[0] == p for e in self.log), sum(e[0] == p for e in self.failures()))
-                for p in {e[0] for e in self.log}}  # fmt: skip
+        return {
+            p: (sum(e[0] == p for e in self.log), sum(e[0] == p for e in self.failures()))
+            for p in {e[0] for e in self.log}
+        }

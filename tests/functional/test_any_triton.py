@@ -73,8 +73,19 @@ def test_what_cannot_be_made_up_is_refused_with_the_flag(foreign, model, args, m
 def test_bytes_from_the_users_data(foreign, tmp_path):
     state, root = foreign
     np.savez(tmp_path / "data.npz", PAYLOAD=np.array([[b"hello"], [b"four"]]))
-    done = _run(["clients", "infer", "byte_length", "--url", state.http_url, "--input-data",
-                 str(tmp_path / "data.npz"), *NO_STATE], root)  # fmt: skip
+    done = _run(
+        [
+            "clients",
+            "infer",
+            "byte_length",
+            "--url",
+            state.http_url,
+            "--input-data",
+            str(tmp_path / "data.npz"),
+            *NO_STATE,
+        ],
+        root,
+    )
     assert done.returncode == 0, done.stderr[-1500:]
     assert "LENGTH: shape [2, 1] dtype int32" in done.stdout
 
@@ -82,12 +93,36 @@ def test_bytes_from_the_users_data(foreign, tmp_path):
 def test_perf_measures_every_ready_model_and_names_what_it_skips(foreign):
     state, root = foreign
     out = root / "perf"
-    done = _run(["loadtest", "perf", "--url", state.grpc_url, *_key(state), "--shape", "X:4", "--shape", "IN:4",
-                 "--concurrency", "1", "--interval-ms", "300", "--stability", "100", "--out", str(out), *NO_STATE],
-                root, timeout=600)  # fmt: skip
+    done = _run(
+        [
+            "loadtest",
+            "perf",
+            "--url",
+            state.grpc_url,
+            *_key(state),
+            "--shape",
+            "X:4",
+            "--shape",
+            "IN:4",
+            "--concurrency",
+            "1",
+            "--interval-ms",
+            "300",
+            "--stability",
+            "100",
+            "--out",
+            str(out),
+            *NO_STATE,
+        ],
+        root,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
-    measured = {line.split("|")[1].strip() for line in (out / "perf.md").read_text().splitlines()
-                if line.startswith("| ") and "model" not in line}  # fmt: skip
+    measured = {
+        line.split("|")[1].strip()
+        for line in (out / "perf.md").read_text().splitlines()
+        if line.startswith("| ") and "model" not in line
+    }
     assert measured == {"accumulate", "add_sub", "doubled", "repeat", "scale_dynamic"}
     assert "byte_length" in json.loads((out / "skipped.json").read_text())
     report = (out / "report.md").read_text()
@@ -102,9 +137,30 @@ def test_locust_drives_any_model_by_url(foreign, protocol):
     url = state.http_url if protocol == "http" else state.grpc_url
     out = root / f"locust-{protocol}"
     models = "add_sub accumulate repeat doubled byte_length"
-    done = _run(["loadtest", "locust", "--url", url, "--protocol", protocol, "--models", models, "--users", "5",
-                 "--spawn-rate", "5", "--shape", "IN:4", "--run-time", "4", "--out", str(out), *NO_STATE],
-                root)  # fmt: skip
+    done = _run(
+        [
+            "loadtest",
+            "locust",
+            "--url",
+            url,
+            "--protocol",
+            protocol,
+            "--models",
+            models,
+            "--users",
+            "5",
+            "--spawn-rate",
+            "5",
+            "--shape",
+            "IN:4",
+            "--run-time",
+            "4",
+            "--out",
+            str(out),
+            *NO_STATE,
+        ],
+        root,
+    )
     assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
     skipped = json.loads((out / "skipped.json").read_text())
     assert "byte_length" in skipped and ("repeat" in skipped) == (protocol == "http")
@@ -119,9 +175,28 @@ def test_search_edits_only_the_winners_config_of_a_repository_it_did_not_build(t
     repo = tmp_path / "repo"
     shutil.copytree(FIXTURE, repo, ignore=shutil.ignore_patterns("__pycache__"))
     before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
-    done = _run(["loadtest", "search", "--repo", str(repo), "--variants", "scale_dynamic", "--max-instances", "2",
-                 "--delays-us", "0 1000", "--interval-ms", "400", "--shape", "X:4", "--out", str(tmp_path / "out")],
-                tmp_path, timeout=600)  # fmt: skip
+    done = _run(
+        [
+            "loadtest",
+            "search",
+            "--repo",
+            str(repo),
+            "--variants",
+            "scale_dynamic",
+            "--max-instances",
+            "2",
+            "--delays-us",
+            "0 1000",
+            "--interval-ms",
+            "400",
+            "--shape",
+            "X:4",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        tmp_path,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
     assert "winner written to" in done.stdout
     after = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
@@ -139,13 +214,33 @@ def behind_tls(foreign, tmp_path_factory):
         pytest.skip("openssl is needed to make a test certificate")
     root = tmp_path_factory.mktemp("tls")
     cert, key = root / "cert.pem", root / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     shutil.copytree(FIXTURE, root / "repo", ignore=shutil.ignore_patterns("__pycache__"))
     http_port, grpc_port, stats_port = launcher.free_ports(3)
-    settings = ClusterSettings(root / "repo", 1, http_port, grpc_port, stats_port, state_dir=root / "state",
-                               tls=(str(cert), str(key)))  # fmt: skip
+    settings = ClusterSettings(
+        root / "repo", 1, http_port, grpc_port, stats_port, state_dir=root / "state", tls=(str(cert), str(key))
+    )
     start_cluster(settings)
     yield settings, cert, root
     stop_cluster(settings.state_dir)
@@ -162,12 +257,46 @@ def test_infer_and_perf_over_tls(behind_tls, protocol):
     assert plain.returncode != 0  # the listener speaks only TLS
     key = ["--header", f"admin-key: {(settings.state_dir / 'admin_key').read_text().strip()}"]
     out = root / f"perf-{protocol}"
-    done = _run(["loadtest", "perf", "--models", "add_sub", *key, "--concurrency", "1", "--interval-ms", "300",
-                 "--stability", "100", "--out", str(out), *tls], root, timeout=600)  # fmt: skip
+    done = _run(
+        [
+            "loadtest",
+            "perf",
+            "--models",
+            "add_sub",
+            *key,
+            "--concurrency",
+            "1",
+            "--interval-ms",
+            "300",
+            "--stability",
+            "100",
+            "--out",
+            str(out),
+            *tls,
+        ],
+        root,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
     assert "| add_sub |" in (out / "perf.md").read_text()
-    done = _run(["loadtest", "locust", "--models", "add_sub", "--users", "2", "--spawn-rate", "2", "--run-time", "3",
-                 "--out", str(root / f"locust-{protocol}"), *tls], root)  # fmt: skip
+    done = _run(
+        [
+            "loadtest",
+            "locust",
+            "--models",
+            "add_sub",
+            "--users",
+            "2",
+            "--spawn-rate",
+            "2",
+            "--run-time",
+            "3",
+            "--out",
+            str(root / f"locust-{protocol}"),
+            *tls,
+        ],
+        root,
+    )
     assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
     assert "add_sub b1" in (root / f"locust-{protocol}" / "locust.md").read_text()
 
@@ -175,8 +304,28 @@ def test_infer_and_perf_over_tls(behind_tls, protocol):
 def test_a_short_soak_of_a_server_we_did_not_start(foreign):
     state, root = foreign
     out = root / "soak"
-    done = _run(["loadtest", "soak", "--model", "add_sub", "--minutes", "0.1", "--interval", "2", "--warmup", "1",
-                 "--url", state.grpc_url, "--protocols", "grpc", "--out", str(out), *NO_STATE], root)  # fmt: skip
+    done = _run(
+        [
+            "loadtest",
+            "soak",
+            "--model",
+            "add_sub",
+            "--minutes",
+            "0.1",
+            "--interval",
+            "2",
+            "--warmup",
+            "1",
+            "--url",
+            state.grpc_url,
+            "--protocols",
+            "grpc",
+            "--out",
+            str(out),
+            *NO_STATE,
+        ],
+        root,
+    )
     assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
     text = (out / "soak.md").read_text()
     assert "0 failed" in text and "not sampled: the server is not one we started" in text
@@ -186,17 +335,45 @@ def test_a_model_that_is_not_ready_is_listed_with_the_reason(tmp_path):
     import tritonclient.http as http
 
     shutil.copytree(FIXTURE, tmp_path / "repo", ignore=shutil.ignore_patterns("__pycache__"))
-    settings = launcher.ServerSettings(tmp_path / "repo", *launcher.free_ports(3), state_dir=tmp_path / "state",
-                                       model_control="explicit", extra_args=("--load-model=*",))  # fmt: skip
+    settings = launcher.ServerSettings(
+        tmp_path / "repo",
+        *launcher.free_ports(3),
+        state_dir=tmp_path / "state",
+        model_control="explicit",
+        extra_args=("--load-model=*",),
+    )
     state = launcher.start(settings)
     try:
         with http.InferenceServerClient(state.http_url) as client:
             client.unload_model("byte_length", headers=state.admin_headers())
             _await_state(client, state, "byte_length", "UNAVAILABLE")
         out = tmp_path / "perf"
-        done = _run(["loadtest", "perf", "--url", state.grpc_url, *_key(state), "--models", "", "--shape", "X:4",
-                     "--shape", "IN:4", "--concurrency", "1", "--interval-ms", "300", "--stability", "100",
-                     "--out", str(out), *NO_STATE], tmp_path, timeout=600)  # fmt: skip
+        done = _run(
+            [
+                "loadtest",
+                "perf",
+                "--url",
+                state.grpc_url,
+                *_key(state),
+                "--models",
+                "",
+                "--shape",
+                "X:4",
+                "--shape",
+                "IN:4",
+                "--concurrency",
+                "1",
+                "--interval-ms",
+                "300",
+                "--stability",
+                "100",
+                "--out",
+                str(out),
+                *NO_STATE,
+            ],
+            tmp_path,
+            timeout=600,
+        )
     finally:
         launcher.stop(settings.state_dir)
     assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]

@@ -111,8 +111,18 @@ GRPC_CASES = {
 
 def _binary(declared: int, sent: int) -> tuple[bytes, dict]:
     """A binary-data request whose header declares `declared` bytes of input and whose body carries `sent`."""
-    header = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 1, 8, 8],
-                                     "parameters": {"binary_data_size": declared}}]}).encode()  # fmt: skip
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "input",
+                    "datatype": "FP32",
+                    "shape": [1, 1, 8, 8],
+                    "parameters": {"binary_data_size": declared},
+                }
+            ]
+        }
+    ).encode()
     headers = {"Inference-Header-Content-Length": str(len(header)), "Content-Type": "application/octet-stream"}
     return header + bytes(sent), headers
 
@@ -151,8 +161,13 @@ def _is_callers_error(answer: str) -> bool:
 
 # Bodies tritonserver 2.51's own frontends cannot parse are answered 500 / INTERNAL (before any model runs):
 # pinned here, so a server that starts answering 400 shows up, and the server must stay up either way.
-TRITON_PARSE_500 = {("http", "body over the size limit"), ("http", "gzip bomb"), ("http", "malformed JSON"),
-                    ("http", "negative dims"), ("grpc", "malformed message")}  # fmt: skip
+TRITON_PARSE_500 = {
+    ("http", "body over the size limit"),
+    ("http", "gzip bomb"),
+    ("http", "malformed JSON"),
+    ("http", "negative dims"),
+    ("grpc", "malformed message"),
+}
 
 
 def _check(protocol: str, case: str, answer: str) -> None:

@@ -39,8 +39,9 @@ def cluster(digits_build, tmp_path_factory):
     root = tmp_path_factory.mktemp("cluster")
     build_model(BuildRequest(spec, "embedded", root / "repo", root / "work", ServingOptions()), built)
     http_port, grpc_port, admin_port = launcher.free_ports(3)
-    settings = ClusterSettings(root / "repo", 2, http_port, grpc_port, admin_port, state_dir=root / "state",
-                               balancing=Balancing())  # fmt: skip
+    settings = ClusterSettings(
+        root / "repo", 2, http_port, grpc_port, admin_port, state_dir=root / "state", balancing=Balancing()
+    )
     start_cluster(settings)
     yield settings
     pids = _our_pids(settings)
@@ -123,13 +124,18 @@ def test_a_replica_killed_under_load_costs_at_most_the_requests_in_flight(cluste
         os.kill(victim, signal.SIGKILL)
         _await(lambda: set(_flags(cluster)) != {"healthy"}, 10)  # Envoy saw it go
         down_seen = time.monotonic()
-        restarted = lambda: (launcher.read_state(cluster.state_dir / "replica-0").pid != victim  # noqa: E731
-                             and replica_ready(cluster.state_dir, "replica-0"))  # fmt: skip
+
+        def restarted():
+            pid = launcher.read_state(cluster.state_dir / "replica-0").pid
+            return pid != victim and replica_ready(cluster.state_dir, "replica-0")
+
         _await(lambda: restarted() and set(_flags(cluster)) == {"healthy"}, 60)
         back = time.monotonic()
     failures = load.failures()
-    print(f"kill: {len(load.log)} requests, {len(failures)} failed; marked down after {down_seen - killed:.2f} s, "
-          f"back in Envoy after {back - killed:.1f} s")  # fmt: skip
+    print(
+        f"kill: {len(load.log)} requests, {len(failures)} failed; marked down after {down_seen - killed:.2f} s, "
+        f"back in Envoy after {back - killed:.1f} s"
+    )
     assert len(load.log) > 50
     assert len(failures) <= 2, failures  # one request in flight per client at most
     assert all(start <= killed + 0.05 for _, start, _, _ in failures), (failures, killed, down_seen)

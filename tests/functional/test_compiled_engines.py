@@ -95,8 +95,21 @@ def test_the_builder_cli_builds_compiled_engines_and_refuses_unknown_precisions_
     import subprocess
     import sys
 
-    common = [sys.executable, "-m", "builders", "build", "--models", "digits_cnn", "--repo", str(tmp_path / "repo"),
-              "--work-dir", str(tmp_path / "work"), "--no-pipelines", "--target", "embedded"]  # fmt: skip
+    common = [
+        sys.executable,
+        "-m",
+        "builders",
+        "build",
+        "--models",
+        "digits_cnn",
+        "--repo",
+        str(tmp_path / "repo"),
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--no-pipelines",
+        "--target",
+        "embedded",
+    ]
     refused = subprocess.run([*common, "--compiled", "fp8"], capture_output=True, text=True)
     assert refused.returncode != 0 and "--compiled ['fp8']: unknown precision" in refused.stderr
     assert not (tmp_path / "repo").exists()  # refused before anything was built

@@ -30,8 +30,16 @@ def edged(digits_build, tmp_path_factory):
     root = tmp_path_factory.mktemp("edged")
     build_model(BuildRequest(spec, "embedded", root / "repo", root / "work"), built)
     http_port, grpc_port, metrics_port, health_port = launcher.free_ports(4)
-    settings = ClusterSettings(root / "repo", 1, http_port, grpc_port, metrics_port, state_dir=root / "state",
-                               single=True, health_port=health_port)  # fmt: skip
+    settings = ClusterSettings(
+        root / "repo",
+        1,
+        http_port,
+        grpc_port,
+        metrics_port,
+        state_dir=root / "state",
+        single=True,
+        health_port=health_port,
+    )
     start_cluster(settings)
     yield settings
     stop_cluster(settings.state_dir)
@@ -100,8 +108,12 @@ def test_a_body_over_the_cap_gets_413(edged):
 
 def test_a_body_in_600000_one_byte_chunks_is_reassembled(edged):
     pid = _server_pid(edged)
-    body = json.dumps({"inputs": [{"name": "input", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [0.5] * 64}],
-                       "pad": " " * 600_000}).encode()  # fmt: skip
+    body = json.dumps(
+        {
+            "inputs": [{"name": "input", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [0.5] * 64}],
+            "pad": " " * 600_000,
+        }
+    ).encode()
     with socket.create_connection(("127.0.0.1", edged.http_port), timeout=120) as sock:
         head = b"POST /v2/models/digits_cnn/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
         sock.sendall(head + b"".join(b"1\r\n" + body[i : i + 1] + b"\r\n" for i in range(len(body))) + b"0\r\n\r\n")
@@ -112,10 +124,19 @@ def test_a_body_in_600000_one_byte_chunks_is_reassembled(edged):
 
 def test_binary_requests_are_checked_and_good_ones_pass(edged):
     pid = _server_pid(edged)
-    header = json.dumps({"inputs": [{"name": "input", "shape": [1, 1, 8, 8], "datatype": "FP32",
-                                     "parameters": {"binary_data_size": 10**9}}]}).encode()  # fmt: skip
-    status, body = _http(edged, "/v2/models/digits_cnn/infer", header + GOOD.tobytes(),
-                         {"Inference-Header-Content-Length": str(len(header))})  # fmt: skip
+    header = json.dumps(
+        {
+            "inputs": [
+                {"name": "input", "shape": [1, 1, 8, 8], "datatype": "FP32", "parameters": {"binary_data_size": 10**9}}
+            ]
+        }
+    ).encode()
+    status, body = _http(
+        edged,
+        "/v2/models/digits_cnn/infer",
+        header + GOOD.tobytes(),
+        {"Inference-Header-Content-Length": str(len(header))},
+    )
     assert status == 400 and "binary_data_size" in body, body
     _still_serving(edged, pid)  # tritonclient sends binary data: the good path went through the edge
 
@@ -156,8 +177,10 @@ def test_envoy_admin_is_a_private_socket(edged):
 def test_another_local_user_sees_no_key_and_no_tensor(edged):
     state = launcher.read_state(edged.state_dir / "replica-0")
     key = state.admin_headers()["admin-key"]
-    seen = _as_nobody(f"cat /proc/{state.pid}/cmdline /proc/{state.pid}/environ 2>/dev/null; "
-                      "cat /dev/shm/triton_python_backend_shm_region_* 2>&1 | head -c 300")  # fmt: skip
+    seen = _as_nobody(
+        f"cat /proc/{state.pid}/cmdline /proc/{state.pid}/environ 2>/dev/null; "
+        "cat /dev/shm/triton_python_backend_shm_region_* 2>&1 | head -c 300"
+    )
     assert key.encode() not in seen and b"@TRITON_ADMIN_KEY@" in seen
     assert b"Permission denied" in seen  # the Python backend's regions are 0600
     placeholder = {"admin-key": "@TRITON_ADMIN_KEY@"}
@@ -166,8 +189,7 @@ def test_another_local_user_sees_no_key_and_no_tensor(edged):
 
 
 def _as_nobody(script: str) -> bytes:
-    return subprocess.run(["runuser", "-u", "nobody", "--", "sh", "-c", script], capture_output=True,
-                          timeout=30).stdout  # fmt: skip
+    return subprocess.run(["runuser", "-u", "nobody", "--", "sh", "-c", script], capture_output=True, timeout=30).stdout
 
 
 def test_make_serve_style_start_returns_with_output_captured(digits_build, tmp_path):
@@ -175,9 +197,24 @@ def test_make_serve_style_start_returns_with_output_captured(digits_build, tmp_p
     spec, built, _ = digits_build
     build_model(BuildRequest(spec, "embedded", tmp_path / "repo", tmp_path / "work"), built)
     ports = [str(p) for p in launcher.free_ports(4)]
-    command = [sys.executable, "-m", "server", "start", "--repo", str(tmp_path / "repo"), "--http-port", ports[0],
-               "--grpc-port", ports[1], "--metrics-port", ports[2], "--health-port", ports[3],
-               "--state-dir", str(tmp_path / "state")]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "server",
+        "start",
+        "--repo",
+        str(tmp_path / "repo"),
+        "--http-port",
+        ports[0],
+        "--grpc-port",
+        ports[1],
+        "--metrics-port",
+        ports[2],
+        "--health-port",
+        ports[3],
+        "--state-dir",
+        str(tmp_path / "state"),
+    ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=240)
         assert done.returncode == 0, done.stderr[-2000:]

@@ -23,7 +23,8 @@ def test_a_model_that_fails_to_load_is_named_with_its_reason(served, tmp_path):
 
 def test_a_second_server_on_the_same_ports_is_refused(served, tmp_path):
     state = served.state
-    settings = launcher.ServerSettings(served.repo, state.http_port, state.grpc_port, state.metrics_port,
-                                       state_dir=tmp_path / "state")  # fmt: skip
+    settings = launcher.ServerSettings(
+        served.repo, state.http_port, state.grpc_port, state.metrics_port, state_dir=tmp_path / "state"
+    )
     with pytest.raises(ServerError, match=f"http port {state.http_port} on 127.0.0.1 is in use"):
         launcher.start(settings)

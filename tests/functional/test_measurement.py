@@ -12,8 +12,15 @@ pytestmark = pytest.mark.functional
 
 
 def test_perf_analyzer_sweep_gives_a_tidy_table_and_plot(served, tmp_path):
-    sweep = perf.Sweep("digits_cnn", "grpc", concurrency=(1, 4), batch_sizes=(1, 2), measurement_ms=500,
-                       stability_percent=100, max_trials=10)  # fmt: skip
+    sweep = perf.Sweep(
+        "digits_cnn",
+        "grpc",
+        concurrency=(1, 4),
+        batch_sizes=(1, 2),
+        measurement_ms=500,
+        stability_percent=100,
+        max_trials=10,
+    )
     rows = perf.run_sweep(sweep, served.endpoint("grpc"), find_perf_analyzer(), tmp_path / "raw")
     assert [(r["batch"], r["level"]) for r in rows] == [(1, 1.0), (1, 4.0), (2, 1.0), (2, 4.0)]
     assert all(r["throughput"] > 0 and r["p99_ms"] >= r["p50_ms"] > 0 for r in rows)
@@ -25,8 +32,15 @@ def test_perf_analyzer_sweep_gives_a_tidy_table_and_plot(served, tmp_path):
 
 
 def test_perf_analyzer_over_http_with_request_rate(served, tmp_path):
-    sweep = perf.Sweep("digits_cnn", "http", concurrency=(), request_rates=(100,), measurement_ms=1000,
-                       stability_percent=100, max_trials=10)  # fmt: skip
+    sweep = perf.Sweep(
+        "digits_cnn",
+        "http",
+        concurrency=(),
+        request_rates=(100,),
+        measurement_ms=1000,
+        stability_percent=100,
+        max_trials=10,
+    )
     (row,) = perf.run_sweep(sweep, served.endpoint("http"), find_perf_analyzer(), tmp_path)
     assert row["load"] == "request_rate" and row["throughput"] == pytest.approx(100, rel=0.25)
 
@@ -77,8 +91,9 @@ def test_reconciliation_measures_both_tools_at_the_same_load(served, tmp_path):
 
 def test_a_point_that_cannot_stabilize_is_kept_and_flagged(served, tmp_path):
     # a 0.001% stability bound is not met by any real host: the point must still give a row
-    sweep = perf.Sweep("digits_cnn", "grpc", concurrency=(2,), measurement_ms=200, stability_percent=0.001,
-                       max_trials=3)  # fmt: skip
+    sweep = perf.Sweep(
+        "digits_cnn", "grpc", concurrency=(2,), measurement_ms=200, stability_percent=0.001, max_trials=3
+    )
     (row,) = perf.run_sweep(sweep, served.endpoint("grpc"), find_perf_analyzer(), tmp_path)
     assert row["throughput"] > 0 and row["p99_ms"] >= row["p50_ms"] > 0
     assert row["stable"] in ("yes", "no") and row["window_ms"] >= 200
@@ -88,9 +103,15 @@ def test_a_point_that_cannot_stabilize_is_kept_and_flagged(served, tmp_path):
 
 def test_a_failed_point_keeps_the_finished_ones(served, tmp_path):
     ep, analyzer, failures = served.endpoint("grpc"), find_perf_analyzer(), []
-    rows = perf.run_sweep(perf.Sweep("digits_cnn", concurrency=(1,), measurement_ms=300, stability_percent=100),
-                          ep, analyzer, tmp_path, failures)  # fmt: skip
-    rows += perf.run_sweep(perf.Sweep("no_such_model", concurrency=(1,), measurement_ms=300), ep, analyzer, tmp_path,
-                           failures)  # fmt: skip
+    rows = perf.run_sweep(
+        perf.Sweep("digits_cnn", concurrency=(1,), measurement_ms=300, stability_percent=100),
+        ep,
+        analyzer,
+        tmp_path,
+        failures,
+    )
+    rows += perf.run_sweep(
+        perf.Sweep("no_such_model", concurrency=(1,), measurement_ms=300), ep, analyzer, tmp_path, failures
+    )
     assert len(rows) == 1 and rows[0]["model"] == "digits_cnn"
     assert [f.model for f in failures] == ["no_such_model"] and "no_such_model" in perf.failures_table(failures)

@@ -73,9 +73,15 @@ def test_bad_images_fail_alone_naming_the_step_and_the_rest_succeed(served):
     images, labels = _digit_pngs(served, 4)
     huge = io.BytesIO()
     Image.new("L", (5000, 5000)).save(huge, format="PNG")
-    cases = {"good": images[0], "corrupt": b"\x89PNG\r\n\x1a\nnot really", "truncated": images[1][:40],
-             "empty": b"", "too large": huge.getvalue(), "bomb header": png_header_only(60000, 60000),
-             "good2": images[2]}  # fmt: skip
+    cases = {
+        "good": images[0],
+        "corrupt": b"\x89PNG\r\n\x1a\nnot really",
+        "truncated": images[1][:40],
+        "empty": b"",
+        "too large": huge.getvalue(),
+        "bomb header": png_header_only(60000, 60000),
+        "good2": images[2],
+    }
     ep = served.endpoint("grpc")
 
     def send(item):
@@ -89,9 +95,13 @@ def test_bad_images_fail_alone_naming_the_step_and_the_rest_succeed(served):
         results = dict(pool.map(send, cases.items()))
     assert int(results["good"]["CLASS_IDS"][0, 0]) == labels[0]
     assert int(results["good2"]["CLASS_IDS"][0, 0]) == labels[2]
-    for name, reason in (("corrupt", "could not be decoded"), ("truncated", "could not be decoded"),
-                         ("empty", "is empty"), ("too large", "over the limit"),
-                         ("bomb header", "over the limit")):  # fmt: skip
+    for name, reason in (
+        ("corrupt", "could not be decoded"),
+        ("truncated", "could not be decoded"),
+        ("empty", "is empty"),
+        ("too large", "over the limit"),
+        ("bomb header", "over the limit"),
+    ):
         assert "INVALID_ARG" in results[name] or "400" in results[name], results[name]
         assert "preprocess: image 0" in results[name] and reason in results[name], results[name]
     with ep.client() as client:
@@ -103,9 +113,17 @@ def test_latency_breakdown_names_every_step(served):
     ep = served.endpoint("http")
     infer(ep, "digits_cnn_pipeline", {"IMAGE": np.array(images, dtype=object).reshape(-1, 1)})
     rows = breakdown(ep, "digits_cnn_pipeline")
-    assert [r["model"] for r in rows] == ["digits_cnn_preprocess", "digits_cnn", "digits_cnn_postprocess",
-                                         "digits_cnn_pipeline"]  # fmt: skip
+    assert [r["model"] for r in rows] == [
+        "digits_cnn_preprocess",
+        "digits_cnn",
+        "digits_cnn_postprocess",
+        "digits_cnn_pipeline",
+    ]
     assert all(r["requests"] >= 1 for r in rows) and rows[1]["compute_infer_us"] > 0
-    done = subprocess.run([sys.executable, "-m", "clients", "stats", "digits_cnn_pipeline", "--state-dir",
-                           str(served.state_dir)], capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "clients", "stats", "digits_cnn_pipeline", "--state-dir", str(served.state_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0 and "| digits_cnn_preprocess |" in done.stdout

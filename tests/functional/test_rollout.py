@@ -62,8 +62,9 @@ def builds(digits_build, tmp_path_factory):
         build_model(BuildRequest(spec, "embedded", repos[name], root / f"work_{name}", ServingOptions()), module)
     repos["corrupt"] = _copy_with(root, repos["shifted"], "corrupt", "1/model.onnx", b"not an onnx model")
     config = (repos["shifted"] / "digits_cnn" / "config.pbtxt").read_text()
-    repos["interface"] = _copy_with(root, repos["shifted"], "interface", "config.pbtxt",
-                                    config.replace("dims: 10", "dims: 11").encode())  # fmt: skip
+    repos["interface"] = _copy_with(
+        root, repos["shifted"], "interface", "config.pbtxt", config.replace("dims: 10", "dims: 11").encode()
+    )
     return repos
 
 
@@ -167,9 +168,22 @@ def test_a_corrupt_build_is_rejected_with_the_servers_reason_and_the_cli_exits_n
     serving = _served_version(server)
     with Load(server) as load:
         done = subprocess.run(
-            [sys.executable, "-m", "server", "rollout", "--model", "digits_cnn", "--from", str(builds["corrupt"]),
-             "--state-dir", str(server.state_dir)], capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "server",
+                "rollout",
+                "--model",
+                "digits_cnn",
+                "--from",
+                str(builds["corrupt"]),
+                "--state-dir",
+                str(server.state_dir),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     load.assert_no_failures()
     assert done.returncode != 0
     assert "rejected: loading digits_cnn__candidate failed" in done.stderr, done.stderr

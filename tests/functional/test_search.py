@@ -19,15 +19,23 @@ def test_quick_and_exhaustive_search_and_write_back(served, tmp_path):
     for name in ("digits_cnn", "digits_cnn_int8"):
         shutil.copytree(served.repo / name, repo / name)
         update_manifest(repo, read_manifest(served.repo)["models"][name])
-    settings = launcher.ServerSettings(repo, *launcher.free_ports(3), state_dir=tmp_path / "state",
-                                       model_control="explicit")  # fmt: skip
+    settings = launcher.ServerSettings(
+        repo, *launcher.free_ports(3), state_dir=tmp_path / "state", model_control="explicit"
+    )
     state = launcher.start(settings)
     try:
         ep = Endpoint("grpc", state.grpc_url, state.admin_headers("grpc"), repo)
-        searcher = search.Searcher(repo, ep, find_perf_analyzer(), {"p99_ms": 1000.0, "accuracy": 0.01},
-                                   {"concurrency": 4, "interval_ms": 500}, tmp_path)  # fmt: skip
-        space = search.SearchSpace(("digits_cnn", "digits_cnn_int8"), 1, (0,),
-                                   {"digits_cnn": 16, "digits_cnn_int8": 16})  # fmt: skip
+        searcher = search.Searcher(
+            repo,
+            ep,
+            find_perf_analyzer(),
+            {"p99_ms": 1000.0, "accuracy": 0.01},
+            {"concurrency": 4, "interval_ms": 500},
+            tmp_path,
+        )
+        space = search.SearchSpace(
+            ("digits_cnn", "digits_cnn_int8"), 1, (0,), {"digits_cnn": 16, "digits_cnn_int8": 16}
+        )
         quick = search.quick(space, searcher)
         quick_count = len(searcher.results)
         best = search.exhaustive(space, searcher)

@@ -34,9 +34,22 @@ def test_models_are_ready_in_the_repository_index(served):
     ep = served.endpoint("http")
     with ep.client() as client:
         index = {m["name"]: m["state"] for m in repository_index(ep, client)}
-    expected = ("digits_cnn", "digits_cnn_int8", "resnet18_64", "resnet18_64_torch_fp32", "resnet18_64_torch_fp32_u8",
-                "digits_cnn_pipeline", "digits_cnn_pipeline_u8", "digits_cnn_preprocess", "digits_cnn_preprocess_u8",
-                "digits_cnn_postprocess", "minilm", "minilm_tokenize", "minilm_pool", "minilm_pipeline")  # fmt: skip
+    expected = (
+        "digits_cnn",
+        "digits_cnn_int8",
+        "resnet18_64",
+        "resnet18_64_torch_fp32",
+        "resnet18_64_torch_fp32_u8",
+        "digits_cnn_pipeline",
+        "digits_cnn_pipeline_u8",
+        "digits_cnn_preprocess",
+        "digits_cnn_preprocess_u8",
+        "digits_cnn_postprocess",
+        "minilm",
+        "minilm_tokenize",
+        "minilm_pool",
+        "minilm_pipeline",
+    )
     assert index == {name: "READY" for name in expected}
 
 
@@ -123,8 +136,10 @@ def test_the_int8_variant_served_keeps_its_accuracy(served):
     accuracy = {}
     with ep.client() as client:
         for model in ("digits_cnn", "digits_cnn_int8"):
-            logits = [infer(ep, model, {"input": data["x"][i : i + 16]}, client=client).outputs["logits"]
-                      for i in range(0, len(data["x"]), 16)]  # fmt: skip
+            logits = [
+                infer(ep, model, {"input": data["x"][i : i + 16]}, client=client).outputs["logits"]
+                for i in range(0, len(data["x"]), 16)
+            ]
             accuracy[model] = float((np.concatenate(logits).argmax(1) == data["y"]).mean())
     assert accuracy["digits_cnn"] > 0.95
     assert accuracy["digits_cnn"] - accuracy["digits_cnn_int8"] <= 0.01, accuracy
@@ -207,10 +222,25 @@ def test_client_cli_classifies_a_digit_image(served, tmp_path):
     Image.fromarray(pixels).save(tmp_path / "digit.png")
     state_dir = str(served.state_dir)
     done = subprocess.run(
-        [sys.executable, "-m", "clients", "infer", "digits_cnn", "--input", str(tmp_path / "digit.png"),
-         "--top-k", "1", "--protocol", "grpc", "--state-dir", state_dir],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "clients",
+            "infer",
+            "digits_cnn",
+            "--input",
+            str(tmp_path / "digit.png"),
+            "--top-k",
+            "1",
+            "--protocol",
+            "grpc",
+            "--state-dir",
+            state_dir,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert f"sample 0: {label} (" in done.stdout
 
@@ -219,8 +249,10 @@ def test_client_cli_reports_a_bad_model_cleanly(served):
     state_dir = str(served.state_dir)
     done = subprocess.run(
         [sys.executable, "-m", "clients", "infer", "nosuchmodel", "--state-dir", state_dir],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and "error:" in done.stderr and "Traceback" not in done.stderr
     _assert_live(served)
 

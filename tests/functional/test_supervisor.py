@@ -32,8 +32,9 @@ def supervised(digits_build, tmp_path, request):
     options = ServingOptions(instances=getattr(request, "param", 2))
     build_model(BuildRequest(spec, "embedded", tmp_path / "repo", tmp_path / "work", options), built)
     http_port, grpc_port, metrics_port, health_port = launcher.free_ports(4)
-    settings = launcher.ServerSettings(tmp_path / "repo", http_port, grpc_port, metrics_port,
-                                       state_dir=tmp_path / "state")  # fmt: skip
+    settings = launcher.ServerSettings(
+        tmp_path / "repo", http_port, grpc_port, metrics_port, state_dir=tmp_path / "state"
+    )
     start_supervised(settings, health_port, probes=PROBES)
     yield settings, health_port
     stop_supervisor(settings.state_dir)
@@ -258,8 +259,11 @@ def _regions_of(server_pid: int) -> set[Path]:
             maps = Path(f"/proc/{pid}/maps").read_text()
         except OSError:
             continue
-        found |= {Path("/dev/shm") / line.split("/dev/shm/", 1)[1].split(" (deleted)")[0]
-                  for line in maps.splitlines() if "/dev/shm/triton_python_backend" in line}  # fmt: skip
+        found |= {
+            Path("/dev/shm") / line.split("/dev/shm/", 1)[1].split(" (deleted)")[0]
+            for line in maps.splitlines()
+            if "/dev/shm/triton_python_backend" in line
+        }
     return found
 
 

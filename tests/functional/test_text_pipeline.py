@@ -29,8 +29,10 @@ def test_served_embeddings_match_sentence_transformers(served, reference, protoc
     assert len(SENTENCES) >= 50
     ep = served.endpoint(protocol)
     with ep.client() as client:
-        one_by_one = [infer(ep, "minilm_pipeline", {"TEXT": _texts([s])}, client=client).outputs["EMBEDDING"][0]
-                      for s in SENTENCES]  # fmt: skip
+        one_by_one = [
+            infer(ep, "minilm_pipeline", {"TEXT": _texts([s])}, client=client).outputs["EMBEDDING"][0]
+            for s in SENTENCES
+        ]
         batched = infer(ep, "minilm_pipeline", {"TEXT": _texts(SENTENCES[:8])}, client=client).outputs["EMBEDDING"]
     cosine = np.sum(np.stack(one_by_one) * reference, axis=1)
     assert cosine.min() >= 0.999, (cosine.min(), SENTENCES[int(cosine.argmin())])

@@ -74,15 +74,25 @@ def _tiny(folder: Path):
     batch = torch.export.Dim("batch", min=1, max=8)
     program = torch.export.export(module, example, dynamic_shapes=({0: batch},))
     torch.export.save(program, str(folder / "tiny.pt2"))
-    torch.onnx.export(module, example, str(folder / "tiny.onnx"), input_names=["x"], output_names=["y"],
-                      dynamic_shapes=({0: batch},), dynamo=True)  # fmt: skip
+    torch.onnx.export(
+        module,
+        example,
+        str(folder / "tiny.onnx"),
+        input_names=["x"],
+        output_names=["y"],
+        dynamic_shapes=({0: batch},),
+        dynamo=True,
+    )
     return module
 
 
 def _calibration(folder: Path) -> None:
     rng = np.random.default_rng(3)
-    np.savez(folder / "calib.npz", image=rng.standard_normal((32, 3, 16, 16)).astype(np.float32),
-             ids=rng.integers(0, 50, (32, 12)).astype(np.int64))  # fmt: skip
+    np.savez(
+        folder / "calib.npz",
+        image=rng.standard_normal((32, 3, 16, 16)).astype(np.float32),
+        ids=rng.integers(0, 50, (32, 12)).astype(np.int64),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +106,9 @@ def user_served(tmp_path_factory):
     (folder / "models.toml").write_text(acme + EXTRA)
     repo, work = folder / "repo", folder / "build"
     for user in spec_file.load(folder / "models.toml"):
-        request = BuildRequest(user.spec, "embedded", repo, work, user.serving, precisions=user.precisions,
-                               calibration=user.calibration)  # fmt: skip
+        request = BuildRequest(
+            user.spec, "embedded", repo, work, user.serving, precisions=user.precisions, calibration=user.calibration
+        )
         build_model(request)
         if user.pipelines:
             _write_pipelines(repo, user.spec, user.serving)
@@ -112,8 +123,10 @@ def user_served(tmp_path_factory):
 
 def _acme_inputs(batch: int, length: int, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
-    return {"image": rng.standard_normal((batch, 3, 16, 16)).astype(np.float32),
-            "ids": rng.integers(0, 50, (batch, length)).astype(np.int64)}  # fmt: skip
+    return {
+        "image": rng.standard_normal((batch, 3, 16, 16)).astype(np.float32),
+        "ids": rng.integers(0, 50, (batch, length)).astype(np.int64),
+    }
 
 
 def _torch_outputs(module, arrays: dict) -> list[np.ndarray]:
@@ -126,8 +139,14 @@ def _torch_outputs(module, arrays: dict) -> list[np.ndarray]:
 
 def test_every_model_of_the_spec_file_is_built_and_recorded(user_served):
     models = read_manifest(user_served.repo)["models"]
-    assert {"acme_classifier", "acme_classifier_int8", "mobilenet_small", "tiny_exported", "tiny_onnx",
-            "acme_classifier_torch_fp32"} <= set(models)  # fmt: skip
+    assert {
+        "acme_classifier",
+        "acme_classifier_int8",
+        "mobilenet_small",
+        "tiny_exported",
+        "tiny_onnx",
+        "acme_classifier_torch_fp32",
+    } <= set(models)
     assert models["acme_classifier"]["validation"]["passed"]
     assert models["acme_classifier"]["spec"]["builder"] == "user_factory"
     assert models["acme_classifier_int8"]["int8"]["calibration_samples"] == 32
@@ -187,8 +206,16 @@ def test_perf_analyzer_drives_the_two_input_model_with_spec_shaped_inputs(user_s
     sample = json.loads(data.read_text())["data"][0]
     assert sample["ids"]["shape"] == [8] and max(sample["ids"]["content"]) < 50  # spec's length and vocabulary
     # A functional check, not a measurement: loose stability so that a busy host cannot fail it (it did once).
-    sweep = perf.Sweep("acme_classifier", "grpc", (2,), batch_sizes=(1, 4), measurement_ms=500, max_trials=10,
-                       stability_percent=100, input_data=data)  # fmt: skip
+    sweep = perf.Sweep(
+        "acme_classifier",
+        "grpc",
+        (2,),
+        batch_sizes=(1, 4),
+        measurement_ms=500,
+        max_trials=10,
+        stability_percent=100,
+        input_data=data,
+    )
     rows = perf.run_sweep(sweep, ep, find_perf_analyzer(), tmp_path / "raw")
     assert [r["batch"] for r in rows] == [1, 4] and all(r["throughput"] > 0 for r in rows)
 
@@ -199,7 +226,10 @@ def test_the_manifest_gives_the_default_model_list(user_served):
     names = served_models(user_served.endpoint("http"))
     assert names[0] == "acme_classifier" and {"tiny_onnx", "mobilenet_small"} <= set(names)
     assert variants_of(user_served.repo, "acme_classifier") == [
-        "acme_classifier", "acme_classifier_int8", "acme_classifier_torch_fp32"]  # fmt: skip
+        "acme_classifier",
+        "acme_classifier_int8",
+        "acme_classifier_torch_fp32",
+    ]
 
 
 def test_locust_drives_the_two_input_model(user_served, tmp_path):

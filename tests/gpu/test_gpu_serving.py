@@ -34,9 +34,12 @@ def gpu_served(tmp_path_factory):
     build_model(BuildRequest(spec, "embedded", root / "scratch", root / "work"), built)
     gpu = ServingOptions(instances=2, kind="KIND_GPU", dynamic_batching=False)  # 2 instances: no batcher
     compiled = dict(channels_last=True, cuda_graphs=True, compiler="inductor", host_outputs=True)
-    for runtime in (TorchRuntime("fp16", channels_last=True, cuda_graphs=True),
-                    TorchRuntime("fp16", channels_last=True, cuda_graphs=True, uint8_input=True),
-                    TorchRuntime("fp16", uint8_input=True, **compiled), TorchRuntime("bf16", **compiled)):  # fmt: skip
+    for runtime in (
+        TorchRuntime("fp16", channels_last=True, cuda_graphs=True),
+        TorchRuntime("fp16", channels_last=True, cuda_graphs=True, uint8_input=True),
+        TorchRuntime("fp16", uint8_input=True, **compiled),
+        TorchRuntime("bf16", **compiled),
+    ):
         build_torch_variant(BuildRequest(spec, "embedded", root / "repo", root / "work", gpu), runtime)
     settings = launcher.ServerSettings(root / "repo", *launcher.free_ports(3), state_dir=root / "state")
     state = launcher.start(settings)
@@ -63,8 +66,9 @@ def test_uint8_normalization_on_the_gpu():
     pixels = torch.randint(0, 256, (2, 16, 16, 3), dtype=torch.uint8, device="cuda")
     out = normalize_uint8(pixels, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25), torch.float16)
     assert out.is_cuda and out.shape == (2, 3, 16, 16)
-    torch.testing.assert_close(out.float().cpu(), normalize_uint8(pixels.cpu(), (0.5,) * 3, (0.25,) * 3, torch.float32),
-                               rtol=1e-2, atol=1e-2)  # fmt: skip
+    torch.testing.assert_close(
+        out.float().cpu(), normalize_uint8(pixels.cpu(), (0.5,) * 3, (0.25,) * 3, torch.float32), rtol=1e-2, atol=1e-2
+    )
 
 
 def test_served_fp16_graphs_on_gpu_instances_match_pytorch(gpu_served):

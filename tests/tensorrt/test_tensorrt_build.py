@@ -37,6 +37,7 @@ def test_plans_build_compare_and_fit_this_host(built_repo, precision):
 
 def test_static_and_dynamic_engines_both_build(built_repo):
     spec, root = built_repo
-    static = build_plan_variant(spec, root / "repo", root / "work", EngineOptions("fp16", static_batch=8),
-                                repository.ServingOptions())  # fmt: skip
+    static = build_plan_variant(
+        spec, root / "repo", root / "work", EngineOptions("fp16", static_batch=8), repository.ServingOptions()
+    )
     assert static["max_batch_size"] == 0 and static["timing"]["gpu_compute_mean_ms"] > 0

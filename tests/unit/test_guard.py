@@ -72,9 +72,18 @@ def test_the_embedded_server_refuses_plans_before_starting(repo, tmp_path):
 
 def _compiled(device="cuda", torch="2.11.0", triton="3.6.0", cc="9.0"):
     gpu = {"name": "NVIDIA H100 80GB HBM3", "compute_capability": cc} if device == "cuda" else None
-    return {"name": "resnet50_inductor_fp16", "precision": "fp16",
-            "compiled": {"compiler": "inductor", "torch": torch, "triton": triton, "device": device, "gpu": gpu,
-                         **({"compute_capability": cc} if device == "cuda" else {})}}  # fmt: skip
+    return {
+        "name": "resnet50_inductor_fp16",
+        "precision": "fp16",
+        "compiled": {
+            "compiler": "inductor",
+            "torch": torch,
+            "triton": triton,
+            "device": device,
+            "gpu": gpu,
+            **({"compute_capability": cc} if device == "cuda" else {}),
+        },
+    }
 
 
 HOST = Target(None, "9.0", "NVIDIA H100 80GB HBM3", "this host", torch="2.11.0", triton="3.6.0")

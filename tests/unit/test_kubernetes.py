@@ -118,8 +118,11 @@ def test_the_shim_configmap_is_what_the_repository_holds():
 
 
 def test_the_image_is_the_ngc_release_of_docker_env():
-    release = next(line.split("=", 1)[1] for line in (ROOT / "docker/.env").read_text().splitlines()
-                   if line.startswith("NGC_RELEASE="))  # fmt: skip
+    release = next(
+        line.split("=", 1)[1]
+        for line in (ROOT / "docker/.env").read_text().splitlines()
+        if line.startswith("NGC_RELEASE=")
+    )
     image = f"nvcr.io/nvidia/tritonserver:{release}-py3"
     assert _container()["image"] == image
     assert _docs("kserve/inferenceservice.yaml")[0]["spec"]["predictor"]["model"]["image"] == image
@@ -153,8 +156,12 @@ def test_the_kserve_predictor_is_a_valid_container_spec():
     model = copy.deepcopy(_docs("kserve/inferenceservice.yaml")[0]["spec"]["predictor"]["model"])
     assert model.pop("modelFormat") == {"name": "triton"} and model.pop("storageUri").startswith("pvc://")
     assert model.pop("protocolVersion") == "v2"
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "check"},
-           "spec": {"containers": [{"name": "kserve-container", **model}]}}  # fmt: skip
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "check"},
+        "spec": {"containers": [{"name": "kserve-container", **model}]},
+    }
     _validate(pod)
     assert model["command"] == _container()["command"] and model["env"] == _container()["env"]
     assert not any("admin-key=" in a for a in model["args"])

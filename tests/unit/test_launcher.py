@@ -53,8 +53,10 @@ def test_numpy_2_is_refused_only_for_models_that_answer_with_numpy_arrays(tmp_pa
     from server.launcher import numpy_problem
 
     spec = zoo.get_spec("digits_cnn")
-    for name, config in (("onnx", model_config(spec, "embedded")),
-                         ("torch", torch_config(spec, TorchRuntime("fp32"), ServingOptions()))):  # fmt: skip
+    for name, config in (
+        ("onnx", model_config(spec, "embedded")),
+        ("torch", torch_config(spec, TorchRuntime("fp32"), ServingOptions())),
+    ):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.pbtxt").write_text(config.to_pbtxt())
     assert numpy_problem(tmp_path, "1.26.4") is None

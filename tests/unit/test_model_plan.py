@@ -37,8 +37,9 @@ def test_bad_shape_flags_are_refused():
             parse_shapes(bad)
 
 
-@pytest.mark.parametrize("dims, dtype, expected", [((16, 12, 3), "UINT8", (2, 16, 12, 3)),
-                                                    ((3, 16, 12), "FP32", (2, 3, 16, 12))])  # fmt: skip
+@pytest.mark.parametrize(
+    "dims, dtype, expected", [((16, 12, 3), "UINT8", (2, 16, 12, 3)), ((3, 16, 12), "FP32", (2, 3, 16, 12))]
+)
 def test_a_folder_of_images_feeds_an_image_input(tmp_path, dims, dtype, expected):
     from PIL import Image
 

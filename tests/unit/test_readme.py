@@ -52,8 +52,14 @@ def test_no_process_is_ended_by_name():
     sources = [ROOT / "Makefile", *ROOT.glob("*/**/*.py"), *ROOT.glob(".ci/*"), *ROOT.glob("docker/*")]
     # the two commands' names are spelled in halves so that this test is not itself a match for them
     pattern = re.compile(r"\b(" + "p" + "kill|kill" + "all" + r")\b")
-    hits = [str(p.relative_to(ROOT)) for p in sources if ".venv" not in p.parts and p.is_file()
-            and p != Path(__file__) and pattern.search(p.read_text(errors="replace"))]  # fmt: skip
+    hits = [
+        str(p.relative_to(ROOT))
+        for p in sources
+        if ".venv" not in p.parts
+        and p.is_file()
+        and p != Path(__file__)
+        and pattern.search(p.read_text(errors="replace"))
+    ]
     assert hits == []
 
 

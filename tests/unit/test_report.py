@@ -23,8 +23,9 @@ def test_report_has_tables_plots_history_and_reasons(tmp_path):
     earlier, current = _run(tmp_path / "20260101-000000", 1.0), _run(tmp_path / "20260102-000000", 1.1)
     repo = tmp_path / "repo"
     repo.mkdir()
-    (repo / "manifest.json").write_text(json.dumps({"models": {"digits_cnn": {"kind": "KIND_CPU", "accuracy": 0.98,
-                                                                               "precision": "fp32"}}}))  # fmt: skip
+    (repo / "manifest.json").write_text(
+        json.dumps({"models": {"digits_cnn": {"kind": "KIND_CPU", "accuracy": 0.98, "precision": "fp32"}}})
+    )
     text = build_report(current, repo, earlier).read_text()
     assert "| CPU | digits_cnn |" in text and "no CUDA GPU on this host" in text and "make build-engines-docker" in text
     assert "+10.0%" in text and "927.8 → 1020.5" in text
@@ -37,8 +38,14 @@ def test_report_has_tables_plots_history_and_reasons(tmp_path):
 def test_soak_growth_is_measured_after_the_warmup():
     from loadtest.soak import growth
 
-    samples = [(0, "server", 1, 50.0), (0, "stub #0", 2, 10.0), (60, "server", 1, 100.0),
-               (60, "stub #0", 2, 20.0), (120, "server", 1, 104.0), (120, "stub #0", 3, 20.0)]  # fmt: skip
+    samples = [
+        (0, "server", 1, 50.0),
+        (0, "stub #0", 2, 10.0),
+        (60, "server", 1, 100.0),
+        (60, "stub #0", 2, 20.0),
+        (120, "server", 1, 104.0),
+        (120, "stub #0", 3, 20.0),
+    ]
     rows = [{"t_s": t, "process": p, "pid": pid, "rss_mib": rss} for t, p, pid, rss in samples]
     table = {r["process"]: r for r in growth(rows, warmup=60)}
     assert table["server"]["growth_pct"] == 4.0 and table["server"]["same_pid"]
@@ -88,8 +95,13 @@ def test_a_precision_that_did_not_pay_is_said(tmp_path):
     rows += [{**r, "model": "digits_cnn_int8", "throughput": r["throughput"] * 0.8} for r in rows]
     perf.write_csv(rows, run / "perf.csv")
     spec = {"name": "digits_cnn"}
-    repo = _repo(tmp_path, {"digits_cnn": {"kind": "KIND_CPU", "precision": "fp32", "spec": spec},
-                            "digits_cnn_int8": {"kind": "KIND_CPU", "precision": "int8", "spec": spec}})  # fmt: skip
+    repo = _repo(
+        tmp_path,
+        {
+            "digits_cnn": {"kind": "KIND_CPU", "precision": "fp32", "spec": spec},
+            "digits_cnn_int8": {"kind": "KIND_CPU", "precision": "int8", "spec": spec},
+        },
+    )
     text = build_report(run, repo).read_text()
     assert "| digits_cnn_int8 | int8 | digits_cnn | 0.80x | did not pay: slower than fp32 here |" in text
 

@@ -46,8 +46,9 @@ def test_a_failed_write_leaves_the_previous_model_and_no_staging(digits_build, t
 def test_cli_reports_user_errors_without_traceback(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "builders", "build", "--models", "nosuchmodel", "--repo", str(tmp_path / "r")],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 2
     assert "error: model 'nosuchmodel' is not in the zoo" in done.stderr
     assert "Traceback" not in done.stderr

@@ -21,8 +21,10 @@ def test_neighbours_move_one_step_along_one_axis():
     moves = space.neighbours(start)
     assert Candidate("m", 2, 100, ()) in moves and Candidate("m", 1, 0, ()) in moves
     assert Candidate("m", 1, 1000, ()) in moves and Candidate("m_int8", 1, 100, ()) in moves
-    assert all(sum(getattr(n, a) != getattr(start, a) for a in ("variant", "instances", "delay_us", "preferred")) == 1
-               for n in moves)  # fmt: skip
+    assert all(
+        sum(getattr(n, a) != getattr(start, a) for a in ("variant", "instances", "delay_us", "preferred")) == 1
+        for n in moves
+    )
 
 
 def test_candidate_config_changes_only_instances_and_batching():
@@ -37,8 +39,13 @@ def test_candidate_config_changes_only_instances_and_batching():
 
 
 def test_gpu_torch_variants_are_searched_with_one_instance_only():
-    space = SearchSpace(("m_torch", "m"), max_instances=2, delays_us=(0,), max_batch={"m_torch": 8, "m": 8},
-                        single_instance=frozenset({"m_torch"}))  # fmt: skip
+    space = SearchSpace(
+        ("m_torch", "m"),
+        max_instances=2,
+        delays_us=(0,),
+        max_batch={"m_torch": 8, "m": 8},
+        single_instance=frozenset({"m_torch"}),
+    )
     assert {c.instances for c in space.candidates() if c.variant == "m_torch"} == {1}
     assert {c.instances for c in space.candidates() if c.variant == "m"} == {1, 2}
     from_two = next(c for c in space.candidates() if c.variant == "m" and c.instances == 2)

@@ -56,8 +56,9 @@ def test_serve_sh_reads_the_key_file(shim, tmp_path):
     key = tmp_path / "admin_key"
     key.write_text("file-key\n")
     program = tmp_path / "fake_tritonserver"
-    program.write_text(f"#!{sys.executable}\nimport sys, time\nprint(' '.join(sys.argv[1:]), flush=True)\n"
-                       "time.sleep(3)\n")  # fmt: skip
+    program.write_text(
+        f"#!{sys.executable}\nimport sys, time\nprint(' '.join(sys.argv[1:]), flush=True)\ntime.sleep(3)\n"
+    )
     program.chmod(0o755)
     env = {**os.environ, "TRITON_ADMIN_KEY_FILE": str(key), "TRITON_SHIM": str(shim), "TRITON_PROGRAM": str(program)}
     out, cmdline, environ = _run_and_inspect(["sh", str(ROOT / "docker" / "serve.sh"), "--model-repository=/m"], env)

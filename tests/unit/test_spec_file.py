@@ -21,8 +21,17 @@ def package(tmp_path_factory):
 
 def _build_all(path: Path, repo: Path, work: Path) -> None:
     for user in spec_file.load(path):
-        build_model(BuildRequest(user.spec, "embedded", repo, work, user.serving, precisions=user.precisions,
-                                 calibration=user.calibration))  # fmt: skip
+        build_model(
+            BuildRequest(
+                user.spec,
+                "embedded",
+                repo,
+                work,
+                user.serving,
+                precisions=user.precisions,
+                calibration=user.calibration,
+            )
+        )
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

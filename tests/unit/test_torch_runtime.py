@@ -46,8 +46,9 @@ def test_uint8_normalization_matches_the_client_preprocessing():
     got = rt.normalize_uint8(torch.from_numpy(pixels), spec.preprocessing.mean, spec.preprocessing.std, torch.float32)
     want = np.stack([preprocess_image(Image.fromarray(p), spec) for p in pixels])
     np.testing.assert_allclose(got.numpy(), want, atol=1e-5)
-    half = rt.normalize_uint8(torch.from_numpy(pixels), spec.preprocessing.mean, spec.preprocessing.std,
-                              torch.float16, channels_last=True)  # fmt: skip
+    half = rt.normalize_uint8(
+        torch.from_numpy(pixels), spec.preprocessing.mean, spec.preprocessing.std, torch.float16, channels_last=True
+    )
     assert half.dtype == torch.float16 and half.is_contiguous(memory_format=torch.channels_last)
 
 
