@@ -4,7 +4,8 @@ from pathlib import Path
 
 import click
 
-from builders.cli_support import step, user_errors
+from common import options
+from common.cli import step, user_errors
 
 
 @click.group()
@@ -35,7 +36,7 @@ def _split(value: str) -> list[str]:
     help="embedded: Python backend for the pip tritonserver; ngc: native backends of the NGC images; "
     "auto: ngc where a Docker engine answers, else embedded.",
 )
-@click.option("--repo", type=click.Path(path_type=Path), default=Path("model_repository"), show_default=True)
+@options.REPO
 @click.option(
     "--work-dir",
     type=click.Path(path_type=Path),
@@ -167,8 +168,8 @@ def _build_one(request, with_pipelines: bool) -> None:
 
 
 def _check_compiled(precisions: list) -> None:
-    from builders.errors import ConfigError
     from builders.repository import TORCH_PRECISIONS
+    from common.errors import ConfigError
 
     unknown = [p for p in precisions if p not in TORCH_PRECISIONS]
     if unknown:
@@ -210,7 +211,7 @@ def _write_pipelines(repo, spec, options):
 @cli.command()
 @click.option("--models", default="digits_cnn", show_default=True)
 @click.option("--precisions", default="fp16", show_default=True, help="fp32, fp16 and/or int8.")
-@click.option("--repo", type=click.Path(path_type=Path), default=Path("model_repository"), show_default=True)
+@options.REPO
 @click.option("--work-dir", type=click.Path(path_type=Path), default=Path("build"), show_default=True)
 @click.option("--max-batch", type=int, default=None, help="Profile max batch (default: the spec's).")
 @click.option("--opt-batch", type=int, default=None, help="Profile opt batch (default: half the max).")
@@ -262,7 +263,7 @@ def engines(
 
 
 @cli.command()
-@click.option("--repo", type=click.Path(path_type=Path), default=Path("model_repository"), show_default=True)
+@options.REPO
 @click.option("--image", default=None, help="Check against this server image (needs Docker); default: this host.")
 @user_errors
 def guard(repo, image):

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builders import export, quantize, repository, user_models, validate, zoo
-from builders.cli_support import step
 from builders.environment import host_info, tool_versions
-from builders.errors import SpecError, ToolError
 from builders.spec import ModelSpec
+from common.cli import step
+from common.errors import SpecError, ToolError
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ from importlib import metadata
 from pathlib import Path
 
 from builders import export, repository, validate
-from builders.cli_support import step
 from builders.environment import gpu_info
-from builders.errors import SpecError
+from common.cli import step
+from common.errors import SpecError
 
 CACHE = "compile_cache.bin"
 REPORT = "validation.compiled.json"

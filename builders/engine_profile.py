@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from builders.errors import ConfigError
 from builders.model_config import ModelConfig
 from builders.spec import ModelSpec
+from common.errors import ConfigError
 
 ENGINE_PRECISIONS = ("fp32", "fp16", "int8")
 

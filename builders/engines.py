@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 from builders import quantize, repository, zoo
-from builders.cli_support import step
 from builders.engine_profile import (
     EngineOptions,
     batch_range,
@@ -22,10 +21,11 @@ from builders.engine_profile import (
     plan_filename,
     profile_shapes,
 )
-from builders.errors import SpecError
 from builders.model_config import ModelConfig, parse_pbtxt
 from builders.spec import ModelSpec
 from builders.tensorrt_build import build_engine, compare_engine, engine_metadata, require_tensorrt, time_engine
+from common.cli import step
+from common.errors import SpecError
 
 
 def variant_name(spec: ModelSpec, options: EngineOptions) -> str:

@@ -10,8 +10,8 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from builders.errors import ExportError
 from builders.spec import ModelSpec, TensorSpec
+from common.errors import ExportError
 
 STAMP = "export.json"
 

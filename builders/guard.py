@@ -13,7 +13,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 
-from builders.errors import ToolError
+from common.errors import ToolError
 
 _VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 

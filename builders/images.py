@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from builders.errors import SpecError
 from builders.spec import ModelSpec
+from common.errors import SpecError
 
 
 def preprocess_image(image, spec: ModelSpec) -> np.ndarray:

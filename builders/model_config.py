@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from builders.errors import ConfigError
+from common.errors import ConfigError
 
 KINDS = ("KIND_CPU", "KIND_GPU", "KIND_AUTO")
 FORMATS = ("FORMAT_NCHW", "FORMAT_NHWC")

@@ -14,8 +14,8 @@ import shutil
 from pathlib import Path
 
 from builders import export
-from builders.errors import ExportError, ValidationError
 from builders.spec import ModelSpec
+from common.errors import ExportError, ValidationError
 
 ONNX_DTYPES = {1: "float32", 10: "float16", 7: "int64", 6: "int32", 2: "uint8", 9: "bool"}
 

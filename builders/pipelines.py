@@ -11,9 +11,9 @@ import dataclasses
 from pathlib import Path
 
 from builders import repository
-from builders.errors import SpecError
 from builders.model_config import DynamicBatching, EnsembleStep, InstanceGroup, ModelConfig, TensorConfig
 from builders.spec import ModelSpec
+from common.errors import SpecError
 from triton_models import CLASSIFY_POSTPROCESS, IMAGE_PREPROCESS, TEXT_POOL, TEXT_TOKENIZE
 
 DEFAULT_TOP_K = 5

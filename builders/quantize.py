@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from builders.errors import SpecError, ValidationError
 from builders.spec import ModelSpec
+from common.errors import SpecError, ValidationError
 
 CALIBRATION_BATCH = 32
 MAX_CALIBRATION_SAMPLES = 512

@@ -10,9 +10,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from builders.errors import ConfigError
 from builders.model_config import DynamicBatching, InstanceGroup, ModelConfig, QueuePolicy, TensorConfig, Warmup
 from builders.spec import ModelSpec
+from common.errors import ConfigError
 from triton_models import ONNXRUNTIME_MODEL
 
 TARGETS = ("embedded", "ngc")

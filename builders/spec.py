@@ -8,7 +8,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from builders.errors import SpecError
+from common.errors import SpecError
 
 # Triton data types (without the TYPE_ prefix) and their numpy names.
 DTYPES = {

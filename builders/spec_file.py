@@ -23,9 +23,9 @@ from pathlib import Path
 import tomllib
 
 from builders import user_models
-from builders.errors import SpecError
 from builders.repository import ServingOptions
 from builders.spec import DTYPES, IMAGE_FORMATS, PRECISIONS, ModelSpec, Preprocessing, TensorSpec
+from common.errors import SpecError
 
 SOURCES = ("factory", "exported", "onnx")
 MODEL_FIELDS = {
@@ -178,8 +178,8 @@ def read_model(table: dict, index: int, path: Path) -> UserModel:
 
 def _check_config(m: _Model, spec: ModelSpec, serving: ServingOptions) -> None:
     """Build the Triton config now, so a bad serving option fails on load, naming the field."""
-    from builders.errors import ConfigError
     from builders.repository import model_config
+    from common.errors import ConfigError
 
     try:
         model_config(spec, "embedded", serving)

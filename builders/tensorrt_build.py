@@ -15,8 +15,8 @@ import subprocess
 from pathlib import Path
 
 from builders.engine_profile import EngineOptions, profile_shapes
-from builders.errors import ToolError, ValidationError
 from builders.spec import ModelSpec
+from common.errors import ToolError, ValidationError
 
 
 class TensorRTUnavailable(ToolError):

@@ -13,8 +13,8 @@ import importlib
 import sys
 from pathlib import Path
 
-from builders.errors import SpecError
 from builders.spec import ModelSpec
+from common.errors import SpecError
 
 FACTORY, EXPORTED, ONNX = "user_factory", "user_exported", "user_onnx"
 USER_BUILDERS = (FACTORY, EXPORTED, ONNX)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from builders.errors import ValidationError
 from builders.export import sample_inputs
 from builders.spec import ModelSpec
+from common.errors import ValidationError
 
 REPORT = "validation.json"
 

@@ -4,13 +4,12 @@ from pathlib import Path
 
 import click
 
-from builders.cli_support import private_files, user_errors
-from builders.errors import ClientError
-from clients import cli_options as options
+from common import options
+from common.cli import private_files, user_errors
+from common.errors import ClientError
 
 _PROTOCOL = click.option("--protocol", type=click.Choice(["http", "grpc"]), default="http", show_default=True)
 _URL = options.URL
-_STATE = click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
 _TLS, _CA, _HEADER, _SHAPE, _DATA = options.TLS, options.CA_FILE, options.HEADER, options.SHAPE, options.INPUT_DATA
 
 
@@ -31,7 +30,7 @@ def _endpoint(protocol, url, state_dir, headers=(), tls=False, ca_file=None):
 @_URL
 @_TLS
 @_CA
-@_STATE
+@options.STATE_DIR
 @user_errors
 def health(protocol, url, tls, ca_file, state_dir):
     """Server liveness, readiness and version."""
@@ -58,7 +57,7 @@ def _field(meta, name):
 @cli.command()
 @_PROTOCOL
 @_URL
-@_STATE
+@options.STATE_DIR
 @user_errors
 def models(protocol, url, state_dir):
     """Models of the repository with their state (needs the admin key of `make serve`)."""
@@ -75,7 +74,7 @@ def models(protocol, url, state_dir):
 @click.argument("model")
 @_PROTOCOL
 @_URL
-@_STATE
+@options.STATE_DIR
 @user_errors
 def stats(model, protocol, url, state_dir):
     """Per-step latency breakdown of MODEL (or of each step of an ensemble), from Triton's statistics."""
@@ -105,7 +104,7 @@ def stats(model, protocol, url, state_dir):
 @_HEADER
 @_TLS
 @_CA
-@_STATE
+@options.STATE_DIR
 @user_errors
 def infer(
     model, source, batch, top_k, repeat, repo, shapes, input_data, protocol, url, headers, tls, ca_file, state_dir

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from builders.errors import ClientError
 from clients.connection import Endpoint, as_dict, refused_as_client_error
+from common.errors import ClientError
 
 
 def _call(ep: Endpoint, call, what: str):

@@ -3,45 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from builders.errors import ClientError, ServerError
-
-PROTOCOLS = ("http", "grpc")
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """A server address for one protocol, with the admin headers if the key is known."""
-
-    protocol: str
-    url: str
-    admin_headers: dict = field(default_factory=dict)
-    repo: Path | None = None
-    headers: dict = field(default_factory=dict)  # sent with every request (a gateway's auth, say)
-    tls: bool = False  # HTTPS / gRPC over TLS
-    ca_file: str | None = None  # PEM roots that sign the server's certificate (default: the system's)
-
-    def __post_init__(self):
-        if self.protocol not in PROTOCOLS:
-            raise ClientError(f"protocol {self.protocol!r} is unknown; expected one of {PROTOCOLS}")
-
-    def client(self, **kwargs):
-        """A new tritonclient client (tritonclient.http or tritonclient.grpc) for this endpoint."""
-        if self.tls and self.protocol == "http":
-            kwargs.update(ssl=True, ssl_options={"ca_certs": self.ca_file} if self.ca_file else None)
-        elif self.tls:
-            kwargs.update(ssl=True, root_certificates=self.ca_file)
-        return self.module().InferenceServerClient(self.url, **kwargs)
-
-    def module(self):
-        """The tritonclient module of this protocol."""
-        if self.protocol == "http":
-            import tritonclient.http as module
-        else:
-            import tritonclient.grpc as module
-        return module
+from common.endpoints import ADMIN_HEADER, GRPC_ADMIN_HEADER, STATE_DIR, Endpoint, read_state
+from common.errors import ClientError, ServerError
 
 
 def as_dict(message) -> dict:
@@ -67,15 +32,13 @@ def refused_as_client_error(what: str):
 def endpoint(
     protocol: str = "http",
     url: str | None = None,
-    state_dir: Path = Path(".triton"),
+    state_dir: Path = STATE_DIR,
     headers: dict | None = None,
     tls: bool = False,
     ca_file: str | None = None,
 ) -> Endpoint:
     """The endpoint of the server started from state_dir, or of url if given. A server we did not start
     needs no state folder: its admin key, if any, is one of the headers ('admin-key: ...')."""
-    from server.launcher import ADMIN_HEADER, GRPC_ADMIN_HEADER, read_state
-
     headers = dict(headers or {})
     given_key = {k: v for k, v in headers.items() if k.lower() in (ADMIN_HEADER, GRPC_ADMIN_HEADER)}
     admin = {(ADMIN_HEADER if protocol == "http" else GRPC_ADMIN_HEADER): v for v in given_key.values()}
@@ -87,12 +50,12 @@ def endpoint(
                 f"no server known: none was started from {state_dir} and no --url was given; "
                 "run `make serve` or pass --url HOST:PORT (URL=HOST:PORT with make)"
             ) from None
-        return Endpoint(protocol, url, admin, None, headers, tls, ca_file)
+        return Endpoint(protocol, url, admin, None, headers=headers, tls=tls, ca_file=ca_file)
     if url is not None:  # another server than ours: our key and repository do not apply
-        return Endpoint(protocol, url, admin, None, headers, tls, ca_file)
+        return Endpoint(protocol, url, admin, None, headers=headers, tls=tls, ca_file=ca_file)
     default = state.http_url if protocol == "http" else state.grpc_url
     keys = admin or state.admin_headers(protocol)
-    return Endpoint(protocol, default, keys, Path(state.repo), headers, tls, ca_file)
+    return Endpoint(protocol, default, keys, Path(state.repo), headers=headers, tls=tls, ca_file=ca_file)
 
 
 def parse_headers(items) -> dict:

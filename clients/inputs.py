@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from builders.errors import ClientError
 from builders.images import preprocess_image
 from builders.spec import DTYPES, ModelSpec
+from common.errors import ClientError
 
 
 def numpy_dtype(triton_dtype: str):

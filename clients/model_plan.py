@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from builders.errors import ClientError
+from common.errors import ClientError
 
 
 class NotMeasurable(ClientError):

@@ -23,13 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
-from builders.cli_support import step
-from builders.errors import ServerError, ToolError
 from builders.model_config import parse_pbtxt, proto_to_pbtxt
 from builders.repository import read_manifest
 from builders.spec import ModelSpec
 from clients.connection import Endpoint
 from clients.rollout_checks import CheckFailed, Gate, accuracy_gate, labeled_data, served_accuracy, smoke
+from common import endpoints
+from common.cli import step
+from common.errors import ServerError, ToolError
 from server import launcher
 from server import model_versions as mv
 from server.rollout_lock import rollout_lock
@@ -110,7 +111,7 @@ def preflight(req: RolloutRequest) -> Plan:
     Raises:
         RolloutError: no such build or served model, the interface differs, or the build cannot run here.
     """
-    state = launcher.read_state(req.state_dir)
+    state = endpoints.read_state(req.state_dir)
     repo = Path(state.repo)
     ep = Endpoint("http", state.http_url, state.admin_headers("http"), repo)
     build_model_dir = req.source / req.model

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from builders.errors import ClientError
 from builders.spec import ModelSpec
 from clients.connection import Endpoint
+from common.errors import ClientError
 
 
 class CheckFailed(Exception):

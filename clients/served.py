@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from builders.errors import ClientError
 from builders.spec import ModelSpec
 from clients.connection import Endpoint
+from common.errors import ClientError
 
 
 def _manifest(repo: Path | None) -> dict:
@@ -59,8 +59,8 @@ NOT_READY: dict[str, str] = {}  # model -> the server's reason, from the last in
 def index_models(ep: Endpoint) -> list[str]:
     """Every model the server's repository index calls READY, sorted; the others are printed with their reason
     (and kept in NOT_READY for the run's report)."""
-    from builders.cli_support import step
     from clients.admin import repository_index
+    from common.cli import step
 
     try:
         with ep.client() as client:

@@ -14,7 +14,7 @@ import queue
 import time
 from dataclasses import dataclass
 
-from builders.errors import ClientError
+from common.errors import ClientError
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from builders.cli_support import private_files, user_errors
-from builders.errors import MeasurementError
-from clients import cli_options as options
+from common import options
+from common.cli import private_files, user_errors
+from common.errors import MeasurementError
 
 
 @click.group()
@@ -112,7 +112,7 @@ def _models_or_served(models: str, ep) -> list[str]:
 @options.INPUT_DATA
 @options.TLS
 @options.CA_FILE
-@click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
+@options.STATE_DIR
 @user_errors
 def perf(
     models,
@@ -254,7 +254,7 @@ def _model_sweep(
 @options.INPUT_DATA
 @options.TLS
 @options.CA_FILE
-@click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
+@options.STATE_DIR
 @user_errors
 def locust(
     models,
@@ -327,7 +327,7 @@ def locust(
 
 
 @cli.command()
-@click.option("--repo", type=click.Path(path_type=Path), default=Path("model_repository"), show_default=True)
+@options.REPO
 @click.option(
     "--variants",
     default="",
@@ -371,71 +371,25 @@ def search(
 
     Any repository `make serve` serves: only config.pbtxt is edited (instance groups, dynamic batching, queue
     delay), and only the winner's; every other file stays as it was."""
-    from clients.connection import Endpoint
     from clients.model_plan import parse_shapes
     from loadtest import search as s
-    from loadtest.perf_tools import find_perf_analyzer
-    from server import launcher
 
     out = out or Path("reports") / time.strftime("search-%Y%m%d-%H%M%S")
-    out.mkdir(parents=True, exist_ok=True)
-    settings = launcher.ServerSettings(repo, *launcher.free_ports(3), state_dir=out / "state", model_control="explicit")
-    state = launcher.start(settings)
-    try:
-        ep = Endpoint("grpc", state.grpc_url, state.admin_headers("grpc"), repo)
-        names = tuple(variants.split()) or _first_model_variants(repo)
-        searcher = s.Searcher(
-            repo,
-            ep,
-            find_perf_analyzer(),
-            {"p99_ms": p99_ms, "accuracy": accuracy_budget},
-            {
-                "concurrency": concurrency,
-                "interval_ms": interval_ms,
-                "shapes": parse_shapes(shapes),
-                "input_data": input_data,
-            },
-            out,
-        )
-        space = s.SearchSpace(
-            names,
-            max_instances,
-            _numbers(delays_us),
-            {v: searcher.base_config(v).max_batch_size for v in names},
-            frozenset(v for v in names if s.one_instance_only(searcher.base_config(v))),
-        )
-        text, winner = _run_search_modes(s, space, searcher, mode)
-    finally:
-        launcher.stop(settings.state_dir)
-    if write_back and winner.feasible:
-        written = s.write_back(repo, winner.candidate, searcher.base_config(winner.candidate.variant))
-        text += f"\n\nwinner written to {written}"
-    (out / "search.md").write_text(f"# Config search\n\n{text}\n")
-    (out / "search.json").write_text(s.summary_json(searcher.results, winner))
-    click.echo(text)
+    measure = {"concurrency": concurrency, "interval_ms": interval_ms}
+    measure.update(shapes=parse_shapes(shapes), input_data=input_data)
+    request = s.SearchRun(
+        repo=repo,
+        out=out,
+        variants=tuple(variants.split()),
+        mode=mode,
+        budgets={"p99_ms": p99_ms, "accuracy": accuracy_budget},
+        measure=measure,
+        max_instances=max_instances,
+        delays_us=_numbers(delays_us),
+        write_back=write_back,
+    )
+    click.echo(s.run(request))
     click.echo(f"report: {out}/search.md")
-
-
-def _first_model_variants(repo: Path) -> tuple[str, ...]:
-    from clients.served import manifest_models, variants_of
-
-    models = manifest_models(repo)
-    if not models:
-        raise MeasurementError(
-            f"{repo} has no manifest.json listing models; build it (make build-engines) or --variants"
-        )
-    names = tuple(variants_of(repo, models[0]))
-    click.echo(f"variants (from {repo}/manifest.json): {' '.join(names)}")
-    return names
-
-
-def _run_search_modes(s, space, searcher, mode):
-    """Run quick and/or exhaustive; in 'both', exhaustive reuses what quick already measured."""
-    sections, winner = [], None
-    for name in ["quick", "exhaustive"] if mode == "both" else [mode]:
-        winner = (s.quick if name == "quick" else s.exhaustive)(space, searcher)
-        sections.append(s.report(dict(searcher.results), winner, name))
-    return "\n\n".join(sections), winner
 
 
 @cli.command()
@@ -446,7 +400,7 @@ def _run_search_modes(s, space, searcher, mode):
 @click.option("--concurrency", type=int, default=4, show_default=True)
 @click.option("--seconds", type=int, default=12, show_default=True, help="Per tool and model.")
 @click.option("--out", type=click.Path(path_type=Path), default=None)
-@click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
+@options.STATE_DIR
 @user_errors
 def reconcile(models, protocol, concurrency, seconds, out, url, headers, state_dir):
     """Locust vs perf_analyzer p50 at matched load on the server of `make serve` or any Triton (agree within 15%?)."""
@@ -477,13 +431,13 @@ def reconcile(models, protocol, concurrency, seconds, out, url, headers, state_d
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @click.option("--url", default=None, help="HOST:PORT of any Triton (RSS is then not sampled); one of --protocols.")
 @options.HEADER
-@click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
+@options.STATE_DIR
 @user_errors
 def soak(model, minutes, interval, clients, protocols, warmup, max_growth, out, url, headers, state_dir):
     """Bounded load for MINUTES with RSS of tritonserver and each stub sampled; exits 1 if the goal is missed."""
     from clients.connection import endpoint, parse_headers
+    from common.endpoints import read_state
     from loadtest.soak import SoakSettings, run
-    from server.launcher import read_state
 
     names = tuple(protocols.split())
     if url and len(names) != 1:
@@ -504,7 +458,7 @@ def soak(model, minutes, interval, clients, protocols, warmup, max_growth, out, 
 @click.option("--concurrency", default="1 4", show_default=True)
 @click.option("--interval-ms", type=int, default=3000, show_default=True, help="perf_analyzer measurement window.")
 @click.option("--out", type=click.Path(path_type=Path), default=None)
-@click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
+@options.STATE_DIR
 @user_errors
 def envoy_bench(model, protocols, concurrency, interval_ms, out, state_dir):
     """perf_analyzer through Envoy vs straight to replica-0 of `make cluster` (REPLICAS=1 isolates Envoy)."""
@@ -543,7 +497,7 @@ def kubernetes_monitoring(folder):
 @click.argument("action", type=click.Choice(["start", "stop"]))
 @click.option("--port", type=int, default=9090, show_default=True, help="Prometheus' web port (on 127.0.0.1).")
 @click.option("--interval", default="5s", show_default=True, help="Scrape and rule evaluation interval.")
-@click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
+@options.STATE_DIR
 @user_errors
 def prometheus(action, port, interval, state_dir):
     """Start (or stop) a Prometheus scraping the server or cluster of STATE_DIR, with the Triton rules."""
@@ -590,7 +544,7 @@ def multi_gpu_bench(model, gpus, instances_per_gpu, batch, concurrency_per_gpu, 
 @click.option("--users", type=int, default=4, show_default=True)
 @click.option("--seconds", type=int, default=40, show_default=True, help="Locust run time per experiment.")
 @click.option("--out", type=click.Path(path_type=Path), default=None)
-@click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
+@options.STATE_DIR
 @user_errors
 def cluster_faults(model, protocol, users, seconds, out, state_dir):
     """Locust through Envoy while a replica is SIGKILLed, then during a rolling restart (after `make cluster`)."""
@@ -619,14 +573,14 @@ def _comparable_earlier(run: Path) -> Path | None:
     default=None,
     help="An earlier run folder: show the change of each metric.",
 )
-@click.option("--repo", type=click.Path(path_type=Path), default=Path("model_repository"), show_default=True)
+@options.REPO
 @click.option(
     "--prometheus",
     "prometheus_url",
     default=None,
     help="Prometheus URL for the server-side view (default: the one `make monitor` started in STATE_DIR).",
 )
-@click.option("--state-dir", type=click.Path(path_type=Path), default=Path(".triton"), show_default=True)
+@options.STATE_DIR
 @user_errors
 def report(run, compare, repo, prometheus_url, state_dir):
     """(Re)build RUN/report.md and RUN/report.html from what the run folder holds."""
@@ -651,30 +605,10 @@ def report(run, compare, repo, prometheus_url, state_dir):
 @user_errors
 def batching_bench(models, concurrency, max_queue_delay_us, interval_ms, gpu, host_outputs, out):
     """Throughput and latency for {no batching, dynamic batching} x {1, 2 instances} x concurrency."""
-    from builders import zoo
-    from clients.connection import Endpoint
     from loadtest import batching_bench as bench
-    from loadtest.perf import write_csv
-    from loadtest.perf_tools import find_perf_analyzer
-    from server import launcher
 
     out = out or Path("reports") / time.strftime("batching-%Y%m%d-%H%M%S")
-    repo, variants = out / "repo", {}
-    for name in models.split():
-        spec = zoo.get_spec(name)
-        variants.update(bench.build_variants(spec, repo, out / "work", max_queue_delay_us, gpu, host_outputs))
-    settings = launcher.ServerSettings(repo, *launcher.free_ports(3), state_dir=out / "state")
-    state = launcher.start(settings)
-    try:
-        ep = Endpoint("grpc", state.grpc_url, state.admin_headers("grpc"), repo)
-        rows = bench.measure(variants, ep, find_perf_analyzer(), _numbers(concurrency), interval_ms, out / "raw")
-    finally:
-        launcher.stop(settings.state_dir)
-    write_csv(
-        [{k: r[k] for k in r if k not in ("base_model", "batching", "instances")} for r in rows], out / "batching.csv"
-    )
-    text = f"## dynamic / no batching\n\n{bench.ratio_table(rows)}\n\n## every point\n\n{bench.detail_table(rows)}\n"
-    (out / "batching.md").write_text(text)
+    text = bench.run(models.split(), out, _numbers(concurrency), interval_ms, max_queue_delay_us, gpu, host_outputs)
     click.echo(text)
     click.echo(f"report: {out}/batching.md")
 

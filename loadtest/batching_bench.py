@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from builders.cli_support import step
+from common.cli import step
 
 VARIANTS = ((False, 1), (True, 1), (False, 2), (True, 2))  # (dynamic batching, instances)
 
@@ -111,3 +111,24 @@ def detail_table(rows: list[dict]) -> str:
             f"{r['compute_infer_us']:.0f} |"
         )
     return "\n".join(lines)
+
+
+def run(models, out: Path, concurrency, interval_ms: int, delay_us: int, gpu: bool, host_outputs: bool) -> str:
+    """Build every model's four variants, serve them on free ports, measure, write batching.csv and
+    batching.md into out; return the report's text."""
+    from builders import zoo
+    from loadtest.perf import write_csv
+    from loadtest.perf_tools import find_perf_analyzer
+    from server.launcher import running
+
+    repo, variants = out / "repo", {}
+    for name in models:
+        variants.update(build_variants(zoo.get_spec(name), repo, out / "work", delay_us, gpu, host_outputs))
+    with running(repo, out / "state") as state:
+        ep = state.endpoint("grpc", repo)
+        rows = measure(variants, ep, find_perf_analyzer(), concurrency, interval_ms, out / "raw")
+    hidden = ("base_model", "batching", "instances")
+    write_csv([{k: r[k] for k in r if k not in hidden} for r in rows], out / "batching.csv")
+    text = f"## dynamic / no batching\n\n{ratio_table(rows)}\n\n## every point\n\n{detail_table(rows)}\n"
+    (out / "batching.md").write_text(text)
+    return text

@@ -16,8 +16,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from builders.cli_support import step
-from builders.errors import ServerError
+from common.cli import step
+from common.errors import ServerError
 from loadtest.perf_tools import install_perf_analyzer, perf_libraries
 
 WHEELS = (

@@ -9,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from builders.cli_support import step
+from common.cli import step
 from loadtest.locust_run import LocustRun, run_locust
 
 
@@ -21,7 +21,7 @@ def _healthy(state_dir: Path, replicas: int) -> bool:
 
 def _during_locust(run: LocustRun, state_dir: Path, out: Path, fault, delay: float) -> tuple[dict, dict]:
     """Run Locust through Envoy; `delay` seconds in, call fault(); return (Locust's result, fault's figures)."""
-    from server.launcher import read_state
+    from common.endpoints import read_state
 
     result, figures = {}, {}
     thread = threading.Thread(target=lambda: result.update(run_locust(run, read_state(state_dir), out)))
@@ -34,8 +34,8 @@ def _during_locust(run: LocustRun, state_dir: Path, out: Path, fault, delay: flo
 
 def kill_replica(state_dir: Path, replicas: int, name: str = "replica-0") -> dict:
     """SIGKILL a replica's tritonserver; seconds until Envoy saw it down and until it routes to it again."""
+    from common.endpoints import read_state
     from server.cluster import replica_ready
-    from server.launcher import read_state
 
     victim, killed = read_state(state_dir / name).pid, time.monotonic()
     os.kill(victim, signal.SIGKILL)

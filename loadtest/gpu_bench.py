@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builders.cli_support import step
-from builders.errors import MeasurementError
+from common.cli import step
+from common.errors import MeasurementError
 from loadtest.perf import markdown_table as perf_markdown
 from loadtest.plots import pyplot, save
 
@@ -358,7 +358,7 @@ def cold_start(repo: Path, model: str, out: Path, with_cache: bool = True) -> fl
     import shutil
     import tempfile
 
-    from server import launcher
+    from server.launcher import running
 
     alone = out / f"cold-{model}-{'cache' if with_cache else 'nocache'}"
     shutil.copytree(repo / model, alone / model)
@@ -370,15 +370,11 @@ def cold_start(repo: Path, model: str, out: Path, with_cache: bool = True) -> fl
     saved = {k: os.environ.get(k) for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
     with tempfile.TemporaryDirectory(prefix="cold-inductor-") as tmp:
         os.environ.update(TORCHINDUCTOR_CACHE_DIR=tmp, TRITON_CACHE_DIR=os.path.join(tmp, "triton"))
-        settings = launcher.ServerSettings(
-            alone, *launcher.free_ports(3), state_dir=alone / "state", startup_timeout=600
-        )
         started = time.time()
         try:
-            launcher.start(settings)
-            return round(time.time() - started, 1)
+            with running(alone, alone / "state", startup_timeout=600):
+                return round(time.time() - started, 1)
         finally:
-            launcher.stop(settings.state_dir)
             for key, value in saved.items():
                 os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
 
@@ -389,9 +385,8 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
     import dataclasses
 
     from builders import zoo
-    from clients.connection import Endpoint
     from loadtest.perf_tools import find_perf_analyzer
-    from server import launcher
+    from server.launcher import running
 
     spec = zoo.get_spec(settings.model, max_batch_size=max(settings.max_batch, settings.gpu_batch))
     spec = dataclasses.replace(spec, validation_batch_sizes=(1, 2))
@@ -423,11 +418,9 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
             note="in-process figures: the row above",
         )
         rows.insert(rows.index(graphs) + 1, extra_row)
-    ports = launcher.free_ports(3)
-    server = launcher.ServerSettings(repo, *ports, state_dir=out / "state", startup_timeout=600)
-    state, analyzer = launcher.start(server), find_perf_analyzer()
-    try:
-        ep = Endpoint("grpc", state.grpc_url, state.admin_headers("grpc"), repo)
+    analyzer = find_perf_analyzer()
+    with running(repo, out / "state", startup_timeout=600) as state:
+        ep = state.endpoint("grpc", repo)
         for row in rows:
             if row.runtime in variants:
                 step(f"gpu-bench: served {row.runtime} ({variants[row.runtime]})")
@@ -439,8 +432,6 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
                 row.extra["points"] = points
                 _same_batch(row, rows, batch)
                 _write(rows, out, settings, csv)  # as results come: a run cut short keeps what it measured
-    finally:
-        launcher.stop(server.state_dir)
     if settings.profile:
         from loadtest.request_profile import profile_requests
 
@@ -459,8 +450,8 @@ def check_outputs(ep, model: str, batch: int = 2) -> None:
 
     perf_analyzer does not read outputs: a model answering with empty or garbage tensors would be timed as fast.
     """
-    from builders.errors import MeasurementError
     from clients.rollout_checks import CheckFailed, smoke
+    from common.errors import MeasurementError
 
     try:
         smoke(ep, model, "", None, batch)

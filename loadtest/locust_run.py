@@ -11,10 +11,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builders.cli_support import step
-from builders.errors import MeasurementError
+from common.cli import step
+from common.endpoints import ServerState
+from common.errors import MeasurementError
 from loadtest.server_view import record_window
-from server.launcher import ServerState
 
 LOCUSTFILE = Path(__file__).with_name("locustfiles") / "models.py"
 SLO_EXIT = 3

@@ -18,8 +18,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from builders.cli_support import step
-from builders.errors import MeasurementError
+from common import endpoints
+from common.cli import step
+from common.errors import MeasurementError
 
 
 @dataclass(frozen=True)
@@ -88,25 +89,18 @@ def layouts(repo: Path, model: str, s: MultiGpuSettings, work: Path) -> dict[str
 
 def measure_layout(name: str, servers: list[tuple[Path, int]], model: str, s: MultiGpuSettings, out: Path) -> dict:
     """Start the layout's servers, check an answer, load every server at once, stop; one row."""
-    from clients.connection import endpoint
-    from loadtest.gpu_bench import check_outputs
-    from server import launcher
+    import contextlib
 
-    started = []
-    try:
+    from loadtest.gpu_bench import check_outputs
+    from server.launcher import running
+
+    with contextlib.ExitStack() as started:
         for index, (repo, clients) in enumerate(servers):
-            settings = launcher.ServerSettings(
-                repo, *launcher.free_ports(3), state_dir=repo / "state", startup_timeout=600
-            )
-            launcher.start(settings)
-            started.append(settings)
-            ep = endpoint("grpc", None, settings.state_dir)
+            state = started.enter_context(running(repo, repo / "state", startup_timeout=600))
+            ep = state.endpoint("grpc", repo)
             check_outputs(ep, model)
             servers[index] = (ep, clients)  # clients: the GPUs this server serves
         return _row(name, servers, model, s, out)
-    finally:
-        for settings in started:
-            launcher.stop(settings.state_dir)
 
 
 def _row(name: str, servers: list, model: str, s: MultiGpuSettings, out: Path, wire: bool = False) -> dict:
@@ -168,14 +162,13 @@ def envoy_rows(repo: Path, model: str, s: MultiGpuSettings, work: Path, out: Pat
     shared memory: a proxy carries the tensors), side by side."""
     from clients.connection import endpoint
     from loadtest.gpu_bench import check_outputs
-    from server import launcher
     from server.cluster import ClusterSettings, start_cluster, stop_cluster
 
     target = placed(repo, model, [0], s.instances_per_gpu, work / "cluster_repo")
     settings = ClusterSettings(
         target,
         s.gpus,
-        *launcher.free_ports(3),
+        *endpoints.free_ports(3),
         state_dir=work / "cluster_state",
         startup_timeout=600,
         gpu_per_replica=True,

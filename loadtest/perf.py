@@ -10,9 +10,9 @@ import struct
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from builders.cli_support import step
-from builders.errors import MeasurementError
 from clients.connection import Endpoint
+from common.cli import step
+from common.errors import MeasurementError
 from loadtest.perf_tools import PerfAnalyzer
 from server.secret_args import PLACEHOLDER
 

@@ -18,8 +18,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from builders.cli_support import step
-from builders.errors import MeasurementError
+from common.cli import step
+from common.errors import MeasurementError
 
 TOOLS_DIR = Path(
     os.environ.get("PERF_ANALYZER_HOME") or Path(__file__).resolve().parent.parent / ".tools" / "perf_analyzer"

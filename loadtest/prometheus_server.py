@@ -14,8 +14,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builders.cli_support import step
-from builders.errors import MeasurementError
+from common.cli import step
+from common.errors import MeasurementError
 from loadtest.prometheus_rules import DEFAULT_RULES, RuleSettings, rule_groups
 from server.processes import terminate_group
 
@@ -34,7 +34,7 @@ class Target:
 
 def targets_of(state_dir: Path) -> list[Target]:
     """The replicas' metrics endpoints and Envoy's (a cluster), or the single server's."""
-    from server.launcher import read_state
+    from common.endpoints import read_state
 
     cluster = state_dir / "cluster.json"
     if not cluster.exists():

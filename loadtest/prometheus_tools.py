@@ -14,8 +14,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from builders.cli_support import step
-from builders.errors import MeasurementError
+from common.cli import step
+from common.errors import MeasurementError
 
 TOOLS_DIR = Path(__file__).resolve().parent.parent / ".tools" / "prometheus"
 PACKAGE = "prometheus"

@@ -13,7 +13,7 @@ import os
 import statistics
 from pathlib import Path
 
-from builders.cli_support import step
+from common.cli import step
 
 REQUESTS = {1: 200}  # per batch size; larger batches: LARGE_REQUESTS
 LARGE_REQUESTS = 12
@@ -21,31 +21,23 @@ LARGE_REQUESTS = 12
 
 def profile_requests(repo: Path, models: dict[str, str], batches: tuple[int, ...], out: Path) -> list[dict]:
     """Serve `models` (label -> model) alone with profiling on, send requests, write request_profile.{md,csv}."""
-    from server import launcher
+    from server.launcher import running
 
     if not models:
         return []
     path = out / "request_profile.jsonl"
     path.unlink(missing_ok=True)
     loads = tuple(f"--load-model={m}" for m in models.values())
-    settings = launcher.ServerSettings(
-        repo,
-        *launcher.free_ports(3),
-        state_dir=out / "profile_state",
-        startup_timeout=600,
-        model_control="explicit",
-        extra_args=loads,
-    )
+    state_dir, options = out / "profile_state", {"model_control": "explicit", "extra_args": loads}
     os.environ["TRITON_TORCH_PROFILE"] = str(path)
     try:
-        state = launcher.start(settings)
-        for label, model in models.items():
-            for batch in batches:
-                step(f"request profile: {label}, batch {batch}")
-                _send(state.grpc_url, model, batch, REQUESTS.get(batch, LARGE_REQUESTS))
+        with running(repo, state_dir, startup_timeout=600, **options) as state:
+            for label, model in models.items():
+                for batch in batches:
+                    step(f"request profile: {label}, batch {batch}")
+                    _send(state.grpc_url, model, batch, REQUESTS.get(batch, LARGE_REQUESTS))
     finally:
         os.environ.pop("TRITON_TORCH_PROFILE", None)
-        launcher.stop(settings.state_dir)
     rows = summarize(path, {m: label for label, m in models.items()})
     write(rows, out)
     return rows

@@ -14,8 +14,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builders.cli_support import step
-from builders.errors import MeasurementError
+from common.cli import step
+from common.errors import MeasurementError
 
 DELAYS_US = (0, 100, 1000, 5000)
 
@@ -259,3 +259,68 @@ def summary_json(results: dict, winner: Result) -> str:
         for r in results.values()
     ]
     return json.dumps({"winner": winner.candidate.label(), "measured": len(results), "results": rows}, indent=2)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchRun:
+    """One `loadtest search`: where, among what, within which budgets, how hard."""
+
+    repo: Path
+    out: Path
+    variants: tuple[str, ...] = ()  # default: the manifest's first model and its variants
+    mode: str = "quick"  # quick, exhaustive or both
+    budgets: dict = field(default_factory=dict)  # p99_ms, accuracy
+    measure: dict = field(default_factory=dict)  # concurrency, interval_ms, shapes, input_data
+    max_instances: int = 2
+    delays_us: tuple[int, ...] = DELAYS_US
+    write_back: bool = True
+
+
+def run(request: SearchRun) -> str:
+    """Start a server (explicit model control) on free ports, search, stop it, write the winner back and the
+    report (search.md, search.json); return the report's text."""
+    from loadtest.perf_tools import find_perf_analyzer
+    from server.launcher import running
+
+    request.out.mkdir(parents=True, exist_ok=True)
+    with running(request.repo, request.out / "state", model_control="explicit") as state:
+        ep = state.endpoint("grpc", request.repo)
+        names = request.variants or first_model_variants(request.repo)
+        searcher = Searcher(request.repo, ep, find_perf_analyzer(), request.budgets, request.measure, request.out)
+        space = SearchSpace(
+            names,
+            request.max_instances,
+            request.delays_us,
+            {v: searcher.base_config(v).max_batch_size for v in names},
+            frozenset(v for v in names if one_instance_only(searcher.base_config(v))),
+        )
+        text, winner = _run_modes(space, searcher, request.mode)
+    if request.write_back and winner.feasible:
+        written = write_back(request.repo, winner.candidate, searcher.base_config(winner.candidate.variant))
+        text += f"\n\nwinner written to {written}"
+    (request.out / "search.md").write_text(f"# Config search\n\n{text}\n")
+    (request.out / "search.json").write_text(summary_json(searcher.results, winner))
+    return text
+
+
+def first_model_variants(repo: Path) -> tuple[str, ...]:
+    """The manifest's first model and the variants built from it."""
+    from clients.served import manifest_models, variants_of
+
+    models = manifest_models(repo)
+    if not models:
+        raise MeasurementError(
+            f"{repo} has no manifest.json listing models; build it (make build-engines) or --variants"
+        )
+    names = tuple(variants_of(repo, models[0]))
+    step(f"variants (from {repo}/manifest.json): {' '.join(names)}")
+    return names
+
+
+def _run_modes(space: SearchSpace, searcher: Searcher, mode: str):
+    """Run quick and/or exhaustive; in 'both', exhaustive reuses what quick already measured."""
+    sections, winner = [], None
+    for name in ["quick", "exhaustive"] if mode == "both" else [mode]:
+        winner = (quick if name == "quick" else exhaustive)(space, searcher)
+        sections.append(report(dict(searcher.results), winner, name))
+    return "\n\n".join(sections), winner

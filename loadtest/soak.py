@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builders.cli_support import step
-from builders.errors import MeasurementError
 from clients.connection import Endpoint
+from common.cli import step
+from common.errors import MeasurementError
 
 
 @dataclass(frozen=True)

@@ -5,15 +5,9 @@ from pathlib import Path
 
 import click
 
-from builders.cli_support import private_files, step, user_errors
+from common.cli import private_files, step, user_errors
+from common.options import REPO, STATE_DIR, ports
 
-STATE_DIR = click.option(
-    "--state-dir",
-    type=click.Path(path_type=Path),
-    default=Path(".triton"),
-    show_default=True,
-    help="Holds the pid, ports, log and admin key of the server.",
-)
 TLS_CERT = click.option(
     "--tls-cert",
     type=click.Path(exists=True, dir_okay=False),
@@ -30,10 +24,8 @@ def cli():
 
 
 @cli.command()
-@click.option("--repo", type=click.Path(path_type=Path), default=Path("model_repository"), show_default=True)
-@click.option("--http-port", type=int, default=8000, show_default=True)
-@click.option("--grpc-port", type=int, default=8001, show_default=True)
-@click.option("--metrics-port", type=int, default=8002, show_default=True)
+@REPO
+@ports()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (keep loopback: see README).")
 @click.option("--model-control", type=click.Choice(["none", "explicit", "poll"]), default="none", show_default=True)
 @click.option("--timeout", type=float, default=180.0, show_default=True, help="Seconds to wait for readiness.")
@@ -74,7 +66,8 @@ def start(
     state_dir,
 ):
     """Start the server and return once every model is ready."""
-    from server.launcher import ServerSettings, read_state, start
+    from common.endpoints import read_state
+    from server.launcher import ServerSettings, start
 
     step(f"starting tritonserver on {repo} (http {http_port}, grpc {grpc_port}, metrics {metrics_port})")
     settings = ServerSettings(repo, http_port, grpc_port, metrics_port, host, state_dir, timeout, model_control)
@@ -95,9 +88,9 @@ def start(
 
 def _start_behind_edge(settings, health_port: int, max_request_mb: float, tls=None):
     """One supervised server whose HTTP port is Envoy's edge (server/edge.py); its state as clients see it."""
+    from common.endpoints import read_state
     from server.cluster import ClusterSettings, start_cluster
     from server.edge import MIB, EdgeLimits
-    from server.launcher import read_state
 
     limits = EdgeLimits(max_request_bytes=int(max_request_mb * MIB))
     cluster = ClusterSettings(
@@ -145,10 +138,8 @@ def supervise(repo, ports, host, timeout, drain, probes, state_dir):
 
 @cli.command()
 @click.option("--replicas", type=click.IntRange(1), default=2, show_default=True)
-@click.option("--repo", type=click.Path(path_type=Path), default=Path("model_repository"), show_default=True)
-@click.option("--http-port", type=int, default=8000, show_default=True, help="Envoy's HTTP listener.")
-@click.option("--grpc-port", type=int, default=8001, show_default=True, help="Envoy's gRPC listener.")
-@click.option("--metrics-port", type=int, default=8002, show_default=True, help="Envoy's GET /stats/prometheus only.")
+@REPO
+@ports("Envoy's HTTP listener.", "Envoy's gRPC listener.", "Envoy's GET /stats/prometheus only.")
 @click.option("--replica-base-port", type=int, default=0, help="Replica i on ports base+4i..base+4i+3 (0: free ports).")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--timeout", type=float, default=180.0, show_default=True, help="Seconds per replica to get ready.")
@@ -298,7 +289,7 @@ def rollout(model, source, repo, http_port, canary, accuracy_tolerance, accuracy
     """Roll a new build of MODEL into the running server without downtime (rolls back on a failed check)."""
     from clients.rollout import RolloutRequest, rollout
     from clients.rollout_checks import Gate
-    from server.launcher import read_state
+    from common.endpoints import read_state
 
     _check_same_server(read_state(state_dir), repo, http_port, state_dir)
     gate = Gate(accuracy_tolerance, accuracy_budget)
@@ -307,7 +298,7 @@ def rollout(model, source, repo, http_port, canary, accuracy_tolerance, accuracy
 
 
 def _check_same_server(state, repo, http_port, state_dir) -> None:
-    from builders.errors import ServerError
+    from common.errors import ServerError
 
     if repo is not None and repo.resolve() != Path(state.repo):
         raise ServerError(f"the server of {state_dir} serves {state.repo}, not REPO={repo}: pass its STATE_DIR")
@@ -320,7 +311,7 @@ def _check_same_server(state, repo, http_port, state_dir) -> None:
 @user_errors
 def status(state_dir):
     """Show the running server's pid, ports and log."""
-    from server.launcher import read_state
+    from common.endpoints import read_state
 
     state = read_state(state_dir)
     if not (state_dir / "cluster.json").exists():

@@ -19,8 +19,9 @@ import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from builders.cli_support import step
-from builders.errors import ServerError
+from common import endpoints
+from common.cli import step
+from common.errors import ServerError
 from server import launcher
 from server.edge import EdgeLimits, http_filters, model_rules
 from server.envoy_config import Balancing, EnvoySettings, Replica, envoy_config
@@ -37,11 +38,11 @@ class ClusterSettings:
 
     repo: Path
     replicas: int = 2
-    http_port: int = 8000
-    grpc_port: int = 8001
-    admin_port: int = 8002
+    http_port: int = endpoints.HTTP_PORT
+    grpc_port: int = endpoints.GRPC_PORT
+    admin_port: int = endpoints.METRICS_PORT
     host: str = "127.0.0.1"
-    state_dir: Path = Path(".triton")
+    state_dir: Path = endpoints.STATE_DIR
     startup_timeout: float = 180.0
     balancing: Balancing = Balancing()
     gpu_per_replica: bool = False  # replica i sees GPU i only (CUDA_VISIBLE_DEVICES=i)
@@ -70,9 +71,9 @@ class ClusterSettings:
         if self.single:
             for label, port in (("grpc", self.grpc_port), ("metrics", self.admin_port), ("health", self.health_port)):
                 launcher.check_port_free(self.host, label, port)
-            return [launcher.free_ports(1)[0], self.grpc_port, self.admin_port, self.health_port]
+            return [endpoints.free_ports(1)[0], self.grpc_port, self.admin_port, self.health_port]
         if not self.replica_base_port:
-            return launcher.free_ports(4)
+            return endpoints.free_ports(4)
         base = self.replica_base_port + 4 * index
         for label, port in zip(("http", "grpc", "metrics", "health"), range(base, base + 4)):
             launcher.check_port_free(self.host, f"replica-{index} {label}", port)
@@ -274,7 +275,7 @@ def _write(state_dir: Path, state: dict) -> None:
 
 def _write_front(settings: ClusterSettings, state: dict) -> None:
     """server.json of the state folder, pointing at Envoy, for the clients and measurement commands."""
-    front = launcher.ServerState(
+    front = endpoints.ServerState(
         state["envoy_pid"],
         settings.host,
         settings.http_port,
@@ -284,7 +285,7 @@ def _write_front(settings: ClusterSettings, state: dict) -> None:
         str((settings.state_dir / "envoy.log").resolve()),
         str(launcher.admin_key(settings.state_dir).resolve()),
     )
-    (settings.state_dir / launcher.STATE).write_text(json.dumps(asdict(front), indent=2))
+    (settings.state_dir / endpoints.STATE).write_text(json.dumps(asdict(front), indent=2))
 
 
 def read_cluster(state_dir: Path) -> dict:
@@ -306,7 +307,7 @@ def restart_replicas(state_dir: Path, timeout: float = 180.0) -> list[dict]:
     for replica in _replicas(state):
         started = time.monotonic()
         folder = state_dir / replica.name
-        server = launcher.read_state(folder)
+        server = endpoints.read_state(folder)
         step(f"{replica.name}: restarting")
         stop_supervisor(folder)
         launcher.stop(folder)
@@ -340,5 +341,5 @@ def stop_cluster(state_dir: Path) -> bool:
         stop_supervisor(folder)
         launcher.stop(folder)
     path.unlink(missing_ok=True)
-    (state_dir / launcher.STATE).unlink(missing_ok=True)
+    (state_dir / endpoints.STATE).unlink(missing_ok=True)
     return True

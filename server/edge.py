@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from builders.errors import ServerError
+from common.errors import ServerError
 
 LUA_SOURCE = Path(__file__).with_name("edge.lua")
 BUFFER = "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer"

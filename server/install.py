@@ -9,7 +9,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from builders.errors import ServerError
+from common.errors import ServerError
 
 
 @dataclass(frozen=True)

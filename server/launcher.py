@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -9,19 +10,28 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from builders.errors import ServerError
+from common.endpoints import (
+    ADMIN_HEADER,
+    GRPC_PORT,
+    HTTP_PORT,
+    METRICS_PORT,
+    STATE,
+    STATE_DIR,
+    ServerState,
+    free_ports,
+    read_state,
+)
+from common.errors import ServerError
 from server.install import find_install, prepare_backends, server_environment
 from server.processes import remove_orphaned_shared_memory
 from server.secret_args import PLACEHOLDER, pass_secret
 
-ADMIN_HEADER = "admin-key"
-GRPC_ADMIN_HEADER = f"triton-grpc-protocol-{ADMIN_HEADER}"  # gRPC prefixes restricted-protocol keys
 CHILDREN: dict[int, subprocess.Popen] = {}  # servers started by this process, kept to read their exit status
 RESTRICTED = ("model-repository", "shared-memory", "statistics", "trace", "logging")
-STATE = "server.json"
 CACHE_BYTES = 32 << 20  # the response cache, for models that enable it
 
 
@@ -30,41 +40,14 @@ class ServerSettings:
     """How to run the server. Ports bind to host (127.0.0.1 unless told otherwise)."""
 
     repo: Path
-    http_port: int = 8000
-    grpc_port: int = 8001
-    metrics_port: int = 8002
+    http_port: int = HTTP_PORT
+    grpc_port: int = GRPC_PORT
+    metrics_port: int = METRICS_PORT
     host: str = "127.0.0.1"
-    state_dir: Path = Path(".triton")
+    state_dir: Path = STATE_DIR
     startup_timeout: float = 180.0
     model_control: str = "none"
     extra_args: tuple[str, ...] = field(default_factory=tuple)
-
-
-@dataclass(frozen=True)
-class ServerState:
-    """What a running server left in its state folder, for our clients and `make stop`."""
-
-    pid: int
-    host: str
-    http_port: int
-    grpc_port: int
-    metrics_port: int
-    repo: str
-    log: str
-    admin_key_file: str
-
-    @property
-    def http_url(self) -> str:
-        return f"{self.host}:{self.http_port}"
-
-    @property
-    def grpc_url(self) -> str:
-        return f"{self.host}:{self.grpc_port}"
-
-    def admin_headers(self, protocol: str = "http") -> dict:
-        """Headers (HTTP) or metadata (gRPC) that unlock the restricted admin APIs."""
-        key = Path(self.admin_key_file).read_text().strip()
-        return {ADMIN_HEADER if protocol == "http" else GRPC_ADMIN_HEADER: key}
 
 
 def admin_key(state_dir: Path) -> Path:
@@ -76,18 +59,6 @@ def admin_key(state_dir: Path) -> Path:
         with os.fdopen(fd, "w") as handle:
             handle.write(secrets.token_hex(24) + "\n")
     return path
-
-
-def free_ports(count: int) -> list[int]:
-    """count distinct TCP ports on 127.0.0.1 that nothing holds right now."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def check_ports_free(settings: ServerSettings) -> None:
@@ -190,6 +161,19 @@ def start(settings: ServerSettings) -> ServerState:
         stop(settings.state_dir)
         raise
     return state
+
+
+@contextlib.contextmanager
+def running(repo: Path, state_dir: Path, **options) -> Iterator[ServerState]:
+    """A server on free 127.0.0.1 ports for the length of a with block: started, yielded, always stopped.
+
+    options: the other ServerSettings fields (model_control, startup_timeout, extra_args, ...)."""
+    settings = ServerSettings(repo, *free_ports(3), state_dir=state_dir, **options)
+    state = start(settings)
+    try:
+        yield state
+    finally:
+        stop(state_dir)
 
 
 def check_admin_key(state: ServerState) -> None:
@@ -320,18 +304,6 @@ def _raise_on_failed_models(client, state: ServerState) -> None:
     if failed:
         detail = "; ".join(f"{name}: {reason or 'no reason given'}" for name, reason in failed)
         raise ServerError(f"model(s) failed to load: {detail} (log {state.log}); fix or rebuild them and retry")
-
-
-def read_state(state_dir: Path) -> ServerState:
-    """The state of the server started from state_dir.
-
-    Raises:
-        ServerError: no server was started from there.
-    """
-    path = state_dir / STATE
-    if not path.exists():
-        raise ServerError(f"no server state in {state_dir}: start one with `make serve`")
-    return ServerState(**json.loads(path.read_text()))
 
 
 def _is_tritonserver(pid: int) -> bool:

@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from builders.errors import ServerError
 from builders.repository import read_manifest, update_manifest
+from common.errors import ServerError
 
 CONFIG = "config.pbtxt"
 

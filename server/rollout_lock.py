@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from builders.errors import ServerError
+from common.errors import ServerError
 from server.processes import alive
 
 LOCK = "rollout.lock"

@@ -15,8 +15,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from builders.cli_support import step
-from builders.errors import ServerError
+from common.cli import step
+from common.errors import ServerError
 
 PLACEHOLDER = "@TRITON_ADMIN_KEY@"
 FD_VARIABLE = "TRITON_SECRET_FD"

@@ -23,7 +23,8 @@ import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
-from builders.errors import ServerError
+from common import endpoints
+from common.errors import ServerError
 from server import launcher
 from server.health_server import BoundedHTTPServer
 from server.liveness import DEFAULT_LIVENESS, LivenessSettings, Misses, describe_exit, live, log_tail, reap
@@ -117,7 +118,7 @@ class Supervisor:
         self.drain = drain  # seconds of "not ready" before the server stops: load balancers route away first
         self.http = BoundedHTTPServer((settings.host, health_port), _handler(self.health))
         self.liveness, self.misses, self.kill_reason = liveness, Misses(), ""
-        self.state: launcher.ServerState | None = None
+        self.state: endpoints.ServerState | None = None
         self.stubs: dict[str, set[int]] = {}
         self.paused: set[str] = set()  # models a rollout held in the last round
         self.probes, self.probed = probes, ProbeState()
@@ -147,7 +148,7 @@ class Supervisor:
             if self.liveness.kill_after and misses >= self.liveness.kill_after:
                 self._kill_frozen(state, misses)
 
-    def _kill_frozen(self, state: launcher.ServerState, misses: int) -> None:
+    def _kill_frozen(self, state: endpoints.ServerState, misses: int) -> None:
         waited = misses * (self.liveness.interval + self.liveness.timeout)
         self.kill_reason = f"frozen: no answer to {misses} liveness checks (about {waited:.1f} s)"
         self.health.record(f"tritonserver (pid {state.pid}) {self.kill_reason}; killing it to restart")

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from builders.errors import ServerError
+from common.errors import ServerError
 from server import launcher
 from server.probes import DEFAULT_PROBES, ProbeSettings
 from server.processes import alive

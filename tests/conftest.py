@@ -5,7 +5,7 @@ import pytest
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing holds right now."""
-    from server.launcher import free_ports
+    from common.endpoints import free_ports
 
     return free_ports(1)[0]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 
-from builders.errors import SpecError
 from builders.spec import ModelSpec
 from builders.zoo import digits, text, vision
+from common.errors import SpecError
 
 _SPECS = {
     "digits_cnn": digits.spec,

@@ -6,8 +6,8 @@ tokenizer and the mean pooling + L2 normalization run as Python steps of minilm_
 
 from __future__ import annotations
 
-from builders.errors import SpecError
 from builders.spec import ModelSpec, TensorSpec
+from common.errors import SpecError
 
 HIDDEN = 384
 MAX_SEQ = 256  # the model's max_seq_length (sentence_bert_config.json)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from builders.errors import SpecError
 from builders.spec import ModelSpec, Preprocessing, TensorSpec
+from common.errors import SpecError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

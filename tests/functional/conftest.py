@@ -11,15 +11,15 @@ from builders.pipelines import write_image_pipelines, write_text_pipeline
 from builders.repository import ServingOptions, TorchRuntime
 from builders.zoo import text
 from clients.connection import Endpoint
+from common import endpoints
 from server import launcher
-from tests.conftest import free_port
 
 RESNET = dict(image_size=64, max_batch_size=4)
 
 
 @dataclass
 class Served:
-    state: launcher.ServerState
+    state: endpoints.ServerState
     repo: Path
     models: dict  # name -> (spec, BuiltModel)
 
@@ -31,10 +31,9 @@ class Served:
         return endpoint_of(self.state, self.repo, protocol)
 
 
-def endpoint_of(state: launcher.ServerState, repo: Path, protocol: str) -> Endpoint:
+def endpoint_of(state: endpoints.ServerState, repo: Path, protocol: str) -> Endpoint:
     """The Endpoint of a server the tests started, with its admin key and repository."""
-    url = state.http_url if protocol == "http" else state.grpc_url
-    return Endpoint(protocol, url, state.admin_headers(protocol), repo)
+    return state.endpoint(protocol, repo)
 
 
 def _build(repo, work, spec, built, options, precisions=("fp32",)):
@@ -67,7 +66,5 @@ def served(tmp_path_factory, digits_build):
     minilm = zoo.get_spec("minilm", max_batch_size=8)
     build_model(BuildRequest(minilm, "embedded", repo, work, ServingOptions()))
     write_text_pipeline(repo, minilm, text.model_dir() / "tokenizer.json")
-    settings = launcher.ServerSettings(repo, free_port(), free_port(), free_port(), state_dir=root / "state")
-    state = launcher.start(settings)
-    yield Served(state, repo, models)
-    launcher.stop(settings.state_dir)
+    with launcher.running(repo, root / "state") as state:
+        yield Served(state, repo, models)

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from common import endpoints
 from server import launcher
 
 pytestmark = pytest.mark.functional
@@ -22,10 +23,8 @@ NO_STATE = ["--state-dir", "/nonexistent/state"]
 def foreign(tmp_path_factory):
     root = tmp_path_factory.mktemp("foreign")
     shutil.copytree(FIXTURE, root / "repo")
-    settings = launcher.ServerSettings(root / "repo", *launcher.free_ports(3), state_dir=root / "state")
-    state = launcher.start(settings)
-    yield state, root
-    launcher.stop(settings.state_dir)
+    with launcher.running(root / "repo", root / "state") as state:
+        yield state, root
 
 
 def _run(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -237,7 +236,7 @@ def behind_tls(foreign, tmp_path_factory):
         capture_output=True,
     )
     shutil.copytree(FIXTURE, root / "repo", ignore=shutil.ignore_patterns("__pycache__"))
-    http_port, grpc_port, stats_port = launcher.free_ports(3)
+    http_port, grpc_port, stats_port = endpoints.free_ports(3)
     settings = ClusterSettings(
         root / "repo", 1, http_port, grpc_port, stats_port, state_dir=root / "state", tls=(str(cert), str(key))
     )
@@ -335,15 +334,8 @@ def test_a_model_that_is_not_ready_is_listed_with_the_reason(tmp_path):
     import tritonclient.http as http
 
     shutil.copytree(FIXTURE, tmp_path / "repo", ignore=shutil.ignore_patterns("__pycache__"))
-    settings = launcher.ServerSettings(
-        tmp_path / "repo",
-        *launcher.free_ports(3),
-        state_dir=tmp_path / "state",
-        model_control="explicit",
-        extra_args=("--load-model=*",),
-    )
-    state = launcher.start(settings)
-    try:
+    options = {"model_control": "explicit", "extra_args": ("--load-model=*",)}
+    with launcher.running(tmp_path / "repo", tmp_path / "state", **options) as state:
         with http.InferenceServerClient(state.http_url) as client:
             client.unload_model("byte_length", headers=state.admin_headers())
             _await_state(client, state, "byte_length", "UNAVAILABLE")
@@ -374,8 +366,6 @@ def test_a_model_that_is_not_ready_is_listed_with_the_reason(tmp_path):
             tmp_path,
             timeout=600,
         )
-    finally:
-        launcher.stop(settings.state_dir)
     assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
     skipped = json.loads((out / "skipped.json").read_text())
     assert skipped["byte_length"].startswith("not ready (UNAVAILABLE: unloaded)")

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from builders.errors import ClientError
 from clients.infer import infer
+from common.errors import ClientError
 from tests.functional.test_pipelines import png_header_only
 
 pytestmark = pytest.mark.functional

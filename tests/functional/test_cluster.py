@@ -14,6 +14,7 @@ import pytest
 from builders.build import BuildRequest, build_model
 from builders.repository import ServingOptions
 from clients.infer import infer
+from common import endpoints
 from server import launcher
 from server.cluster import (
     ClusterSettings,
@@ -38,7 +39,7 @@ def cluster(digits_build, tmp_path_factory):
     spec, built, _ = digits_build
     root = tmp_path_factory.mktemp("cluster")
     build_model(BuildRequest(spec, "embedded", root / "repo", root / "work", ServingOptions()), built)
-    http_port, grpc_port, admin_port = launcher.free_ports(3)
+    http_port, grpc_port, admin_port = endpoints.free_ports(3)
     settings = ClusterSettings(
         root / "repo", 2, http_port, grpc_port, admin_port, state_dir=root / "state", balancing=Balancing()
     )
@@ -57,7 +58,7 @@ def _our_pids(settings) -> list[int]:
     pids.append(state["envoy_pid"])
     for replica in state["replicas"]:
         folder = settings.state_dir / replica["name"]
-        server = launcher.read_state(folder).pid
+        server = endpoints.read_state(folder).pid
         pids += [server, *(pid for _, _, pid in stubs(server))]
         pids.append(int(json.loads((folder / "supervisor.json").read_text())["pid"]))
     return pids
@@ -78,11 +79,11 @@ def _await(condition, timeout: float) -> None:
 
 
 def _front(settings, protocol):
-    return endpoint_of(launcher.read_state(settings.state_dir), settings.repo, protocol)
+    return endpoint_of(endpoints.read_state(settings.state_dir), settings.repo, protocol)
 
 
 def _inferences(settings, replica: str) -> int:
-    state = launcher.read_state(settings.state_dir / replica)
+    state = endpoints.read_state(settings.state_dir / replica)
     ep = endpoint_of(state, settings.repo, "http")
     with ep.client() as client:
         stats = client.get_inference_statistics("digits_cnn", headers=ep.admin_headers)
@@ -118,7 +119,7 @@ def test_admin_apis_stay_locked_through_envoy(cluster):
 
 
 def test_a_replica_killed_under_load_costs_at_most_the_requests_in_flight(cluster):
-    victim = launcher.read_state(cluster.state_dir / "replica-0").pid
+    victim = endpoints.read_state(cluster.state_dir / "replica-0").pid
     with _load(cluster) as load:
         killed = time.monotonic()
         os.kill(victim, signal.SIGKILL)
@@ -126,7 +127,7 @@ def test_a_replica_killed_under_load_costs_at_most_the_requests_in_flight(cluste
         down_seen = time.monotonic()
 
         def restarted():
-            pid = launcher.read_state(cluster.state_dir / "replica-0").pid
+            pid = endpoints.read_state(cluster.state_dir / "replica-0").pid
             return pid != victim and replica_ready(cluster.state_dir, "replica-0")
 
         _await(lambda: restarted() and set(_flags(cluster)) == {"healthy"}, 60)

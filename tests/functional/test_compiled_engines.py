@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from builders.build import BuildRequest, build_model, build_torch_variant
-from builders.errors import ValidationError
 from builders.guard import GuardError
 from builders.repository import TorchRuntime, read_manifest
 from clients.infer import infer
+from common import endpoints
+from common.errors import ValidationError
 from server import launcher
-from tests.functional.conftest import endpoint_of
 
 ENGINE = "digits_cnn_inductor_fp32_nographs"
 
@@ -50,19 +50,15 @@ def test_the_engine_is_an_artifact_with_its_cache_versions_and_gate(compiled_rep
 
 def test_the_served_engine_matches_the_module_over_http_and_grpc(compiled_repo):
     spec, built, root, _ = compiled_repo
-    settings = launcher.ServerSettings(root / "repo", *launcher.free_ports(3), state_dir=root / "state")
-    state = launcher.start(settings)
-    try:
+    with launcher.running(root / "repo", root / "state") as state:
         for protocol in ("http", "grpc"):
-            ep = endpoint_of(state, root / "repo", protocol)
+            ep = state.endpoint(protocol, root / "repo")
             for batch in (1, 3, spec.max_batch_size):
                 x = np.random.default_rng(batch).standard_normal((batch, 1, 8, 8)).astype(np.float32)
                 got = infer(ep, ENGINE, {"input": x}).outputs["logits"]
                 with torch.no_grad():
                     want = built.module(torch.from_numpy(x)).numpy()
                 np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-3)
-    finally:
-        launcher.stop(settings.state_dir)
     log = (root / "state" / "tritonserver.log").read_text()
     assert f"successfully loaded '{ENGINE}'" in log
 
@@ -74,7 +70,7 @@ def test_an_engine_compiled_by_another_torch_is_refused_before_the_server_starts
     manifest = json.loads((repo / "manifest.json").read_text())
     manifest["models"][ENGINE]["compiled"]["torch"] = "2.0.0"
     (repo / "manifest.json").write_text(json.dumps(manifest))
-    settings = launcher.ServerSettings(repo, *launcher.free_ports(3), state_dir=tmp_path / "state")
+    settings = launcher.ServerSettings(repo, *endpoints.free_ports(3), state_dir=tmp_path / "state")
     with pytest.raises(GuardError, match=f"{ENGINE}: compiled with torch 2.0.0, .* rebuild {ENGINE} on the server"):
         launcher.start(settings)
     assert not (tmp_path / "state" / "tritonserver.log").exists()

@@ -15,7 +15,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from builders.build import BuildRequest, build_model
 from clients.infer import infer
-from server import launcher
+from common import endpoints
 from server.cluster import ADMIN_SOCKET, ClusterSettings, start_cluster, stop_cluster
 from tests.functional.conftest import endpoint_of
 
@@ -29,7 +29,7 @@ def edged(digits_build, tmp_path_factory):
     spec, built, _ = digits_build
     root = tmp_path_factory.mktemp("edged")
     build_model(BuildRequest(spec, "embedded", root / "repo", root / "work"), built)
-    http_port, grpc_port, metrics_port, health_port = launcher.free_ports(4)
+    http_port, grpc_port, metrics_port, health_port = endpoints.free_ports(4)
     settings = ClusterSettings(
         root / "repo",
         1,
@@ -46,7 +46,7 @@ def edged(digits_build, tmp_path_factory):
 
 
 def _server_pid(settings) -> int:
-    return launcher.read_state(settings.state_dir / "replica-0").pid
+    return endpoints.read_state(settings.state_dir / "replica-0").pid
 
 
 def _http(settings, path: str, body: bytes, headers: dict | None = None) -> tuple[int, str]:
@@ -64,7 +64,7 @@ def _infer_json(settings, inputs: list, model: str = "digits_cnn") -> tuple[int,
 
 
 def _still_serving(settings, pid: int) -> None:
-    state = launcher.read_state(settings.state_dir)
+    state = endpoints.read_state(settings.state_dir)
     for protocol in ("http", "grpc"):
         out = infer(endpoint_of(state, settings.repo, protocol), "digits_cnn", {"input": GOOD})
         assert out.outputs["logits"].shape == (1, 10)
@@ -155,7 +155,7 @@ def test_grpc_refuses_the_huge_shape_without_crashing(edged):
 
 
 def test_a_load_carrying_files_is_refused_even_with_the_key(edged):
-    state = launcher.read_state(edged.state_dir / "replica-0")
+    state = endpoints.read_state(edged.state_dir / "replica-0")
     key = {"admin-key": state.admin_headers()["admin-key"]}
     config = json.dumps({"name": "x", "backend": "python", "max_batch_size": 0})
     body = json.dumps({"parameters": {"config": config, "file:1/model.py": "aW1wb3J0IG9z"}}).encode()
@@ -175,7 +175,7 @@ def test_envoy_admin_is_a_private_socket(edged):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another local user (runuser -u nobody)")
 def test_another_local_user_sees_no_key_and_no_tensor(edged):
-    state = launcher.read_state(edged.state_dir / "replica-0")
+    state = endpoints.read_state(edged.state_dir / "replica-0")
     key = state.admin_headers()["admin-key"]
     seen = _as_nobody(
         f"cat /proc/{state.pid}/cmdline /proc/{state.pid}/environ 2>/dev/null; "
@@ -196,7 +196,7 @@ def test_make_serve_style_start_returns_with_output_captured(digits_build, tmp_p
     """`python -m server start | tail` must end: nothing it leaves running holds the caller's output."""
     spec, built, _ = digits_build
     build_model(BuildRequest(spec, "embedded", tmp_path / "repo", tmp_path / "work"), built)
-    ports = [str(p) for p in launcher.free_ports(4)]
+    ports = [str(p) for p in endpoints.free_ports(4)]
     command = [
         sys.executable,
         "-m",

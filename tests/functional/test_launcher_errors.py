@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from builders.errors import ServerError
+from common.errors import ServerError
 from server import launcher
 from tests.conftest import free_port
 

@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from builders.errors import ClientError
 from clients.breakdown import breakdown
 from clients.infer import infer
+from common.errors import ClientError
 
 pytestmark = pytest.mark.functional
 

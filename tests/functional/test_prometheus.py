@@ -8,13 +8,13 @@ import pytest
 
 from builders.build import BuildRequest, build_model
 from builders.repository import ServingOptions
+from common import endpoints
 from loadtest import dashboard
 from loadtest import prometheus_server as prom
 from loadtest.locust_run import LocustRun, read_stats, run_locust
 from loadtest.prometheus_rules import P99, QUEUE_PER_REQUEST, REQUESTS, THROUGHPUT, RuleSettings
 from loadtest.prometheus_tools import find_tool
 from loadtest.report import build_report
-from server import launcher
 from server.cluster import ClusterSettings, start_cluster, stop_cluster
 
 pytestmark = [
@@ -29,7 +29,7 @@ def monitored(digits_build, tmp_path_factory):
     spec, built, _ = digits_build
     root = tmp_path_factory.mktemp("monitored")
     build_model(BuildRequest(spec, "embedded", root / "repo", root / "work", ServingOptions()), built)
-    http_port, grpc_port, admin_port, prom_port = launcher.free_ports(4)
+    http_port, grpc_port, admin_port, prom_port = endpoints.free_ports(4)
     settings = ClusterSettings(root / "repo", 2, http_port, grpc_port, admin_port, state_dir=root / "state")
     start_cluster(settings)
     try:
@@ -64,7 +64,7 @@ def test_recorded_series_agree_with_locusts_count(monitored):
     before = _await_scrape_after(url, time.time())
     start_count = _counter(url, before)
     run = LocustRun((("digits_cnn", 1),), protocol="http", users=4, spawn_rate=4, run_time_s=15, processes=2)
-    result = run_locust(run, launcher.read_state(settings.state_dir), root / "locust")
+    result = run_locust(run, endpoints.read_state(settings.state_dir), root / "locust")
     after = _await_scrape_after(url, time.time())
     locust_ok = sum(r["requests"] - r["failures"] for r in result["rows"] if r["name"] != "Aggregated")
     served = _counter(url, after) - start_count

@@ -20,6 +20,7 @@ from builders.repository import ServingOptions, read_manifest
 from builders.zoo import BuiltModel, digits
 from clients.infer import infer
 from clients.rollout import RolloutError, RolloutRequest, rollout
+from common import endpoints
 from server import launcher
 from server.rollout_lock import rollout_lock
 from server.supervisor_process import start_supervised, stop_supervisor
@@ -79,7 +80,7 @@ def _copy_with(root, source, name, relative, data: bytes):
 def server(builds, tmp_path_factory):
     root = tmp_path_factory.mktemp("rollout_server")
     shutil.copytree(builds["served"], root / "repo")
-    http_port, grpc_port, metrics_port, health_port = launcher.free_ports(4)
+    http_port, grpc_port, metrics_port, health_port = endpoints.free_ports(4)
     settings = launcher.ServerSettings(root / "repo", http_port, grpc_port, metrics_port, state_dir=root / "state")
     start_supervised(settings, health_port)
     yield settings
@@ -91,7 +92,7 @@ class Load(ClosedLoop):
     """One closed-loop client per protocol sending to digits_cnn (no version: what the server serves)."""
 
     def __init__(self, settings):
-        state = launcher.read_state(settings.state_dir)
+        state = endpoints.read_state(settings.state_dir)
         super().__init__([endpoint_of(state, settings.repo, p) for p in ("http", "grpc")], "digits_cnn", {"input": X})
 
     def assert_no_failures(self):
@@ -102,12 +103,12 @@ class Load(ClosedLoop):
 
 
 def _logits(settings, version: str = "") -> np.ndarray:
-    ep = endpoint_of(launcher.read_state(settings.state_dir), settings.repo, "grpc")
+    ep = endpoint_of(endpoints.read_state(settings.state_dir), settings.repo, "grpc")
     return next(iter(infer(ep, "digits_cnn", {"input": X}, version=version).outputs.values()))
 
 
 def _ready_versions(settings) -> list[str]:
-    ep = endpoint_of(launcher.read_state(settings.state_dir), settings.repo, "http")
+    ep = endpoint_of(endpoints.read_state(settings.state_dir), settings.repo, "http")
     with ep.client() as client:
         index = client.get_model_repository_index(headers=ep.admin_headers)
     return [m["version"] for m in index if m["name"] == "digits_cnn" and m.get("state") == "READY"]

@@ -6,7 +6,6 @@ import pytest
 
 from builders.model_config import parse_pbtxt
 from builders.repository import read_manifest, update_manifest
-from clients.connection import Endpoint
 from loadtest import search
 from loadtest.perf_tools import find_perf_analyzer
 from server import launcher
@@ -19,12 +18,8 @@ def test_quick_and_exhaustive_search_and_write_back(served, tmp_path):
     for name in ("digits_cnn", "digits_cnn_int8"):
         shutil.copytree(served.repo / name, repo / name)
         update_manifest(repo, read_manifest(served.repo)["models"][name])
-    settings = launcher.ServerSettings(
-        repo, *launcher.free_ports(3), state_dir=tmp_path / "state", model_control="explicit"
-    )
-    state = launcher.start(settings)
-    try:
-        ep = Endpoint("grpc", state.grpc_url, state.admin_headers("grpc"), repo)
+    with launcher.running(repo, tmp_path / "state", model_control="explicit") as state:
+        ep = state.endpoint("grpc", repo)
         searcher = search.Searcher(
             repo,
             ep,
@@ -39,8 +34,6 @@ def test_quick_and_exhaustive_search_and_write_back(served, tmp_path):
         quick = search.quick(space, searcher)
         quick_count = len(searcher.results)
         best = search.exhaustive(space, searcher)
-    finally:
-        launcher.stop(settings.state_dir)
     assert len(space.candidates()) == 6 and len(searcher.results) == 6 and 1 <= quick_count <= 6
     assert best.feasible and best.throughput >= quick.throughput and best.throughput > 0
     path = search.write_back(repo, best.candidate, searcher.base_config(best.candidate.variant))

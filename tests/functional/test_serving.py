@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from builders.errors import ClientError
 from clients.admin import inference_statistics, repository_index
 from clients.infer import infer, model_inputs
+from common.errors import ClientError
 
 pytestmark = pytest.mark.functional
 PROTOCOLS = ["http", "grpc"]

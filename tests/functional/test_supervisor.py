@@ -15,6 +15,7 @@ import pytest
 from builders.build import BuildRequest, build_model
 from builders.repository import ServingOptions
 from clients.infer import infer
+from common import endpoints
 from server import launcher
 from server.probes import ProbeSettings
 from server.supervisor import stub_pids
@@ -31,7 +32,7 @@ def supervised(digits_build, tmp_path, request):
     spec, built, _ = digits_build
     options = ServingOptions(instances=getattr(request, "param", 2))
     build_model(BuildRequest(spec, "embedded", tmp_path / "repo", tmp_path / "work", options), built)
-    http_port, grpc_port, metrics_port, health_port = launcher.free_ports(4)
+    http_port, grpc_port, metrics_port, health_port = endpoints.free_ports(4)
     settings = launcher.ServerSettings(
         tmp_path / "repo", http_port, grpc_port, metrics_port, state_dir=tmp_path / "state"
     )
@@ -53,7 +54,7 @@ def _health(port: int, path: str = "/v2/health/ready") -> int:
 
 def _load(settings, stop: threading.Event, protocol: str, log: list) -> None:
     """Bounded closed-loop load: one request at a time, each recorded as (start, end, ok)."""
-    ep = endpoint_of(launcher.read_state(settings.state_dir), settings.repo, protocol)
+    ep = endpoint_of(endpoints.read_state(settings.state_dir), settings.repo, protocol)
     x = np.zeros((1, 1, 8, 8), np.float32)
     while not stop.is_set():
         started = time.monotonic()
@@ -93,7 +94,7 @@ def test_a_killed_stub_is_reloaded_within_the_floor_and_only_that_window_fails(s
     for thread in threads:
         thread.start()
     time.sleep(2.0)
-    server_pid = launcher.read_state(settings.state_dir).pid
+    server_pid = endpoints.read_state(settings.state_dir).pid
     victim = min(stub_pids(server_pid)["digits_cnn"])
     killed = time.monotonic()
     os.kill(victim, signal.SIGKILL)
@@ -117,7 +118,7 @@ def test_a_killed_stub_is_reloaded_within_the_floor_and_only_that_window_fails(s
 
 def test_a_killed_server_is_restarted_on_the_same_ports_and_stop_ends_everything(supervised):
     settings, health_port = supervised
-    old = launcher.read_state(settings.state_dir)
+    old = endpoints.read_state(settings.state_dir)
     os.kill(old.pid, signal.SIGKILL)
     deadline, down_seen = time.monotonic() + 120, False
     while time.monotonic() < deadline:
@@ -126,7 +127,7 @@ def test_a_killed_server_is_restarted_on_the_same_ports_and_stop_ends_everything
             break
         time.sleep(0.1)
     assert down_seen and _health(health_port) == 200
-    new = launcher.read_state(settings.state_dir)
+    new = endpoints.read_state(settings.state_dir)
     assert new.pid != old.pid and (new.http_port, new.grpc_port) == (old.http_port, old.grpc_port)
     ep = endpoint_of(new, settings.repo, "grpc")
     assert infer(ep, "digits_cnn", {"input": np.zeros((2, 1, 8, 8), np.float32)}).outputs["logits"].shape == (2, 10)
@@ -145,7 +146,7 @@ def test_deeply_nested_json_crashes_tritonserver_and_the_supervisor_brings_it_ba
     import http.client
 
     settings, health_port = supervised
-    old = launcher.read_state(settings.state_dir)
+    old = endpoints.read_state(settings.state_dir)
     conn = http.client.HTTPConnection(old.host, old.http_port, timeout=30)
     sent = time.monotonic()
     try:
@@ -157,15 +158,15 @@ def test_deeply_nested_json_crashes_tritonserver_and_the_supervisor_brings_it_ba
         conn.close()
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        state = launcher.read_state(settings.state_dir)
+        state = endpoints.read_state(settings.state_dir)
         if state.pid != old.pid and _health(health_port) == 200:
             break
         time.sleep(0.2)
-    assert launcher.read_state(settings.state_dir).pid != old.pid, "tritonserver survived: unpin this test"
+    assert endpoints.read_state(settings.state_dir).pid != old.pid, "tritonserver survived: unpin this test"
     print(f"nested JSON on the internal port: tritonserver crashed, ready again {time.monotonic() - sent:.1f} s later")
     (restart,) = _status(health_port)["restarts"]
     assert "exited on its own" in restart["reason"] and restart["exit"] != "status unknown"
-    ep = endpoint_of(launcher.read_state(settings.state_dir), settings.repo, "http")
+    ep = endpoint_of(endpoints.read_state(settings.state_dir), settings.repo, "http")
     assert infer(ep, "digits_cnn", {"input": np.zeros((1, 1, 8, 8), np.float32)}).outputs["logits"].shape == (1, 10)
 
 
@@ -173,7 +174,7 @@ def test_deeply_nested_json_crashes_tritonserver_and_the_supervisor_brings_it_ba
 def test_a_wedged_stub_is_found_by_the_probes_and_the_model_reloaded(supervised):
     """SIGSTOP leaves every process alive and Triton calling the model ready, while nothing answers."""
     settings, health_port = supervised
-    state = launcher.read_state(settings.state_dir)
+    state = endpoints.read_state(settings.state_dir)
     ep = endpoint_of(state, settings.repo, "http")
     (victim,) = stub_pids(state.pid)["digits_cnn"]
     os.kill(victim, signal.SIGSTOP)
@@ -204,7 +205,7 @@ def _status(port: int) -> dict:
 
 def test_a_frozen_server_turns_not_ready_fast_and_is_restarted_with_its_evidence(supervised):
     settings, health_port = supervised
-    old = launcher.read_state(settings.state_dir)
+    old = endpoints.read_state(settings.state_dir)
     log_before = Path(old.log).read_text()
     os.kill(old.pid, signal.SIGSTOP)
     frozen, not_ready_after, back_after = time.monotonic(), None, None
@@ -226,7 +227,7 @@ def test_a_frozen_server_turns_not_ready_fast_and_is_restarted_with_its_evidence
     # for a busy host: what must hold is that a freeze is noticed and healed at all, in seconds, not minutes.
     assert not_ready_after is not None and not_ready_after <= 2 * 2.0
     assert back_after is not None and back_after <= 3 * RECOVERY_FLOOR_S
-    new = launcher.read_state(settings.state_dir)
+    new = endpoints.read_state(settings.state_dir)
     assert new.pid != old.pid
     (restart,) = _status(health_port)["restarts"]
     assert restart["pid"] == old.pid and "SIGKILL" in restart["exit"] and "frozen" in restart["reason"]
@@ -238,13 +239,13 @@ def test_a_frozen_server_turns_not_ready_fast_and_is_restarted_with_its_evidence
 
 def test_a_crash_leaves_no_shared_memory_behind(supervised):
     settings, health_port = supervised
-    old = launcher.read_state(settings.state_dir)
+    old = endpoints.read_state(settings.state_dir)
     mine = _regions_of(old.pid)  # other tests' servers have regions of their own: only this server's count
     assert mine and all((p.stat().st_mode & 0o777) == 0o600 for p in mine)  # private: see the README
     os.killpg(old.pid, signal.SIGKILL)  # the server and its stubs: nothing unmaps its regions
-    _await(lambda: launcher.read_state(settings.state_dir).pid != old.pid and _health(health_port) == 200, 60)
+    _await(lambda: endpoints.read_state(settings.state_dir).pid != old.pid and _health(health_port) == 200, 60)
     _await(lambda: not any(p.exists() for p in mine), 15)  # removed once the new server is up
-    new = _regions_of(launcher.read_state(settings.state_dir).pid)
+    new = _regions_of(endpoints.read_state(settings.state_dir).pid)
     assert new and not (new & mine)
     stop_supervisor(settings.state_dir)
     assert not any(p.exists() for p in new), "regions left after stop"
@@ -277,7 +278,7 @@ def _await(condition, timeout: float) -> None:
 @pytest.mark.parametrize("supervised", [1], indirect=True)
 def test_an_unload_through_the_admin_api_is_respected_until_a_load(supervised):
     settings, health_port = supervised
-    state = launcher.read_state(settings.state_dir)
+    state = endpoints.read_state(settings.state_dir)
     with endpoint_of(state, settings.repo, "http").client() as client:
         client.unload_model("digits_cnn", headers=state.admin_headers())
         time.sleep(3.0)  # several supervisor rounds

@@ -5,9 +5,9 @@ import concurrent.futures
 import numpy as np
 import pytest
 
-from builders.errors import ClientError
 from builders.zoo.text import SENTENCES, model_dir
 from clients.infer import infer
+from common.errors import ClientError
 
 pytestmark = pytest.mark.functional
 

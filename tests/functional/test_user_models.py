@@ -19,6 +19,7 @@ from builders.build import BuildRequest, build_model, build_torch_variant
 from builders.repository import TorchRuntime, read_manifest
 from clients.connection import Endpoint
 from clients.infer import infer
+from common import endpoints
 from server import launcher
 from tests.functional.conftest import endpoint_of
 from tests.user_models import ACME, build_reference, write_package
@@ -55,7 +56,7 @@ outputs = [ { name = "y", dtype = "FP32", dims = [3] } ]
 
 @dataclass
 class UserServed:
-    state: launcher.ServerState
+    state: endpoints.ServerState
     repo: Path
     folder: Path
     modules: dict
@@ -114,11 +115,9 @@ def user_served(tmp_path_factory):
             _write_pipelines(repo, user.spec, user.serving)
     acme_spec = spec_file.load(folder / "models.toml")[0].spec
     build_torch_variant(BuildRequest(acme_spec, "embedded", repo, work), TorchRuntime("fp32"))
-    settings = launcher.ServerSettings(repo, *launcher.free_ports(3), state_dir=folder / "state")
-    state = launcher.start(settings)
     modules = {"acme_classifier": build_reference(folder), "tiny_exported": tiny, "tiny_onnx": tiny}
-    yield UserServed(state, repo, folder, modules)
-    launcher.stop(settings.state_dir)
+    with launcher.running(repo, folder / "state") as state:
+        yield UserServed(state, repo, folder, modules)
 
 
 def _acme_inputs(batch: int, length: int, seed: int = 0) -> dict:

@@ -16,7 +16,6 @@ from builders import zoo  # noqa: E402
 from builders.build import BuildRequest, build_model, build_torch_variant  # noqa: E402
 from builders.repository import ServingOptions, TorchRuntime  # noqa: E402
 from clients.admin import inference_statistics  # noqa: E402
-from clients.connection import Endpoint  # noqa: E402
 from clients.infer import infer  # noqa: E402
 from clients.shared_memory import infer_cuda_shm  # noqa: E402
 from server import launcher  # noqa: E402
@@ -41,10 +40,8 @@ def gpu_served(tmp_path_factory):
         TorchRuntime("bf16", **compiled),
     ):
         build_torch_variant(BuildRequest(spec, "embedded", root / "repo", root / "work", gpu), runtime)
-    settings = launcher.ServerSettings(root / "repo", *launcher.free_ports(3), state_dir=root / "state")
-    state = launcher.start(settings)
-    yield spec, built, state
-    launcher.stop(settings.state_dir)
+    with launcher.running(root / "repo", root / "state") as state:
+        yield spec, built, state
 
 
 def _reference(built, x):
@@ -73,7 +70,7 @@ def test_uint8_normalization_on_the_gpu():
 
 def test_served_fp16_graphs_on_gpu_instances_match_pytorch(gpu_served):
     spec, built, state = gpu_served
-    ep = Endpoint("grpc", state.grpc_url, state.admin_headers("grpc"))
+    ep = state.endpoint("grpc")
     for batch in (1, 5, 8):
         x = np.random.default_rng(batch).standard_normal((batch, 3, 64, 64)).astype(np.float32)
         got = infer(ep, "resnet18_64_torch_fp16_graphs", {"input": x}).outputs["logits"]
@@ -87,7 +84,7 @@ def test_served_fp16_graphs_on_gpu_instances_match_pytorch(gpu_served):
 
 def test_cuda_shared_memory_round_trip(gpu_served):
     spec, built, state = gpu_served
-    ep = Endpoint("grpc", state.grpc_url, state.admin_headers("grpc"))
+    ep = state.endpoint("grpc")
     x = np.random.default_rng(0).standard_normal((4, 3, 64, 64)).astype(np.float32)
     out = infer_cuda_shm(ep, "resnet18_64_torch_fp16_graphs", {"input": x}, {"logits": (np.float32, (4, 1000))})
     np.testing.assert_allclose(out["logits"], _reference(built, x), atol=5e-2, rtol=5e-2)
@@ -99,7 +96,7 @@ def test_uint8_images_normalized_on_the_gpu_when_served(gpu_served):
     from clients.inputs import preprocess_image
 
     spec, built, state = gpu_served
-    ep = Endpoint("http", state.http_url, state.admin_headers("http"))
+    ep = state.endpoint("http")
     pixels = np.random.default_rng(2).integers(0, 256, (3, 64, 64, 3), dtype=np.uint8)
     got = infer(ep, "resnet18_64_torch_fp16_graphs_u8", {"input": pixels}).outputs["logits"]
     floats = np.stack([preprocess_image(Image.fromarray(p), spec) for p in pixels])
@@ -119,7 +116,7 @@ def test_compiled_engines_are_built_gated_and_served_on_the_gpu(gpu_served):
         assert compiled["device"] == "cuda" and compiled["compute_capability"] and compiled["triton"]
         assert compiled["cache_bytes"] > 0 and manifest[name]["validation"]["passed"]
         assert (Path(state.repo) / name / "1" / "compile_cache.bin").stat().st_size == compiled["cache_bytes"]
-    ep = Endpoint("grpc", state.grpc_url, state.admin_headers("grpc"))
+    ep = state.endpoint("grpc")
     pixels = np.random.default_rng(3).integers(0, 256, (5, 64, 64, 3), dtype=np.uint8)
     floats = np.stack([preprocess_image(Image.fromarray(p), spec) for p in pixels])
     got = infer(ep, "resnet18_64_inductor_fp16_u8", {"input": pixels}).outputs["logits"]

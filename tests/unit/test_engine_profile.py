@@ -5,9 +5,9 @@ import pytest
 from builders import repository, zoo
 from builders.engine_profile import EngineOptions, batch_range, check_config_against_profile, profile_shapes
 from builders.engines import plan_config, variant_name
-from builders.errors import ConfigError
 from builders.model_config import parse_pbtxt
 from builders.spec import ModelSpec, TensorSpec
+from common.errors import ConfigError
 
 
 def test_dynamic_profile_spans_one_to_the_spec_max():

@@ -82,9 +82,9 @@ def test_a_stopping_replica_drains_longer_than_envoy_needs_to_notice():
 
 
 def test_replica_ports_can_be_given_as_a_base():
-    from builders.errors import ServerError
+    from common.endpoints import free_ports
+    from common.errors import ServerError
     from server.cluster import ClusterSettings
-    from server.launcher import free_ports
 
     base = free_ports(1)[0] // 8 * 8  # a block near a free port; check_port_free refuses a taken one
     settings = ClusterSettings(Path("repo"), 2, replica_base_port=base)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from builders import export, validate
-from builders.errors import ExportError, ValidationError
+from common.errors import ExportError, ValidationError
 
 
 def test_export_has_a_dynamic_batch_axis_and_matches_torch(digits_build):

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from builders import model_config
-from builders.errors import ConfigError, SpecError
 from builders.spec import ModelSpec
+from common.errors import ConfigError, SpecError
 
 CASES = sorted((Path(__file__).parents[1] / "fixtures" / "invalid").iterdir())
 

@@ -3,9 +3,9 @@
 import pytest
 
 from builders.build import BuildRequest, build_model
-from builders.errors import ToolError
 from builders.guard import GuardError, Target, check_manifest
 from builders.repository import read_manifest, update_manifest
+from common.errors import ToolError
 from server import launcher
 
 H100 = Target("10.13.3", "9.0", "NVIDIA H100 80GB HBM3", "image tritonserver:25.08-py3")

@@ -5,7 +5,8 @@ import stat
 
 import pytest
 
-from builders.errors import ServerError
+from common import endpoints
+from common.errors import ServerError
 from server import launcher
 from server.install import find_install
 
@@ -44,7 +45,7 @@ def test_command_binds_loopback_and_restricts_admin_apis(tmp_path):
 def test_stop_without_a_server_says_so(tmp_path):
     assert launcher.stop(tmp_path) is False
     with pytest.raises(ServerError, match="no server state"):
-        launcher.read_state(tmp_path)
+        endpoints.read_state(tmp_path)
 
 
 def test_numpy_2_is_refused_only_for_models_that_answer_with_numpy_arrays(tmp_path):

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from builders.errors import ClientError
 from clients.inputs import data_inputs, plan_inputs
 from clients.model_plan import ModelPlan, NotMeasurable, TensorPlan, parse_shapes
+from common.errors import ClientError
 
 ADD_SUB = ModelPlan("add_sub", 0, (TensorPlan("A", "FP32", (4,)), TensorPlan("B", "FP32", (4,))), ("S",))
 DYNAMIC = ModelPlan("dyn", 8, (TensorPlan("X", "FP32", (-1,)), TensorPlan("M", "INT64", (2,), optional=True)), ("Y",))

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from builders.errors import MeasurementError
 from clients.connection import Endpoint
+from common.errors import MeasurementError
 from loadtest import perf
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "perf_analyzer_verbose.csv"

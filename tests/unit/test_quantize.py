@@ -8,7 +8,7 @@ import pytest
 
 from builders import quantize, repository, zoo
 from builders.build import BuildRequest, build_model
-from builders.errors import SpecError, ValidationError
+from common.errors import SpecError, ValidationError
 
 
 def _zero_point_types(path):

@@ -57,7 +57,7 @@ def test_cli_reports_user_errors_without_traceback(tmp_path):
 
 def test_compiled_variants_are_named_and_configured_for_the_torch_runtime():
     from builders import zoo
-    from builders.errors import ConfigError
+    from common.errors import ConfigError
 
     spec = zoo.get_spec("resnet18", image_size=64, max_batch_size=8)
     gpu = repository.ServingOptions(kind="KIND_GPU")
@@ -77,7 +77,7 @@ def test_compiled_variants_are_named_and_configured_for_the_torch_runtime():
 
 def test_gpu_torch_runtime_refuses_several_instances_with_dynamic_batching():
     from builders import zoo
-    from builders.errors import ConfigError
+    from common.errors import ConfigError
 
     spec = zoo.get_spec("digits_cnn")
     runtime = repository.TorchRuntime("fp16")

@@ -3,8 +3,8 @@ import dataclasses
 import pytest
 
 from builders import zoo
-from builders.errors import SpecError
 from builders.spec import ModelSpec, TensorSpec
+from common.errors import SpecError
 
 
 @pytest.mark.parametrize("name", zoo.available())

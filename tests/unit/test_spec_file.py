@@ -8,7 +8,7 @@ import pytest
 
 from builders import spec_file
 from builders.build import BuildRequest, build_model
-from builders.errors import ToolError
+from common.errors import ToolError
 from tests.user_models import ACME, write_package
 
 CASES = sorted(p for p in (Path(__file__).parents[1] / "fixtures" / "invalid_specs").iterdir() if p.is_dir())

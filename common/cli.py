@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from builders.errors import ToolError
+from common.errors import ToolError
 
 
 def user_errors(func):
