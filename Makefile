@@ -96,7 +96,7 @@ install-prometheus: install ## Unpack Prometheus + promtool into .tools/promethe
 FROM ?=
 rollout: install ## Roll MODEL's new build from FROM into the served REPO without downtime (rolls back on a failed check)
 	@test -n "$(MODEL)" -a -n "$(FROM)" || { echo "usage: make rollout MODEL=<served model> FROM=<repository built by make build-engines>"; exit 2; }
-	$(PY) -m server rollout --model "$(MODEL)" --from "$(FROM)" --repo $(REPO) --http-port $(HTTP_PORT) --state-dir $(STATE_DIR)
+	$(PY) -m operations rollout --model "$(MODEL)" --from "$(FROM)" --repo $(REPO) --http-port $(HTTP_PORT) --state-dir $(STATE_DIR)
 
 status: install ## Show the running server
 	$(PY) -m server status --state-dir $(STATE_DIR)

@@ -40,7 +40,7 @@ def _split(value: str) -> list[str]:
 @click.option(
     "--work-dir",
     type=click.Path(path_type=Path),
-    default=Path("build"),
+    default=Path("work"),
     show_default=True,
     help="Where exported ONNX models and validation reports are cached.",
 )
@@ -107,10 +107,11 @@ def build(
     verbose,
 ):
     """Build MODELS (zoo) and the models of --spec into the repository REPO, one validated model at a time."""
-    from builders import export, zoo
-    from builders import spec_file as spec_files
-    from builders.build import BuildRequest
-    from builders.repository import ServingOptions, default_target
+    from builders.formats import export
+    from builders.repository.writer import ServingOptions, default_target
+    from builders.request import BuildRequest
+    from builders.spec import spec_file as spec_files
+    from builders.spec import zoo
 
     export.VERBOSE = verbose
     target = default_target() if target == "auto" else target
@@ -168,7 +169,7 @@ def _build_one(request, with_pipelines: bool) -> None:
 
 
 def _check_compiled(precisions: list) -> None:
-    from builders.repository import TORCH_PRECISIONS
+    from builders.repository.writer import TORCH_PRECISIONS
     from common.errors import ConfigError
 
     unknown = [p for p in precisions if p not in TORCH_PRECISIONS]
@@ -183,7 +184,7 @@ def _build_compiled(request, precision: str, uint8_input: bool) -> None:
     import torch
 
     from builders.build import build_torch_variant
-    from builders.repository import TorchRuntime
+    from builders.repository.writer import TorchRuntime
 
     gpu = torch.cuda.is_available()
     options = dataclasses.replace(request.options, kind="KIND_GPU" if gpu else "KIND_CPU")
@@ -195,12 +196,12 @@ def _build_compiled(request, precision: str, uint8_input: bool) -> None:
 
 
 def _write_pipelines(repo, spec, options):
-    from builders import pipelines
+    from builders.repository import pipelines
 
     if spec.preprocessing and spec.labels and len(spec.inputs) == 1:
         names = pipelines.write_image_pipelines(repo, spec, options=options)
     elif spec.builder == "sentence_encoder":
-        from builders.zoo.text import model_dir
+        from builders.spec.zoo.text import model_dir
 
         names = pipelines.write_text_pipeline(repo, spec, model_dir() / "tokenizer.json", options)
     else:
@@ -212,7 +213,7 @@ def _write_pipelines(repo, spec, options):
 @click.option("--models", default="digits_cnn", show_default=True)
 @click.option("--precisions", default="fp16", show_default=True, help="fp32, fp16 and/or int8.")
 @options.REPO
-@click.option("--work-dir", type=click.Path(path_type=Path), default=Path("build"), show_default=True)
+@click.option("--work-dir", type=click.Path(path_type=Path), default=Path("work"), show_default=True)
 @click.option("--max-batch", type=int, default=None, help="Profile max batch (default: the spec's).")
 @click.option("--opt-batch", type=int, default=None, help="Profile opt batch (default: half the max).")
 @click.option("--static-batch", type=int, default=None, help="Build a static-shape engine for this batch.")
@@ -239,10 +240,10 @@ def engines(
     calibration,
 ):
     """Build TensorRT plans of built models (needs TensorRT: the NGC container)."""
-    from builders import zoo
-    from builders.engine_profile import EngineOptions
-    from builders.engines import build_plan_variant
-    from builders.repository import ServingOptions
+    from builders.formats.tensorrt_plans import build_plan_variant
+    from builders.formats.tensorrt_profile import EngineOptions
+    from builders.repository.writer import ServingOptions
+    from builders.spec import zoo
 
     serving = ServingOptions(instances=instances, kind="KIND_GPU")
     for name in _split(models):
@@ -268,8 +269,8 @@ def engines(
 @user_errors
 def guard(repo, image):
     """Refuse plans that do not fit the server's TensorRT or the GPU present."""
-    from builders.guard import check_manifest, image_target, local_target
-    from builders.repository import read_manifest
+    from builders.checks.guard import check_manifest, image_target, local_target
+    from builders.repository.manifest import read_manifest
 
     target = image_target(image) if image else local_target()
     check_manifest(read_manifest(repo), target)
@@ -283,8 +284,8 @@ def guard(repo, image):
 @user_errors
 def list_models(spec_file):
     """List the models of the zoo (and of a spec file, validated)."""
-    from builders import spec_file as spec_files
-    from builders import zoo
+    from builders.spec import spec_file as spec_files
+    from builders.spec import zoo
 
     specs = [zoo.get_spec(name) for name in zoo.available()]
     specs += [user.spec for user in spec_files.load(spec_file)] if spec_file else []

@@ -7,37 +7,18 @@ import dataclasses
 import hashlib
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from builders import export, quantize, repository, user_models, validate, zoo
+from builders.checks import validate
 from builders.environment import host_info, tool_versions
-from builders.spec import ModelSpec
+from builders.formats import export, quantize
+from builders.repository import manifest
+from builders.repository import writer as repository
+from builders.request import BuildRequest
+from builders.spec import user_models, zoo
+from builders.spec.model_spec import ModelSpec
 from common.cli import step
 from common.errors import SpecError, ToolError
-
-
-@dataclass(frozen=True)
-class BuildRequest:
-    """What to build, where, and how to serve it."""
-
-    spec: ModelSpec
-    target: str
-    repo: Path
-    work_dir: Path
-    options: repository.ServingOptions = repository.ServingOptions()
-    force: bool = False
-    precisions: tuple[str, ...] = ("fp32",)
-    calibration: Path | None = None
-    eval_data: Path | None = None  # .npz: one array per input and "labels", for the INT8 accuracy gate
-
-    def __post_init__(self):
-        unknown = [p for p in self.precisions if p not in ("fp32", "int8")]
-        if unknown or "fp32" not in self.precisions:
-            raise SpecError(
-                f"precisions {list(self.precisions)}: the ONNX path builds 'fp32' (always) and 'int8'; "
-                "fp16 needs TensorRT (the ngc target inside the NGC container: make build-engines-docker)"
-            )
 
 
 def build_hash(spec: ModelSpec) -> str:
@@ -75,7 +56,7 @@ def _validated_artifact(req: BuildRequest, built: zoo.BuiltModel | None) -> tupl
 
 
 def _imported_artifact(spec: ModelSpec, out_dir: Path, digest: str) -> tuple[export.ExportResult, dict]:
-    from builders import onnx_import
+    from builders.formats import onnx_import
 
     step(f"{spec.name}: importing {spec.builder_args['onnx']} (checker, shape inference, tensors vs the spec)")
     result = onnx_import.import_onnx(spec, out_dir, digest)
@@ -116,56 +97,6 @@ def save_state_dict(module, out_dir: Path) -> Path:
     path = out_dir / "model.pt"
     torch.save(module.state_dict(), path)
     return path
-
-
-def build_torch_variant(req: BuildRequest, runtime: repository.TorchRuntime) -> dict:
-    """Serve the spec's module with the torch runtime (after build_model made its artifacts).
-
-    The variant carries the module as a torch.export program (model.pt2), so the server needs
-    no model source: zoo and user models alike. A runtime with a compiler builds a compiled
-    engine (builders.compiled): compiled, gated and cached here, not at the first request.
-    """
-    if runtime.compiler:
-        from builders.compiled import build_compiled_variant
-
-        return build_compiled_variant(req, runtime)
-    entry = write_torch_variant(req, runtime)
-    repository.update_manifest(req.repo, entry)
-    return entry
-
-
-def write_torch_variant(req: BuildRequest, runtime: repository.TorchRuntime, extra: dict | None = None) -> dict:
-    """Write a torch-runtime variant's folder (model.pt2, spec.json, model.py, extra artifacts); return its entry."""
-    out_dir = req.work_dir / req.spec.name
-    program, spec_file = out_dir / "model.pt2", out_dir / "spec.json"
-    if not program.exists():
-        raise SpecError(
-            f"{req.spec.name}: no torch.export program (model.pt2) in {out_dir}; build the model first "
-            "(make build-engines), or, if the build said it could not export one, the torch runtime cannot serve it"
-        )
-    spec_file.write_text(json.dumps(req.spec.to_dict()))
-    config = repository.torch_config(req.spec, runtime, req.options)
-    variant = dataclasses.replace(req.spec, name=config.name)
-    step(f"{req.spec.name}: writing {req.repo / config.name} (torch runtime, {req.options.kind})")
-    from triton_models import TORCH_MODEL
-
-    artifacts = {"model.pt2": program, "spec.json": spec_file, "model.py": TORCH_MODEL, **(extra or {})}
-    repository.write_model(req.repo, variant, config, artifacts, req.target)
-    return {
-        "name": config.name,
-        "target": req.target,
-        "backend": "python",
-        "runtime": "inductor" if runtime.compiler else "torch",
-        "kind": req.options.kind,
-        "precision": runtime.precision,
-        "artifact": f"{config.name}/1/model.pt2",
-        "sha256": export.file_sha256(program),
-        "spec": req.spec.to_dict(),
-        "torch_runtime": dataclasses.asdict(runtime),
-        "versions": tool_versions(),
-        "host": host_info(),
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
 
 
 def weights_source(spec) -> str:
@@ -220,7 +151,7 @@ def _build_model(req: BuildRequest, built: zoo.BuiltModel | None) -> dict:
     step(f"{req.spec.name}: writing {req.repo / req.spec.name} (target {req.target})")
     repository.write_model(req.repo, req.spec, config, {"model.onnx": artifact.path}, req.target)
     entry = _manifest_entry(req, config, artifact, report, started)
-    repository.update_manifest(req.repo, entry)
+    manifest.update_manifest(req.repo, entry)
     if "int8" in req.precisions:
         build_int8(req, artifact, entry, int8_data)
     return entry
@@ -257,7 +188,7 @@ def build_int8(req: BuildRequest, fp32: export.ExportResult, fp32_entry: dict, d
         "build_seconds": round(time.time() - started, 1),
     }
     entry["validation"] = {"passed": report["passed"], "kind": report["gate"]}
-    repository.update_manifest(req.repo, entry)
+    manifest.update_manifest(req.repo, entry)
     return entry
 
 
@@ -283,7 +214,7 @@ def reference_feeds(spec: ModelSpec, eval_data: Path | None) -> dict:
 
 
 def _int8_report(spec: ModelSpec, fp32_path: Path, result: quantize.QuantizeResult, data: dict) -> dict:
-    from builders.speed import side_by_side
+    from builders.checks.speed import side_by_side
 
     feeds = data.get("x", data["calibration"])
     batch = {k: v[:32] for k, v in feeds.items()}
@@ -354,3 +285,20 @@ def _manifest_entry(req, config, artifact, report, started) -> dict:
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "build_seconds": round(time.time() - started, 1),
     }
+
+
+def build_torch_variant(req: BuildRequest, runtime: repository.TorchRuntime) -> dict:
+    """Serve the spec's module with the torch runtime (after build_model made its artifacts).
+
+    The variant carries the module as a torch.export program (model.pt2), so the server needs
+    no model source: zoo and user models alike. A runtime with a compiler builds a compiled
+    engine (builders/formats/torch_compiled.py): compiled, gated and cached here, not at the first request.
+    """
+    from builders.formats.torch_compiled import build_compiled_variant
+    from builders.formats.torch_variant import write_torch_variant
+
+    if runtime.compiler:
+        return build_compiled_variant(req, runtime)
+    entry = write_torch_variant(req, runtime)
+    manifest.update_manifest(req.repo, entry)
+    return entry

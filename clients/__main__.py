@@ -188,8 +188,8 @@ def _npz_arrays(source, meta, model):
 
 
 def _spec(ep, model, repo):
-    from builders.repository import read_manifest
-    from builders.spec import ModelSpec
+    from builders.repository.manifest import read_manifest
+    from builders.spec.model_spec import ModelSpec
 
     repo = repo or ep.repo
     entry = read_manifest(Path(repo)).get("models", {}).get(model) if repo else None

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from builders.images import preprocess_image
-from builders.spec import DTYPES, ModelSpec
+from builders.spec.images import preprocess_image
+from builders.spec.model_spec import DTYPES, ModelSpec
 from common.errors import ClientError
 
 
@@ -98,7 +98,7 @@ def plan_inputs(plan, batch: int, shapes: dict | None = None, spec: ModelSpec | 
             continue
         rng = np.random.default_rng(seed + i)
         if ours is not None:
-            from builders.export import random_values
+            from builders.formats.export import random_values
 
             arrays[tensor.name] = random_values(rng, ours, tuple(shape))
         else:

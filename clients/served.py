@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from builders.spec import ModelSpec
+from builders.spec.model_spec import ModelSpec
 from clients.connection import Endpoint
 from common.errors import ClientError
 
 
 def _manifest(repo: Path | None) -> dict:
-    from builders.repository import read_manifest
+    from builders.repository.manifest import read_manifest
 
     if repo is None:
         return {}

@@ -5,8 +5,11 @@ FROM nvcr.io/nvidia/tensorrt:${NGC_RELEASE}-py3
 WORKDIR /workspace/project
 COPY pyproject.toml README.md Makefile ./
 COPY builders ./builders
+COPY common ./common
+COPY triton_models ./triton_models
 COPY clients ./clients
 COPY loadtest ./loadtest
+COPY operations ./operations
 COPY server ./server
 RUN python3 -m pip install --no-cache-dir . \
     && python3 -c "import tensorrt, builders; print('TensorRT', tensorrt.__version__)"

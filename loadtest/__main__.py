@@ -487,7 +487,7 @@ def envoy_bench(model, protocols, concurrency, interval_ms, out, state_dir):
 @click.option("--folder", type=click.Path(path_type=Path, file_okay=False), default=Path("kubernetes"))
 def kubernetes_monitoring(folder):
     """(Re)write the PrometheusRule and prometheus-adapter manifests from loadtest/prometheus_rules.py."""
-    from loadtest.prometheus_rules import write_kubernetes
+    from loadtest.kubernetes_monitoring import write_kubernetes
 
     for path in write_kubernetes(folder):
         click.echo(f"wrote {path}")

@@ -22,8 +22,9 @@ def build_variants(spec, repo: Path, work: Path, delay_us: int, gpu: bool = Fals
     CPU: ONNX Runtime (threads per instance = cores / instances). GPU: the torch runtime in fp16
     with CUDA graphs on KIND_GPU instances (outputs through CUDA IPC, or host memory with host_outputs).
     """
-    from builders import repository
-    from builders.build import BuildRequest, build_model
+    from builders.build import build_model
+    from builders.repository import writer as repository
+    from builders.request import BuildRequest
 
     build_model(BuildRequest(spec, "embedded", work / "scratch_repo", work))
     cores, variants = os.cpu_count() or 1, {}
@@ -43,7 +44,7 @@ def build_variants(spec, repo: Path, work: Path, delay_us: int, gpu: bool = Fals
 
 
 def _serving(spec, variant, options, work: Path, gpu: bool, host_outputs: bool):
-    from builders import repository
+    from builders.repository import writer as repository
     from triton_models import TORCH_MODEL
 
     if not gpu:
@@ -116,7 +117,7 @@ def detail_table(rows: list[dict]) -> str:
 def run(models, out: Path, concurrency, interval_ms: int, delay_us: int, gpu: bool, host_outputs: bool) -> str:
     """Build every model's four variants, serve them on free ports, measure, write batching.csv and
     batching.md into out; return the report's text."""
-    from builders import zoo
+    from builders.spec import zoo
     from loadtest.perf import write_csv
     from loadtest.perf_tools import find_perf_analyzer
     from server.launcher import running

@@ -92,8 +92,8 @@ def compiled_rows(spec, program: Path, gpu_batch: int, precisions=("fp16", "bf16
     """The compiled engines in-process: fp16 and bf16, batch 1 and every bucket from gpu_batch up to the max."""
     import torch
 
-    from builders.compiled import compile_engine
-    from builders.repository import TorchRuntime
+    from builders.formats.torch_compiled import compile_engine
+    from builders.repository.writer import TorchRuntime
     from triton_models.torch_runtime import DTYPES
 
     rows, shape = [], tuple(spec.inputs[0].dims)
@@ -132,7 +132,7 @@ def inprocess_rows(spec, onnx_path: Path, weights: Path, gpu_batch: int, cpu_bat
     import onnxruntime as ort
     import torch
 
-    from builders.zoo import architecture
+    from builders.spec.zoo import architecture
     from triton_models.torch_runtime import GraphRunner
 
     shape = tuple(spec.inputs[0].dims)
@@ -189,7 +189,7 @@ def _row(name, fn, x1, xb) -> BenchRow:
 
 def tensorrt_row() -> BenchRow:
     """The TensorRT row: measured elsewhere (the NGC path) or marked unavailable with the reason."""
-    from builders.tensorrt_build import TensorRTUnavailable, require_tensorrt
+    from builders.formats.tensorrt_build import TensorRTUnavailable, require_tensorrt
 
     try:
         require_tensorrt()
@@ -273,8 +273,9 @@ def _served_variants(spec, work: Path, repo: Path, settings: BenchSettings) -> d
     """Build the repository: ONNX on the CPU, torch fp32 and fp16+graphs on the GPU; runtime -> model."""
     import torch
 
-    from builders.build import BuildRequest, build_model, build_torch_variant
-    from builders.repository import ServingOptions, TorchRuntime
+    from builders.build import build_model, build_torch_variant
+    from builders.repository.writer import ServingOptions, TorchRuntime
+    from builders.request import BuildRequest
 
     serve_onnx = not settings.served or "onnxruntime CPU fp32" in settings.served
     build_model(BuildRequest(spec, "embedded", repo if serve_onnx else work / "scratch_repo", work, ServingOptions()))
@@ -384,7 +385,7 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
     import csv
     import dataclasses
 
-    from builders import zoo
+    from builders.spec import zoo
     from loadtest.perf_tools import find_perf_analyzer
     from server.launcher import running
 
@@ -450,7 +451,7 @@ def check_outputs(ep, model: str, batch: int = 2) -> None:
 
     perf_analyzer does not read outputs: a model answering with empty or garbage tensors would be timed as fast.
     """
-    from clients.rollout_checks import CheckFailed, smoke
+    from clients.checks import CheckFailed, smoke
     from common.errors import MeasurementError
 
     try:

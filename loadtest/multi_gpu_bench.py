@@ -38,9 +38,10 @@ class MultiGpuSettings:
 
 def build(settings: MultiGpuSettings, work: Path) -> tuple[Path, str]:
     """Build the compiled uint8 variant (KIND_GPU, no batcher: requests come at the max batch); (repo, name)."""
-    from builders import zoo
-    from builders.build import BuildRequest, build_model, build_torch_variant
-    from builders.repository import ServingOptions, TorchRuntime
+    from builders.build import build_model, build_torch_variant
+    from builders.repository.writer import ServingOptions, TorchRuntime
+    from builders.request import BuildRequest
+    from builders.spec import zoo
 
     spec = zoo.get_spec(settings.model, max_batch_size=settings.batch)
     repo, done = work / "repo", work / "built.json"
@@ -60,7 +61,7 @@ def placed(repo: Path, model: str, gpus: list[int], count: int, target: Path) ->
     """A repository holding only `model`, its instances placed `count` per GPU of `gpus`."""
     from tritonclient.grpc import model_config_pb2 as pb
 
-    from builders.model_config import parse_pbtxt, proto_to_pbtxt
+    from builders.repository.model_config import parse_pbtxt, proto_to_pbtxt
 
     shutil.rmtree(target, ignore_errors=True)  # a layout of an earlier run
     shutil.copytree(repo / model, target / model)

@@ -89,37 +89,6 @@ def adapter_configmap(window: str = "1m") -> dict:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
 
 
-GENERATED = "# Generated from loadtest/prometheus_rules.py by `python -m loadtest kubernetes-monitoring`.\n"
-
-
-def write_kubernetes(folder) -> list:
-    """Write prometheus-rules.yaml, prometheus-adapter.yaml and grafana-dashboard.yaml into folder."""
-    from pathlib import Path
-
-    import yaml
-
-    class Dumper(yaml.SafeDumper):
-        """Multi-line strings (the adapter's config.yaml) as literal blocks."""
-
-    def text(dumper, value):
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
-
-    Dumper.add_representer(str, text)
-    from loadtest.dashboard import configmap
-
-    written = []
-    docs = (
-        ("prometheus-rules.yaml", prometheus_rule()),
-        ("prometheus-adapter.yaml", adapter_configmap()),
-        ("grafana-dashboard.yaml", configmap()),
-    )
-    for name, doc in docs:
-        path = Path(folder) / name
-        path.write_text(GENERATED + yaml.dump(doc, Dumper=Dumper, sort_keys=False, width=200))
-        written.append(path)
-    return written
-
-
 def p99_ms(window: str) -> str:
     """p99 request latency (ms) per model: from the latency histograms where Triton exports them
     (--metrics-config=histogram_latencies=true, newer releases), else the worst replica's p99 summary

@@ -96,7 +96,7 @@ def one_instance_only(config) -> bool:
     no batching on the H100 (CUDA MPS does not help; docs/benchmarks.md), so the search keeps it at 1."""
     from tritonclient.grpc import model_config_pb2
 
-    from builders.repository import is_torch_runtime
+    from builders.repository.writer import is_torch_runtime
 
     gpu = any(g.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU for g in config.instance_group)
     return gpu and is_torch_runtime(config)
@@ -118,8 +118,8 @@ class Searcher:
     """Measures candidates on a running server (explicit model control) with perf_analyzer."""
 
     def __init__(self, repo: Path, ep, analyzer, budgets: dict, load: dict, out: Path):
-        from builders.model_config import parse_pbtxt
-        from builders.repository import read_manifest
+        from builders.repository.manifest import read_manifest
+        from builders.repository.model_config import parse_pbtxt
 
         self.repo, self.ep, self.analyzer, self.out = repo, ep, analyzer, out
         self.budgets, self.load = budgets, load

@@ -252,61 +252,6 @@ def stop(state_dir):
 
 
 @cli.command()
-@click.option("--model", required=True, help="The served model to replace (e.g. digits_cnn).")
-@click.option(
-    "--from",
-    "source",
-    type=click.Path(path_type=Path),
-    required=True,
-    help="A repository written by make build-engines that holds the new build of MODEL.",
-)
-@click.option("--repo", type=click.Path(path_type=Path), help="The served repository (checked against the server's).")
-@click.option("--http-port", type=int, help="The server's HTTP port (checked against the server's).")
-@click.option(
-    "--canary/--no-canary",
-    default=True,
-    show_default=True,
-    help="Check the build beside the serving version before it takes traffic (needs room for both).",
-)
-@click.option(
-    "--accuracy-tolerance",
-    type=float,
-    default=0.01,
-    show_default=True,
-    help="How far the served accuracy may fall below what the build recorded.",
-)
-@click.option(
-    "--accuracy-budget",
-    type=float,
-    default=0.01,
-    show_default=True,
-    help="How far the served accuracy may fall below the serving version's.",
-)
-@click.option("--keep", type=click.IntRange(1), default=2, show_default=True, help="Version folders kept on disk.")
-@STATE_DIR
-@user_errors
-def rollout(model, source, repo, http_port, canary, accuracy_tolerance, accuracy_budget, keep, state_dir):
-    """Roll a new build of MODEL into the running server without downtime (rolls back on a failed check)."""
-    from clients.rollout import RolloutRequest, rollout
-    from clients.rollout_checks import Gate
-    from common.endpoints import read_state
-
-    _check_same_server(read_state(state_dir), repo, http_port, state_dir)
-    gate = Gate(accuracy_tolerance, accuracy_budget)
-    event = rollout(RolloutRequest(model, source, state_dir, canary, gate, keep))
-    click.echo(f"{model}: v{event['version']} serving (was v{event['previous']}); history in the manifest")
-
-
-def _check_same_server(state, repo, http_port, state_dir) -> None:
-    from common.errors import ServerError
-
-    if repo is not None and repo.resolve() != Path(state.repo):
-        raise ServerError(f"the server of {state_dir} serves {state.repo}, not REPO={repo}: pass its STATE_DIR")
-    if http_port is not None and http_port != state.http_port:
-        raise ServerError(f"the server of {state_dir} listens on HTTP port {state.http_port}, not {http_port}")
-
-
-@cli.command()
 @STATE_DIR
 @user_errors
 def status(state_dir):

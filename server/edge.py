@@ -43,7 +43,7 @@ def model_rules(repo: Path) -> dict[str, ModelRules]:
     """Per model of the repository: its inputs and max_batch_size, from config.pbtxt."""
     from tritonclient.grpc import model_config_pb2
 
-    from builders.model_config import parse_pbtxt
+    from builders.repository.model_config import parse_pbtxt
 
     found = {}
     for path in sorted(repo.glob("*/config.pbtxt")):

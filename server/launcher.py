@@ -230,15 +230,15 @@ def numpy_problem(repo: Path, version: str | None = None, models: list[str] | No
 
 def _answers_with_numpy(path: Path) -> bool:
     """A Python-backend model other than the torch runtime (whose outputs leave through DLPack)."""
-    from builders.model_config import parse_pbtxt
-    from builders.repository import is_torch_runtime
+    from builders.repository.model_config import parse_pbtxt
+    from builders.repository.writer import is_torch_runtime
 
     config = parse_pbtxt(path.read_text())
     return config.backend == "python" and not is_torch_runtime(config)
 
 
 def _guard_plans(repo: Path) -> None:
-    from builders.repository import read_manifest
+    from builders.repository.manifest import read_manifest
 
     guard_manifest(read_manifest(repo))
 
@@ -246,7 +246,7 @@ def _guard_plans(repo: Path) -> None:
 def guard_manifest(manifest: dict) -> None:
     """The embedded server has no TensorRT backend: refuse plans up front, naming them; and compiled
     engines built for another torch, triton or GPU than this host's."""
-    from builders.guard import check_manifest, local_target
+    from builders.checks.guard import check_manifest, local_target
 
     where = "the embedded tritonserver (Python backend only) on this host"
     check_manifest(manifest, local_target(tensorrt=False, where=where))

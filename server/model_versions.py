@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from builders.repository import read_manifest, update_manifest
+from builders.repository.manifest import read_manifest, update_manifest
 from common.errors import ServerError
 
 CONFIG = "config.pbtxt"

@@ -1,5 +1,5 @@
 """The rollout lock: one rollout per server at a time, and the supervisor keeps its hands off.
-(The rollout itself is a client of the model-control API: clients/rollout.py.)
+(The rollout itself is a client of the model-control API: operations/rollout.py.)
 
 A rollout swaps a model's Python-backend stubs on purpose (the new version's start, the old
 one's retire). The supervisor would take those exits for crashes and reload the model, so it

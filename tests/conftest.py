@@ -13,7 +13,9 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def digits_build(tmp_path_factory):
     """digits_cnn trained once for the session: spec, BuiltModel, exported and validated ONNX."""
-    from builders import export, validate, zoo
+    from builders.checks import validate
+    from builders.formats import export
+    from builders.spec import zoo
 
     spec = zoo.get_spec("digits_cnn", max_batch_size=16)
     built = zoo.build_module(spec)

@@ -5,11 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from builders import zoo
-from builders.build import BuildRequest, build_model, build_torch_variant
-from builders.pipelines import write_image_pipelines, write_text_pipeline
-from builders.repository import ServingOptions, TorchRuntime
-from builders.zoo import text
+from builders.build import build_model, build_torch_variant
+from builders.repository.pipelines import write_image_pipelines, write_text_pipeline
+from builders.repository.writer import ServingOptions, TorchRuntime
+from builders.request import BuildRequest
+from builders.spec import zoo
+from builders.spec.zoo import text
 from clients.connection import Endpoint
 from common import endpoints
 from server import launcher

@@ -11,8 +11,9 @@ import urllib.request
 import numpy as np
 import pytest
 
-from builders.build import BuildRequest, build_model
-from builders.repository import ServingOptions
+from builders.build import build_model
+from builders.repository.writer import ServingOptions
+from builders.request import BuildRequest
 from clients.infer import infer
 from common import endpoints
 from server import launcher

@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from builders.build import BuildRequest, build_model, build_torch_variant
-from builders.guard import GuardError
-from builders.repository import TorchRuntime, read_manifest
+from builders.build import build_model, build_torch_variant
+from builders.checks.guard import GuardError
+from builders.repository.manifest import read_manifest
+from builders.repository.writer import TorchRuntime
+from builders.request import BuildRequest
 from clients.infer import infer
 from common import endpoints
 from common.errors import ValidationError

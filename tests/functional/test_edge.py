@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from builders.build import BuildRequest, build_model
+from builders.build import build_model
+from builders.request import BuildRequest
 from clients.infer import infer
 from common import endpoints
 from server.cluster import ADMIN_SOCKET, ClusterSettings, start_cluster, stop_cluster

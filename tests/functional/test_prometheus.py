@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from builders.build import BuildRequest, build_model
-from builders.repository import ServingOptions
+from builders.build import build_model
+from builders.repository.writer import ServingOptions
+from builders.request import BuildRequest
 from common import endpoints
 from loadtest import dashboard
 from loadtest import prometheus_server as prom

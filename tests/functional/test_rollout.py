@@ -15,12 +15,14 @@ import time
 import numpy as np
 import pytest
 
-from builders.build import BuildRequest, build_model
-from builders.repository import ServingOptions, read_manifest
-from builders.zoo import BuiltModel, digits
+from builders.build import build_model
+from builders.repository.manifest import read_manifest
+from builders.repository.writer import ServingOptions
+from builders.request import BuildRequest
+from builders.spec.zoo import BuiltModel, digits
 from clients.infer import infer
-from clients.rollout import RolloutError, RolloutRequest, rollout
 from common import endpoints
+from operations.rollout import RolloutError, RolloutRequest, rollout
 from server import launcher
 from server.rollout_lock import rollout_lock
 from server.supervisor_process import start_supervised, stop_supervisor

@@ -4,8 +4,8 @@ import shutil
 
 import pytest
 
-from builders.model_config import parse_pbtxt
-from builders.repository import read_manifest, update_manifest
+from builders.repository.manifest import read_manifest, update_manifest
+from builders.repository.model_config import parse_pbtxt
 from loadtest import search
 from loadtest.perf_tools import find_perf_analyzer
 from server import launcher

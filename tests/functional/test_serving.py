@@ -128,7 +128,7 @@ def test_top_k_of_real_digits_matches_the_labels(served):
 
 
 def test_the_int8_variant_served_keeps_its_accuracy(served):
-    from builders import zoo
+    from builders.spec import zoo
 
     spec, _ = served.models["digits_cnn"]
     data = zoo.reference_data(spec)

@@ -5,7 +5,7 @@ import concurrent.futures
 import numpy as np
 import pytest
 
-from builders.zoo.text import SENTENCES, model_dir
+from builders.spec.zoo.text import SENTENCES, model_dir
 from clients.infer import infer
 from common.errors import ClientError
 

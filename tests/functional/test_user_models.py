@@ -14,9 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from builders import spec_file
-from builders.build import BuildRequest, build_model, build_torch_variant
-from builders.repository import TorchRuntime, read_manifest
+from builders.build import build_model, build_torch_variant
+from builders.repository.manifest import read_manifest
+from builders.repository.writer import TorchRuntime
+from builders.request import BuildRequest
+from builders.spec import spec_file
 from clients.connection import Endpoint
 from clients.infer import infer
 from common import endpoints

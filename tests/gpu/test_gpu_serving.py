@@ -12,9 +12,10 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here: run on a GPU host"),
 ]
 
-from builders import zoo  # noqa: E402
-from builders.build import BuildRequest, build_model, build_torch_variant  # noqa: E402
-from builders.repository import ServingOptions, TorchRuntime  # noqa: E402
+from builders.build import build_model, build_torch_variant  # noqa: E402
+from builders.repository.writer import ServingOptions, TorchRuntime  # noqa: E402
+from builders.request import BuildRequest  # noqa: E402
+from builders.spec import zoo  # noqa: E402
 from clients.admin import inference_statistics  # noqa: E402
 from clients.infer import infer  # noqa: E402
 from clients.shared_memory import infer_cuda_shm  # noqa: E402
@@ -106,7 +107,7 @@ def test_uint8_images_normalized_on_the_gpu_when_served(gpu_served):
 def test_compiled_engines_are_built_gated_and_served_on_the_gpu(gpu_served):
     from PIL import Image
 
-    from builders.repository import read_manifest
+    from builders.repository.manifest import read_manifest
     from clients.inputs import preprocess_image
 
     spec, built, state = gpu_served

@@ -4,12 +4,14 @@ import pytest
 
 trt = pytest.importorskip("tensorrt", reason="TensorRT is not installed here: run inside the NGC TensorRT container")
 
-from builders import repository  # noqa: E402
-from builders.build import BuildRequest, build_model  # noqa: E402
-from builders.engine_profile import EngineOptions  # noqa: E402
-from builders.engines import build_plan_variant  # noqa: E402
-from builders.guard import check_manifest, local_target  # noqa: E402
-from builders.model_config import parse_pbtxt  # noqa: E402
+from builders.build import build_model  # noqa: E402
+from builders.checks.guard import check_manifest, local_target  # noqa: E402
+from builders.formats.tensorrt_plans import build_plan_variant  # noqa: E402
+from builders.formats.tensorrt_profile import EngineOptions  # noqa: E402
+from builders.repository import manifest  # noqa: E402
+from builders.repository import writer as repository  # noqa: E402
+from builders.repository.model_config import parse_pbtxt  # noqa: E402
+from builders.request import BuildRequest  # noqa: E402
 
 pytestmark = pytest.mark.tensorrt
 
@@ -32,7 +34,7 @@ def test_plans_build_compare_and_fit_this_host(built_repo, precision):
     config = parse_pbtxt((root / "repo" / entry["name"] / "config.pbtxt").read_text())
     assert config.platform == "tensorrt_plan" and dict(config.cc_model_filenames)
     assert (root / "work" / "timing.cache").exists()
-    check_manifest(repository.read_manifest(root / "repo"), local_target())
+    check_manifest(manifest.read_manifest(root / "repo"), local_target())
 
 
 def test_static_and_dynamic_engines_both_build(built_repo):

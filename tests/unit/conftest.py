@@ -15,7 +15,9 @@ TINY_EPOCHS = 3
 @pytest.fixture(scope="session")
 def digits_build(tmp_path_factory):
     """A tiny digits_cnn for the session: spec, BuiltModel, exported and validated ONNX."""
-    from builders import export, validate, zoo
+    from builders.checks import validate
+    from builders.formats import export
+    from builders.spec import zoo
 
     spec = zoo.get_spec("digits_cnn", max_batch_size=16)
     spec = dataclasses.replace(spec, builder_args={**spec.builder_args, "epochs": TINY_EPOCHS})

@@ -2,11 +2,12 @@
 
 import pytest
 
-from builders import repository, zoo
-from builders.engine_profile import EngineOptions, batch_range, check_config_against_profile, profile_shapes
-from builders.engines import plan_config, variant_name
-from builders.model_config import parse_pbtxt
-from builders.spec import ModelSpec, TensorSpec
+from builders.formats.tensorrt_plans import plan_config, variant_name
+from builders.formats.tensorrt_profile import EngineOptions, batch_range, check_config_against_profile, profile_shapes
+from builders.repository import writer as repository
+from builders.repository.model_config import parse_pbtxt
+from builders.spec import zoo
+from builders.spec.model_spec import ModelSpec, TensorSpec
 from common.errors import ConfigError
 
 

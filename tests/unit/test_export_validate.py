@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from builders import export, validate
+from builders.checks import validate
+from builders.formats import export
 from common.errors import ExportError, ValidationError
 
 

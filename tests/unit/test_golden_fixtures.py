@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from builders import model_config
-from builders.spec import ModelSpec
+from builders.repository import model_config
+from builders.spec.model_spec import ModelSpec
 from common.errors import ConfigError, SpecError
 
 CASES = sorted((Path(__file__).parents[1] / "fixtures" / "invalid").iterdir())

@@ -2,9 +2,10 @@
 
 import pytest
 
-from builders.build import BuildRequest, build_model
-from builders.guard import GuardError, Target, check_manifest
-from builders.repository import read_manifest, update_manifest
+from builders.build import build_model
+from builders.checks.guard import GuardError, Target, check_manifest
+from builders.repository.manifest import read_manifest, update_manifest
+from builders.request import BuildRequest
 from common.errors import ToolError
 from server import launcher
 

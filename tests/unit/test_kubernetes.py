@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loadtest import prometheus_rules
+from loadtest import kubernetes_monitoring, prometheus_rules
 from loadtest.prometheus_tools import find_tool
 
 ROOT = Path(__file__).parents[2]
@@ -129,7 +129,7 @@ def test_the_image_is_the_ngc_release_of_docker_env():
 
 
 def test_the_prometheus_rule_and_adapter_are_what_the_generator_writes(tmp_path):
-    written = {p.name: p.read_text() for p in prometheus_rules.write_kubernetes(tmp_path)}
+    written = {p.name: p.read_text() for p in kubernetes_monitoring.write_kubernetes(tmp_path)}
     for name, text in written.items():
         assert (FOLDER / name).read_text() == text, f"{name} drifted: run `python -m loadtest kubernetes-monitoring`"
 

@@ -49,8 +49,8 @@ def test_stop_without_a_server_says_so(tmp_path):
 
 
 def test_numpy_2_is_refused_only_for_models_that_answer_with_numpy_arrays(tmp_path):
-    from builders import zoo
-    from builders.repository import ServingOptions, TorchRuntime, model_config, torch_config
+    from builders.repository.writer import ServingOptions, TorchRuntime, model_config, torch_config
+    from builders.spec import zoo
     from server.launcher import numpy_problem
 
     spec = zoo.get_spec("digits_cnn")

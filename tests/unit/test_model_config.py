@@ -2,8 +2,9 @@
 
 import pytest
 
-from builders import repository, zoo
-from builders.model_config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, parse_pbtxt
+from builders.repository import writer as repository
+from builders.repository.model_config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, parse_pbtxt
+from builders.spec import zoo
 
 
 def _config(**overrides):

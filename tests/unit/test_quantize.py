@@ -6,8 +6,11 @@ import numpy as np
 import onnx
 import pytest
 
-from builders import quantize, repository, zoo
-from builders.build import BuildRequest, build_model
+from builders.build import build_model
+from builders.formats import quantize
+from builders.repository import manifest
+from builders.request import BuildRequest
+from builders.spec import zoo
 from common.errors import SpecError, ValidationError
 
 
@@ -71,7 +74,7 @@ def test_build_writes_the_int8_variant_with_its_accuracy(digits_build, tmp_path)
     spec, built, _ = digits_build
     repo = tmp_path / "repo"
     build_model(BuildRequest(spec, "embedded", repo, tmp_path / "work", precisions=("fp32", "int8")), built)
-    models = repository.read_manifest(repo)["models"]
+    models = manifest.read_manifest(repo)["models"]
     assert set(models) == {"digits_cnn", "digits_cnn_int8"}
     int8 = models["digits_cnn_int8"]
     assert int8["precision"] == "int8" and models["digits_cnn"]["precision"] == "fp32"

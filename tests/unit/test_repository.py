@@ -5,9 +5,11 @@ import sys
 
 import pytest
 
-from builders import repository
-from builders.build import BuildRequest, build_model
-from builders.model_config import parse_pbtxt
+from builders.build import build_model
+from builders.repository import manifest
+from builders.repository import writer as repository
+from builders.repository.model_config import parse_pbtxt
+from builders.request import BuildRequest
 
 
 def test_build_writes_a_complete_model_and_manifest(digits_build, tmp_path):
@@ -18,11 +20,11 @@ def test_build_writes_a_complete_model_and_manifest(digits_build, tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == ["1", "config.pbtxt", "labels.txt"]
     assert sorted(p.name for p in (folder / "1").iterdir()) == ["model.onnx", "model.py"]
     assert parse_pbtxt((folder / "config.pbtxt").read_text()).backend == "python"
-    manifest = repository.read_manifest(repo)["models"][spec.name]
-    assert manifest == entry
-    assert manifest["accuracy"] == built.metrics["accuracy"] and manifest["validation"]["passed"]
-    assert len(manifest["sha256"]) == 64 and manifest["versions"]["torch"].startswith("2.")
-    assert manifest["host"]["cores"] >= 1
+    written = manifest.read_manifest(repo)["models"][spec.name]
+    assert written == entry
+    assert written["accuracy"] == built.metrics["accuracy"] and written["validation"]["passed"]
+    assert len(written["sha256"]) == 64 and written["versions"]["torch"].startswith("2.")
+    assert written["host"]["cores"] >= 1
 
 
 def test_ngc_target_has_no_python_model(digits_build, tmp_path):
@@ -56,7 +58,7 @@ def test_cli_reports_user_errors_without_traceback(tmp_path):
 
 
 def test_compiled_variants_are_named_and_configured_for_the_torch_runtime():
-    from builders import zoo
+    from builders.spec import zoo
     from common.errors import ConfigError
 
     spec = zoo.get_spec("resnet18", image_size=64, max_batch_size=8)
@@ -76,7 +78,7 @@ def test_compiled_variants_are_named_and_configured_for_the_torch_runtime():
 
 
 def test_gpu_torch_runtime_refuses_several_instances_with_dynamic_batching():
-    from builders import zoo
+    from builders.spec import zoo
     from common.errors import ConfigError
 
     spec = zoo.get_spec("digits_cnn")

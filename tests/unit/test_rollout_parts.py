@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-from builders.model_config import parse_pbtxt
-from builders.repository import read_manifest, update_manifest
-from clients.rollout import RolloutError, _check_compatible
-from clients.rollout_checks import CheckFailed, Gate, _output_problem, accuracy_gate
+from builders.repository.manifest import read_manifest, update_manifest
+from builders.repository.model_config import parse_pbtxt
+from clients.checks import CheckFailed, Gate, _output_problem, accuracy_gate
 from common.errors import ServerError
+from operations.rollout import RolloutError, _check_compatible
 from server import model_versions as mv
 from server.rollout_lock import LOCK, paused_models, rollout_lock
 

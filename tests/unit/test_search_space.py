@@ -1,7 +1,8 @@
 """The config-search space: candidates, neighbours, and the config a candidate becomes."""
 
-from builders import repository, zoo
-from builders.model_config import parse_pbtxt
+from builders.repository import writer as repository
+from builders.repository.model_config import parse_pbtxt
+from builders.spec import zoo
 from loadtest.search import Candidate, SearchSpace, candidate_config
 
 
@@ -53,9 +54,9 @@ def test_gpu_torch_variants_are_searched_with_one_instance_only():
 
 
 def test_one_instance_only_flags_torch_runtime_on_gpu_not_onnx_or_cpu():
-    from builders import zoo
-    from builders.model_config import parse_pbtxt
-    from builders.repository import ServingOptions, TorchRuntime, model_config, torch_config
+    from builders.repository.model_config import parse_pbtxt
+    from builders.repository.writer import ServingOptions, TorchRuntime, model_config, torch_config
+    from builders.spec import zoo
     from loadtest.search import one_instance_only
 
     spec = zoo.get_spec("digits_cnn")

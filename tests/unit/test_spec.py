@@ -2,8 +2,8 @@ import dataclasses
 
 import pytest
 
-from builders import zoo
-from builders.spec import ModelSpec, TensorSpec
+from builders.spec import zoo
+from builders.spec.model_spec import ModelSpec, TensorSpec
 from common.errors import SpecError
 
 
@@ -49,8 +49,8 @@ def test_dynamic_axes_are_allowed():
 def test_the_build_log_names_where_the_weights_come_from():
     import dataclasses
 
-    from builders import zoo
     from builders.build import weights_source
+    from builders.spec import zoo
 
     resnet = zoo.get_spec("resnet18")
     assert weights_source(resnet) == "random"

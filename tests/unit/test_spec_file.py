@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from builders import spec_file
-from builders.build import BuildRequest, build_model
+from builders.build import build_model
+from builders.request import BuildRequest
+from builders.spec import spec_file
 from common.errors import ToolError
 from tests.user_models import ACME, write_package
 

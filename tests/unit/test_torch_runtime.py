@@ -39,7 +39,7 @@ def test_runner_pads_into_static_buffers_and_returns_only_the_real_rows():
 def test_uint8_normalization_matches_the_client_preprocessing():
     from PIL import Image
 
-    from builders import zoo
+    from builders.spec import zoo
 
     spec = zoo.get_spec("resnet18", image_size=32)
     pixels = np.random.default_rng(0).integers(0, 256, (2, 32, 32, 3), dtype=np.uint8)
@@ -78,7 +78,7 @@ def test_the_staged_runner_batches_requests_without_cat_and_answers_on_the_host(
 
 
 def test_the_unstaged_variant_has_a_name_of_its_own():
-    from builders.repository import TorchRuntime
+    from builders.repository.writer import TorchRuntime
 
     staged = TorchRuntime("fp16", uint8_input=True, cuda_graphs=True, compiler="inductor")
     earlier = TorchRuntime("fp16", uint8_input=True, cuda_graphs=True, compiler="inductor", staged=False)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from builders.spec import ModelSpec
+from builders.spec.model_spec import ModelSpec
 from common.errors import SpecError, ValidationError
 
 CALIBRATION_BATCH = 32
@@ -102,7 +102,7 @@ def _fit(spec: ModelSpec, tensor, data: np.ndarray) -> np.ndarray:
 def _images(folder: Path, spec: ModelSpec) -> np.ndarray:
     from PIL import Image
 
-    from builders.images import preprocess_image
+    from builders.spec.images import preprocess_image
 
     files = sorted(p for p in folder.iterdir() if p.suffix.lower() in (".png", ".jpg", ".jpeg", ".bmp"))
     if not files:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from builders.export import sample_inputs
-from builders.spec import ModelSpec
+from builders.formats.export import sample_inputs
+from builders.spec.model_spec import ModelSpec
 from common.errors import ValidationError
 
 REPORT = "validation.json"
@@ -46,7 +46,7 @@ def _feeds(spec: ModelSpec, batch: int, sample_data: dict | None, lengths: dict 
 def _compare_batch(module, onnx_path: Path, spec: ModelSpec, feeds: dict, tol) -> dict:
     from polygraphy.backend.onnxrt import OnnxrtRunner, SessionFromOnnx
 
-    from builders.torch_runner import TorchFunctionRunner
+    from builders.checks.torch_runner import TorchFunctionRunner
 
     metadata = _metadata(feeds)
     runners = [
@@ -138,7 +138,7 @@ def validate_torch(reference, candidate, spec: ModelSpec, precision: str, report
     Raises:
         ValidationError: an output differs by more than the precision's tolerance.
     """
-    from builders.torch_runner import TorchFunctionRunner
+    from builders.checks.torch_runner import TorchFunctionRunner
 
     _quiet_polygraphy()
     tol, names = spec.tolerances[precision], [t.name for t in spec.outputs]

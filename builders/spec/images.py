@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from builders.spec import ModelSpec
+from builders.spec.model_spec import ModelSpec
 from common.errors import SpecError
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 
-from builders.spec import ModelSpec
-from builders.zoo import digits, text, vision
+from builders.spec.model_spec import ModelSpec
+from builders.spec.zoo import digits, text, vision
 from common.errors import SpecError
 
 _SPECS = {
@@ -58,7 +58,7 @@ def get_spec(name: str, **overrides) -> ModelSpec:
 
 def build_module(spec: ModelSpec) -> BuiltModel:
     """Build the torch module of a spec through its registered builder (a zoo one or a user model's)."""
-    from builders import user_models
+    from builders.spec import user_models
 
     if spec.builder in user_models.USER_BUILDERS:
         module, metrics, sample = user_models.build(spec)
@@ -86,7 +86,7 @@ def builder_source_hash(spec: ModelSpec) -> str:
     """sha256 of the source of the module that holds the spec's builder (part of the build hash)."""
     import hashlib
 
-    from builders import user_models
+    from builders.spec import user_models
 
     if spec.builder in user_models.USER_BUILDERS:
         return user_models.source_hash(spec)

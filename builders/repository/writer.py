@@ -1,22 +1,27 @@
-"""The Triton model repository writer: config.pbtxt, artifacts, labels and manifest.json."""
+"""The Triton model repository writer: model folders with config.pbtxt, artifacts and labels, swapped in whole."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from builders.model_config import DynamicBatching, InstanceGroup, ModelConfig, QueuePolicy, TensorConfig, Warmup
-from builders.spec import ModelSpec
+from builders.repository.model_config import (
+    DynamicBatching,
+    InstanceGroup,
+    ModelConfig,
+    QueuePolicy,
+    TensorConfig,
+    Warmup,
+)
+from builders.spec.model_spec import ModelSpec
 from common.errors import ConfigError
 from triton_models import ONNXRUNTIME_MODEL
 
 TARGETS = ("embedded", "ngc")
-MANIFEST = "manifest.json"
 LABELS = "labels.txt"
 
 
@@ -210,20 +215,3 @@ def _swap_into_place(staging: Path, final: Path) -> None:
     os.replace(staging, final)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
-
-
-def read_manifest(repo: Path) -> dict:
-    """The repository's manifest (empty if there is none yet)."""
-    path = repo / MANIFEST
-    if not path.exists():
-        return {"models": {}}
-    return json.loads(path.read_text())
-
-
-def update_manifest(repo: Path, entry: dict) -> None:
-    """Add or replace one model's entry in manifest.json, writing atomically."""
-    manifest = read_manifest(repo)
-    manifest["models"][entry["name"]] = entry
-    partial = repo / f".{MANIFEST}.partial"
-    partial.write_text(json.dumps(manifest, indent=2, sort_keys=True))
-    os.replace(partial, repo / MANIFEST)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from builders.spec import ModelSpec, Preprocessing, TensorSpec
+from builders.spec.model_spec import ModelSpec, Preprocessing, TensorSpec
 from common.errors import SpecError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from builders.model_config import ModelConfig
-from builders.spec import ModelSpec
+from builders.repository.model_config import ModelConfig
+from builders.spec.model_spec import ModelSpec
 from common.errors import ConfigError
 
 ENGINE_PRECISIONS = ("fp32", "fp16", "int8")

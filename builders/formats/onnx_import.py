@@ -13,8 +13,8 @@ import os
 import shutil
 from pathlib import Path
 
-from builders import export
-from builders.spec import ModelSpec
+from builders.formats import export
+from builders.spec.model_spec import ModelSpec
 from common.errors import ExportError, ValidationError
 
 ONNX_DTYPES = {1: "float32", 10: "float16", 7: "int64", 6: "int32", 2: "uint8", 9: "bool"}
@@ -66,7 +66,7 @@ def validate_runs(spec: ModelSpec, path: Path) -> dict:
     """
     import onnxruntime as ort
 
-    from builders.validate import REPORT, shape_cases
+    from builders.checks.validate import REPORT, shape_cases
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     cases, failures = [], []

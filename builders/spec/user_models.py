@@ -1,6 +1,6 @@
 """Users' own models: a module from an importable factory (and a checkpoint), or a torch.export program.
 
-The spec file (builders/spec_file.py) turns each `[[model]]` into a ModelSpec whose builder
+The spec file (builders/spec/spec_file.py) turns each `[[model]]` into a ModelSpec whose builder
 is one of USER_BUILDERS and whose builder_args say where the model comes from. The build
 then treats it like a zoo model: export, validate, quantize, serve. Every failure here is a
 SpecError naming the spec file, the model and the field, and saying how to fix it.
@@ -13,7 +13,7 @@ import importlib
 import sys
 from pathlib import Path
 
-from builders.spec import ModelSpec
+from builders.spec.model_spec import ModelSpec
 from common.errors import SpecError
 
 FACTORY, EXPORTED, ONNX = "user_factory", "user_exported", "user_onnx"
@@ -202,7 +202,7 @@ def check_against_spec(module, spec: ModelSpec):
     """
     import torch
 
-    from builders.export import sample_inputs
+    from builders.formats.export import sample_inputs
 
     feeds = sample_inputs(spec, batch=2)
     shapes = {k: list(v.shape) for k, v in feeds.items()}

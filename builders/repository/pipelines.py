@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from builders import repository
-from builders.model_config import DynamicBatching, EnsembleStep, InstanceGroup, ModelConfig, TensorConfig
-from builders.spec import ModelSpec
+from builders.repository import writer as repository
+from builders.repository.model_config import DynamicBatching, EnsembleStep, InstanceGroup, ModelConfig, TensorConfig
+from builders.spec.model_spec import ModelSpec
 from common.errors import SpecError
 from triton_models import CLASSIFY_POSTPROCESS, IMAGE_PREPROCESS, TEXT_POOL, TEXT_TOKENIZE
 

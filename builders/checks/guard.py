@@ -4,7 +4,7 @@ The #1 complaint about TensorRT deployments is a plan built by one TensorRT vers
 one GPU architecture) and loaded by another. manifest.json records, per plan, the TensorRT
 and CUDA versions, GPU name and compute capability; before serving, these are compared with
 the target: the server image's TensorRT and the GPU present. Compiled engines (torch.compile,
-builders.compiled) are held to the same rule with torch and triton-lang in TensorRT's place.
+builders.formats.torch_compiled) are held to the same rule with torch and triton-lang in TensorRT's place.
 """
 
 from __future__ import annotations

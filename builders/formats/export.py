@@ -10,7 +10,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from builders.spec import ModelSpec, TensorSpec
+from builders.spec.model_spec import ModelSpec, TensorSpec
 from common.errors import ExportError
 
 STAMP = "export.json"

@@ -14,8 +14,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from builders.engine_profile import EngineOptions, profile_shapes
-from builders.spec import ModelSpec
+from builders.formats.tensorrt_profile import EngineOptions, profile_shapes
+from builders.spec.model_spec import ModelSpec
 from common.errors import ToolError, ValidationError
 
 

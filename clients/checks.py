@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from builders.spec import ModelSpec
+from builders.spec.model_spec import ModelSpec
 from clients.connection import Endpoint
 from common.errors import ClientError
 
@@ -65,7 +65,7 @@ def _output_problem(array, batch: int, dims: list[int] | None = None) -> str | N
 
 def labeled_data(spec: ModelSpec | None) -> tuple[str, np.ndarray, np.ndarray] | None:
     """(input name, x, y) of the spec's held-out labeled data, where the builder has some."""
-    from builders import zoo
+    from builders.spec import zoo
 
     if spec is None:
         return None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from builders.spec import ModelSpec, Preprocessing, TensorSpec
+from builders.spec.model_spec import ModelSpec, Preprocessing, TensorSpec
 
 SEED = 0
 EPOCHS = 30

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import tomllib
 
-from builders import user_models
-from builders.repository import ServingOptions
-from builders.spec import DTYPES, IMAGE_FORMATS, PRECISIONS, ModelSpec, Preprocessing, TensorSpec
+from builders.repository.writer import ServingOptions
+from builders.spec import user_models
+from builders.spec.model_spec import DTYPES, IMAGE_FORMATS, PRECISIONS, ModelSpec, Preprocessing, TensorSpec
 from common.errors import SpecError
 
 SOURCES = ("factory", "exported", "onnx")
@@ -178,7 +178,7 @@ def read_model(table: dict, index: int, path: Path) -> UserModel:
 
 def _check_config(m: _Model, spec: ModelSpec, serving: ServingOptions) -> None:
     """Build the Triton config now, so a bad serving option fails on load, naming the field."""
-    from builders.repository import model_config
+    from builders.repository.writer import model_config
     from common.errors import ConfigError
 
     try:
@@ -201,7 +201,7 @@ def _source(m: _Model) -> tuple[str, dict]:
             if key in m.table:
                 raise m.fail(key, f"only applies to a factory, not to {given[0]}", f"remove {key}")
         file = m.local_path(given[0], m.table[given[0]])
-        from builders.export import file_sha256
+        from builders.formats.export import file_sha256
 
         builder = user_models.EXPORTED if given[0] == "exported" else user_models.ONNX
         return builder, {**origin, given[0]: str(file), "sha256": file_sha256(file)}
@@ -223,7 +223,7 @@ def _factory_args(m: _Model) -> dict:
         "python_path": [str(m.local_path("python_path", p)) for p in _strings(m, "python_path", [])],
     }
     if "checkpoint" in m.table:
-        from builders.export import file_sha256
+        from builders.formats.export import file_sha256
 
         checkpoint = m.local_path("checkpoint", m.table["checkpoint"])
         args.update(checkpoint=str(checkpoint), checkpoint_sha256=file_sha256(checkpoint))

@@ -22,8 +22,11 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from builders import export, repository, validate
+from builders.checks import validate
 from builders.environment import gpu_info
+from builders.formats import export
+from builders.repository import manifest
+from builders.repository import writer as repository
 from common.cli import step
 from common.errors import SpecError
 
@@ -143,7 +146,7 @@ def build_compiled_variant(req, runtime: repository.TorchRuntime) -> dict:
     """Compile, gate and write <model>_inductor_<precision>[...] into the repository; return its manifest entry."""
     import torch
 
-    from builders.build import write_torch_variant
+    from builders.formats.torch_variant import write_torch_variant
 
     if not runtime.compiler:
         raise SpecError("build_compiled_variant needs a runtime with compiler='inductor'")
@@ -183,5 +186,5 @@ def build_compiled_variant(req, runtime: repository.TorchRuntime) -> dict:
             "reference": "pytorch fp32 eager",
         },
     )
-    repository.update_manifest(req.repo, entry)
+    manifest.update_manifest(req.repo, entry)
     return entry

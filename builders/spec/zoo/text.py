@@ -6,7 +6,7 @@ tokenizer and the mean pooling + L2 normalization run as Python steps of minilm_
 
 from __future__ import annotations
 
-from builders.spec import ModelSpec, TensorSpec
+from builders.spec.model_spec import ModelSpec, TensorSpec
 from common.errors import SpecError
 
 HIDDEN = 384

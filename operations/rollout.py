@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
-from builders.model_config import parse_pbtxt, proto_to_pbtxt
-from builders.repository import read_manifest
-from builders.spec import ModelSpec
+from builders.repository.manifest import read_manifest
+from builders.repository.model_config import parse_pbtxt, proto_to_pbtxt
+from builders.spec.model_spec import ModelSpec
+from clients.checks import CheckFailed, Gate, accuracy_gate, labeled_data, served_accuracy, smoke
 from clients.connection import Endpoint
-from clients.rollout_checks import CheckFailed, Gate, accuracy_gate, labeled_data, served_accuracy, smoke
 from common import endpoints
 from common.cli import step
 from common.errors import ServerError, ToolError

@@ -12,8 +12,9 @@ import dataclasses
 import time
 from pathlib import Path
 
-from builders import quantize, repository, zoo
-from builders.engine_profile import (
+from builders.formats import quantize
+from builders.formats.tensorrt_build import build_engine, compare_engine, engine_metadata, require_tensorrt, time_engine
+from builders.formats.tensorrt_profile import (
     EngineOptions,
     batch_range,
     cc_model_filenames,
@@ -21,9 +22,11 @@ from builders.engine_profile import (
     plan_filename,
     profile_shapes,
 )
-from builders.model_config import ModelConfig, parse_pbtxt
-from builders.spec import ModelSpec
-from builders.tensorrt_build import build_engine, compare_engine, engine_metadata, require_tensorrt, time_engine
+from builders.repository import manifest
+from builders.repository import writer as repository
+from builders.repository.model_config import ModelConfig, parse_pbtxt
+from builders.spec import zoo
+from builders.spec.model_spec import ModelSpec
 from common.cli import step
 from common.errors import SpecError
 
@@ -104,7 +107,7 @@ def build_plan_variant(
 def _plan_entry(repo, name, spec, config: ModelConfig, metadata, comparison, timing, started) -> dict:
     from builders.environment import host_info, tool_versions
 
-    engines = repository.read_manifest(repo)["models"].get(name, {}).get("engines", {})
+    engines = manifest.read_manifest(repo)["models"].get(name, {}).get("engines", {})
     entry = {
         "name": name,
         "target": "ngc",
@@ -120,5 +123,5 @@ def _plan_entry(repo, name, spec, config: ModelConfig, metadata, comparison, tim
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "build_seconds": round(time.time() - started, 1),
     }
-    repository.update_manifest(repo, entry)
+    manifest.update_manifest(repo, entry)
     return entry

@@ -1,0 +1,1 @@
+"""The Triton model repository: model folders and configs, pipelines (ensembles), the manifest."""

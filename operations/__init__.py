@@ -1,0 +1,1 @@
+"""Operations that use both the server's files and its API: rolling a new build into a running server."""
