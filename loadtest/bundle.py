@@ -20,22 +20,24 @@ from common.cli import step
 from common.errors import ServerError
 from loadtest.perf_tools import install_perf_analyzer, perf_libraries
 
-WHEELS = (
-    "tritonclient==2.73.0",
-    "grpcio==1.85.1",
-    "protobuf==6.33.6",
-    "python-rapidjson==1.25",
-    "geventhttpclient==2.6.1",
-    "gevent==26.9.0",
-    "greenlet==3.3.2",
-    "zope.event==6.2",
-    "zope.interface==8.7",
-    "brotli==1.2.1",
-    "certifi==2026.10.18",
-    "urllib3==2.8.0",
-    "click==8.5.1",
-    "polygraphy==0.53.6",
-)
+BUNDLED = ("tritonclient", "protobuf", "click", "polygraphy")  # of the project's own dependencies
+
+
+def wheels() -> list[str]:
+    """name==version of every wheel the bundle carries, read from the one place pins live (pyproject.toml, as
+    installed): the project's pins for the packages above and its `bundle` extra (their dependencies)."""
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    found = []
+    for text in requires("triton-pytorch-serving") or []:
+        req = Requirement(text)
+        if (req.marker is None and req.name in BUNDLED) or (req.marker and req.marker.evaluate({"extra": "bundle"})):
+            found.append(f"{req.name}{req.specifier}")
+    return found
+
+
 PLATFORMS = (
     "manylinux_2_39_x86_64",
     "manylinux_2_35_x86_64",
@@ -92,7 +94,7 @@ def _download_wheels(dest: Path, python: str) -> None:
             *platforms,
             "-d",
             str(dest),
-            *WHEELS,
+            *wheels(),
         ],
         check=True,
     )

@@ -62,7 +62,7 @@ def rss_mib(pid: int) -> float | None:
 
 def processes(server_pid: int) -> dict[str, int]:
     """Label -> pid of tritonserver and each of its stubs ('<model> #<n>', by pid order)."""
-    from server.supervisor import stubs
+    from server.processes import stubs
 
     found = {"tritonserver": server_pid}
     by_model: dict[str, list[int]] = {}

@@ -333,7 +333,7 @@ def _await_retired(plan: Plan, version: int) -> None:
 
 def _stale_stubs(plan: Plan, version: int | None) -> list:
     """Stubs of the candidate, and of the model's versions other than `version`."""
-    from server.supervisor import stubs
+    from server.processes import stubs
 
     candidate, model = CANDIDATE.format(model=plan.req.model), plan.req.model
     other = (lambda v: v != str(version)) if version is not None else (lambda v: False)  # noqa: E731

@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import secrets
-import signal
 import socket
 import subprocess
 import time
@@ -27,7 +26,7 @@ from common.endpoints import (
 )
 from common.errors import ServerError
 from server.install import find_install, prepare_backends, server_environment
-from server.processes import remove_orphaned_shared_memory
+from server.processes import is_tritonserver, remove_orphaned_shared_memory, terminate_group
 from server.secret_args import PLACEHOLDER, pass_secret
 
 CHILDREN: dict[int, subprocess.Popen] = {}  # servers started by this process, kept to read their exit status
@@ -306,41 +305,16 @@ def _raise_on_failed_models(client, state: ServerState) -> None:
         raise ServerError(f"model(s) failed to load: {detail} (log {state.log}); fix or rebuild them and retry")
 
 
-def _is_tritonserver(pid: int) -> bool:
-    try:
-        return b"tritonserver" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-
-
 def stop(state_dir: Path, timeout: float = 30.0) -> bool:
     """Stop the server started from state_dir; return whether one was running."""
     try:
         state = read_state(state_dir)
     except ServerError:
         return False
-    running = _is_tritonserver(state.pid)
+    running = is_tritonserver(state.pid)
     if running:
-        _terminate(state.pid, timeout)
+        terminate_group(state.pid, timeout)
     CHILDREN.pop(state.pid, None)
     (state_dir / STATE).unlink(missing_ok=True)
     remove_orphaned_shared_memory(min_age_s=0.0 if running else 5.0)
     return running
-
-
-def _terminate(pid: int, timeout: float) -> None:
-    os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _is_tritonserver(pid):
-        _reap(pid)
-        time.sleep(0.1)
-    if _is_tritonserver(pid):
-        os.killpg(pid, signal.SIGKILL)
-    _reap(pid)
-
-
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass

@@ -1,4 +1,5 @@
-"""Processes this project watches or started: is one alive, what runs there, ending a process group."""
+"""The one module that reads /proc and ends process groups: is a process alive, what runs there, the stubs a
+tritonserver started and their CPU time, ending a process group, shared memory nobody maps any more."""
 
 from __future__ import annotations
 
@@ -14,6 +15,11 @@ def cmdline(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def is_tritonserver(pid: int) -> bool:
+    """Whether pid runs tritonserver (not a zombie, not a recycled pid running something else)."""
+    return b"tritonserver" in cmdline(pid)
 
 
 def alive(pid: int) -> bool:
@@ -37,7 +43,58 @@ def terminate_group(pid: int, timeout: float = 10.0) -> bool:
         time.sleep(0.1)
     if alive(pid):
         os.killpg(pid, signal.SIGKILL)
+    alive(pid)  # reaps it when it is our child
     return True
+
+
+STUB = b"triton_python_backend_stub"
+
+
+def _processes():
+    """(pid, argv, fields of /proc/<pid>/stat after the command name) of every process we can read."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        yield int(entry.name), argv, stat
+
+
+def stubs(server_pid: int, repo: Path | None = None) -> list[tuple[str, str, int]]:
+    """(model, version, pid) of every Python-backend stub that server_pid started (under repo, if given)."""
+    found, root = [], repo.resolve().parts if repo is not None else ()
+    for pid, argv, stat in _processes():
+        if stat[1] == str(server_pid) and argv[0].endswith(STUB) and len(argv) > 1:
+            parts = Path(argv[1].decode(errors="replace")).parts  # <repo>/<model>/<version>/model.py
+            if len(parts) >= 3 and parts[: len(root)] == root:
+                found.append((parts[-3], parts[-2], pid))
+    return found
+
+
+def stub_pids(server_pid: int, repo: Path | None = None) -> dict[str, set[int]]:
+    """Model name -> pids of the server's Python-backend stubs (children of server_pid; with repo, only
+    those of the repository's models, not of models loaded through the API from a temporary folder)."""
+    found: dict[str, set[int]] = {}
+    for model, _, pid in stubs(server_pid, repo):
+        found.setdefault(model, set()).add(pid)
+    return found
+
+
+def instance_cpu_seconds(model: str) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by each stub process of `model`'s instances.
+
+    Triton 2.51's statistics API counts per model, not per instance; the stub processes carry the instance name
+    (e.g. digits_cnn_0_1) in their command line, so their CPU time shows which instances executed."""
+    ticks, found = os.sysconf("SC_CLK_TCK"), {}
+    for _, argv, stat in _processes():
+        if argv and argv[0].endswith(STUB):
+            name = next((a.decode() for a in argv if a.decode().startswith(f"{model}_") and a[-1:].isdigit()), None)
+            if name and name[len(model) + 1 :].replace("_", "").isdigit():
+                found[name] = (int(stat[11]) + int(stat[12])) / ticks
+    return found
 
 
 SHM_DIR = Path("/dev/shm")

@@ -29,38 +29,10 @@ from server import launcher
 from server.health_server import BoundedHTTPServer
 from server.liveness import DEFAULT_LIVENESS, LivenessSettings, Misses, describe_exit, live, log_tail, reap
 from server.probes import DEFAULT_PROBES, ProbeSettings, ProbeState, answered, probe_inputs, record
-from server.processes import cmdline, remove_orphaned_shared_memory
+from server.processes import STUB, cmdline, is_tritonserver, remove_orphaned_shared_memory, stub_pids
 from server.rollout_lock import paused_models
 
 STATE = "supervisor.json"
-STUB = b"triton_python_backend_stub"
-
-
-def stub_pids(server_pid: int, repo: Path | None = None) -> dict[str, set[int]]:
-    """Model name -> pids of the server's Python-backend stubs (children of server_pid; with repo, only
-    those of the repository's models, not of models loaded through the API from a temporary folder)."""
-    found: dict[str, set[int]] = {}
-    for model, _, pid in stubs(server_pid, repo):
-        found.setdefault(model, set()).add(pid)
-    return found
-
-
-def stubs(server_pid: int, repo: Path | None = None) -> list[tuple[str, str, int]]:
-    """(model, version, pid) of every Python-backend stub that server_pid started (under repo, if given)."""
-    found, root = [], repo.resolve().parts if repo is not None else ()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        if parent == server_pid and argv[0].endswith(STUB) and len(argv) > 1:
-            parts = Path(argv[1].decode(errors="replace")).parts  # <repo>/<model>/<version>/model.py
-            if len(parts) >= 3 and parts[: len(root)] == root:
-                found.append((parts[-3], parts[-2], int(entry.name)))
-    return found
 
 
 @dataclasses.dataclass
@@ -210,7 +182,7 @@ class Supervisor:
 
     def check(self) -> None:
         """One round: restart a dead server, else reload models that lost a stub."""
-        if not launcher._is_tritonserver(self.state.pid):
+        if not is_tritonserver(self.state.pid):
             self._restart()
             return
         with self.reloading:  # the probes' reloads change the stubs too

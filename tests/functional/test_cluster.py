@@ -53,7 +53,7 @@ def cluster(digits_build, tmp_path_factory):
 
 def _our_pids(settings) -> list[int]:
     """Every process of the cluster: Envoy's keeper and Envoy, each supervisor, server and stub."""
-    from server.supervisor import stubs
+    from server.processes import stubs
 
     state, pids = read_cluster(settings.state_dir), []
     pids.append(state["envoy_pid"])

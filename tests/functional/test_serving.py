@@ -153,7 +153,7 @@ def _stats(served, model):
 
 
 def test_dynamic_batching_batches_concurrent_requests_on_both_instances(served):
-    from server.instances import instance_cpu_seconds
+    from server.processes import instance_cpu_seconds
 
     spec, _ = served.models["digits_cnn"]
     before, cpu_before = _stats(served, "digits_cnn"), instance_cpu_seconds("digits_cnn")

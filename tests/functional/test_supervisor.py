@@ -17,9 +17,9 @@ from builders.repository.writer import ServingOptions
 from builders.request import BuildRequest
 from clients.infer import infer
 from common import endpoints
-from server import launcher
+from server import launcher, processes
 from server.probes import ProbeSettings
-from server.supervisor import stub_pids
+from server.processes import stub_pids
 from server.supervisor_process import start_supervised, stop_supervisor
 from tests.functional.conftest import endpoint_of
 
@@ -137,7 +137,7 @@ def test_a_killed_server_is_restarted_on_the_same_ports_and_stop_ends_everything
     assert any("restarted" in e for e in events), events
     supervisor_pid = json.loads((settings.state_dir / "supervisor.json").read_text())["pid"]
     assert stop_supervisor(settings.state_dir)
-    assert not launcher._is_tritonserver(new.pid) and _gone(supervisor_pid)
+    assert not processes.is_tritonserver(new.pid) and _gone(supervisor_pid)
     assert _health(health_port) == 0  # nothing answers any more
 
 

@@ -1,0 +1,18 @@
+"""The offline bundle carries the versions pyproject.toml pins, read from there (no second list to drift)."""
+
+import tomllib
+from pathlib import Path
+
+from loadtest.bundle import BUNDLED, wheels
+
+PYPROJECT = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]
+
+
+def _pins(lines) -> dict:
+    return {line.split("==")[0].split("[")[0]: line.split("==")[1] for line in lines}
+
+
+def test_the_bundle_carries_the_pinned_versions():
+    expected = {k: v for k, v in _pins(PYPROJECT["dependencies"]).items() if k in BUNDLED}
+    expected |= _pins(PYPROJECT["optional-dependencies"]["bundle"])
+    assert _pins(wheels()) == expected and "tritonclient" in expected
