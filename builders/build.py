@@ -154,7 +154,7 @@ def _build_model(req: BuildRequest, built: zoo.BuiltModel | None) -> dict:
     manifest.update_manifest(req.repo, entry)
     if "int8" in req.precisions:
         build_int8(req, artifact, entry, int8_data)
-    return entry
+    return entry.to_dict()
 
 
 def _int8_data(req: BuildRequest) -> dict:
@@ -163,7 +163,9 @@ def _int8_data(req: BuildRequest) -> dict:
     return {**data, "calibration": quantize.calibration_feeds(req.spec, req.calibration, data.get("calibration"))}
 
 
-def build_int8(req: BuildRequest, fp32: export.ExportResult, fp32_entry: dict, data: dict | None = None) -> dict:
+def build_int8(
+    req: BuildRequest, fp32: export.ExportResult, fp32_entry: manifest.ManifestEntry, data: dict | None = None
+) -> dict:
     """Quantize the FP32 ONNX model to QDQ INT8, gate its accuracy, serve it as <model>_int8."""
     spec, started = req.spec, time.time()
     data = data or _int8_data(req)
@@ -177,19 +179,19 @@ def build_int8(req: BuildRequest, fp32: export.ExportResult, fp32_entry: dict, d
     config = repository.model_config(variant, req.target, req.options)
     step(f"{spec.name}: writing {req.repo / variant.name} (INT8, target {req.target})")
     repository.write_model(req.repo, variant, config, {"model.onnx": result.path}, req.target)
-    entry = {
-        **fp32_entry,
-        "name": variant.name,
-        "precision": "int8",
-        "artifact": f"{variant.name}/1/model.onnx",
-        "sha256": export.file_sha256(result.path),
-        "accuracy": report.get("int8_accuracy"),
-        "int8": report,
-        "build_seconds": round(time.time() - started, 1),
-    }
-    entry["validation"] = {"passed": report["passed"], "kind": report["gate"]}
+    entry = dataclasses.replace(
+        fp32_entry,
+        name=variant.name,
+        precision="int8",
+        artifact=f"{variant.name}/1/model.onnx",
+        sha256=export.file_sha256(result.path),
+        accuracy=report.get("int8_accuracy"),
+        int8=report,
+        build_seconds=round(time.time() - started, 1),
+        validation={"passed": report["passed"], "kind": report["gate"]},
+    )
     manifest.update_manifest(req.repo, entry)
-    return entry
+    return entry.to_dict()
 
 
 def reference_feeds(spec: ModelSpec, eval_data: Path | None) -> dict:
@@ -261,30 +263,24 @@ def _agreement_report(spec, fp32_path, int8_path, feeds, report_path, details) -
     return report
 
 
-def _manifest_entry(req, config, artifact, report, started) -> dict:
+def _manifest_entry(req, config, artifact, report, started) -> manifest.ManifestEntry:
     worst = max((s["max_abs"] for b in report["batches"] for s in b["outputs"].values()), default=0.0)
-    return {
-        "name": req.spec.name,
-        "target": req.target,
-        "kind": req.options.kind,
-        "backend": config.backend or config.platform,
-        "precision": "fp32",
-        "artifact": f"{req.spec.name}/1/model.onnx",
-        "sha256": artifact.sha256,
-        "accuracy": artifact.metrics.get("accuracy"),
-        "metrics": artifact.metrics,
-        "validation": {
-            "passed": report["passed"],
-            "max_abs_error": worst,
-            "atol": report["atol"],
-            "rtol": report["rtol"],
-        },
-        "spec": req.spec.to_dict(),
-        "versions": tool_versions(),
-        "host": host_info(),
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "build_seconds": round(time.time() - started, 1),
-    }
+    return manifest.ManifestEntry(
+        name=req.spec.name,
+        target=req.target,
+        kind=req.options.kind,
+        backend=config.backend or config.platform,
+        precision="fp32",
+        artifact=f"{req.spec.name}/1/model.onnx",
+        sha256=artifact.sha256,
+        accuracy=artifact.metrics.get("accuracy"),
+        metrics=artifact.metrics,
+        validation={"passed": report["passed"], "max_abs_error": worst, "atol": report["atol"], "rtol": report["rtol"]},
+        spec=req.spec.to_dict(),
+        versions=tool_versions(),
+        host=host_info(),
+        build_seconds=round(time.time() - started, 1),
+    )
 
 
 def build_torch_variant(req: BuildRequest, runtime: repository.TorchRuntime) -> dict:
@@ -301,4 +297,4 @@ def build_torch_variant(req: BuildRequest, runtime: repository.TorchRuntime) -> 
         return build_compiled_variant(req, runtime)
     entry = write_torch_variant(req, runtime)
     manifest.update_manifest(req.repo, entry)
-    return entry
+    return entry.to_dict()

@@ -66,7 +66,7 @@ def run(state_dir: Path, model: str, protocol: str, users: int, seconds: int, ou
     from server.cluster import read_cluster
 
     replicas = len(read_cluster(state_dir)["replicas"])
-    locust = LocustRun(((model, 1),), protocol=protocol, users=users, spawn_rate=users, run_time_s=seconds)
+    locust = LocustRun(models=((model, 1),), protocol=protocol, users=users, spawn_rate=users, run_time_s=seconds)
     experiments = {
         "SIGKILL of replica-0's tritonserver": (lambda: kill_replica(state_dir, replicas), seconds / 4),
         "rolling restart of every replica": (lambda: rolling_restart(state_dir), 3.0),

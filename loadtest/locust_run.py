@@ -20,7 +20,7 @@ LOCUSTFILE = Path(__file__).with_name("locustfiles") / "models.py"
 SLO_EXIT = 3
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LocustRun:
     """One headless Locust run."""
 

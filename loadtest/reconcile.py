@@ -44,7 +44,12 @@ def reconcile(state, ep, analyzer, model: str, concurrency: int, seconds: int, o
     sweep = Sweep(model, ep.protocol, (concurrency,), (), (1,), "none", seconds * 1000 // 3, 10, 25)
     (perf_row,) = run_sweep(sweep, ep, analyzer, out / "raw")
     run = LocustRun(
-        ((model, 1),), ep.protocol, users=concurrency, spawn_rate=concurrency, run_time_s=seconds, headers=ep.headers
+        models=((model, 1),),
+        protocol=ep.protocol,
+        users=concurrency,
+        spawn_rate=concurrency,
+        run_time_s=seconds,
+        headers=ep.headers,
     )
     locust = next(r for r in run_locust(run, state, out / "locust")["rows"] if r["name"] != "Aggregated")
     return Reconciliation(

@@ -108,20 +108,19 @@ def _plan_entry(repo, name, spec, config: ModelConfig, metadata, comparison, tim
     from builders.environment import host_info, tool_versions
 
     engines = manifest.read_manifest(repo)["models"].get(name, {}).get("engines", {})
-    entry = {
-        "name": name,
-        "target": "ngc",
-        "backend": "tensorrt_plan",
-        "precision": metadata["precision"],
-        "engines": {**engines, metadata["compute_capability"]: metadata},
-        "validation": comparison,
-        "timing": timing,
-        "spec": spec.to_dict(),
-        "versions": tool_versions(),
-        "host": host_info(),
-        "max_batch_size": config.max_batch_size,
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "build_seconds": round(time.time() - started, 1),
-    }
+    entry = manifest.ManifestEntry(
+        name=name,
+        target="ngc",
+        backend="tensorrt_plan",
+        precision=metadata["precision"],
+        engines={**engines, metadata["compute_capability"]: metadata},
+        validation=comparison,
+        timing=timing,
+        spec=spec.to_dict(),
+        versions=tool_versions(),
+        host=host_info(),
+        max_batch_size=config.max_batch_size,
+        build_seconds=round(time.time() - started, 1),
+    )
     manifest.update_manifest(repo, entry)
-    return entry
+    return entry.to_dict()

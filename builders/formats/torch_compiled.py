@@ -16,6 +16,7 @@ the H100 segfaulted in AOTIModelPackageLoader on load (CPU and CUDA packages ali
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import tempfile
 import time
@@ -176,15 +177,7 @@ def build_compiled_variant(req, runtime: repository.TorchRuntime) -> dict:
         compiled["compute_capability"] = compiled["gpu"]["compute_capability"]
     entry = write_torch_variant(req, runtime, {CACHE: cache})
     worst = max((s["max_abs"] for b in report["batches"] for s in b["outputs"].values()), default=0.0)
-    entry.update(
-        compiled=compiled,
-        validation={
-            "passed": True,
-            "max_abs_error": worst,
-            "atol": report["atol"],
-            "rtol": report["rtol"],
-            "reference": "pytorch fp32 eager",
-        },
-    )
+    validation = {"passed": True, "max_abs_error": worst, "atol": report["atol"], "rtol": report["rtol"]}
+    entry = dataclasses.replace(entry, compiled=compiled, validation={**validation, "reference": "pytorch fp32 eager"})
     manifest.update_manifest(req.repo, entry)
-    return entry
+    return entry.to_dict()

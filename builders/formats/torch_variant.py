@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 
 from builders.environment import host_info, tool_versions
 from builders.formats import export
 from builders.repository import writer
+from builders.repository.manifest import ManifestEntry
 from builders.request import BuildRequest
 from common.cli import step
 from common.errors import SpecError
 
 
-def write_torch_variant(req: BuildRequest, runtime: writer.TorchRuntime, extra: dict | None = None) -> dict:
+def write_torch_variant(req: BuildRequest, runtime: writer.TorchRuntime, extra: dict | None = None) -> ManifestEntry:
     """Write a torch-runtime variant's folder (model.pt2, spec.json, model.py, extra artifacts); return its entry."""
     out_dir = req.work_dir / req.spec.name
     program, spec_file = out_dir / "model.pt2", out_dir / "spec.json"
@@ -32,18 +32,17 @@ def write_torch_variant(req: BuildRequest, runtime: writer.TorchRuntime, extra: 
 
     artifacts = {"model.pt2": program, "spec.json": spec_file, "model.py": TORCH_MODEL, **(extra or {})}
     writer.write_model(req.repo, variant, config, artifacts, req.target)
-    return {
-        "name": config.name,
-        "target": req.target,
-        "backend": "python",
-        "runtime": "inductor" if runtime.compiler else "torch",
-        "kind": req.options.kind,
-        "precision": runtime.precision,
-        "artifact": f"{config.name}/1/model.pt2",
-        "sha256": export.file_sha256(program),
-        "spec": req.spec.to_dict(),
-        "torch_runtime": dataclasses.asdict(runtime),
-        "versions": tool_versions(),
-        "host": host_info(),
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    return ManifestEntry(
+        name=config.name,
+        target=req.target,
+        backend="python",
+        runtime="inductor" if runtime.compiler else "torch",
+        kind=req.options.kind,
+        precision=runtime.precision,
+        artifact=f"{config.name}/1/model.pt2",
+        sha256=export.file_sha256(program),
+        spec=req.spec.to_dict(),
+        torch_runtime=dataclasses.asdict(runtime),
+        versions=tool_versions(),
+        host=host_info(),
+    )

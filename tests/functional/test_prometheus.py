@@ -64,7 +64,7 @@ def test_recorded_series_agree_with_locusts_count(monitored):
         time.sleep(0.5)
     before = _await_scrape_after(url, time.time())
     start_count = _counter(url, before)
-    run = LocustRun((("digits_cnn", 1),), protocol="http", users=4, spawn_rate=4, run_time_s=15, processes=2)
+    run = LocustRun(models=(("digits_cnn", 1),), protocol="http", users=4, spawn_rate=4, run_time_s=15, processes=2)
     result = run_locust(run, endpoints.read_state(settings.state_dir), root / "locust")
     after = _await_scrape_after(url, time.time())
     locust_ok = sum(r["requests"] - r["failures"] for r in result["rows"] if r["name"] != "Aggregated")

@@ -236,7 +236,7 @@ def test_the_manifest_gives_the_default_model_list(user_served):
 def test_locust_drives_the_two_input_model(user_served, tmp_path):
     from loadtest.locust_run import LocustRun, run_locust
 
-    run = LocustRun((("acme_classifier", 1),), "grpc", users=2, spawn_rate=2, run_time_s=4)
+    run = LocustRun(models=(("acme_classifier", 1),), protocol="grpc", users=2, spawn_rate=2, run_time_s=4)
     result = run_locust(run, user_served.state, tmp_path)
     row = next(r for r in result["rows"] if r["name"].startswith("acme_classifier"))
     assert row["requests"] > 0 and row["failures"] == 0 and result["exit_code"] == 0

@@ -1,7 +1,8 @@
 """The offline bundle carries the versions pyproject.toml pins, read from there (no second list to drift)."""
 
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 from loadtest.bundle import BUNDLED, wheels
 

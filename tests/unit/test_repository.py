@@ -1,5 +1,7 @@
 """The repository writer: complete model folders or none, and the manifest."""
 
+import dataclasses
+import json
 import subprocess
 import sys
 
@@ -10,6 +12,7 @@ from builders.repository import manifest
 from builders.repository import writer as repository
 from builders.repository.model_config import parse_pbtxt
 from builders.request import BuildRequest
+from common.errors import ConfigError
 
 
 def test_build_writes_a_complete_model_and_manifest(digits_build, tmp_path):
@@ -88,3 +91,21 @@ def test_gpu_torch_runtime_refuses_several_instances_with_dynamic_batching():
     unbatched = repository.ServingOptions(instances=2, kind="KIND_GPU", dynamic_batching=False)
     assert repository.torch_config(spec, runtime, unbatched).dynamic_batching is None
     assert repository.torch_config(spec, runtime, repository.ServingOptions(instances=2)).dynamic_batching  # CPU
+
+
+def test_manifest_entries_are_typed_records_and_old_manifests_still_read(tmp_path):
+    old = {"name": "m", "target": "embedded", "backend": "python", "precision": "fp32", "spec": {}, "versions": {}}
+    old |= {"host": {}, "built_at": "2026-01-01T00:00:00Z", "accuracy": None, "future_key": [1]}
+    (tmp_path / manifest.MANIFEST).write_text(json.dumps({"models": {"m": old}}))  # before format_version
+    read = manifest.read_manifest(tmp_path)
+    assert read["format_version"] == manifest.FORMAT_VERSION and read["models"]["m"] == old
+    entry = manifest.entries(tmp_path)["m"]
+    assert entry.precision == "fp32" and entry.extra == {"future_key": [1]} and entry.to_dict() == old
+    manifest.update_manifest(tmp_path, dataclasses.replace(entry, name="n", accuracy=0.9))
+    written = json.loads((tmp_path / manifest.MANIFEST).read_text())
+    assert written["format_version"] == manifest.FORMAT_VERSION and written["models"]["n"]["accuracy"] == 0.9
+    with pytest.raises(TypeError):
+        manifest.ManifestEntry("m", "embedded")  # keyword-only
+    (tmp_path / manifest.MANIFEST).write_text(json.dumps({"format_version": 99, "models": {}}))
+    with pytest.raises(ConfigError, match="format_version 99; .* update this project"):
+        manifest.read_manifest(tmp_path)
