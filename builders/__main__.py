@@ -26,7 +26,7 @@ def _split(value: str) -> list[str]:
     "spec_file",
     type=click.Path(path_type=Path),
     default=None,
-    help="A TOML file declaring your own models (README, 'Your own models'); with --models, both are built.",
+    help="A TOML file declaring your own models (docs/building.md, 'Your own models'); with --models, both are built.",
 )
 @click.option(
     "--target",

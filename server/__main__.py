@@ -26,7 +26,9 @@ def cli():
 @cli.command()
 @REPO
 @ports()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (keep loopback: see README).")
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="Address to bind (keep loopback: see docs/serving.md)."
+)
 @click.option("--model-control", type=click.Choice(["none", "explicit", "poll"]), default="none", show_default=True)
 @click.option("--timeout", type=float, default=180.0, show_default=True, help="Seconds to wait for readiness.")
 @click.option(

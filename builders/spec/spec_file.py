@@ -10,7 +10,7 @@
     inputs  = [ { name = "image", dtype = "FP32", dims = [3, 32, 32] } ]
     outputs = [ { name = "logits", dtype = "FP32", dims = [5] } ]
 
-The README lists every field. Paths are relative to the spec file and must stay inside its
+docs/building.md lists every field. Paths are relative to the spec file and must stay inside its
 folder. Every error names the file, the model and the field, and says how to fix it.
 """
 
@@ -93,7 +93,7 @@ class _Model:
     def get(self, key: str, kinds, default=None, required=False):
         if key not in self.table:
             if required:
-                raise self.fail(key, "is missing", f"add {key} = ... (see the README, 'Your own models')")
+                raise self.fail(key, "is missing", f"add {key} = ... (see docs/building.md, 'Your own models')")
             return default
         value = self.table[key]
         if not isinstance(value, kinds) or isinstance(value, bool) and bool not in _tuple(kinds):
@@ -326,7 +326,7 @@ def _tensor(m: _Model, key: str, item) -> TensorSpec:
     try:
         return TensorSpec(item["name"], item["dtype"], dims, item.get("image_format"), axes, item.get("value_range"))
     except SpecError as err:
-        raise m.fail(key, str(err), "see the README, 'Your own models'") from err
+        raise m.fail(key, str(err), "see docs/building.md, 'Your own models'") from err
 
 
 def _dims(m: _Model, key: str, dims) -> tuple[tuple[int, ...], tuple[str, ...]]:
@@ -392,4 +392,4 @@ def _serving(m: _Model) -> ServingOptions:
     try:
         return ServingOptions(**values)
     except (TypeError, ValueError) as err:
-        raise m.fail("serving", str(err), "see the README, 'Your own models'") from err
+        raise m.fail("serving", str(err), "see docs/building.md, 'Your own models'") from err

@@ -1,5 +1,5 @@
-"""The README's commands exist: every `make <target>` is a Makefile target, every `python -m <package> <command>`
-a command of that package's CLI."""
+"""The documentation's commands exist (the README and the guides it links in docs/): every `make <target>` is a
+Makefile target, every `python -m <package> <command>` a command of that package's CLI."""
 
 import importlib
 import re
@@ -9,11 +9,14 @@ import pytest
 
 ROOT = Path(__file__).parents[2]
 README = (ROOT / "README.md").read_text()
+GUIDES = ("commands", "building", "serving", "measuring", "verified")
+DOCS = README + "".join((ROOT / "docs" / f"{name}.md").read_text() for name in GUIDES)
 TARGETS = set(re.findall(r"^([a-z][a-z-]*):", (ROOT / "Makefile").read_text(), re.M))
-COMMANDS = sorted(set(re.findall(r"python -m (builders|server|clients|loadtest) ([a-z][a-z-]*)", README)))
+PACKAGES = "builders|server|clients|operations|loadtest"
+COMMANDS = sorted(set(re.findall(rf"python -m ({PACKAGES}) ([a-z][a-z-]*)", DOCS)))
 
 
-@pytest.mark.parametrize("target", sorted(set(re.findall(r"(?<!--entrypoint )\bmake ([a-z][a-z-]+)", README))))
+@pytest.mark.parametrize("target", sorted(set(re.findall(r"(?<!--entrypoint )\bmake ([a-z][a-z-]+)", DOCS))))
 def test_every_make_target_of_the_readme_exists(target):
     assert target in TARGETS, f"README mentions `make {target}`, which the Makefile does not define"
 
@@ -63,6 +66,11 @@ def test_no_process_is_ended_by_name():
     assert hits == []
 
 
-def test_the_readme_names_every_port_variable():
+def test_the_docs_name_every_port_variable():
     for name in ("HTTP_PORT", "GRPC_PORT", "METRICS_PORT", "HEALTH_PORT"):
-        assert name in README and f"{name} ?=" in MAKEFILE
+        assert name in DOCS and f"{name} ?=" in MAKEFILE
+
+
+def test_the_readme_links_every_guide_and_each_exists():
+    for name in (*GUIDES, "benchmarks"):
+        assert f"](docs/{name}.md)" in README and (ROOT / "docs" / f"{name}.md").exists()
