@@ -18,43 +18,6 @@ def cli():
     private_files()
 
 
-def _not_ready() -> dict[str, str]:
-    """Models the server's index listed as not ready in this run, with its reason."""
-    from clients.served import NOT_READY
-
-    return dict(NOT_READY)
-
-
-def _unmeasurable(ep, parsed, batch: int, shapes: dict, input_data) -> dict[str, str]:
-    """Models Locust cannot drive, with why and the flag that fixes it (the rest run)."""
-    from clients.inputs import data_inputs, plan_inputs
-    from clients.model_plan import NotMeasurable, plan
-    from clients.served import served_spec
-
-    skipped = {}
-    with ep.client() as client:
-        for model, _ in parsed:
-            described = plan(client, model, ep.headers)
-            try:
-                described.require_protocol(ep.protocol)
-                if input_data:
-                    data_inputs(input_data, described)
-                else:
-                    plan_inputs(described, batch, shapes, served_spec(ep.repo, model))
-            except NotMeasurable as err:
-                skipped[model] = str(err).removeprefix(f"{model}: ")
-                click.echo(f"not load-tested: {err}")
-    return skipped
-
-
-def _weight(model: str) -> int:
-    """The weight of 'model:weight' (1 if none)."""
-    name, _, weight = model.partition(":")
-    if weight and not weight.isdigit():
-        raise MeasurementError(f"{model!r}: a model's weight is a whole number ('{name}:2')")
-    return int(weight or 1)
-
-
 def _numbers(text: str, kind=int) -> tuple:
     return tuple(kind(v) for v in text.replace(",", " ").split())
 
@@ -75,19 +38,6 @@ def install_prometheus():
     from loadtest.prometheus_tools import install_prometheus as install
 
     click.echo(f"prometheus: {install()}")
-
-
-def _models_or_served(models: str, ep) -> list[str]:
-    """The models given, or those of the served repository's manifest that are ready."""
-    from clients.served import served_models
-
-    names = models.replace(",", " ").split()
-    if names:
-        return names
-    names = served_models(ep)
-    source = f"{ep.repo}/manifest.json" if ep.repo and (ep.repo / "manifest.json").exists() else "the server's index"
-    click.echo(f"models (from {source}): {' '.join(names)}")
-    return names
 
 
 @cli.command()
@@ -135,96 +85,27 @@ def perf(
     """Sweep MODELS with perf_analyzer; write perf.csv, perf.md and a PNG plot; print the table."""
     from clients.connection import endpoint, parse_headers
     from clients.model_plan import parse_shapes
-    from loadtest import perf as sweeps
-    from loadtest.perf_tools import find_perf_analyzer
-    from loadtest.plots import throughput_vs_latency
-    from loadtest.report import build_report, write_context
-    from loadtest.server_view import record_window
+    from loadtest.perf_run import PerfRequest, run
 
-    ep, analyzer = endpoint(protocol, url, state_dir, parse_headers(headers), tls, ca_file), find_perf_analyzer()
-    out = out or Path("reports") / time.strftime("%Y%m%d-%H%M%S")
-    rows, failures, skipped, started = [], [], {}, time.time()
-    names = _models_or_served(models, ep)
-    for model in names:
-        sweep = _model_sweep(
-            ep,
-            model,
-            out,
-            parse_shapes(shapes),
-            input_data,
-            skipped,
-            protocol,
-            concurrency,
-            request_rate,
-            batch,
-            shared_memory,
-            interval_ms,
-            stability,
-        )
-        if sweep is not None:
-            rows += sweeps.run_sweep(sweep, ep, analyzer, out / "raw", failures)
-    record_window(out, started, time.time())
-    sweeps.write_csv(rows, out / "perf.csv")
-    table, failed = sweeps.markdown_table(rows), sweeps.failures_table(failures)
-    notes = "".join(f"- {m}: {why}\n" for m, why in skipped.items())
-    extra = (f"\n## Failed points\n\n{failed}\n" if failed else "") + (f"\n## Not measured\n\n{notes}" if notes else "")
-    (out / "perf.md").write_text(f"# perf_analyzer sweep\n\n{table}\n{extra}")
-    (out / "skipped.json").write_text(json.dumps({**_not_ready(), **skipped}, indent=2))
-    if rows:
-        throughput_vs_latency(rows, out / "perf.png")
-    write_context(out, ep, names)
-    report = build_report(out, ep.repo, _comparable_earlier(out))
-    click.echo(table + (f"\n{extra}" if extra else ""))
-    click.echo(f"report: {report} (and report.html; CSV: perf.csv, plots: *.png)")
-    if failures:
-        total = len(failures) + len(rows)
-        raise SystemExit(f"{len(failures)} of {total} points failed (table above); the finished points are kept")
-
-
-def _model_sweep(
-    ep,
-    model,
-    out,
-    shapes,
-    input_data,
-    skipped,
-    protocol,
-    concurrency,
-    request_rate,
-    batch,
-    shared_memory,
-    interval_ms,
-    stability,
-):
-    """The sweep of one model as the server describes it, or None (the reason goes to skipped)."""
-    from clients.model_plan import NotMeasurable, plan
-    from loadtest import perf as sweeps
-
-    with ep.client() as client:
-        model_plan = plan(client, model, ep.headers)
-    batches = _numbers(batch)
-    if not model_plan.batching and max(batches) > 1:
-        batches = (1,)
-        skipped[f"{model} batch > 1"] = "max_batch_size is 0 (no batch axis): measured at batch 1 only"
-    try:
-        model_plan.require_protocol(protocol)
-        data = sweeps.input_data_file(ep, model, out / "raw" / f"{model}_input.json", shapes, input_data)
-    except NotMeasurable as err:
-        skipped[model] = str(err).removeprefix(f"{model}: ")
-        click.echo(f"not measured: {err}")
-        return None
-    return sweeps.Sweep(
-        model,
-        protocol,
-        _numbers(concurrency),
-        _numbers(request_rate, float),
-        batches,
-        shared_memory,
-        interval_ms,
-        stability_percent=stability,
-        input_data=data,
-        streaming=model_plan.decoupled,
+    ep = endpoint(protocol, url, state_dir, parse_headers(headers), tls, ca_file)
+    request = PerfRequest(
+        models=tuple(models.replace(",", " ").split()),
+        protocol=protocol,
+        concurrency=_numbers(concurrency),
+        request_rate=_numbers(request_rate, float),
+        batches=_numbers(batch),
+        shared_memory=shared_memory,
+        interval_ms=interval_ms,
+        stability=stability,
+        shapes=parse_shapes(shapes),
+        input_data=input_data,
+        out=out or Path("reports") / time.strftime("%Y%m%d-%H%M%S"),
     )
+    result = run(request, ep)
+    click.echo(result.text)
+    click.echo(f"report: {result.report} (and report.html; CSV: perf.csv, plots: *.png)")
+    if result.failed:
+        raise SystemExit(f"{result.failed} of {result.total} points failed (table above); the finished points are kept")
 
 
 @cli.command()
@@ -280,23 +161,11 @@ def locust(
     """Headless Locust run against the server of `make serve` or any Triton (--url); CSV + HTML report."""
     from clients.connection import endpoint, parse_headers
     from clients.model_plan import parse_shapes
-    from clients.served import require_ready
-    from loadtest.locust_run import LocustRun, Target, markdown_table, run_locust
-    from loadtest.report import build_report, write_context
+    from loadtest.locust_run import LocustRun, load_test, weighted
 
     ep = endpoint(protocol, url, state_dir, parse_headers(headers), tls, ca_file)
-    given = models.replace(",", " ").split() or _models_or_served("", ep)
-    parsed = tuple((m.partition(":")[0], _weight(m)) for m in given)
-    require_ready(ep, [m for m, _ in parsed])  # a typo fails here in a second, not in Locust's log
-    sizes, out = parse_shapes(shapes), out or Path("reports") / time.strftime("%Y%m%d-%H%M%S")
-    out.mkdir(parents=True, exist_ok=True)
-    skipped = _unmeasurable(ep, parsed, batch, sizes, input_data)
-    parsed = tuple((m, w) for m, w in parsed if m not in skipped)
-    (out / "skipped.json").write_text(json.dumps({**_not_ready(), **skipped}, indent=2))
-    if not parsed:
-        raise MeasurementError(f"no model can be load-tested: {skipped}")
     run = LocustRun(
-        models=parsed,
+        models=weighted(tuple(models.replace(",", " ").split())),
         protocol=protocol,
         users=users,
         spawn_rate=spawn_rate,
@@ -307,17 +176,13 @@ def locust(
         slo_p99_ms=slo_p99_ms,
         slo_fail_ratio=slo_fail_ratio,
         batch=batch,
-        shapes=sizes,
+        shapes=parse_shapes(shapes),
         input_data=str(input_data or ""),
         headers=ep.headers,
         tls=tls,
         ca_file=ca_file or "",
     )
-    result = run_locust(run, Target.of(ep), out)
-    table = markdown_table(result["rows"])
-    (out / "locust.md").write_text(f"# Locust run\n\n{table}\n")
-    write_context(out, ep, [m for m, _ in parsed])
-    report = build_report(out, ep.repo)
+    table, report, result = load_test(ep, run, out or Path("reports") / time.strftime("%Y%m%d-%H%M%S"))
     click.echo(table)
     click.echo(f"report: {report} (and report.html; Locust: locust_stats.csv, locust.html, locust.log)")
     if not result["slo_ok"]:
@@ -407,12 +272,13 @@ def reconcile(models, protocol, concurrency, seconds, out, url, headers, state_d
     from clients.connection import endpoint, parse_headers
     from loadtest import reconcile as rec
     from loadtest.locust_run import Target
+    from loadtest.perf_run import models_or_served
     from loadtest.perf_tools import find_perf_analyzer
 
     out = out or Path("reports") / time.strftime("reconcile-%Y%m%d-%H%M%S")
     ep, analyzer = endpoint(protocol, url, state_dir, parse_headers(headers)), find_perf_analyzer()
     state = Target.of(ep)
-    names = _models_or_served(models, ep)
+    names = models_or_served(tuple(models.replace(",", " ").split()), ep)
     results = [rec.reconcile(state, ep, analyzer, m, concurrency, seconds, out / m) for m in names]
     text = rec.markdown(results)
     (out / "reconcile.md").write_text(f"# Locust vs perf_analyzer\n\n{text}\n")
@@ -557,14 +423,6 @@ def cluster_faults(model, protocol, users, seconds, out, state_dir):
     click.echo((out / "faults.md").read_text())
 
 
-def _comparable_earlier(run: Path) -> Path | None:
-    """The latest earlier run beside `run` that measured one of its points (like with like), or None."""
-    from loadtest.report import comparable_run
-
-    earlier = [p for p in run.parent.iterdir() if p != run and (p / "perf.csv").exists() and p.name < run.name]
-    return comparable_run(run, earlier)
-
-
 @cli.command()
 @click.argument("run", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option(
@@ -584,7 +442,6 @@ def _comparable_earlier(run: Path) -> Path | None:
 @user_errors
 def report(run, compare, repo, prometheus_url, state_dir):
     """(Re)build RUN/report.md and RUN/report.html from what the run folder holds."""
-    import json
 
     from loadtest.prometheus_server import STATE
     from loadtest.report import build_report

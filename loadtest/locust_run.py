@@ -237,3 +237,60 @@ def markdown_table(rows: list[dict]) -> str:
             f"| {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['p99_ms']:.1f} |"
         )
     return "\n".join(lines)
+
+
+def weighted(models: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
+    """'model[:weight]' -> (model, weight) (weight 1 if none)."""
+    found = []
+    for text in models:
+        name, _, weight = text.partition(":")
+        if weight and not weight.isdigit():
+            raise MeasurementError(f"{text!r}: a model's weight is a whole number ('{name}:2')")
+        found.append((name, int(weight or 1)))
+    return tuple(found)
+
+
+def unmeasurable(ep, run: LocustRun) -> dict[str, str]:
+    """Models Locust cannot drive, with why and the flag that fixes it (the rest run)."""
+    from clients.inputs import data_inputs, plan_inputs
+    from clients.model_plan import NotMeasurable, plan
+    from clients.served import served_spec
+
+    skipped = {}
+    with ep.client() as client:
+        for model, _ in run.models:
+            described = plan(client, model, ep.headers)
+            try:
+                described.require_protocol(ep.protocol)
+                if run.input_data:
+                    data_inputs(Path(run.input_data), described)
+                else:
+                    plan_inputs(described, run.batch, run.shapes, served_spec(ep.repo, model))
+            except NotMeasurable as err:
+                skipped[model] = str(err).removeprefix(f"{model}: ")
+                step(f"not load-tested: {err}")
+    return skipped
+
+
+def load_test(ep, run: LocustRun, out: Path) -> tuple[str, Path, dict]:
+    """Locust against ep on run.models (none: the served repository's ready models), those it cannot drive left
+    out with why; writes locust.md, skipped.json, the context and the report. Returns (table, report, result)."""
+    import dataclasses
+
+    from clients.served import require_ready
+    from loadtest.perf_run import models_or_served, write_skipped
+    from loadtest.report import build_report, write_context
+
+    models = run.models or weighted(tuple(models_or_served((), ep)))
+    require_ready(ep, [m for m, _ in models])  # a typo fails here in a second, not in Locust's log
+    out.mkdir(parents=True, exist_ok=True)
+    skipped = unmeasurable(ep, dataclasses.replace(run, models=models))
+    models = tuple((m, w) for m, w in models if m not in skipped)
+    write_skipped(out, skipped)
+    if not models:
+        raise MeasurementError(f"no model can be load-tested: {skipped}")
+    result = run_locust(dataclasses.replace(run, models=models), Target.of(ep), out)
+    table = markdown_table(result["rows"])
+    (out / "locust.md").write_text(f"# Locust run\n\n{table}\n")
+    write_context(out, ep, [m for m, _ in models])
+    return table, build_report(out, ep.repo), result

@@ -1,0 +1,130 @@
+"""One `loadtest perf` run: which models, each one's sweep as the server describes it, the files and the report.
+
+Also what the perf and Locust commands share: the models to measure when none are named, and what was skipped."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from common.cli import step
+
+
+@dataclass(frozen=True, kw_only=True)
+class PerfRequest:
+    """What `loadtest perf` measures and how."""
+
+    models: tuple[str, ...] = ()  # none: the served repository's ready models
+    protocol: str = "grpc"
+    concurrency: tuple[int, ...] = (1, 2, 4)
+    request_rate: tuple[float, ...] = ()
+    batches: tuple[int, ...] = (1,)
+    shared_memory: str = "none"
+    interval_ms: int = 2000
+    stability: float = 25.0
+    shapes: dict = field(default_factory=dict)  # dynamic dims per input (--shape)
+    input_data: Path | None = None
+    out: Path = Path("reports")
+
+
+@dataclass(frozen=True)
+class PerfResult:
+    """What the command prints and how it exits."""
+
+    text: str  # the table, failed points and what was not measured
+    report: Path
+    failed: int
+    total: int
+
+
+def models_or_served(models: tuple[str, ...], ep) -> list[str]:
+    """The models given, or those of the served repository's manifest that are ready."""
+    from clients.served import served_models
+
+    if models:
+        return list(models)
+    names = served_models(ep)
+    source = f"{ep.repo}/manifest.json" if ep.repo and (ep.repo / "manifest.json").exists() else "the server's index"
+    step(f"models (from {source}): {' '.join(names)}")
+    return names
+
+
+def write_skipped(out: Path, skipped: dict[str, str]) -> None:
+    """skipped.json: models the server's index listed as not ready, with its reason, and those not measured."""
+    from clients.served import NOT_READY
+
+    (out / "skipped.json").write_text(json.dumps({**NOT_READY, **skipped}, indent=2))
+
+
+def run(request: PerfRequest, ep) -> PerfResult:
+    """Sweep every model with perf_analyzer; write perf.csv, perf.md, perf.png, skipped.json and the report."""
+    from loadtest import perf as sweeps
+    from loadtest.perf_tools import find_perf_analyzer
+    from loadtest.plots import throughput_vs_latency
+    from loadtest.report import build_report, write_context
+    from loadtest.server_view import record_window
+
+    analyzer, out = find_perf_analyzer(), request.out
+    rows, failures, skipped, started = [], [], {}, time.time()
+    names = models_or_served(request.models, ep)
+    for model in names:
+        sweep = _model_sweep(request, ep, model, skipped)
+        if sweep is not None:
+            rows += sweeps.run_sweep(sweep, ep, analyzer, out / "raw", failures)
+    record_window(out, started, time.time())
+    sweeps.write_csv(rows, out / "perf.csv")
+    table, failed = sweeps.markdown_table(rows), sweeps.failures_table(failures)
+    notes = "".join(f"- {m}: {why}\n" for m, why in skipped.items())
+    extra = (f"\n## Failed points\n\n{failed}\n" if failed else "") + (f"\n## Not measured\n\n{notes}" if notes else "")
+    (out / "perf.md").write_text(f"# perf_analyzer sweep\n\n{table}\n{extra}")
+    write_skipped(out, skipped)
+    if rows:
+        throughput_vs_latency(rows, out / "perf.png")
+    write_context(out, ep, names)
+    report = build_report(out, ep.repo, comparable_earlier(out))
+    return PerfResult(table + (f"\n{extra}" if extra else ""), report, len(failures), len(failures) + len(rows))
+
+
+def _model_sweep(request: PerfRequest, ep, model: str, skipped: dict):
+    """The sweep of one model as the server describes it, or None (the reason goes to skipped)."""
+    from clients.model_plan import NotMeasurable, plan
+    from loadtest import perf as sweeps
+
+    with ep.client() as client:
+        model_plan = plan(client, model, ep.headers)
+    batches = request.batches
+    if not model_plan.batching and max(batches) > 1:
+        batches = (1,)
+        skipped[f"{model} batch > 1"] = "max_batch_size is 0 (no batch axis): measured at batch 1 only"
+    try:
+        model_plan.require_protocol(request.protocol)
+        path = request.out / "raw" / f"{model}_input.json"
+        data = sweeps.input_data_file(ep, model, path, request.shapes, request.input_data)
+    except NotMeasurable as err:
+        skipped[model] = str(err).removeprefix(f"{model}: ")
+        step(f"not measured: {err}")
+        return None
+    return sweeps.Sweep(
+        model,
+        request.protocol,
+        request.concurrency,
+        request.request_rate,
+        batches,
+        request.shared_memory,
+        request.interval_ms,
+        stability_percent=request.stability,
+        input_data=data,
+        streaming=model_plan.decoupled,
+    )
+
+
+def comparable_earlier(run_dir: Path) -> Path | None:
+    """The latest earlier run beside run_dir that measured one of its points (like with like), or None."""
+    from loadtest.report import comparable_run
+
+    earlier = [
+        p for p in run_dir.parent.iterdir() if p != run_dir and (p / "perf.csv").exists() and p.name < run_dir.name
+    ]
+    return comparable_run(run_dir, earlier)
