@@ -65,7 +65,7 @@ def run(state_dir: Path, model: str, protocol: str, users: int, seconds: int, ou
     """Both experiments, one Locust run each; rows with requests, failures and the fault's figures."""
     from server.cluster import read_cluster
 
-    replicas = len(read_cluster(state_dir)["replicas"])
+    replicas = len(read_cluster(state_dir).replicas)
     locust = LocustRun(models=((model, 1),), protocol=protocol, users=users, spawn_rate=users, run_time_s=seconds)
     experiments = {
         "SIGKILL of replica-0's tritonserver": (lambda: kill_replica(state_dir, replicas), seconds / 4),

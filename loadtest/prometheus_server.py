@@ -35,18 +35,17 @@ class Target:
 def targets_of(state_dir: Path) -> list[Target]:
     """The replicas' metrics endpoints and Envoy's (a cluster), or the single server's."""
     from common.endpoints import read_state
+    from server.cluster import CLUSTER, read_cluster
 
-    cluster = state_dir / "cluster.json"
-    if not cluster.exists():
+    if not (state_dir / CLUSTER).exists():
         state = read_state(state_dir)
         return [Target("triton", f"{state.host}:{state.metrics_port}", labels={"replica": "server"})]
-    data = json.loads(cluster.read_text())
-    found = []
-    for replica in data["replicas"]:
-        state = read_state(state_dir / replica["name"])
-        found.append(Target("triton", f"{state.host}:{state.metrics_port}", labels={"replica": replica["name"]}))
-    if data.get("stats_port", data["admin_port"]):  # a single server behind the edge has no Envoy stats port
-        found.append(Target("envoy", f"{data['host']}:{data['admin_port']}", "/stats/prometheus"))
+    cluster, found = read_cluster(state_dir), []
+    for replica in cluster.replicas:
+        state = read_state(state_dir / replica.name)
+        found.append(Target("triton", f"{state.host}:{state.metrics_port}", labels={"replica": replica.name}))
+    if cluster.stats_port:  # a single server behind the edge has no Envoy stats port
+        found.append(Target("envoy", f"{cluster.host}:{cluster.admin_port}", "/stats/prometheus"))
     return found
 
 

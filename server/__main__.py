@@ -186,9 +186,9 @@ def cluster(
         f"stats {host}:{metrics_port}/stats/prometheus, "
         f"admin: unix socket {state_dir}/envoy-admin.sock (0600)"
     )
-    for replica in state["replicas"]:
-        ports = f"http {replica['http_port']}, grpc {replica['grpc_port']}, readiness {replica['health_port']}"
-        click.echo(f"  {replica['name']}: {ports} (log {state_dir}/{replica['name']}/tritonserver.log)")
+    for replica in state.replicas:
+        ports = f"http {replica.http_port}, grpc {replica.grpc_port}, readiness {replica.health_port}"
+        click.echo(f"  {replica.name}: {ports} (log {state_dir}/{replica.name}/tritonserver.log)")
 
 
 def _tls(cert, key):
@@ -240,11 +240,11 @@ def k8s_shim():
 @STATE_DIR
 def stop(state_dir):
     """Stop the server started from STATE_DIR (and its supervisor)."""
-    from server.cluster import read_cluster, stop_cluster
+    from server.cluster import CLUSTER, read_cluster, stop_cluster
     from server.launcher import stop
     from server.supervisor_process import stop_supervisor
 
-    single = (state_dir / "cluster.json").exists() and read_cluster(state_dir).get("single")
+    single = (state_dir / CLUSTER).exists() and read_cluster(state_dir).single
     if stop_cluster(state_dir):
         click.echo("tritonserver and its edge stopped" if single else "cluster stopped (envoy and every replica)")
         return
@@ -259,23 +259,22 @@ def stop(state_dir):
 def status(state_dir):
     """Show the running server's pid, ports and log."""
     from common.endpoints import read_state
+    from server.cluster import CLUSTER, read_cluster
 
     state = read_state(state_dir)
-    if not (state_dir / "cluster.json").exists():
+    if not (state_dir / CLUSTER).exists():
         click.echo(f"pid {state.pid}, http {state.http_url}, grpc {state.grpc_url}, repo {state.repo}, log {state.log}")
         return
-    from server.cluster import read_cluster
-
     cluster = read_cluster(state_dir)
-    front = "edge (Envoy, HTTP)" if cluster.get("single") else "Envoy"
+    front = "edge (Envoy, HTTP)" if cluster.single else "Envoy"
     click.echo(
         f"{front}: pid {state.pid}, http {state.http_url}, grpc {state.grpc_url}, repo {state.repo}, log {state.log}"
     )
-    for replica in cluster["replicas"]:
-        inner = read_state(state_dir / replica["name"])
+    for replica in cluster.replicas:
+        inner = read_state(state_dir / replica.name)
         click.echo(
-            f"  {replica['name']}: tritonserver pid {inner.pid}, http {inner.http_url}, grpc {inner.grpc_url}, "
-            f"readiness {replica['health_port']}, log {inner.log}"
+            f"  {replica.name}: tritonserver pid {inner.pid}, http {inner.http_url}, grpc {inner.grpc_url}, "
+            f"readiness {replica.health_port}, log {inner.log}"
         )
 
 

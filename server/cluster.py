@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from common import endpoints
@@ -97,7 +97,39 @@ def envoy_binary() -> Path:
     return Path(envoy.__file__).parent / "_bin" / "envoy"
 
 
-def start_cluster(settings: ClusterSettings) -> dict:
+@dataclass(kw_only=True)
+class ClusterState:
+    """cluster.json: what `make cluster` (or `make serve` behind the edge) started, for stop, restart, status and
+    the monitoring. Written after each replica, so a start cut short can still be stopped."""
+
+    host: str = "127.0.0.1"
+    http_port: int = 0
+    grpc_port: int = 0
+    admin_port: int = 0  # Envoy's GET /stats/prometheus (a single server behind the edge: the server's metrics)
+    stats_port: int = 0  # 0: no Envoy stats listener (a single server behind the edge)
+    repo: str = ""
+    single: bool = False  # one server behind the edge
+    replicas: list[Replica] = field(default_factory=list)
+    envoy_pid: int | None = None  # Envoy's keeper (python -m server envoy-run)
+    env: dict[str, dict] = field(default_factory=dict)  # per replica: its environment (CUDA_VISIBLE_DEVICES)
+    format_version: int = 1
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ClusterState:
+        names = {f.name for f in fields(cls)}
+        known = {k: v for k, v in data.items() if k in names}
+        if "stats_port" not in data:  # written before it was recorded: Envoy served stats on admin_port
+            known["stats_port"] = 0 if data.get("single") else data.get("admin_port", 0)
+        return cls(**{**known, "replicas": [Replica(**r) for r in data.get("replicas", [])]})
+
+    def replica(self, name: str) -> Replica:
+        return next(r for r in self.replicas if r.name == name)
+
+
+def start_cluster(settings: ClusterSettings) -> ClusterState:
     """Start the replicas one by one, then Envoy; return once Envoy routes to every replica.
 
     Raises:
@@ -112,14 +144,22 @@ def start_cluster(settings: ClusterSettings) -> dict:
         launcher.check_port_free(settings.host, label, port)
     envoy_binary()  # installed, or say how before starting anything
     settings.state_dir.mkdir(parents=True, exist_ok=True)
-    state = {"replicas": [], "envoy_pid": None, **_ports(settings)}
+    state = ClusterState(
+        host=settings.host,
+        http_port=settings.http_port,
+        grpc_port=settings.grpc_port,
+        admin_port=settings.admin_port,
+        stats_port=0 if settings.single else settings.admin_port,
+        repo=str(settings.repo.resolve()),
+        single=settings.single,
+    )
     try:
         for index in range(settings.replicas):
             env = {"CUDA_VISIBLE_DEVICES": str(index)} if settings.gpu_per_replica else {}
-            state["replicas"].append(asdict(_start_replica(settings, index, env)))
-            state.setdefault("env", {})[f"replica-{index}"] = env
+            state.replicas.append(_start_replica(settings, index, env))
+            state.env[f"replica-{index}"] = env
             _write(settings.state_dir, state)
-        state["envoy_pid"] = _start_envoy(settings, _replicas(state))
+        state.envoy_pid = _start_envoy(settings, tuple(state.replicas))
         _write(settings.state_dir, state)
         await_routable(admin_socket(settings.state_dir), settings.replicas, settings.startup_timeout)
     except BaseException:
@@ -127,18 +167,6 @@ def start_cluster(settings: ClusterSettings) -> dict:
         raise
     _write_front(settings, state)
     return state
-
-
-def _ports(settings: ClusterSettings) -> dict:
-    return {
-        "host": settings.host,
-        "http_port": settings.http_port,
-        "grpc_port": settings.grpc_port,
-        "admin_port": settings.admin_port,
-        "repo": str(settings.repo.resolve()),
-        "single": settings.single,
-        "stats_port": 0 if settings.single else settings.admin_port,
-    }
 
 
 def _start_replica(settings: ClusterSettings, index: int, env: dict) -> Replica:
@@ -155,10 +183,6 @@ def _start_replica(settings: ClusterSettings, index: int, env: dict) -> Replica:
     )
     start_supervised(replica_settings, health, drain=settings.balancing.drain_seconds, env=env)
     return Replica(f"replica-{index}", http, grpc, health, settings.host)
-
-
-def _replicas(state: dict) -> tuple[Replica, ...]:
-    return tuple(Replica(**r) for r in state["replicas"])
 
 
 def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> int:
@@ -237,9 +261,9 @@ def host_health(socket_path: Path) -> dict[str, dict[str, str]]:
 
 def replica_ready(state_dir: Path, name: str) -> bool:
     """Whether a replica's supervisor says it is ready (its server up, no model healing)."""
-    replica = next(r for r in read_cluster(state_dir)["replicas"] if r["name"] == name)
+    replica = read_cluster(state_dir).replica(name)
     try:
-        url = f"http://{replica['host']}:{replica['health_port']}/v2/health/ready"
+        url = f"http://{replica.host}:{replica.health_port}/v2/health/ready"
         with urllib.request.urlopen(url, timeout=2) as response:
             return response.status == 200
     except OSError:
@@ -266,17 +290,17 @@ def await_routable(socket_path: Path, replicas: int, timeout: float) -> None:
     raise ServerError(f"envoy did not see {replicas} healthy replicas within {timeout:.0f} s (admin {socket_path})")
 
 
-def _write(state_dir: Path, state: dict) -> None:
+def _write(state_dir: Path, state: ClusterState) -> None:
     path = state_dir / CLUSTER
     partial = path.with_name(f".{CLUSTER}.partial")
-    partial.write_text(json.dumps(state, indent=2))
+    partial.write_text(json.dumps(state.to_dict(), indent=2))
     os.replace(partial, path)
 
 
-def _write_front(settings: ClusterSettings, state: dict) -> None:
+def _write_front(settings: ClusterSettings, state: ClusterState) -> None:
     """server.json of the state folder, pointing at Envoy, for the clients and measurement commands."""
     front = endpoints.ServerState(
-        state["envoy_pid"],
+        state.envoy_pid,
         settings.host,
         settings.http_port,
         settings.grpc_port,
@@ -288,7 +312,7 @@ def _write_front(settings: ClusterSettings, state: dict) -> None:
     (settings.state_dir / endpoints.STATE).write_text(json.dumps(asdict(front), indent=2))
 
 
-def read_cluster(state_dir: Path) -> dict:
+def read_cluster(state_dir: Path) -> ClusterState:
     """The cluster started from state_dir.
 
     Raises:
@@ -297,14 +321,14 @@ def read_cluster(state_dir: Path) -> dict:
     path = state_dir / CLUSTER
     if not path.exists():
         raise ServerError(f"no cluster in {state_dir}: start one with `make cluster`")
-    return json.loads(path.read_text())
+    return ClusterState.from_dict(json.loads(path.read_text()))
 
 
 def restart_replicas(state_dir: Path, timeout: float = 180.0) -> list[dict]:
     """Rolling restart: each replica in turn is stopped (gracefully) and started on the same ports, and
     the next one waits until Envoy routes to it again. Returns (replica, seconds) per replica."""
     state, done = read_cluster(state_dir), []
-    for replica in _replicas(state):
+    for replica in state.replicas:
         started = time.monotonic()
         folder = state_dir / replica.name
         server = endpoints.read_state(folder)
@@ -312,7 +336,7 @@ def restart_replicas(state_dir: Path, timeout: float = 180.0) -> list[dict]:
         stop_supervisor(folder)
         launcher.stop(folder)
         settings = launcher.ServerSettings(
-            Path(state["repo"]),
+            Path(state.repo),
             replica.http_port,
             replica.grpc_port,
             server.metrics_port,
@@ -320,9 +344,9 @@ def restart_replicas(state_dir: Path, timeout: float = 180.0) -> list[dict]:
             folder,
             timeout,
         )
-        env = state.get("env", {}).get(replica.name, {})
+        env = state.env.get(replica.name, {})
         start_supervised(settings, replica.health_port, drain=Balancing().drain_seconds, env=env)
-        await_routable(admin_socket(state_dir), len(state["replicas"]), timeout)
+        await_routable(admin_socket(state_dir), len(state.replicas), timeout)
         done.append({"replica": replica.name, "seconds": round(time.monotonic() - started, 1)})
     return done
 
@@ -332,12 +356,11 @@ def stop_cluster(state_dir: Path) -> bool:
     path = state_dir / CLUSTER
     if not path.exists():
         return False
-    state = json.loads(path.read_text() or "{}")
-    pid = state.get("envoy_pid")
-    if pid:
-        terminate_group(pid)
-    for replica in state.get("replicas", []):
-        folder = state_dir / replica["name"]
+    state = ClusterState.from_dict(json.loads(path.read_text() or "{}"))
+    if state.envoy_pid:
+        terminate_group(state.envoy_pid)
+    for replica in state.replicas:
+        folder = state_dir / replica.name
         stop_supervisor(folder)
         launcher.stop(folder)
     path.unlink(missing_ok=True)

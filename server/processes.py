@@ -83,18 +83,36 @@ def stub_pids(server_pid: int, repo: Path | None = None) -> dict[str, set[int]]:
     return found
 
 
-def instance_cpu_seconds(model: str) -> dict[str, float]:
-    """CPU seconds (user + system) used so far by each stub process of `model`'s instances.
+def instance_cpu_seconds(model: str, server_pid: int) -> dict[str, float]:
+    """CPU seconds used so far by each stub process of `model`'s instances in server_pid's server (another server's
+    stubs, or an orphan of a killed one, may carry the same instance names).
 
     Triton 2.51's statistics API counts per model, not per instance; the stub processes carry the instance name
-    (e.g. digits_cnn_0_1) in their command line, so their CPU time shows which instances executed."""
-    ticks, found = os.sysconf("SC_CLK_TCK"), {}
-    for _, argv, stat in _processes():
-        if argv and argv[0].endswith(STUB):
+    (e.g. digits_cnn_0_1) in their command line, so their CPU time shows which instances executed. The time is
+    the scheduler's, in nanoseconds, summed over the process' threads (its 10 ms ticks miss a small model's work)."""
+    found = {}
+    for pid, argv, stat in _processes():
+        if argv and argv[0].endswith(STUB) and stat[1] == str(server_pid):
             name = next((a.decode() for a in argv if a.decode().startswith(f"{model}_") and a[-1:].isdigit()), None)
             if name and name[len(model) + 1 :].replace("_", "").isdigit():
-                found[name] = (int(stat[11]) + int(stat[12])) / ticks
+                found[name] = _cpu_seconds(pid, stat)
     return found
+
+
+def _cpu_seconds(pid: int, stat: list[str]) -> float:
+    """The process' CPU time: its threads' scheduler time (ns), or its stat ticks where schedstat is missing."""
+    total, read = 0, False
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        tasks = []
+    for task in tasks:
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+            read = True
+        except (OSError, ValueError, IndexError):  # a thread that ended meanwhile
+            continue
+    return total / 1e9 if read else (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
 
 
 SHM_DIR = Path("/dev/shm")

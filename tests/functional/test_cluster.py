@@ -56,9 +56,9 @@ def _our_pids(settings) -> list[int]:
     from server.processes import stubs
 
     state, pids = read_cluster(settings.state_dir), []
-    pids.append(state["envoy_pid"])
-    for replica in state["replicas"]:
-        folder = settings.state_dir / replica["name"]
+    pids.append(state.envoy_pid)
+    for replica in state.replicas:
+        folder = settings.state_dir / replica.name
         server = endpoints.read_state(folder).pid
         pids += [server, *(pid for _, _, pid in stubs(server))]
         pids.append(int(json.loads((folder / "supervisor.json").read_text())["pid"]))

@@ -174,7 +174,7 @@ def test_a_corrupt_build_is_rejected_with_the_servers_reason_and_the_cli_exits_n
             [
                 sys.executable,
                 "-m",
-                "server",
+                "operations",
                 "rollout",
                 "--model",
                 "digits_cnn",

@@ -156,7 +156,7 @@ def test_dynamic_batching_batches_concurrent_requests_on_both_instances(served):
     from server.processes import instance_cpu_seconds
 
     spec, _ = served.models["digits_cnn"]
-    before, cpu_before = _stats(served, "digits_cnn"), instance_cpu_seconds("digits_cnn")
+    before, cpu_before = _stats(served, "digits_cnn"), instance_cpu_seconds("digits_cnn", served.state.pid)
     assert sorted(cpu_before) == ["digits_cnn_0_0", "digits_cnn_0_1"]
     ep = served.endpoint("grpc")
     x = _sample(spec, 1)
@@ -175,7 +175,7 @@ def test_dynamic_batching_batches_concurrent_requests_on_both_instances(served):
     assert executions < inferences, f"{executions} executions for {inferences} inferences: no batching"
     sizes = [int(b["batch_size"]) for b in after["batch_stats"]]
     assert max(sizes) > 1
-    cpu_after = instance_cpu_seconds("digits_cnn")
+    cpu_after = instance_cpu_seconds("digits_cnn", served.state.pid)
     busy = {name: cpu_after[name] - cpu_before[name] for name in cpu_before}
     assert all(seconds > 0 for seconds in busy.values()), f"an instance did no work: {busy}"
 

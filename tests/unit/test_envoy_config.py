@@ -94,3 +94,16 @@ def test_replica_ports_can_be_given_as_a_base():
         assert "in use" in str(err)
     with pytest.raises(ServerError, match="REPLICA_BASE_PORT"):
         ClusterSettings(Path("repo"), 2, replica_base_port=65534)
+
+
+def test_cluster_state_is_a_typed_record_and_old_files_still_read():
+    from server.cluster import ClusterState
+    from server.envoy_config import Replica
+
+    state = ClusterState(
+        host="127.0.0.1", http_port=1, admin_port=3, repo="/r", replicas=[Replica("replica-0", 4, 5, 6)]
+    )
+    assert ClusterState.from_dict(state.to_dict()) == state and state.replica("replica-0").health_port == 6
+    old = {k: v for k, v in state.to_dict().items() if k not in ("stats_port", "format_version")}
+    assert ClusterState.from_dict(old).stats_port == 3  # before stats_port was recorded: Envoy's stats on admin_port
+    assert ClusterState.from_dict({}).replicas == []  # a start cut short before the first replica can be stopped
