@@ -72,7 +72,7 @@ def measure(variants: dict, ep, analyzer, concurrency: tuple, interval_ms: int, 
     rows = []
     for name, (model, batching, instances) in variants.items():
         step(f"batching-bench: {name}")
-        sweep = Sweep(name, "grpc", concurrency, (), (1,), "none", interval_ms, 10, 50)
+        sweep = Sweep(name, concurrency=concurrency, measurement_ms=interval_ms, max_trials=10, stability_percent=50)
         for row in run_sweep(sweep, ep, analyzer, raw):
             rows.append(
                 {**row, "base_model": model, "batching": "dynamic" if batching else "none", "instances": instances}

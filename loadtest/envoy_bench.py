@@ -24,7 +24,8 @@ def measure(state_dir: Path, model: str, protocols, concurrency, analyzer: PerfA
     rows = []
     for protocol in protocols:
         for name, ep in targets(state_dir, protocol).items():
-            points = run_sweep(Sweep(model, protocol, tuple(concurrency), **sweep), ep, analyzer, out / "raw" / name)
+            points_sweep = Sweep(model, protocol=protocol, concurrency=tuple(concurrency), **sweep)
+            points = run_sweep(points_sweep, ep, analyzer, out / "raw" / name)
             rows += [{**row, "target": name} for row in points]
     return rows
 

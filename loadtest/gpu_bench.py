@@ -313,14 +313,12 @@ def _point(ep, analyzer, model, batch, concurrency, shm, settings, raw) -> dict:
 
     sweep = Sweep(
         model,
-        "grpc",
-        (concurrency,),
-        (),
-        (batch,),
-        shm,
-        settings.measurement_ms,
-        10,
-        50,
+        concurrency=(concurrency,),
+        batch_sizes=(batch,),
+        shared_memory=shm,
+        measurement_ms=settings.measurement_ms,
+        max_trials=10,
+        stability_percent=50,
         output_shm_bytes=batch * 1000 * 4,
     )
     (row,) = run_sweep(sweep, ep, analyzer, raw)

@@ -132,14 +132,12 @@ def _concurrent_perf(servers: list, model: str, s: MultiGpuSettings, raw: Path, 
     def one(index, ep, gpus):
         sweep = Sweep(
             model,
-            "grpc",
-            (concurrency * gpus,),
-            (),
-            (batch,),
-            "none" if wire else "cuda",
-            s.measurement_ms,
-            10,
-            50,
+            concurrency=(concurrency * gpus,),
+            batch_sizes=(batch,),
+            shared_memory="none" if wire else "cuda",
+            measurement_ms=s.measurement_ms,
+            max_trials=10,
+            stability_percent=50,
             output_shm_bytes=batch * 1000 * 4,
         )
         try:

@@ -7,7 +7,7 @@ import csv
 import json
 import re
 import struct
-from dataclasses import dataclass, replace
+from dataclasses import KW_ONLY, dataclass, replace
 from pathlib import Path
 
 from clients.connection import Endpoint
@@ -50,6 +50,7 @@ class Sweep:
     """One model's sweep: load levels (concurrency or request rate) × batch sizes."""
 
     model: str
+    _: KW_ONLY
     protocol: str = "grpc"
     concurrency: tuple[int, ...] = (1, 2, 4)
     request_rates: tuple[float, ...] = ()

@@ -108,12 +108,12 @@ def _model_sweep(request: PerfRequest, ep, model: str, skipped: dict):
         return None
     return sweeps.Sweep(
         model,
-        request.protocol,
-        request.concurrency,
-        request.request_rate,
-        batches,
-        request.shared_memory,
-        request.interval_ms,
+        protocol=request.protocol,
+        concurrency=request.concurrency,
+        request_rates=request.request_rate,
+        batch_sizes=batches,
+        shared_memory=request.shared_memory,
+        measurement_ms=request.interval_ms,
         stability_percent=request.stability,
         input_data=data,
         streaming=model_plan.decoupled,

@@ -15,7 +15,7 @@ from pathlib import Path
 TOLERANCE = 0.15
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Reconciliation:
     model: str
     protocol: str
@@ -41,7 +41,14 @@ def reconcile(state, ep, analyzer, model: str, concurrency: int, seconds: int, o
     from loadtest.locust_run import LocustRun, run_locust
     from loadtest.perf import Sweep, run_sweep
 
-    sweep = Sweep(model, ep.protocol, (concurrency,), (), (1,), "none", seconds * 1000 // 3, 10, 25)
+    sweep = Sweep(
+        model,
+        protocol=ep.protocol,
+        concurrency=(concurrency,),
+        measurement_ms=seconds * 1000 // 3,
+        max_trials=10,
+        stability_percent=25,
+    )
     (perf_row,) = run_sweep(sweep, ep, analyzer, out / "raw")
     run = LocustRun(
         models=((model, 1),),
@@ -53,15 +60,15 @@ def reconcile(state, ep, analyzer, model: str, concurrency: int, seconds: int, o
     )
     locust = next(r for r in run_locust(run, state, out / "locust")["rows"] if r["name"] != "Aggregated")
     return Reconciliation(
-        model,
-        ep.protocol,
-        concurrency,
-        perf_row["p50_ms"],
-        locust["p50_ms"],
-        perf_row["throughput"],
-        locust["throughput"],
-        perf_row["stable"] == "yes",
-        perf_row["spread_pct"],
+        model=model,
+        protocol=ep.protocol,
+        concurrency=concurrency,
+        perf_p50_ms=perf_row["p50_ms"],
+        locust_p50_ms=locust["p50_ms"],
+        perf_tput=perf_row["throughput"],
+        locust_tput=locust["throughput"],
+        perf_stable=perf_row["stable"] == "yes",
+        perf_spread_pct=perf_row["spread_pct"],
     )
 
 

@@ -162,14 +162,10 @@ class Searcher:
                 data = self._input_data(candidate.variant)
                 sweep = Sweep(
                     candidate.variant,
-                    "grpc",
-                    (self.load["concurrency"],),
-                    (),
-                    (1,),
-                    "none",
-                    self.load["interval_ms"],
-                    10,
-                    50,
+                    concurrency=(self.load["concurrency"],),
+                    measurement_ms=self.load["interval_ms"],
+                    max_trials=10,
+                    stability_percent=50,
                     input_data=data,
                 )
                 (row,) = run_sweep(sweep, self.ep, self.analyzer, self.out / "raw")

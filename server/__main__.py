@@ -72,7 +72,10 @@ def start(
     from server.launcher import ServerSettings, start
 
     step(f"starting tritonserver on {repo} (http {http_port}, grpc {grpc_port}, metrics {metrics_port})")
-    settings = ServerSettings(repo, http_port, grpc_port, metrics_port, host, state_dir, timeout, model_control)
+    ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
+    settings = ServerSettings(
+        repo, **ports, host=host, state_dir=state_dir, startup_timeout=timeout, model_control=model_control
+    )
     if supervise and edge:
         state = _start_behind_edge(settings, health_port, max_request_mb, _tls(tls_cert, tls_key))
     elif supervise:
@@ -134,7 +137,8 @@ def supervise(repo, ports, host, timeout, drain, probes, state_dir):
     from server.supervisor import serve
 
     http_port, grpc_port, metrics_port, health_port = ports
-    settings = ServerSettings(repo, http_port, grpc_port, metrics_port, host, state_dir, timeout)
+    ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
+    settings = ServerSettings(repo, **ports, host=host, state_dir=state_dir, startup_timeout=timeout)
     serve(settings, health_port, drain, ProbeSettings(probes[0], probes[1], int(probes[2])))
 
 

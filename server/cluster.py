@@ -179,7 +179,13 @@ def _start_replica(settings: ClusterSettings, index: int, env: dict) -> Replica:
     where = f", GPU {env['CUDA_VISIBLE_DEVICES']}" if env else ""
     step(f"replica-{index}: starting on http {http}, grpc {grpc}, metrics {metrics}, readiness {health}{where}")
     replica_settings = launcher.ServerSettings(
-        settings.repo, http, grpc, metrics, settings.host, folder, settings.startup_timeout
+        settings.repo,
+        http_port=http,
+        grpc_port=grpc,
+        metrics_port=metrics,
+        host=settings.host,
+        state_dir=folder,
+        startup_timeout=settings.startup_timeout,
     )
     start_supervised(replica_settings, health, drain=settings.balancing.drain_seconds, env=env)
     return Replica(f"replica-{index}", http, grpc, health, settings.host)
@@ -337,12 +343,12 @@ def restart_replicas(state_dir: Path, timeout: float = 180.0) -> list[dict]:
         launcher.stop(folder)
         settings = launcher.ServerSettings(
             Path(state.repo),
-            replica.http_port,
-            replica.grpc_port,
-            server.metrics_port,
-            replica.host,
-            folder,
-            timeout,
+            http_port=replica.http_port,
+            grpc_port=replica.grpc_port,
+            metrics_port=server.metrics_port,
+            host=replica.host,
+            state_dir=folder,
+            startup_timeout=timeout,
         )
         env = state.env.get(replica.name, {})
         start_supervised(settings, replica.health_port, drain=Balancing().drain_seconds, env=env)

@@ -10,7 +10,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import KW_ONLY, asdict, dataclass, field
 from pathlib import Path
 
 from common.endpoints import (
@@ -39,6 +39,7 @@ class ServerSettings:
     """How to run the server. Ports bind to host (127.0.0.1 unless told otherwise)."""
 
     repo: Path
+    _: KW_ONLY
     http_port: int = HTTP_PORT
     grpc_port: int = GRPC_PORT
     metrics_port: int = METRICS_PORT
@@ -167,7 +168,10 @@ def running(repo: Path, state_dir: Path, **options) -> Iterator[ServerState]:
     """A server on free 127.0.0.1 ports for the length of a with block: started, yielded, always stopped.
 
     options: the other ServerSettings fields (model_control, startup_timeout, extra_args, ...)."""
-    settings = ServerSettings(repo, *free_ports(3), state_dir=state_dir, **options)
+    http, grpc, metrics = free_ports(3)
+    settings = ServerSettings(
+        repo, http_port=http, grpc_port=grpc, metrics_port=metrics, state_dir=state_dir, **options
+    )
     state = start(settings)
     try:
         yield state

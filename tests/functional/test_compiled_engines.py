@@ -18,7 +18,6 @@ from builders.repository.manifest import read_manifest
 from builders.repository.writer import TorchRuntime
 from builders.request import BuildRequest
 from clients.infer import infer
-from common import endpoints
 from common.errors import ValidationError
 from server import launcher
 
@@ -72,7 +71,7 @@ def test_an_engine_compiled_by_another_torch_is_refused_before_the_server_starts
     manifest = json.loads((repo / "manifest.json").read_text())
     manifest["models"][ENGINE]["compiled"]["torch"] = "2.0.0"
     (repo / "manifest.json").write_text(json.dumps(manifest))
-    settings = launcher.ServerSettings(repo, *endpoints.free_ports(3), state_dir=tmp_path / "state")
+    settings = launcher.ServerSettings(repo, state_dir=tmp_path / "state")
     with pytest.raises(GuardError, match=f"{ENGINE}: compiled with torch 2.0.0, .* rebuild {ENGINE} on the server"):
         launcher.start(settings)
     assert not (tmp_path / "state" / "tritonserver.log").exists()

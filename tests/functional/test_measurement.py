@@ -14,7 +14,7 @@ pytestmark = pytest.mark.functional
 def test_perf_analyzer_sweep_gives_a_tidy_table_and_plot(served, tmp_path):
     sweep = perf.Sweep(
         "digits_cnn",
-        "grpc",
+        protocol="grpc",
         concurrency=(1, 4),
         batch_sizes=(1, 2),
         measurement_ms=500,
@@ -34,7 +34,7 @@ def test_perf_analyzer_sweep_gives_a_tidy_table_and_plot(served, tmp_path):
 def test_perf_analyzer_over_http_with_request_rate(served, tmp_path):
     sweep = perf.Sweep(
         "digits_cnn",
-        "http",
+        protocol="http",
         concurrency=(),
         request_rates=(100,),
         measurement_ms=1000,
@@ -94,7 +94,7 @@ def test_reconciliation_measures_both_tools_at_the_same_load(served, tmp_path):
 def test_a_point_that_cannot_stabilize_is_kept_and_flagged(served, tmp_path):
     # a 0.001% stability bound is not met by any real host: the point must still give a row
     sweep = perf.Sweep(
-        "digits_cnn", "grpc", concurrency=(2,), measurement_ms=200, stability_percent=0.001, max_trials=3
+        "digits_cnn", protocol="grpc", concurrency=(2,), measurement_ms=200, stability_percent=0.001, max_trials=3
     )
     (row,) = perf.run_sweep(sweep, served.endpoint("grpc"), find_perf_analyzer(), tmp_path)
     assert row["throughput"] > 0 and row["p99_ms"] >= row["p50_ms"] > 0

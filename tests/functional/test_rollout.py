@@ -83,7 +83,9 @@ def server(builds, tmp_path_factory):
     root = tmp_path_factory.mktemp("rollout_server")
     shutil.copytree(builds["served"], root / "repo")
     http_port, grpc_port, metrics_port, health_port = endpoints.free_ports(4)
-    settings = launcher.ServerSettings(root / "repo", http_port, grpc_port, metrics_port, state_dir=root / "state")
+    settings = launcher.ServerSettings(
+        root / "repo", http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port, state_dir=root / "state"
+    )
     start_supervised(settings, health_port)
     yield settings
     stop_supervisor(settings.state_dir)

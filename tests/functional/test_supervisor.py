@@ -35,7 +35,11 @@ def supervised(digits_build, tmp_path, request):
     build_model(BuildRequest(spec, "embedded", tmp_path / "repo", tmp_path / "work", options), built)
     http_port, grpc_port, metrics_port, health_port = endpoints.free_ports(4)
     settings = launcher.ServerSettings(
-        tmp_path / "repo", http_port, grpc_port, metrics_port, state_dir=tmp_path / "state"
+        tmp_path / "repo",
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port,
+        state_dir=tmp_path / "state",
     )
     start_supervised(settings, health_port, probes=PROBES)
     yield settings, health_port

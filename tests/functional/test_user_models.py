@@ -209,8 +209,8 @@ def test_perf_analyzer_drives_the_two_input_model_with_spec_shaped_inputs(user_s
     # A functional check, not a measurement: loose stability so that a busy host cannot fail it (it did once).
     sweep = perf.Sweep(
         "acme_classifier",
-        "grpc",
-        (2,),
+        protocol="grpc",
+        concurrency=(2,),
         batch_sizes=(1, 4),
         measurement_ms=500,
         max_trials=10,
