@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from clients.connection import Endpoint, as_dict, refused_as_client_error
+from clients.connection import as_dict, refused_as_client_error
+from common.endpoints import Endpoint
 from common.errors import ClientError
 
 

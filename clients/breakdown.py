@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from clients.admin import inference_statistics
-from clients.connection import Endpoint, as_dict, refused_as_client_error
+from clients.connection import as_dict, refused_as_client_error
+from common.endpoints import Endpoint
 
 PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from builders.spec.model_spec import ModelSpec
-from clients.connection import Endpoint
+from common.endpoints import Endpoint
 from common.errors import ClientError
 
 

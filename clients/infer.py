@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from clients.connection import Endpoint, refused_as_client_error
+from clients.connection import refused_as_client_error
+from common.endpoints import Endpoint
 
 
 @dataclass

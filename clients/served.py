@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from builders.spec.model_spec import ModelSpec
-from clients.connection import Endpoint
+from common.endpoints import Endpoint
 from common.errors import ClientError
 
 

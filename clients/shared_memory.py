@@ -6,7 +6,8 @@ import uuid
 
 import numpy as np
 
-from clients.connection import Endpoint, refused_as_client_error
+from clients.connection import refused_as_client_error
+from common.endpoints import Endpoint
 
 
 def infer_cuda_shm(ep: Endpoint, model: str, arrays: dict, outputs: dict, device_id: int = 0) -> dict:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from clients.connection import Endpoint, endpoint
+from clients.connection import endpoint
+from common.endpoints import Endpoint
 from loadtest.perf import Sweep, run_sweep
 from loadtest.perf_tools import PerfAnalyzer
 

@@ -10,8 +10,8 @@ import struct
 from dataclasses import KW_ONLY, dataclass, replace
 from pathlib import Path
 
-from clients.connection import Endpoint
 from common.cli import step
+from common.endpoints import Endpoint
 from common.errors import MeasurementError
 from loadtest.perf_tools import PerfAnalyzer
 from server.secret_args import PLACEHOLDER

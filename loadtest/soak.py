@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clients.connection import Endpoint
 from common.cli import step
+from common.endpoints import Endpoint
 from common.errors import MeasurementError
 
 

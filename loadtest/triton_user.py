@@ -18,16 +18,16 @@ from pathlib import Path  # noqa: E402
 
 from locust import User, constant_throughput, events, task  # noqa: E402
 
-from clients.connection import Endpoint  # noqa: E402
 from clients.infer import build_request  # noqa: E402
 from clients.inputs import data_inputs, plan_inputs  # noqa: E402
 from clients.model_plan import plan  # noqa: E402
 from clients.served import served_spec  # noqa: E402
 from clients.streaming import sequence_ids, stream_infer  # noqa: E402
+from common.endpoints import GRPC_PORT, HTTP_PORT, Endpoint  # noqa: E402
 
 PROTOCOL = os.environ.get("TRITON_PROTOCOL", "http")
-HTTP_URL = os.environ.get("TRITON_HTTP_URL", "127.0.0.1:8000")
-GRPC_URL = os.environ.get("TRITON_GRPC_URL", "127.0.0.1:8001")
+HTTP_URL = os.environ.get("TRITON_HTTP_URL", f"127.0.0.1:{HTTP_PORT}")
+GRPC_URL = os.environ.get("TRITON_GRPC_URL", f"127.0.0.1:{GRPC_PORT}")
 BATCH = int(os.environ.get("TRITON_BATCH", "1"))
 RATE = float(os.environ.get("TRITON_RATE_PER_USER", "0"))  # requests/s per user; 0: closed loop
 REPO = os.environ.get("TRITON_REPO") or None  # the served repository: input shapes and values from its manifest

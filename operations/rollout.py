@@ -27,9 +27,9 @@ from builders.repository.manifest import read_manifest
 from builders.repository.model_config import parse_pbtxt, proto_to_pbtxt
 from builders.spec.model_spec import ModelSpec
 from clients.checks import CheckFailed, Gate, accuracy_gate, labeled_data, served_accuracy, smoke
-from clients.connection import Endpoint
 from common import endpoints
 from common.cli import step
+from common.endpoints import Endpoint
 from common.errors import ServerError, ToolError
 from server import launcher
 from server import model_versions as mv

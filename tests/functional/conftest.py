@@ -11,8 +11,8 @@ from builders.repository.writer import ServingOptions, TorchRuntime
 from builders.request import BuildRequest
 from builders.spec import zoo
 from builders.spec.zoo import text
-from clients.connection import Endpoint
 from common import endpoints
+from common.endpoints import Endpoint
 from server import launcher
 
 RESNET = dict(image_size=64, max_batch_size=4)

@@ -19,9 +19,9 @@ from builders.repository.manifest import read_manifest
 from builders.repository.writer import TorchRuntime
 from builders.request import BuildRequest
 from builders.spec import spec_file
-from clients.connection import Endpoint
 from clients.infer import infer
 from common import endpoints
+from common.endpoints import Endpoint
 from server import launcher
 from tests.functional.conftest import endpoint_of
 from tests.user_models import ACME, build_reference, write_package

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from clients.connection import Endpoint
+from common.endpoints import Endpoint
 from common.errors import MeasurementError
 from loadtest import perf
 
