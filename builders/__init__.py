@@ -1,1 +1,2 @@
-"""Builders: model specs (the zoo), export, validation and the Triton repository writer."""
+"""Builders, by stage: spec/ (what a model is), formats/ (the artifacts made from it), checks/ (what they must
+pass), repository/ (the Triton model repository they are written into); build.py runs one model through them."""
