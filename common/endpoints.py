@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, asdict, dataclass, field
 from pathlib import Path
 
 from common.errors import ClientError, ServerError
@@ -16,6 +16,7 @@ PROTOCOLS = ("http", "grpc")
 STATE = "server.json"  # a running server's record in its state folder
 STATE_DIR = Path(".triton")  # the default state folder
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002  # Triton's defaults, ours too
+HEALTH_PORT = 8003  # the supervisor's readiness port
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,11 @@ def read_state(state_dir: Path) -> ServerState:
     if not path.exists():
         raise ServerError(f"no server state in {state_dir}: start one with `make serve`")
     return ServerState(**json.loads(path.read_text()))
+
+
+def write_state(state_dir: Path, state: ServerState) -> None:
+    """Leave state in state_dir for read_state (our clients, `make stop`)."""
+    (state_dir / STATE).write_text(json.dumps(asdict(state), indent=2))
 
 
 def free_ports(count: int) -> list[int]:

@@ -18,6 +18,11 @@ def cli():
     private_files()
 
 
+def _names(text: str) -> tuple[str, ...]:
+    """'a b,c' -> ('a', 'b', 'c')."""
+    return tuple(text.replace(",", " ").split())
+
+
 def _numbers(text: str, kind=int) -> tuple:
     return tuple(kind(v) for v in text.replace(",", " ").split())
 
@@ -89,7 +94,7 @@ def perf(
 
     ep = endpoint(protocol, url, state_dir, parse_headers(headers), tls, ca_file)
     request = PerfRequest(
-        models=tuple(models.replace(",", " ").split()),
+        models=_names(models),
         protocol=protocol,
         concurrency=_numbers(concurrency),
         request_rate=_numbers(request_rate, float),
@@ -165,7 +170,7 @@ def locust(
 
     ep = endpoint(protocol, url, state_dir, parse_headers(headers), tls, ca_file)
     run = LocustRun(
-        models=weighted(tuple(models.replace(",", " ").split())),
+        models=weighted(_names(models)),
         protocol=protocol,
         users=users,
         spawn_rate=spawn_rate,
@@ -278,7 +283,7 @@ def reconcile(models, protocol, concurrency, seconds, out, url, headers, state_d
     out = out or Path("reports") / time.strftime("reconcile-%Y%m%d-%H%M%S")
     ep, analyzer = endpoint(protocol, url, state_dir, parse_headers(headers)), find_perf_analyzer()
     state = Target.of(ep)
-    names = models_or_served(tuple(models.replace(",", " ").split()), ep)
+    names = models_or_served(_names(models), ep)
     results = [rec.reconcile(state, ep, analyzer, m, concurrency, seconds, out / m) for m in names]
     text = rec.markdown(results)
     (out / "reconcile.md").write_text(f"# Locust vs perf_analyzer\n\n{text}\n")

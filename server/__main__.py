@@ -6,6 +6,7 @@ from pathlib import Path
 import click
 
 from common.cli import private_files, step, user_errors
+from common.endpoints import HEALTH_PORT
 from common.options import REPO, STATE_DIR, ports
 
 TLS_CERT = click.option(
@@ -38,7 +39,9 @@ def cli():
     help="Run under a supervisor that reloads models whose stub died and restarts a crashed server "
     "(model control becomes explicit, every model loaded at start).",
 )
-@click.option("--health-port", type=int, default=8003, show_default=True, help="The supervisor's readiness port.")
+@click.option(
+    "--health-port", type=int, default=HEALTH_PORT, show_default=True, help="The supervisor's readiness port."
+)
 @click.option(
     "--edge/--no-edge",
     default=True,

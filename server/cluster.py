@@ -51,7 +51,7 @@ class ClusterSettings:
     # One server behind the edge (`make serve`): Envoy serves HTTP only; gRPC, metrics and readiness are the
     # server's own ports (grpc_port, admin_port, health_port), its HTTP port a free one behind Envoy.
     single: bool = False
-    health_port: int = 8003
+    health_port: int = endpoints.HEALTH_PORT
     tls: tuple[str, str] | None = None  # (certificate chain, private key): Envoy's listeners speak TLS
 
     def __post_init__(self):
@@ -315,7 +315,7 @@ def _write_front(settings: ClusterSettings, state: ClusterState) -> None:
         str((settings.state_dir / "envoy.log").resolve()),
         str(launcher.admin_key(settings.state_dir).resolve()),
     )
-    (settings.state_dir / endpoints.STATE).write_text(json.dumps(asdict(front), indent=2))
+    endpoints.write_state(settings.state_dir, front)
 
 
 def read_cluster(state_dir: Path) -> ClusterState:

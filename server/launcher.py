@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import KW_ONLY, asdict, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 from common.endpoints import (
@@ -23,6 +22,7 @@ from common.endpoints import (
     ServerState,
     free_ports,
     read_state,
+    write_state,
 )
 from common.errors import ServerError
 from server.install import find_install, prepare_backends, server_environment
@@ -153,7 +153,7 @@ def start(settings: ServerSettings) -> ServerState:
         str(log.resolve()),
         str(key_file.resolve()),
     )
-    (settings.state_dir / STATE).write_text(json.dumps(asdict(state), indent=2))
+    write_state(settings.state_dir, state)
     try:
         wait_ready(state, process, settings.startup_timeout)
         check_admin_key(state)

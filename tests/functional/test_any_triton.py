@@ -31,6 +31,12 @@ def _run(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.Complet
     return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
+def _perf(args: list[str], out: Path, cwd: Path) -> subprocess.CompletedProcess:
+    """`loadtest perf` at concurrency 1 with short, loose windows (a functional check, not a measurement)."""
+    quick = ["--concurrency", "1", "--interval-ms", "300", "--stability", "100", "--out", str(out)]
+    return _run(["loadtest", "perf", *args, *quick], cwd, timeout=600)
+
+
 def _key(state) -> list[str]:
     return ["--header", f"admin-key: {state.admin_headers()['admin-key']}"]
 
@@ -92,30 +98,7 @@ def test_bytes_from_the_users_data(foreign, tmp_path):
 def test_perf_measures_every_ready_model_and_names_what_it_skips(foreign):
     state, root = foreign
     out = root / "perf"
-    done = _run(
-        [
-            "loadtest",
-            "perf",
-            "--url",
-            state.grpc_url,
-            *_key(state),
-            "--shape",
-            "X:4",
-            "--shape",
-            "IN:4",
-            "--concurrency",
-            "1",
-            "--interval-ms",
-            "300",
-            "--stability",
-            "100",
-            "--out",
-            str(out),
-            *NO_STATE,
-        ],
-        root,
-        timeout=600,
-    )
+    done = _perf(["--url", state.grpc_url, *_key(state), "--shape", "X:4", "--shape", "IN:4", *NO_STATE], out, root)
     assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
     measured = {
         line.split("|")[1].strip()
@@ -256,26 +239,7 @@ def test_infer_and_perf_over_tls(behind_tls, protocol):
     assert plain.returncode != 0  # the listener speaks only TLS
     key = ["--header", f"admin-key: {(settings.state_dir / 'admin_key').read_text().strip()}"]
     out = root / f"perf-{protocol}"
-    done = _run(
-        [
-            "loadtest",
-            "perf",
-            "--models",
-            "add_sub",
-            *key,
-            "--concurrency",
-            "1",
-            "--interval-ms",
-            "300",
-            "--stability",
-            "100",
-            "--out",
-            str(out),
-            *tls,
-        ],
-        root,
-        timeout=600,
-    )
+    done = _perf(["--models", "add_sub", *key, *tls], out, root)
     assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
     assert "| add_sub |" in (out / "perf.md").read_text()
     done = _run(
@@ -340,32 +304,8 @@ def test_a_model_that_is_not_ready_is_listed_with_the_reason(tmp_path):
             client.unload_model("byte_length", headers=state.admin_headers())
             _await_state(client, state, "byte_length", "UNAVAILABLE")
         out = tmp_path / "perf"
-        done = _run(
-            [
-                "loadtest",
-                "perf",
-                "--url",
-                state.grpc_url,
-                *_key(state),
-                "--models",
-                "",
-                "--shape",
-                "X:4",
-                "--shape",
-                "IN:4",
-                "--concurrency",
-                "1",
-                "--interval-ms",
-                "300",
-                "--stability",
-                "100",
-                "--out",
-                str(out),
-                *NO_STATE,
-            ],
-            tmp_path,
-            timeout=600,
-        )
+        args = ["--url", state.grpc_url, *_key(state), "--models", "", "--shape", "X:4", "--shape", "IN:4"]
+        done = _perf([*args, *NO_STATE], out, tmp_path)
     assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
     skipped = json.loads((out / "skipped.json").read_text())
     assert skipped["byte_length"].startswith("not ready (UNAVAILABLE: unloaded)")
