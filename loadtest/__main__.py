@@ -502,7 +502,8 @@ def batching_bench(models, concurrency, max_queue_delay_us, interval_ms, gpu, ho
 @click.option(
     "--served",
     default="",
-    help="Served rows only these (default: all): onnx fp32 graphs graphs_u8 inductor inductor_u8 inductor_u8_unstaged.",
+    help="Served rows only these (default: all): onnx fp32 graphs graphs_u8 inductor inductor_u8 "
+    "inductor_u8_unstaged inductor_u8_inproc.",
 )
 @click.option("--profile", is_flag=True, help="Also time each step of single requests through execute.")
 @click.option("--quick", is_flag=True, help="Compiled fp16 and served rows only (no CPU/eager rows, bf16, cold start).")

@@ -163,6 +163,8 @@ COMPILED = "torch.compile (inductor) fp16 channels_last + CUDA graphs"
 COMPILED_U8 = COMPILED + ", uint8 input"
 COMPILED_BF16 = "torch.compile (inductor) bf16 channels_last + CUDA graphs"
 COMPILED_U8_UNSTAGED = COMPILED_U8 + ", earlier request path (unstaged)"
+COMPILED_U8_INPROC = COMPILED_U8 + ", in-process backend"
+SAME_INPROCESS = (COMPILED_U8, COMPILED_U8_UNSTAGED, COMPILED_U8_INPROC)  # in-process figures: COMPILED's
 
 
 def served_rows(keys: list[str]) -> tuple[str, ...]:
@@ -175,6 +177,7 @@ def served_rows(keys: list[str]) -> tuple[str, ...]:
         "inductor": COMPILED,
         "inductor_u8": COMPILED_U8,
         "inductor_u8_unstaged": COMPILED_U8_UNSTAGED,
+        "inductor_u8_inproc": COMPILED_U8_INPROC,
     }
     unknown = [k for k in keys if k not in names]
     if unknown:
@@ -297,6 +300,7 @@ def _served_variants(spec, work: Path, repo: Path, settings: BenchSettings) -> d
         (TorchRuntime("fp16", **compiled), COMPILED),
         (TorchRuntime("fp16", uint8_input=True, **compiled), COMPILED_U8),
         (TorchRuntime("fp16", **unstaged), COMPILED_U8_UNSTAGED),
+        (TorchRuntime("fp16", uint8_input=True, inprocess=True, **compiled), COMPILED_U8_INPROC),
     ):
         if settings.served and name not in settings.served:
             continue
@@ -398,15 +402,11 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
             spec, work / spec.name / "model.onnx", work / spec.name / "model.pt", settings.gpu_batch, settings.cpu_batch
         )
     )
-    if COMPILED in variants or COMPILED_U8 in variants:
+    if COMPILED in variants or any(name in variants for name in SAME_INPROCESS):
         precisions = ("fp16",) if settings.quick else ("fp16", "bf16")
         compiled = compiled_rows(spec, work / spec.name / "model.pt2", settings.gpu_batch, precisions)
         at = rows.index(next(r for r in rows if r.runtime.startswith("TensorRT")))
-        same = [
-            BenchRow(name, note="in-process figures: the row above")
-            for name in (COMPILED_U8, COMPILED_U8_UNSTAGED)
-            if name in variants
-        ]
+        same = [BenchRow(name, note="in-process figures: the row above") for name in SAME_INPROCESS if name in variants]
         rows[at:at] = compiled[:1] + same + compiled[1:]
     if GRAPHS_U8 in variants:  # served only: same in-process runtime as GRAPHS
         graphs = next(r for r in rows if r.runtime == GRAPHS)
@@ -461,7 +461,7 @@ def check_outputs(ep, model: str, batch: int = 2) -> None:
 def _same_batch(row: BenchRow, rows: list[BenchRow], batch: int) -> None:
     """Compiled rows: in-process figures at the batch the best served point used (efficiency at the same batch)."""
     source = row if "inproc_by_batch" in row.extra else None
-    if source is None and row.runtime in (COMPILED_U8, COMPILED_U8_UNSTAGED):
+    if source is None and row.runtime in SAME_INPROCESS:
         source = next(r for r in rows if r.runtime == COMPILED)
     by_batch = source.extra.get("inproc_by_batch", {}) if source else {}
     if batch in by_batch:

@@ -25,6 +25,7 @@ from common.endpoints import (
     write_state,
 )
 from common.errors import ServerError
+from server.inprocess_build import build_inprocess, uses_inprocess
 from server.install import find_install, prepare_backends, server_environment
 from server.processes import is_tritonserver, remove_orphaned_shared_memory, terminate_group
 from server.secret_args import PLACEHOLDER, pass_secret
@@ -123,6 +124,8 @@ def start(settings: ServerSettings) -> ServerState:
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     key_file = admin_key(settings.state_dir)
     backends = prepare_backends(install, settings.state_dir)
+    if uses_inprocess(settings.repo):
+        build_inprocess(backends)
     command = server_command(settings, install.binary, backends, PLACEHOLDER)  # the key goes through a pipe
     command += [f"--cache-directory={install.caches}", f"--cache-config=local,size={CACHE_BYTES}"]
     log = settings.state_dir / "tritonserver.log"

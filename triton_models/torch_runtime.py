@@ -84,23 +84,36 @@ class StagedRunner:
     tensor to the output dtypes (uint8 normalization, the cast to the precision, channels_last, the
     module, the output casts), fed and drained through reused pinned host buffers.
 
-    Per execute: each request's input is copied once into the pinned staging buffer (one memcpy, no
-    torch.cat), one asynchronous host-to-device copy per request lands straight in the graph's static
-    input, the graph replays, every output is copied once into pinned host memory, and the stream is
-    synchronized once. Inputs already on the GPU (CUDA shared memory) are copied device to device.
-    On a CPU device nothing is captured or pinned: the same steps run eagerly (what the unit tests run).
+    Per batch: each request's input is copied once into pinned staging (one memcpy, no torch.cat), one
+    asynchronous host-to-device copy lands it on the device, the graph replays, every output is copied
+    once into pinned host memory, and one event marks the end. Inputs already on the GPU (CUDA shared
+    memory) are copied device to device.
+
+    `slots` batches may be in flight at once (submit, later collect): each slot has its own staging,
+    device landing buffer and host outputs, and host-to-device copies run on a copy stream, so that
+    the next batch's input crosses the bus while the current one computes. With one slot the input
+    lands straight in the graph's static input. On a CPU device nothing is captured or pinned: the
+    same steps run eagerly (what the unit tests run).
     """
 
-    def __init__(self, fn, wire_shape: tuple, wire_dtype, device, buckets: tuple[int, ...]):
+    def __init__(self, fn, wire_shape: tuple, wire_dtype, device, buckets: tuple[int, ...], slots: int = 1):
         self.fn, self.buckets, self.device = fn, buckets, torch.device(device)
         cuda = self.device.type == "cuda"
         self.inputs = {b: torch.zeros((b, *wire_shape), dtype=wire_dtype, device=device) for b in buckets}
-        self.staging = torch.empty((buckets[-1], *wire_shape), dtype=wire_dtype, pin_memory=cuda)
         self.outputs, self.graphs = {}, {}
         for size in buckets:
             self._capture(size)
-        largest = self.outputs[buckets[-1]]
-        self.host = [torch.empty(o.shape, dtype=o.dtype, pin_memory=cuda) for o in largest]
+        largest, rows = self.outputs[buckets[-1]], (buckets[-1], *wire_shape)
+        self.copy_stream = torch.cuda.Stream(self.device) if cuda and slots > 1 else None
+        self.slots = [
+            _Slot(
+                staging=torch.empty(rows, dtype=wire_dtype, pin_memory=cuda),
+                landing=torch.empty(rows, dtype=wire_dtype, device=device) if self.copy_stream else None,
+                host=[torch.empty(o.shape, dtype=o.dtype, pin_memory=cuda) for o in largest],
+                done=torch.cuda.Event() if cuda else None,
+            )
+            for _ in range(slots)
+        ]
 
     def _capture(self, size: int) -> None:
         if self.device.type == "cuda":
@@ -115,28 +128,80 @@ class StagedRunner:
 
     def __call__(self, parts: list) -> list:
         """Run the requests' inputs (one tensor each, host or device) as one batch; host outputs of the batch."""
+        return [out.clone() for out in self.collect(self.submit(parts, 0))]  # the slot serves the next batch
+
+    def submit(self, parts: list, slot: int) -> "Pending":
+        """Queue one batch on the current stream through slot `slot` (free: its last batch was collected)."""
         count = sum(p.shape[0] for p in parts)
-        size = pick_bucket(count, self.buckets)
-        static, offset = self.inputs[size], 0
-        for part in parts:
-            n = part.shape[0]
-            if part.device.type == "cpu" and self.device.type == "cuda":
-                self.staging[offset : offset + n].copy_(part)  # one memcpy into pinned memory
-                static[offset : offset + n].copy_(self.staging[offset : offset + n], non_blocking=True)
-            else:
-                static[offset : offset + n].copy_(part, non_blocking=True)
-            offset += n
+        size, where = pick_bucket(count, self.buckets), self.slots[slot]
+        static = self.inputs[size]
+        self._land(parts, where, static)
         if size in self.graphs:
             self.graphs[size].replay()
             outputs = self.outputs[size]
         else:
             with torch.inference_mode():
                 outputs = self._call(static)
-        for host, out in zip(self.host, outputs):
+        for host, out in zip(where.host, outputs):
             host[:count].copy_(out[:count], non_blocking=True)
-        if self.device.type == "cuda":
-            torch.cuda.current_stream(self.device).synchronize()
-        return [host[:count].clone() for host in self.host]  # the pinned buffers serve the next execute
+        if where.done is not None:
+            where.done.record()
+        return Pending(slot, count)
+
+    def _land(self, parts: list, slot: "_Slot", static: torch.Tensor) -> None:
+        """The batch's rows into the graph's static input: host rows through pinned staging (and the copy
+        stream's landing buffer when slots overlap), device rows device to device."""
+        offset, landed = 0, 0
+        current = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
+        for part in parts:
+            n = part.shape[0]
+            if part.device.type == "cpu" and self.device.type == "cuda":
+                slot.staging[offset : offset + n].copy_(part)  # one memcpy into pinned memory
+                if self.copy_stream is None:
+                    static[offset : offset + n].copy_(slot.staging[offset : offset + n], non_blocking=True)
+                else:
+                    with torch.cuda.stream(self.copy_stream):
+                        slot.landing[offset : offset + n].copy_(slot.staging[offset : offset + n], non_blocking=True)
+                    landed = offset + n
+            else:
+                static[offset : offset + n].copy_(part, non_blocking=True)
+            offset += n
+        if landed:  # the host rows, landed on the copy stream while the previous batch computed
+            current.wait_stream(self.copy_stream)
+            for start, n in _host_runs(parts):
+                static[start : start + n].copy_(slot.landing[start : start + n], non_blocking=True)
+
+    def collect(self, pending: "Pending") -> list:
+        """The batch's host outputs (views of the slot's buffers: valid until the slot is submitted again)."""
+        where = self.slots[pending.slot]
+        if where.done is not None:
+            where.done.synchronize()
+        return [host[: pending.count] for host in where.host]
+
+
+class _Slot:
+    __slots__ = ("staging", "landing", "host", "done")
+
+    def __init__(self, staging, landing, host, done):
+        self.staging, self.landing, self.host, self.done = staging, landing, host, done
+
+
+class Pending:
+    """A submitted batch: its slot and row count."""
+
+    __slots__ = ("slot", "count")
+
+    def __init__(self, slot: int, count: int):
+        self.slot, self.count = slot, count
+
+
+def _host_runs(parts: list):
+    """(start row, rows) of the parts that live in host memory."""
+    offset = 0
+    for part in parts:
+        if part.device.type == "cpu":
+            yield offset, part.shape[0]
+        offset += part.shape[0]
 
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

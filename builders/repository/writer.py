@@ -114,6 +114,7 @@ class TorchRuntime:
     compiler: str = ""  # "inductor": a compiled engine (torch.compile, built ahead of time with its cache)
     host_outputs: bool = False  # outputs leave the stub from host memory instead of CUDA IPC
     staged: bool = True  # with CUDA graphs: the staged request path (torch_runtime.StagedRunner); False: earlier
+    inprocess: bool = False  # served by the in-process backend (triton_models/inprocess_backend.py), not a stub
 
     def __post_init__(self):
         if self.precision not in TORCH_PRECISIONS:
@@ -122,8 +123,10 @@ class TorchRuntime:
             raise ConfigError(f"compiler {self.compiler!r}: expected 'inductor' (torch.compile) or '' (eager)")
 
     def variant(self, model: str) -> str:
-        """Repository name: <model>_torch_<precision>[_graphs][_u8], or <model>_inductor_<precision>[_nographs][_u8]."""
+        """Repository name: <model>_torch_<precision>[_graphs][_u8][_inproc], or
+        <model>_inductor_<precision>[_nographs][_u8][_inproc]."""
         u8 = ("_u8" if self.uint8_input else "") + ("_unstaged" if self.cuda_graphs and not self.staged else "")
+        u8 += "_inproc" if self.inprocess else ""
         if self.compiler:
             return f"{model}_{self.compiler}_{self.precision}{'' if self.cuda_graphs else '_nographs'}{u8}"
         return f"{model}_torch_{self.precision}{'_graphs' if self.cuda_graphs else ''}{u8}"
@@ -171,7 +174,11 @@ def torch_config(spec: ModelSpec, runtime: TorchRuntime, options: ServingOptions
         hwc = (height, width, spec.preprocessing.channels)
         inputs = (TensorConfig(image.name, "TYPE_UINT8", hwc, "FORMAT_NHWC"),)
     warmup = [Warmup("random", 1, [TensorConfig(t.name, t.data_type, _warm_dims(t)) for t in inputs])]
-    return dataclasses.replace(base, parameters=params, inputs=inputs, warmup=warmup)
+    backend = INPROCESS_BACKEND if runtime.inprocess else base.backend
+    return dataclasses.replace(base, backend=backend, parameters=params, inputs=inputs, warmup=warmup)
+
+
+INPROCESS_BACKEND = "torch_inprocess"  # server/inprocess_build.py builds it where a repository names it
 
 
 def write_model(repo: Path, spec: ModelSpec, config: ModelConfig, artifacts: dict, target: str) -> Path:

@@ -1,0 +1,277 @@
+"""The in-process torch backend: torch-runtime model folders served inside tritonserver's own process.
+
+The Python backend runs each instance in a stub process: every request crosses shared memory twice and
+the instance runs one execute at a time, so nothing overlaps the GPU (docs/gpu/request_profile_h100.md).
+Here a small native library (inprocess_shim.c, built on the serving host) hands Triton's backend entry
+points to this module, in an interpreter inside tritonserver:
+
+- inputs are read where Triton holds them (request memory, or the client's CUDA shared memory) and copied
+  once onto the device; outputs are written once into the response's own buffers;
+- execute() queues the batch on the GPU and returns: a completion thread sends the responses when the
+  batch's event fires, so the next batch's copies and Triton's own work overlap this batch's compute
+  (two batches in flight per instance, StagedRunner slots);
+- statistics (queue, compute input/infer/output) are reported to Triton like any backend's.
+
+A model selects it with `backend: "torch_inprocess"`; its folder is a torch-runtime folder (model.pt2,
+spec.json) and its parameters are torch_serving.py's. Everything that fails in here becomes an error
+response for the requests concerned (or a failed model load), never a crash of the server.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import queue
+import threading
+import time
+
+from triton_models.triton_api import ERROR_INVALID_ARG, ERROR_UNSUPPORTED, KIND_GPU, MEMORY_GPU, TritonApi
+
+API: TritonApi | None = None
+_MODELS: dict[int, dict] = {}  # model handle -> {"config", "folder", "name"}
+_INSTANCES: dict[int, "Instance"] = {}
+_LOADING = threading.Lock()
+
+
+def _entry(fn):
+    """An entry point returns 0, or a TRITONSERVER_Error's address carrying what went wrong."""
+
+    def wrapped(*args):
+        try:
+            fn(*args)
+            return 0
+        except Exception as err:  # the server stays up: the error goes back to Triton
+            api = API or TritonApi()
+            return api.error(getattr(err, "code", 1), f"torch_inprocess {fn.__name__}: {err}")
+
+    wrapped.__name__ = fn.__name__
+    return wrapped
+
+
+class BackendError(Exception):
+    def __init__(self, message: str, code: int = ERROR_INVALID_ARG):
+        super().__init__(message)
+        self.code = code
+
+
+@_entry
+def backend_initialize(backend: int) -> None:
+    global API
+    API = TritonApi()
+    major, minor = API.api_version()
+    if major != 1:
+        raise BackendError(f"Triton backend API {major}.{minor}; this backend speaks 1.x", ERROR_UNSUPPORTED)
+
+
+@_entry
+def backend_finalize(backend: int) -> None:
+    pass
+
+
+@_entry
+def model_initialize(model: int) -> None:
+    config = json.loads(API.model_config_json(model))
+    folder = os.path.join(API.model_repository(model), str(API.model_version(model)))
+    _MODELS[model] = {"config": config, "folder": folder, "name": API.string("TRITONBACKEND_ModelName", model)}
+
+
+@_entry
+def model_finalize(model: int) -> None:
+    _MODELS.pop(model, None)
+
+
+@_entry
+def instance_initialize(instance: int) -> None:
+    import torch  # inside the entry point: tritonserver loads the backend before any model asks for torch
+
+    _quiet_compile_workers()
+    kind, device_id = API.instance_placement(instance)
+    model = _MODELS[API.instance_model(instance)]
+    device = torch.device(f"cuda:{device_id}" if kind == KIND_GPU else "cpu")
+    with _LOADING:  # Triton loads models on several threads; torch.export.load and torch.compile are not safe so
+        _INSTANCES[instance] = Instance(instance, model, device)
+
+
+@_entry
+def instance_finalize(instance: int) -> None:
+    found = _INSTANCES.pop(instance, None)
+    if found is not None:
+        found.close()
+
+
+@_entry
+def instance_execute(instance: int, requests: int, count: int) -> None:
+    handles = list((ctypes.c_void_p * count).from_address(requests))  # Triton keeps the array, not the requests
+    _INSTANCES[instance].execute([h for h in handles if h])
+
+
+def _quiet_compile_workers() -> None:
+    """torch.compile compiles in this process: no worker pool started from inside tritonserver."""
+    import torch._inductor.config as inductor
+
+    inductor.compile_threads = 1
+
+
+class Instance:
+    """One model instance: the loaded model, its slots and the completion thread."""
+
+    SLOTS = 2
+
+    def __init__(self, handle: int, model: dict, device):
+        from triton_models.torch_serving import TorchServing
+
+        self.handle, self.name, self.device = handle, model["name"], device
+        self.serving = TorchServing(model["config"], model["folder"], device, slots=self.SLOTS)
+        self.input_name = self.serving.input_names[0]
+        self.outputs = [
+            (o["name"], o["data_type"].removeprefix("TYPE_"), list(o["dims"])) for o in model["config"]["output"]
+        ]
+        self.free = queue.Queue()
+        for slot in range(self.SLOTS):
+            self.free.put(slot)
+        self.done: queue.Queue = queue.Queue()
+        self.worker = threading.Thread(target=self._complete, name=f"{self.name}-responses", daemon=True)
+        self.worker.start()
+
+    def close(self) -> None:
+        self.done.put(None)
+        self.worker.join(timeout=30)
+
+    # --- execute: read, queue on the GPU, hand over
+    def execute(self, requests: list[int]) -> None:
+        start = time.monotonic_ns()
+        feeds, kept = [], []
+        for request in requests:
+            try:
+                feeds.append(self._feed(request))
+                kept.append(request)
+            except Exception as err:  # this request alone is refused; the others run
+                self._fail(request, err, start)
+        if not kept:
+            return
+        if not self.serving.staged:
+            return self._run_now(kept, feeds, start)
+        import torch
+
+        slot = self.free.get()  # two batches in flight at most: the third waits for the first's responses
+        try:
+            with self.serving.on_stream(), torch.inference_mode():
+                pending = self.serving.runner.submit([f[0] for f in feeds], slot)
+        except Exception as err:  # the requests are ours now: each one hears why
+            self.free.put(slot)
+            for request in kept:
+                self._fail(request, err, start)
+            return
+        self.done.put((kept, [f[0].shape[0] for f in feeds], pending, start, time.monotonic_ns()))
+
+    def _feed(self, request: int) -> list:
+        names = self.serving.input_names
+        return [as_tensor(API.input(request, name), self.device) for name in names]
+
+    def _run_now(self, requests, feeds, start) -> None:
+        """The general path (no CUDA graphs: several inputs, dynamic axes, CPU): run, then answer."""
+        compute = time.monotonic_ns()
+        results = self.serving.run(feeds)
+        ended = time.monotonic_ns()
+        for request, result in zip(requests, results):
+            if isinstance(result, Exception):
+                self._fail(request, result, start)
+            else:
+                self._answer(request, result, (start, compute, ended))
+        API.report_batch(self.handle, sum(f[0].shape[0] for f in feeds), (start, compute, ended, time.monotonic_ns()))
+
+    # --- the completion thread
+    def _complete(self) -> None:
+        while True:
+            job = self.done.get()
+            if job is None:
+                return
+            requests, sizes, pending, start, compute = job
+            try:
+                outputs = self.serving.runner.collect(pending)
+                ended = time.monotonic_ns()
+                offset = 0
+                for request, size in zip(requests, sizes):
+                    self._answer(request, [o[offset : offset + size] for o in outputs], (start, compute, ended))
+                    offset += size
+                API.report_batch(self.handle, offset, (start, compute, ended, time.monotonic_ns()))
+            except Exception as err:  # the batch failed on the device: every request of it hears why
+                for request in requests:
+                    self._fail(request, err, start)
+            finally:
+                self.free.put(pending.slot)
+
+    # --- responses
+    def _answer(self, request: int, outputs: list, times: tuple) -> None:
+        response = API.response_new(request)
+        try:
+            wanted = set(API.requested_outputs(request)) or {name for name, _, _ in self.outputs}
+            for (name, datatype, _), tensor in zip(self.outputs, outputs):
+                if name in wanted:
+                    write_output(response, name, datatype, tensor)
+        except Exception as err:
+            API.send(response, API.error(ERROR_INVALID_ARG, f"{self.name}: {err}"))
+            return self._release(request, False, times)
+        API.send(response)
+        self._release(request, True, times)
+
+    def _fail(self, request: int, err: Exception, start: int) -> None:
+        response = API.response_new(request)
+        API.send(response, API.error(getattr(err, "code", ERROR_INVALID_ARG), f"{self.name}: {err}"))
+        now = time.monotonic_ns()
+        self._release(request, False, (start, now, now))
+
+    def _release(self, request: int, ok: bool, times: tuple) -> None:
+        API.report(self.handle, request, ok, (*times, time.monotonic_ns()))
+        API.release(request)
+
+
+# --- tensors at Triton's addresses
+def as_tensor(view, device):
+    """A request input as a torch tensor: a zero-copy view of Triton's buffer (host or GPU), or, for an input
+    Triton holds in several buffers, one host copy of them."""
+    import torch
+
+    from triton_models.torch_serving import TORCH_DTYPES
+
+    dtype = TORCH_DTYPES.get(f"TYPE_{view.datatype}")
+    if dtype is None:
+        raise BackendError(f"input {view.name}: datatype {view.datatype} is not served by the torch runtime")
+    chunks = [_bytes(address, size, memory, device_id) for address, size, memory, device_id in view.chunks]
+    flat = chunks[0] if len(chunks) == 1 else torch.cat([c.cpu() for c in chunks])
+    if flat.numel() != view.nbytes:
+        raise BackendError(
+            f"input {view.name}: {flat.numel()} bytes arrived, its shape {list(view.shape)} needs {view.nbytes}"
+        )
+    return flat.view(dtype).reshape(view.shape)
+
+
+def _bytes(address: int, size: int, memory: int, device_id: int):
+    import torch
+
+    if size == 0:
+        return torch.empty(0, dtype=torch.uint8)
+    if memory == MEMORY_GPU:
+        return torch.as_tensor(_CudaBytes(address, size), device=f"cuda:{device_id}")
+    return torch.frombuffer((ctypes.c_char * size).from_address(address), dtype=torch.uint8)
+
+
+class _CudaBytes:
+    """Device memory at an address, as __cuda_array_interface__ (torch wraps it without a copy)."""
+
+    def __init__(self, address: int, size: int):
+        self.__cuda_array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (address, False), "version": 3}
+
+
+def write_output(response: int, name: str, datatype: str, tensor) -> None:
+    """One output into the response's buffer (host memory, or device memory where the client asked for it)."""
+    import torch
+
+    tensor = tensor.contiguous()
+    nbytes = tensor.numel() * tensor.element_size()
+    address, memory, device_id = API.output_buffer(response, name, datatype, tuple(tensor.shape), nbytes, gpu=False)
+    if nbytes == 0:
+        return
+    flat = tensor.view(torch.uint8).reshape(-1) if tensor.dim() else tensor.reshape(1).view(torch.uint8)
+    _bytes(address, nbytes, memory, device_id).copy_(flat)
