@@ -434,7 +434,7 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
     if settings.profile:
         from loadtest.request_profile import profile_requests
 
-        profiled = {name: variants[name] for name in (COMPILED_U8, COMPILED_U8_UNSTAGED) if name in variants}
+        profiled = {name: variants[name] for name in SAME_INPROCESS if name in variants}
         profile_requests(repo, profiled, (1, spec.max_batch_size), out)
     for name in () if settings.quick else (COMPILED_U8, COMPILED):
         if name in variants:

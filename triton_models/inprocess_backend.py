@@ -127,6 +127,10 @@ class Instance:
         self.outputs = [
             (o["name"], o["data_type"].removeprefix("TYPE_"), list(o["dims"])) for o in model["config"]["output"]
         ]
+        from triton_models.torch_runtime import StepTimes
+
+        # host-side spans only (no GPU synchronize between steps: the overlap stays as served)
+        self.profile = StepTimes(os.environ.get("TRITON_TORCH_PROFILE"), self.name, self.serving.staged)
         self.free = queue.Queue()
         for slot in range(self.SLOTS):
             self.free.put(slot)
@@ -140,7 +144,7 @@ class Instance:
 
     # --- execute: read, queue on the GPU, hand over
     def execute(self, requests: list[int]) -> None:
-        start = time.monotonic_ns()
+        start, steps = time.monotonic_ns(), self.profile.start()
         feeds, kept = [], []
         for request in requests:
             try:
@@ -154,16 +158,20 @@ class Instance:
             return self._run_now(kept, feeds, start)
         import torch
 
+        steps.mark("inputs: views of Triton's buffers")
         slot = self.free.get()  # two batches in flight at most: the third waits for the first's responses
+        alone = self.free.qsize() == self.SLOTS - 1  # the other slots are free: nothing else is in flight
+        steps.mark("wait for a free slot")
         try:
             with self.serving.on_stream(), torch.inference_mode():
-                pending = self.serving.runner.submit([f[0] for f in feeds], slot)
+                pending = self.serving.runner.submit([f[0] for f in feeds], slot, alone=alone)
         except Exception as err:  # the requests are ours now: each one hears why
             self.free.put(slot)
             for request in kept:
                 self._fail(request, err, start)
             return
-        self.done.put((kept, [f[0].shape[0] for f in feeds], pending, start, time.monotonic_ns()))
+        steps.mark("submit: copies in, graph launch, copies out queued")
+        self.done.put((kept, [f[0].shape[0] for f in feeds], pending, start, time.monotonic_ns(), steps))
 
     def _feed(self, request: int) -> list:
         names = self.serving.input_names
@@ -187,15 +195,19 @@ class Instance:
             job = self.done.get()
             if job is None:
                 return
-            requests, sizes, pending, start, compute = job
+            requests, sizes, pending, start, compute, steps = job
+            steps.mark("hand-over to the completion thread")
             try:
                 outputs = self.serving.runner.collect(pending)
                 ended = time.monotonic_ns()
+                steps.mark("wait for the GPU (event)")
                 offset = 0
                 for request, size in zip(requests, sizes):
                     self._answer(request, [o[offset : offset + size] for o in outputs], (start, compute, ended))
                     offset += size
                 API.report_batch(self.handle, offset, (start, compute, ended, time.monotonic_ns()))
+                steps.mark("responses: outputs into Triton's buffers, sent")
+                self.profile.write(steps, offset)
             except Exception as err:  # the batch failed on the device: every request of it hears why
                 for request in requests:
                     self._fail(request, err, start)

@@ -58,8 +58,14 @@ static TRITONSERVER_Error* start_python(void) {
 }
 
 /* name(*pointers) in Python; it returns 0 or the address of a TRITONSERVER_Error it made. */
+static __thread int thread_state_kept = 0;
+
 static TRITONSERVER_Error* forward(const char* name, int count, uintptr_t a, uintptr_t b, uintptr_t c) {
   PyGILState_STATE gil = PyGILState_Ensure();
+  if (!thread_state_kept) { /* one more count, never given back: this thread's state lives across calls */
+    PyGILState_Ensure();
+    thread_state_kept = 1;
+  }
   TRITONSERVER_Error* err = NULL;
   PyObject* result = NULL;
   if (count == 1) result = PyObject_CallMethod(backend_module, name, "K", (unsigned long long)a);

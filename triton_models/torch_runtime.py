@@ -128,14 +128,17 @@ class StagedRunner:
 
     def __call__(self, parts: list) -> list:
         """Run the requests' inputs (one tensor each, host or device) as one batch; host outputs of the batch."""
-        return [out.clone() for out in self.collect(self.submit(parts, 0))]  # the slot serves the next batch
+        return [out.clone() for out in self.collect(self.submit(parts, 0, alone=True))]  # the slot is reused
 
-    def submit(self, parts: list, slot: int) -> "Pending":
-        """Queue one batch on the current stream through slot `slot` (free: its last batch was collected)."""
+    def submit(self, parts: list, slot: int, alone: bool = False) -> "Pending":
+        """Queue one batch on the current stream through slot `slot` (free: its last batch was collected).
+
+        alone: no other batch is in flight, so host rows may go straight into the graph's input (no copy
+        stream, no landing buffer: the shortest path for a lone small request)."""
         count = sum(p.shape[0] for p in parts)
         size, where = pick_bucket(count, self.buckets), self.slots[slot]
         static = self.inputs[size]
-        self._land(parts, where, static)
+        self._land(parts, where, static, self.copy_stream if not alone else None)
         if size in self.graphs:
             self.graphs[size].replay()
             outputs = self.outputs[size]
@@ -148,7 +151,7 @@ class StagedRunner:
             where.done.record()
         return Pending(slot, count)
 
-    def _land(self, parts: list, slot: "_Slot", static: torch.Tensor) -> None:
+    def _land(self, parts: list, slot: "_Slot", static: torch.Tensor, copy_stream) -> None:
         """The batch's rows into the graph's static input: host rows through pinned staging (and the copy
         stream's landing buffer when slots overlap), device rows device to device."""
         offset, landed = 0, 0
@@ -157,17 +160,17 @@ class StagedRunner:
             n = part.shape[0]
             if part.device.type == "cpu" and self.device.type == "cuda":
                 slot.staging[offset : offset + n].copy_(part)  # one memcpy into pinned memory
-                if self.copy_stream is None:
+                if copy_stream is None:
                     static[offset : offset + n].copy_(slot.staging[offset : offset + n], non_blocking=True)
                 else:
-                    with torch.cuda.stream(self.copy_stream):
+                    with torch.cuda.stream(copy_stream):
                         slot.landing[offset : offset + n].copy_(slot.staging[offset : offset + n], non_blocking=True)
                     landed = offset + n
             else:
                 static[offset : offset + n].copy_(part, non_blocking=True)
             offset += n
         if landed:  # the host rows, landed on the copy stream while the previous batch computed
-            current.wait_stream(self.copy_stream)
+            current.wait_stream(copy_stream)
             for start, n in _host_runs(parts):
                 static[start : start + n].copy_(slot.landing[start : start + n], non_blocking=True)
 
