@@ -32,6 +32,7 @@ API: TritonApi | None = None
 _MODELS: dict[int, dict] = {}  # model handle -> {"config", "folder", "name"}
 _INSTANCES: dict[int, "Instance"] = {}
 _LOADING = threading.Lock()
+_DATATYPES = {}  # torch dtype -> Triton datatype, filled at the first instance
 
 
 def _entry(fn):
@@ -111,6 +112,9 @@ def _quiet_compile_workers() -> None:
     import torch._inductor.config as inductor
 
     inductor.compile_threads = 1
+    from triton_models.torch_serving import TORCH_DTYPES
+
+    _DATATYPES.update({dtype: name.removeprefix("TYPE_") for name, dtype in TORCH_DTYPES.items()})
 
 
 class Instance:
@@ -123,7 +127,11 @@ class Instance:
 
         self.handle, self.name, self.device = handle, model["name"], device
         self.serving = TorchServing(model["config"], model["folder"], device, slots=self.SLOTS)
-        self.input_name = self.serving.input_names[0]
+        wire_shape, wire_dtype = self.serving.wire()
+        self.wire = (tuple(wire_shape), _DATATYPES[wire_dtype])
+        self.all_outputs = {o["name"] for o in model["config"]["output"]}
+        params = model["config"].get("parameters", {})
+        self.inline_rows = int(params.get("inline_rows", {}).get("string_value", INLINE_ROWS))
         self.outputs = [
             (o["name"], o["data_type"].removeprefix("TYPE_"), list(o["dims"])) for o in model["config"]["output"]
         ]
@@ -145,49 +153,86 @@ class Instance:
     # --- execute: read, queue on the GPU, hand over
     def execute(self, requests: list[int]) -> None:
         start, steps = time.monotonic_ns(), self.profile.start()
-        feeds, kept = [], []
+        views, kept = [], []
         for request in requests:
             try:
-                feeds.append(self._feed(request))
+                views.append(self._views(request))
                 kept.append(request)
             except Exception as err:  # this request alone is refused; the others run
                 self._fail(request, err, start)
         if not kept:
             return
         if not self.serving.staged:
-            return self._run_now(kept, feeds, start)
-        import torch
-
-        steps.mark("inputs: views of Triton's buffers")
+            return self._run_now(kept, views, start)
+        steps.mark("inputs: Triton's buffers located")
         slot = self.free.get()  # two batches in flight at most: the third waits for the first's responses
         alone = self.free.qsize() == self.SLOTS - 1  # the other slots are free: nothing else is in flight
         steps.mark("wait for a free slot")
         try:
-            with self.serving.on_stream(), torch.inference_mode():
-                pending = self.serving.runner.submit([f[0] for f in feeds], slot, alone=alone)
+            pending = self._submit([v[0] for v in views], slot, alone)
         except Exception as err:  # the requests are ours now: each one hears why
             self.free.put(slot)
             for request in kept:
                 self._fail(request, err, start)
             return
-        steps.mark("submit: copies in, graph launch, copies out queued")
-        self.done.put((kept, [f[0].shape[0] for f in feeds], pending, start, time.monotonic_ns(), steps))
+        steps.mark("submit: rows into staging, copies in, graph launch, copies out queued")
+        job = (kept, [v[0].shape[0] for v in views], pending, start, time.monotonic_ns(), steps)
+        if alone and pending.count <= self.inline_rows:  # nothing to overlap: answer here, no hand-over
+            return self._finish(job)
+        self.done.put(job)
 
-    def _feed(self, request: int) -> list:
-        names = self.serving.input_names
-        return [as_tensor(API.input(request, name), self.device) for name in names]
+    def _views(self, request: int) -> list:
+        views = [API.input(request, name) for name in self.serving.input_names]
+        if self.serving.staged:
+            first, (shape, dtype) = views[0], self.wire
+            if first.datatype != dtype or tuple(first.shape[1:]) != shape:
+                wanted = ", ".join(map(str, shape))
+                raise BackendError(
+                    f"input {first.name}: {first.datatype} {list(first.shape)}, expected {dtype} [-1, {wanted}]"
+                )
+        return views
 
-    def _run_now(self, requests, feeds, start) -> None:
+    def _submit(self, views: list, slot: int, alone: bool):
+        """Host rows are copied straight from Triton's buffers into the slot's pinned staging (one memmove per
+        buffer, no tensor made); rows in device memory are wrapped and copied device to device."""
+        import torch
+
+        from triton_models.torch_runtime import Staged
+
+        address, row_bytes = self.serving.runner.staging(slot)
+        parts, offset = [], 0
+        for view in views:
+            rows = view.shape[0]
+            if view.nbytes != rows * row_bytes:
+                raise BackendError(f"input {view.name}: {view.nbytes} bytes for {rows} rows of {row_bytes}")
+            if all(memory != MEMORY_GPU for _, _, memory, _ in view.chunks):
+                at = address + offset * row_bytes
+                for chunk, size, _, _ in view.chunks:
+                    ctypes.memmove(at, chunk, size)
+                    at += size
+                parts.append(Staged(rows))
+            else:
+                parts.append(as_tensor(view, self.device))
+            offset += rows
+        with self.serving.on_stream(), torch.inference_mode():
+            return self.serving.runner.submit(parts, slot, alone=alone)
+
+    def _run_now(self, requests, views, start) -> None:
         """The general path (no CUDA graphs: several inputs, dynamic axes, CPU): run, then answer."""
-        compute = time.monotonic_ns()
-        results = self.serving.run(feeds)
+        try:
+            feeds = [[as_tensor(v, self.device) for v in request_views] for request_views in views]
+            compute = time.monotonic_ns()
+            results = self.serving.run(feeds)
+        except Exception as err:
+            results = [err] * len(requests)
         ended = time.monotonic_ns()
         for request, result in zip(requests, results):
             if isinstance(result, Exception):
                 self._fail(request, result, start)
             else:
                 self._answer(request, result, (start, compute, ended))
-        API.report_batch(self.handle, sum(f[0].shape[0] for f in feeds), (start, compute, ended, time.monotonic_ns()))
+        rows = sum(v[0].shape[0] for v in views)
+        API.report_batch(self.handle, rows, (start, compute, ended, time.monotonic_ns()))
 
     # --- the completion thread
     def _complete(self) -> None:
@@ -195,32 +240,35 @@ class Instance:
             job = self.done.get()
             if job is None:
                 return
-            requests, sizes, pending, start, compute, steps = job
-            steps.mark("hand-over to the completion thread")
-            try:
-                outputs = self.serving.runner.collect(pending)
-                ended = time.monotonic_ns()
-                steps.mark("wait for the GPU (event)")
-                offset = 0
-                for request, size in zip(requests, sizes):
-                    self._answer(request, [o[offset : offset + size] for o in outputs], (start, compute, ended))
-                    offset += size
-                API.report_batch(self.handle, offset, (start, compute, ended, time.monotonic_ns()))
-                steps.mark("responses: outputs into Triton's buffers, sent")
-                self.profile.write(steps, offset)
-            except Exception as err:  # the batch failed on the device: every request of it hears why
-                for request in requests:
-                    self._fail(request, err, start)
-            finally:
-                self.free.put(pending.slot)
+            job[-1].mark("hand-over to the completion thread")
+            self._finish(job)
+
+    def _finish(self, job) -> None:
+        requests, sizes, pending, start, compute, steps = job
+        try:
+            outputs = self.serving.runner.collect(pending)
+            ended = time.monotonic_ns()
+            steps.mark("wait for the GPU (event)")
+            offset = 0
+            for request, size in zip(requests, sizes):
+                self._answer(request, [o[offset : offset + size] for o in outputs], (start, compute, ended))
+                offset += size
+            API.report_batch(self.handle, offset, (start, compute, ended, time.monotonic_ns()))
+            steps.mark("responses: outputs into Triton's buffers, sent")
+            self.profile.write(steps, offset)
+        except Exception as err:  # the batch failed on the device: every request of it hears why
+            for request in requests:
+                self._fail(request, err, start)
+        finally:
+            self.free.put(pending.slot)
 
     # --- responses
     def _answer(self, request: int, outputs: list, times: tuple) -> None:
         response = API.response_new(request)
         try:
-            wanted = set(API.requested_outputs(request)) or {name for name, _, _ in self.outputs}
+            wanted = self.all_outputs if len(self.outputs) == 1 else set(API.requested_outputs(request))
             for (name, datatype, _), tensor in zip(self.outputs, outputs):
-                if name in wanted:
+                if name in (wanted or self.all_outputs):
                     write_output(response, name, datatype, tensor)
         except Exception as err:
             API.send(response, API.error(ERROR_INVALID_ARG, f"{self.name}: {err}"))
@@ -237,6 +285,9 @@ class Instance:
     def _release(self, request: int, ok: bool, times: tuple) -> None:
         API.report(self.handle, request, ok, (*times, time.monotonic_ns()))
         API.release(request)
+
+
+INLINE_ROWS = 8  # a lone batch this small is answered by execute itself (parameter inline_rows; 0: never)
 
 
 # --- tensors at Triton's addresses
@@ -284,6 +335,9 @@ def write_output(response: int, name: str, datatype: str, tensor) -> None:
     nbytes = tensor.numel() * tensor.element_size()
     address, memory, device_id = API.output_buffer(response, name, datatype, tuple(tensor.shape), nbytes, gpu=False)
     if nbytes == 0:
+        return
+    if memory != MEMORY_GPU and tensor.device.type == "cpu":  # host to host: one memmove
+        ctypes.memmove(address, tensor.data_ptr(), nbytes)
         return
     flat = tensor.view(torch.uint8).reshape(-1) if tensor.dim() else tensor.reshape(1).view(torch.uint8)
     _bytes(address, nbytes, memory, device_id).copy_(flat)

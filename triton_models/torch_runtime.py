@@ -153,26 +153,36 @@ class StagedRunner:
 
     def _land(self, parts: list, slot: "_Slot", static: torch.Tensor, copy_stream) -> None:
         """The batch's rows into the graph's static input: host rows through pinned staging (and the copy
-        stream's landing buffer when slots overlap), device rows device to device."""
+        stream's landing buffer when slots overlap), device rows device to device. A Staged part's rows are
+        in the staging already (the caller wrote them there)."""
         offset, landed = 0, 0
-        current = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
+        cuda = self.device.type == "cuda"
         for part in parts:
             n = part.shape[0]
-            if part.device.type == "cpu" and self.device.type == "cuda":
-                slot.staging[offset : offset + n].copy_(part)  # one memcpy into pinned memory
+            host = isinstance(part, Staged) or (part.device.type == "cpu" and cuda)
+            if not host:
+                static[offset : offset + n].copy_(part, non_blocking=True)
+            else:
+                rows = slot.staging[offset : offset + n]
+                if not isinstance(part, Staged):
+                    rows.copy_(part)  # one memcpy into pinned memory
                 if copy_stream is None:
-                    static[offset : offset + n].copy_(slot.staging[offset : offset + n], non_blocking=True)
+                    static[offset : offset + n].copy_(rows, non_blocking=True)
                 else:
                     with torch.cuda.stream(copy_stream):
-                        slot.landing[offset : offset + n].copy_(slot.staging[offset : offset + n], non_blocking=True)
+                        slot.landing[offset : offset + n].copy_(rows, non_blocking=True)
                     landed = offset + n
-            else:
-                static[offset : offset + n].copy_(part, non_blocking=True)
             offset += n
         if landed:  # the host rows, landed on the copy stream while the previous batch computed
-            current.wait_stream(copy_stream)
+            torch.cuda.current_stream(self.device).wait_stream(copy_stream)
             for start, n in _host_runs(parts):
                 static[start : start + n].copy_(slot.landing[start : start + n], non_blocking=True)
+
+    def staging(self, slot: int) -> tuple[int, int]:
+        """Where a caller may write host rows itself (then pass Staged(rows)): the slot's staging address and
+        the bytes of one row."""
+        staging = self.slots[slot].staging
+        return staging.data_ptr(), staging[0].numel() * staging.element_size()
 
     def collect(self, pending: "Pending") -> list:
         """The batch's host outputs (views of the slot's buffers: valid until the slot is submitted again)."""
@@ -180,6 +190,16 @@ class StagedRunner:
         if where.done is not None:
             where.done.synchronize()
         return [host[: pending.count] for host in where.host]
+
+
+class Staged:
+    """A part of a batch whose rows the caller wrote into the slot's staging itself (StagedRunner.staging)."""
+
+    __slots__ = ("shape",)
+    device = torch.device("cpu")
+
+    def __init__(self, rows: int):
+        self.shape = (rows,)
 
 
 class _Slot:
@@ -202,7 +222,7 @@ def _host_runs(parts: list):
     """(start row, rows) of the parts that live in host memory."""
     offset = 0
     for part in parts:
-        if part.device.type == "cpu":
+        if isinstance(part, Staged) or part.device.type == "cpu":
             yield offset, part.shape[0]
         offset += part.shape[0]
 

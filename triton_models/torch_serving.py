@@ -66,12 +66,12 @@ class TorchServing:
         explicit = tuple(int(b) for b in params.get("graph_batch_sizes", "").split())
         first = self.spec["inputs"][0]
         fixed = len(self.spec["inputs"]) == 1 and -1 not in first["dims"]
-        graphs = params.get("cuda_graphs") == "1" and self.device.type == "cuda" and fixed
+        graphs = params.get("cuda_graphs") == "1" and fixed
         with self.on_stream():
-            if graphs and params.get("staged", "1") == "1":
+            if graphs and params.get("staged", "1") == "1":  # on a CPU the same steps run eagerly
                 self.staged = True
                 return self._staged(module, first, rt.bucket_sizes(max_batch, explicit))
-            if graphs:
+            if graphs and self.device.type == "cuda":
                 buckets = rt.bucket_sizes(max_batch, explicit)
                 return rt.GraphRunner(
                     module, tuple(first["dims"]), self.dtype, self.device, buckets, self.channels_last
