@@ -127,6 +127,9 @@ class Instance:
 
         self.handle, self.name, self.device = handle, model["name"], device
         self.serving = TorchServing(model["config"], model["folder"], device, slots=self.SLOTS)
+        if self.serving.staged and device.type == "cuda":
+            with self.serving.on_stream():
+                self.serving.runner.use_driver_copies()
         wire_shape, wire_dtype = self.serving.wire()
         self.wire = (tuple(wire_shape), _DATATYPES[wire_dtype])
         self.all_outputs = {o["name"] for o in model["config"]["output"]}
@@ -136,6 +139,9 @@ class Instance:
             (o["name"], o["data_type"].removeprefix("TYPE_"), list(o["dims"])) for o in model["config"]["output"]
         ]
         from triton_models.torch_runtime import StepTimes
+
+        global NO_STEPS
+        NO_STEPS = StepTimes.NONE
 
         # host-side spans only (no GPU synchronize between steps: the overlap stays as served)
         self.profile = StepTimes(os.environ.get("TRITON_TORCH_PROFILE"), self.name, self.serving.staged)
@@ -169,13 +175,12 @@ class Instance:
         alone = self.free.qsize() == self.SLOTS - 1  # the other slots are free: nothing else is in flight
         steps.mark("wait for a free slot")
         try:
-            pending = self._submit([v[0] for v in views], slot, alone)
+            pending = self._submit([v[0] for v in views], slot, alone, steps)
         except Exception as err:  # the requests are ours now: each one hears why
             self.free.put(slot)
             for request in kept:
                 self._fail(request, err, start)
             return
-        steps.mark("submit: rows into staging, copies in, graph launch, copies out queued")
         job = (kept, [v[0].shape[0] for v in views], pending, start, time.monotonic_ns(), steps)
         if alone and pending.count <= self.inline_rows:  # nothing to overlap: answer here, no hand-over
             return self._finish(job)
@@ -192,7 +197,7 @@ class Instance:
                 )
         return views
 
-    def _submit(self, views: list, slot: int, alone: bool):
+    def _submit(self, views: list, slot: int, alone: bool, steps):
         """Host rows are copied straight from Triton's buffers into the slot's pinned staging (one memmove per
         buffer, no tensor made); rows in device memory are wrapped and copied device to device."""
         import torch
@@ -214,8 +219,9 @@ class Instance:
             else:
                 parts.append(as_tensor(view, self.device))
             offset += rows
+        steps.mark("submit: rows into staging")
         with self.serving.on_stream(), torch.inference_mode():
-            return self.serving.runner.submit(parts, slot, alone=alone)
+            return self.serving.runner.submit(parts, slot, alone=alone, steps=steps)
 
     def _run_now(self, requests, views, start) -> None:
         """The general path (no CUDA graphs: several inputs, dynamic axes, CPU): run, then answer."""
@@ -249,12 +255,14 @@ class Instance:
             outputs = self.serving.runner.collect(pending)
             ended = time.monotonic_ns()
             steps.mark("wait for the GPU (event)")
+            bases = [(o.data_ptr(), o[0].numel() * o.element_size(), tuple(o.shape[1:])) for o in outputs]
             offset = 0
             for request, size in zip(requests, sizes):
-                self._answer(request, [o[offset : offset + size] for o in outputs], (start, compute, ended))
+                rows = [HostRows(base + offset * row, (size, *dims), size * row) for base, row, dims in bases]
+                self._answer(request, rows, (start, compute, ended), steps)
                 offset += size
             API.report_batch(self.handle, offset, (start, compute, ended, time.monotonic_ns()))
-            steps.mark("responses: outputs into Triton's buffers, sent")
+            steps.mark("responses: statistics reported")
             self.profile.write(steps, offset)
         except Exception as err:  # the batch failed on the device: every request of it hears why
             for request in requests:
@@ -263,7 +271,8 @@ class Instance:
             self.free.put(pending.slot)
 
     # --- responses
-    def _answer(self, request: int, outputs: list, times: tuple) -> None:
+    def _answer(self, request: int, outputs: list, times: tuple, steps=None) -> None:
+        steps = steps or NO_STEPS
         response = API.response_new(request)
         try:
             wanted = self.all_outputs if len(self.outputs) == 1 else set(API.requested_outputs(request))
@@ -273,8 +282,11 @@ class Instance:
         except Exception as err:
             API.send(response, API.error(ERROR_INVALID_ARG, f"{self.name}: {err}"))
             return self._release(request, False, times)
+        steps.mark("responses: outputs written")
         API.send(response)
+        steps.mark("responses: sent")
         self._release(request, True, times)
+        steps.mark("responses: requests released")
 
     def _fail(self, request: int, err: Exception, start: int) -> None:
         response = API.response_new(request)
@@ -287,6 +299,7 @@ class Instance:
         API.release(request)
 
 
+NO_STEPS = None  # set at the first instance: torch_runtime.StepTimes.NONE
 INLINE_ROWS = 8  # a lone batch this small is answered by execute itself (parameter inline_rows; 0: never)
 
 
@@ -327,10 +340,26 @@ class _CudaBytes:
         self.__cuda_array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (address, False), "version": 3}
 
 
+class HostRows:
+    """Rows of a host output buffer, by address: what a staged batch hands to each of its requests."""
+
+    __slots__ = ("address", "shape", "nbytes")
+
+    def __init__(self, address: int, shape: tuple, nbytes: int):
+        self.address, self.shape, self.nbytes = address, shape, nbytes
+
+
 def write_output(response: int, name: str, datatype: str, tensor) -> None:
     """One output into the response's buffer (host memory, or device memory where the client asked for it)."""
     import torch
 
+    if isinstance(tensor, HostRows):
+        address, memory, device_id = API.output_buffer(response, name, datatype, tensor.shape, tensor.nbytes, False)
+        if memory == MEMORY_GPU:
+            _bytes(address, tensor.nbytes, memory, device_id).copy_(_bytes(tensor.address, tensor.nbytes, 0, 0))
+        elif tensor.nbytes:
+            ctypes.memmove(address, tensor.address, tensor.nbytes)
+        return
     tensor = tensor.contiguous()
     nbytes = tensor.numel() * tensor.element_size()
     address, memory, device_id = API.output_buffer(response, name, datatype, tuple(tensor.shape), nbytes, gpu=False)

@@ -105,6 +105,7 @@ class StagedRunner:
             self._capture(size)
         largest, rows = self.outputs[buckets[-1]], (buckets[-1], *wire_shape)
         self.copy_stream = torch.cuda.Stream(self.device) if cuda and slots > 1 else None
+        self.raw, self.row_bytes = False, self.inputs[buckets[0]][0].numel() * self.inputs[buckets[0]].element_size()
         self.slots = [
             _Slot(
                 staging=torch.empty(rows, dtype=wire_dtype, pin_memory=cuda),
@@ -130,7 +131,7 @@ class StagedRunner:
         """Run the requests' inputs (one tensor each, host or device) as one batch; host outputs of the batch."""
         return [out.clone() for out in self.collect(self.submit(parts, 0, alone=True))]  # the slot is reused
 
-    def submit(self, parts: list, slot: int, alone: bool = False) -> "Pending":
+    def submit(self, parts: list, slot: int, alone: bool = False, steps=None) -> "Pending":
         """Queue one batch on the current stream through slot `slot` (free: its last batch was collected).
 
         alone: no other batch is in flight, so host rows may go straight into the graph's input (no copy
@@ -138,18 +139,57 @@ class StagedRunner:
         count = sum(p.shape[0] for p in parts)
         size, where = pick_bucket(count, self.buckets), self.slots[slot]
         static = self.inputs[size]
+        steps = steps or StepTimes.NONE
+        if self.raw and alone and all(isinstance(p, Staged) for p in parts):
+            return self._submit_raw(count, size, where, slot, steps)
         self._land(parts, where, static, self.copy_stream if not alone else None)
+        steps.mark("submit: copies in queued")
         if size in self.graphs:
             self.graphs[size].replay()
             outputs = self.outputs[size]
         else:
             with torch.inference_mode():
                 outputs = self._call(static)
+        steps.mark("submit: graph launched")
         for host, out in zip(where.host, outputs):
             host[:count].copy_(out[:count], non_blocking=True)
         if where.done is not None:
             where.done.record()
+        steps.mark("submit: copies out queued")
         return Pending(slot, count)
+
+    def _submit_raw(self, count: int, size: int, where: "_Slot", slot: int, steps) -> "Pending":
+        """A lone batch whose rows are in the staging: copies and the closing event as driver calls."""
+        from triton_models import cuda_driver
+
+        cuda_driver.ensure_context(self.device.index or 0)
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        static = self.inputs[size]
+        cuda_driver.host_to_device(static.data_ptr(), where.staging.data_ptr(), count * self.row_bytes, stream)
+        steps.mark("submit: copies in queued")
+        self.graphs[size].replay()
+        steps.mark("submit: graph launched")
+        for host, out in zip(where.host, self.outputs[size]):
+            cuda_driver.device_to_host(
+                host.data_ptr(), out.data_ptr(), count * (out[0].numel() * out.element_size()), stream
+            )
+        cuda_driver.record(where.done.cuda_event, stream)
+        steps.mark("submit: copies out queued")
+        return Pending(slot, count)
+
+    def use_driver_copies(self) -> bool:
+        """Lone small batches from the staging take driver calls for their copies (CUDA only, contiguous
+        outputs, every bucket captured); returns whether they do."""
+        from triton_models import cuda_driver
+
+        outputs = [o for size in self.buckets for o in self.outputs[size]]
+        cuda = self.device.type == "cuda" and len(self.graphs) == len(self.buckets)
+        self.raw = cuda and all(o.is_contiguous() for o in outputs) and cuda_driver.available()
+        if self.raw:
+            for where in self.slots:  # the events exist from here on (torch makes them at their first record)
+                where.done.record()
+            torch.cuda.current_stream(self.device).synchronize()
+        return self.raw
 
     def _land(self, parts: list, slot: "_Slot", static: torch.Tensor, copy_stream) -> None:
         """The batch's rows into the graph's static input: host rows through pinned staging (and the copy
