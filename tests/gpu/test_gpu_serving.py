@@ -39,6 +39,7 @@ def gpu_served(tmp_path_factory):
         TorchRuntime("fp16", channels_last=True, cuda_graphs=True, uint8_input=True),
         TorchRuntime("fp16", uint8_input=True, **compiled),
         TorchRuntime("bf16", **compiled),
+        TorchRuntime("fp16", uint8_input=True, inprocess=True, **compiled),
     ):
         build_torch_variant(BuildRequest(spec, "embedded", root / "repo", root / "work", gpu), runtime)
     with launcher.running(root / "repo", root / "state") as state:
@@ -124,3 +125,23 @@ def test_compiled_engines_are_built_gated_and_served_on_the_gpu(gpu_served):
     np.testing.assert_allclose(got, _reference(built, floats), atol=1e-1, rtol=2e-2)  # the gate's fp16 tolerance
     got = infer(ep, "resnet18_64_inductor_bf16", {"input": floats}).outputs["logits"]
     np.testing.assert_allclose(got, _reference(built, floats), atol=1.0, rtol=5e-2)
+
+
+def test_the_in_process_backend_answers_like_the_python_backend_on_every_transport(gpu_served):
+    """Same compiled engine, two backends: host memory over HTTP and gRPC, CUDA shared memory (inputs and
+    outputs on the GPU), and concurrent requests (batches overlap in the in-process instance)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    spec, built, state = gpu_served
+    pixels = np.random.default_rng(4).integers(0, 256, (6, 64, 64, 3), dtype=np.uint8)
+    stub = infer(state.endpoint("grpc"), "resnet18_64_inductor_fp16_u8", {"input": pixels}).outputs["logits"]
+    model = "resnet18_64_inductor_fp16_u8_inproc"
+    for protocol in ("http", "grpc"):
+        got = infer(state.endpoint(protocol), model, {"input": pixels}).outputs["logits"]
+        np.testing.assert_allclose(got, stub, atol=2e-2, rtol=1e-2)
+    shm = infer_cuda_shm(state.endpoint("grpc"), model, {"input": pixels}, {"logits": (np.float32, (6, 1000))})
+    np.testing.assert_allclose(shm["logits"], stub, atol=2e-2, rtol=1e-2)
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda i: infer(state.endpoint("grpc"), model, {"input": pixels[i : i + 1]}), range(6)))
+    for i, answer in enumerate(answers):
+        np.testing.assert_allclose(answer.outputs["logits"], stub[i : i + 1], atol=2e-2, rtol=1e-2)

@@ -1,0 +1,120 @@
+"""The in-process torch backend on a real tritonserver (CPU instances here; the GPU paths: tests/gpu).
+
+Three variants of one ResNet-18 (64 px, max batch 4) against the Python backend's answers: the staged path
+(uint8 input, what CUDA graphs take on a GPU; eager here) answered inline and through the completion thread,
+and the general path (float input, no graphs)."""
+
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from builders.build import build_model, build_torch_variant
+from builders.repository.writer import ServingOptions, TorchRuntime
+from builders.request import BuildRequest
+from builders.spec import zoo
+from clients.infer import infer
+from common.errors import ClientError, ServerError
+from server import launcher
+
+SPEC = dict(image_size=64, max_batch_size=4)
+REFERENCE = "resnet18_64_torch_fp32_u8"
+STAGED = "resnet18_64_torch_fp32_graphs_u8_inproc"
+GENERAL = "resnet18_64_torch_fp32_inproc"
+THREADED = "resnet18_64_threaded_inproc"  # STAGED with inline_rows 0: every batch through the completion thread
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    root = tmp_path_factory.mktemp("inprocess")
+    spec = zoo.get_spec("resnet18", **SPEC)
+    repo, work = root / "repo", root / "work"
+    build_model(BuildRequest(spec, "embedded", root / "scratch", work), zoo.build_module(spec))
+    for runtime in (
+        TorchRuntime("fp32", uint8_input=True),
+        TorchRuntime("fp32", uint8_input=True, cuda_graphs=True, inprocess=True),
+        TorchRuntime("fp32", inprocess=True),
+    ):
+        build_torch_variant(
+            BuildRequest(spec, "embedded", repo, work, ServingOptions(max_queue_delay_us=5000)), runtime
+        )
+    _copy_with_inline_rows_0(repo / STAGED, repo / THREADED)
+    with launcher.running(repo, root / "state") as state:
+        yield spec, state
+
+
+def _copy_with_inline_rows_0(source, target):
+    import shutil
+
+    shutil.copytree(source, target)
+    config = (target / "config.pbtxt").read_text().replace(f'name: "{source.name}"', f'name: "{target.name}"')
+    extra = 'parameters {\n  key: "inline_rows"\n  value {\n    string_value: "0"\n  }\n}\n'
+    (target / "config.pbtxt").write_text(config + extra)
+
+
+def _pixels(batch, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, (batch, 64, 64, 3), dtype=np.uint8)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_the_in_process_backend_answers_like_the_python_backend(served, protocol):
+    spec, state = served
+    ep = state.endpoint(protocol)
+    for batch in (1, 3, 4):
+        pixels = _pixels(batch, batch)
+        want = infer(ep, REFERENCE, {"input": pixels}).outputs["logits"]
+        for model in (STAGED, THREADED):
+            got = infer(ep, model, {"input": pixels}).outputs["logits"]
+            assert got.shape == (batch, 1000)
+            np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_the_general_path_serves_float_input(served):
+    from PIL import Image
+
+    from clients.inputs import preprocess_image
+
+    spec, state = served
+    ep = state.endpoint("grpc")
+    pixels = _pixels(2, 7)
+    floats = np.stack([preprocess_image(Image.fromarray(p), spec) for p in pixels])
+    want = infer(ep, REFERENCE, {"input": pixels}).outputs["logits"]
+    got = infer(ep, GENERAL, {"input": floats}).outputs["logits"]
+    np.testing.assert_allclose(got, want, atol=1e-3, rtol=1e-3)
+
+
+def test_concurrent_requests_are_batched_and_each_gets_its_own_rows(served):
+    spec, state = served
+    ep = state.endpoint("grpc")
+    pixels = _pixels(16, 11)
+    want = infer(ep, REFERENCE, {"input": pixels[:4]}).outputs["logits"]
+    want = np.concatenate(
+        [want] + [infer(ep, REFERENCE, {"input": pixels[i : i + 4]}).outputs["logits"] for i in (4, 8, 12)]
+    )
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda i: infer(ep, THREADED, {"input": pixels[i : i + 1]}), range(16)))
+    for i, answer in enumerate(answers):
+        np.testing.assert_allclose(answer.outputs["logits"], want[i : i + 1], atol=1e-4, rtol=1e-4)
+
+
+def test_a_request_that_cannot_be_valid_is_refused_and_the_server_stays_up(served):
+    spec, state = served
+    ep = state.endpoint("http")
+    pid = state.pid
+    with pytest.raises(ClientError, match=re.compile("UINT8|data-type|datatype", re.I)):
+        infer(ep, STAGED, {"input": np.zeros((1, 64, 64, 3), dtype=np.float32)})
+    with pytest.raises(ClientError):
+        infer(ep, STAGED, {"input": np.zeros((1, 32, 64, 3), dtype=np.uint8)})
+    os.kill(pid, 0)  # still there
+    assert infer(ep, STAGED, {"input": _pixels(1)}).outputs["logits"].shape == (1, 1000)
+
+
+def test_no_c_compiler_is_a_clear_error_before_the_server_starts(tmp_path, monkeypatch):
+    from server.inprocess_build import build_inprocess
+
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    with pytest.raises(ServerError, match="C compiler"):
+        build_inprocess(tmp_path / "backends")
+    assert not (tmp_path / "backends" / "torch_inprocess" / "libtriton_torch_inprocess.so").exists()
