@@ -145,6 +145,7 @@ class Instance:
 
         # host-side spans only (no GPU synchronize between steps: the overlap stays as served)
         self.profile = StepTimes(os.environ.get("TRITON_TORCH_PROFILE"), self.name, self.serving.staged)
+        self.thread = threading.local()
         self.free = queue.Queue()
         for slot in range(self.SLOTS):
             self.free.put(slot)
@@ -220,8 +221,14 @@ class Instance:
                 parts.append(as_tensor(view, self.device))
             offset += rows
         steps.mark("submit: rows into staging")
+        runner = self.serving.runner
+        if runner.raw and alone and all(isinstance(p, Staged) for p in parts):  # the shortest path: no context
+            if not getattr(self.thread, "stream_set", False):  # managers, the instance's stream set once a thread
+                torch.cuda.set_stream(self.serving.stream)
+                self.thread.stream_set = True
+            return runner.submit(parts, slot, alone=True, steps=steps)
         with self.serving.on_stream(), torch.inference_mode():
-            return self.serving.runner.submit(parts, slot, alone=alone, steps=steps)
+            return runner.submit(parts, slot, alone=alone, steps=steps)
 
     def _run_now(self, requests, views, start) -> None:
         """The general path (no CUDA graphs: several inputs, dynamic axes, CPU): run, then answer."""
