@@ -4,7 +4,8 @@ The CPU vs GPU vs TensorRT table: onnxruntime and torch on the CPU, torch CUDA f
 fp16 + CUDA graphs, the compiled engines (torch.compile/inductor fp16 and bf16 + CUDA graphs),
 and TensorRT (marked unavailable with the reason where it is). Each is timed in-process
 (batch-1 latency, throughput at a large batch) and, where the embedded server can serve it,
-through Triton with perf_analyzer (gRPC batch 1 for latency; CUDA shared memory at saturation
+through Triton with perf_analyzer (batch 1 for latency over gRPC, gRPC with CUDA shared memory and HTTP: the
+fastest is reported; CUDA shared memory at saturation
 for throughput). Serving efficiency = served / in-process at the same batch. The compiled
 engine's cold start (server start to ready, with and without the build's compile cache) is
 timed on a repository of its own.
@@ -334,16 +335,23 @@ def _describe(point: dict) -> str:
 
     flag = "" if point.get("stable", "yes") == "yes" else f", {stability(point)}"
     return (
-        f"gRPC b{point['batch']} c{point['level']:g} shm={point['shm']} (queue {point['queue_us']:.0f} µs, "
+        f"{_PROTOCOLS.get(point.get('protocol'), 'gRPC')} b{point['batch']} c{point['level']:g} shm={point['shm']} "
+        f"(queue {point['queue_us']:.0f} µs, "
         f"infer {point['compute_infer_us']:.0f} µs, in {point['compute_input_us']:.0f} µs, "
         f"out {point['compute_output_us']:.0f} µs{flag})"
     )
 
 
-def _measure_served(ep, analyzer, model: str, gpu: bool, settings: BenchSettings, raw: Path) -> tuple:
-    """Best batch-1 p50, best throughput (and its batch) over the configured points; all points are kept."""
+_PROTOCOLS = {"grpc": "gRPC", "http": "HTTP"}
+
+
+def _measure_served(eps: dict, analyzer, model: str, gpu: bool, settings: BenchSettings, raw: Path) -> tuple:
+    """Best batch-1 p50 (over gRPC with and without CUDA shared memory, and HTTP: the fastest transport is the
+    latency row's), best throughput (and its batch) over the configured points; all points are kept."""
+    ep = eps["grpc"]
     shms = ("none", "cuda") if gpu else ("none",)
     latency = [_point(ep, analyzer, model, 1, 1, shm, settings, raw) for shm in shms]
+    latency.append(_point(eps["http"], analyzer, model, 1, 1, "none", settings, raw))
     points = settings.served_points if gpu else ((settings.cpu_batch, 4),)
     saturated = [_point(ep, analyzer, model, b, c, shms[-1], settings, raw) for b, c in points]
     best_latency, best = min(latency, key=lambda p: p["p50_ms"]), max(saturated, key=lambda p: p["throughput"])
@@ -419,14 +427,14 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
         rows.insert(rows.index(graphs) + 1, extra_row)
     analyzer = find_perf_analyzer()
     with running(repo, out / "state", startup_timeout=600) as state:
-        ep = state.endpoint("grpc", repo)
+        eps = {protocol: state.endpoint(protocol, repo) for protocol in ("grpc", "http")}
         for row in rows:
             if row.runtime in variants:
                 step(f"gpu-bench: served {row.runtime} ({variants[row.runtime]})")
-                check_outputs(ep, variants[row.runtime])
+                check_outputs(eps["grpc"], variants[row.runtime])
                 gpu = "CUDA" in row.runtime or "inductor" in row.runtime
                 row.served_b1_p50_ms, row.served_tput, row.served_setup, points, batch = _measure_served(
-                    ep, analyzer, variants[row.runtime], gpu, settings, out / "raw"
+                    eps, analyzer, variants[row.runtime], gpu, settings, out / "raw"
                 )
                 row.extra["points"] = points
                 _same_batch(row, rows, batch)
