@@ -301,6 +301,8 @@ def run_sweep(
     points are never lost); without it, the first failure raises MeasurementError.
     """
     work_dir.mkdir(parents=True, exist_ok=True)
+    if sweep.protocol != ep.protocol:  # the endpoint decides what is measured: the rows say so
+        sweep = replace(sweep, protocol=ep.protocol)
     rows, points = [], [(b, load) for b in sweep.batch_sizes for load in sweep.loads()]
     for i, (batch, load) in enumerate(points, start=1):
         step(f"perf [{i}/{len(points)}] {sweep.model} {ep.protocol} batch {batch} {load[0]} {load[1]}")

@@ -203,15 +203,18 @@ class Instance:
         buffer, no tensor made); rows in device memory are wrapped and copied device to device."""
         import torch
 
-        from triton_models.torch_runtime import Staged
+        from triton_models.torch_runtime import FromHost, Staged
 
         address, row_bytes = self.serving.runner.staging(slot)
+        direct = alone and self.serving.runner.raw  # a lone batch's host rows go to the device as they lie
         parts, offset = [], 0
         for view in views:
             rows = view.shape[0]
             if view.nbytes != rows * row_bytes:
                 raise BackendError(f"input {view.name}: {view.nbytes} bytes for {rows} rows of {row_bytes}")
-            if all(memory != MEMORY_GPU for _, _, memory, _ in view.chunks):
+            if direct and len(view.chunks) == 1 and view.chunks[0][2] != MEMORY_GPU:
+                parts.append(FromHost(rows, view.chunks[0][0]))
+            elif all(memory != MEMORY_GPU for _, _, memory, _ in view.chunks):
                 at = address + offset * row_bytes
                 for chunk, size, _, _ in view.chunks:
                     ctypes.memmove(at, chunk, size)
@@ -222,7 +225,9 @@ class Instance:
             offset += rows
         steps.mark("submit: rows into staging")
         runner = self.serving.runner
-        if runner.raw and alone and all(isinstance(p, Staged) for p in parts):  # the shortest path: no context
+        if (
+            runner.raw and alone and all(isinstance(p, (Staged, FromHost)) for p in parts)
+        ):  # the shortest path: no context
             if not getattr(self.thread, "stream_set", False):  # managers, the instance's stream set once a thread
                 torch.cuda.set_stream(self.serving.stream)
                 self.thread.stream_set = True

@@ -140,8 +140,8 @@ class StagedRunner:
         size, where = pick_bucket(count, self.buckets), self.slots[slot]
         static = self.inputs[size]
         steps = steps or StepTimes.NONE
-        if self.raw and alone and all(isinstance(p, Staged) for p in parts):
-            return self._submit_raw(count, size, where, slot, steps)
+        if self.raw and alone and all(isinstance(p, (Staged, FromHost)) for p in parts):
+            return self._submit_raw(parts, count, size, where, slot, steps)
         self._land(parts, where, static, self.copy_stream if not alone else None)
         steps.mark("submit: copies in queued")
         if size in self.graphs:
@@ -158,14 +158,19 @@ class StagedRunner:
         steps.mark("submit: copies out queued")
         return Pending(slot, count)
 
-    def _submit_raw(self, count: int, size: int, where: "_Slot", slot: int, steps) -> "Pending":
-        """A lone batch whose rows are in the staging: copies and the closing event as driver calls."""
+    def _submit_raw(self, parts: list, count: int, size: int, where: "_Slot", slot: int, steps) -> "Pending":
+        """A lone batch whose rows are in the staging or at host addresses (FromHost): copies and the closing
+        event as driver calls."""
         from triton_models import cuda_driver
 
         cuda_driver.ensure_context(self.device.index or 0)
         stream = torch.cuda.current_stream(self.device).cuda_stream
-        static = self.inputs[size]
-        cuda_driver.host_to_device(static.data_ptr(), where.staging.data_ptr(), count * self.row_bytes, stream)
+        static, staging, offset = self.inputs[size].data_ptr(), where.staging.data_ptr(), 0
+        for part in parts:
+            nbytes = part.shape[0] * self.row_bytes
+            source = part.address if isinstance(part, FromHost) else staging + offset
+            cuda_driver.host_to_device(static + offset, source, nbytes, stream)
+            offset += nbytes
         steps.mark("submit: copies in queued")
         self.graphs[size].replay()
         steps.mark("submit: graph launched")
@@ -240,6 +245,17 @@ class Staged:
 
     def __init__(self, rows: int):
         self.shape = (rows,)
+
+
+class FromHost:
+    """A lone batch's rows at a host address the caller keeps valid until submit returns (pageable memory: the
+    driver copies it before the call returns), copied to the device without the staging."""
+
+    __slots__ = ("shape", "address")
+    device = torch.device("cpu")
+
+    def __init__(self, rows: int, address: int):
+        self.shape, self.address = (rows,), address
 
 
 class _Slot:
