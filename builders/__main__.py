@@ -82,6 +82,12 @@ def _split(value: str) -> list[str]:
     "CUDA graphs; without one: KIND_CPU.",
 )
 @click.option("--uint8-input", is_flag=True, help="Compiled engines take uint8 NHWC images, normalized in the engine.")
+@click.option(
+    "--inprocess",
+    is_flag=True,
+    help="Compiled engines are served by the in-process backend (inside tritonserver, no stub process; "
+    "<model>_inductor_<precision>[_u8]_inproc). The server builds it at start: needs cc and the Python headers.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Show the exporter's warnings (hidden by default).")
 @user_errors
 def build(
@@ -104,6 +110,7 @@ def build(
     pipelines,
     compiled,
     uint8_input,
+    inprocess,
     verbose,
 ):
     """Build MODELS (zoo) and the models of --spec into the repository REPO, one validated model at a time."""
@@ -152,7 +159,7 @@ def build(
         step(f"[{i}/{len(requests)}] {request.spec.name}")
         _build_one(request, with_pipelines)
         for precision in _split(compiled):
-            _build_compiled(request, precision, uint8_input)
+            _build_compiled(request, precision, uint8_input, inprocess)
     click.echo(f"repository ready: {repo} (manifest: {repo / 'manifest.json'})")
 
 
@@ -177,7 +184,7 @@ def _check_compiled(precisions: list) -> None:
         raise ConfigError(f"--compiled {unknown}: unknown precision; choose among {list(TORCH_PRECISIONS)}")
 
 
-def _build_compiled(request, precision: str, uint8_input: bool) -> None:
+def _build_compiled(request, precision: str, uint8_input: bool, inprocess: bool = False) -> None:
     """A compiled engine of a built model: on the GPU when there is one (KIND_GPU, CUDA graphs), else the CPU."""
     import dataclasses
 
@@ -189,7 +196,13 @@ def _build_compiled(request, precision: str, uint8_input: bool) -> None:
     gpu = torch.cuda.is_available()
     options = dataclasses.replace(request.options, kind="KIND_GPU" if gpu else "KIND_CPU")
     runtime = TorchRuntime(
-        precision, channels_last=gpu, cuda_graphs=gpu, uint8_input=uint8_input, compiler="inductor", host_outputs=gpu
+        precision,
+        channels_last=gpu,
+        cuda_graphs=gpu,
+        uint8_input=uint8_input,
+        compiler="inductor",
+        host_outputs=gpu,
+        inprocess=inprocess,
     )
     entry = build_torch_variant(dataclasses.replace(request, options=options), runtime)
     click.echo(f"built {entry['name']} (compiled in {entry['compiled']['compile_seconds']} s, {options.kind})")

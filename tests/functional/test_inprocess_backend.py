@@ -26,8 +26,22 @@ GENERAL = "resnet18_64_torch_fp32_inproc"
 THREADED = "resnet18_64_threaded_inproc"  # STAGED with inline_rows 0: every batch through the completion thread
 
 
+def _toolchain_missing() -> str:
+    import shutil
+    import sysconfig
+    from pathlib import Path
+
+    if shutil.which(os.environ.get("CC", "cc")) is None:
+        return "no C compiler (cc): the in-process backend is built on the serving host"
+    if not (Path(sysconfig.get_config_var("INCLUDEPY") or "") / "Python.h").exists():
+        return "no Python headers: the in-process backend is built on the serving host"
+    return ""
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
+    if _toolchain_missing():
+        pytest.skip(_toolchain_missing())
     root = tmp_path_factory.mktemp("inprocess")
     spec = zoo.get_spec("resnet18", **SPEC)
     repo, work = root / "repo", root / "work"

@@ -103,3 +103,47 @@ def test_the_request_profile_takes_the_median_of_each_step(tmp_path):
     (row,) = summarize(path, {"m_u8": "staged"})
     assert row["model"] == "staged" and row["executes"] == 3 and set(row["steps_us"]) == {"inputs", "graph"}
     assert "**total in execute**" in markdown([row]) and json.loads(path.read_text().splitlines()[0])["staged"]
+
+
+def test_staged_slots_hold_two_batches_at_once_and_rows_written_by_the_caller():
+    """Two batches submitted before either is collected keep their own answers; Staged rows come from the slot's
+    staging, where the caller (the in-process backend) wrote them."""
+    import ctypes
+
+    from triton_models.torch_runtime import Staged, StagedRunner
+
+    runner = StagedRunner(lambda b: [b.float().sum(dim=(1, 2))], (3, 4), torch.uint8, "cpu", (1, 2, 4), slots=2)
+    address, row_bytes = runner.staging(1)
+    assert row_bytes == 12
+    rows = torch.full((2, 3, 4), 2, dtype=torch.uint8)
+    ctypes.memmove(address, rows.data_ptr(), 2 * row_bytes)
+    first = runner.submit([torch.ones((1, 3, 4), dtype=torch.uint8)], 0)
+    second = runner.submit([Staged(2)], 1)
+    assert runner.collect(second)[0].tolist() == [24.0, 24.0]
+    assert runner.collect(first)[0].tolist() == [12.0]
+
+
+def test_the_in_process_variant_names_its_backend():
+    from builders.repository.writer import INPROCESS_BACKEND, ServingOptions, TorchRuntime, torch_config
+    from builders.spec import zoo
+
+    spec = zoo.get_spec("resnet18", image_size=64, max_batch_size=4)
+    runtime = TorchRuntime("fp16", uint8_input=True, cuda_graphs=True, compiler="inductor", inprocess=True)
+    assert runtime.variant("resnet18") == "resnet18_inductor_fp16_u8_inproc"
+    config = torch_config(spec, runtime, ServingOptions(kind="KIND_GPU"))
+    assert config.backend == INPROCESS_BACKEND == "torch_inprocess"
+    assert 'backend: "torch_inprocess"' in config.to_pbtxt()
+    assert config.parameters["runtime"] == "torch"
+    stub = torch_config(spec, TorchRuntime("fp16"), ServingOptions())
+    assert stub.backend == "python"
+
+
+def test_a_server_builds_the_in_process_backend_only_for_a_repository_that_names_it(tmp_path):
+    from server.inprocess_build import uses_inprocess
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "config.pbtxt").write_text('name: "a"\nbackend: "python"\n')
+    assert not uses_inprocess(tmp_path)
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "config.pbtxt").write_text('name: "b"\nbackend: "torch_inprocess"\n')
+    assert uses_inprocess(tmp_path)
