@@ -207,11 +207,13 @@ class Instance:
 
         address, row_bytes = self.serving.runner.staging(slot)
         direct = alone and self.serving.runner.raw  # a lone batch's host rows go to the device as they lie
-        parts, offset = [], 0
+        parts, offset, room = [], 0, self.serving.runner.buckets[-1]
         for view in views:
             rows = view.shape[0]
             if view.nbytes != rows * row_bytes:
                 raise BackendError(f"input {view.name}: {view.nbytes} bytes for {rows} rows of {row_bytes}")
+            if offset + rows > room:  # Triton keeps batches within max_batch_size; never write past the staging
+                raise BackendError(f"a batch of {offset + rows} rows exceeds the model's largest batch {room}")
             if direct and len(view.chunks) == 1 and view.chunks[0][2] != MEMORY_GPU:
                 parts.append(FromHost(rows, view.chunks[0][0]))
             elif all(memory != MEMORY_GPU for _, _, memory, _ in view.chunks):
@@ -301,10 +303,13 @@ class Instance:
         steps.mark("responses: requests released")
 
     def _fail(self, request: int, err: Exception, start: int) -> None:
-        response = API.response_new(request)
-        API.send(response, API.error(getattr(err, "code", ERROR_INVALID_ARG), f"{self.name}: {err}"))
+        """The request hears why it failed, and is released whatever happens on the way."""
         now = time.monotonic_ns()
-        self._release(request, False, (start, now, now))
+        try:
+            response = API.response_new(request)
+            API.send(response, API.error(getattr(err, "code", ERROR_INVALID_ARG), f"{self.name}: {err}"))
+        finally:
+            self._release(request, False, (start, now, now))
 
     def _release(self, request: int, ok: bool, times: tuple) -> None:
         API.report(self.handle, request, ok, (*times, time.monotonic_ns()))
