@@ -86,7 +86,7 @@ def model_finalize(model: int) -> None:
 def instance_initialize(instance: int) -> None:
     import torch  # inside the entry point: tritonserver loads the backend before any model asks for torch
 
-    _quiet_compile_workers()
+    _prepare_torch()
     kind, device_id = API.instance_placement(instance)
     model = _MODELS[API.instance_model(instance)]
     device = torch.device(f"cuda:{device_id}" if kind == KIND_GPU else "cpu")
@@ -107,13 +107,14 @@ def instance_execute(instance: int, requests: int, count: int) -> None:
     _INSTANCES[instance].execute([h for h in handles if h])
 
 
-def _quiet_compile_workers() -> None:
-    """torch.compile compiles in this process: no worker pool started from inside tritonserver."""
+def _prepare_torch() -> None:
+    """torch.compile compiles in this process (no worker pool started from inside tritonserver); the map from
+    torch dtypes to Triton's datatype names."""
     import torch._inductor.config as inductor
 
-    inductor.compile_threads = 1
     from triton_models.torch_serving import TORCH_DTYPES
 
+    inductor.compile_threads = 1
     _DATATYPES.update({dtype: name.removeprefix("TYPE_") for name, dtype in TORCH_DTYPES.items()})
 
 
