@@ -165,7 +165,11 @@ COMPILED_U8 = COMPILED + ", uint8 input"
 COMPILED_BF16 = "torch.compile (inductor) bf16 channels_last + CUDA graphs"
 COMPILED_U8_UNSTAGED = COMPILED_U8 + ", earlier request path (unstaged)"
 COMPILED_U8_INPROC = COMPILED_U8 + ", in-process backend"
-SAME_INPROCESS = (COMPILED_U8, COMPILED_U8_UNSTAGED, COMPILED_U8_INPROC)  # in-process figures: COMPILED's
+COMPILED_VARIANTS = (
+    COMPILED_U8,
+    COMPILED_U8_UNSTAGED,
+    COMPILED_U8_INPROC,
+)  # served only: in-process figures are COMPILED's
 
 
 def served_rows(keys: list[str]) -> tuple[str, ...]:
@@ -410,11 +414,13 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
             spec, work / spec.name / "model.onnx", work / spec.name / "model.pt", settings.gpu_batch, settings.cpu_batch
         )
     )
-    if COMPILED in variants or any(name in variants for name in SAME_INPROCESS):
+    if COMPILED in variants or any(name in variants for name in COMPILED_VARIANTS):
         precisions = ("fp16",) if settings.quick else ("fp16", "bf16")
         compiled = compiled_rows(spec, work / spec.name / "model.pt2", settings.gpu_batch, precisions)
         at = rows.index(next(r for r in rows if r.runtime.startswith("TensorRT")))
-        same = [BenchRow(name, note="in-process figures: the row above") for name in SAME_INPROCESS if name in variants]
+        same = [
+            BenchRow(name, note="in-process figures: the row above") for name in COMPILED_VARIANTS if name in variants
+        ]
         rows[at:at] = compiled[:1] + same + compiled[1:]
     if GRAPHS_U8 in variants:  # served only: same in-process runtime as GRAPHS
         graphs = next(r for r in rows if r.runtime == GRAPHS)
@@ -442,7 +448,7 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
     if settings.profile:
         from loadtest.request_profile import profile_requests
 
-        profiled = {name: variants[name] for name in SAME_INPROCESS if name in variants}
+        profiled = {name: variants[name] for name in COMPILED_VARIANTS if name in variants}
         profile_requests(repo, profiled, (1, spec.max_batch_size), out)
     for name in () if settings.quick else (COMPILED_U8, COMPILED):
         if name in variants:
@@ -469,7 +475,7 @@ def check_outputs(ep, model: str, batch: int = 2) -> None:
 def _same_batch(row: BenchRow, rows: list[BenchRow], batch: int) -> None:
     """Compiled rows: in-process figures at the batch the best served point used (efficiency at the same batch)."""
     source = row if "inproc_by_batch" in row.extra else None
-    if source is None and row.runtime in SAME_INPROCESS:
+    if source is None and row.runtime in COMPILED_VARIANTS:
         source = next(r for r in rows if r.runtime == COMPILED)
     by_batch = source.extra.get("inproc_by_batch", {}) if source else {}
     if batch in by_batch:

@@ -136,13 +136,10 @@ class Instance:
         self.all_outputs = {o["name"] for o in model["config"]["output"]}
         params = model["config"].get("parameters", {})
         self.inline_rows = int(params.get("inline_rows", {}).get("string_value", INLINE_ROWS))
-        self.outputs = [
-            (o["name"], o["data_type"].removeprefix("TYPE_"), list(o["dims"])) for o in model["config"]["output"]
-        ]
+        self.outputs = [(o["name"], o["data_type"].removeprefix("TYPE_")) for o in model["config"]["output"]]
         from triton_models.torch_runtime import StepTimes
 
-        global NO_STEPS
-        NO_STEPS = StepTimes.NONE
+        self.unprofiled = StepTimes.NONE
 
         # host-side spans only (no GPU synchronize between steps: the overlap stays as served)
         self.profile = StepTimes(os.environ.get("TRITON_TORCH_PROFILE"), self.name, self.serving.staged)
@@ -206,9 +203,10 @@ class Instance:
 
         from triton_models.torch_runtime import FromHost, Staged
 
-        address, row_bytes = self.serving.runner.staging(slot)
-        direct = alone and self.serving.runner.raw  # a lone batch's host rows go to the device as they lie
-        parts, offset, room = [], 0, self.serving.runner.buckets[-1]
+        runner = self.serving.runner
+        address, row_bytes = runner.staging(slot)
+        direct = alone and runner.raw  # a lone batch's host rows go to the device as they lie in Triton's buffer
+        parts, offset, room = [], 0, runner.buckets[-1]
         for view in views:
             rows = view.shape[0]
             if view.nbytes != rows * row_bytes:
@@ -227,11 +225,8 @@ class Instance:
                 parts.append(as_tensor(view, self.device))
             offset += rows
         steps.mark("submit: rows into staging")
-        runner = self.serving.runner
-        if (
-            runner.raw and alone and all(isinstance(p, (Staged, FromHost)) for p in parts)
-        ):  # the shortest path: no context
-            if not getattr(self.thread, "stream_set", False):  # managers, the instance's stream set once a thread
+        if runner.shortest(parts, alone):  # no torch context managers: the instance's stream, set once a thread
+            if not getattr(self.thread, "stream_set", False):
                 torch.cuda.set_stream(self.serving.stream)
                 self.thread.stream_set = True
             return runner.submit(parts, slot, alone=True, steps=steps)
@@ -270,7 +265,8 @@ class Instance:
             outputs = self.serving.runner.collect(pending)
             ended = time.monotonic_ns()
             steps.mark("wait for the GPU (event)")
-            bases = [(o.data_ptr(), o[0].numel() * o.element_size(), tuple(o.shape[1:])) for o in outputs]
+            rows_bytes = self.serving.runner.output_row_bytes
+            bases = [(o.data_ptr(), row, tuple(o.shape[1:])) for o, row in zip(outputs, rows_bytes)]
             offset = 0
             for request, size in zip(requests, sizes):
                 rows = [HostRows(base + offset * row, (size, *dims), size * row) for base, row, dims in bases]
@@ -287,12 +283,13 @@ class Instance:
 
     # --- responses
     def _answer(self, request: int, outputs: list, times: tuple, steps=None) -> None:
-        steps = steps or NO_STEPS
+        steps = steps or self.unprofiled
         response = API.response_new(request)
         try:
-            wanted = self.all_outputs if len(self.outputs) == 1 else set(API.requested_outputs(request))
-            for (name, datatype, _), tensor in zip(self.outputs, outputs):
-                if name in (wanted or self.all_outputs):
+            asked = set(API.requested_outputs(request)) if len(self.outputs) > 1 else None  # one output: no query
+            wanted = asked or self.all_outputs
+            for (name, datatype), tensor in zip(self.outputs, outputs):
+                if name in wanted:
                     write_output(response, name, datatype, tensor)
         except Exception as err:
             API.send(response, API.error(ERROR_INVALID_ARG, f"{self.name}: {err}"))
@@ -317,7 +314,6 @@ class Instance:
         API.release(request)
 
 
-NO_STEPS = None  # set at the first instance: torch_runtime.StepTimes.NONE
 INLINE_ROWS = 8  # a lone batch this small is answered by execute itself (parameter inline_rows; 0: never)
 
 

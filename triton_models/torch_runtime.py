@@ -105,7 +105,8 @@ class StagedRunner:
             self._capture(size)
         largest, rows = self.outputs[buckets[-1]], (buckets[-1], *wire_shape)
         self.copy_stream = torch.cuda.Stream(self.device) if cuda and slots > 1 else None
-        self.raw, self.row_bytes = False, self.inputs[buckets[0]][0].numel() * self.inputs[buckets[0]].element_size()
+        self.raw, self.row_bytes = False, _row_bytes(self.inputs[buckets[0]])
+        self.output_row_bytes = [_row_bytes(o) for o in largest]  # per output: the same in every bucket
         self.slots = [
             _Slot(
                 staging=torch.empty(rows, dtype=wire_dtype, pin_memory=cuda),
@@ -138,10 +139,10 @@ class StagedRunner:
         stream, no landing buffer: the shortest path for a lone small request)."""
         count = sum(p.shape[0] for p in parts)
         size, where = pick_bucket(count, self.buckets), self.slots[slot]
-        static = self.inputs[size]
         steps = steps or StepTimes.NONE
-        if self.raw and alone and all(isinstance(p, (Staged, FromHost)) for p in parts):
+        if self.shortest(parts, alone):
             return self._submit_raw(parts, count, size, where, slot, steps)
+        static = self.inputs[size]
         self._land(parts, where, static, self.copy_stream if not alone else None)
         steps.mark("submit: copies in queued")
         if size in self.graphs:
@@ -157,6 +158,11 @@ class StagedRunner:
             where.done.record()
         steps.mark("submit: copies out queued")
         return Pending(slot, count)
+
+    def shortest(self, parts: list, alone: bool) -> bool:
+        """Whether a batch takes the driver-call path: a lone batch, all of its rows in host memory (staged or
+        FromHost), on a runner that uses driver copies."""
+        return self.raw and alone and all(isinstance(p, (Staged, FromHost)) for p in parts)
 
     def _submit_raw(self, parts: list, count: int, size: int, where: "_Slot", slot: int, steps) -> "Pending":
         """A lone batch whose rows are in the staging or at host addresses (FromHost): copies and the closing
@@ -174,10 +180,8 @@ class StagedRunner:
         steps.mark("submit: copies in queued")
         self.graphs[size].replay()
         steps.mark("submit: graph launched")
-        for host, out in zip(where.host, self.outputs[size]):
-            cuda_driver.device_to_host(
-                host.data_ptr(), out.data_ptr(), count * (out[0].numel() * out.element_size()), stream
-            )
+        for host, out, row in zip(where.host, self.outputs[size], self.output_row_bytes):
+            cuda_driver.device_to_host(host.data_ptr(), out.data_ptr(), count * row, stream)
         cuda_driver.record(where.done.cuda_event, stream)
         steps.mark("submit: copies out queued")
         return Pending(slot, count)
@@ -200,7 +204,7 @@ class StagedRunner:
         """The batch's rows into the graph's static input: host rows through pinned staging (and the copy
         stream's landing buffer when slots overlap), device rows device to device. A Staged part's rows are
         in the staging already (the caller wrote them there)."""
-        offset, landed = 0, 0
+        offset, landed = 0, []  # (start row, rows) that crossed on the copy stream
         cuda = self.device.type == "cuda"
         for part in parts:
             n = part.shape[0]
@@ -216,18 +220,17 @@ class StagedRunner:
                 else:
                     with torch.cuda.stream(copy_stream):
                         slot.landing[offset : offset + n].copy_(rows, non_blocking=True)
-                    landed = offset + n
+                    landed.append((offset, n))
             offset += n
         if landed:  # the host rows, landed on the copy stream while the previous batch computed
             torch.cuda.current_stream(self.device).wait_stream(copy_stream)
-            for start, n in _host_runs(parts):
+            for start, n in landed:
                 static[start : start + n].copy_(slot.landing[start : start + n], non_blocking=True)
 
     def staging(self, slot: int) -> tuple[int, int]:
         """Where a caller may write host rows itself (then pass Staged(rows)): the slot's staging address and
         the bytes of one row."""
-        staging = self.slots[slot].staging
-        return staging.data_ptr(), staging[0].numel() * staging.element_size()
+        return self.slots[slot].staging.data_ptr(), self.row_bytes
 
     def collect(self, pending: "Pending") -> list:
         """The batch's host outputs (views of the slot's buffers: valid until the slot is submitted again)."""
@@ -274,13 +277,9 @@ class Pending:
         self.slot, self.count = slot, count
 
 
-def _host_runs(parts: list):
-    """(start row, rows) of the parts that live in host memory."""
-    offset = 0
-    for part in parts:
-        if isinstance(part, Staged) or part.device.type == "cpu":
-            yield offset, part.shape[0]
-        offset += part.shape[0]
+def _row_bytes(tensor: torch.Tensor) -> int:
+    """Bytes of one row (sample) of a batch tensor."""
+    return tensor[0].numel() * tensor.element_size()
 
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

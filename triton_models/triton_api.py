@@ -65,7 +65,6 @@ _SIGNATURES = {  # name: argument types; every one of these returns TRITONSERVER
     "TRITONBACKEND_ResponseOutput": (_P, POINTER(_P), c_char_p, c_int, POINTER(c_int64), c_uint32),
     "TRITONBACKEND_OutputBuffer": (_P, POINTER(_P), c_uint64, POINTER(c_int), POINTER(c_int64)),
     "TRITONBACKEND_ResponseSend": (_P, c_uint32, _P),
-    "TRITONBACKEND_ResponseDelete": (_P,),
     "TRITONBACKEND_RequestRelease": (_P, c_uint32),
     "TRITONBACKEND_ModelInstanceReportStatistics": (_P, _P, c_bool, c_uint64, c_uint64, c_uint64, c_uint64),
     "TRITONBACKEND_ModelInstanceReportBatchStatistics": (_P, c_uint64, c_uint64, c_uint64, c_uint64, c_uint64),
