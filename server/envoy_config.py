@@ -23,6 +23,9 @@ ADMIN_SOCKET_MODE = 0o600
 STATS_PATH = "/stats/prometheus"
 GRPC_INFER = ("/inference.GRPCInferenceService/ModelInfer", "/inference.GRPCInferenceService/ModelStreamInfer")
 HTTP_OPTIONS = "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+DOWNSTREAM_CONNECTIONS = (
+    "type.googleapis.com/envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig"
+)
 DOWNSTREAM_TLS = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
 
 
@@ -77,6 +80,8 @@ class EnvoySettings:
     edge_filters: tuple = ()  # HTTP filters before the router (server/edge.py: size cap, request checks)
     grpc: bool = True  # a gRPC listener (False: clients reach the replica's gRPC port directly)
     tls: tuple[str, str] | None = None  # (certificate chain, private key) PEM files: the listeners speak TLS
+    max_header_kb: int = 60  # request line + headers per request (431 beyond)
+    max_connections: int = 0  # downstream connections at once, all listeners together (0: Envoy's default, none)
 
     def __post_init__(self):
         if not self.replicas:
@@ -191,6 +196,8 @@ def listener(name: str, s: EnvoySettings, port: int, cluster: str, protocol: str
             {"name": "envoy.filters.http.router", "typed_config": {"@type": ROUTER}},
         ],
         "stream_idle_timeout": _duration(s.balancing.request_timeout),
+        "request_headers_timeout": "10s",  # the whole request line and headers, however slowly they trickle in
+        "max_request_headers_kb": s.max_header_kb,
     }
     if protocol == "grpc":
         manager["http2_protocol_options"] = {}
@@ -269,7 +276,19 @@ def envoy_config(s: EnvoySettings) -> dict:
     if s.stats_port:
         listeners.append(stats_listener(s))
         clusters.append(admin_cluster(s))
-    return {
+    config = {
         "admin": {"address": {"pipe": {"path": s.admin_socket, "mode": ADMIN_SOCKET_MODE}}},
         "static_resources": {"listeners": listeners, "clusters": clusters},
     }
+    if s.max_connections:
+        config["overload_manager"] = _overload(s.max_connections)
+    return config
+
+
+def _overload(max_connections: int) -> dict:
+    """Envoy refuses downstream connections beyond max_connections (all listeners together)."""
+    monitor = {
+        "name": "envoy.resource_monitors.global_downstream_max_connections",
+        "typed_config": {"@type": DOWNSTREAM_CONNECTIONS, "max_active_downstream_connections": max_connections},
+    }
+    return {"resource_monitors": [monitor]}

@@ -25,6 +25,7 @@ from common.endpoints import (
     write_state,
 )
 from common.errors import ServerError
+from common.private_dirs import kernel_cache_env
 from server.inprocess_build import build_inprocess, uses_inprocess
 from server.install import find_install, prepare_backends, server_environment
 from server.processes import is_tritonserver, remove_orphaned_shared_memory, terminate_group
@@ -129,7 +130,8 @@ def start(settings: ServerSettings) -> ServerState:
     command = server_command(settings, install.binary, backends, PLACEHOLDER)  # the key goes through a pipe
     command += [f"--cache-directory={install.caches}", f"--cache-config=local,size={CACHE_BYTES}"]
     log = settings.state_dir / "tritonserver.log"
-    env, secret_fd = pass_secret(server_environment(install), key_file.read_text().strip())
+    env = {**server_environment(install), **kernel_cache_env(settings.state_dir)}  # kernels: never /tmp's
+    env, secret_fd = pass_secret(env, key_file.read_text().strip())
     try:
         with open(log, "a") as handle:  # appended, never truncated: a crash's evidence survives the restart
             handle.write(f"\n===== tritonserver starting {time.strftime('%Y-%m-%dT%H:%M:%S%z')} =====\n")

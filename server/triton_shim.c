@@ -25,6 +25,18 @@
  * the umask. fchmod() below keeps only the owner's bits for files under /dev/shm, so other local users
  * cannot read them.
  *
+ * 4. A stub runs only a model file of the repository. Triton 2.51's Python backend starts each stub as
+ * `bash -c " exec <stub> <model_path> <arguments>"`, where model_path is <model folder>/<version>/ followed by
+ * the config's default_model_filename, which a load's config override sets: a key holder could point it
+ * anywhere ("../../../x/model.py") or put shell in it. execvp() below lets bash start only that exact
+ * command, every word of it made of plain path characters, with model_path equal to
+ * <repository>/<model>/<version>/<file>, no component empty, "." or "..", for a repository tritonserver was
+ * started with (--model-repository). system() below holds the backend's stub probe to the same characters
+ * and to paths without "..". Execution environments (EXECUTION_ENV_PATH, a "source ..." command) are refused.
+ * A refused stub is not left unstarted (the backend would wait for it forever): the backend's own stub
+ * starts, without a shell, with a model path that does not exist, so the load fails at once with
+ * "Python model file not found in '/refused_by_triton_shim/...'" and nothing of the request runs.
+ *
  * Build: cc -shared -fPIC -O2 -o libtriton_shim.so triton_shim.c -ldl
  */
 #define _GNU_SOURCE
@@ -37,6 +49,16 @@
 #include <unistd.h>
 
 #define PLACEHOLDER "@TRITON_ADMIN_KEY@"
+#define MAX_REPOSITORIES 16
+#define STUB_NAME "triton_python_backend_stub"
+
+#define REFUSED_MODEL "/refused_by_triton_shim/0/model_file_outside_its_version_folder_or_not_plainly_named"
+#define REGION_WORD " triton_python_backend_shm_region_"
+#define MAX_WORDS 16
+
+static char *repositories[MAX_REPOSITORIES];
+static int repository_count = 0;
+static char *backend_directory = NULL;
 #define MAX_SECRET 4096
 
 static char *read_secret(int fd) {
@@ -72,8 +94,25 @@ static char *fill_in(const char *arg, const char *secret) {
     return out;
 }
 
+static void remember_repositories(int argc, char **argv) {
+    const char *flag = "--model-repository";
+    size_t length = strlen(flag);
+    for (int i = 1; i < argc && repository_count < MAX_REPOSITORIES; i++) {
+        const char *value = NULL;
+        if (strncmp(argv[i], "--backend-directory=", 20) == 0) backend_directory = strdup(argv[i] + 20);
+        if (strncmp(argv[i], flag, length) == 0 && argv[i][length] == '=') value = argv[i] + length + 1;
+        else if (strcmp(argv[i], flag) == 0 && i + 1 < argc) value = argv[++i];
+        if (value == NULL || value[0] != '/') continue;
+        char *copy = strdup(value);
+        size_t end = strlen(copy);
+        while (end > 1 && copy[end - 1] == '/') copy[--end] = '\0';
+        repositories[repository_count++] = copy;
+    }
+}
+
 __attribute__((constructor)) static void fill_in_secret(int argc, char **argv, char **envp) {
     (void)envp;
+    remember_repositories(argc, argv);
     const char *fd_text = getenv("TRITON_SECRET_FD");
     unsetenv("LD_PRELOAD");
     if (fd_text == NULL) return;
@@ -114,4 +153,117 @@ char *mkdtemp(char *template_path) {
         return NULL;
     }
     return real_mkdtemp(template_path);
+}
+
+static int plain_word(const char *text, size_t length) {
+    for (size_t i = 0; i < length; i++) {
+        char c = text[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || strchr("_./:=+-", c);
+        if (!ok || c == '\0') return 0;
+    }
+    return 1;
+}
+
+static int has_dot_component(const char *path, size_t length) {
+    for (size_t i = 0; i < length; i++) {
+        if (i > 0 && path[i - 1] != '/') continue;
+        size_t end = i;
+        while (end < length && path[end] != '/') end++;
+        if (end == i || (end - i == 1 && path[i] == '.') || (end - i == 2 && path[i] == '.' && path[i + 1] == '.')) {
+            if (!(i == 0 && end == 0)) return 1; /* an empty, "." or ".." component (the leading '/' aside) */
+        }
+    }
+    return 0;
+}
+
+/* <repository>/<model>/<version>/<file> for a repository of this server, every component a plain name */
+static int model_file_allowed(const char *path, size_t length) {
+    if (has_dot_component(path, length)) return 0;
+    for (int r = 0; r < repository_count; r++) {
+        size_t root = strlen(repositories[r]);
+        if (length <= root + 1 || strncmp(path, repositories[r], root) != 0 || path[root] != '/') continue;
+        int slashes = 0;
+        for (size_t i = root + 1; i < length; i++) slashes += path[i] == '/';
+        if (slashes == 2) return 1;
+    }
+    return 0;
+}
+
+/* " exec <stub> <model_path> ...": 1 when bash may run it */
+static int stub_command_allowed(const char *command) {
+    const char *prefix = " exec ";
+    size_t total = strlen(command);
+    if (strncmp(command, prefix, strlen(prefix)) != 0) return 0;
+    for (size_t i = 0; i < total; i++) {
+        if (command[i] != ' ' && !plain_word(command + i, 1)) return 0;
+    }
+    const char *stub = command + strlen(prefix);
+    const char *stub_end = strchr(stub, ' ');
+    if (stub_end == NULL || has_dot_component(stub, (size_t)(stub_end - stub))) return 0;
+    const char *model = stub_end + 1;
+    const char *model_end = strchr(model, ' ');
+    size_t length = model_end ? (size_t)(model_end - model) : strlen(model);
+    if (total < 8 || strcmp(command + total - 8, " DEFAULT") != 0) return 0; /* a backend runtime's model.py */
+    return model_file_allowed(model, length);
+}
+
+/* The backend's own stub, no shell, the Triton-made words of command after the model path, and a model
+ * path that does not exist: the stub reports "Python model file not found" and the load fails at once. */
+static int start_refused_stub(const char *command, int (*real_execv)(const char *, char *const[])) {
+    const char *region = strstr(command, REGION_WORD);
+    if (region == NULL || backend_directory == NULL) return -1;
+    char stub[4096];
+    snprintf(stub, sizeof stub, "%s/python/%s", backend_directory, STUB_NAME);
+    char *words = strdup(region + 1), *argv[MAX_WORDS + 3];
+    int count = 0;
+    argv[count++] = stub;
+    argv[count++] = REFUSED_MODEL;
+    for (char *save = NULL, *word = strtok_r(words, " ", &save); word && count < MAX_WORDS; word = strtok_r(NULL, " ", &save))
+        argv[count++] = word;
+    if (count > 10) { /* a stub name with spaces: joined again, the last word is the runtime folder */
+        char *last = argv[count - 1];
+        for (int i = 9; i < count - 1; i++) argv[i][-1] = ' ';
+        argv[9] = last;
+        count = 10;
+    }
+    argv[count] = NULL;
+    return real_execv(stub, argv);
+}
+
+static void say_refused(const char *what, const char *command) {
+    fprintf(stderr, "triton_shim: refused to run %s: '%.300s' (a model file must lie in its model's version "
+            "folder of the repository, named with plain characters; execution environments are not allowed)\n",
+            what, command);
+}
+
+int execvp(const char *file, char *const argv[]) {
+    static int (*real_execvp)(const char *, char *const[]) = NULL;
+    if (real_execvp == NULL) real_execvp = (int (*)(const char *, char *const[]))dlsym(RTLD_NEXT, "execvp");
+    if (strcmp(file, "bash") == 0 && argv[0] && argv[1] && strcmp(argv[1], "-c") == 0 && argv[2]) {
+        if (strstr(argv[2], STUB_NAME) != NULL || strstr(argv[2], "source ") != NULL) {
+            if (argv[3] != NULL || !stub_command_allowed(argv[2])) {
+                say_refused("a Python-backend stub", argv[2]);
+                int (*real_execv)(const char *, char *const[]) = (int (*)(const char *, char *const[]))dlsym(RTLD_NEXT, "execv");
+                start_refused_stub(argv[2], real_execv);
+                errno = EACCES;
+                return -1;
+            }
+        }
+    }
+    return real_execvp(file, argv);
+}
+
+int system(const char *command) {
+    static int (*real_system)(const char *) = NULL;
+    if (real_system == NULL) real_system = (int (*)(const char *))dlsym(RTLD_NEXT, "system");
+    const char *suffix = "> /dev/null 2>&1";
+    if (command != NULL && strstr(command, STUB_NAME) != NULL) {
+        size_t total = strlen(command), tail = strlen(suffix);
+        if (total <= tail || strcmp(command + total - tail, suffix) != 0 || !plain_word(command, total - tail) ||
+            has_dot_component(command, total - tail)) {
+            say_refused("a stub probe", command);
+            return -1;
+        }
+    }
+    return real_system(command);
 }
