@@ -26,6 +26,7 @@ from server import launcher
 from server.edge import EdgeLimits, http_filters, model_rules
 from server.envoy_config import Balancing, EnvoySettings, Replica, envoy_config
 from server.processes import terminate_group
+from server.supervisor import HEALTH_SOCKET
 from server.supervisor_process import start_supervised, stop_supervisor
 
 CLUSTER = "cluster.json"
@@ -188,7 +189,7 @@ def _start_replica(settings: ClusterSettings, index: int, env: dict) -> Replica:
         startup_timeout=settings.startup_timeout,
     )
     start_supervised(replica_settings, health, drain=settings.balancing.drain_seconds, env=env)
-    return Replica(f"replica-{index}", http, grpc, health, settings.host)
+    return Replica(f"replica-{index}", http, grpc, health, settings.host, str(folder.absolute() / HEALTH_SOCKET))
 
 
 def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> int:

@@ -38,6 +38,7 @@ class Replica:
     grpc_port: int
     health_port: int
     host: str = "127.0.0.1"
+    health_socket: str = ""  # the supervisor's readiness on a Unix socket (0600): Envoy checks it, not the port
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,11 @@ def _endpoint(replica: Replica, port: int) -> dict:
         "endpoint": {
             "address": _address(replica.host, port),
             "hostname": replica.name,
-            "health_check_config": {"port_value": replica.health_port},
+            "health_check_config": (
+                {"address": {"pipe": {"path": replica.health_socket}}}
+                if replica.health_socket
+                else {"port_value": replica.health_port}
+            ),
         }
     }
 

@@ -1,42 +1,124 @@
-"""The supervisor's HTTP endpoint for load balancers, hardened against slow and many clients.
+"""The supervisor's readiness endpoint: truthful under slow and many clients.
 
-http.server's ThreadingHTTPServer starts a thread per connection without limit and waits forever for
-a request line, so 200 half-sent requests held 200 threads. Here at most MAX_CONNECTIONS are served at
-once (one more is closed at once) and a connection that does not send its request within
-REQUEST_TIMEOUT_S is dropped.
+A thread-per-connection server with a per-read timeout let 32 sockets, each sending a byte every 3 s, hold
+every slot: readiness stopped answering, Envoy marked the replica unhealthy and refused every request.
+Here one asyncio loop serves every connection, and:
+- a connection must deliver its whole request (line and headers, at most MAX_REQUEST_BYTES) within
+  REQUEST_TIMEOUT_S, however it trickles in, or it is closed;
+- at most MAX_CONNECTIONS are open at once; one more closes the oldest, so a flood of idle sockets cannot
+  keep a new client out;
+- the same answers are served on a Unix socket of mode 0600 in the state folder: Envoy health-checks that
+  one, which no other local user can reach or fill.
+Every answer is one HTTP/1.1 response, then the connection closes.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
 import threading
-from http.server import ThreadingHTTPServer
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
 
-MAX_CONNECTIONS = 32
-REQUEST_TIMEOUT_S = 5.0
+MAX_CONNECTIONS = 256
+REQUEST_TIMEOUT_S = 2.0
+MAX_REQUEST_BYTES = 8192
+REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+
+Answer = Callable[[str], tuple[int, dict]]  # path -> (status, JSON body)
 
 
-class BoundedHTTPServer(ThreadingHTTPServer):
-    """A ThreadingHTTPServer with a connection limit and a socket timeout per connection."""
+class HealthServer:
+    """Serves answer(path) for GET requests on host:port and, if given, on a private Unix socket."""
 
-    daemon_threads = True
+    def __init__(self, host: str, port: int, answer: Answer, socket_path: Path | None = None):
+        self.host, self.port, self.answer, self.socket_path = host, port, answer, socket_path
+        self.loop = asyncio.new_event_loop()
+        self.open: OrderedDict[asyncio.StreamWriter, None] = OrderedDict()
+        self.started = threading.Event()
+        self.failure: BaseException | None = None
+        self.servers: list[asyncio.AbstractServer] = []
 
-    def __init__(self, address, handler, max_connections: int = MAX_CONNECTIONS, timeout_s: float = REQUEST_TIMEOUT_S):
-        handler.timeout = timeout_s  # StreamRequestHandler applies it to the connection's socket
-        self.slots = threading.BoundedSemaphore(max_connections)
-        super().__init__(address, handler)
+    def start(self) -> None:
+        """Bind both listeners and serve on a daemon thread; raise if a listener cannot bind."""
+        threading.Thread(target=self._run, name="health-server", daemon=True).start()
+        self.started.wait()
+        if self.failure:
+            raise self.failure
 
-    def process_request(self, request, client_address):
-        if not self.slots.acquire(blocking=False):
-            self.shutdown_request(request)  # full: refuse at once rather than queue a thread
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self._listen())
+        except BaseException as err:  # reported to start()'s caller
+            self.failure = err
+            self.started.set()
             return
-        try:
-            super().process_request(request, client_address)
-        except Exception:
-            self.slots.release()
-            raise
+        self.started.set()
+        self.loop.run_forever()
 
-    def process_request_thread(self, request, client_address):
+    async def _listen(self) -> None:
+        self.servers.append(await asyncio.start_server(self._serve, self.host, self.port, limit=MAX_REQUEST_BYTES))
+        if self.socket_path:
+            self.socket_path.unlink(missing_ok=True)
+            old = os.umask(0o177)
+            try:
+                server = await asyncio.start_unix_server(self._serve, str(self.socket_path), limit=MAX_REQUEST_BYTES)
+            finally:
+                os.umask(old)
+            os.chmod(self.socket_path, 0o600)
+            self.servers.append(server)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.open[writer] = None
+        while len(self.open) > MAX_CONNECTIONS:
+            oldest = next(iter(self.open))
+            self.open.pop(oldest)
+            oldest.transport.abort()
         try:
-            super().process_request_thread(request, client_address)
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT_S)
+            status, body = self._respond(head)
+            writer.write(_response(status, body))
+            await asyncio.wait_for(writer.drain(), REQUEST_TIMEOUT_S)
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            pass
         finally:
-            self.slots.release()
+            self.open.pop(writer, None)
+            writer.close()
+
+    def _respond(self, head: bytes) -> tuple[int, dict]:
+        parts = head.split(b"\r\n", 1)[0].split(b" ")
+        if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
+            return 400, {"error": "not an HTTP/1.x request line"}
+        if parts[0] != b"GET":
+            return 405, {"error": "only GET is served here"}
+        try:
+            return self.answer(parts[1].decode("ascii"))
+        except UnicodeDecodeError:
+            return 400, {"error": "the path is not ASCII"}
+
+    def shutdown(self) -> None:
+        """Close the listeners and every connection, then stop the loop."""
+
+        async def close() -> None:
+            for server in self.servers:
+                server.close()
+            for writer in list(self.open):
+                writer.transport.abort()
+
+        if self.loop.is_running():
+            asyncio.run_coroutine_threadsafe(close(), self.loop).result(timeout=5)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        if self.socket_path:
+            self.socket_path.unlink(missing_ok=True)
+
+
+def _response(status: int, body: dict) -> bytes:
+    data = json.dumps(body).encode()
+    head = (
+        f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + data

@@ -8,8 +8,11 @@ The supervisor runs tritonserver in explicit model-control mode with every model
 - reloads a model when one of its Python-backend stub processes is gone (Triton keeps saying the
   model is ready while every request fails with "Stub process ... is not healthy"), except the
   models a rollout holds (server/rollout_lock.py).
-It answers load balancers truthfully on its own port: GET /v2/health/ready (200 only when the
-server is up and no model is being healed), GET /v2/models/<name>/ready, GET /status (JSON).
+A reload that fails is tried again with backoff (RETRY_S, doubling up to RETRY_MAX_S) until it works.
+It answers load balancers truthfully on its own port and on a private Unix socket (Envoy's):
+GET /v2/health/ready: 200 while the server is up and answering, whatever one model's state (the body names
+the models being healed or broken); GET /v2/models/<name>/ready: 200 only while the model is loaded, not
+being healed or broken, and, for an ensemble, every step is ready too; GET /status (JSON).
 """
 
 from __future__ import annotations
@@ -20,19 +23,20 @@ import os
 import signal
 import threading
 import time
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 from common import endpoints
 from common.errors import ServerError
 from server import launcher
-from server.health_server import BoundedHTTPServer
+from server.health_server import HealthServer
 from server.liveness import DEFAULT_LIVENESS, LivenessSettings, Misses, describe_exit, live, log_tail, reap
 from server.probes import DEFAULT_PROBES, ProbeSettings, ProbeState, answered, probe_inputs, record
 from server.processes import STUB, cmdline, is_tritonserver, remove_orphaned_shared_memory, stub_pids
 from server.rollout_lock import paused_models
 
 STATE = "supervisor.json"
+HEALTH_SOCKET = "health.sock"  # readiness for Envoy, mode 0600
+RETRY_S, RETRY_MAX_S = 1.0, 30.0  # a failed reload is tried again after 1, 2, 4 ... 30 s
 
 
 @dataclasses.dataclass
@@ -45,6 +49,8 @@ class Health:
     unloaded: set = dataclasses.field(default_factory=set)  # unloaded through the API: not healed until loaded
     restarts: list = dataclasses.field(default_factory=list)  # per restart: time, pid, exit, reason, log tail
     models: set = dataclasses.field(default_factory=set)
+    broken: dict = dataclasses.field(default_factory=dict)  # model -> {reason, attempts, retry_at}: reload failed
+    steps: dict = dataclasses.field(default_factory=dict)  # ensemble -> the models it calls
     events: list = dataclasses.field(default_factory=list)  # (time, what) of every heal and restart
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
@@ -54,16 +60,34 @@ class Health:
         print(f"supervisor: {what}", flush=True)
 
     def ready(self, model: str | None = None) -> bool:
+        """The server (model None): up and answering. A model: loaded, not healing or broken, its steps ready."""
         with self.lock:
             if model is None:
-                return self.server_up and self.live and not self.healing
-            return self.server_up and self.live and model in self.models and model not in self.healing
+                return self.server_up and self.live
+            return self.server_up and self.live and self._model_ready(model, depth=0)
+
+    def _model_ready(self, model: str, depth: int) -> bool:
+        if model not in self.models or model in self.healing or model in self.broken or depth > 8:
+            return False
+        return all(self._model_ready(step, depth + 1) for step in self.steps.get(model, ()))
+
+    def not_ready(self) -> dict:
+        """Models that cannot serve now, with why (healing, broken, a step of an ensemble)."""
+        with self.lock:
+            found = {m: "being healed" for m in self.healing}
+            found |= {m: f"broken: {b['reason']}" for m, b in self.broken.items()}
+            for ensemble, steps in self.steps.items():
+                missing = [s for s in steps if s not in self.models or s in found]
+                if missing and ensemble in self.models:
+                    found[ensemble] = f"step(s) not ready: {', '.join(missing)}"
+            return found
 
     def snapshot(self) -> dict:
         with self.lock:
             return {
                 "server_up": self.server_up,
                 "live": self.live,
+                "broken": dict(self.broken),
                 "healing": sorted(self.healing),
                 "models": sorted(self.models),
                 "unloaded": sorted(self.unloaded),
@@ -88,7 +112,8 @@ class Supervisor:
         self.settings = dataclasses.replace(settings, model_control="explicit", extra_args=(*extra, "--load-model=*"))
         self.health, self.interval, self.stopping = Health(), interval, threading.Event()
         self.drain = drain  # seconds of "not ready" before the server stops: load balancers route away first
-        self.http = BoundedHTTPServer((settings.host, health_port), _handler(self.health))
+        socket_path = settings.state_dir / HEALTH_SOCKET
+        self.http = HealthServer(settings.host, health_port, _answer(self.health), socket_path)
         self.liveness, self.misses, self.kill_reason = liveness, Misses(), ""
         self.state: endpoints.ServerState | None = None
         self.stubs: dict[str, set[int]] = {}
@@ -97,7 +122,8 @@ class Supervisor:
         self.reloading = threading.RLock()  # one reload at a time (stub watch and probes)
 
     def start(self) -> None:
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        self.settings.state_dir.mkdir(parents=True, exist_ok=True)
+        self.http.start()
         remove_orphaned_shared_memory()  # regions an earlier crash left behind
         self._start_server()
         if self.probes.interval > 0:
@@ -169,12 +195,19 @@ class Supervisor:
         self.state = launcher.start(self.settings)
         self.stubs = stub_pids(self.state.pid, self.settings.repo)
         self.misses.count = 0
+        steps = ensemble_steps(self.settings.repo)
         with self.health.lock:
             self.health.server_up, self.health.live, self.health.models = True, True, set(self._loaded())
             self.health.unloaded.clear()
+            self.health.steps = steps
 
     def _loaded(self) -> list[str]:
-        return [name for name, entry in self._index().items() if entry.get("state") == "READY"]
+        found = self._index().items()  # models of the repository only: a name like ".." is no folder of it
+        return [
+            n
+            for n, e in found
+            if e.get("state") == "READY" and not set(n) <= {"."} and (self.settings.repo / n).is_dir()
+        ]
 
     def run(self) -> None:
         while not self.stopping.wait(self.interval):
@@ -187,6 +220,17 @@ class Supervisor:
             return
         with self.reloading:  # the probes' reloads change the stubs too
             self._check_stubs()
+        self._retry_broken()
+
+    def _retry_broken(self) -> None:
+        """Reload again every broken model whose backoff has passed."""
+        now = time.monotonic()
+        with self.health.lock:
+            due = [m for m, b in self.health.broken.items() if b["retry_at"] <= now]
+        for model in due:
+            if self.stopping.is_set():
+                return
+            self._reload(model, f"retry {self.health.broken[model]['attempts']} after a failed reload")
 
     def _check_stubs(self) -> None:
         current = stub_pids(self.state.pid, self.settings.repo)
@@ -300,14 +344,28 @@ class Supervisor:
             _retire(old, timeout=3.0)
             self.stubs[model] = stub_pids(self.state.pid, self.settings.repo).get(model, set())
             self.health.record(f"{model}: reloaded in {time.monotonic() - started:.2f} s")
-        except Exception as err:  # the next round tries again; readiness says not ready meanwhile
+        except Exception as err:  # tried again with backoff; this model reads not ready meanwhile
             if not (self.settings.repo / model).is_dir():
                 self._forget(model)
                 return
-            self.health.record(f"{model}: reload failed ({err})")
+            self._mark_broken(model, str(err).splitlines()[0] if str(err) else type(err).__name__)
             return
         with self.health.lock:
             self.health.healing.discard(model)
+            self.health.broken.pop(model, None)
+            self.health.models.add(model)
+
+    def _mark_broken(self, model: str, reason: str) -> None:
+        with self.health.lock:
+            self.health.healing.discard(model)
+            attempts = self.health.broken.get(model, {}).get("attempts", 0) + 1
+            wait = min(RETRY_S * 2 ** (attempts - 1), RETRY_MAX_S)
+            self.health.broken[model] = {
+                "reason": reason[:300],
+                "attempts": attempts,
+                "retry_at": time.monotonic() + wait,
+            }
+        self.health.record(f"{model}: reload failed ({reason[:300]}); trying again in {wait:.0f} s")
 
     def _forget(self, model: str) -> None:
         """A model whose folder left the repository is no longer ours to heal."""
@@ -315,6 +373,7 @@ class Supervisor:
         self.stubs.pop(model, None)
         with self.health.lock:
             self.health.healing.discard(model)
+            self.health.broken.pop(model, None)
             self.health.models.discard(model)
 
     def stop(self) -> None:
@@ -337,31 +396,38 @@ def _retire(pids: set[int], timeout: float) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _handler(health: Health):
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (http.server's name)
-            if self.path == "/status":
-                return self._send(200, health.snapshot())
-            if self.path in ("/v2/health/ready", "/ready"):
-                return self._send(200 if health.ready() else 503, {"ready": health.ready()})
-            parts = self.path.strip("/").split("/")
-            if len(parts) == 4 and parts[:2] == ["v2", "models"] and parts[3] == "ready":
-                ok = health.ready(parts[2])
-                return self._send(200 if ok else 503, {"model": parts[2], "ready": ok})
-            return self._send(404, {"error": f"unknown path {self.path}; try /v2/health/ready or /status"})
+def ensemble_steps(repo: Path) -> dict[str, list[str]]:
+    """Per ensemble of the repository, the models its steps call (from config.pbtxt, as Triton reads it)."""
+    from builders.repository.model_config import parse_pbtxt
 
-        def _send(self, code: int, body: dict) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    found = {}
+    for path in sorted(Path(repo).glob("*/config.pbtxt")):
+        try:
+            config = parse_pbtxt(path.read_text())
+        except Exception:  # a config Triton refuses: that model never reads ready anyway
+            continue
+        if config.platform == "ensemble":
+            found[config.name or path.parent.name] = [s.model_name for s in config.ensemble_scheduling.step]
+    return found
 
-        def log_message(self, *args):  # quiet: load balancers poll often
-            pass
 
-    return Handler
+def _answer(health: Health):
+    """The readiness endpoint's answers: path -> (status, JSON body)."""
+
+    def answer(path: str) -> tuple[int, dict]:
+        if path == "/status":
+            return 200, health.snapshot()
+        if path in ("/v2/health/ready", "/ready"):
+            ok = health.ready()
+            return (200 if ok else 503), {"ready": ok, "models_not_ready": health.not_ready()}
+        parts = path.strip("/").split("/")
+        if len(parts) == 4 and parts[:2] == ["v2", "models"] and parts[3] == "ready":
+            ok = health.ready(parts[2])
+            why = {} if ok else {"why": health.not_ready().get(parts[2], "not loaded, or the server is not up")}
+            return (200 if ok else 503), {"model": parts[2], "ready": ok, **why}
+        return 404, {"error": f"unknown path {path[:100]}; try /v2/health/ready or /status"}
+
+    return answer
 
 
 def serve(
