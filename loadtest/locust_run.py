@@ -24,7 +24,7 @@ SLO_EXIT = 3
 class LocustRun:
     """One headless Locust run."""
 
-    models: tuple[tuple[str, int], ...]
+    models: tuple[tuple[str, int], ...]  # (model, weight); empty: every ready model of the server (load_test)
     protocol: str = "grpc"
     users: int = 4
     spawn_rate: float = 4
@@ -44,8 +44,10 @@ class LocustRun:
     def __post_init__(self):
         if self.shape not in ("constant", "step"):
             raise MeasurementError(f"shape {self.shape!r} unknown; expected 'constant' or 'step'")
-        if not self.models or self.users < 1 or self.run_time_s < 1:
-            raise MeasurementError("a Locust run needs at least one model, one user and one second")
+        if self.users < 1 or self.run_time_s < 1:
+            raise MeasurementError(
+                f"a Locust run needs at least one user and one second, got {self.users} and {self.run_time_s}"
+            )
 
 
 @dataclass(frozen=True)
@@ -160,7 +162,8 @@ def read_history(path: Path) -> list[dict]:
     if not path.exists():
         return []
     with open(path, newline="") as handle:
-        records = [r for r in csv.DictReader(handle) if r.get("Name") == "Aggregated"]
+        rows = csv.DictReader(handle)  # a row cut short (a run stopped while writing) is left out
+        records = [r for r in rows if r.get("Name") == "Aggregated" and str(r.get("Timestamp", "")).isdigit()]
     if not records:
         return []
     start = int(records[0]["Timestamp"])

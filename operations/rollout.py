@@ -55,12 +55,21 @@ class RolloutRequest:
     timeout: float = 300.0
 
 
+@dataclass(frozen=True)
+class Target:
+    """One tritonserver the rollout loads into: its own HTTP endpoint (not the edge) and its pid."""
+
+    name: str
+    ep: Endpoint
+    pid: int
+
+
 @dataclass
 class Plan:
-    """What preflight found: the build, the served model, and the endpoint."""
+    """What preflight found: the build, the served model, and every server that serves it."""
 
     req: RolloutRequest
-    ep: Endpoint
+    targets: list[Target]
     repo: Path
     build_dir: Path  # the build's newest version folder
     files: mv.ModelFiles  # the build's model-level files
@@ -68,8 +77,12 @@ class Plan:
     entry: dict  # the build's manifest entry
     serving: int  # the version serving now
     served_entry: dict
-    server_pid: int
     checks: dict = field(default_factory=dict)
+
+    @property
+    def ep(self) -> Endpoint:
+        """The first server's endpoint: where the canary is loaded and checked."""
+        return self.targets[0].ep
 
     @property
     def model_dir(self) -> Path:
@@ -111,9 +124,8 @@ def preflight(req: RolloutRequest) -> Plan:
     Raises:
         RolloutError: no such build or served model, the interface differs, or the build cannot run here.
     """
-    state = endpoints.read_state(req.state_dir)
-    repo = Path(state.repo)
-    ep = Endpoint("http", state.http_url, state.admin_headers("http"), repo)
+    targets = server_targets(req.state_dir)
+    repo = targets[0].ep.repo
     build_model_dir = req.source / req.model
     if not (build_model_dir / mv.CONFIG).exists():
         raise RolloutError(
@@ -127,11 +139,19 @@ def preflight(req: RolloutRequest) -> Plan:
     served_config = parse_pbtxt((repo / req.model / mv.CONFIG).read_text()) if (repo / req.model).is_dir() else None
     _check_compatible(req.model, config, served_config)
     _check_runnable(req, entry)
-    serving = _serving_version(ep, req.model)
+    serving = _serving_version(targets, req.model)
     served_entry = read_manifest(repo)["models"].get(req.model, {})
     files = mv.ModelFiles.read(build_model_dir)
     build_dir = mv.newest_version(build_model_dir)
-    return Plan(req, ep, repo, build_dir, files, config, entry, serving, served_entry, state.pid)
+    return Plan(req, targets, repo, build_dir, files, config, entry, serving, served_entry)
+
+
+def server_targets(state_dir: Path) -> list[Target]:
+    """Every tritonserver of the state folder: the replicas of `make cluster` or of `make serve` (behind
+    its edge), each on its own port, or the one server `--no-edge` started."""
+    folders = sorted(p.parent for p in state_dir.glob("replica-*/" + endpoints.STATE))
+    states = [(f.name, endpoints.read_state(f)) for f in folders] or [("server", endpoints.read_state(state_dir))]
+    return [Target(n, Endpoint("http", s.http_url, s.admin_headers("http"), Path(s.repo)), s.pid) for n, s in states]
 
 
 def _check_compatible(model: str, config, served) -> None:
@@ -178,11 +198,18 @@ def _check_runnable(req: RolloutRequest, entry: dict) -> None:
         raise RolloutError(problem)
 
 
-def _serving_version(ep: Endpoint, model: str) -> int:
-    ready = _ready_versions(ep, model)
-    if not ready:
-        raise RolloutError(f"{model} has no ready version on {ep.url}: check `make status` and the server log")
-    return max(ready)
+def _serving_version(targets: list[Target], model: str) -> int:
+    found = {}
+    for target in targets:
+        ready = _ready_versions(target.ep, model)
+        if not ready:
+            raise RolloutError(
+                f"{model} has no ready version on {target.name} ({target.ep.url}): check `make status` and its log"
+            )
+        found[target.name] = max(ready)
+    if len(set(found.values())) > 1:
+        raise RolloutError(f"{model}: the servers serve different versions {found}; restart them, then roll out")
+    return max(found.values())
 
 
 def _ready_versions(ep: Endpoint, model: str) -> list[int]:
@@ -214,13 +241,14 @@ def _unload(ep: Endpoint, model: str) -> None:
         step(f"unloading {model} failed ({err}); its folder is removed")
 
 
-def _checks(plan: Plan, model: str, version: str, accuracy: bool) -> dict:
+def _checks(plan: Plan, model: str, version: str, accuracy: bool, ep: Endpoint | None = None) -> dict:
     """Smoke request, and the accuracy gate where the build has labeled data whose input the model takes."""
+    ep = ep or plan.ep
     batch = min(2, plan.config.max_batch_size) if plan.config.max_batch_size else 0
-    results = smoke(plan.ep, model, version, plan.spec, batch)
+    results = smoke(ep, model, version, plan.spec, batch)
     data = labeled_data(plan.spec) if accuracy and plan.entry.get("accuracy") is not None else None
     if data is not None and _takes(plan.config, data):
-        measured = served_accuracy(plan.ep, model, version, data, plan.config.max_batch_size)
+        measured = served_accuracy(ep, model, version, data, plan.config.max_batch_size)
         serving = plan.served_entry.get("accuracy")
         results.update(accuracy_gate(measured, plan.entry["accuracy"], serving, plan.req.gate))
     else:
@@ -254,7 +282,7 @@ def _canary(plan: Plan, candidate: str) -> None:
     finally:
         _unload(plan.ep, candidate)
         mv.remove(folder)
-        _await(lambda: not _stale_stubs(plan, None), plan.req.timeout)
+        _await(lambda: not _stale_stubs(plan.targets[0], plan, None), plan.req.timeout)
 
 
 def _await(condition, timeout: float, settle: float = 1.0) -> bool:
@@ -289,14 +317,15 @@ def _promote(plan: Plan) -> int:
     step(f"{model}: rolling in the build as v{version} (v{plan.serving} serves until v{version} is ready)")
     mv.copy_in(plan.build_dir, plan.model_dir / str(version))
     plan.files.write(plan.model_dir)
-    try:
-        _load(plan.ep, model, plan.req.timeout)
-        checks = _checks(plan, model, str(version), accuracy=not plan.req.canary)
-        plan.checks = {**plan.checks, "after_promotion": checks} if plan.checks else checks
-    except CheckFailed as err:
-        _rollback(plan, version, before)
-        _refuse(plan, "rolled back", err)
-    _await_retired(plan, version)
+    for target in plan.targets:  # one server at a time: the others serve meanwhile
+        try:
+            _load(target.ep, model, plan.req.timeout)
+            checks = _checks(plan, model, str(version), accuracy=not plan.req.canary, ep=target.ep)
+            plan.checks = {**plan.checks, "after_promotion": checks} if plan.checks else checks
+        except CheckFailed as err:
+            _rollback(plan, version, before)
+            _refuse(plan, "rolled back", err)
+        _await_retired(plan, target, version)
     return version
 
 
@@ -310,34 +339,36 @@ def _rollback(plan: Plan, version: int, before: mv.ModelFiles) -> None:
     step(f"{plan.req.model}: v{version} failed; rolling back to v{plan.serving}")
     mv.remove(plan.model_dir / str(version))
     before.write(plan.model_dir)
-    try:
-        _load(plan.ep, plan.req.model, plan.req.timeout)
-    except CheckFailed as err:
-        raise RolloutError(
-            f"{plan.req.model}: rollback to v{plan.serving} failed too: {err}; "
-            "see the server log, then restart the server (make stop; make serve)"
-        ) from None
-    _await_retired(plan, plan.serving)
+    for target in plan.targets:  # a server still on the old version loads nothing new: a no-op for Triton
+        try:
+            _load(target.ep, plan.req.model, plan.req.timeout)
+        except CheckFailed as err:
+            raise RolloutError(
+                f"{plan.req.model}: rollback to v{plan.serving} failed too on {target.name}: {err}; "
+                "see the server log, then restart the server (make stop; make serve)"
+            ) from None
+        _await_retired(plan, target, plan.serving)
 
 
-def _await_retired(plan: Plan, version: int) -> None:
-    """Wait until `version` alone is ready and no stub of another version (or of the candidate) lives,
-    so that the supervisor sees the swap while the lock still holds."""
-    alone = lambda: not _stale_stubs(plan, version) and _ready_versions(plan.ep, plan.req.model) == [version]  # noqa: E731
+def _await_retired(plan: Plan, target: Target, version: int) -> None:
+    """Wait until `version` alone is ready on target and no stub of another version (or of the candidate)
+    lives, so that the supervisor sees the swap while the lock still holds."""
+    model = plan.req.model
+    alone = lambda: not _stale_stubs(target, plan, version) and _ready_versions(target.ep, model) == [version]  # noqa: E731
     if not _await(alone, plan.req.timeout):
         raise RolloutError(
-            f"{plan.req.model}: v{version} serves, but other versions were still loaded after "
+            f"{model}: v{version} serves on {target.name}, but other versions were still loaded after "
             f"{plan.req.timeout:.0f} s; see the server log"
         )
 
 
-def _stale_stubs(plan: Plan, version: int | None) -> list:
-    """Stubs of the candidate, and of the model's versions other than `version`."""
+def _stale_stubs(target: Target, plan: Plan, version: int | None) -> list:
+    """Stubs of the candidate, and of the model's versions other than `version`, on target."""
     from server.processes import stubs
 
     candidate, model = CANDIDATE.format(model=plan.req.model), plan.req.model
     other = (lambda v: v != str(version)) if version is not None else (lambda v: False)  # noqa: E731
-    return [s for s in stubs(plan.server_pid) if s[0] == candidate or (s[0] == model and other(s[1]))]
+    return [s for s in stubs(target.pid) if s[0] == candidate or (s[0] == model and other(s[1]))]
 
 
 def _recorded(plan: Plan, version: int) -> dict:

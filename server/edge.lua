@@ -461,7 +461,8 @@ local function check_load(handle)
   if text:find("[^ \t\r\n]") == nil then return nil end
   local request = read_json(text, "the load request")
   if kind(request) ~= "object" then return 400, "the load request is not a JSON object" end
-  local params = request.parameters or {}
+  local params = request.parameters
+  if params == nil then return nil end
   if kind(params) ~= "object" then return 400, "the load request's parameters are not an object" end
   for key, value in pairs(params) do
     if type(key) == "string" and key:sub(1, 5) == "file:" then

@@ -235,7 +235,9 @@ class Supervisor:
     def _check_stubs(self) -> None:
         current = stub_pids(self.state.pid, self.settings.repo)
         # A rollout swaps stubs on purpose; one more round after it ends takes a fresh snapshot.
-        paused, self.paused = self.paused, paused_models(self.settings.state_dir)
+        # the lock lies in the server's folder, or in the cluster's above it (make serve, make cluster)
+        held = paused_models(self.settings.state_dir) | paused_models(self.settings.state_dir.parent)
+        paused, self.paused = self.paused, held
         paused |= self.paused
         lost = {model: pids - current.get(model, set()) for model, pids in self.stubs.items() if model not in paused}
         lost = {model: gone for model, gone in lost.items() if gone}
