@@ -50,6 +50,12 @@ def cli():
     "(gRPC, metrics and readiness stay the server's own ports). Needs --supervise.",
 )
 @click.option("--max-request-mb", type=float, default=64.0, show_default=True, help="The edge's cap on a body.")
+@click.option(
+    "--internal-http-port",
+    type=int,
+    default=0,
+    help="tritonserver's own HTTP port behind the edge (default: a free one; listed in STATE_DIR/replica-0).",
+)
 @TLS_CERT
 @TLS_KEY
 @STATE_DIR
@@ -66,6 +72,7 @@ def start(
     health_port,
     edge,
     max_request_mb,
+    internal_http_port,
     tls_cert,
     tls_key,
     state_dir,
@@ -80,7 +87,7 @@ def start(
         repo, **ports, host=host, state_dir=state_dir, startup_timeout=timeout, model_control=model_control
     )
     if supervise and edge:
-        state = _start_behind_edge(settings, health_port, max_request_mb, _tls(tls_cert, tls_key))
+        state = _start_behind_edge(settings, health_port, max_request_mb, _tls(tls_cert, tls_key), internal_http_port)
     elif supervise:
         from server.supervisor_process import start_supervised
 
@@ -94,7 +101,7 @@ def start(
     click.echo(f"admin key (header '{'admin-key'}') in {state.admin_key_file}")
 
 
-def _start_behind_edge(settings, health_port: int, max_request_mb: float, tls=None):
+def _start_behind_edge(settings, health_port: int, max_request_mb: float, tls=None, internal_http_port: int = 0):
     """One supervised server whose HTTP port is Envoy's edge (server/edge.py); its state as clients see it."""
     from common.endpoints import read_state
     from server.cluster import ClusterSettings, start_cluster
@@ -114,6 +121,7 @@ def _start_behind_edge(settings, health_port: int, max_request_mb: float, tls=No
         single=True,
         health_port=health_port,
         tls=tls,
+        internal_http_port=internal_http_port,
     )
     start_cluster(cluster)
     state = read_state(settings.state_dir / "replica-0")

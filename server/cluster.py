@@ -54,6 +54,7 @@ class ClusterSettings:
     single: bool = False
     health_port: int = endpoints.HEALTH_PORT
     tls: tuple[str, str] | None = None  # (certificate chain, private key): Envoy's listeners speak TLS
+    internal_http_port: int = 0  # single: tritonserver's own HTTP port behind Envoy (0: a free one)
 
     def __post_init__(self):
         if self.replicas < 1:
@@ -70,9 +71,11 @@ class ClusterSettings:
     def replica_ports(self, index: int) -> list[int]:
         """http, grpc, metrics and readiness ports of replica index."""
         if self.single:
-            for label, port in (("grpc", self.grpc_port), ("metrics", self.admin_port), ("health", self.health_port)):
+            internal = self.internal_http_port or endpoints.free_ports(1)[0]
+            named = (("internal http", internal), ("grpc", self.grpc_port), ("metrics", self.admin_port))
+            for label, port in (*named, ("health", self.health_port)):
                 launcher.check_port_free(self.host, label, port)
-            return [endpoints.free_ports(1)[0], self.grpc_port, self.admin_port, self.health_port]
+            return [internal, self.grpc_port, self.admin_port, self.health_port]
         if not self.replica_base_port:
             return endpoints.free_ports(4)
         base = self.replica_base_port + 4 * index

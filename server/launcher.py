@@ -28,7 +28,7 @@ from common.errors import ServerError
 from common.private_dirs import kernel_cache_env
 from server.inprocess_build import build_inprocess, uses_inprocess
 from server.install import find_install, prepare_backends, server_environment
-from server.processes import is_tritonserver, remove_orphaned_shared_memory, terminate_group
+from server.processes import is_tritonserver, regions_of, remove_regions, terminate_group
 from server.secret_args import PLACEHOLDER, pass_secret
 
 CHILDREN: dict[int, subprocess.Popen] = {}  # servers started by this process, kept to read their exit status
@@ -321,9 +321,10 @@ def stop(state_dir: Path, timeout: float = 30.0) -> bool:
     except ServerError:
         return False
     running = is_tritonserver(state.pid)
+    regions = regions_of(state.pid) if running else set()  # its own regions: others' stay, even this user's
     if running:
         terminate_group(state.pid, timeout)
     CHILDREN.pop(state.pid, None)
     (state_dir / STATE).unlink(missing_ok=True)
-    remove_orphaned_shared_memory(min_age_s=0.0 if running else 5.0)
+    remove_regions(state_dir, regions)
     return running

@@ -9,6 +9,7 @@ described (code or signal) with the log's last lines, so a restart keeps its evi
 
 from __future__ import annotations
 
+import re
 import signal
 import urllib.request
 from dataclasses import dataclass
@@ -68,11 +69,33 @@ def reap(pid: int) -> int | None:
         return None
 
 
+FATAL = re.compile(r"terminate called|what\(\):|Signal \(\d+\) received|Segmentation fault|Aborted|out of memory")
+ERROR = re.compile(r"^E\d{4} ")
+HARMLESS = "CUDA driver version is insufficient"  # every ensemble on a host without a GPU
+FRAME = re.compile(r"^\s*\d+# ")  # a backtrace frame
+
+
+def crash_cause(path: Path, max_bytes: int = 256_000) -> list[str]:
+    """The lines of the last start's log that say why the server died (the exception, the error, the
+    signal; else its errors), without the backtrace that follows them: at most 6."""
+    lines = log_tail(path, lines=100_000, max_bytes=max_bytes)
+    found = [line for line in lines if FATAL.search(line)]
+    found = found or [line for line in lines if ERROR.match(line) and HARMLESS not in line]
+    return [line[:300] for line in found[-6:]]
+
+
 def log_tail(path: Path, lines: int = 12, max_bytes: int = 64_000) -> list[str]:
     """The last lines of a log file (empty if unreadable)."""
     try:
         with open(path, "rb") as handle:
             handle.seek(max(0, path.stat().st_size - max_bytes))
-            return handle.read().decode(errors="replace").splitlines()[-lines:]
+            text = handle.read().decode(errors="replace").splitlines()
+        return [line for line in text[text_start(text) :] if not FRAME.match(line)][-lines:]
     except OSError:
         return []
+
+
+def text_start(lines: list[str]) -> int:
+    """Index of the last server start's marker in a log's lines (0 if none)."""
+    marks = [i for i, line in enumerate(lines) if line.startswith("===== tritonserver starting")]
+    return marks[-1] if marks else 0

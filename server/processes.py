@@ -3,6 +3,7 @@ tritonserver started and their CPU time, ending a process group, shared memory n
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -133,35 +134,49 @@ def _mapped_shared_memory() -> set[str]:
     return names
 
 
-def orphaned_shared_memory(min_age_s: float = 5.0) -> list[Path]:
-    """Our uid's Python-backend regions that no process maps any more (left by a crashed or killed
-    server); regions younger than min_age_s are spared (a starting server may not have mapped them yet)."""
-    if not SHM_DIR.is_dir():
-        return []
-    mapped, now, uid = _mapped_shared_memory(), time.time(), os.getuid()
-    found = []
-    for path in SHM_DIR.iterdir():
+REGIONS = "shm_regions.json"  # in a server's state folder: the /dev/shm regions it was seen to use
+
+
+def regions_of(server_pid: int) -> set[str]:
+    """Python-backend regions mapped by server_pid or named on its stubs' command lines."""
+    names = set()
+    for pid in [server_pid, *(p for _, _, p in stubs(server_pid))]:
         try:
-            info = path.lstat()
+            text = Path(f"/proc/{pid}/maps").read_text()
         except OSError:
-            continue
-        if (
-            path.name.startswith(SHM_PREFIXES)
-            and info.st_uid == uid
-            and path.name not in mapped
-            and now - info.st_mtime >= min_age_s
-        ):
-            found.append(path)
-    return found
+            text = ""
+        names.update(line.split("/dev/shm/", 1)[1].split(" ")[0] for line in text.splitlines() if "/dev/shm/" in line)
+        names.update(a for a in cmdline(pid)[1:3] if a.startswith(SHM_PREFIXES))
+    return {n for n in names if n.startswith(SHM_PREFIXES) and "/" not in n}
 
 
-def remove_orphaned_shared_memory(min_age_s: float = 5.0) -> int:
-    """Remove what orphaned_shared_memory finds; return how many files went."""
-    removed = 0
-    for path in orphaned_shared_memory(min_age_s):
+def remember_regions(state_dir: Path, names: set[str]) -> set[str]:
+    """Add names to the state folder's record of its server's regions; return the whole record."""
+    known = recorded_regions(state_dir)
+    if names - known:
+        (state_dir / REGIONS).write_text(json.dumps(sorted(known | names)))
+    return known | names
+
+
+def recorded_regions(state_dir: Path) -> set[str]:
+    try:
+        return {n for n in json.loads((state_dir / REGIONS).read_text()) if isinstance(n, str)}
+    except (OSError, ValueError):
+        return set()
+
+
+def remove_regions(state_dir: Path, extra: set[str] = frozenset()) -> int:
+    """Remove this state folder's recorded regions (and extra) that no process maps any more; other
+    servers' regions, of this user too, are never touched. Returns how many files went."""
+    names, mapped, uid, removed = recorded_regions(state_dir) | set(extra), _mapped_shared_memory(), os.getuid(), 0
+    for name in sorted(names - mapped):
+        path = SHM_DIR / name
         try:
-            path.unlink()
-            removed += 1
+            if path.lstat().st_uid == uid and name.startswith(SHM_PREFIXES):
+                path.unlink()
+                removed += 1
         except OSError:
             pass
+    if not names & mapped:
+        (state_dir / REGIONS).unlink(missing_ok=True)
     return removed

@@ -29,9 +29,18 @@ from common import endpoints
 from common.errors import ServerError
 from server import launcher
 from server.health_server import HealthServer
-from server.liveness import DEFAULT_LIVENESS, LivenessSettings, Misses, describe_exit, live, log_tail, reap
+from server.liveness import (
+    DEFAULT_LIVENESS,
+    LivenessSettings,
+    Misses,
+    crash_cause,
+    describe_exit,
+    live,
+    log_tail,
+    reap,
+)
 from server.probes import DEFAULT_PROBES, ProbeSettings, ProbeState, answered, probe_inputs, record
-from server.processes import STUB, cmdline, is_tritonserver, remove_orphaned_shared_memory, stub_pids
+from server.processes import STUB, cmdline, is_tritonserver, regions_of, remember_regions, remove_regions, stub_pids
 from server.rollout_lock import paused_models
 
 STATE = "supervisor.json"
@@ -124,7 +133,7 @@ class Supervisor:
     def start(self) -> None:
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
         self.http.start()
-        remove_orphaned_shared_memory()  # regions an earlier crash left behind
+        remove_regions(self.settings.state_dir)  # regions an earlier crash of this server left behind
         self._start_server()
         if self.probes.interval > 0:
             threading.Thread(target=self._probe_loop, daemon=True).start()
@@ -220,6 +229,7 @@ class Supervisor:
             return
         with self.reloading:  # the probes' reloads change the stubs too
             self._check_stubs()
+        remember_regions(self.settings.state_dir, regions_of(self.state.pid))  # to clean up after a crash
         self._retry_broken()
 
     def _retry_broken(self) -> None:
@@ -295,15 +305,14 @@ class Supervisor:
     def _restart(self) -> None:
         with self.health.lock:
             self.health.server_up = False
+        dead_regions = remember_regions(self.settings.state_dir, set())
         self._record_exit()
         started = time.monotonic()
         while not self.stopping.is_set():
             try:
                 self._start_server()
                 self.health.record(f"tritonserver restarted in {time.monotonic() - started:.1f} s")
-                # the new server mapped its regions by now: what nobody maps (and is older than a second)
-                # was the dead server's
-                remove_orphaned_shared_memory(min_age_s=1.0)
+                remove_regions(self.settings.state_dir, dead_regions)  # the dead server's, now unmapped
                 return
             except ServerError as err:  # e.g. a port still held by the dying server: try again
                 self.health.record(f"restart failed ({str(err).splitlines()[0]}); retrying")
@@ -314,14 +323,13 @@ class Supervisor:
         old, reason = self.state, self.kill_reason or "exited on its own"
         self.kill_reason = ""
         exit_text = describe_exit(reap(old.pid))
-        tail = log_tail(Path(old.log))
+        tail, cause = log_tail(Path(old.log)), crash_cause(Path(old.log))
         with self.health.lock:
-            self.health.restarts.append(
-                {"time": round(time.time(), 3), "pid": old.pid, "exit": exit_text, "reason": reason, "log_tail": tail}
-            )
+            record = {"time": round(time.time(), 3), "pid": old.pid, "exit": exit_text, "reason": reason}
+            self.health.restarts.append({**record, "cause": cause, "log_tail": tail})
         self.health.record(
-            f"tritonserver (pid {old.pid}) is gone: {exit_text} ({reason}); restarting on the same "
-            "ports; its log ends:\n    " + "\n    ".join(tail)
+            f"tritonserver (pid {old.pid}) is gone: {exit_text} ({reason}); restarting on the same ports; "
+            f"cause in its log: {' | '.join(cause) or 'none found'}; its log ends:\n    " + "\n    ".join(tail)
         )
 
     def _reload(self, model: str, why: str) -> None:
