@@ -97,7 +97,7 @@ local function parse_string(text, pos, mode)
 end
 
 local function number_end(text, pos)
-  -- RFC 8259 number at pos: returns the position after it, or nil
+  -- RFC 8259 number at pos that a double holds (rapidjson refuses 1e400): the position after it, or nil
   local s, e = text:find("^-?%d+", pos)
   if not s then return nil end
   local first = text:byte(pos) == 45 and pos + 1 or pos
@@ -106,6 +106,7 @@ local function number_end(text, pos)
   if f then e = f elseif text:byte(e + 1) == 46 then return nil end
   local _, x = text:find("^[eE][-+]?%d+", e + 1)
   if x then e = x elseif text:find("^[eE]", e + 1) then return nil end
+  if (x or e - pos > 300) and math.abs(tonumber(text:sub(pos, e)) or math.huge) == math.huge then return nil end
   return e + 1
 end
 
@@ -529,7 +530,7 @@ end
 
 local function refuse(handle, status, why)
   local body = '{"error":"' .. why:gsub('[%c"\\]', " ") .. '"}'
-  handle:respond({[":status"] = tostring(status), ["content-type"] = "application/json"}, body)
+  handle:respond({[":status"] = tostring(status), ["content-type"] = "application/json", ["x-edge"] = "refused"}, body)
 end
 
 local function check(handle)

@@ -146,7 +146,7 @@ def regions_of(server_pid: int) -> set[str]:
         except OSError:
             text = ""
         names.update(line.split("/dev/shm/", 1)[1].split(" ")[0] for line in text.splitlines() if "/dev/shm/" in line)
-        names.update(a for a in cmdline(pid)[1:3] if a.startswith(SHM_PREFIXES))
+        names.update(a.decode(errors="replace") for a in cmdline(pid).split(b"\0")[1:3])
     return {n for n in names if n.startswith(SHM_PREFIXES) and "/" not in n}
 
 

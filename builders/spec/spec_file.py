@@ -104,8 +104,9 @@ class _Model:
         """A path relative to the spec file, kept inside its folder (symlinks inside it are fine)."""
         if not isinstance(value, str) or not value:
             raise self.fail(key, f"{value!r} is not a path", "give a path relative to the spec file")
-        joined = Path(os.path.normpath(self.folder.absolute() / value))
-        if not joined.is_relative_to(self.folder.absolute()):
+        folder = Path(os.path.normpath(self.folder.absolute()))  # a spec given as ../models/models.toml
+        joined = Path(os.path.normpath(folder / value))
+        if not joined.is_relative_to(folder):
             raise self.fail(
                 key,
                 f"{value!r} resolves outside the spec file's folder {self.folder}",

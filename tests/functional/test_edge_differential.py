@@ -1,0 +1,124 @@
+"""The edge reads a request exactly as tritonserver does: a differential test over generated requests.
+
+Every request goes through the edge (Envoy + server/edge.lua, echo_reading on) to a real tritonserver
+serving tests/fixtures/edge_echo (a model that answers with what Triton read of each input). For every
+body the edge passes and Triton serves, the names, datatypes and shapes Triton read must be those the edge
+checked; no request may take the server down (no 5xx, same pid). `make fuzz-edge` runs the same property
+longer, with random seeds, and writes docs/security/edge_fuzz.md.
+"""
+
+import http.client
+import json
+import os
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from common import endpoints
+from server.cluster import ClusterSettings, start_cluster, stop_cluster
+from server.edge import EdgeLimits
+from tests.edge_requests import infer_request
+
+pytestmark = pytest.mark.functional
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "edge_echo"
+EXAMPLES = int(os.environ.get("EDGE_FUZZ_EXAMPLES", "1500"))
+RANDOM = os.environ.get("EDGE_FUZZ_RANDOM") == "1"  # make fuzz-edge: new seeds each run
+OUTCOMES: Counter = Counter()
+SAMPLES: dict = {}  # outcome -> a few requests that had it (for the report)
+
+
+@pytest.fixture(scope="module")
+def echo_edge(tmp_path_factory):
+    root = tmp_path_factory.mktemp("edge_echo")
+    shutil.copytree(FIXTURE, root / "repo")
+    http_port, grpc_port, metrics_port, health_port = endpoints.free_ports(4)
+    cluster = ClusterSettings(
+        root / "repo",
+        1,
+        http_port,
+        grpc_port,
+        metrics_port,
+        state_dir=root / "state",
+        single=True,
+        health_port=health_port,
+        edge=EdgeLimits(echo_reading=True),
+    )
+    start_cluster(cluster)
+    yield cluster
+    stop_cluster(cluster.state_dir)
+
+
+class Edge:
+    """One keep-alive connection to the edge, opened again when a response closed it."""
+
+    def __init__(self, port: int):
+        self.port, self.conn = port, None
+
+    def send(self, request) -> tuple[int, dict, bytes]:
+        for attempt in range(2):
+            if self.conn is None:
+                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+            try:
+                self.conn.request("POST", request.path, body=request.body, headers=request.headers)
+                answer = self.conn.getresponse()
+                return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
+            except (http.client.HTTPException, ConnectionError):
+                self.conn.close()
+                self.conn = None
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+
+def edge_view(header: str) -> list[str]:
+    """'A:FP32:[1,2]:json 2;B:...' -> ['A:FP32:[1,2]', ...], sorted."""
+    return sorted(":".join(part.split(":")[:3]) for part in header.split(";") if part)
+
+
+def triton_view(body: bytes) -> list[str]:
+    outputs = json.loads(body)["outputs"]
+    return sorted(p for p in outputs[0]["data"][0].split(";") if p)
+
+
+def check(edge: Edge, request) -> str:
+    """Send request; assert the property; return the outcome's name."""
+    status, headers, body = edge.send(request)
+    assert status < 500, f"{status} {body[:300]!r} for {request.meant!r}: the server failed or went away"
+    if headers.get("x-edge") == "refused":
+        assert 400 <= status < 500 and b"error" in body
+        return "refused by the edge"
+    if status != 200:
+        return f"passed the edge, refused by Triton ({status})"
+    assert edge_view(headers.get("x-edge-read", "")) == triton_view(body), request.meant
+    return "served: Triton read what the edge checked"
+
+
+def test_triton_reads_what_the_edge_checked(echo_edge):
+    pid = endpoints.read_state(echo_edge.state_dir / "replica-0").pid
+    edge = Edge(echo_edge.http_port)
+
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=not RANDOM,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(infer_request())
+    def property_holds(request):
+        outcome = check(edge, request)
+        OUTCOMES[outcome] += 1
+        if len(SAMPLES.setdefault(outcome, [])) < 5:
+            SAMPLES[outcome].append(request.meant)
+
+    property_holds()
+    assert endpoints.read_state(echo_edge.state_dir / "replica-0").pid == pid, "tritonserver was restarted"
+    print(f"\nedge differential, {EXAMPLES} requests: {dict(OUTCOMES)}")
+    report = os.environ.get("EDGE_FUZZ_REPORT")
+    if report:
+        found = {"examples": EXAMPLES, "random": RANDOM, "outcomes": OUTCOMES, "samples": SAMPLES}
+        Path(report).write_text(json.dumps(found, indent=2))
+    assert OUTCOMES["served: Triton read what the edge checked"] > EXAMPLES // 10, OUTCOMES  # the test reaches Triton
