@@ -29,6 +29,27 @@ def _compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
 
 
+REFUSAL = """# Started by triton_shim in place of a model file it refused: the load fails at once with why.
+class TritonPythonModel:
+    def initialize(self, args):
+        raise RuntimeError("{why}")
+"""
+REFUSALS = {
+    "outside": "refused by the server's shim: the config names a model file outside the model's version folder, "
+    "or one whose path holds characters other than letters, digits and _ . / : = + -",
+    "missing": "the model file the config names does not exist in the model's version folder",
+}
+
+
+def write_refusal_models(folder: Path) -> None:
+    """folder/refused/<reason>/0/model.py: the models the shim starts instead of a refused or missing file
+    (tritonserver 2.51 waits forever for a stub that cannot start, so the shim never lets that happen)."""
+    for reason, why in REFUSALS.items():
+        target = folder / "refused" / reason / "0"
+        target.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (target / "model.py").write_text(REFUSAL.format(why=why))
+
+
 def build_library(force: bool = False) -> Path:
     """Compile triton_shim.c into .tools/triton_shim/ (idempotent: rebuilt when the source is newer).
 
@@ -36,6 +57,7 @@ def build_library(force: bool = False) -> Path:
         ServerError: no C compiler, or the compile failed.
     """
     if LIBRARY.exists() and not force and LIBRARY.stat().st_mtime >= SOURCE.stat().st_mtime:
+        write_refusal_models(TOOLS_DIR)
         return LIBRARY
     compiler = _compiler()
     if compiler is None:
@@ -55,6 +77,7 @@ def build_library(force: bool = False) -> Path:
     if done.returncode != 0:
         raise ServerError(f"compiling {SOURCE} failed:\n{done.stderr.strip()[-800:]}")
     partial.replace(LIBRARY)
+    write_refusal_models(TOOLS_DIR)
     return LIBRARY
 
 

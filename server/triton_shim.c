@@ -33,9 +33,10 @@
  * <repository>/<model>/<version>/<file>, no component empty, "." or "..", for a repository tritonserver was
  * started with (--model-repository). system() below holds the backend's stub probe to the same characters
  * and to paths without "..". Execution environments (EXECUTION_ENV_PATH, a "source ..." command) are refused.
- * A refused stub is not left unstarted (the backend would wait for it forever): the backend's own stub
- * starts, without a shell, with a model path that does not exist, so the load fails at once with
- * "Python model file not found in '/refused_by_triton_shim/...'" and nothing of the request runs.
+ * A refused stub is not left unstarted, nor started on a missing file: 2.51's backend then waits forever and
+ * the model's load never ends. The backend's own stub starts instead, without a shell, on a small model
+ * beside this library (refused/outside or refused/missing) whose initialize() raises why, so the load
+ * fails at once with that message and nothing of the request runs.
  *
  * Build: cc -shared -fPIC -O2 -o libtriton_shim.so triton_shim.c -ldl
  */
@@ -53,12 +54,14 @@
 #define STUB_NAME "triton_python_backend_stub"
 
 #define REFUSED_MODEL "/refused_by_triton_shim/0/model_file_outside_its_version_folder_or_not_plainly_named"
+#define REFUSAL_MODELS "refused" /* beside this library: refused/{outside,missing}/0/model.py (secret_args.py) */
 #define REGION_WORD " triton_python_backend_shm_region_"
 #define MAX_WORDS 16
 
 static char *repositories[MAX_REPOSITORIES];
 static int repository_count = 0;
 static char *backend_directory = NULL;
+static char shim_folder[4096] = "";
 #define MAX_SECRET 4096
 
 static char *read_secret(int fd) {
@@ -110,9 +113,19 @@ static void remember_repositories(int argc, char **argv) {
     }
 }
 
+static void remember_shim_folder(void) {
+    Dl_info info;
+    if (dladdr((void *)remember_shim_folder, &info) == 0 || info.dli_fname == NULL) return;
+    snprintf(shim_folder, sizeof shim_folder, "%s", info.dli_fname);
+    char *slash = strrchr(shim_folder, '/');
+    if (slash != NULL) *slash = '\0';
+    else shim_folder[0] = '\0';
+}
+
 __attribute__((constructor)) static void fill_in_secret(int argc, char **argv, char **envp) {
     (void)envp;
     remember_repositories(argc, argv);
+    remember_shim_folder();
     const char *fd_text = getenv("TRITON_SECRET_FD");
     unsetenv("LD_PRELOAD");
     if (fd_text == NULL) return;
@@ -189,6 +202,14 @@ static int model_file_allowed(const char *path, size_t length) {
     return 0;
 }
 
+/* the model path of " exec <stub> <model_path> ..." (a copy), or NULL */
+static char *model_path_of(const char *command) {
+    const char *stub = command + 6, *model = strchr(stub, ' ');
+    if (strncmp(command, " exec ", 6) != 0 || model == NULL) return NULL;
+    const char *end = strchr(model + 1, ' ');
+    return strndup(model + 1, end ? (size_t)(end - model - 1) : strlen(model + 1));
+}
+
 /* " exec <stub> <model_path> ...": 1 when bash may run it */
 static int stub_command_allowed(const char *command) {
     const char *prefix = " exec ";
@@ -209,15 +230,16 @@ static int stub_command_allowed(const char *command) {
 
 /* The backend's own stub, no shell, the Triton-made words of command after the model path, and a model
  * path that does not exist: the stub reports "Python model file not found" and the load fails at once. */
-static int start_refused_stub(const char *command, int (*real_execv)(const char *, char *const[])) {
+static int start_refused_stub(const char *command, const char *reason, int (*real_execv)(const char *, char *const[])) {
     const char *region = strstr(command, REGION_WORD);
     if (region == NULL || backend_directory == NULL) return -1;
-    char stub[4096];
+    char stub[4096], refusal[4200];
     snprintf(stub, sizeof stub, "%s/python/%s", backend_directory, STUB_NAME);
+    snprintf(refusal, sizeof refusal, "%s/%s/%s/0/model.py", shim_folder, REFUSAL_MODELS, reason);
     char *words = strdup(region + 1), *argv[MAX_WORDS + 3];
     int count = 0;
     argv[count++] = stub;
-    argv[count++] = REFUSED_MODEL;
+    argv[count++] = (shim_folder[0] && access(refusal, R_OK) == 0) ? refusal : REFUSED_MODEL;
     for (char *save = NULL, *word = strtok_r(words, " ", &save); word && count < MAX_WORDS; word = strtok_r(NULL, " ", &save))
         argv[count++] = word;
     if (count > 10) { /* a stub name with spaces: joined again, the last word is the runtime folder */
@@ -241,10 +263,18 @@ int execvp(const char *file, char *const argv[]) {
     if (real_execvp == NULL) real_execvp = (int (*)(const char *, char *const[]))dlsym(RTLD_NEXT, "execvp");
     if (strcmp(file, "bash") == 0 && argv[0] && argv[1] && strcmp(argv[1], "-c") == 0 && argv[2]) {
         if (strstr(argv[2], STUB_NAME) != NULL || strstr(argv[2], "source ") != NULL) {
+            const char *reason = NULL;
             if (argv[3] != NULL || !stub_command_allowed(argv[2])) {
                 say_refused("a Python-backend stub", argv[2]);
+                reason = "outside";
+            } else {
+                char *model = model_path_of(argv[2]);
+                if (model != NULL && access(model, R_OK) != 0) reason = "missing";
+                free(model);
+            }
+            if (reason != NULL) {
                 int (*real_execv)(const char *, char *const[]) = (int (*)(const char *, char *const[]))dlsym(RTLD_NEXT, "execv");
-                start_refused_stub(argv[2], real_execv);
+                start_refused_stub(argv[2], reason, real_execv);
                 errno = EACCES;
                 return -1;
             }
