@@ -6,6 +6,7 @@ KIND_CPU instances, where inductor compiles C++ kernels, so CI exercises all of 
 
 import dataclasses
 import json
+import os
 import shutil
 
 import numpy as np
@@ -115,3 +116,32 @@ def test_the_builder_cli_builds_compiled_engines_and_refuses_unknown_precisions_
     assert f"built {ENGINE}" in done.stdout
     assert (tmp_path / "repo" / ENGINE / "1" / "compile_cache.bin").stat().st_size > 0
     assert read_manifest(tmp_path / "repo")["models"][ENGINE]["compiled"]["device"] == "cpu"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to plant a folder as another local user (nobody)")
+def test_the_server_loads_kernels_from_its_own_folder_not_a_planted_tmp_one(compiled_repo, tmp_path):
+    """A local user who creates /tmp/torchinductor_<user> first (open to all) gets nothing written there."""
+    import getpass
+    import pwd
+    import tempfile
+    from pathlib import Path
+
+    spec, _, root, _ = compiled_repo
+    planted = Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}"
+    made = not planted.exists()
+    if made:
+        planted.mkdir()
+        nobody = pwd.getpwnam("nobody")
+        os.chown(planted, nobody.pw_uid, nobody.pw_gid)
+        os.chmod(planted, 0o777)
+    before = sorted(planted.rglob("*"))
+    try:
+        with launcher.running(root / "repo", tmp_path / "state") as state:
+            x = np.zeros((2, 1, 8, 8), np.float32)
+            assert infer(state.endpoint("grpc", root / "repo"), ENGINE, {"input": x}).outputs["logits"].shape == (2, 10)
+        cache = tmp_path / "state" / "kernel-cache"
+        assert (cache.stat().st_mode & 0o777) == 0o700 and any(cache.rglob("*.so")), "kernels not in the state folder"
+        assert sorted(planted.rglob("*")) == before, "the server wrote into the shared /tmp folder"
+    finally:
+        if made:
+            shutil.rmtree(planted, ignore_errors=True)

@@ -225,3 +225,131 @@ def test_make_serve_style_start_returns_with_output_captured(digits_build, tmp_p
         assert shared == [], "files or folders other users can read"  # umask 077 for the server and its logs
     finally:
         subprocess.run([sys.executable, "-m", "server", "stop", "--state-dir", str(tmp_path / "state")], timeout=120)
+
+
+DATA64 = ",".join(["0"] * 64)
+
+
+def _body(shape: str, name: str = "input") -> str:
+    return f'{{"inputs":[{{"name":"{name}",{shape},"datatype":"FP32","data":[{DATA64}]}}]}}'
+
+
+TWO_READINGS = {  # bodies two JSON parsers read differently: tritonserver died on the first two (SIGABRT)
+    "duplicate key": '{"inputs":[{"name":"input","shape":[1,1,8,2147483648],"datatype":"FP32","shape":[1,1,8,8],'
+    f'"data":[{DATA64}]}}]}}',
+    "escaped key": '{"inputs":[{"name":"input","sh\\u0061pe":[1,1,8,2147483648],"datatype":"FP32","shape":[1,1,8,8],'
+    f'"data":[{DATA64}]}}]}}',
+    "shape as a double": _body('"shape":[1,1,8,8.0]'),
+    "shape with an exponent": _body('"shape":[1,1,8,8e0]'),
+    "whitespace-padded data": '{"inputs":[{"name":"input","shape":[1,1,8,8],"datatype":"FP32","data":[0'
+    + " " * 200
+    + "]}]}",
+    "a number beyond a double": '{"inputs":[{"name":"input","shape":[1,1,8,8],"datatype":"FP32","data":[1e400'
+    + ",0" * 63
+    + "]}]}",
+    "an escaped NUL in a name": _body('"shape":[1,1,8,8]', name="inp\\u0000ut"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TWO_READINGS))
+def test_a_body_two_parsers_read_differently_is_refused(edged, case):
+    pid = _server_pid(edged)
+    status, body = _http(edged, "/v2/models/digits_cnn/infer", TWO_READINGS[case].encode())
+    assert status == 400, body
+    _still_serving(edged, pid)
+
+
+@pytest.mark.parametrize("length", ["0xa8", "1.68e2", "+168", "0168", " 168", "168,168"])
+def test_an_inference_header_length_in_another_spelling_is_refused(edged, length):
+    pid = _server_pid(edged)
+    header = json.dumps({"inputs": [{"name": "input", "shape": [1, 1, 8, 8], "datatype": "FP32"}]}).encode()
+    status, body = _http(edged, "/v2/models/digits_cnn/infer", header, {"Inference-Header-Content-Length": length})
+    assert status == 400 and "Inference-Header-Content-Length" in body, body
+    _still_serving(edged, pid)
+
+
+@pytest.mark.parametrize("path", ["/v2/models/digits_cnn/generate", "/v2/models/digits_cnn/generate_stream"])
+def test_paths_the_edge_does_not_check_are_refused(edged, path):
+    pid = _server_pid(edged)
+    status, body = _http(edged, path, b"[" * 200_000)
+    assert status == 404 and "not a path the edge serves" in body, body
+    _still_serving(edged, pid)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("DELETE", "/v2/models/digits_cnn", 405),
+        ("POST", "/v2/models/digits_cnn/config", 405),
+        ("GET", "/v2/models/%64igits_cnn/ready", 400),
+        ("POST", "/v2/repository/models/../load", 400),
+        ("GET", "/v2/repository/other/index", 404),
+        ("GET", "/v2/models/digits_cnn//ready", 404),
+    ],
+)
+def test_methods_and_path_variants_outside_the_allowlist_are_refused(edged, method, path, status):
+    conn = http.client.HTTPConnection("127.0.0.1", edged.http_port, timeout=30)
+    conn.request(method, path, body=b"{}")
+    answer = conn.getresponse()
+    assert answer.status == status and answer.getheader("x-edge") == "refused", answer.read()
+
+
+def test_parameter_and_array_bombs_are_refused_quickly(edged):
+    pid = _server_pid(edged)
+    params = "{" + ",".join(f'"p{i}":{i}' for i in range(77_000)) + "}"
+    inputs = f'[{{"name":"input","shape":[1,1,8,8],"datatype":"FP32","data":[{DATA64}]}}]'
+    status, body = _http(edged, "/v2/models/digits_cnn/infer", f'{{"parameters":{params},"inputs":{inputs}}}'.encode())
+    assert status == 400 and "more than 64 keys" in body, body
+    outputs = "[" + ",".join('{"name":"logits"}' for _ in range(100_000)) + "]"
+    status, body = _http(edged, "/v2/models/digits_cnn/infer", f'{{"inputs":{inputs},"outputs":{outputs}}}'.encode())
+    assert status == 400 and "more than 64 items" in body, body
+    _still_serving(edged, pid)
+
+
+def test_an_encoded_body_gets_415_with_a_readable_error(edged):
+    import gzip
+
+    body = gzip.compress(json.dumps({"inputs": CRASHERS["negative dim"]}).encode())
+    status, answer = _http(edged, "/v2/models/digits_cnn/infer", body, {"Content-Encoding": "gzip"})
+    assert status == 415 and "send the body uncompressed" in answer, answer
+
+
+@pytest.mark.parametrize("kb", [20, 59])
+def test_large_headers_get_431(edged, kb):
+    pid = _server_pid(edged)
+    status, _ = _http(edged, "/v2/health/ready", b"", {"X-Big": "a" * (kb * 1024)})
+    assert status == 431
+    _still_serving(edged, pid)
+
+
+def test_a_config_override_cannot_leave_the_model_folder(edged, tmp_path):
+    """At the edge (403), and on tritonserver's own port through the shim: the file outside never runs."""
+    state = endpoints.read_state(edged.state_dir / "replica-0")
+    key = {"admin-key": state.admin_headers()["admin-key"]}
+    marker = tmp_path / "ran"
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / "model.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    outside = "../" * 12 + str(tmp_path / "1" / "model.py").lstrip("/")
+    for filename, why in ((outside, "outside"), ("missing.py", "does not exist"), ("model.py; touch x", "outside")):
+        config = json.dumps({"name": "digits_cnn", "backend": "python", "default_model_filename": filename})
+        body = json.dumps({"parameters": {"config": config}}).encode()
+        if "/" in filename:
+            status, answer = _http(edged, "/v2/repository/models/digits_cnn/load", body, key)
+            assert status == 403 and "default_model_filename" in answer, answer
+        conn = http.client.HTTPConnection(state.host, state.http_port, timeout=60)  # straight to tritonserver
+        conn.request("POST", "/v2/repository/models/digits_cnn/load", body=body, headers=key)
+        direct = conn.getresponse()
+        text = direct.read().decode(errors="replace")
+        conn.close()
+        assert direct.status == 400 and why in text, text  # refused at once, with why
+    assert not marker.exists(), "the model file outside the repository ran"
+    _still_serving(edged, _server_pid(edged))  # the old version kept serving
+
+
+@pytest.mark.parametrize("key", ["backend", "parameters", "model_warmup", "runtime"])
+def test_a_config_override_cannot_name_code_or_files(edged, key):
+    state = endpoints.read_state(edged.state_dir / "replica-0")
+    config = json.dumps({"name": "digits_cnn", key: "x"})
+    body = json.dumps({"parameters": {"config": config}}).encode()
+    status, answer = _http(edged, "/v2/repository/models/digits_cnn/load", body, state.admin_headers())
+    assert status == 403 and key in answer, answer
