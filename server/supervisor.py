@@ -175,7 +175,7 @@ class Supervisor:
                 with self.health.lock:
                     if not self.health.server_up:
                         continue
-                    models = sorted(self.health.models - self.health.healing - self.paused)
+                    models = sorted(self.health.models - self.health.healing - self.paused - set(self.health.broken))
                 targets = [(m, inputs) for m in models if (inputs := self._probe_inputs(m))]
                 urls = [self.state.http_url] * len(targets)
                 results = pool.map(self._probe_one, urls, targets)
@@ -249,6 +249,8 @@ class Supervisor:
         held = paused_models(self.settings.state_dir) | paused_models(self.settings.state_dir.parent)
         paused, self.paused = self.paused, held
         paused |= self.paused
+        with self.health.lock:
+            paused |= set(self.health.broken)  # retried on their own schedule (_retry_broken)
         lost = {model: pids - current.get(model, set()) for model, pids in self.stubs.items() if model not in paused}
         lost = {model: gone for model, gone in lost.items() if gone}
         states = self._states(list(lost)) if lost else {}
@@ -366,6 +368,7 @@ class Supervisor:
             self.health.models.add(model)
 
     def _mark_broken(self, model: str, reason: str) -> None:
+        self.stubs[model] = set()
         with self.health.lock:
             self.health.healing.discard(model)
             attempts = self.health.broken.get(model, {}).get("attempts", 0) + 1

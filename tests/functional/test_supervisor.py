@@ -313,3 +313,48 @@ def test_the_readiness_port_bounds_its_connections(supervised):
         for sock in held:
             sock.close()
     _await(lambda: _health(health_port) == 200, 15)
+
+
+@pytest.mark.parametrize("supervised", [1], indirect=True)
+def test_a_failed_reload_is_retried_with_backoff_and_only_that_model_reads_not_ready(supervised):
+    settings, health_port = supervised
+    state = endpoints.read_state(settings.state_dir)
+    model_py = settings.repo / "digits_cnn" / "1" / "model.py"
+    good = model_py.read_text()
+    model_py.write_text('raise RuntimeError("broken on purpose by the test")\n' + good)
+    try:
+        os.kill(min(stub_pids(state.pid)["digits_cnn"]), signal.SIGKILL)
+        _await(lambda: "digits_cnn" in _status(health_port)["broken"], 60)
+        assert _health(health_port) == 200, "one broken model made the whole server read not ready"
+        assert _health(health_port, "/v2/models/digits_cnn/ready") == 503
+        with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/v2/health/ready", timeout=2) as answer:
+            assert "broken on purpose" in json.loads(answer.read())["models_not_ready"]["digits_cnn"]
+        _await(lambda: _status(health_port)["broken"].get("digits_cnn", {}).get("attempts", 0) >= 2, 30)  # retried
+    finally:
+        model_py.write_text(good)
+    _await(lambda: _health(health_port, "/v2/models/digits_cnn/ready") == 200, 60)  # healed by a later retry
+    assert "digits_cnn" not in _status(health_port)["broken"]
+    ep = endpoint_of(endpoints.read_state(settings.state_dir), settings.repo, "grpc")
+    assert infer(ep, "digits_cnn", {"input": np.zeros((1, 1, 8, 8), np.float32)}).outputs["logits"].shape == (1, 10)
+
+
+def test_slow_clients_cannot_hold_the_readiness_port(supervised):
+    """300 sockets each trickling a byte every 1.5 s: a new client is still answered at once, every round."""
+    import socket
+
+    _, health_port = supervised
+    held = [socket.create_connection(("127.0.0.1", health_port), timeout=5) for _ in range(300)]
+    try:
+        for _ in range(3):
+            for sock in held:
+                try:
+                    sock.send(b"G")
+                except OSError:  # closed by the server: its whole request took too long
+                    pass
+            started = time.monotonic()
+            assert _health(health_port) == 200
+            assert time.monotonic() - started < 1.0
+            time.sleep(1.5)
+    finally:
+        for sock in held:
+            sock.close()

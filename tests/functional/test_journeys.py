@@ -1,0 +1,117 @@
+"""Journeys: the README's commands as a user types them, through the edge, under load.
+
+Each journey runs `make` targets in a fresh state folder on free ports: build, serve (or cluster with 2
+replicas), infer over both protocols, perf, loadtest with and without MODEL, a rollout of a good build
+and of a build whose canary fails while Locust drives HTTP and gRPC through the edge, then stop. A rollout
+must cost no request: every Locust run ends with 0 failures.
+"""
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from builders.build import build_model
+from builders.repository.writer import ServingOptions
+from builders.request import BuildRequest
+from common import endpoints
+from tests.functional.test_rollout import _rotate_classes, _variant
+
+pytestmark = pytest.mark.functional
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def make(*args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        ["make", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+    if check:
+        assert done.returncode == 0, f"make {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+class Journey:
+    """Make variables of one journey: its repository, state folder and ports."""
+
+    def __init__(self, root: Path):
+        http, grpc, metrics, health = endpoints.free_ports(4)
+        self.root, self.repo, self.state = root, root / "repo", root / "state"
+        self.vars = [
+            f"REPO={self.repo}",
+            f"STATE_DIR={self.state}",
+            f"HTTP_PORT={http}",
+            f"GRPC_PORT={grpc}",
+            f"METRICS_PORT={metrics}",
+            f"HEALTH_PORT={health}",
+        ]
+
+    def make(self, target: str, *args: str, **kw) -> subprocess.CompletedProcess:
+        return make(target, *self.vars, *args, **kw)
+
+    def locust(self, protocol: str, seconds: int, out: str) -> subprocess.Popen:
+        """Locust on digits_cnn in the background (what `make loadtest` runs, for a set time)."""
+        command = [sys.executable, "-m", "loadtest", "locust", "--models", "digits_cnn", "--protocol", protocol]
+        command += ["--users", "2", "--run-time", str(seconds), "--state-dir", str(self.state)]
+        command += ["--out", str(self.root / out)]
+        return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.fixture(scope="module")
+def bad_build(digits_build, tmp_path_factory):
+    """A digits_cnn build that answers wrongly (its canary must fail)."""
+    spec, built, _ = digits_build
+    root = tmp_path_factory.mktemp("bad_build")
+    build_model(
+        BuildRequest(spec, "embedded", root, root.parent / "bad_work", ServingOptions()),
+        _variant(built, _rotate_classes),
+    )
+    return root
+
+
+def _rollouts_under_load(journey: Journey, bad_build: Path) -> None:
+    """A good build and a bad one rolled out while Locust drives HTTP and gRPC: 0 failed requests."""
+    journey.make("build-engines", "MODELS=digits_cnn", f"REPO={journey.root / 'next'}")
+    runs = [journey.locust(p, 45, f"rollout_{p}") for p in ("http", "grpc")]
+    time.sleep(6)
+    good = journey.make("rollout", "MODEL=digits_cnn", f"FROM={journey.root / 'next'}")
+    assert "serving (was v1)" in good.stdout, good.stdout
+    bad = journey.make("rollout", "MODEL=digits_cnn", f"FROM={bad_build}", check=False)
+    assert bad.returncode != 0 and "rejected" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
+    for run in runs:
+        output, _ = run.communicate(timeout=180)
+        assert run.returncode == 0, f"requests failed during the rollouts:\n{output[-3000:]}"
+        print(output.split("report:")[0][-700:])
+
+
+def test_serve_infer_perf_loadtest_rollout_stop(digits_build, bad_build, tmp_path):
+    journey = Journey(tmp_path)
+    journey.make("build-engines", "MODELS=digits_cnn")
+    try:
+        assert "edge: http" in journey.make("serve").stdout
+        for protocol in ("grpc", "http"):
+            assert "sample 0:" in journey.make("infer", "MODEL=digits_cnn", f"PROTOCOL={protocol}").stdout
+        perf = journey.make("perf", "MODELS=digits_cnn", "CONCURRENCY=1", "INTERVAL_MS=500")
+        assert "digits_cnn" in perf.stdout
+        assert "digits_cnn" in journey.make("loadtest").stdout  # no MODEL: the served models
+        assert "digits_cnn" in journey.make("loadtest", "MODEL=digits_cnn", "PROTOCOL=http").stdout
+        _rollouts_under_load(journey, bad_build)
+    finally:
+        journey.make("stop", check=False)
+    assert not (journey.state / "replica-0" / endpoints.STATE).exists()
+
+
+def test_a_cluster_of_two_replicas_rolls_out_under_load(digits_build, bad_build, tmp_path):
+    journey = Journey(tmp_path)
+    journey.make("build-engines", "MODELS=digits_cnn")
+    try:
+        assert "2 replicas" in journey.make("cluster", "REPLICAS=2").stdout
+        assert "sample 0:" in journey.make("infer", "MODEL=digits_cnn").stdout
+        _rollouts_under_load(journey, bad_build)
+        served = [endpoints.read_state(journey.state / f"replica-{i}") for i in range(2)]
+        for state in served:  # every replica serves the new version
+            with state.endpoint("http", journey.repo).client() as client:
+                assert client.is_model_ready("digits_cnn", "2")
+    finally:
+        journey.make("stop", check=False)

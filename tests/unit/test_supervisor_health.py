@@ -1,0 +1,42 @@
+"""What the supervisor's readiness says: the server is ready whatever one model's state; a model is ready only
+when loaded, not healing or broken, and, for an ensemble, when every step is ready."""
+
+from builders.repository.pipelines import write_image_pipelines
+from builders.spec import zoo
+from server.supervisor import Health, _answer, ensemble_steps
+
+
+def _health(**kw) -> Health:
+    health = Health(server_up=True, models={"a", "b", "pipe"}, steps={"pipe": ["a", "b"]})
+    for key, value in kw.items():
+        setattr(health, key, value)
+    return health
+
+
+def test_one_broken_model_leaves_the_server_and_the_others_ready():
+    health = _health(broken={"a": {"reason": "load failed", "attempts": 1, "retry_at": 0}})
+    assert health.ready() and health.ready("b")
+    assert not health.ready("a") and not health.ready("pipe")
+    status, body = _answer(health)("/v2/health/ready")
+    assert status == 200 and body["models_not_ready"]["a"] == "broken: load failed"
+    status, body = _answer(health)("/v2/models/pipe/ready")
+    assert status == 503 and "a" in body["why"]
+
+
+def test_an_ensemble_is_not_ready_while_a_step_is_unloaded():
+    health = _health(models={"b", "pipe"}, unloaded={"a"})
+    assert not health.ready("pipe") and health.ready("b")
+    assert _answer(health)("/v2/models/pipe/ready")[0] == 503
+
+
+def test_a_healing_model_reads_not_ready_and_a_down_server_reads_not_ready():
+    assert not _health(healing={"a"}).ready("a")
+    assert _answer(_health(server_up=False))("/v2/health/ready")[0] == 503
+
+
+def test_ensemble_steps_are_read_from_the_repository(tmp_path):
+    (tmp_path / "digits_cnn").mkdir()
+    (tmp_path / "digits_cnn" / "config.pbtxt").write_text('name: "digits_cnn"\n')  # the classifier it names
+    write_image_pipelines(tmp_path, zoo.get_spec("digits_cnn"), top_k=3)
+    steps = ensemble_steps(tmp_path)
+    assert steps["digits_cnn_pipeline"] == ["digits_cnn_preprocess", "digits_cnn", "digits_cnn_postprocess"]
