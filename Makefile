@@ -47,7 +47,7 @@ COMPOSE := docker compose --env-file docker/.env -f docker/compose.yaml
 ADMIN_KEY_FILE = $$($(PY) -c 'from server.launcher import admin_key; print(admin_key(__import__("pathlib").Path("$(STATE_DIR)")).resolve())')
 
 .PHONY: help install build-engines serve stop status infer perf loadtest test test-unit test-chaos lint demo clean \
-	rollout soak cluster monitor install-prometheus cluster-restart build-engines-docker serve-docker stop-docker perf-docker docker-lint bundle gpu-bench
+	rollout soak cluster monitor fuzz-edge install-prometheus cluster-restart build-engines-docker serve-docker stop-docker perf-docker docker-lint bundle gpu-bench
 
 help: ## List the targets and their variables
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-15s\033[0m %s\n", $$1, $$2}'
@@ -126,6 +126,11 @@ test-unit: install ## The fast tier for the edit-test loop: no server, no traini
 
 test-chaos: install ## The stub-kill recovery test under load (prints the failed-request count and the window)
 	$(PY) -m pytest tests/functional/test_supervisor.py -m chaos -s $(PYTEST_ARGS)
+
+FUZZ_EXAMPLES ?= 20000
+fuzz-edge: install ## The edge's differential test, longer and with new seeds: FUZZ_EXAMPLES requests; writes docs/security/edge_fuzz.md
+	EDGE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) EDGE_FUZZ_RANDOM=1 EDGE_FUZZ_REPORT=docs/security/edge_fuzz.md \
+		$(PY) -m pytest tests/functional/test_edge_differential.py -s -q $(PYTEST_ARGS)
 
 lint: install ## ruff check and format check
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .

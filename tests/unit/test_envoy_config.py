@@ -107,3 +107,25 @@ def test_cluster_state_is_a_typed_record_and_old_files_still_read():
     old = {k: v for k, v in state.to_dict().items() if k not in ("stats_port", "format_version")}
     assert ClusterState.from_dict(old).stats_port == 3  # before stats_port was recorded: Envoy's stats on admin_port
     assert ClusterState.from_dict({}).replicas == []  # a start cut short before the first replica can be stopped
+
+
+def test_headers_and_connections_are_bounded(tmp_path):
+    settings = EnvoySettings(
+        REPLICAS, 8000, 8001, 8002, "/tmp/t/envoy-admin.sock", max_header_kb=16, max_connections=1024
+    )
+    config = envoy_config(settings)
+    monitor = config["overload_manager"]["resource_monitors"][0]
+    assert monitor["typed_config"]["max_active_downstream_connections"] == 1024
+    managers = [
+        item["filter_chains"][0]["filters"][0]["typed_config"] for item in config["static_resources"]["listeners"]
+    ]
+    assert all(m.get("max_request_headers_kb") == 16 for m in managers if m["stat_prefix"].startswith("triton"))
+    done = _validate(config, tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_envoy_health_checks_a_private_socket_when_given():
+    replica = Replica("replica-0", 9100, 9101, 9103, health_socket="/tmp/t/replica-0/health.sock")
+    cluster = envoy_config(EnvoySettings((replica,), 8000, 8001, 0, "/tmp/t/a.sock"))["static_resources"]["clusters"][0]
+    endpoint = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+    assert endpoint["health_check_config"] == {"address": {"pipe": {"path": "/tmp/t/replica-0/health.sock"}}}

@@ -65,3 +65,24 @@ def test_numpy_2_is_refused_only_for_models_that_answer_with_numpy_arrays(tmp_pa
     assert "numpy 2.5.2" in message and "numpy==1.26.4" in message and "so onnx would answer wrongly" in message
     (tmp_path / "onnx" / "config.pbtxt").unlink()
     assert numpy_problem(tmp_path, "2.5.2") is None  # torch-runtime variants only
+
+
+def test_the_internal_http_port_behind_the_edge_can_be_chosen(tmp_path):
+    from server.cluster import ClusterSettings
+
+    internal, grpc, metrics, health = endpoints.free_ports(4)
+    settings = ClusterSettings(
+        tmp_path, 1, 1, grpc, metrics, single=True, health_port=health, internal_http_port=internal
+    )
+    assert settings.replica_ports(0) == [internal, grpc, metrics, health]
+
+
+def test_a_crash_cause_is_read_without_the_backtrace(tmp_path):
+    from server.liveness import crash_cause, log_tail
+
+    log = tmp_path / "tritonserver.log"
+    lines = ["===== tritonserver starting 1 =====", "I ok", "terminate called after throwing 'std::bad_alloc'"]
+    lines += ["  what():  std::bad_alloc", "Signal (6) received.", *(f" {i}# frame in libc" for i in range(20))]
+    log.write_text("\n".join(lines) + "\n")
+    assert crash_cause(log) == lines[2:5]
+    assert not any("# frame" in line for line in log_tail(log))

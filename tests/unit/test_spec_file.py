@@ -94,3 +94,13 @@ def test_not_toml_and_no_models_are_refused(tmp_path):
 def test_the_example_spec_file_of_the_readme_loads():
     (user,) = spec_file.load(Path(__file__).parents[2] / "examples" / "models.toml")
     assert user.spec.name == "mobilenet_v3_small" and user.spec.builder_args["factory"].startswith("torchvision")
+
+
+def test_a_spec_given_through_a_parent_folder_keeps_its_path_fields(package, tmp_path, monkeypatch):
+    """`make build-engines SPEC=../models/models.toml`: path fields resolve in the spec's folder."""
+    shutil.copytree(package, tmp_path / "models")
+    (tmp_path / "models" / "models.toml").write_text(ACME)
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    (user,) = spec_file.load(Path("../models/models.toml"))
+    assert user.spec.name
