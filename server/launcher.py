@@ -25,11 +25,11 @@ from common.endpoints import (
     write_state,
 )
 from common.errors import ServerError
-from common.private_dirs import kernel_cache_env
 from server.inprocess_build import build_inprocess, uses_inprocess
 from server.install import find_install, prepare_backends, server_environment
-from server.processes import is_tritonserver, regions_of, remove_regions, terminate_group
+from server.processes import is_tritonserver, regions_of, remember_regions, remove_regions, terminate_group
 from server.secret_args import PLACEHOLDER, pass_secret
+from triton_models.private_dirs import UnsafeFolderError, kernel_cache_env
 
 CHILDREN: dict[int, subprocess.Popen] = {}  # servers started by this process, kept to read their exit status
 RESTRICTED = ("model-repository", "shared-memory", "statistics", "trace", "logging")
@@ -130,7 +130,10 @@ def start(settings: ServerSettings) -> ServerState:
     command = server_command(settings, install.binary, backends, PLACEHOLDER)  # the key goes through a pipe
     command += [f"--cache-directory={install.caches}", f"--cache-config=local,size={CACHE_BYTES}"]
     log = settings.state_dir / "tritonserver.log"
-    env = {**server_environment(install), **kernel_cache_env(settings.state_dir)}  # kernels: never /tmp's
+    try:
+        env = {**server_environment(install), **kernel_cache_env(settings.state_dir)}  # kernels: never /tmp's
+    except UnsafeFolderError as err:
+        raise ServerError(str(err)) from None
     env, secret_fd = pass_secret(env, key_file.read_text().strip())
     try:
         with open(log, "a") as handle:  # appended, never truncated: a crash's evidence survives the restart
@@ -165,6 +168,7 @@ def start(settings: ServerSettings) -> ServerState:
     except BaseException:
         stop(settings.state_dir)
         raise
+    remember_regions(settings.state_dir, regions_of(state.pid))  # what a crash would leave behind
     return state
 
 

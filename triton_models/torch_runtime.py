@@ -293,7 +293,7 @@ def compiled(module, cache: bytes | None = None):
         cache: portable compile artifacts (torch.compiler.save_cache_artifacts at build time),
             loaded first so that compiling reuses the build's kernels instead of starting over.
     """
-    from common.private_dirs import use_private_kernel_cache
+    from triton_models.private_dirs import use_private_kernel_cache
 
     use_private_kernel_cache()  # the server gives its own; elsewhere ~/.cache/triton-serving, never /tmp's default
     if cache:

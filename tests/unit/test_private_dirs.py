@@ -5,7 +5,7 @@ import pwd
 
 import pytest
 
-from common.private_dirs import UnsafeFolderError, kernel_cache_env, private_dir, use_private_kernel_cache
+from triton_models.private_dirs import UnsafeFolderError, kernel_cache_env, private_dir, use_private_kernel_cache
 
 
 def test_a_new_folder_is_created_private(tmp_path):

@@ -13,13 +13,12 @@ import os
 import stat
 from pathlib import Path
 
-from common.errors import ToolError
-
 KERNEL_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
 
-class UnsafeFolderError(ToolError):
-    """A folder we would load code from is not ours alone."""
+class UnsafeFolderError(RuntimeError):
+    """A folder we would load code from is not ours alone (inside tritonserver: no project imports here;
+    the launcher turns it into a ServerError)."""
 
 
 def check_private(path: Path) -> Path:
