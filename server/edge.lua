@@ -561,8 +561,9 @@ function envoy_on_request(handle)
   if status then refuse(handle, status, why) end
 end
 
-function envoy_on_response(handle)
-  if not CONFIG.echo_reading then return end
+-- Tests only: the edge's reading as a response header (server/edge.py defines envoy_on_response as this
+-- when echo_reading is set; otherwise Envoy runs no Lua on responses at all).
+function edge_echo_reading(handle)
   local read = handle:streamInfo():dynamicMetadata():get("edge")
   if read and read.read then handle:headers():add("x-edge-read", read.read) end
 end

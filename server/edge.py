@@ -117,7 +117,8 @@ def lua_code(rules: dict[str, ModelRules], limits: EdgeLimits) -> str:
         "refused_override_keys": list(REFUSED_OVERRIDE_KEYS),
         "echo_reading": limits.echo_reading,
     }
-    return LUA_SOURCE.read_text() + "\nCONFIG = " + lua_literal(config) + "\n"
+    echo = "envoy_on_response = edge_echo_reading\n" if limits.echo_reading else ""
+    return LUA_SOURCE.read_text() + "\nCONFIG = " + lua_literal(config) + "\n" + echo
 
 
 def http_filters(rules: dict[str, ModelRules], limits: EdgeLimits) -> list[dict]:
