@@ -138,6 +138,7 @@ class Supervisor:
         if self.probes.interval > 0:
             threading.Thread(target=self._probe_loop, daemon=True).start()
         threading.Thread(target=self._liveness_loop, daemon=True).start()
+        threading.Thread(target=self._retry_loop, daemon=True).start()
 
     def _liveness_loop(self) -> None:
         """Every liveness.interval: is the server answering? Not ready after a miss, killed after several."""
@@ -227,10 +228,20 @@ class Supervisor:
         if not is_tritonserver(self.state.pid):
             self._restart()
             return
-        with self.reloading:  # the probes' reloads change the stubs too
-            self._check_stubs()
+        if self.reloading.acquire(blocking=False):  # a reload under way changes the stubs: look next round
+            try:
+                self._check_stubs()
+            finally:
+                self.reloading.release()
         remember_regions(self.settings.state_dir, regions_of(self.state.pid))  # to clean up after a crash
-        self._retry_broken()
+
+    def _retry_loop(self) -> None:
+        """Reload broken models on their backoff schedule, apart from the rounds (a reload may take minutes)."""
+        while not self.stopping.wait(self.interval):
+            with self.health.lock:
+                up = self.health.server_up
+            if up:
+                self._retry_broken()
 
     def _retry_broken(self) -> None:
         """Reload again every broken model whose backoff has passed."""
