@@ -69,3 +69,23 @@ def served(tmp_path_factory, digits_build):
     write_text_pipeline(repo, minilm, text.model_dir() / "tokenizer.json")
     with launcher.running(repo, root / "state") as state:
         yield Served(state, repo, models)
+
+
+def behind_edge(repo: Path, state_dir: Path, **edge):
+    """ClusterSettings of one supervised server behind the edge (what `make serve` starts), on free ports;
+    edge: EdgeLimits fields (echo_reading=True for the differential test)."""
+    from server.cluster import ClusterSettings
+    from server.edge import EdgeLimits
+
+    http_port, grpc_port, metrics_port, health_port = endpoints.free_ports(4)
+    return ClusterSettings(
+        repo,
+        1,
+        http_port,
+        grpc_port,
+        metrics_port,
+        state_dir=state_dir,
+        single=True,
+        health_port=health_port,
+        edge=EdgeLimits(**edge),
+    )

@@ -17,8 +17,8 @@ from builders.build import build_model
 from builders.request import BuildRequest
 from clients.infer import infer
 from common import endpoints
-from server.cluster import ADMIN_SOCKET, ClusterSettings, start_cluster, stop_cluster
-from tests.functional.conftest import endpoint_of
+from server.cluster import ADMIN_SOCKET, start_cluster, stop_cluster
+from tests.functional.conftest import behind_edge, endpoint_of
 
 pytestmark = pytest.mark.functional
 GOOD = np.zeros((1, 1, 8, 8), np.float32)
@@ -30,17 +30,7 @@ def edged(digits_build, tmp_path_factory):
     spec, built, _ = digits_build
     root = tmp_path_factory.mktemp("edged")
     build_model(BuildRequest(spec, "embedded", root / "repo", root / "work"), built)
-    http_port, grpc_port, metrics_port, health_port = endpoints.free_ports(4)
-    settings = ClusterSettings(
-        root / "repo",
-        1,
-        http_port,
-        grpc_port,
-        metrics_port,
-        state_dir=root / "state",
-        single=True,
-        health_port=health_port,
-    )
+    settings = behind_edge(root / "repo", root / "state")
     start_cluster(settings)
     yield settings
     stop_cluster(settings.state_dir)

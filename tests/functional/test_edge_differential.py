@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from common import endpoints
-from server.cluster import ClusterSettings, start_cluster, stop_cluster
-from server.edge import EdgeLimits
+from server.cluster import start_cluster, stop_cluster
 from tests.edge_requests import infer_request
+from tests.functional.conftest import behind_edge
 
 pytestmark = pytest.mark.functional
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "edge_echo"
@@ -34,18 +34,7 @@ SAMPLES: dict = {}  # outcome -> a few requests that had it (for the report)
 def echo_edge(tmp_path_factory):
     root = tmp_path_factory.mktemp("edge_echo")
     shutil.copytree(FIXTURE, root / "repo")
-    http_port, grpc_port, metrics_port, health_port = endpoints.free_ports(4)
-    cluster = ClusterSettings(
-        root / "repo",
-        1,
-        http_port,
-        grpc_port,
-        metrics_port,
-        state_dir=root / "state",
-        single=True,
-        health_port=health_port,
-        edge=EdgeLimits(echo_reading=True),
-    )
+    cluster = behind_edge(root / "repo", root / "state", echo_reading=True)
     start_cluster(cluster)
     yield cluster
     stop_cluster(cluster.state_dir)
