@@ -465,17 +465,14 @@ local function check_load(handle)
   local params = request.parameters
   if params == nil then return nil end
   if kind(params) ~= "object" then return 400, "the load request's parameters are not an object" end
-  for key, value in pairs(params) do
+  for key, _ in pairs(params) do -- files first, whatever the order pairs() walks in
     if type(key) == "string" and key:sub(1, 5) == "file:" then
       return 403, "a load cannot carry files (" .. key .. "): put the model in the repository and load it by name"
     end
-    if key == "config" then
-      if kind(value) ~= "string" then return 400, "the config override is not a string" end
-      local status, why = check_override(value)
-      if status then return status, why end
-    end
   end
-  return nil
+  if params.config == nil then return nil end
+  if kind(params.config) ~= "string" then return 400, "the config override is not a string" end
+  return check_override(params.config)
 end
 
 local function check_body(handle)
