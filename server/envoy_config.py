@@ -21,6 +21,7 @@ PREVIOUS_HOSTS = "type.googleapis.com/envoy.extensions.retry.host.previous_hosts
 ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
 ADMIN_SOCKET_MODE = 0o600
 STATS_PATH = "/stats/prometheus"
+HTTP_INFER = r"^/v2/models/[A-Za-z0-9_.-]+(/versions/[0-9]+)?/infer$"
 GRPC_INFER = ("/inference.GRPCInferenceService/ModelInfer", "/inference.GRPCInferenceService/ModelStreamInfer")
 HTTP_OPTIONS = "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 DOWNSTREAM_CONNECTIONS = (
@@ -162,9 +163,10 @@ def upstream(name: str, s: EnvoySettings, protocol: str) -> dict:
     return cluster
 
 
-def _retry_policy(b: Balancing, retry_on: str) -> dict:
+def _retry_policy(b: Balancing, retry_on: str, codes: tuple[int, ...] = ()) -> dict:
     return {
-        "retry_on": retry_on,
+        "retry_on": retry_on + (",retriable-status-codes" if codes else ""),
+        **({"retriable_status_codes": list(codes)} if codes else {}),
         "num_retries": b.retries,
         "retry_host_predicate": [
             {"name": "envoy.retry_host_predicates.previous_hosts", "typed_config": {"@type": PREVIOUS_HOSTS}}
@@ -173,17 +175,23 @@ def _retry_policy(b: Balancing, retry_on: str) -> dict:
     }
 
 
-def _route(cluster: str, b: Balancing, match: dict, retry_on: str) -> dict:
-    action = {"cluster": cluster, "timeout": _duration(b.request_timeout), "retry_policy": _retry_policy(b, retry_on)}
+def _route(cluster: str, b: Balancing, match: dict, retry_on: str, codes: tuple[int, ...] = ()) -> dict:
+    policy = _retry_policy(b, retry_on, codes)
+    action = {"cluster": cluster, "timeout": _duration(b.request_timeout), "retry_policy": policy}
     return {"match": match, "route": action}
 
 
 def routes(cluster: str, b: Balancing, protocol: str) -> list[dict]:
     """Every request to cluster, retried on another replica when it failed before a replica answered;
-    gRPC inference also on UNAVAILABLE (a replica going away), other gRPC calls not (a refused admin call)."""
+    gRPC inference also on UNAVAILABLE (a replica going away), other gRPC calls not (a refused admin call);
+    HTTP inference also on 404 (the model is being reloaded on that replica: its readiness stays up, since one
+    model must not take the others out; inference has no side effects)."""
     before_answer = "connect-failure,refused-stream,reset-before-request"
-    found = [_route(cluster, b, {"path": path}, before_answer + ",unavailable") for path in GRPC_INFER]
-    return (found if protocol == "grpc" else []) + [_route(cluster, b, {"prefix": "/"}, before_answer)]
+    if protocol == "grpc":
+        found = [_route(cluster, b, {"path": path}, before_answer + ",unavailable") for path in GRPC_INFER]
+    else:
+        found = [_route(cluster, b, {"safe_regex": {"regex": HTTP_INFER}}, before_answer, codes=(404,))]
+    return found + [_route(cluster, b, {"prefix": "/"}, before_answer)]
 
 
 def listener(name: str, s: EnvoySettings, port: int, cluster: str, protocol: str) -> dict:

@@ -129,3 +129,11 @@ def test_envoy_health_checks_a_private_socket_when_given():
     cluster = envoy_config(EnvoySettings((replica,), 8000, 8001, 0, "/tmp/t/a.sock"))["static_resources"]["clusters"][0]
     endpoint = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
     assert endpoint["health_check_config"] == {"address": {"pipe": {"path": "/tmp/t/replica-0/health.sock"}}}
+
+
+def test_http_inference_is_retried_on_another_replica_while_its_model_reloads():
+    config = envoy_config(EnvoySettings(REPLICAS, 8000, 8001, 8002, "/tmp/t/envoy-admin.sock"))
+    http = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    first = http["route_config"]["virtual_hosts"][0]["routes"][0]
+    assert first["match"]["safe_regex"]["regex"].endswith("/infer$")
+    assert first["route"]["retry_policy"]["retriable_status_codes"] == [404]
