@@ -211,8 +211,11 @@ def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> in
         edge,
         grpc=not settings.single,
         tls=settings.tls,
-        max_header_kb=settings.edge.max_header_kb if settings.edge else 60,
-        max_connections=settings.edge.max_connections if settings.edge else 0,
+        **(
+            {"max_header_kb": settings.edge.max_header_kb, "max_connections": settings.edge.max_connections}
+            if settings.edge
+            else {}
+        ),
     )
     config = settings.state_dir / "envoy.json"
     config.write_text(json.dumps(envoy_config(envoy), indent=2))

@@ -110,13 +110,13 @@ local function number_end(text, pos)
   return e + 1
 end
 
-local LITERALS = {t = {"true", true}, f = {"false", false}, n = {"null", nil}}
+local LITERALS = {t = "true", f = "false", n = "null"}
 local DATA_WORDS = {"NaN", "Infinity", "-Infinity"} -- Triton reads these in tensor data (kParseNanAndInfFlag)
 
 local function scalar_end(text, pos, in_data)
   -- a number or literal at pos (strings are handled by the caller): its end, or a failure
   local literal = LITERALS[text:sub(pos, pos)]
-  if literal and text:sub(pos, pos + #literal[1] - 1) == literal[1] then return pos + #literal[1] end
+  if literal and text:sub(pos, pos + #literal - 1) == literal then return pos + #literal end
   local stop = number_end(text, pos)
   if stop then return stop end
   if in_data then

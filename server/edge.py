@@ -64,15 +64,10 @@ def model_rules(repo: Path) -> dict[str, ModelRules]:
     """Per model of the repository: its inputs and max_batch_size, from config.pbtxt."""
     from tritonclient.grpc import model_config_pb2
 
-    from builders.repository.model_config import parse_pbtxt
+    from builders.repository.model_config import repository_configs
 
     found = {}
-    for path in sorted(repo.glob("*/config.pbtxt")):
-        try:
-            config = parse_pbtxt(path.read_text())
-        except Exception:  # a config Triton will refuse anyway: the generic rules still hold for its name
-            continue
-        name = config.name or path.parent.name
+    for name, config in repository_configs(repo):
         inputs = {
             i.name: {
                 "datatype": model_config_pb2.DataType.Name(i.data_type).removeprefix("TYPE_"),

@@ -128,10 +128,13 @@ def _mapped_shared_memory() -> set[str]:
             text = maps.read_text()
         except OSError:  # gone, or another user's
             continue
-        names.update(
-            line.split("/dev/shm/", 1)[1].split(" (deleted)")[0] for line in text.splitlines() if "/dev/shm/" in line
-        )
+        names.update(_shm_names(text))
     return names
+
+
+def _shm_names(maps: str) -> set[str]:
+    """Names of the /dev/shm files in the text of a /proc/<pid>/maps."""
+    return {line.split("/dev/shm/", 1)[1].split(" (deleted)")[0] for line in maps.splitlines() if "/dev/shm/" in line}
 
 
 REGIONS = "shm_regions.json"  # in a server's state folder: the /dev/shm regions it was seen to use
@@ -145,7 +148,7 @@ def regions_of(server_pid: int) -> set[str]:
             text = Path(f"/proc/{pid}/maps").read_text()
         except OSError:
             text = ""
-        names.update(line.split("/dev/shm/", 1)[1].split(" ")[0] for line in text.splitlines() if "/dev/shm/" in line)
+        names.update(_shm_names(text))
         names.update(a.decode(errors="replace") for a in cmdline(pid).split(b"\0")[1:3])
     return {n for n in names if n.startswith(SHM_PREFIXES) and "/" not in n}
 

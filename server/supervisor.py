@@ -129,6 +129,7 @@ class Supervisor:
         self.paused: set[str] = set()  # models a rollout held in the last round
         self.probes, self.probed = probes, ProbeState()
         self.reloading = threading.RLock()  # one reload at a time (stub watch and probes)
+        self.recorded_stubs: frozenset[int] = frozenset()  # the stubs whose regions remember_regions holds
 
     def start(self) -> None:
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
@@ -233,7 +234,15 @@ class Supervisor:
                 self._check_stubs()
             finally:
                 self.reloading.release()
-        remember_regions(self.settings.state_dir, regions_of(self.state.pid))  # to clean up after a crash
+        self._record_regions()
+
+    def _record_regions(self) -> None:
+        """Record the server's shared-memory regions (to clean up after a crash) when its stubs changed:
+        regions come and go with stubs, so an unchanged set of stubs needs no look at /proc."""
+        seen = frozenset(pid for pids in self.stubs.values() for pid in pids)
+        if seen != self.recorded_stubs:
+            remember_regions(self.settings.state_dir, regions_of(self.state.pid))
+            self.recorded_stubs = seen
 
     def _retry_loop(self) -> None:
         """Reload broken models on their backoff schedule, apart from the rounds (a reload may take minutes)."""
@@ -251,7 +260,8 @@ class Supervisor:
         for model in due:
             if self.stopping.is_set():
                 return
-            self._reload(model, f"retry {self.health.broken[model]['attempts']} after a failed reload")
+            attempts = self.health.broken.get(model, {}).get("attempts", 0)
+            self._reload(model, f"retry {attempts} after a failed reload")
 
     def _check_stubs(self) -> None:
         current = stub_pids(self.state.pid, self.settings.repo)
@@ -422,17 +432,10 @@ def _retire(pids: set[int], timeout: float) -> None:
 
 def ensemble_steps(repo: Path) -> dict[str, list[str]]:
     """Per ensemble of the repository, the models its steps call (from config.pbtxt, as Triton reads it)."""
-    from builders.repository.model_config import parse_pbtxt
+    from builders.repository.model_config import repository_configs
 
-    found = {}
-    for path in sorted(Path(repo).glob("*/config.pbtxt")):
-        try:
-            config = parse_pbtxt(path.read_text())
-        except Exception:  # a config Triton refuses: that model never reads ready anyway
-            continue
-        if config.platform == "ensemble":
-            found[config.name or path.parent.name] = [s.model_name for s in config.ensemble_scheduling.step]
-    return found
+    steps = ((name, c.ensemble_scheduling.step) for name, c in repository_configs(repo) if c.platform == "ensemble")
+    return {name: [s.model_name for s in chosen] for name, chosen in steps}
 
 
 def _answer(health: Health):

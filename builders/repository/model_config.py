@@ -330,3 +330,18 @@ def from_dict(data: dict) -> ModelConfig:
         return ModelConfig(**data)
     except TypeError as err:
         raise ConfigError(f"model config is malformed: {err}") from err
+
+
+def repository_configs(repo) -> list[tuple[str, object]]:
+    """(model name, parsed config) of every model folder of a repository, in name order; a config that does
+    not parse is left out (Triton refuses that model anyway)."""
+    from pathlib import Path
+
+    found = []
+    for path in sorted(Path(repo).glob("*/config.pbtxt")):
+        try:
+            config = parse_pbtxt(path.read_text())
+        except ConfigError:
+            continue
+        found.append((config.name or path.parent.name, config))
+    return found
