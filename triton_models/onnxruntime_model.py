@@ -4,13 +4,19 @@ Copied into <repository>/<model>/<version>/model.py by the repository writer. Pa
 (config.pbtxt): artifact (file name in the version folder), intra_op_threads.
 Requests of one dynamic batch run as one ONNX Runtime call; if that call fails, each
 request runs alone, so a bad request gets its own error and the others still succeed.
+Sequence models (every input [-1], allow_ragged_batch): requests of different lengths arrive in one
+batch; their rows are grouped by length (triton_models/ragged.py) and each group runs at its own longest row.
 """
 
 import json
 import os
+import sys
 
-import numpy as np
-import triton_python_backend_utils as pb_utils
+# The backend stub's interpreter ignores PYTHONPATH; honour it so the project's packages import.
+sys.path[:0] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+
+import numpy as np  # noqa: E402
+import triton_python_backend_utils as pb_utils  # noqa: E402
 
 
 class TritonPythonModel:
@@ -26,9 +32,20 @@ class TritonPythonModel:
         self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         self.input_names = [i["name"] for i in config["input"]]
         self.output_names = [o["name"] for o in config["output"]]
+        self.ragged = all(i.get("allow_ragged_batch") and list(i["dims"]) == [-1] for i in config["input"])
+        if self.ragged:
+            from triton_models import ragged
+
+            self.grid = ragged.default_grid(4096, max(1, config.get("max_batch_size", 1)))
+            self.per_token = [-1 in o["dims"] for o in config["output"]]
+            self.mask = next((n for n in self.input_names if "mask" in n), "")
 
     def execute(self, requests):
         feeds = [self._feeds(r) for r in requests]
+        if self.ragged and len(feeds) > 1:
+            batched = self._run_ragged(feeds)
+            if batched is not None:
+                return batched
         batched = self._run_batched(feeds)
         if batched is not None:
             return batched
@@ -48,6 +65,18 @@ class TritonPythonModel:
             return None  # retried per request, so only the bad one fails
         bounds = np.cumsum([f[self.input_names[0]].shape[0] for f in feeds])[:-1]
         per_request = zip(*[np.split(o, bounds) for o in outputs])
+        return [self._response(parts) for parts in per_request]
+
+    def _run_ragged(self, feeds):
+        """Rows of every length, grouped by length; None (each request then runs alone) if that fails."""
+        from triton_models import ragged
+
+        try:
+            batch = ragged.RaggedBatch(feeds, self.input_names, self.mask)
+            run = lambda arrays: self.session.run(self.output_names, dict(zip(self.input_names, arrays)))  # noqa: E731
+            per_request = ragged.run_exact(batch, self.grid, run, self.per_token)
+        except Exception:
+            return None
         return [self._response(parts) for parts in per_request]
 
     def _run_one(self, feed):

@@ -1,8 +1,10 @@
 """Triton Python-backend model: the tokenize step of a text pipeline.
 
-Input TEXT (TYPE_STRING, one per sample); outputs input_ids and attention_mask (int64,
-padded to the longest text of the request). tokenizer.json sits in the version folder.
-Parameter: max_length. An empty or whitespace-only text gets INVALID_ARG naming this step.
+Input TEXT (TYPE_STRING, one per sample); outputs input_ids and attention_mask (int64, each request padded to
+its own longest text). The config batches requests dynamically: the texts of every request in a batch are
+decoded together (numpy, no loop per text) and tokenized in one Rust `encode_batch` call, which spreads the
+texts over the tokenizer's threads. tokenizer.json sits in the version folder. Parameter: max_length.
+An empty, whitespace-only or non-UTF-8 text gets INVALID_ARG for its request alone, naming this step.
 """
 
 import json
@@ -16,6 +18,7 @@ STEP = "tokenize"
 
 class TritonPythonModel:
     def initialize(self, args):
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
         from tokenizers import Tokenizer
 
         config = json.loads(args["model_config"])
@@ -26,27 +29,76 @@ class TritonPythonModel:
         self.tokenizer.enable_padding()
 
     def execute(self, requests):
-        return [self._respond(pb_utils.get_input_tensor_by_name(r, "TEXT").as_numpy()) for r in requests]
+        texts = [pb_utils.get_input_tensor_by_name(r, "TEXT").as_numpy().reshape(-1) for r in requests]
+        decoded, errors = decode_requests(texts)
+        good = [i for i, e in enumerate(errors) if e is None]
+        arrays = self._encode([decoded[i] for i in good])
+        responses = [None] * len(requests)
+        for i, error in enumerate(errors):
+            if error is not None:
+                err = pb_utils.TritonError(f"{STEP}: {error}", pb_utils.TritonError.INVALID_ARG)
+                responses[i] = pb_utils.InferenceResponse(output_tensors=[], error=err)
+        for i, (ids, mask) in zip(good, arrays):
+            tensors = [pb_utils.Tensor("input_ids", ids), pb_utils.Tensor("attention_mask", mask)]
+            responses[i] = pb_utils.InferenceResponse(output_tensors=tensors)
+        return responses
 
-    def _respond(self, texts):
-        try:
-            decoded = [self._text(i, t) for i, t in enumerate(texts.reshape(-1))]
-        except ValueError as err:
-            error = pb_utils.TritonError(f"{STEP}: {err}", pb_utils.TritonError.INVALID_ARG)
-            return pb_utils.InferenceResponse(output_tensors=[], error=error)
-        encodings = self.tokenizer.encode_batch(decoded)
+    def _encode(self, per_request: list) -> list:
+        """One encode_batch over every request's texts; each request's rows cut to its own longest text."""
+        if not per_request:
+            return []
+        encodings = self.tokenizer.encode_batch(np.concatenate(per_request).tolist())
         ids = np.array([e.ids for e in encodings], np.int64)
         mask = np.array([e.attention_mask for e in encodings], np.int64)
-        return pb_utils.InferenceResponse(
-            output_tensors=[pb_utils.Tensor("input_ids", ids), pb_utils.Tensor("attention_mask", mask)]
-        )
+        out, start = [], 0
+        for texts in per_request:
+            rows = slice(start, start + len(texts))
+            width = max(int(mask[rows].sum(axis=1).max()), 1)
+            out.append((np.ascontiguousarray(ids[rows, :width]), np.ascontiguousarray(mask[rows, :width])))
+            start += len(texts)
+        return out
 
-    @staticmethod
-    def _text(index, raw):
+
+def decode_requests(texts: list) -> tuple[list, list]:
+    """Per request, its texts as str (all requests decoded in one numpy call), or why the request is refused."""
+    try:
+        decoded = _decode(np.concatenate(texts) if texts else np.array([], object))
+    except ValueError:  # one request's text is bad: find which, the others go on
+        return _decode_each(texts)
+    out, start = [], 0
+    for t in texts:
+        out.append(decoded[start : start + len(t)])
+        start += len(t)
+    return out, [_empty(d) for d in out]
+
+
+def _decode_each(texts: list) -> tuple[list, list]:
+    decoded, errors = [], []
+    for t in texts:
         try:
-            text = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
-        except UnicodeDecodeError as err:
-            raise ValueError(f"text {index} is not valid UTF-8 ({err})") from None
-        if not text.strip():
-            raise ValueError(f"text {index} is empty or whitespace only")
-        return text
+            decoded.append(_decode(t))
+            errors.append(_empty(decoded[-1]))
+        except ValueError as err:
+            decoded.append(np.array([], str))
+            errors.append(str(err))
+    return decoded, errors
+
+
+def _decode(flat) -> np.ndarray:
+    """bytes (or str) array -> str array, in one numpy call."""
+    if len(flat) == 0:
+        return np.array([], str)
+    if flat.dtype.kind == "U" or not isinstance(flat[0], bytes):
+        return flat.astype(str)
+    try:
+        return np.char.decode(flat.astype(np.bytes_), "utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"a text is not valid UTF-8 ({err})") from None
+
+
+def _empty(texts: np.ndarray):
+    """Why a request's texts are refused (an empty or whitespace-only one), or None."""
+    if len(texts) == 0:
+        return "the request holds no text"
+    blank = np.flatnonzero(np.char.str_len(np.char.strip(texts)) == 0)
+    return f"text {blank[0]} is empty or whitespace only" if len(blank) else None

@@ -282,6 +282,31 @@ def _row_bytes(tensor: torch.Tensor) -> int:
     return tensor[0].numel() * tensor.element_size()
 
 
+def load_program(path) -> torch.nn.Module:
+    """A torch.export program as a module that runs on any device.
+
+    An export traced on the CPU may carry device assertions (aten._assert_tensor_metadata with device=cpu, from
+    `.to(dtype)` calls in transformers' code); dynamo refuses them once the module is on a GPU ("Tensor device
+    mismatch"). They assert nothing the serving path needs, so they are dropped here.
+    """
+    module = torch.export.load(str(path)).module()
+    return strip_device_asserts(module)
+
+
+def strip_device_asserts(module: torch.nn.Module) -> torch.nn.Module:
+    """module with every aten._assert_tensor_metadata node removed from its graph(s)."""
+    target = getattr(torch.ops.aten, "_assert_tensor_metadata", None)
+    if target is None:
+        return module
+    for graph_module in [m for m in module.modules() if isinstance(m, torch.fx.GraphModule)]:
+        nodes = [n for n in graph_module.graph.nodes if n.op == "call_function" and n.target in (target, target.default)]
+        for node in nodes:
+            graph_module.graph.erase_node(node)
+        if nodes:
+            graph_module.recompile()
+    return module
+
+
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 RECOMPILE_LIMIT = 64  # one graph for batch 1, one dynamic for the rest, more for other axis lengths
 

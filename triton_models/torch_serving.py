@@ -42,7 +42,7 @@ class TorchServing:
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         with open(os.path.join(folder, "spec.json")) as handle:
             self.spec = json.load(handle)
-        self.device, self.slots = device, slots
+        self.device, self.slots, self.name = device, slots, config.get("name", "model")
         self.dtype = rt.DTYPES[params.get("precision", "fp32")]
         self.host_outputs = params.get("host_outputs") == "1"
         self.channels_last = params.get("channels_last") == "1"
@@ -50,14 +50,14 @@ class TorchServing:
         self.input_names = [i["name"] for i in config["input"]]
         self.outputs = [(o["name"], TORCH_DTYPES.get(o["data_type"], torch.float32)) for o in config["output"]]
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
-        self.staged = False
+        self.staged = self.ragged = False
         self.runner = self._runner(folder, params, config["max_batch_size"])
 
     def on_stream(self):
         return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
 
     def _runner(self, folder, params, max_batch):
-        module = torch.export.load(os.path.join(folder, "model.pt2")).module()
+        module = rt.load_program(os.path.join(folder, "model.pt2"))
         fmt = torch.channels_last if self.channels_last else torch.contiguous_format
         module = module.to(self.device, dtype=self.dtype, memory_format=fmt)
         if params.get("compiler") == "inductor":
@@ -68,6 +68,9 @@ class TorchServing:
         fixed = len(self.spec["inputs"]) == 1 and -1 not in first["dims"]
         graphs = params.get("cuda_graphs") == "1" and fixed
         with self.on_stream():
+            if sequence_model(self.spec) and params.get("ragged", "1") == "1":
+                self.ragged = True
+                return self._ragged(module, params, max_batch)
             if graphs and params.get("staged", "1") == "1":  # on a CPU the same steps run eagerly
                 self.staged = True
                 return self._staged(module, first, rt.bucket_sizes(max_batch, explicit))
@@ -107,6 +110,56 @@ class TorchServing:
         shape, dtype = self.wire()
         return rt.StagedRunner(whole, shape, dtype, self.device, buckets, slots=self.slots)
 
+    def _ragged(self, module, params, max_batch):
+        """Rows of every length batched together (triton_models/ragged.py); CUDA graphs over the grid's cells
+        when the config asks for graphs on a GPU."""
+        from triton_models import ragged
+        from triton_models.ragged_runner import RaggedRunner
+
+        grid = ragged.grid_from_params(params, max_length(self.spec), max_batch)
+        inputs = [(i["name"], TORCH_DTYPES[f"TYPE_{i['dtype']}"]) for i in self.spec["inputs"]]
+        per_token = [-1 in o["dims"] for o in self.spec["outputs"]]
+
+        def whole(*tensors):
+            out = module(*tensors)
+            out = list(out) if isinstance(out, (tuple, list)) else [out]
+            return [o.to(dtype) for o, (_, dtype) in zip(out, self.outputs)]
+
+        graphs = params.get("cuda_graphs") == "1"
+        mask = next((name for name, _ in inputs if "mask" in name), "")
+        with torch.inference_mode():
+            return RaggedRunner(whole, inputs, per_token, grid, self.device, mask, graphs=graphs, name=self.name)
+
+    def _run_ragged(self, feeds: list[list[torch.Tensor]]) -> list:
+        """Requests of any lengths as one batch; a request longer than the model's longest length fails alone."""
+        from triton_models.ragged import RaggedBatch
+
+        names, longest = [i["name"] for i in self.spec["inputs"]], self.runner.grid.max_length
+        results, kept = [None] * len(feeds), []
+        for index, feed in enumerate(feeds):
+            arrays = {n: t.cpu().numpy() if t.device.type != "cpu" else t.numpy() for n, t in zip(names, feed)}
+            width = arrays[names[0]].shape[-1]
+            if width > longest:
+                results[index] = ValueError(
+                    f"{names[0]}: {width} tokens per row exceed the model's longest length {longest}; "
+                    f"truncate to {longest} tokens"
+                )
+            else:
+                kept.append((index, arrays))
+        if kept:
+            try:
+                batch = RaggedBatch([a for _, a in kept], names, self.runner.mask)
+                with torch.inference_mode():
+                    outputs = self.runner(batch)
+            except Exception as err:  # e.g. a request whose inputs disagree in shape
+                if len(kept) == 1:
+                    outputs = [err]
+                else:
+                    outputs = [self._run_ragged([feeds[i]])[0] for i, _ in kept]
+            for (index, _), out in zip(kept, outputs):
+                results[index] = out if isinstance(out, Exception) else [torch.from_numpy(o) for o in out]
+        return results
+
     def _warm(self, module, first, max_batch):
         floating = self.uint8 or first["dtype"] in ("FP32", "FP16")
         dtype = self.dtype if floating else TORCH_DTYPES[f"TYPE_{first['dtype']}"]
@@ -117,6 +170,10 @@ class TorchServing:
     def run(self, feeds: list[list[torch.Tensor]], steps=None) -> list:
         """Each request's outputs (a list of tensors) or, where that request failed alone, its exception."""
         steps = steps or rt.StepTimes.NONE
+        if self.ragged:
+            results = self._run_ragged(feeds)
+            steps.mark("ragged: grouped by length, run, split")
+            return results
         sizes = [f[0].shape[0] for f in feeds]
         if self.staged:
             with self.on_stream(), torch.inference_mode():
@@ -169,6 +226,18 @@ class TorchServing:
             if self.channels_last and tensor.dim() == 4:
                 tensor = tensor.contiguous(memory_format=torch.channels_last)
         return tensor
+
+
+def sequence_model(spec: dict) -> bool:
+    """Whether every input is one sequence axis per sample ([-1]: token ids, masks): ragged batching applies."""
+    return all(list(i["dims"]) == [-1] for i in spec["inputs"])
+
+
+def max_length(spec: dict) -> int:
+    """The longest sequence the spec allows (its first named axis's max; 512 when unbounded)."""
+    axes = spec["inputs"][0].get("axes") or []
+    bounds = spec.get("dynamic_axes", {}).get(axes[0]) if axes else None
+    return int(bounds[1]) if bounds and bounds[1] else 512
 
 
 def split(outputs: list[torch.Tensor], sizes: list[int]) -> list[list[torch.Tensor]]:

@@ -28,8 +28,9 @@ from builders.environment import gpu_info
 from builders.formats import export
 from builders.repository import manifest
 from builders.repository import writer as repository
+from builders.repository.writer import ragged_inputs
 from common.cli import step
-from common.errors import SpecError
+from common.errors import ExportError, SpecError
 
 CACHE = "compile_cache.bin"
 REPORT = "validation.compiled.json"
@@ -89,7 +90,7 @@ def compile_engine(program: Path, spec, runtime: repository.TorchRuntime, device
 
     dtype = rt.DTYPES[runtime.precision]
     fmt = torch.channels_last if runtime.channels_last else torch.contiguous_format
-    module = torch.export.load(str(program)).module().to(device, dtype=dtype, memory_format=fmt)
+    module = rt.load_program(program).to(device, dtype=dtype, memory_format=fmt)
     started = time.time()
     engine = rt.compiled(module)
     first = spec.inputs[0]
@@ -102,12 +103,56 @@ def compile_engine(program: Path, spec, runtime: repository.TorchRuntime, device
             if runner is engine:  # GraphRunner compiled nothing on the CPU: warm the compiled graphs here
                 for size in buckets:
                     graphs(torch.zeros((size, *first.dims), dtype=dtype, device=device))
+        elif ragged_inputs(spec):
+            runner = ragged_engine(engine, spec, runtime, device)
         else:
             runner = engine
             for batch, lengths in validate.shape_cases(spec):
                 feeds = export.sample_inputs(spec, batch, lengths=lengths)
                 engine(*[_prepared(torch.from_numpy(feeds[t.name]), device, dtype, runtime) for t in spec.inputs])
     return runner, round(time.time() - started, 1)
+
+
+def ragged_engine(engine, spec, runtime: repository.TorchRuntime, device: str):
+    """A sequence model's engine as the server runs it: rows grouped by length, CUDA graphs over the grid's
+    (rows x length) cells on a GPU (triton_models/ragged_runner.py). Called like the module, one request."""
+    import torch
+
+    from triton_models import ragged
+    from triton_models.ragged_runner import RaggedRunner
+    from triton_models.torch_serving import TORCH_DTYPES, max_length
+
+    grid = ragged.default_grid(
+        max_length(spec.to_dict()), spec.max_batch_size, runtime.token_budget, runtime.length_buckets,
+        runtime.graph_batch_sizes,
+    )
+    names = [t.name for t in spec.inputs]
+    out_dtypes = [TORCH_DTYPES.get(f"TYPE_{t.dtype}", torch.float32) for t in spec.outputs]
+    mask = next((n for n in names if "mask" in n), "")
+
+    def whole(*tensors):
+        out = engine(*tensors)
+        return [o.to(d) for o, d in zip(out if isinstance(out, (tuple, list)) else [out], out_dtypes)]
+
+    inputs = [(t.name, TORCH_DTYPES[f"TYPE_{t.dtype}"]) for t in spec.inputs]
+    per_token = [-1 in t.dims for t in spec.outputs]
+    graphs = runtime.cuda_graphs and device == "cuda"
+    runner = RaggedRunner(whole, inputs, per_token, grid, device, mask, graphs=graphs)
+    if graphs:
+        info = runner.describe()
+        step(
+            f"{spec.name}: {info['graphs']} CUDA graphs over lengths {info['length_buckets']} x batches up to "
+            f"{info['batch_buckets'][-1]} (token budget {info['token_budget']}): {info['graph_bytes'] / 2**20:.0f} MiB, "
+            f"captured in {info['capture_seconds']} s"
+        )
+
+    def run(*tensors):
+        feed = {n: t.detach().cpu().numpy() for n, t in zip(names, tensors)}
+        (outputs,) = runner(ragged.RaggedBatch([feed], names, mask))
+        return tuple(torch.from_numpy(o).to(device) for o in outputs)
+
+    run.describe = runner.describe
+    return run
 
 
 def _prepared(tensor, device, dtype, runtime):
@@ -127,7 +172,7 @@ def _gate(runner, program: Path, spec, runtime, device: str, report_path: Path) 
 
     from triton_models import torch_runtime as rt
 
-    reference = torch.export.load(str(program)).module().to(device)
+    reference = rt.load_program(program).to(device)
     dtypes = [getattr(torch, {"FP32": "float32", "FP16": "float16"}.get(t.dtype, "float32")) for t in spec.outputs]
 
     def fp32(*inputs):
@@ -141,6 +186,21 @@ def _gate(runner, program: Path, spec, runtime, device: str, report_path: Path) 
 
     what = f"inductor {runtime.precision} engine"
     return validate.validate_torch(fp32, engine, spec, runtime.precision, report_path, what)
+
+
+def _compile_step(program: Path, spec, runtime, device: str, name: str):
+    """compile_engine, where a failure of the compiler is an ExportError naming the model and the step."""
+    try:
+        return compile_engine(program, spec, runtime, device)
+    except (SpecError, KeyboardInterrupt):
+        raise
+    except Exception as err:  # dynamo/inductor raise many kinds; the user needs the model, the step and why
+        first = str(err).strip().splitlines()[0][:400] if str(err).strip() else ""
+        raise ExportError(
+            f"{spec.name}: compiling {name} (torch.compile/inductor, {runtime.precision}, {device}) failed: "
+            f"{type(err).__name__}: {first}; build without --compiled, or rerun with TORCH_LOGS=+dynamo for the "
+            "compiler's trace"
+        ) from err
 
 
 def build_compiled_variant(req, runtime: repository.TorchRuntime) -> dict:
@@ -159,7 +219,7 @@ def build_compiled_variant(req, runtime: repository.TorchRuntime) -> dict:
     name = runtime.variant(req.spec.name)
     step(f"{req.spec.name}: compiling {name} (torch.compile/inductor, {runtime.precision}, {device})")
     with fresh_compile_cache():
-        runner, seconds = compile_engine(program, req.spec, runtime, device)
+        runner, seconds = _compile_step(program, req.spec, runtime, device, name)
         step(f"{req.spec.name}: compiled in {seconds} s; validating against the fp32 eager module")
         report = _gate(runner, program, req.spec, runtime, device, out_dir / f"{name}.{REPORT}")
         blob, _ = torch.compiler.save_cache_artifacts()
@@ -175,6 +235,10 @@ def build_compiled_variant(req, runtime: repository.TorchRuntime) -> dict:
     }
     if device == "cuda":
         compiled["compute_capability"] = compiled["gpu"]["compute_capability"]
+    if hasattr(runner, "describe"):
+        info = runner.describe()
+        keys = ("length_buckets", "batch_buckets", "token_budget", "graphs", "graph_bytes", "capture_seconds")
+        compiled["ragged"] = {k: info[k] for k in keys}
     entry = write_torch_variant(req, runtime, {CACHE: cache})
     worst = max((s["max_abs"] for b in report["batches"] for s in b["outputs"].values()), default=0.0)
     validation = {"passed": True, "max_abs_error": worst, "atol": report["atol"], "rtol": report["rtol"]}

@@ -27,6 +27,7 @@ class TensorConfig:
     dims: tuple[int, ...]
     format: str | None = None
     label_filename: str | None = None
+    ragged: bool = False  # allow_ragged_batch: requests of different lengths join one dynamic batch
 
     def __post_init__(self):
         object.__setattr__(self, "dims", tuple(self.dims))
@@ -274,6 +275,8 @@ def _input_proto(pb, tensor: TensorConfig):
     msg = pb.ModelInput(name=tensor.name, data_type=pb.DataType.Value(tensor.data_type), dims=tensor.dims)
     if tensor.format:
         msg.format = pb.ModelInput.Format.Value(tensor.format)
+    if tensor.ragged:
+        msg.allow_ragged_batch = True
     return msg
 
 

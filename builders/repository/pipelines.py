@@ -113,7 +113,8 @@ def write_image_pipelines(
 
 
 def text_pipeline_configs(spec: ModelSpec, options: repository.ServingOptions) -> list[ModelConfig]:
-    """tokenize → encoder → pool, and the ensemble <model>_pipeline (TEXT in, EMBEDDING out)."""
+    """tokenize → encoder (→ pool, where the encoder does not pool itself), and the ensemble <model>_pipeline
+    (TEXT in, EMBEDDING out). The tokenize step batches dynamically: one Rust encode_batch per batch."""
     ids, mask = (TensorConfig(t.name, f"TYPE_{t.dtype}", t.dims) for t in spec.inputs)
     hidden = spec.outputs[0].dims[-1]
     common = dict(
@@ -125,42 +126,45 @@ def text_pipeline_configs(spec: ModelSpec, options: repository.ServingOptions) -
         name=f"{spec.name}_tokenize",
         inputs=[TensorConfig("TEXT", "TYPE_STRING", (1,))],
         outputs=[ids, mask],
+        dynamic_batching=DynamicBatching(max_queue_delay_microseconds=options.max_queue_delay_us),
         parameters={"max_length": spec.builder_args.get("max_seq", 512)},
         **common,
     )
-    tokens = TensorConfig("token_embeddings", "TYPE_FP32", (-1, hidden))
-    pool = ModelConfig(
-        name=f"{spec.name}_pool",
-        inputs=[tokens, mask],
-        outputs=[TensorConfig("EMBEDDING", "TYPE_FP32", (hidden,))],
-        **common,
-    )
+    embedding = [TensorConfig("EMBEDDING", "TYPE_FP32", (hidden,))]
+    steps = [EnsembleStep(tokenize.name, {"TEXT": "TEXT"}, {ids.name: "ids", mask.name: "mask"})]
+    encoder_in = {ids.name: "ids", mask.name: "mask"}
+    if spec.pooling:  # the encoder's engine pools: two steps
+        steps.append(EnsembleStep(spec.name, encoder_in, {spec.outputs[0].name: "EMBEDDING"}))
+        models = [tokenize]
+    else:
+        tokens = TensorConfig("token_embeddings", "TYPE_FP32", (-1, hidden))
+        pool = ModelConfig(name=f"{spec.name}_pool", inputs=[tokens, mask], outputs=embedding, **common)
+        steps.append(EnsembleStep(spec.name, encoder_in, {spec.outputs[0].name: "tokens"}))
+        steps.append(EnsembleStep(pool.name, {"token_embeddings": "tokens", mask.name: "mask"}, {"EMBEDDING": "EMBEDDING"}))
+        models = [tokenize, pool]
     ensemble = ModelConfig(
         name=f"{spec.name}_pipeline",
         platform="ensemble",
         max_batch_size=spec.max_batch_size,
         inputs=tokenize.inputs,
-        outputs=pool.outputs,
-        ensemble_steps=[
-            EnsembleStep(tokenize.name, {"TEXT": "TEXT"}, {ids.name: "ids", mask.name: "mask"}),
-            EnsembleStep(spec.name, {ids.name: "ids", mask.name: "mask"}, {spec.outputs[0].name: "tokens"}),
-            EnsembleStep(pool.name, {"token_embeddings": "tokens", mask.name: "mask"}, {"EMBEDDING": "EMBEDDING"}),
-        ],
+        outputs=embedding,
+        ensemble_steps=steps,
     )
-    return [tokenize, pool, ensemble]
+    return models + [ensemble]
 
 
 def write_text_pipeline(
     repo: Path, spec: ModelSpec, tokenizer_json: Path, options: repository.ServingOptions | None = None
 ) -> list[str]:
-    """Write <model>_tokenize, <model>_pool and the <model>_pipeline ensemble."""
+    """Write <model>_tokenize (and <model>_pool where the encoder does not pool) and the <model>_pipeline ensemble."""
     if not (repo / spec.name / "config.pbtxt").exists():
         raise SpecError(f"encoder {spec.name!r} is not in {repo}: build it first (make build-engines)")
-    tokenize, pool, ensemble = text_pipeline_configs(spec, options or repository.ServingOptions())
-    _write(repo, spec, tokenize, TEXT_TOKENIZE, {"tokenizer.json": tokenizer_json})
-    _write(repo, spec, pool, TEXT_POOL)
-    _write(repo, spec, ensemble, None)
-    return [tokenize.name, pool.name, ensemble.name]
+    configs = text_pipeline_configs(spec, options or repository.ServingOptions())
+    sources = {f"{spec.name}_tokenize": TEXT_TOKENIZE, f"{spec.name}_pool": TEXT_POOL}
+    for config in configs:
+        extra = {"tokenizer.json": tokenizer_json} if config.name.endswith("_tokenize") else None
+        _write(repo, spec, config, sources.get(config.name), extra)
+    return [c.name for c in configs]
 
 
 def _write(repo: Path, spec: ModelSpec, config: ModelConfig, model_py: Path | None, extra: dict | None = None) -> str:

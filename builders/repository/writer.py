@@ -66,6 +66,8 @@ def model_config(spec: ModelSpec, target: str, options: ServingOptions = Serving
     if spec.labels:
         outputs[0] = _tensor_config(spec.outputs[0], LABELS)
     inputs = [_tensor_config(t) for t in spec.inputs]
+    if target == "embedded" and ragged_inputs(spec):  # our backends batch rows of every length together
+        inputs = [dataclasses.replace(t, ragged=True) for t in inputs]
     batching = None
     if options.dynamic_batching:
         batching = DynamicBatching(
@@ -89,6 +91,12 @@ def model_config(spec: ModelSpec, target: str, options: ServingOptions = Serving
         response_cache=options.response_cache,
         **_backend_fields(target, options),
     )
+
+
+def ragged_inputs(spec: ModelSpec) -> bool:
+    """Whether every input is one sequence axis per sample ([-1]): such requests batch across lengths
+    (triton_models/ragged.py) in the embedded target's backends."""
+    return all(list(t.dims) == [-1] for t in spec.inputs)
 
 
 def _warm_dims(tensor: TensorConfig) -> tuple[int, ...]:
@@ -115,6 +123,8 @@ class TorchRuntime:
     host_outputs: bool = False  # outputs leave the stub from host memory instead of CUDA IPC
     staged: bool = True  # with CUDA graphs: the staged request path (torch_runtime.StagedRunner); False: earlier
     inprocess: bool = False  # served by the in-process backend (triton_models/inprocess_backend.py), not a stub
+    length_buckets: tuple[int, ...] = ()  # sequence models: the lengths rows are padded to (default 16, 32, ...)
+    token_budget: int = 0  # sequence models: most rows x length per run (0: 16,384)
 
     def __post_init__(self):
         if self.precision not in TORCH_PRECISIONS:
@@ -142,10 +152,12 @@ def is_torch_runtime(config) -> bool:
 
 def torch_config(spec: ModelSpec, runtime: TorchRuntime, options: ServingOptions) -> ModelConfig:
     """Config of a torch-runtime variant: Python backend, GPU-resident inputs where the kind is GPU."""
-    if runtime.cuda_graphs and (len(spec.inputs) > 1 or -1 in spec.inputs[0].dims):
+    sequence = ragged_inputs(spec)
+    if runtime.cuda_graphs and not sequence and (len(spec.inputs) > 1 or -1 in spec.inputs[0].dims):
         raise ConfigError(
-            f"{spec.name}: CUDA graphs need one input of fixed per-sample dims, the spec has "
-            f"{[(t.name, list(t.dims)) for t in spec.inputs]}; build the torch variant without cuda_graphs"
+            f"{spec.name}: CUDA graphs need one input of fixed per-sample dims, or inputs that are all one "
+            f"sequence axis ([-1]); the spec has {[(t.name, list(t.dims)) for t in spec.inputs]}; build the torch "
+            "variant without cuda_graphs"
         )
     if options.kind == "KIND_GPU" and options.instances > 1 and options.dynamic_batching:
         raise ConfigError(
@@ -165,6 +177,9 @@ def torch_config(spec: ModelSpec, runtime: TorchRuntime, options: ServingOptions
         "graph_batch_sizes": " ".join(map(str, runtime.graph_batch_sizes)),
         "FORCE_CPU_ONLY_INPUT_TENSORS": "no" if options.kind == "KIND_GPU" else "yes",
     }
+    if sequence:
+        params.update(ragged=1, length_buckets=" ".join(map(str, runtime.length_buckets)))
+        params["token_budget"] = runtime.token_budget or ""
     inputs = base.inputs
     if runtime.uint8_input:
         image = spec.image_input

@@ -161,6 +161,8 @@ class ModelSpec:
         opset: ONNX opset to export with.
         dynamic_axes: axis name -> (min, max) length, for the inputs' named dynamic dims.
             Export bounds the axis by it; validation runs the min, the max and a length between.
+        pooling: "mean": the module's token embeddings are mean-pooled over the attention mask and
+            L2-normalized inside the exported program (builders/spec/pooling.py); "": none.
     """
 
     name: str
@@ -176,6 +178,7 @@ class ModelSpec:
     tolerances: dict = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
     opset: int = 18
     dynamic_axes: dict = field(default_factory=dict)
+    pooling: str = ""
 
     def __post_init__(self):
         for attr in ("inputs", "outputs", "labels", "validation_batch_sizes"):
@@ -192,6 +195,7 @@ class ModelSpec:
         self._check_preprocessing()
         self._check_tolerances()
         self._check_dynamic_axes()
+        self._check_pooling()
         if self.opset < 18:
             raise SpecError(
                 f"model {self.name!r}: opset {self.opset} is too old; "
@@ -265,6 +269,19 @@ class ModelSpec:
                 raise SpecError(
                     f"model {self.name!r}: dynamic_axes {axis}={list(pair)} is invalid; give [min, max] with "
                     "1 <= min <= max"
+                )
+
+    def _check_pooling(self):
+        from builders.spec.pooling import POOLINGS, mask_index
+
+        if self.pooling not in POOLINGS:
+            raise SpecError(f"model {self.name!r}: pooling {self.pooling!r} is unknown; use \"mean\" or leave it out")
+        if self.pooling:
+            mask_index(self)
+            if len(self.outputs) != 1 or len(self.outputs[0].dims) != 1:
+                raise SpecError(
+                    f"model {self.name!r}: pooling = {self.pooling!r} makes one output of dims [hidden] (the pooled "
+                    f"embedding), the spec declares {[(t.name, list(t.dims)) for t in self.outputs]}"
                 )
 
     def axis_range(self, axis: str) -> tuple[int, int | None]:

@@ -51,6 +51,7 @@ MODEL_FIELDS = {
     "eval_data",
     "serving",
     "pipelines",
+    "pooling",
 }
 TENSOR_FIELDS = {"name", "dtype", "dims", "image_format", "value_range"}
 SERVING_FIELDS = {
@@ -250,6 +251,7 @@ def _spec(m: _Model, builder: str, args: dict) -> ModelSpec:
         max_batch_size=m.get("max_batch_size", int, required=True),
         labels=_labels(m),
         preprocessing=_preprocessing(m, inputs),
+        pooling=m.get("pooling", str, ""),
     )
     fields.update(_checks(m))
     try:

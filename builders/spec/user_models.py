@@ -52,13 +52,15 @@ def build(spec: ModelSpec):
     Returns:
         (module in eval mode, metrics, sample data) as the zoo builders do.
     """
+    from builders.spec.pooling import pooled
+
     if spec.builder == FACTORY:
         module = _from_factory(spec)
     elif spec.builder == EXPORTED:
         module = _from_exported(spec)
     else:
         raise SpecError(f"{where(spec)}: an ONNX model has no torch module (it is imported, not exported)")
-    module = check_against_spec(module, spec)
+    module = check_against_spec(pooled(module, spec), spec)
     return module, {}, None
 
 

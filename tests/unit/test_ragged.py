@@ -1,0 +1,94 @@
+"""Batching across lengths (triton_models/ragged.py): grids, plans, gathering and splitting."""
+
+import numpy as np
+import pytest
+
+from triton_models import ragged
+
+
+def grid(budget=64):
+    return ragged.LengthGrid((4, 8, 16), (1, 2, 4, 8), budget)
+
+
+def test_grid_cells_stay_within_the_token_budget():
+    g = grid(32)
+    assert all(rows * length <= 32 for rows, length in g.cells())
+    assert (4, 8) in g.cells() and (8, 8) not in g.cells() and (2, 16) in g.cells()
+    assert g.rows_for(16) == 2 and g.rows_for(4) == 8
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(lengths=(8, 4), batches=(1, 2)), "ascending"),
+        (dict(lengths=(4, 8), batches=(2, 4)), "start at 1"),
+        (dict(lengths=(4, 64), batches=(1,), token_budget=32), "below the longest"),
+    ],
+)
+def test_bad_grids_say_what_is_wrong(kwargs, words):
+    with pytest.raises(ValueError, match=words):
+        ragged.LengthGrid(**kwargs)
+
+
+def test_default_grid_is_powers_of_two_up_to_the_limits():
+    g = ragged.default_grid(256, 48)
+    assert g.lengths == (16, 32, 64, 128, 256)
+    assert g.batches == (1, 2, 4, 8, 16, 32, 48)
+    assert g.token_budget == 16384
+    params = g.to_params()
+    assert ragged.grid_from_params(params, 256, 48) == g
+
+
+def test_row_lengths_come_from_the_last_real_token():
+    mask = np.array([[1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 1, 0]])
+    assert ragged.row_lengths(mask).tolist() == [2, 4, 1, 3]
+
+
+def test_plan_groups_rows_by_bucket_under_the_budget():
+    lengths = np.array([3, 15, 5, 4, 9, 2, 16, 1, 7])
+    groups = ragged.plan(lengths, grid(32))
+    seen = np.concatenate([g.rows for g in groups])
+    assert sorted(seen.tolist()) == list(range(len(lengths)))  # every row once
+    for g in groups:
+        assert lengths[g.rows].max() <= g.length and len(g.rows) * g.length <= 32
+        assert g.length == min(b for b in (4, 8, 16) if b >= lengths[g.rows].max())
+    with pytest.raises(ValueError, match="exceeds the model's longest"):
+        ragged.plan(np.array([17]), grid())
+
+
+def _requests(rng, sizes_widths):
+    feeds = []
+    for rows, width in sizes_widths:
+        lengths = rng.integers(1, width + 1, rows)
+        lengths[0] = width  # padded to its own longest
+        mask = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)
+        ids = rng.integers(1, 100, (rows, width)) * mask
+        feeds.append({"ids": ids, "mask": mask})
+    return feeds
+
+
+def _model(arrays):
+    """Per-row function of the real tokens only: the pooled sum, and per-token ids doubled."""
+    ids, mask = arrays
+    pooled = (ids * mask).sum(axis=1, keepdims=True).astype(np.float32)
+    return [pooled, (ids * 2).astype(np.float32)[..., None]]
+
+
+def test_every_request_gets_exactly_its_own_rows_back():
+    rng = np.random.default_rng(0)
+    feeds = _requests(rng, [(3, 5), (1, 16), (4, 2), (2, 9)])
+    batch = ragged.RaggedBatch(feeds, ["ids", "mask"], "mask")
+    counters = ragged.Counters()
+    out = ragged.run_exact(batch, grid(), _model, [False, True], counters)
+    for feed, (pooled, tokens) in zip(feeds, out):
+        alone = _model([feed["ids"], feed["mask"]])
+        np.testing.assert_array_equal(pooled, alone[0])
+        assert tokens.shape == alone[1].shape
+        np.testing.assert_array_equal(tokens * feed["mask"][..., None], alone[1] * feed["mask"][..., None])
+    assert counters.rows == 10 and counters.real_tokens == batch.lengths.sum()
+    assert 0 < counters.as_dict()["padding_efficiency"] <= 1
+
+
+def test_inputs_of_one_request_must_agree_in_shape():
+    with pytest.raises(ValueError, match="one shape"):
+        ragged.RaggedBatch([{"ids": np.zeros((2, 3)), "mask": np.zeros((2, 4))}], ["ids", "mask"], "mask")

@@ -1,0 +1,270 @@
+"""Batching across lengths: the rows of a dynamic batch grouped by length bucket, under a token budget.
+
+Triton's dynamic batcher joins requests of different sequence lengths when the inputs allow ragged batches
+(`allow_ragged_batch`); the backend then holds one block per request, each padded to its own longest row.
+Here those rows are pooled, sorted by real length (from the attention mask) and cut into groups: every
+group runs at one length bucket (the smallest that holds its longest row) and at most the rows that fit the
+token budget (rows x length, like TEI's max batch tokens) and the largest batch bucket. Each request gets
+back exactly its own rows, in its own order.
+
+Pure numpy: the ONNX Runtime model.py and the torch runtime share it, and the unit tests run it alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+DEFAULT_TOKEN_BUDGET = 16384  # TEI's default max batch tokens
+MIN_LENGTH_BUCKET = 16
+
+
+@dataclass(frozen=True)
+class LengthGrid:
+    """Length buckets x batch buckets, bounded by a token budget: the shapes a model runs at (and, on a GPU,
+    the CUDA graphs it captures).
+
+    Args:
+        lengths: length buckets, ascending; the last is the longest row served.
+        batches: batch buckets (rows per run), ascending, starting at 1.
+        token_budget: the most rows x length one run computes (at least one row of the longest length).
+    """
+
+    lengths: tuple[int, ...]
+    batches: tuple[int, ...]
+    token_budget: int = DEFAULT_TOKEN_BUDGET
+
+    def __post_init__(self):
+        for name in ("lengths", "batches"):
+            values = tuple(getattr(self, name))
+            object.__setattr__(self, name, values)
+            if not values or list(values) != sorted(set(values)) or values[0] < 1:
+                raise ValueError(f"{name} {list(values)} must be distinct positive ints, ascending")
+        if self.batches[0] != 1:
+            raise ValueError(f"batches {list(self.batches)} must start at 1 (a lone row runs too)")
+        if self.token_budget < self.lengths[-1]:
+            raise ValueError(
+                f"token budget {self.token_budget} is below the longest length {self.lengths[-1]}: "
+                "one row of that length must fit"
+            )
+
+    @property
+    def max_length(self) -> int:
+        return self.lengths[-1]
+
+    def rows_for(self, length: int) -> int:
+        """The largest batch bucket whose rows at `length` fit the token budget."""
+        fitting = [b for b in self.batches if b * length <= self.token_budget]
+        return fitting[-1] if fitting else 1
+
+    def cells(self) -> list[tuple[int, int]]:
+        """Every (rows, length) shape a run may take: batch buckets up to rows_for(length), per length bucket."""
+        return [(b, n) for n in self.lengths for b in self.batches if b <= self.rows_for(n)]
+
+    def length_bucket(self, length: int) -> int:
+        """The smallest length bucket that holds `length`."""
+        at = int(np.searchsorted(self.lengths, length))
+        if at == len(self.lengths):
+            raise ValueError(f"length {length} exceeds the longest bucket {self.max_length}")
+        return self.lengths[at]
+
+    def batch_bucket(self, rows: int) -> int:
+        at = int(np.searchsorted(self.batches, rows))
+        if at == len(self.batches):
+            raise ValueError(f"{rows} rows exceed the largest batch bucket {self.batches[-1]}")
+        return self.batches[at]
+
+    def to_params(self) -> dict:
+        """The grid as config.pbtxt parameters (strings)."""
+        return {
+            "length_buckets": " ".join(map(str, self.lengths)),
+            "graph_batch_sizes": " ".join(map(str, self.batches)),
+            "token_budget": str(self.token_budget),
+        }
+
+
+def powers_of_two(low: int, high: int) -> tuple[int, ...]:
+    """Powers of two from `low` up to `high`, and `high` itself."""
+    sizes, size = {high}, low
+    while size < high:
+        sizes.add(size)
+        size *= 2
+    return tuple(sorted(sizes))
+
+
+def default_grid(max_length: int, max_rows: int, token_budget: int = 0, lengths=(), batches=()) -> LengthGrid:
+    """Length buckets 16, 32, 64, ... up to max_length; batch buckets 1, 2, 4, ... up to max_rows; the token
+    budget max(16,384, max_length) unless given."""
+    lengths = tuple(lengths) or powers_of_two(min(MIN_LENGTH_BUCKET, max_length), max_length)
+    batches = tuple(batches) or powers_of_two(1, max_rows)
+    return LengthGrid(lengths, batches, token_budget or max(DEFAULT_TOKEN_BUDGET, lengths[-1]))
+
+
+def grid_from_params(params: dict, max_length: int, max_rows: int) -> LengthGrid:
+    """The grid a config's parameters name (length_buckets, graph_batch_sizes, token_budget), else the default."""
+
+    def ints(key):
+        return tuple(int(v) for v in str(params.get(key, "")).split())
+
+    return default_grid(max_length, max_rows, int(params.get("token_budget") or 0), ints("length_buckets"), ints("graph_batch_sizes"))
+
+
+def row_lengths(mask: np.ndarray) -> np.ndarray:
+    """Each row's real length: the position of its last non-zero mask entry, plus one (at least 1)."""
+    if mask.ndim != 2:
+        raise ValueError(f"an attention mask is [rows, length], got shape {list(mask.shape)}")
+    if mask.shape[1] == 0:
+        return np.ones(mask.shape[0], np.int64)
+    nonzero = mask != 0
+    last = mask.shape[1] - np.argmax(nonzero[:, ::-1], axis=1)
+    return np.where(nonzero.any(axis=1), last, 1).astype(np.int64)
+
+
+@dataclass
+class Group:
+    """Rows that run together: their indices in the batch's row order, and the length they run at."""
+
+    length: int
+    rows: np.ndarray
+
+
+def plan(lengths: np.ndarray, grid: LengthGrid) -> list[Group]:
+    """Rows sorted by length, cut by length bucket into runs that fit the budget and the largest batch bucket."""
+    if len(lengths) == 0:
+        return []
+    longest = int(lengths.max())
+    if longest > grid.max_length:
+        raise ValueError(f"a row of {longest} tokens exceeds the model's longest length {grid.max_length}")
+    order = np.argsort(lengths, kind="stable")
+    buckets = np.searchsorted(np.asarray(grid.lengths), lengths[order])
+    groups = []
+    for bucket in np.unique(buckets):
+        rows, length = order[buckets == bucket], grid.lengths[bucket]
+        cap = grid.rows_for(length)
+        groups += [Group(length, rows[start : start + cap]) for start in range(0, len(rows), cap)]
+    return groups
+
+
+@dataclass
+class Counters:
+    """What the runs computed: rows, real tokens, tokens computed (with the padding) and runs."""
+
+    rows: int = 0
+    real_tokens: int = 0
+    computed_tokens: int = 0
+    runs: int = 0
+    batches: int = 0
+
+    def add(self, lengths: np.ndarray, shapes: list[tuple[int, int]]) -> None:
+        self.batches += 1
+        self.rows += len(lengths)
+        self.real_tokens += int(lengths.sum())
+        self.computed_tokens += sum(rows * length for rows, length in shapes)
+        self.runs += len(shapes)
+
+    def as_dict(self) -> dict:
+        efficiency = self.real_tokens / self.computed_tokens if self.computed_tokens else None
+        return {**self.__dict__, "padding_efficiency": efficiency}
+
+
+@dataclass
+class RaggedBatch:
+    """The requests of one dynamic batch, each a dict of [rows, length] arrays padded to its own longest row.
+
+    Args:
+        feeds: per request, input name -> array [rows, length] (every input of a request has one length).
+        names: the inputs, in the model's order.
+        mask: the input whose non-zero entries mark real tokens ("" : every row is as long as its request).
+    """
+
+    feeds: list[dict]
+    names: list[str]
+    mask: str = ""
+    sizes: list[int] = field(init=False)
+    widths: list[int] = field(init=False)
+    lengths: np.ndarray = field(init=False)
+    combined: dict = field(init=False)
+
+    def __post_init__(self):
+        self.sizes, self.widths = [], []
+        for index, feed in enumerate(self.feeds):
+            shapes = {name: feed[name].shape for name in self.names}
+            if len({s for s in shapes.values()}) != 1 or len(next(iter(shapes.values()))) != 2:
+                raise ValueError(f"request {index}: inputs must all be [rows, length] of one shape, got {shapes}")
+            rows, width = next(iter(shapes.values()))
+            self.sizes.append(rows)
+            self.widths.append(width)
+        widest = max(self.widths, default=0)
+        self.combined = {name: self._combine(name, widest) for name in self.names}
+        if self.mask:
+            self.lengths = row_lengths(self.combined[self.mask])
+        else:
+            self.lengths = np.repeat(np.asarray(self.widths, np.int64), self.sizes)
+
+    def _combine(self, name: str, widest: int) -> np.ndarray:
+        first = self.feeds[0][name]
+        out = np.zeros((sum(self.sizes), widest), first.dtype)
+        start = 0
+        for feed, rows, width in zip(self.feeds, self.sizes, self.widths):
+            out[start : start + rows, :width] = feed[name]
+            start += rows
+        return out
+
+    def rows(self, name: str, group: Group, out: np.ndarray | None = None) -> np.ndarray:
+        """The group's rows of one input at the group's length (zero-padded), into `out` when given (its first
+        len(group.rows) rows; the caller zeroes any rows beyond)."""
+        source = self.combined[name]
+        width = min(group.length, source.shape[1])
+        if out is None:
+            out = np.zeros((len(group.rows), group.length), source.dtype)
+        picked = out[: len(group.rows)]
+        np.take(source[:, :width], group.rows, axis=0, out=picked[:, :width])
+        if width < group.length:
+            picked[:, width:] = 0
+        return out
+
+    def split(self, outputs: list[np.ndarray], per_token: list[bool]) -> list[list[np.ndarray]]:
+        """Outputs in batch row order cut into each request's rows; a per-token output ([rows, widest, ...]) is
+        cut to the request's own length as well."""
+        parts, start = [], 0
+        for rows, width in zip(self.sizes, self.widths):
+            mine = []
+            for out, tokens in zip(outputs, per_token):
+                piece = out[start : start + rows]
+                mine.append(np.ascontiguousarray(piece[:, :width] if tokens else piece))
+            parts.append(mine)
+            start += rows
+        return parts
+
+    def place(self, results: list | None, group: Group, outputs: list[np.ndarray], per_token: list[bool]) -> list:
+        """A group's outputs written into the batch's outputs (made at the first group) at the group's rows."""
+        total, widest = len(self.lengths), max(self.widths)
+        if results is None:
+            results = [
+                np.zeros((total, widest, *o.shape[2:]) if tokens else (total, *o.shape[1:]), o.dtype)
+                for o, tokens in zip(outputs, per_token)
+            ]
+        for result, out, tokens in zip(results, outputs, per_token):
+            out = out[: len(group.rows)]
+            if tokens:
+                width = min(widest, out.shape[1])
+                result[group.rows, :width] = out[:, :width]
+            else:
+                result[group.rows] = out
+        return results
+
+
+def run_exact(batch: RaggedBatch, grid: LengthGrid, run, per_token: list[bool], counters: Counters | None = None):
+    """Each group run at its own longest row rounded up to 8 (no graphs, so no padding to the bucket: the CPU's
+    way); run(list of input arrays) returns the outputs. Returns each request's outputs."""
+    groups, results, shapes = plan(batch.lengths, grid), None, []
+    for group in groups:
+        longest = int(batch.lengths[group.rows].max())
+        exact = Group(min(-(-longest // 8) * 8, group.length), group.rows)
+        outputs = run([batch.rows(name, exact) for name in batch.names])
+        results = batch.place(results, exact, [np.asarray(o) for o in outputs], per_token)
+        shapes.append((len(group.rows), exact.length))
+    if counters is not None:
+        counters.add(batch.lengths, shapes)
+    return batch.split(results, per_token)

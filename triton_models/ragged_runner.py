@@ -1,0 +1,175 @@
+"""Variable-length inputs on the GPU: CUDA graphs over a grid of (rows x length) cells, fed through pinned buffers.
+
+A dynamic batch's rows (ragged across requests: triton_models/ragged.py) are grouped by length bucket; each
+group is gathered straight into reused pinned staging at its cell's shape, copied to the cell's static inputs,
+the cell's graph replays, and its outputs are copied into pinned host buffers. One synchronize per batch; then
+every request gets its own rows. All graphs share one memory pool, so the memory they hold is about the largest
+cell's, not the sum (reported as graph_bytes). On a CPU nothing is captured: groups run eagerly at their own
+longest row (ragged.run_exact).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+import torch
+
+from triton_models import ragged
+
+
+class RaggedRunner:
+    """fn(*inputs) -> outputs, run over ragged batches.
+
+    Args:
+        fn: the whole computation, from the wire inputs ([rows, length] each) to the outputs in their dtypes.
+        inputs: (name, dtype) of every input, in fn's order.
+        per_token: per output, whether it has a length axis ([rows, length, ...]) rather than one row per row.
+        grid: the length and batch buckets and the token budget.
+        mask: the input that marks real tokens ("" : a row is as long as its request).
+        graphs: capture CUDA graphs (on a GPU); without them groups run eagerly at their own longest row.
+        name: the model's name, for the statistics file.
+
+    With TRITON_RAGGED_STATS=<folder> in the environment, describe() is written to <folder>/<name>-<pid>.json at
+    most once a second (padding efficiency, runs, graph memory: what Triton's statistics cannot say).
+    """
+
+    STATS_EVERY_S = 1.0
+
+    def __init__(self, fn, inputs, per_token, grid, device, mask: str = "", graphs: bool = True, name: str = "model"):
+        self.fn, self.grid, self.device, self.per_token = fn, grid, torch.device(device), list(per_token)
+        self.names, self.dtypes = [n for n, _ in inputs], [d for _, d in inputs]
+        self.mask, self.cuda = mask, self.device.type == "cuda" and graphs
+        self.counters = ragged.Counters()
+        self.graphs, self.static, self.outputs = {}, {}, {}
+        self.graph_bytes, self.capture_seconds = 0, 0.0
+        self.staging = [torch.empty(0, dtype=d) for d in self.dtypes]
+        self.host: list[torch.Tensor] = []
+        folder = os.environ.get("TRITON_RAGGED_STATS")
+        self.stats_path = os.path.join(folder, f"{name}-{os.getpid()}.json") if folder else None
+        self.stats_written = 0.0
+        if self.cuda:
+            self._capture_all()
+        self._write_stats(force=True)
+
+    # --- capture
+    def _capture_all(self) -> None:
+        started, before = time.time(), torch.cuda.memory_reserved(self.device)
+        pool = torch.cuda.graph_pool_handle()
+        for rows, length in sorted(self.grid.cells(), key=lambda c: -c[0] * c[1]):  # the largest sizes the pool
+            self._capture(rows, length, pool)
+        torch.cuda.synchronize(self.device)
+        self.graph_bytes = torch.cuda.memory_reserved(self.device) - before
+        self.capture_seconds = round(time.time() - started, 1)
+        self.host = [torch.empty(0, dtype=o.dtype, pin_memory=True) for o in next(iter(self.outputs.values()))]
+
+    def _capture(self, rows: int, length: int, pool) -> None:
+        static = [torch.zeros((rows, length), dtype=d, device=self.device) for d in self.dtypes]
+        for tensor in static:
+            if length > 1:
+                torch._dynamo.maybe_mark_dynamic(tensor, 1)
+        with torch.inference_mode():
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    self._call(static)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                outputs = self._call(static)
+        self.graphs[(rows, length)], self.static[(rows, length)], self.outputs[(rows, length)] = graph, static, outputs
+
+    def _call(self, inputs):
+        out = self.fn(*inputs)
+        return list(out) if isinstance(out, (tuple, list)) else [out]
+
+    # --- run
+    def __call__(self, batch: ragged.RaggedBatch) -> list[list[np.ndarray]]:
+        """Each request's outputs (numpy, host memory)."""
+        self._write_stats()
+        if not self.cuda:
+            return ragged.run_exact(batch, self.grid, self._eager, self.per_token, self.counters)
+        groups = ragged.plan(batch.lengths, self.grid)
+        cells = [(self.grid.batch_bucket(len(g.rows)), g.length) for g in groups]
+        self._stage(batch, groups, cells)
+        host = self._launch(groups, cells)
+        torch.cuda.current_stream(self.device).synchronize()
+        results = None
+        for group, outputs in zip(groups, host):
+            results = batch.place(results, group, [o.numpy() for o in outputs], self.per_token)
+        self.counters.add(batch.lengths, cells)
+        return batch.split(results, self.per_token)
+
+    def _eager(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        with torch.inference_mode():
+            out = self._call([torch.from_numpy(a).to(self.device) for a in arrays])
+        return [o.cpu().numpy() for o in out]
+
+    def _stage(self, batch, groups, cells) -> None:
+        """Every group's rows, gathered into pinned staging at its cell's shape (rows beyond the group zeroed)."""
+        need = sum(rows * length for rows, length in cells)
+        for i, name in enumerate(self.names):
+            if self.staging[i].numel() < need:
+                self.staging[i] = torch.empty(2 * need, dtype=self.dtypes[i], pin_memory=True)
+            flat, offset = self.staging[i].numpy(), 0
+            for group, (rows, length) in zip(groups, cells):
+                block = flat[offset : offset + rows * length].reshape(rows, length)
+                batch.rows(name, group, out=block)
+                block[len(group.rows) :] = 0
+                offset += rows * length
+
+    def _launch(self, groups, cells) -> list[list[torch.Tensor]]:
+        """Copies in, replays and copies out for every group, queued on the current stream; the host views."""
+        sizes = [self._output_elements(len(g.rows), cell) for g, cell in zip(groups, cells)]
+        self._ensure_host([sum(s[k] for s in sizes) for k in range(len(self.host))])
+        offsets, host = [0] * len(self.names), []
+        out_offsets = [0] * len(self.host)
+        for group, cell, size in zip(groups, cells, sizes):
+            rows, length = cell
+            for i, static in enumerate(self.static[cell]):
+                source = self.staging[i][offsets[i] : offsets[i] + rows * length].view(rows, length)
+                static.copy_(source, non_blocking=True)
+                offsets[i] += rows * length
+            self.graphs[cell].replay()
+            views = []
+            for k, out in enumerate(self.outputs[cell]):
+                part = out[: len(group.rows)]
+                view = self.host[k][out_offsets[k] : out_offsets[k] + size[k]].view(part.shape)
+                view.copy_(part, non_blocking=True)
+                out_offsets[k] += size[k]
+                views.append(view)
+            host.append(views)
+        return host
+
+    def _output_elements(self, count: int, cell) -> list[int]:
+        return [count * o[0].numel() for o in self.outputs[cell]]
+
+    def _ensure_host(self, needs: list[int]) -> None:
+        for k, need in enumerate(needs):
+            if self.host[k].numel() < need:
+                self.host[k] = torch.empty(2 * need, dtype=self.host[k].dtype, pin_memory=True)
+
+    def _write_stats(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.stats_path is None or (not force and now - self.stats_written < self.STATS_EVERY_S):
+            return
+        self.stats_written = now
+        partial = self.stats_path + ".part"
+        with open(partial, "w") as handle:
+            json.dump(self.describe(), handle)
+        os.replace(partial, self.stats_path)
+
+    def describe(self) -> dict:
+        """The grid, the graphs and what the runs computed so far (padding efficiency among it)."""
+        return {
+            "length_buckets": list(self.grid.lengths),
+            "batch_buckets": list(self.grid.batches),
+            "token_budget": self.grid.token_budget,
+            "graphs": len(self.graphs),
+            "graph_bytes": self.graph_bytes,
+            "capture_seconds": self.capture_seconds,
+            **self.counters.as_dict(),
+        }
