@@ -92,8 +92,13 @@ def _decode(flat) -> np.ndarray:
         return flat.astype(str)
     try:
         return np.char.decode(flat.astype(np.bytes_), "utf-8")
-    except UnicodeDecodeError as err:
-        raise ValueError(f"a text is not valid UTF-8 ({err})") from None
+    except UnicodeDecodeError:  # the slow path only for a bad request: say which text
+        for index, raw in enumerate(flat):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(f"text {index} is not valid UTF-8 ({err})") from None
+        raise
 
 
 def _empty(texts: np.ndarray):

@@ -1,0 +1,143 @@
+"""Sentence-length workloads for text models: what a search or embedding service sends.
+
+A workload is a length distribution (seeded lognormal, median about 40 tokens, clipped to the model's
+longest; or every sentence the same length) and a number of sentences per request. From it come token-id
+batches (each request padded to its own longest sentence, the mask marking real tokens), texts that
+tokenize to about those lengths, and perf_analyzer input-data files, so every tool measures the same shapes
+and every report can say which.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from common.errors import MeasurementError
+
+CLS, SEP, FIRST_WORDPIECE = 101, 102, 1996  # BERT uncased: [CLS], [SEP], the first ordinary wordpiece
+WORDS = (
+    "the model serves every request on the graphics card while the server batches sentences of many "
+    "lengths into one run so that search and ranking stay fast for all users today"
+).split()  # each one wordpiece in BERT's uncased vocabulary
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """Sentence lengths in tokens ([CLS] and [SEP] included).
+
+    Args:
+        fixed: every sentence this long (0: lognormal).
+        median: the lognormal's median; sigma its shape (0.8: mean ~1.38 x median, p95 ~3.7 x median).
+        longest: lengths are clipped to this (the model's longest sequence); shortest: and to at least this.
+        seed: the generator's seed: the same workload gives the same lengths everywhere.
+    """
+
+    fixed: int = 0
+    median: float = 40.0
+    sigma: float = 0.8
+    longest: int = 256
+    shortest: int = 3
+    seed: int = 0
+
+    def __post_init__(self):
+        if not 1 <= self.shortest <= self.longest or self.fixed < 0 or self.fixed > self.longest:
+            raise MeasurementError(
+                f"sentence lengths: fixed {self.fixed}, shortest {self.shortest}, longest {self.longest}: need "
+                "1 <= shortest <= longest and 0 <= fixed <= longest"
+            )
+
+    @classmethod
+    def parse(cls, text: str, longest: int = 256, seed: int = 0) -> Lengths:
+        """'lognormal' (median 40), 'lognormal:MEDIAN' or 'fixed:N'."""
+        kind, _, value = text.partition(":")
+        try:
+            if kind == "fixed":
+                return cls(fixed=int(value), longest=longest, seed=seed)
+            if kind == "lognormal":
+                return cls(median=float(value or 40), longest=longest, seed=seed)
+        except ValueError:
+            pass
+        raise MeasurementError(f"lengths {text!r}: use 'lognormal', 'lognormal:MEDIAN' or 'fixed:N'")
+
+    def sample(self, count: int) -> np.ndarray:
+        """count lengths (int64), the same for the same seed."""
+        if self.fixed:
+            return np.full(count, self.fixed, np.int64)
+        rng = np.random.default_rng(self.seed)
+        drawn = np.round(rng.lognormal(np.log(self.median), self.sigma, count))
+        return np.clip(drawn, self.shortest, self.longest).astype(np.int64)
+
+    def describe(self) -> str:
+        if self.fixed:
+            return f"all {self.fixed} tokens"
+        return (
+            f"lognormal, median {self.median:g} tokens, sigma {self.sigma:g}, clipped to {self.shortest}..{self.longest} "
+            f"(seed {self.seed})"
+        )
+
+
+def summary(lengths: np.ndarray) -> dict:
+    """median, mean, p95 and max of a set of lengths."""
+    return {
+        "sentences": int(len(lengths)),
+        "median": float(np.median(lengths)),
+        "mean": round(float(np.mean(lengths)), 1),
+        "p95": float(np.percentile(lengths, 95)),
+        "max": int(np.max(lengths)),
+    }
+
+
+def token_rows(lengths: np.ndarray, seed: int = 0, vocab: int = 30522) -> tuple[np.ndarray, np.ndarray]:
+    """ids and mask [rows, longest] (int64): [CLS] random wordpieces [SEP], then zeros past each length."""
+    rng = np.random.default_rng(seed)
+    rows, width = len(lengths), int(lengths.max())
+    mask = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)
+    ids = rng.integers(FIRST_WORDPIECE, vocab, (rows, width)) * mask
+    ids[:, 0] = CLS
+    ids[np.arange(rows), lengths - 1] = SEP
+    return ids.astype(np.int64), mask
+
+
+def requests(lengths: np.ndarray, per_request: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The sentences cut into requests of per_request rows, each padded to its own longest sentence."""
+    return [
+        token_rows(lengths[start : start + per_request], seed + start)
+        for start in range(0, len(lengths) - per_request + 1, per_request)
+    ]
+
+
+def texts(lengths: np.ndarray, seed: int = 0) -> list[str]:
+    """Sentences of about `lengths` tokens each (words of one wordpiece; [CLS] and [SEP] counted)."""
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(WORDS, max(int(n) - 2, 1))) for n in lengths]
+
+
+def perf_input_data(
+    lengths: np.ndarray, per_request: int, path: Path, names=("input_ids", "attention_mask"), text: bool = False
+) -> Path:
+    """perf_analyzer --input-data JSON: one entry per sentence, `per_request` consecutive entries per request.
+
+    perf_analyzer fills a request of batch b from b consecutive entries, and a request's rows must share one
+    shape, so each request's sentences are padded to its longest (as a client batching them would). text:
+    one TEXT (BYTES) entry per sentence instead of token ids.
+    """
+    import base64
+    import struct
+
+    entries = []
+    for start in range(0, len(lengths) - per_request + 1, per_request):
+        group = lengths[start : start + per_request]
+        if text:
+            for sentence in texts(group, start):
+                blob = sentence.encode()
+                entries.append({"TEXT": {"b64": base64.b64encode(struct.pack("<I", len(blob)) + blob).decode(), "shape": [1]}})
+            continue
+        ids, mask = token_rows(group, start)
+        for row in range(len(group)):
+            entries.append({name: {"content": a[row].tolist(), "shape": [a.shape[1]]} for name, a in zip(names, (ids, mask))})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"data": entries}))
+    return path
