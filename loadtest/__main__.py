@@ -527,6 +527,74 @@ def gpu_bench(
     click.echo(f"report: {out}/gpu_bench.md (CSV: gpu_bench.csv, plot: gpu_bench.png)")
 
 
+@cli.command("text-bench")
+@click.option(
+    "--spec",
+    "spec_file",
+    type=click.Path(path_type=Path, exists=True),
+    default=Path("examples/text/models.toml"),
+    show_default=True,
+)
+@click.option("--model", default="minilm_l6_random", show_default=True, help="A sequence model of the spec file.")
+@click.option(
+    "--lengths",
+    default="lognormal fixed:32",
+    show_default=True,
+    help="Workloads: 'lognormal[:MEDIAN]' and/or 'fixed:N'.",
+)
+@click.option("--sentences", type=int, default=8192, show_default=True)
+@click.option("--batch", type=int, default=256, show_default=True, help="In-process batch.")
+@click.option("--per-request", type=int, default=32, show_default=True, help="Sentences per request (served).")
+@click.option("--concurrency", default="4 8 16", show_default=True, help="Concurrency of the per-request points.")
+@click.option(
+    "--single-concurrency", default="16 256", show_default=True, help="Concurrency of single-sentence points."
+)
+@click.option("--interval-ms", type=int, default=3000, show_default=True)
+@click.option("--precision", default="", help="fp32, fp16 or bf16 (default: fp16 on a GPU, fp32 on a CPU).")
+@click.option(
+    "--tokenizer", type=click.Path(path_type=Path, exists=True), default=None, help="tokenizer.json for the text rows."
+)
+@click.option("--no-before", is_flag=True, help="CPU: skip the rows of the model served as before ragged batching.")
+@click.option("--out", type=click.Path(path_type=Path), default=None)
+@user_errors
+def text_bench(
+    spec_file,
+    model,
+    lengths,
+    sentences,
+    batch,
+    per_request,
+    concurrency,
+    single_concurrency,
+    interval_ms,
+    precision,
+    tokenizer,
+    no_before,
+    out,
+):
+    """A text model in-process and served (ids and raw text), over length distributions, in one run."""
+    from loadtest import text_bench as bench
+
+    out = out or Path("reports") / time.strftime("text-%Y%m%d-%H%M%S")
+    settings = bench.TextBenchSettings(
+        spec_file,
+        model,
+        tuple(lengths.split()),
+        sentences,
+        batch,
+        per_request,
+        _numbers(concurrency),
+        _numbers(single_concurrency),
+        interval_ms,
+        precision,
+        tokenizer,
+        before=not no_before,
+    )
+    bench.run(settings, out)
+    click.echo((out / "text_bench.md").read_text())
+    click.echo(f"report: {out}/text_bench.md (CSV: text_bench.csv, plot: text_bench.png)")
+
+
 @cli.command()
 @click.option("--python", "python_version", default="3.12", show_default=True, help="Python of the target host.")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Default: dist/triton-bundle-py<ver>.tar.xz")

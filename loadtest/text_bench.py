@@ -143,13 +143,21 @@ def _pad(array: np.ndarray, width: int) -> np.ndarray:
 
 
 def _computed_tokens(lengths, order, batch, width) -> int:
-    return sum(len(rows) * (width or int(lengths[rows].max())) for rows in np.array_split(order, range(batch, len(order), batch)))
+    return sum(
+        len(rows) * (width or int(lengths[rows].max()))
+        for rows in np.array_split(order, range(batch, len(order), batch))
+    )
 
 
 def _inproc_row(name, label, count, real, seconds, efficiency, note="") -> TextRow:
     return TextRow(
-        "in-process", name, label, sentences_s=count / seconds, tokens_s=real / seconds,
-        padding_efficiency=efficiency, note=note,
+        "in-process",
+        name,
+        label,
+        sentences_s=count / seconds,
+        tokens_s=real / seconds,
+        padding_efficiency=efficiency,
+        note=note,
     )
 
 
@@ -167,9 +175,15 @@ def runner_rows(runner, lengths: np.ndarray, label: str, batch: int) -> list[Tex
         for start in range(0, len(order), batch):
             picked = order[start : start + batch]
             width = int(lengths[picked].max())
-            batches.append(ragged.RaggedBatch([{"input_ids": ids[picked, :width], "attention_mask": mask[picked, :width]}], ["input_ids", "attention_mask"], "attention_mask"))
+            batches.append(
+                ragged.RaggedBatch(
+                    [{"input_ids": ids[picked, :width], "attention_mask": mask[picked, :width]}],
+                    ["input_ids", "attention_mask"],
+                    "attention_mask",
+                )
+            )
 
-        def run():
+        def run(batches=batches):
             for b in batches:
                 runner(b)
 
@@ -180,7 +194,9 @@ def runner_rows(runner, lengths: np.ndarray, label: str, batch: int) -> list[Tex
         efficiency = (done.real_tokens - before.real_tokens) / max(done.computed_tokens - before.computed_tokens, 1)
         info = runner.describe()
         note = f"{info['graphs']} graphs, lengths {info['length_buckets']}, token budget {info['token_budget']}"
-        rows.append(_inproc_row(f"served engine in-process ({name})", label, len(lengths), real, seconds, efficiency, note))
+        rows.append(
+            _inproc_row(f"served engine in-process ({name})", label, len(lengths), real, seconds, efficiency, note)
+        )
         rows[-1].gpu_mib = info["graph_bytes"] / 2**20 if info["graphs"] else None
     return rows
 
@@ -193,7 +209,9 @@ def single_sentence_ms(runner, module, device: str, length: int = 32) -> tuple[f
 
     ids, mask = tw.token_rows(np.array([length]))
     a, m = torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device)
-    batch = ragged.RaggedBatch([{"input_ids": ids, "attention_mask": mask}], ["input_ids", "attention_mask"], "attention_mask")
+    batch = ragged.RaggedBatch(
+        [{"input_ids": ids, "attention_mask": mask}], ["input_ids", "attention_mask"], "attention_mask"
+    )
 
     def eager():
         with torch.inference_mode():
@@ -256,3 +274,336 @@ def before_variant(spec, repo: Path, work: Path) -> str:
     config = dataclasses.replace(config, inputs=inputs)
     repository.write_model(repo, variant, config, {"model.onnx": work / spec.name / "model.onnx"}, "embedded")
     return name
+
+
+# --- served
+class RaggedStats:
+    """The runners' own statistics (padding efficiency, graph memory), written by the server's instances into
+    a folder (TRITON_RAGGED_STATS), read as deltas around each point."""
+
+    SETTLE_S = 1.3  # a little more than RaggedRunner.STATS_EVERY_S
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    def read(self, model: str) -> dict:
+        totals: dict = {}
+        for path in self.folder.glob(f"{model}-*.json"):
+            try:
+                info = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            for key in ("rows", "real_tokens", "computed_tokens", "graph_bytes", "graphs"):
+                totals[key] = totals.get(key, 0) + info.get(key, 0)
+        return totals
+
+
+def _stats(ep, model: str) -> dict:
+    from clients.breakdown import breakdown
+
+    return next(r for r in breakdown(ep, model) if r["model"] == model)
+
+
+def _mean_batch(before: dict, after: dict) -> float | None:
+    executions = after["executions"] - before["executions"]
+    return (after["inferences"] - before["inferences"]) / executions if executions else None
+
+
+def gpu_memory_mib() -> float | None:
+    """GPU memory in use on the first GPU (nvidia-smi), or None without one."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("nvidia-smi"):
+        return None
+    done = subprocess.run(
+        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"], capture_output=True, text=True
+    )
+    return float(done.stdout.split()[0]) if done.returncode == 0 and done.stdout.strip() else None
+
+
+@dataclass(frozen=True)
+class Point:
+    """One served point: which model, how many sentences per request, at which concurrency."""
+
+    path: str
+    model: str
+    encoder: str  # the model whose statistics give the mean batch
+    per_request: int
+    concurrency: int
+
+
+def served_point(point: Point, ep, analyzer, lengths: np.ndarray, label: str, stats: RaggedStats, raw: Path) -> TextRow:
+    """One point on input data of the workload's shapes; the batch, padding and memory the server saw."""
+    before, padding = _stats(ep, point.encoder), stats.read(point.encoder)
+    tool = "perf_analyzer" if perf_can_send(point, lengths) else "our gRPC client (requests made once)"
+    what = f"{point.path} {point.model}, {point.per_request} per request, c{point.concurrency}"
+    step(f"text-bench: {what} ({label}; {tool})")
+    if tool == "perf_analyzer":
+        measured = _perf_point(point, ep, analyzer, lengths, label, raw)
+    else:
+        measured = _client_point(point, ep, lengths)
+    time.sleep(RaggedStats.SETTLE_S)  # the runners write their statistics every second
+    after, padded = _stats(ep, point.encoder), stats.read(point.encoder)
+    delta = {k: padded.get(k, 0) - padding.get(k, 0) for k in ("computed_tokens", "real_tokens", "rows")}
+    seen = f"; the server saw {delta['real_tokens'] / delta['rows']:.1f} tokens per row" if delta["rows"] else ""
+    return TextRow(
+        point.path,
+        point.model,
+        label,
+        point.per_request,
+        point.concurrency,
+        measured["throughput"],
+        measured["throughput"] * float(np.mean(lengths)),
+        measured["p50_ms"],
+        measured["p99_ms"],
+        _mean_batch(before, after),
+        delta["real_tokens"] / delta["computed_tokens"] if delta["computed_tokens"] else None,
+        gpu_memory_mib(),
+        note=f"{ep.protocol}, {tool}; {measured['note']}{seen}",
+        extra={"measured": measured},
+    )
+
+
+def perf_can_send(point: Point, lengths: np.ndarray) -> bool:
+    """perf_analyzer batches consecutive entries of one shape: single sentences, texts, or all one length."""
+    return point.per_request == 1 or point.path == "served text" or len(set(lengths.tolist())) == 1
+
+
+def _perf_point(point: Point, ep, analyzer, lengths, label, raw: Path) -> dict:
+    from loadtest.perf import Sweep, run_sweep
+
+    text = point.path == "served text"
+    name = f"{point.model}_{point.per_request}_{'fixed' if len(set(lengths.tolist())) == 1 else 'varied'}.json"
+    data = tw.perf_input_data(lengths, point.per_request, raw / name, text=text)
+    sweep = Sweep(
+        point.model,
+        concurrency=(point.concurrency,),
+        batch_sizes=(point.per_request,),
+        measurement_ms=_interval(),
+        max_trials=6,
+        stability_percent=25,
+        input_data=data,
+    )
+    (row,) = run_sweep(sweep, ep, analyzer, raw)
+    note = f"stable={row['stable']}; queue {row['queue_us']:.0f} µs, infer {row['compute_infer_us']:.0f} µs"
+    return {**row, "note": note}
+
+
+def _client_point(point: Point, ep, lengths) -> dict:
+    from loadtest import ragged_load
+
+    names = ("input_ids", "attention_mask")
+    made = [dict(zip(names, pair)) for pair in tw.requests(lengths, point.per_request)]
+    with ep.client() as client:
+        outputs = [o["name"] for o in _outputs(client, point.model)]
+    payloads = ragged_load.serialize(point.model, made, outputs)
+    result = ragged_load.run(
+        ep.url, payloads, [point.per_request] * len(payloads), point.concurrency, _interval() / 1000 * 3
+    )
+    note = f"{result.requests} requests in {result.seconds:g} s, {result.errors} failed"
+    return {"throughput": result.rows_per_s, "p50_ms": result.p50_ms, "p99_ms": result.p99_ms, "note": note}
+
+
+def _outputs(client, model: str) -> list[dict]:
+    from clients.connection import as_dict
+
+    meta = client.get_model_metadata(model)
+    meta = meta if isinstance(meta, dict) else as_dict(meta)
+    return meta["outputs"]
+
+
+_INTERVAL_MS = [3000]
+
+
+def _interval() -> int:
+    return _INTERVAL_MS[0]
+
+
+def served_rows(
+    settings, ep, analyzer, models: dict, lengths: np.ndarray, label: str, stats, raw: Path
+) -> list[TextRow]:
+    """Every served point of one length distribution: ids (per_request and single sentences), text, before."""
+    points = [
+        Point("served ids", models["engine"], models["engine"], settings.per_request, c) for c in settings.concurrency
+    ]
+    points += [Point("served ids", models["engine"], models["engine"], 1, c) for c in settings.single_concurrency]
+    if models.get("pipeline"):
+        points += [
+            Point("served text", models["pipeline"], models["engine"], settings.per_request, c)
+            for c in settings.concurrency[-1:]
+        ]
+    if models.get("before"):
+        points += [
+            Point("served ids, before (no batching across lengths)", models["before"], models["before"], 1, c)
+            for c in settings.single_concurrency[:1]
+        ]
+        points += [
+            Point("served ids, after (same model, ONNX Runtime)", models["after"], models["after"], 1, c)
+            for c in settings.single_concurrency[:1]
+        ]
+    rows = []
+    for point in points:
+        try:
+            rows.append(served_point(point, ep, analyzer, lengths, label, stats, raw))
+        except Exception as err:  # a point that fails is reported, the others still run
+            rows.append(
+                TextRow(
+                    point.path,
+                    point.model,
+                    label,
+                    point.per_request,
+                    point.concurrency,
+                    note=f"failed: {str(err).splitlines()[0][:300]}",
+                )
+            )
+    return rows
+
+
+def latency_rows(settings, ep, analyzer, models: dict, stats, raw: Path) -> list[TextRow]:
+    """One 32-token sentence per request, concurrency 1: p50 from ids and from text."""
+    one = tw.Lengths(fixed=32).sample(256)
+    label = "one sentence of 32 tokens"
+    points = [Point("served ids", models["engine"], models["engine"], 1, 1)]
+    if models.get("pipeline"):
+        points.append(Point("served text", models["pipeline"], models["engine"], 1, 1))
+    return [served_point(p, ep, analyzer, one, label, stats, raw) for p in points]
+
+
+def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
+    """Build, measure in-process, serve, measure served; write text_bench.{md,csv,json,png} under out."""
+    import torch
+
+    from loadtest.perf_tools import find_perf_analyzer
+    from server.launcher import running
+
+    _INTERVAL_MS[0] = settings.interval_ms
+    gpu = torch.cuda.is_available()
+    work, repo = out / "work", out / "repo"
+    spec, engine, pipeline = build(settings, work, repo, gpu)
+    models = {"engine": engine, "pipeline": pipeline}
+    if settings.before and not gpu:
+        models.update(before=before_variant(spec, repo, work), after=spec.name)
+    workloads = [tw.Lengths.parse(text, longest=_longest(spec)) for text in settings.lengths]
+    rows = inprocess(settings, spec, work, gpu, workloads)
+    _write(rows, out, settings, spec)
+    stats = RaggedStats(out / "ragged_stats")
+    os.environ["TRITON_RAGGED_STATS"] = str(stats.folder)
+    analyzer = find_perf_analyzer()
+    with running(repo, out / "state", startup_timeout=900) as state:
+        ep = state.endpoint("grpc", repo)
+        rows += latency_rows(settings, ep, analyzer, models, stats, out / "raw")
+        _write(rows, out, settings, spec)
+        for workload in workloads:
+            lengths = workload.sample(settings.sentences)
+            rows += served_rows(settings, ep, analyzer, models, lengths, workload.describe(), stats, out / "raw")
+            _write(rows, out, settings, spec)  # as results come: a run cut short keeps what it measured
+    return rows
+
+
+def _longest(spec) -> int:
+    axes = spec.inputs[0].axes
+    return spec.axis_range(axes[0])[1] or 512 if axes else 512
+
+
+def inprocess(settings, spec, work: Path, gpu: bool, workloads) -> list[TextRow]:
+    """Eager baselines and the served engine's runner, per workload, and one 32-token sentence."""
+    import torch
+
+    from builders.formats.torch_compiled import ragged_engine
+    from builders.repository.writer import TorchRuntime
+    from triton_models import torch_runtime as rt
+
+    device = "cuda" if gpu else "cpu"
+    precision = settings.precision or ("fp16" if gpu else "fp32")
+    program = work / spec.name / "model.pt2"
+    module = rt.load_program(program).to(device, dtype=rt.DTYPES[precision])
+    runtime = TorchRuntime(precision, cuda_graphs=gpu, compiler="inductor")
+    step(f"text-bench: compiling the served engine in-process ({precision}, {device})")
+    runner = ragged_engine(
+        rt.compiled(rt.load_program(program).to(device, dtype=rt.DTYPES[precision])), spec, runtime, device
+    ).runner
+    rows = []
+    for workload in workloads:
+        lengths, label = workload.sample(settings.sentences), workload.describe()
+        rows += eager_rows(module, lengths, label, settings.batch, device, _longest(spec))
+        rows += runner_rows(runner, lengths, label, settings.batch)
+    eager_ms, engine_ms = single_sentence_ms(runner, module, device)
+    label = "one sentence of 32 tokens"
+    rows.append(TextRow("in-process", "eager", label, 1, p50_ms=eager_ms))
+    rows.append(TextRow("in-process", "served engine (runner)", label, 1, p50_ms=engine_ms))
+    del runner, module
+    if gpu:
+        torch.cuda.empty_cache()
+    return rows
+
+
+# --- report
+def markdown(rows: list[TextRow], header: str) -> str:
+    fmt = lambda v, f: "—" if v is None else format(v, f)  # noqa: E731
+    lines = [
+        header,
+        "",
+        "| path | runtime / model | lengths | sentences per request | concurrency | sentences/s | tokens/s | p50 ms "
+        "| p99 ms | mean batch (rows) | padding efficiency | GPU MiB | note |",
+        "|" + "---|" * 13,
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.path} | {r.runtime} | {r.lengths} | {r.per_request or '—'} "
+            f"| {r.concurrency or '—'} | "
+            f"{fmt(r.sentences_s, ',.0f')} | {fmt(r.tokens_s, ',.0f')} | {fmt(r.p50_ms, '.2f')} | "
+            f"{fmt(r.p99_ms, '.2f')} | "
+            f"{fmt(r.mean_batch, '.1f')} | {fmt(r.padding_efficiency, '.2f')} | {fmt(r.gpu_mib, ',.0f')} | {r.note} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(rows: list[TextRow], path: Path) -> Path:
+    """Bars: sentences/s of every measured throughput row, per workload."""
+    import textwrap
+
+    from loadtest.plots import pyplot, save
+
+    plt = pyplot()
+    measured = [r for r in rows if r.sentences_s and r.per_request != 1 or (r.sentences_s and r.concurrency > 1)]
+    fig, ax = plt.subplots(figsize=(11, 5))
+    labels = [
+        textwrap.fill(f"{r.path}: {r.runtime} c{r.concurrency} [{r.lengths.split(',')[0]}]", 26) for r in measured
+    ]
+    ax.barh(
+        range(len(measured)),
+        [r.sentences_s for r in measured],
+        color=["C0" if r.path == "in-process" else "C1" for r in measured],
+    )
+    ax.set_yticks(range(len(measured)), labels, fontsize=6)
+    ax.invert_yaxis()
+    ax.set_xlabel("sentences/s")
+    ax.grid(axis="x", alpha=0.3)
+    return save(fig, path)
+
+
+def _write(rows, out: Path, settings: TextBenchSettings, spec) -> None:
+    import csv
+
+    from builders.environment import host_info, tool_versions
+
+    out.mkdir(parents=True, exist_ok=True)
+    host = host_info()
+    header = (
+        f"# {spec.name}: text in-process and served\n\nHost: {host['gpu']}, {host['cpu']} ({host['cores']} cores); "
+        f"versions {tool_versions()}; settings {dataclasses.asdict(settings)}"
+    )
+    (out / "text_bench.md").write_text(markdown(rows, header) + "\n")
+    (out / "text_bench.json").write_text(json.dumps([dataclasses.asdict(r) for r in rows], indent=2, default=str))
+    with open(out / "text_bench.csv", "w", newline="") as handle:
+        names = [f.name for f in dataclasses.fields(TextRow) if f.name != "extra"]
+        writer = csv.DictWriter(handle, fieldnames=names)
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: v for k, v in dataclasses.asdict(r).items() if k != "extra"})
+    try:
+        plot(rows, out / "text_bench.png")
+    except (ImportError, ValueError) as err:
+        step(f"text-bench: no plot ({err})")

@@ -19,7 +19,7 @@ from common.errors import MeasurementError
 
 CLS, SEP, FIRST_WORDPIECE = 101, 102, 1996  # BERT uncased: [CLS], [SEP], the first ordinary wordpiece
 WORDS = (
-    "the model serves every request on the graphics card while the server batches sentences of many "
+    "the model serves every request on the graphics card while the server groups sentences of many "
     "lengths into one run so that search and ranking stay fast for all users today"
 ).split()  # each one wordpiece in BERT's uncased vocabulary
 
@@ -74,8 +74,8 @@ class Lengths:
         if self.fixed:
             return f"all {self.fixed} tokens"
         return (
-            f"lognormal, median {self.median:g} tokens, sigma {self.sigma:g}, clipped to {self.shortest}..{self.longest} "
-            f"(seed {self.seed})"
+            f"lognormal, median {self.median:g} tokens, sigma {self.sigma:g}, "
+            f"clipped to {self.shortest}..{self.longest} (seed {self.seed})"
         )
 
 
@@ -133,11 +133,15 @@ def perf_input_data(
         if text:
             for sentence in texts(group, start):
                 blob = sentence.encode()
-                entries.append({"TEXT": {"b64": base64.b64encode(struct.pack("<I", len(blob)) + blob).decode(), "shape": [1]}})
+                entries.append(
+                    {"TEXT": {"b64": base64.b64encode(struct.pack("<I", len(blob)) + blob).decode(), "shape": [1]}}
+                )
             continue
         ids, mask = token_rows(group, start)
         for row in range(len(group)):
-            entries.append({name: {"content": a[row].tolist(), "shape": [a.shape[1]]} for name, a in zip(names, (ids, mask))})
+            entries.append(
+                {name: {"content": a[row].tolist(), "shape": [a.shape[1]]} for name, a in zip(names, (ids, mask))}
+            )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"data": entries}))
     return path

@@ -241,12 +241,14 @@ def numpy_problem(repo: Path, version: str | None = None, models: list[str] | No
 
 
 def _answers_with_numpy(path: Path) -> bool:
-    """A Python-backend model other than the torch runtime (whose outputs leave through DLPack)."""
+    """A Python-backend model other than the torch runtime and the steps marked dlpack_outputs (their outputs
+    leave through DLPack)."""
     from builders.repository.model_config import parse_pbtxt
     from builders.repository.writer import is_torch_runtime
 
     config = parse_pbtxt(path.read_text())
-    return config.backend == "python" and not is_torch_runtime(config)
+    dlpack = "dlpack_outputs" in config.parameters and config.parameters["dlpack_outputs"].string_value == "1"
+    return config.backend == "python" and not is_torch_runtime(config) and not dlpack
 
 
 def _guard_plans(repo: Path) -> None:

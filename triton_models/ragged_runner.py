@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
+import weakref
 
 import numpy as np
 import torch
@@ -32,8 +34,9 @@ class RaggedRunner:
         graphs: capture CUDA graphs (on a GPU); without them groups run eagerly at their own longest row.
         name: the model's name, for the statistics file.
 
-    With TRITON_RAGGED_STATS=<folder> in the environment, describe() is written to <folder>/<name>-<pid>.json at
-    most once a second (padding efficiency, runs, graph memory: what Triton's statistics cannot say).
+    With TRITON_RAGGED_STATS=<folder> in the environment, a thread writes describe() to
+    <folder>/<name>-<pid>-<id>.json every second (padding efficiency, runs, graph memory: what Triton's statistics
+    cannot say).
     """
 
     STATS_EVERY_S = 1.0
@@ -48,11 +51,14 @@ class RaggedRunner:
         self.staging = [torch.empty(0, dtype=d) for d in self.dtypes]
         self.host: list[torch.Tensor] = []
         folder = os.environ.get("TRITON_RAGGED_STATS")
-        self.stats_path = os.path.join(folder, f"{name}-{os.getpid()}.json") if folder else None
-        self.stats_written = 0.0
+        self.stats_path = os.path.join(folder, f"{name}-{os.getpid()}-{id(self):x}.json") if folder else None
         if self.cuda:
             self._capture_all()
-        self._write_stats(force=True)
+        else:
+            self._warm()
+        if self.stats_path:
+            self._write_stats()
+            threading.Thread(target=_stats_loop, args=(weakref.ref(self),), name=f"{name}-stats", daemon=True).start()
 
     # --- capture
     def _capture_all(self) -> None:
@@ -89,7 +95,6 @@ class RaggedRunner:
     # --- run
     def __call__(self, batch: ragged.RaggedBatch) -> list[list[np.ndarray]]:
         """Each request's outputs (numpy, host memory)."""
-        self._write_stats()
         if not self.cuda:
             return ragged.run_exact(batch, self.grid, self._eager, self.per_token, self.counters)
         groups = ragged.plan(batch.lengths, self.grid)
@@ -104,9 +109,19 @@ class RaggedRunner:
         return batch.split(results, self.per_token)
 
     def _eager(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        tensors = [torch.from_numpy(a).to(self.device) for a in arrays]
+        for tensor in tensors:  # one compiled graph for every length (batch 1 and the rest: torch_runtime)
+            if tensor.shape[1] > 1:
+                torch._dynamo.maybe_mark_dynamic(tensor, 1)
         with torch.inference_mode():
-            out = self._call([torch.from_numpy(a).to(self.device) for a in arrays])
+            out = self._call(tensors)
         return [o.cpu().numpy() for o in out]
+
+    def _warm(self) -> None:
+        """Without graphs: compile now (a lone row and a batch, the length dynamic), not at the first requests."""
+        length = min(self.grid.lengths[0], 16)
+        for rows in (1, 2):
+            self._eager([np.ones((rows, length), np.dtype(str(d).removeprefix("torch."))) for d in self.dtypes])
 
     def _stage(self, batch, groups, cells) -> None:
         """Every group's rows, gathered into pinned staging at its cell's shape (rows beyond the group zeroed)."""
@@ -152,11 +167,7 @@ class RaggedRunner:
             if self.host[k].numel() < need:
                 self.host[k] = torch.empty(2 * need, dtype=self.host[k].dtype, pin_memory=True)
 
-    def _write_stats(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if self.stats_path is None or (not force and now - self.stats_written < self.STATS_EVERY_S):
-            return
-        self.stats_written = now
+    def _write_stats(self) -> None:
         partial = self.stats_path + ".part"
         with open(partial, "w") as handle:
             json.dump(self.describe(), handle)
@@ -173,3 +184,15 @@ class RaggedRunner:
             "capture_seconds": self.capture_seconds,
             **self.counters.as_dict(),
         }
+
+
+def _stats_loop(runner_ref) -> None:
+    """Writes a runner's statistics every STATS_EVERY_S while the runner lives (a weak reference: an unloaded
+    model's runner and its graphs are freed, and the thread ends)."""
+    while True:
+        time.sleep(RaggedRunner.STATS_EVERY_S)
+        runner = runner_ref()
+        if runner is None:
+            return
+        runner._write_stats()
+        del runner

@@ -5,6 +5,8 @@ its own longest text). The config batches requests dynamically: the texts of eve
 decoded together (numpy, no loop per text) and tokenized in one Rust `encode_batch` call, which spreads the
 texts over the tokenizer's threads. tokenizer.json sits in the version folder. Parameter: max_length.
 An empty, whitespace-only or non-UTF-8 text gets INVALID_ARG for its request alone, naming this step.
+Outputs leave through DLPack (config parameter dlpack_outputs), which the stub reads whatever numpy is
+installed: the embedded server's stub, built for numpy 1, sends arrays it is handed directly empty under numpy 2.
 """
 
 import json
@@ -27,6 +29,7 @@ class TritonPythonModel:
         self.tokenizer = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
         self.tokenizer.enable_truncation(int(params.get("max_length", "256")))
         self.tokenizer.enable_padding()
+        self.names = [o["name"] for o in config["output"]]  # ids, then mask: the encoder's input names
 
     def execute(self, requests):
         texts = [pb_utils.get_input_tensor_by_name(r, "TEXT").as_numpy().reshape(-1) for r in requests]
@@ -39,7 +42,7 @@ class TritonPythonModel:
                 err = pb_utils.TritonError(f"{STEP}: {error}", pb_utils.TritonError.INVALID_ARG)
                 responses[i] = pb_utils.InferenceResponse(output_tensors=[], error=err)
         for i, (ids, mask) in zip(good, arrays):
-            tensors = [pb_utils.Tensor("input_ids", ids), pb_utils.Tensor("attention_mask", mask)]
+            tensors = [pb_utils.Tensor.from_dlpack(name, a) for name, a in zip(self.names, (ids, mask))]
             responses[i] = pb_utils.InferenceResponse(output_tensors=tensors)
         return responses
 

@@ -151,7 +151,7 @@ def ragged_engine(engine, spec, runtime: repository.TorchRuntime, device: str):
         (outputs,) = runner(ragged.RaggedBatch([feed], names, mask))
         return tuple(torch.from_numpy(o).to(device) for o in outputs)
 
-    run.describe = runner.describe
+    run.describe, run.runner = runner.describe, runner
     return run
 
 

@@ -127,7 +127,7 @@ def text_pipeline_configs(spec: ModelSpec, options: repository.ServingOptions) -
         inputs=[TensorConfig("TEXT", "TYPE_STRING", (1,))],
         outputs=[ids, mask],
         dynamic_batching=DynamicBatching(max_queue_delay_microseconds=options.max_queue_delay_us),
-        parameters={"max_length": spec.builder_args.get("max_seq", 512)},
+        parameters={"max_length": _longest(spec), "dlpack_outputs": 1},
         **common,
     )
     embedding = [TensorConfig("EMBEDDING", "TYPE_FP32", (hidden,))]
@@ -151,6 +151,12 @@ def text_pipeline_configs(spec: ModelSpec, options: repository.ServingOptions) -
         ensemble_steps=steps,
     )
     return models + [ensemble]
+
+
+def _longest(spec: ModelSpec) -> int:
+    """The most tokens the encoder takes: the zoo's max_seq, else the sequence axis's max (512 if unbounded)."""
+    axes = spec.inputs[0].axes
+    return spec.builder_args.get("max_seq") or (spec.axis_range(axes[0])[1] if axes else None) or 512
 
 
 def write_text_pipeline(

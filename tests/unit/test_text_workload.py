@@ -1,0 +1,76 @@
+"""Text workloads (loadtest/text_workload.py): seeded lengths, token rows, perf_analyzer data; the load
+client's request serialization (loadtest/ragged_load.py)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from common.errors import MeasurementError
+from loadtest import ragged_load
+from loadtest import text_workload as tw
+
+
+def test_lognormal_lengths_are_seeded_and_shaped_like_sentences():
+    lengths = tw.Lengths().sample(20000)
+    assert np.array_equal(lengths, tw.Lengths().sample(20000))
+    assert not np.array_equal(lengths, tw.Lengths(seed=1).sample(20000))
+    summary = tw.summary(lengths)
+    assert 38 <= summary["median"] <= 42 and 50 <= summary["mean"] <= 58 and 130 <= summary["p95"] <= 165
+    assert lengths.min() >= 3 and summary["max"] == 256
+
+
+def test_fixed_lengths_and_parsing():
+    assert set(tw.Lengths.parse("fixed:32").sample(10).tolist()) == {32}
+    assert tw.Lengths.parse("lognormal:20", longest=128).median == 20
+    assert "all 32 tokens" == tw.Lengths(fixed=32).describe()
+    assert "lognormal, median 40" in tw.Lengths().describe()
+    for bad in ("uniform", "fixed:x", "fixed:999"):
+        with pytest.raises(MeasurementError):
+            tw.Lengths.parse(bad)
+
+
+def test_token_rows_mark_real_tokens_with_cls_and_sep():
+    ids, mask = tw.token_rows(np.array([3, 7, 5]))
+    assert ids.shape == mask.shape == (3, 7) and ids.dtype == mask.dtype == np.int64
+    assert mask.sum(axis=1).tolist() == [3, 7, 5]
+    assert (ids[:, 0] == tw.CLS).all() and ids[0, 2] == tw.SEP and ids[1, 6] == tw.SEP
+    assert (ids[mask == 0] == 0).all()
+
+
+def test_requests_are_padded_to_their_own_longest():
+    lengths = np.array([3, 9, 4, 4, 12, 5])
+    made = tw.requests(lengths, 2)
+    assert [ids.shape for ids, _ in made] == [(2, 9), (2, 4), (2, 12)]
+
+
+def test_perf_data_groups_share_one_shape(tmp_path):
+    lengths = np.array([3, 9, 4, 4])
+    data = json.loads(tw.perf_input_data(lengths, 2, tmp_path / "d.json").read_text())["data"]
+    assert [e["input_ids"]["shape"] for e in data] == [[9], [9], [4], [4]]
+    assert sum(data[0]["attention_mask"]["content"]) == 3
+    texts = json.loads(tw.perf_input_data(lengths, 2, tmp_path / "t.json", text=True).read_text())["data"]
+    assert len(texts) == 4 and texts[0]["TEXT"]["shape"] == [1]
+
+
+def test_texts_tokenize_to_about_their_lengths():
+    tokenizers = pytest.importorskip("tokenizers")
+    from builders.spec.zoo.text import model_dir
+
+    tokenizer = tokenizers.Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    lengths = tw.Lengths().sample(200)
+    got = np.array([len(e.ids) for e in tokenizer.encode_batch(tw.texts(lengths))])
+    assert np.array_equal(got, np.maximum(lengths, 3))
+
+
+def test_serialized_requests_carry_each_requests_shape():
+    from tritonclient.grpc import service_pb2
+
+    made = [dict(zip(("input_ids", "attention_mask"), pair)) for pair in tw.requests(np.array([3, 9, 4, 4]), 2)]
+    payloads = ragged_load.serialize("m", made, ["embedding"])
+    message = service_pb2.ModelInferRequest.FromString(payloads[1])
+    assert message.model_name == "m" and [list(t.shape) for t in message.inputs] == [[2, 4], [2, 4]]
+    assert message.inputs[0].datatype == "INT64" and len(message.raw_input_contents[0]) == 2 * 4 * 8
+    assert [o.name for o in message.outputs] == ["embedding"]
