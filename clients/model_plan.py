@@ -43,6 +43,23 @@ class ModelPlan:
     def batching(self) -> bool:
         return self.max_batch_size > 0
 
+    @property
+    def token_inputs(self) -> bool:
+        """Every required input is integer token data of one sequence axis per sample (ids, masks): a text
+        encoder's, whose requests a length distribution describes (loadtest/text_workload.py)."""
+        required = [t for t in self.inputs if not t.optional]
+        return (
+            self.batching
+            and bool(required)
+            and all(t.dims == (-1,) and t.datatype in ("INT64", "INT32") for t in required)
+        )
+
+    @property
+    def text_input(self) -> bool:
+        """One required input, TEXT (BYTES): our text pipelines'."""
+        required = [t for t in self.inputs if not t.optional]
+        return [(t.name, t.datatype) for t in required] == [("TEXT", "BYTES")]
+
     def require_protocol(self, protocol: str) -> None:
         """A decoupled model answers only over gRPC streaming.
 

@@ -39,6 +39,12 @@ INPUT_DATA = click.option(
     default=None,
     help="Your data: perf_analyzer's input-data JSON, an .npz (one array per input), a folder of images.",
 )
+LENGTHS = click.option(
+    "--lengths",
+    default="lognormal",
+    show_default=True,
+    help="Token and text models: sentence lengths, 'lognormal[:MEDIAN]' (seeded, median 40) or 'fixed:N'.",
+)
 TLS = click.option("--tls", is_flag=True, help="HTTPS / gRPC over TLS (--ca-file: the roots that sign the server).")
 CA_FILE = click.option(
     "--ca-file", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM root certificates."

@@ -65,6 +65,7 @@ def install_prometheus():
 @options.HEADER
 @options.SHAPE
 @options.INPUT_DATA
+@options.LENGTHS
 @options.TLS
 @options.CA_FILE
 @options.STATE_DIR
@@ -83,6 +84,7 @@ def perf(
     headers,
     shapes,
     input_data,
+    lengths,
     tls,
     ca_file,
     state_dir,
@@ -104,6 +106,7 @@ def perf(
         stability=stability,
         shapes=parse_shapes(shapes),
         input_data=input_data,
+        lengths=lengths,
         out=out or Path("reports") / time.strftime("%Y%m%d-%H%M%S"),
     )
     result = run(request, ep)
@@ -138,6 +141,7 @@ def perf(
 @options.HEADER
 @options.SHAPE
 @options.INPUT_DATA
+@options.LENGTHS
 @options.TLS
 @options.CA_FILE
 @options.STATE_DIR
@@ -159,6 +163,7 @@ def locust(
     headers,
     shapes,
     input_data,
+    lengths,
     tls,
     ca_file,
     state_dir,
@@ -183,6 +188,7 @@ def locust(
         batch=batch,
         shapes=parse_shapes(shapes),
         input_data=str(input_data or ""),
+        lengths=lengths,
         headers=ep.headers,
         tls=tls,
         ca_file=ca_file or "",

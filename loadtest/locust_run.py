@@ -37,6 +37,7 @@ class LocustRun:
     batch: int = 1
     shapes: dict = field(default_factory=dict)  # dynamic dims per input (--shape)
     input_data: str = ""  # the user's data: .npz or perf_analyzer JSON
+    lengths: str = "lognormal"  # token and text models: sentence lengths per request (loadtest/text_workload.py)
     headers: dict = field(default_factory=dict)  # sent with every request; passed through a 0600 file
     tls: bool = False
     ca_file: str = ""
@@ -101,6 +102,7 @@ def locust_environment(run: LocustRun, state: ServerState) -> dict:
         TRITON_REPO=str(state.repo or ""),
         TRITON_SHAPES=json.dumps(run.shapes),
         TRITON_INPUT_DATA=run.input_data,
+        TRITON_LENGTHS=run.lengths,
         TRITON_TLS="1" if run.tls else "",
         TRITON_CA_FILE=run.ca_file,
         SLO_P99_MS=f"{run.slo_p99_ms:g}",

@@ -37,8 +37,9 @@ COLUMNS = (
     "stable",
     "spread_pct",
     "window_ms",
+    "shapes",
 )
-TEXT_COLUMNS = ("model", "protocol", "load", "stable")
+TEXT_COLUMNS = ("model", "protocol", "load", "stable", "shapes")
 # perf_analyzer's words when its windows disagree, or when one was too short to hold a request (a busy host)
 UNSTABLE = ("Failed to obtain stable measurement", "Please use a larger time window")
 PASS_LINE = re.compile(r"Pass \[\d+\] throughput: ([0-9.eE+-]+) infer/sec\. Avg latency: (\d+) usec")
@@ -62,6 +63,7 @@ class Sweep:
     output_shm_bytes: int = 0  # per output region with shared memory (0: perf_analyzer's default)
     input_data: Path | None = None  # perf_analyzer --input-data JSON (real payloads for BYTES inputs)
     streaming: bool = False  # decoupled models: gRPC streaming (perf_analyzer --streaming)
+    shapes: str = ""  # what the requests hold, for the report (a text workload's length distribution)
 
     def __post_init__(self):
         if self.shared_memory not in SHARED_MEMORY:
@@ -289,6 +291,7 @@ def _row(record: dict, sweep: Sweep, batch: int, kind: str) -> dict:
         "stable": "yes",
         "spread_pct": 0.0,
         "window_ms": sweep.measurement_ms,
+        "shapes": sweep.shapes,
     }
 
 
@@ -342,13 +345,14 @@ def _typed(record: dict) -> dict:
 
 def markdown_table(rows: list[dict]) -> str:
     """The rows as a markdown table people read."""
+    shapes = any(r.get("shapes") for r in rows)  # a text workload's lengths: the table says what was sent
     head = "| model | proto | batch | load | throughput (infer/s) | p50 ms | p99 ms | queue µs | infer µs | stability |"
-    lines = [head, "|" + "---|" * 10]
+    lines = [head + (" requests held |" if shapes else ""), "|" + "---|" * (10 + shapes)]
     for r in rows:
         lines.append(
             f"| {r['model']} | {r['protocol']} | {r['batch']} | {r['load']} {r['level']:g} | {r['throughput']:.1f} "
             f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['queue_us']:.0f} | {r['compute_infer_us']:.0f} "
-            f"| {stability(r)} |"
+            f"| {stability(r)} |" + (f" {r.get('shapes') or '—'} |" if shapes else "")
         )
     return "\n".join(lines)
 

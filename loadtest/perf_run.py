@@ -26,6 +26,7 @@ class PerfRequest:
     stability: float = 25.0
     shapes: dict = field(default_factory=dict)  # dynamic dims per input (--shape)
     input_data: Path | None = None
+    lengths: str = "lognormal"  # token and text models: the length distribution (loadtest/text_workload.py)
     out: Path = Path("reports")
 
 
@@ -101,7 +102,9 @@ def _model_sweep(request: PerfRequest, ep, model: str, skipped: dict):
     try:
         model_plan.require_protocol(request.protocol)
         path = request.out / "raw" / f"{model}_input.json"
-        data = sweeps.input_data_file(ep, model, path, request.shapes, request.input_data)
+        data, shapes = _workload(request, ep, model_plan, batches, path)
+        if data is None:
+            data = sweeps.input_data_file(ep, model, path, request.shapes, request.input_data)
     except NotMeasurable as err:
         skipped[model] = str(err).removeprefix(f"{model}: ")
         step(f"not measured: {err}")
@@ -117,7 +120,23 @@ def _model_sweep(request: PerfRequest, ep, model: str, skipped: dict):
         stability_percent=request.stability,
         input_data=data,
         streaming=model_plan.decoupled,
+        shapes=shapes,
     )
+
+
+def _workload(request: PerfRequest, ep, model_plan, batches, path: Path) -> tuple[Path | None, str]:
+    """A token or text model without the user's data or --shape: requests drawn from a length distribution
+    (their description goes into the report); other models: (None, "")."""
+    from clients.served import served_spec
+    from loadtest import text_workload as tw
+
+    if request.input_data or request.shapes or not (model_plan.token_inputs or model_plan.text_input):
+        return None, ""
+    spec = served_spec(ep.repo, model_plan.name)
+    axes = spec.inputs[0].axes if spec is not None and spec.inputs else ()
+    longest = (spec.axis_range(axes[0])[1] if axes else None) or 256
+    lengths = tw.Lengths.parse(request.lengths, longest=min(longest, 512))
+    return tw.workload_data(model_plan, lengths, max(batches), path)
 
 
 def comparable_earlier(run_dir: Path) -> Path | None:

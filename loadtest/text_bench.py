@@ -237,7 +237,8 @@ def build(settings: TextBenchSettings, work: Path, repo: Path, gpu: bool):
         raise MeasurementError(f"{settings.spec_file} has no model {settings.model!r}; it has {sorted(found)}")
     spec = found[settings.model].spec
     cpu = ServingOptions(max_queue_delay_us=500)
-    build_model(BuildRequest(spec, "embedded", repo, work, cpu))
+    # on a GPU host the ONNX variant stays out of the served repository (numpy 2 there: launcher.numpy_problem)
+    build_model(BuildRequest(spec, "embedded", work / "scratch_repo" if gpu else repo, work, cpu))
     precision = settings.precision or ("fp16" if gpu else "fp32")
     options = ServingOptions(
         instances=settings.instances, kind="KIND_GPU" if gpu else "KIND_CPU", max_queue_delay_us=500
@@ -461,6 +462,46 @@ def served_rows(
     return rows
 
 
+def accuracy_rows(ep, models: dict, reference, tokenizer: Path | None, label: str) -> list[TextRow]:
+    """Every sentence of the zoo's list embedded by the served engine (from ids) and the pipeline (from text),
+    against the fp32 eager module on the CPU: the smallest cosine. A tokenizer is needed for real ids."""
+    import torch
+    from tokenizers import Tokenizer
+
+    from builders.spec.zoo.text import SENTENCES
+    from clients.infer import infer
+
+    if tokenizer is None:
+        return [TextRow("accuracy", models["engine"], label, note="no tokenizer.json: not checked")]
+    tok = Tokenizer.from_file(str(tokenizer))
+    tok.enable_truncation(256)
+    tok.enable_padding()
+    encodings = tok.encode_batch(list(SENTENCES))
+    ids = np.array([e.ids for e in encodings], np.int64)
+    mask = np.array([e.attention_mask for e in encodings], np.int64)
+    with torch.inference_mode():
+        expected = reference(torch.from_numpy(ids), torch.from_numpy(mask)).float().numpy()
+    served = {"served ids": infer(ep, models["engine"], {"input_ids": ids, "attention_mask": mask})}
+    if models.get("pipeline"):
+        texts = np.array([[t.encode()] for t in SENTENCES], dtype=object)
+        served["served text"] = infer(ep, models["pipeline"], {"TEXT": texts})
+    rows = []
+    for path, result in served.items():
+        got = next(iter(result.outputs.values()))
+        cosine = np.sum(got * expected, axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(expected, axis=1)
+        rows.append(
+            TextRow(
+                "accuracy",
+                models["engine"] if path == "served ids" else models["pipeline"],
+                f"{len(SENTENCES)} sentences of builders/spec/zoo/text.py",
+                note=f"{path} vs the fp32 eager module on the CPU: min cosine {cosine.min():.5f}, "
+                f"mean {cosine.mean():.5f}",
+                extra={"min_cosine": float(cosine.min())},
+            )
+        )
+    return rows
+
+
 def latency_rows(settings, ep, analyzer, models: dict, stats, raw: Path) -> list[TextRow]:
     """One 32-token sentence per request, concurrency 1: p50 from ids and from text."""
     one = tw.Lengths(fixed=32).sample(256)
@@ -493,6 +534,8 @@ def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
     analyzer = find_perf_analyzer()
     with running(repo, out / "state", startup_timeout=900) as state:
         ep = state.endpoint("grpc", repo)
+        reference = _reference(work / spec.name / "model.pt2")
+        rows += accuracy_rows(ep, models, reference, settings.tokenizer or _default_tokenizer(), "")
         rows += latency_rows(settings, ep, analyzer, models, stats, out / "raw")
         _write(rows, out, settings, spec)
         for workload in workloads:
@@ -500,6 +543,13 @@ def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
             rows += served_rows(settings, ep, analyzer, models, lengths, workload.describe(), stats, out / "raw")
             _write(rows, out, settings, spec)  # as results come: a run cut short keeps what it measured
     return rows
+
+
+def _reference(program: Path):
+    """The exported module in fp32 on the CPU: what served embeddings are compared with."""
+    from triton_models import torch_runtime as rt
+
+    return rt.load_program(program).float()
 
 
 def _longest(spec) -> int:

@@ -118,30 +118,52 @@ def texts(lengths: np.ndarray, seed: int = 0) -> list[str]:
 def perf_input_data(
     lengths: np.ndarray, per_request: int, path: Path, names=("input_ids", "attention_mask"), text: bool = False
 ) -> Path:
-    """perf_analyzer --input-data JSON: one entry per sentence, `per_request` consecutive entries per request.
+    """perf_analyzer --input-data JSON: one entry per sentence, `per_request` consecutive entries per request,
+    each request's sentences padded to its longest (as a client batching them would); names: the token
+    inputs (see token_arrays). text: one TEXT (BYTES) entry per sentence instead.
 
-    perf_analyzer fills a request of batch b from b consecutive entries, and a request's rows must share one
-    shape, so each request's sentences are padded to its longest (as a client batching them would). text:
-    one TEXT (BYTES) entry per sentence instead of token ids.
+    perf_analyzer builds a request of batch b from b consecutive entries and needs them to share one shape
+    (it checks every window of b, so only per_request 1 or one common width can vary between requests).
     """
-    import base64
-    import struct
-
     entries = []
     for start in range(0, len(lengths) - per_request + 1, per_request):
         group = lengths[start : start + per_request]
         if text:
-            for sentence in texts(group, start):
-                blob = sentence.encode()
-                entries.append(
-                    {"TEXT": {"b64": base64.b64encode(struct.pack("<I", len(blob)) + blob).decode(), "shape": [1]}}
-                )
+            entries += [{"TEXT": _bytes_entry(sentence)} for sentence in texts(group, start)]
             continue
-        ids, mask = token_rows(group, start)
+        arrays = token_arrays(names, *token_rows(group, start))
         for row in range(len(group)):
-            entries.append(
-                {name: {"content": a[row].tolist(), "shape": [a.shape[1]]} for name, a in zip(names, (ids, mask))}
-            )
+            entries.append({n: {"content": a[row].tolist(), "shape": [a.shape[1]]} for n, a in arrays.items()})
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"data": entries}))
     return path
+
+
+def token_arrays(names, ids: np.ndarray, mask: np.ndarray) -> dict:
+    """Each token input's array by its name: '*mask*' the mask, '*type*' zeros (segment 0), any other the ids."""
+    return {n: mask if "mask" in n else np.zeros_like(ids) if "type" in n else ids for n in names}
+
+
+def _bytes_entry(sentence: str) -> dict:
+    import base64
+    import struct
+
+    blob = sentence.encode()
+    return {"b64": base64.b64encode(struct.pack("<I", len(blob)) + blob).decode(), "shape": [1]}
+
+
+def workload_data(model_plan, lengths: Lengths, batch: int, path: Path, count: int = 512) -> tuple[Path, str]:
+    """perf_analyzer input data for a token or text model under a length distribution, and what it holds.
+
+    Batch 1: each request one sentence at its own length. Larger batches: perf_analyzer needs the rows of a
+    request to share one shape, so every sentence is padded to the workload's longest (the mask marks the
+    real tokens), as a client padding to a fixed length does; the description says so.
+    """
+    drawn = lengths.sample(count)
+    names = tuple(t.name for t in model_plan.inputs if not t.optional)
+    if model_plan.text_input:
+        return perf_input_data(drawn, 1, path, text=True), f"TEXT: {lengths.describe()}"
+    if batch == 1:
+        return perf_input_data(drawn, 1, path, names), f"{', '.join(names)}: {lengths.describe()}, one per request"
+    path = perf_input_data(drawn, count, path, names)  # one group: every row padded to the longest drawn
+    return path, f"{', '.join(names)}: {lengths.describe()}, rows padded to {int(drawn.max())}"

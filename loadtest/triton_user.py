@@ -33,6 +33,7 @@ RATE = float(os.environ.get("TRITON_RATE_PER_USER", "0"))  # requests/s per user
 REPO = os.environ.get("TRITON_REPO") or None  # the served repository: input shapes and values from its manifest
 SHAPES = json.loads(os.environ.get("TRITON_SHAPES") or "{}")  # dynamic dims: {input: [d1, d2]}
 INPUT_DATA = os.environ.get("TRITON_INPUT_DATA") or None  # the user's data (.npz or perf_analyzer JSON)
+LENGTHS = os.environ.get("TRITON_LENGTHS", "lognormal")  # token and text models: sentence lengths per request
 SEQUENCE_LENGTH = int(os.environ.get("TRITON_SEQUENCE_LENGTH", "10"))  # requests per sequence (stateful models)
 TLS = os.environ.get("TRITON_TLS") == "1"
 CA_FILE = os.environ.get("TRITON_CA_FILE") or None
@@ -59,14 +60,16 @@ class TritonUser(User):
         self.triton = self.endpoint.client()
         self.plan = plan(self.triton, self.model, self.endpoint.headers)
         self.output_names = list(self.plan.outputs)
+        self.workload = text_requests(self.plan, self.batch) if not (INPUT_DATA or SHAPES) else None
         self.arrays = (
             data_inputs(Path(INPUT_DATA), self.plan)
             if INPUT_DATA
+            else self.workload[0]
+            if self.workload
             else plan_inputs(self.plan, self.batch, SHAPES, served_spec(REPO, self.model))
         )
-        self.request_bytes = sum(
-            sum(len(v) for v in a.flat) if a.dtype == object else a.nbytes for a in self.arrays.values()
-        )
+        self.request_bytes = _bytes(self.arrays)
+        self.drawn = 0
         self.sequence, self.in_sequence = sequence_ids(), 0
 
     def on_stop(self):
@@ -76,6 +79,9 @@ class TritonUser(User):
     def infer(self):
         if self.plan.decoupled:
             return self._stream()
+        if self.workload:  # the next request of the length distribution
+            self.arrays = self.workload[self.drawn % len(self.workload)]
+            self.request_bytes, self.drawn = _bytes(self.arrays), self.drawn + 1
         inputs, outputs = build_request(self.endpoint.module(), self.arrays, self.output_names)
         start, error = time.perf_counter(), None
         try:
@@ -125,6 +131,36 @@ class TritonUser(User):
             exception=error,
             context={},
         )
+
+
+def _bytes(arrays: dict) -> int:
+    return sum(sum(len(v) for v in a.flat) if a.dtype == object else a.nbytes for a in arrays.values())
+
+
+def text_requests(model_plan, batch: int, count: int = 256) -> list[dict] | None:
+    """Token and text models: `count` requests of `batch` sentences drawn from TRITON_LENGTHS (each user its
+    own seed), each request padded to its own longest sentence; None for other models."""
+    import random
+
+    import numpy as np
+
+    from loadtest import text_workload as tw
+
+    if not (model_plan.token_inputs or model_plan.text_input):
+        return None
+    spec = served_spec(REPO, model_plan.name)
+    axes = spec.inputs[0].axes if spec is not None and spec.inputs else ()
+    longest = (spec.axis_range(axes[0])[1] if axes else None) or 256
+    workload = tw.Lengths.parse(LENGTHS, longest=min(longest, 512), seed=random.randrange(2**31))
+    lengths = workload.sample(count * batch)
+    if model_plan.text_input:
+        texts = tw.texts(lengths, workload.seed)
+        return [
+            {"TEXT": np.array([[t.encode()] for t in texts[i : i + batch]], dtype=object)}
+            for i in range(0, len(texts), batch)
+        ]
+    names = [t.name for t in model_plan.inputs if not t.optional]
+    return [tw.token_arrays(names, ids, mask) for ids, mask in tw.requests(lengths, batch, workload.seed)]
 
 
 def user_for(model: str, weight: int = 1, protocol: str = PROTOCOL) -> type:

@@ -93,11 +93,30 @@ def powers_of_two(low: int, high: int) -> tuple[int, ...]:
     return tuple(sorted(sizes))
 
 
+def half_octaves(low: int, high: int) -> tuple[int, ...]:
+    """low, 1.5 low, 2 low, 3 low, 4 low, ... up to high, and high itself."""
+    sizes, size = {high}, low
+    while size < high:
+        sizes.update(v for v in (size, size * 3 // 2) if v < high)
+        size *= 2
+    return tuple(sorted(sizes))
+
+
+def batch_steps(high: int) -> tuple[int, ...]:
+    """1, 2, 4, 8, 16, 24, ..., 64, 80, ..., 128, 160, ... up to high, and high itself."""
+    sizes, size = {high}, 1
+    while size < high:
+        sizes.add(size)
+        size = size * 2 if size < 8 else size + (8 if size < 64 else 16 if size < 128 else 32)
+    return tuple(sorted(sizes))
+
+
 def default_grid(max_length: int, max_rows: int, token_budget: int = 0, lengths=(), batches=()) -> LengthGrid:
-    """Length buckets 16, 32, 64, ... up to max_length; batch buckets 1, 2, 4, ... up to max_rows; the token
-    budget max(16,384, max_length) unless given."""
-    lengths = tuple(lengths) or powers_of_two(min(MIN_LENGTH_BUCKET, max_length), max_length)
-    batches = tuple(batches) or powers_of_two(1, max_rows)
+    """Length buckets 16, 24, 32, 48, 64, 96, ... up to max_length (two per octave); batch buckets 1, 2, 4, 8, then
+    every 8 up to 64, every 16 up to 128 and every 32 beyond, up to max_rows (rows padded to their bucket waste
+    at most about an eighth); the token budget max(16,384, max_length) unless given."""
+    lengths = tuple(lengths) or half_octaves(min(MIN_LENGTH_BUCKET, max_length), max_length)
+    batches = tuple(batches) or batch_steps(max_rows)
     return LengthGrid(lengths, batches, token_budget or max(DEFAULT_TOKEN_BUDGET, lengths[-1]))
 
 
@@ -129,8 +148,14 @@ class Group:
     rows: np.ndarray
 
 
-def plan(lengths: np.ndarray, grid: LengthGrid) -> list[Group]:
-    """Rows sorted by length, cut by length bucket into runs that fit the budget and the largest batch bucket."""
+def plan(lengths: np.ndarray, grid: LengthGrid, min_run_tokens: int = 0) -> list[Group]:
+    """Rows sorted by length and cut into runs that fit the budget and the largest batch bucket.
+
+    Neighbouring length buckets may share a run (at the longer length) where that computes fewer tokens:
+    each run costs at least `min_run_tokens` (a GPU takes about as long for a tiny run as for that many
+    tokens: kernel launches, not arithmetic), and rows are padded up to their batch bucket. A small dynamic
+    program over the length buckets present picks the cheapest grouping (min_run_tokens 0: one group per bucket,
+    split by the budget)."""
     if len(lengths) == 0:
         return []
     longest = int(lengths.max())
@@ -138,12 +163,42 @@ def plan(lengths: np.ndarray, grid: LengthGrid) -> list[Group]:
         raise ValueError(f"a row of {longest} tokens exceeds the model's longest length {grid.max_length}")
     order = np.argsort(lengths, kind="stable")
     buckets = np.searchsorted(np.asarray(grid.lengths), lengths[order])
+    present, counts = np.unique(buckets, return_counts=True)
+    ends = np.cumsum(counts)
     groups = []
-    for bucket in np.unique(buckets):
-        rows, length = order[buckets == bucket], grid.lengths[bucket]
+    for first, last in _cheapest_spans(present, counts, grid, min_run_tokens):
+        rows, length = order[(ends[first] - counts[first]) : ends[last]], grid.lengths[present[last]]
         cap = grid.rows_for(length)
         groups += [Group(length, rows[start : start + cap]) for start in range(0, len(rows), cap)]
     return groups
+
+
+def run_cost(rows: int, length: int, grid: LengthGrid, min_run_tokens: int) -> int:
+    """Tokens computed for `rows` rows at `length`: full runs of the budget's rows, then the rest padded to its
+    batch bucket, each run at least min_run_tokens."""
+    cap = grid.rows_for(length)
+    full, rest = divmod(rows, cap)
+    cost = full * max(min_run_tokens, cap * length)
+    return cost + (max(min_run_tokens, grid.batch_bucket(rest) * length) if rest else 0)
+
+
+def _cheapest_spans(present, counts, grid: LengthGrid, min_run_tokens: int) -> list[tuple[int, int]]:
+    """(first, last) indices into the buckets present: consecutive spans whose runs cost the fewest tokens."""
+    size = len(present)
+    if min_run_tokens <= 0:
+        return [(k, k) for k in range(size)]
+    best, cut = [0] + [None] * size, [0] * (size + 1)
+    for end in range(1, size + 1):
+        length = grid.lengths[present[end - 1]]
+        for start in range(end):
+            cost = best[start] + run_cost(int(counts[start:end].sum()), length, grid, min_run_tokens)
+            if best[end] is None or cost < best[end]:
+                best[end], cut[end] = cost, start
+    spans, end = [], size
+    while end:
+        spans.append((cut[end], end - 1))
+        end = cut[end]
+    return spans[::-1]
 
 
 @dataclass

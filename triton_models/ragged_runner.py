@@ -47,7 +47,7 @@ class RaggedRunner:
         self.mask, self.cuda = mask, self.device.type == "cuda" and graphs
         self.counters = ragged.Counters()
         self.graphs, self.static, self.outputs = {}, {}, {}
-        self.graph_bytes, self.capture_seconds = 0, 0.0
+        self.graph_bytes, self.capture_seconds, self.min_run_tokens = 0, 0.0, 0
         self.staging = [torch.empty(0, dtype=d) for d in self.dtypes]
         self.host: list[torch.Tensor] = []
         folder = os.environ.get("TRITON_RAGGED_STATS")
@@ -70,6 +70,24 @@ class RaggedRunner:
         self.graph_bytes = torch.cuda.memory_reserved(self.device) - before
         self.capture_seconds = round(time.time() - started, 1)
         self.host = [torch.empty(0, dtype=o.dtype, pin_memory=True) for o in next(iter(self.outputs.values()))]
+        self.min_run_tokens = self._floor_tokens()
+
+    def _floor_tokens(self, replays: int = 20) -> int:
+        """What the smallest run costs, in tokens of the largest one's rate: a replay of a few rows takes about
+        as long as this many tokens (launch-bound), so ragged.plan merges length buckets below it."""
+        small = min(self.graphs, key=lambda c: c[0] * c[1])
+        large = max(self.graphs, key=lambda c: c[0] * c[1])
+        seconds = {}
+        for cell in (small, large):
+            self.graphs[cell].replay()
+            torch.cuda.synchronize(self.device)
+            start = time.perf_counter()
+            for _ in range(replays):
+                self.graphs[cell].replay()
+            torch.cuda.synchronize(self.device)
+            seconds[cell] = (time.perf_counter() - start) / replays
+        rate = large[0] * large[1] / seconds[large]
+        return int(seconds[small] * rate)
 
     def _capture(self, rows: int, length: int, pool) -> None:
         static = [torch.zeros((rows, length), dtype=d, device=self.device) for d in self.dtypes]
@@ -97,7 +115,7 @@ class RaggedRunner:
         """Each request's outputs (numpy, host memory)."""
         if not self.cuda:
             return ragged.run_exact(batch, self.grid, self._eager, self.per_token, self.counters)
-        groups = ragged.plan(batch.lengths, self.grid)
+        groups = ragged.plan(batch.lengths, self.grid, self.min_run_tokens)
         cells = [(self.grid.batch_bucket(len(g.rows)), g.length) for g in groups]
         self._stage(batch, groups, cells)
         host = self._launch(groups, cells)
@@ -182,6 +200,7 @@ class RaggedRunner:
             "graphs": len(self.graphs),
             "graph_bytes": self.graph_bytes,
             "capture_seconds": self.capture_seconds,
+            "min_run_tokens": self.min_run_tokens,
             **self.counters.as_dict(),
         }
 

@@ -30,10 +30,11 @@ def test_bad_grids_say_what_is_wrong(kwargs, words):
         ragged.LengthGrid(**kwargs)
 
 
-def test_default_grid_is_powers_of_two_up_to_the_limits():
+def test_default_grid_has_half_octave_lengths_and_fine_batch_steps():
     g = ragged.default_grid(256, 48)
-    assert g.lengths == (16, 32, 64, 128, 256)
-    assert g.batches == (1, 2, 4, 8, 16, 32, 48)
+    assert g.lengths == (16, 24, 32, 48, 64, 96, 128, 192, 256)
+    assert g.batches == (1, 2, 4, 8, 16, 24, 32, 40, 48)
+    assert ragged.batch_steps(300)[-6:] == (160, 192, 224, 256, 288, 300)
     assert g.token_budget == 16384
     params = g.to_params()
     assert ragged.grid_from_params(params, 256, 48) == g
@@ -54,6 +55,30 @@ def test_plan_groups_rows_by_bucket_under_the_budget():
         assert g.length == min(b for b in (4, 8, 16) if b >= lengths[g.rows].max())
     with pytest.raises(ValueError, match="exceeds the model's longest"):
         ragged.plan(np.array([17]), grid())
+
+
+def _plan_cost(groups, grid, floor):
+    return sum(ragged.run_cost(len(g.rows), g.length, grid, floor) for g in groups)
+
+
+def test_a_run_floor_merges_small_length_buckets_and_never_costs_more():
+    g = ragged.LengthGrid((8, 16, 32, 64), (1, 2, 4, 8, 16, 32), 1024)
+    lengths = np.array([3] * 2 + [12] * 3 + [30] * 20 + [60] * 5)
+    alone = ragged.plan(lengths, g)
+    assert sorted({x.length for x in alone}) == [8, 16, 32, 64]  # no floor: one group per bucket
+    merged = ragged.plan(lengths, g, min_run_tokens=256)
+    assert len(merged) < len(alone) and {x.length for x in merged} <= {32, 64}
+    assert _plan_cost(merged, g, 256) <= _plan_cost(alone, g, 256)
+    assert sorted(np.concatenate([x.rows for x in merged]).tolist()) == list(range(len(lengths)))
+    for x in merged:
+        assert lengths[x.rows].max() <= x.length and len(x.rows) * x.length <= 1024
+
+
+def test_run_cost_pads_rows_to_their_bucket_and_splits_by_the_budget():
+    g = ragged.LengthGrid((8, 16), (1, 2, 4, 8), 64)
+    assert ragged.run_cost(3, 16, g, 0) == 4 * 16  # 3 rows run as 4
+    assert ragged.run_cost(9, 8, g, 0) == 8 * 8 + 1 * 8  # the budget holds 8 rows of 8
+    assert ragged.run_cost(1, 8, g, 100) == 100  # a floor per run
 
 
 def _requests(rng, sizes_widths):
