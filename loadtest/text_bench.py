@@ -444,22 +444,19 @@ def served_rows(
             Point("served ids, after (same model, ONNX Runtime)", models["after"], models["after"], 1, c)
             for c in settings.single_concurrency[:1]
         ]
-    rows = []
-    for point in points:
-        try:
-            rows.append(served_point(point, ep, analyzer, lengths, label, stats, raw))
-        except Exception as err:  # a point that fails is reported, the others still run
-            rows.append(
-                TextRow(
-                    point.path,
-                    point.model,
-                    label,
-                    point.per_request,
-                    point.concurrency,
-                    note=f"failed: {str(err).splitlines()[0][:300]}",
-                )
-            )
-    return rows
+    return [_safe_point(p, ep, analyzer, lengths, label, stats, raw) for p in points]
+
+
+def _safe_point(point, ep, analyzer, lengths, label, stats, raw) -> TextRow:
+    """served_point, where a point that fails is a row saying why: the others still run."""
+    try:
+        return served_point(point, ep, analyzer, lengths, label, stats, raw)
+    except Exception as err:  # perf_analyzer, the client or the server: the report says which and why
+        first = str(err).strip().splitlines()
+        reason = next((line for line in first if "rror" in line), first[0] if first else type(err).__name__)
+        return TextRow(
+            point.path, point.model, label, point.per_request, point.concurrency, note=f"failed: {reason[:300]}"
+        )
 
 
 def accuracy_rows(ep, models: dict, reference, tokenizer: Path | None, label: str) -> list[TextRow]:
@@ -509,7 +506,7 @@ def latency_rows(settings, ep, analyzer, models: dict, stats, raw: Path) -> list
     points = [Point("served ids", models["engine"], models["engine"], 1, 1)]
     if models.get("pipeline"):
         points.append(Point("served text", models["pipeline"], models["engine"], 1, 1))
-    return [served_point(p, ep, analyzer, one, label, stats, raw) for p in points]
+    return [_safe_point(p, ep, analyzer, one, label, stats, raw) for p in points]
 
 
 def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
@@ -568,11 +565,11 @@ def inprocess(settings, spec, work: Path, gpu: bool, workloads) -> list[TextRow]
     device = "cuda" if gpu else "cpu"
     precision = settings.precision or ("fp16" if gpu else "fp32")
     program = work / spec.name / "model.pt2"
-    module = rt.load_program(program).to(device, dtype=rt.DTYPES[precision])
+    module = rt.load_program(program, device).to(device, dtype=rt.DTYPES[precision])
     runtime = TorchRuntime(precision, cuda_graphs=gpu, compiler="inductor")
     step(f"text-bench: compiling the served engine in-process ({precision}, {device})")
     runner = ragged_engine(
-        rt.compiled(rt.load_program(program).to(device, dtype=rt.DTYPES[precision])), spec, runtime, device
+        rt.compiled(rt.load_program(program, device).to(device, dtype=rt.DTYPES[precision])), spec, runtime, device
     ).runner
     rows = []
     for workload in workloads:

@@ -126,7 +126,9 @@ def grid_from_params(params: dict, max_length: int, max_rows: int) -> LengthGrid
     def ints(key):
         return tuple(int(v) for v in str(params.get(key, "")).split())
 
-    return default_grid(max_length, max_rows, int(params.get("token_budget") or 0), ints("length_buckets"), ints("graph_batch_sizes"))
+    return default_grid(
+        max_length, max_rows, int(params.get("token_budget") or 0), ints("length_buckets"), ints("graph_batch_sizes")
+    )
 
 
 def row_lengths(mask: np.ndarray) -> np.ndarray:

@@ -282,15 +282,63 @@ def _row_bytes(tensor: torch.Tensor) -> int:
     return tensor[0].numel() * tensor.element_size()
 
 
-def load_program(path) -> torch.nn.Module:
-    """A torch.export program as a module that runs on any device.
+def load_program(path, device=None) -> torch.nn.Module:
+    """A torch.export program as a module that runs on `device` (default: where it was traced).
 
-    An export traced on the CPU may carry device assertions (aten._assert_tensor_metadata with device=cpu, from
-    `.to(dtype)` calls in transformers' code); dynamo refuses them once the module is on a GPU ("Tensor device
-    mismatch"). They assert nothing the serving path needs, so they are dropped here.
+    An export traced on the CPU may carry the CPU in its graph: device assertions (aten._assert_tensor_metadata
+    with device=cpu, from `.to(dtype)` calls in transformers' code), which dynamo refuses once the module is on a
+    GPU ("Tensor device mismatch"), and tensors made on the CPU (the attention mask's aranges and fills), which
+    meet GPU tensors in attention. The assertions are dropped; tensors made on the traced device are made on
+    `device`. Moving the module (module.to) stays the caller's.
     """
-    module = torch.export.load(str(path)).module()
-    return strip_device_asserts(module)
+    module = strip_device_asserts(torch.export.load(str(path)).module())
+    return retarget_devices(module, torch.device(device)) if device is not None else module
+
+
+def retarget_devices(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """module whose graph(s) make their tensors on `device`: every op that takes a device gets this one (given
+    or left to the default, the CPU), and tensor constants the graph reads move there."""
+    for graph_module in [m for m in module.modules() if isinstance(m, torch.fx.GraphModule)]:
+        changed = False
+        for node in graph_module.graph.nodes:
+            if node.op == "get_attr":
+                _move_constant(graph_module, node.target, device)
+            elif node.op == "call_function":
+                changed = _retarget_node(node, device) or changed
+        if changed:
+            graph_module.recompile()
+    return module
+
+
+def _retarget_node(node: torch.fx.Node, device: torch.device) -> bool:
+    """The node's device argument, positional (aten.to.device) or keyword (factories, where absent means the
+    CPU), set to `device`; whether it changed."""
+    schema = getattr(node.target, "_schema", None)
+    at = next((i for i, a in enumerate(schema.arguments) if a.name == "device"), None) if schema else None
+    if at is None:
+        return False
+    if at < len(node.args) and not schema.arguments[at].kwarg_only:
+        if node.args[at] is None or torch.device(node.args[at]) == device:
+            return False
+        node.update_arg(at, device)
+        return True
+    found = node.kwargs.get("device")
+    if found is not None and torch.device(found) == device:
+        return False
+    node.update_kwarg("device", device)
+    return True
+
+
+def _move_constant(graph_module: torch.fx.GraphModule, target: str, device: torch.device) -> None:
+    owner, _, name = target.rpartition(".")
+    holder = graph_module.get_submodule(owner) if owner else graph_module
+    value = getattr(holder, name, None)
+    if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter) and value.device != device:
+        moved = value.to(device)
+        if name in holder._buffers:
+            holder._buffers[name] = moved
+        else:
+            setattr(holder, name, moved)
 
 
 def strip_device_asserts(module: torch.nn.Module) -> torch.nn.Module:
@@ -299,7 +347,9 @@ def strip_device_asserts(module: torch.nn.Module) -> torch.nn.Module:
     if target is None:
         return module
     for graph_module in [m for m in module.modules() if isinstance(m, torch.fx.GraphModule)]:
-        nodes = [n for n in graph_module.graph.nodes if n.op == "call_function" and n.target in (target, target.default)]
+        nodes = [
+            n for n in graph_module.graph.nodes if n.op == "call_function" and n.target in (target, target.default)
+        ]
         for node in nodes:
             graph_module.graph.erase_node(node)
         if nodes:

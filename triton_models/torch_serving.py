@@ -57,7 +57,7 @@ class TorchServing:
         return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
 
     def _runner(self, folder, params, max_batch):
-        module = rt.load_program(os.path.join(folder, "model.pt2"))
+        module = rt.load_program(os.path.join(folder, "model.pt2"), self.device)
         fmt = torch.channels_last if self.channels_last else torch.contiguous_format
         module = module.to(self.device, dtype=self.dtype, memory_format=fmt)
         if params.get("compiler") == "inductor":

@@ -90,7 +90,7 @@ def compile_engine(program: Path, spec, runtime: repository.TorchRuntime, device
 
     dtype = rt.DTYPES[runtime.precision]
     fmt = torch.channels_last if runtime.channels_last else torch.contiguous_format
-    module = rt.load_program(program).to(device, dtype=dtype, memory_format=fmt)
+    module = rt.load_program(program, device).to(device, dtype=dtype, memory_format=fmt)
     started = time.time()
     engine = rt.compiled(module)
     first = spec.inputs[0]
@@ -172,7 +172,7 @@ def _gate(runner, program: Path, spec, runtime, device: str, report_path: Path) 
 
     from triton_models import torch_runtime as rt
 
-    reference = rt.load_program(program).to(device)
+    reference = rt.load_program(program, device).to(device)
     dtypes = [getattr(torch, {"FP32": "float32", "FP16": "float16"}.get(t.dtype, "float32")) for t in spec.outputs]
 
     def fp32(*inputs):
@@ -195,7 +195,9 @@ def _compile_step(program: Path, spec, runtime, device: str, name: str):
     except (SpecError, KeyboardInterrupt):
         raise
     except Exception as err:  # dynamo/inductor raise many kinds; the user needs the model, the step and why
-        first = str(err).strip().splitlines()[0][:400] if str(err).strip() else ""
+        lines = [line.strip() for line in str(err).strip().splitlines()]
+        cause = next((line for line in lines[1:] if line.startswith("Explanation:")), "")
+        first = "; ".join(x for x in (lines[0] if lines else "", cause) if x)[:600]
         raise ExportError(
             f"{spec.name}: compiling {name} (torch.compile/inductor, {runtime.precision}, {device}) failed: "
             f"{type(err).__name__}: {first}; build without --compiled, or rerun with TORCH_LOGS=+dynamo for the "

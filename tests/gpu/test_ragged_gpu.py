@@ -39,7 +39,17 @@ def program(tmp_path_factory):
         dynamic_axes={"seq": (1, 128)},
         pooling="mean",
     )
-    module = pooled(transformers.BertModel(config, add_pooling_layer=False).eval(), spec)
+    inner = pooled(transformers.BertModel(config, add_pooling_layer=False).eval(), spec)
+
+    class Encoder(torch.nn.Module):  # named inputs, as builds export them
+        def __init__(self):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask):
+            return self.inner(input_ids, attention_mask)
+
+    module = Encoder().eval()
     ids, mask = (torch.from_numpy(a) for a in tw.token_rows(np.array([16, 9])))
     dims = {0: torch.export.Dim("batch", min=1, max=64), 1: torch.export.Dim("seq", min=1, max=128)}
     exported = torch.export.export(module, (ids, mask), dynamic_shapes=(dims, dims))
@@ -68,7 +78,7 @@ def test_cpu_traced_export_compiles_and_graphs_match_unbatched_fp32(program):
     from triton_models import torch_runtime as rt
 
     path, reference = program
-    engine = rt.compiled(rt.load_program(path).to("cuda"))
+    engine = rt.compiled(rt.load_program(path, "cuda").to("cuda"))
     runner = _runner(engine)
     feeds = _feeds()
     with torch.inference_mode():
@@ -86,7 +96,7 @@ def test_fp16_graphs_stay_within_cosine_of_fp32(program):
     from triton_models import torch_runtime as rt
 
     path, reference = program
-    runner = _runner(rt.compiled(rt.load_program(path).to("cuda", dtype=torch.float16)))
+    runner = _runner(rt.compiled(rt.load_program(path, "cuda").to("cuda", dtype=torch.float16)))
     feeds = _feeds(1)
     with torch.inference_mode():
         out = runner(ragged.RaggedBatch(feeds, NAMES, "attention_mask"))

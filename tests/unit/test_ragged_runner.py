@@ -107,3 +107,14 @@ def test_cpu_exported_programs_lose_their_device_asserts(encoder, tmp_path):
     assert not [n for n in left if "_assert_tensor_metadata" in str(n.target)]
     with torch.inference_mode():
         torch.testing.assert_close(module(ids, mask), pooled(ids, mask))
+    moved = load_program(tmp_path / "model.pt2", "meta")  # tensors the graph makes: on the serving device
+    devices = [
+        n.kwargs["device"]
+        for m in moved.modules()
+        if isinstance(m, torch.fx.GraphModule)
+        for n in m.graph.nodes
+        if n.op == "call_function" and n.kwargs.get("device") is not None
+    ]
+    assert devices and all(torch.device(d).type == "meta" for d in devices)
+    with torch.inference_mode():  # every tensor the graph makes is on the target: nothing meets the CPU
+        assert moved.to("meta")(ids.to("meta"), mask.to("meta")).device.type == "meta"
