@@ -560,6 +560,7 @@ def gpu_bench(
 @click.option(
     "--tokenizer", type=click.Path(path_type=Path, exists=True), default=None, help="tokenizer.json for the text rows."
 )
+@click.option("--max-batch", type=int, default=0, help="The served model's max batch (rows; default: the spec's).")
 @click.option("--no-before", is_flag=True, help="CPU: skip the rows of the model served as before ragged batching.")
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
@@ -575,6 +576,7 @@ def text_bench(
     interval_ms,
     precision,
     tokenizer,
+    max_batch,
     no_before,
     out,
 ):
@@ -594,6 +596,7 @@ def text_bench(
         interval_ms,
         precision,
         tokenizer,
+        max_batch=max_batch,
         before=not no_before,
     )
     bench.run(settings, out)

@@ -54,11 +54,20 @@ def serialize(model: str, requests: list[dict], outputs: list[str]) -> list[byte
         for name, array in arrays.items():
             tensor = message.inputs.add(name=name, datatype=np_to_triton_dtype(array.dtype))
             tensor.shape.extend(array.shape)
-            message.raw_input_contents.append(np.ascontiguousarray(array).tobytes())
+            message.raw_input_contents.append(_raw(array))
         for name in outputs:
             message.outputs.add(name=name)
         made.append(message.SerializeToString())
     return made
+
+
+def _raw(array: np.ndarray) -> bytes:
+    """A tensor's raw contents as Triton reads them (BYTES: each element's uint32 length, then its bytes)."""
+    if array.dtype == object:
+        from tritonclient.utils import serialize_byte_tensor
+
+        return serialize_byte_tensor(array).tobytes()
+    return np.ascontiguousarray(array).tobytes()
 
 
 def _worker(url, payloads, rows, concurrency, warmup_s, seconds, headers, queue) -> None:

@@ -124,15 +124,20 @@ class Instance:
     SLOTS = 2
 
     def __init__(self, handle: int, model: dict, device):
+        from triton_models.tokenize_serving import TokenizeServing, is_tokenize
         from triton_models.torch_serving import TorchServing
 
         self.handle, self.name, self.device = handle, model["name"], device
-        self.serving = TorchServing(model["config"], model["folder"], device, slots=self.SLOTS)
+        if is_tokenize(model["config"]):  # the text pipeline's first step: no torch module
+            self.serving = TokenizeServing(model["config"], model["folder"])
+        else:
+            self.serving = TorchServing(model["config"], model["folder"], device, slots=self.SLOTS)
         if self.serving.staged and device.type == "cuda":
             with self.serving.on_stream():
                 self.serving.runner.use_driver_copies()
-        wire_shape, wire_dtype = self.serving.wire()
-        self.wire = (tuple(wire_shape), _DATATYPES[wire_dtype])
+        if self.serving.staged:
+            wire_shape, wire_dtype = self.serving.wire()
+            self.wire = (tuple(wire_shape), _DATATYPES[wire_dtype])
         self.all_outputs = {o["name"] for o in model["config"]["output"]}
         params = model["config"].get("parameters", {})
         self.inline_rows = int(params.get("inline_rows", {}).get("string_value", INLINE_ROWS))
@@ -234,13 +239,22 @@ class Instance:
             return runner.submit(parts, slot, alone=alone, steps=steps)
 
     def _run_now(self, requests, views, start) -> None:
-        """The general path (no CUDA graphs: several inputs, dynamic axes, CPU): run, then answer."""
+        """The general path (no CUDA graphs: several inputs, dynamic axes, CPU; the tokenize step): run, then
+        answer. A request whose inputs cannot be read is refused alone."""
+        read = getattr(self.serving, "read", None) or (lambda view: as_tensor(view, self.device))
+        results, feeds = [None] * len(requests), []
+        for index, request_views in enumerate(views):
+            try:
+                feeds.append((index, [read(v) for v in request_views]))
+            except Exception as err:  # this request alone
+                results[index] = err
+        compute = time.monotonic_ns()
         try:
-            feeds = [[as_tensor(v, self.device) for v in request_views] for request_views in views]
-            compute = time.monotonic_ns()
-            results = self.serving.run(feeds)
+            ran = self.serving.run([feed for _, feed in feeds]) if feeds else []
         except Exception as err:
-            results = [err] * len(requests)
+            ran = [err] * len(feeds)
+        for (index, _), result in zip(feeds, ran):
+            results[index] = result
         ended = time.monotonic_ns()
         for request, result in zip(requests, results):
             if isinstance(result, Exception):

@@ -62,6 +62,8 @@ class RaggedRunner:
 
     # --- capture
     def _capture_all(self) -> None:
+        torch.cuda.synchronize(self.device)
+        torch.cuda.empty_cache()  # memory cached from earlier work would hide what the graphs take
         started, before = time.time(), torch.cuda.memory_reserved(self.device)
         pool = torch.cuda.graph_pool_handle()
         for rows, length in sorted(self.grid.cells(), key=lambda c: -c[0] * c[1]):  # the largest sizes the pool

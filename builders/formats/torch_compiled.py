@@ -123,7 +123,10 @@ def ragged_engine(engine, spec, runtime: repository.TorchRuntime, device: str):
     from triton_models.torch_serving import TORCH_DTYPES, max_length
 
     grid = ragged.default_grid(
-        max_length(spec.to_dict()), spec.max_batch_size, runtime.token_budget, runtime.length_buckets,
+        max_length(spec.to_dict()),
+        spec.max_batch_size,
+        runtime.token_budget,
+        runtime.length_buckets,
         runtime.graph_batch_sizes,
     )
     names = [t.name for t in spec.inputs]
@@ -142,8 +145,8 @@ def ragged_engine(engine, spec, runtime: repository.TorchRuntime, device: str):
         info = runner.describe()
         step(
             f"{spec.name}: {info['graphs']} CUDA graphs over lengths {info['length_buckets']} x batches up to "
-            f"{info['batch_buckets'][-1]} (token budget {info['token_budget']}): {info['graph_bytes'] / 2**20:.0f} MiB, "
-            f"captured in {info['capture_seconds']} s"
+            f"{info['batch_buckets'][-1]} (token budget {info['token_budget']}): "
+            f"{info['graph_bytes'] / 2**20:.0f} MiB, captured in {info['capture_seconds']} s"
         )
 
     def run(*tensors):

@@ -112,9 +112,12 @@ def write_image_pipelines(
     return written
 
 
-def text_pipeline_configs(spec: ModelSpec, options: repository.ServingOptions) -> list[ModelConfig]:
+def text_pipeline_configs(
+    spec: ModelSpec, options: repository.ServingOptions, inprocess: bool = False
+) -> list[ModelConfig]:
     """tokenize → encoder (→ pool, where the encoder does not pool itself), and the ensemble <model>_pipeline
-    (TEXT in, EMBEDDING out). The tokenize step batches dynamically: one Rust encode_batch per batch."""
+    (TEXT in, EMBEDDING out). The tokenize step batches dynamically: one Rust encode_batch per batch; inprocess:
+    it runs in the in-process backend (triton_models/tokenize_serving.py) instead of a Python-backend stub."""
     ids, mask = (TensorConfig(t.name, f"TYPE_{t.dtype}", t.dims) for t in spec.inputs)
     hidden = spec.outputs[0].dims[-1]
     common = dict(
@@ -130,6 +133,9 @@ def text_pipeline_configs(spec: ModelSpec, options: repository.ServingOptions) -
         parameters={"max_length": _longest(spec), "dlpack_outputs": 1},
         **common,
     )
+    if inprocess:
+        params = {"max_length": _longest(spec), "runtime": "tokenize"}
+        tokenize = dataclasses.replace(tokenize, backend=repository.INPROCESS_BACKEND, parameters=params)
     embedding = [TensorConfig("EMBEDDING", "TYPE_FP32", (hidden,))]
     steps = [EnsembleStep(tokenize.name, {"TEXT": "TEXT"}, {ids.name: "ids", mask.name: "mask"})]
     encoder_in = {ids.name: "ids", mask.name: "mask"}
@@ -140,7 +146,9 @@ def text_pipeline_configs(spec: ModelSpec, options: repository.ServingOptions) -
         tokens = TensorConfig("token_embeddings", "TYPE_FP32", (-1, hidden))
         pool = ModelConfig(name=f"{spec.name}_pool", inputs=[tokens, mask], outputs=embedding, **common)
         steps.append(EnsembleStep(spec.name, encoder_in, {spec.outputs[0].name: "tokens"}))
-        steps.append(EnsembleStep(pool.name, {"token_embeddings": "tokens", mask.name: "mask"}, {"EMBEDDING": "EMBEDDING"}))
+        steps.append(
+            EnsembleStep(pool.name, {"token_embeddings": "tokens", mask.name: "mask"}, {"EMBEDDING": "EMBEDDING"})
+        )
         models = [tokenize, pool]
     ensemble = ModelConfig(
         name=f"{spec.name}_pipeline",
@@ -160,13 +168,18 @@ def _longest(spec: ModelSpec) -> int:
 
 
 def write_text_pipeline(
-    repo: Path, spec: ModelSpec, tokenizer_json: Path, options: repository.ServingOptions | None = None
+    repo: Path,
+    spec: ModelSpec,
+    tokenizer_json: Path,
+    options: repository.ServingOptions | None = None,
+    inprocess: bool = False,
 ) -> list[str]:
-    """Write <model>_tokenize (and <model>_pool where the encoder does not pool) and the <model>_pipeline ensemble."""
+    """Write <model>_tokenize (and <model>_pool where the encoder does not pool) and the <model>_pipeline ensemble;
+    inprocess: the tokenize step in the in-process backend (no stub; any numpy)."""
     if not (repo / spec.name / "config.pbtxt").exists():
         raise SpecError(f"encoder {spec.name!r} is not in {repo}: build it first (make build-engines)")
-    configs = text_pipeline_configs(spec, options or repository.ServingOptions())
-    sources = {f"{spec.name}_tokenize": TEXT_TOKENIZE, f"{spec.name}_pool": TEXT_POOL}
+    configs = text_pipeline_configs(spec, options or repository.ServingOptions(), inprocess)
+    sources = {f"{spec.name}_pool": TEXT_POOL, **({} if inprocess else {f"{spec.name}_tokenize": TEXT_TOKENIZE})}
     for config in configs:
         extra = {"tokenizer.json": tokenizer_json} if config.name.endswith("_tokenize") else None
         _write(repo, spec, config, sources.get(config.name), extra)

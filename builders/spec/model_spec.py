@@ -275,7 +275,7 @@ class ModelSpec:
         from builders.spec.pooling import POOLINGS, mask_index
 
         if self.pooling not in POOLINGS:
-            raise SpecError(f"model {self.name!r}: pooling {self.pooling!r} is unknown; use \"mean\" or leave it out")
+            raise SpecError(f'model {self.name!r}: pooling {self.pooling!r} is unknown; use "mean" or leave it out')
         if self.pooling:
             mask_index(self)
             if len(self.outputs) != 1 or len(self.outputs[0].dims) != 1:

@@ -1,0 +1,122 @@
+"""The tokenize step's work, shared by its two faces (the Python-backend model.py, text_tokenize.py, and the
+in-process backend, tokenize_serving.py): texts decoded per request, one Rust `encode_batch` over every text of
+a dynamic batch (the tokenizer spreads it over its threads), each request's rows cut to its own longest text.
+A request with a bad text (empty, whitespace only, not UTF-8) is refused alone, naming the text.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import numpy as np
+
+STEP = "tokenize"
+
+
+def load_tokenizer(path: str, max_length: int):
+    """tokenizer.json, truncating to max_length, padding to the longest text of a call."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(path)
+    tokenizer.enable_truncation(max_length)
+    tokenizer.enable_padding()
+    return tokenizer
+
+
+def tokenize(tokenizer, texts: list) -> list:
+    """Per request (an array of bytes or str), (ids, mask) int64 [texts, longest] or a ValueError saying why it
+    is refused."""
+    decoded, errors = decode_requests(texts)
+    good = [i for i, e in enumerate(errors) if e is None]
+    results: list = [ValueError(f"{STEP}: {e}") if e is not None else None for e in errors]
+    for i, arrays in zip(good, encode(tokenizer, [decoded[i] for i in good])):
+        results[i] = arrays
+    return results
+
+
+def encode(tokenizer, per_request: list) -> list:
+    """One encode_batch over every request's texts; each request's rows cut to its own longest text."""
+    if not per_request:
+        return []
+    encodings = tokenizer.encode_batch(np.concatenate(per_request).tolist())
+    ids = np.array([e.ids for e in encodings], np.int64)
+    mask = np.array([e.attention_mask for e in encodings], np.int64)
+    out, start = [], 0
+    for texts in per_request:
+        rows = slice(start, start + len(texts))
+        width = max(int(mask[rows].sum(axis=1).max()), 1)
+        out.append((np.ascontiguousarray(ids[rows, :width]), np.ascontiguousarray(mask[rows, :width])))
+        start += len(texts)
+    return out
+
+
+def decode_requests(texts: list) -> tuple[list, list]:
+    """Per request, its texts as str (all requests decoded in one numpy call), or why the request is refused."""
+    try:
+        decoded = _decode(np.concatenate(texts) if texts else np.array([], object))
+    except ValueError:  # one request's text is bad: find which, the others go on
+        return _decode_each(texts)
+    out, start = [], 0
+    for t in texts:
+        out.append(decoded[start : start + len(t)])
+        start += len(t)
+    return out, [_empty(d) for d in out]
+
+
+def _decode_each(texts: list) -> tuple[list, list]:
+    decoded, errors = [], []
+    for t in texts:
+        try:
+            decoded.append(_decode(t))
+            errors.append(_empty(decoded[-1]))
+        except ValueError as err:
+            decoded.append(np.array([], str))
+            errors.append(str(err))
+    return decoded, errors
+
+
+def _decode(flat) -> np.ndarray:
+    """bytes (or str) array -> str array, in one numpy call."""
+    if len(flat) == 0:
+        return np.array([], str)
+    if flat.dtype.kind == "U" or not isinstance(flat[0], bytes):
+        return flat.astype(str)
+    try:
+        return np.char.decode(flat.astype(np.bytes_), "utf-8")
+    except UnicodeDecodeError:  # the slow path only for a bad request: say which text
+        for index, raw in enumerate(flat):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(f"text {index} is not valid UTF-8 ({err})") from None
+        raise
+
+
+def _empty(texts: np.ndarray):
+    """Why a request's texts are refused (an empty or whitespace-only one), or None."""
+    if len(texts) == 0:
+        return "the request holds no text"
+    blank = np.flatnonzero(np.char.str_len(np.char.strip(texts)) == 0)
+    return f"text {blank[0]} is empty or whitespace only" if len(blank) else None
+
+
+def parse_bytes(raw: bytes, count: int) -> np.ndarray:
+    """Triton's BYTES tensor (each element a little-endian uint32 length, then its bytes) -> object array.
+
+    Raises:
+        ValueError: the buffer does not hold exactly `count` elements.
+    """
+    out, at, view = np.empty(count, object), 0, memoryview(raw)
+    for index in range(count):
+        if at + 4 > len(view):
+            raise ValueError(f"{STEP}: TEXT holds {index} of {count} elements")
+        (size,) = struct.unpack_from("<I", view, at)
+        if at + 4 + size > len(view):
+            raise ValueError(f"{STEP}: text {index} claims {size} bytes, {len(view) - at - 4} remain")
+        out[index] = bytes(view[at + 4 : at + 4 + size])
+        at += 4 + size
+    if at != len(view):
+        raise ValueError(f"{STEP}: TEXT has {len(view) - at} bytes after its {count} elements")
+    return out
