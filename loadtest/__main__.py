@@ -561,6 +561,7 @@ def gpu_bench(
     "--tokenizer", type=click.Path(path_type=Path, exists=True), default=None, help="tokenizer.json for the text rows."
 )
 @click.option("--max-batch", type=int, default=0, help="The served model's max batch (rows; default: the spec's).")
+@click.option("--instances", type=int, default=1, show_default=True, help="Instances of the served engine.")
 @click.option("--no-before", is_flag=True, help="CPU: skip the rows of the model served as before ragged batching.")
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
@@ -577,6 +578,7 @@ def text_bench(
     precision,
     tokenizer,
     max_batch,
+    instances,
     no_before,
     out,
 ):
@@ -596,6 +598,7 @@ def text_bench(
         interval_ms,
         precision,
         tokenizer,
+        instances=instances,
         max_batch=max_batch,
         before=not no_before,
     )

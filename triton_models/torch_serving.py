@@ -149,7 +149,7 @@ class TorchServing:
         if kept:
             try:
                 batch = RaggedBatch([a for _, a in kept], names, self.runner.mask)
-                with torch.inference_mode():
+                with self.on_stream(), torch.inference_mode():  # each instance its own stream: they overlap
                     outputs = self.runner(batch)
             except Exception as err:  # e.g. a request whose inputs disagree in shape
                 if len(kept) == 1:

@@ -159,11 +159,12 @@ def torch_config(spec: ModelSpec, runtime: TorchRuntime, options: ServingOptions
             f"sequence axis ([-1]); the spec has {[(t.name, list(t.dims)) for t in spec.inputs]}; build the torch "
             "variant without cuda_graphs"
         )
-    if options.kind == "KIND_GPU" and options.instances > 1 and options.dynamic_batching:
+    if options.kind == "KIND_GPU" and options.instances > 1 and options.dynamic_batching and not runtime.inprocess:
         raise ConfigError(
             f"{spec.name}: {options.instances} KIND_GPU instances with dynamic batching: the torch runtime's "
             "throughput collapses there (0.15-0.26x of no batching on the H100, with or without CUDA MPS; "
-            "docs/benchmarks.md). Use 1 instance with dynamic batching, or several with dynamic_batching off."
+            "docs/benchmarks.md). Use 1 instance with dynamic batching, several with dynamic_batching off, or the "
+            "in-process backend (--inprocess), whose instances share one process"
         )
     base = model_config(dataclasses.replace(spec, name=runtime.variant(spec.name)), "embedded", options)
     params = {
