@@ -12,6 +12,7 @@ perf_analyzer where both can, to show it).
 from __future__ import annotations
 
 import multiprocessing
+import struct
 import time
 from dataclasses import dataclass
 
@@ -64,9 +65,8 @@ def serialize(model: str, requests: list[dict], outputs: list[str]) -> list[byte
 def _raw(array: np.ndarray) -> bytes:
     """A tensor's raw contents as Triton reads them (BYTES: each element's uint32 length, then its bytes)."""
     if array.dtype == object:
-        from tritonclient.utils import serialize_byte_tensor
-
-        return serialize_byte_tensor(array).tobytes()
+        items = [v if isinstance(v, bytes) else str(v).encode() for v in array.reshape(-1)]
+        return b"".join(struct.pack("<I", len(item)) + item for item in items)
     return np.ascontiguousarray(array).tobytes()
 
 

@@ -299,8 +299,10 @@ class RaggedStats:
                 info = json.loads(path.read_text())
             except (OSError, ValueError):
                 continue
-            for key in ("rows", "real_tokens", "computed_tokens", "graph_bytes", "graphs"):
+            for key in ("rows", "real_tokens", "computed_tokens", "graph_bytes", "graphs", "batches"):
                 totals[key] = totals.get(key, 0) + info.get(key, 0)
+            for phase, seconds in info.get("timings_s", {}).items():
+                totals[f"time:{phase}"] = totals.get(f"time:{phase}", 0.0) + seconds
         return totals
 
 
@@ -351,8 +353,9 @@ def served_point(point: Point, ep, analyzer, lengths: np.ndarray, label: str, st
         measured = _client_point(point, ep, lengths)
     time.sleep(RaggedStats.SETTLE_S)  # the runners write their statistics every second
     after, padded = _stats(ep, point.encoder), stats.read(point.encoder)
-    delta = {k: padded.get(k, 0) - padding.get(k, 0) for k in ("computed_tokens", "real_tokens", "rows")}
-    seen = f"; the server saw {delta['real_tokens'] / delta['rows']:.1f} tokens per row" if delta["rows"] else ""
+    delta = {k: padded.get(k, 0) - padding.get(k, 0) for k in padded}
+    seen = f"; the server saw {delta['real_tokens'] / delta['rows']:.1f} tokens per row" if delta.get("rows") else ""
+    seen += _time_per_batch(delta)
     return TextRow(
         point.path,
         point.model,
@@ -369,6 +372,15 @@ def served_point(point: Point, ep, analyzer, lengths: np.ndarray, label: str, st
         note=f"{ep.protocol}, {tool}; {measured['note']}{seen}",
         extra={"measured": measured},
     )
+
+
+def _time_per_batch(delta: dict) -> str:
+    """Where a batch's time went in the server (ms per batch, summed over instances), from the runner's stats."""
+    batches = delta.get("batches", 0)
+    phases = {k.removeprefix("time:"): v for k, v in delta.items() if k.startswith("time:")}
+    if not batches or not phases:
+        return ""
+    return "; ms per batch: " + ", ".join(f"{phase} {1e3 * v / batches:.2f}" for phase, v in phases.items())
 
 
 def perf_can_send(point: Point, lengths: np.ndarray) -> bool:

@@ -242,6 +242,9 @@ class Instance:
         """The general path (no CUDA graphs: several inputs, dynamic axes, CPU; the tokenize step): run, then
         answer. A request whose inputs cannot be read is refused alone."""
         read = getattr(self.serving, "read", None) or (lambda view: as_tensor(view, self.device))
+        run = self.serving.run
+        if getattr(self.serving, "ragged", False):  # numpy views of Triton's buffers in, arrays out
+            read, run = as_array, self.serving.run_arrays
         results, feeds = [None] * len(requests), []
         for index, request_views in enumerate(views):
             try:
@@ -249,8 +252,9 @@ class Instance:
             except Exception as err:  # this request alone
                 results[index] = err
         compute = time.monotonic_ns()
+        spent = getattr(getattr(self.serving, "runner", None), "spent", None)
         try:
-            ran = self.serving.run([feed for _, feed in feeds]) if feeds else []
+            ran = run([feed for _, feed in feeds]) if feeds else []
         except Exception as err:
             ran = [err] * len(feeds)
         for (index, _), result in zip(feeds, ran):
@@ -262,7 +266,11 @@ class Instance:
             else:
                 self._answer(request, result, (start, compute, ended))
         rows = sum(v[0].shape[0] for v in views)
-        API.report_batch(self.handle, rows, (start, compute, ended, time.monotonic_ns()))
+        answered = time.monotonic_ns()
+        API.report_batch(self.handle, rows, (start, compute, ended, answered))
+        if spent is not None:  # where a ragged batch's time goes (TRITON_RAGGED_STATS)
+            spent("read inputs (backend)", (compute - start) / 1e9)
+            spent("answer requests (backend)", (answered - ended) / 1e9)
 
     # --- the completion thread
     def _complete(self) -> None:
@@ -351,6 +359,31 @@ def as_tensor(view, device):
     return flat.view(dtype).reshape(view.shape)
 
 
+def as_array(view):
+    """A request input as a numpy array: a view of Triton's host buffer (one chunk), or one copy of several;
+    device memory is copied to the host."""
+    import numpy as np
+
+    from triton_models.torch_serving import NUMPY_DTYPES
+
+    dtype = NUMPY_DTYPES.get(view.datatype)
+    if dtype is None:
+        raise BackendError(f"input {view.name}: datatype {view.datatype} is not served here")
+    if any(memory == MEMORY_GPU for _, _, memory, _ in view.chunks):
+        return as_tensor(view, "cpu").cpu().numpy()
+    parts = [
+        np.frombuffer((ctypes.c_char * size).from_address(address), np.uint8)
+        for address, size, _, _ in view.chunks
+        if size
+    ]
+    flat = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, np.uint8)
+    if flat.nbytes != view.nbytes:
+        raise BackendError(
+            f"input {view.name}: {flat.nbytes} bytes arrived, its shape {list(view.shape)} needs {view.nbytes}"
+        )
+    return flat.view(dtype).reshape(view.shape)
+
+
 def _bytes(address: int, size: int, memory: int, device_id: int):
     import torch
 
@@ -379,6 +412,7 @@ class HostRows:
 
 def write_output(response: int, name: str, datatype: str, tensor) -> None:
     """One output into the response's buffer (host memory, or device memory where the client asked for it)."""
+    import numpy as np
     import torch
 
     if isinstance(tensor, HostRows):
@@ -387,6 +421,14 @@ def write_output(response: int, name: str, datatype: str, tensor) -> None:
             _bytes(address, tensor.nbytes, memory, device_id).copy_(_bytes(tensor.address, tensor.nbytes, 0, 0))
         elif tensor.nbytes:
             ctypes.memmove(address, tensor.address, tensor.nbytes)
+        return
+    if isinstance(tensor, np.ndarray):  # host rows (the ragged path): one memmove
+        tensor = np.ascontiguousarray(tensor)
+        address, memory, device_id = API.output_buffer(response, name, datatype, tensor.shape, tensor.nbytes, False)
+        if memory == MEMORY_GPU:
+            _bytes(address, tensor.nbytes, memory, device_id).copy_(torch.from_numpy(tensor.reshape(-1).view(np.uint8)))
+        elif tensor.nbytes:
+            ctypes.memmove(address, tensor.ctypes.data, tensor.nbytes)
         return
     tensor = tensor.contiguous()
     nbytes = tensor.numel() * tensor.element_size()

@@ -46,6 +46,7 @@ class RaggedRunner:
         self.names, self.dtypes = [n for n, _ in inputs], [d for _, d in inputs]
         self.mask, self.cuda = mask, self.device.type == "cuda" and graphs
         self.counters = ragged.Counters()
+        self.timings: dict[str, float] = {}  # seconds per step, summed over calls (the backend adds its own)
         self.graphs, self.static, self.outputs = {}, {}, {}
         self.graph_bytes, self.capture_seconds, self.min_run_tokens = 0, 0.0, 0
         self.staging = [torch.empty(0, dtype=d) for d in self.dtypes]
@@ -117,16 +118,31 @@ class RaggedRunner:
         """Each request's outputs (numpy, host memory)."""
         if not self.cuda:
             return ragged.run_exact(batch, self.grid, self._eager, self.per_token, self.counters)
+        start = time.perf_counter()
         groups = ragged.plan(batch.lengths, self.grid, self.min_run_tokens)
         cells = [(self.grid.batch_bucket(len(g.rows)), g.length) for g in groups]
         self._stage(batch, groups, cells)
+        staged = time.perf_counter()
         host = self._launch(groups, cells)
+        launched = time.perf_counter()
         torch.cuda.current_stream(self.device).synchronize()
+        done = time.perf_counter()
         results = None
         for group, outputs in zip(groups, host):
             results = batch.place(results, group, [o.numpy() for o in outputs], self.per_token)
         self.counters.add(batch.lengths, cells)
-        return batch.split(results, self.per_token)
+        split = batch.split(results, self.per_token)
+        for step, seconds in (
+            ("plan and stage", staged - start),
+            ("launch", launched - staged),
+            ("wait for the GPU", done - launched),
+            ("place and split", time.perf_counter() - done),
+        ):
+            self.spent(step, seconds)
+        return split
+
+    def spent(self, step: str, seconds: float) -> None:
+        self.timings[step] = self.timings.get(step, 0.0) + seconds
 
     def _eager(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         tensors = [torch.from_numpy(a).to(self.device) for a in arrays]
@@ -203,6 +219,7 @@ class RaggedRunner:
             "graph_bytes": self.graph_bytes,
             "capture_seconds": self.capture_seconds,
             "min_run_tokens": self.min_run_tokens,
+            "timings_s": dict(self.timings),
             **self.counters.as_dict(),
         }
 

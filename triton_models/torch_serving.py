@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 
+import numpy as np
 import torch
 
 from triton_models import torch_runtime as rt
@@ -29,6 +30,10 @@ TORCH_DTYPES = {
     "TYPE_UINT8": torch.uint8,
     "TYPE_BOOL": torch.bool,
 }
+
+
+NUMPY_DTYPES = {"FP32": np.float32, "FP16": np.float16, "INT64": np.int64, "INT32": np.int32, "UINT8": np.uint8}
+NUMPY_DTYPES["BOOL"] = np.bool_
 
 
 class TorchServing:
@@ -131,33 +136,36 @@ class TorchServing:
             return RaggedRunner(whole, inputs, per_token, grid, self.device, mask, graphs=graphs, name=self.name)
 
     def _run_ragged(self, feeds: list[list[torch.Tensor]]) -> list:
-        """Requests of any lengths as one batch; a request longer than the model's longest length fails alone."""
+        """Requests of any lengths as one batch (torch tensors in and out: the Python backend's face)."""
+        arrays = [[t.cpu().numpy() if t.device.type != "cpu" else t.numpy() for t in feed] for feed in feeds]
+        results = self.run_arrays(arrays)
+        return [r if isinstance(r, Exception) else [torch.from_numpy(o) for o in r] for r in results]
+
+    def run_arrays(self, feeds: list[list[np.ndarray]]) -> list:
+        """Requests of any lengths as one batch, numpy in and out (the in-process backend reads Triton's buffers
+        as arrays); a request longer than the model's longest length, or whose inputs disagree, fails alone."""
         from triton_models.ragged import RaggedBatch
 
         names, longest = [i["name"] for i in self.spec["inputs"]], self.runner.grid.max_length
         results, kept = [None] * len(feeds), []
         for index, feed in enumerate(feeds):
-            arrays = {n: t.cpu().numpy() if t.device.type != "cpu" else t.numpy() for n, t in zip(names, feed)}
-            width = arrays[names[0]].shape[-1]
+            width = feed[0].shape[-1]
             if width > longest:
                 results[index] = ValueError(
                     f"{names[0]}: {width} tokens per row exceed the model's longest length {longest}; "
                     f"truncate to {longest} tokens"
                 )
             else:
-                kept.append((index, arrays))
+                kept.append((index, dict(zip(names, feed))))
         if kept:
             try:
                 batch = RaggedBatch([a for _, a in kept], names, self.runner.mask)
                 with self.on_stream(), torch.inference_mode():  # each instance its own stream: they overlap
                     outputs = self.runner(batch)
             except Exception as err:  # e.g. a request whose inputs disagree in shape
-                if len(kept) == 1:
-                    outputs = [err]
-                else:
-                    outputs = [self._run_ragged([feeds[i]])[0] for i, _ in kept]
+                outputs = [err] if len(kept) == 1 else [self.run_arrays([feeds[i]])[0] for i, _ in kept]
             for (index, _), out in zip(kept, outputs):
-                results[index] = out if isinstance(out, Exception) else [torch.from_numpy(o) for o in out]
+                results[index] = out
         return results
 
     def _warm(self, module, first, max_batch):
