@@ -201,6 +201,35 @@ def runner_rows(runner, lengths: np.ndarray, label: str, batch: int) -> list[Tex
     return rows
 
 
+def tokenizer_rows(settings, workloads) -> list[TextRow]:
+    """The tokenize step's own work on this host (tokenize_core: decode, one encode_batch per batch, cut per
+    request), on the workload's texts in requests of per_request, batches of the served max batch."""
+    from triton_models.tokenize_core import load_tokenizer, tokenize
+
+    path = settings.tokenizer or _default_tokenizer()
+    if path is None:
+        return []
+    tokenizer, rows = load_tokenizer(str(path), 256), []
+    per_batch = max(1, (settings.max_batch or 256) // settings.per_request)
+    for workload in workloads:
+        lengths = workload.sample(settings.sentences)
+        texts = tw.texts(lengths)
+        requests = [
+            np.array([t.encode() for t in texts[i : i + settings.per_request]], dtype=object)
+            for i in range(0, len(texts), settings.per_request)
+        ]
+        batches = [requests[i : i + per_batch] for i in range(0, len(requests), per_batch)]
+        step(f"text-bench: the tokenize step alone ({workload.describe()})")
+        seconds = _timed(lambda batches=batches: [tokenize(tokenizer, b) for b in batches], runs=3)
+        note = f"{settings.per_request} texts per request, {per_batch} requests per batch, {os.cpu_count()} cores"
+        row = _inproc_row(
+            "tokenize step alone (tokenize_core)", workload.describe(), len(texts), 0, seconds, None, note
+        )
+        row.tokens_s = float(lengths.sum()) / seconds
+        rows.append(row)
+    return rows
+
+
 def single_sentence_ms(runner, module, device: str, length: int = 32) -> tuple[float, float]:
     """One sentence of `length` tokens: eager module, and the served engine's runner (median ms)."""
     import torch
@@ -252,7 +281,7 @@ def build(settings: TextBenchSettings, work: Path, repo: Path, gpu: bool):
     if settings.text and tokenizer is not None:
         pipe_spec = dataclasses.replace(spec, name=engine)
         names = pipelines.write_text_pipeline(
-            repo, pipe_spec, tokenizer, ServingOptions(max_queue_delay_us=500), inprocess=True
+            repo, pipe_spec, tokenizer, ServingOptions(instances=4, max_queue_delay_us=500), inprocess=True
         )
         pipeline = next(n for n in names if n.endswith("_pipeline"))
     return spec, engine, pipeline
@@ -605,6 +634,7 @@ def inprocess(settings, spec, work: Path, gpu: bool, workloads) -> list[TextRow]
         rows += runner_rows(runner, lengths, label, settings.batch)
         if spec.max_batch_size > settings.batch:  # what one dynamic batch of the served model can hold
             rows += runner_rows(runner, lengths, label, spec.max_batch_size)[1:]
+    rows += tokenizer_rows(settings, workloads)
     eager_ms, engine_ms = single_sentence_ms(runner, module, device)
     label = "one sentence of 32 tokens"
     rows.append(TextRow("in-process", "eager", label, 1, p50_ms=eager_ms))
