@@ -47,6 +47,7 @@ class TextBenchSettings:
     tokenizer: Path | None = None  # tokenizer.json for the text rows (default: the minilm package's)
     instances: int = 1
     max_batch: int = 0  # the served model's max batch (rows per dynamic batch; 0: the spec's)
+    queue_delay_us: int = 100  # the served engine's and tokenize step's max_queue_delay (the ONNX rows: 500)
     before: bool = True  # CPU: also serve the model as it was before ragged batching
     text: bool = True  # the rows served from raw text
 
@@ -272,7 +273,7 @@ def build(settings: TextBenchSettings, work: Path, repo: Path, gpu: bool):
     build_model(BuildRequest(spec, "embedded", work / "scratch_repo" if gpu else repo, work, cpu))
     precision = settings.precision or ("fp16" if gpu else "fp32")
     options = ServingOptions(
-        instances=settings.instances, kind="KIND_GPU" if gpu else "KIND_CPU", max_queue_delay_us=500
+        instances=settings.instances, kind="KIND_GPU" if gpu else "KIND_CPU", max_queue_delay_us=settings.queue_delay_us
     )
     runtime = TorchRuntime(precision, cuda_graphs=gpu, compiler="inductor", host_outputs=gpu, inprocess=True)
     engine = build_torch_variant(BuildRequest(spec, "embedded", repo, work, options), runtime)["name"]
@@ -281,7 +282,11 @@ def build(settings: TextBenchSettings, work: Path, repo: Path, gpu: bool):
     if settings.text and tokenizer is not None:
         pipe_spec = dataclasses.replace(spec, name=engine)
         names = pipelines.write_text_pipeline(
-            repo, pipe_spec, tokenizer, ServingOptions(instances=4, max_queue_delay_us=500), inprocess=True
+            repo,
+            pipe_spec,
+            tokenizer,
+            ServingOptions(instances=4, max_queue_delay_us=settings.queue_delay_us),
+            inprocess=True,
         )
         pipeline = next(n for n in names if n.endswith("_pipeline"))
     return spec, engine, pipeline

@@ -6,6 +6,7 @@ A request with a bad text (empty, whitespace only, not UTF-8) is refused alone, 
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 
@@ -15,13 +16,14 @@ STEP = "tokenize"
 
 
 def load_tokenizer(path: str, max_length: int):
-    """tokenizer.json, truncating to max_length, padding to the longest text of a call."""
+    """tokenizer.json, truncating to max_length, never padding: encode pads each request to its own longest
+    text in numpy (padding in the tokenizer pads every text of a batch to the batch's longest, as Python lists)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(path)
     tokenizer.enable_truncation(max_length)
-    tokenizer.enable_padding()
+    tokenizer.no_padding()
     return tokenizer
 
 
@@ -37,18 +39,23 @@ def tokenize(tokenizer, texts: list) -> list:
 
 
 def encode(tokenizer, per_request: list) -> list:
-    """One encode_batch over every request's texts; each request's rows cut to its own longest text."""
+    """One encode_batch over every request's texts; each request's rows padded to its own longest text."""
     if not per_request:
         return []
-    encodings = tokenizer.encode_batch(np.concatenate(per_request).tolist())
-    ids = np.array([e.ids for e in encodings], np.int64)
-    mask = np.array([e.attention_mask for e in encodings], np.int64)
-    out, start = [], 0
+    batch = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)  # _fast: no character offsets
+    encodings = batch(np.concatenate(per_request).tolist())
+    ids = [e.ids for e in encodings]
+    lengths = np.fromiter(map(len, ids), np.int64, len(ids))
+    flat = np.fromiter(itertools.chain.from_iterable(ids), np.int64, int(lengths.sum()))
+    out, start, at = [], 0, 0
     for texts in per_request:
-        rows = slice(start, start + len(texts))
-        width = max(int(mask[rows].sum(axis=1).max()), 1)
-        out.append((np.ascontiguousarray(ids[rows, :width]), np.ascontiguousarray(mask[rows, :width])))
-        start += len(texts)
+        mine = lengths[start : start + len(texts)]
+        width, real = max(int(mine.max()), 1), int(mine.sum())
+        mask = (np.arange(width)[None, :] < mine[:, None]).astype(np.int64)
+        rows = np.zeros(mask.shape, np.int64)
+        rows[mask.astype(bool)] = flat[at : at + real]  # row-major: each text's ids, then zeros
+        out.append((rows, mask))
+        start, at = start + len(texts), at + real
     return out
 
 
