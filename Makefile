@@ -30,6 +30,8 @@ INTERVAL_MS ?= 2000
 URL ?=
 SHAPE ?=
 INPUT_DATA ?=
+# token and text models: sentence lengths per request ('lognormal[:MEDIAN]', seeded, median 40; or 'fixed:N')
+LENGTHS ?= lognormal
 # TLS: TLS_CERT= and TLS_KEY= make Envoy's listeners speak TLS; clients then take TLS=1 (CA_FILE= for private roots)
 TLS_CERT ?=
 TLS_KEY ?=
@@ -38,6 +40,8 @@ CA_FILE ?=
 SERVER_TLS = $(if $(TLS_CERT),--tls-cert $(TLS_CERT) --tls-key $(TLS_KEY))
 ANY_TRITON = $(if $(TLS),--tls) $(if $(CA_FILE),--ca-file $(CA_FILE)) $(if $(URL),--url $(URL)) $(foreach s,$(SHAPE),--shape $(s)) $(if $(INPUT_DATA),--input-data $(INPUT_DATA))
 PYTEST_ARGS ?=
+SPEC_TEXT ?= examples/text/models.toml
+TEXT_MODEL ?= minilm_l6_random
 
 SERVER_PORTS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 HEALTH_PORT ?= 8003
@@ -47,7 +51,7 @@ COMPOSE := docker compose --env-file docker/.env -f docker/compose.yaml
 ADMIN_KEY_FILE = $$($(PY) -c 'from server.launcher import admin_key; print(admin_key(__import__("pathlib").Path("$(STATE_DIR)")).resolve())')
 
 .PHONY: help install build-engines serve stop status infer perf loadtest test test-unit test-chaos lint demo clean \
-	rollout soak cluster monitor fuzz-edge install-prometheus cluster-restart build-engines-docker serve-docker stop-docker perf-docker docker-lint bundle gpu-bench
+	rollout soak cluster monitor fuzz-edge install-prometheus cluster-restart build-engines-docker serve-docker stop-docker perf-docker docker-lint bundle gpu-bench text-bench
 
 help: ## List the targets and their variables
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-15s\033[0m %s\n", $$1, $$2}'
@@ -108,10 +112,11 @@ infer: install ## One request to MODEL (or MODELS) with top-3 (after `make serve
 
 perf: install ## perf_analyzer sweep of MODELS or MODEL (default: every ready model) of `make serve` or URL=; INTERVAL_MS=2000; reports/<time>/
 	$(PY) -m loadtest perf --models "$(GIVEN_MODELS)" --protocol $(PROTOCOL) --concurrency "$(CONCURRENCY)" \
-		--interval-ms $(INTERVAL_MS) --state-dir $(STATE_DIR) $(ANY_TRITON)
+		--interval-ms $(INTERVAL_MS) --state-dir $(STATE_DIR) --lengths "$(LENGTHS)" $(ANY_TRITON)
 
 loadtest: install ## Headless Locust run against MODEL or MODELS (default: every ready model) of `make serve` or URL=; reports/<time>/
-	$(PY) -m loadtest locust --models "$(GIVEN_MODELS)" --protocol $(PROTOCOL) --state-dir $(STATE_DIR) $(ANY_TRITON)
+	$(PY) -m loadtest locust --models "$(GIVEN_MODELS)" --protocol $(PROTOCOL) --state-dir $(STATE_DIR) --lengths "$(LENGTHS)" \
+		$(ANY_TRITON)
 
 MINUTES ?= 10
 soak: install ## Bounded load on MODEL (default digits_cnn_pipeline) for MINUTES with RSS sampled (after `make serve`)
@@ -164,6 +169,9 @@ docker-lint: install ## Validate the Docker files statically (hadolint, compose 
 BUNDLE_PYTHON ?= 3.12
 bundle: install ## Offline tarball (tritonserver, perf_analyzer, wheels) for GPU hosts: BUNDLE_PYTHON=3.12
 	$(PY) -m loadtest bundle --python $(BUNDLE_PYTHON)
+
+text-bench: install ## A sentence encoder (SPEC_TEXT, TEXT_MODEL) in-process and served from ids and text, over LENGTHS workloads
+	$(PY) -m loadtest text-bench --spec $(SPEC_TEXT) --model $(TEXT_MODEL) --lengths "$(LENGTHS) fixed:32" --interval-ms $(INTERVAL_MS)
 
 gpu-bench: install ## CPU vs GPU vs TensorRT for ResNet-50, in-process and served (needs a CUDA GPU for the GPU rows)
 	$(PY) -m loadtest gpu-bench --model resnet50

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from builders.formats.tensorrt_profile import EngineOptions, profile_shapes
+from builders.formats.tensorrt_profile import EngineOptions, length_profiles, profile_shapes
 from builders.spec.model_spec import ModelSpec
 from common.errors import ToolError, ValidationError
 
@@ -55,14 +55,17 @@ def engine_metadata(options: EngineOptions) -> dict:
 def _create_config(trt, spec: ModelSpec, options: EngineOptions, cache: Path):
     from polygraphy.backend.trt import CreateConfig, Profile
 
-    profile = Profile()
-    for name, (low, opt, high) in profile_shapes(spec, options).items():
-        profile.add(name, min=low, opt=opt, max=high)
+    profiles = []
+    for shapes in length_profiles(spec, options):  # one per length bucket for sequence models
+        profile = Profile()
+        for name, (low, opt, high) in shapes.items():
+            profile.add(name, min=low, opt=opt, max=high)
+        profiles.append(profile)
     hardware = trt.HardwareCompatibilityLevel.AMPERE_PLUS if options.hardware_compatible else None
     return CreateConfig(
         fp16=options.precision in ("fp16", "int8"),
         int8=options.precision == "int8",
-        profiles=[profile],
+        profiles=profiles,
         load_timing_cache=str(cache) if cache.exists() else None,
         builder_optimization_level=options.optimization_level,
         memory_pool_limits={trt.MemoryPoolType.WORKSPACE: options.workspace_mib << 20},

@@ -71,6 +71,27 @@ def profile_shapes(spec: ModelSpec, options: EngineOptions) -> dict[str, tuple[t
     return shapes
 
 
+def length_profiles(spec: ModelSpec, options: EngineOptions) -> list[dict[str, tuple[tuple, tuple, tuple]]]:
+    """Sequence models: one optimization profile per length bucket of the served engine's grid
+    (triton_models/ragged.py), so each length band gets kernels tuned for it, as the CUDA graphs do: lengths
+    (previous bucket, bucket], batches 1 .. the rows the token budget allows there (opt: half of that).
+    Other models: the single profile of profile_shapes."""
+    from builders.repository.writer import ragged_inputs
+    from triton_models import ragged
+
+    if not ragged_inputs(spec) or options.static_batch:
+        return [profile_shapes(spec, options)]
+    high = options.max_batch or spec.max_batch_size
+    grid = ragged.default_grid(options.seq_len[2], high)
+    profiles, shortest = [], options.seq_len[0]
+    for length in grid.lengths:
+        rows = min(grid.rows_for(length), high)
+        triple = ((1, shortest), (max(1, rows // 2), length), (rows, length))
+        profiles.append({t.name: triple for t in spec.inputs})
+        shortest = length + 1
+    return profiles
+
+
 def check_config_against_profile(config: ModelConfig, batches: tuple[int, int, int]) -> None:
     """A plan's config must stay inside its profile: raise ConfigError saying how to fix it."""
     low, _, high = batches

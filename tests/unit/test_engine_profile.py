@@ -70,3 +70,24 @@ def test_plan_config_with_a_profile_smaller_than_the_spec_is_an_error():
     spec = zoo.get_spec("resnet50", max_batch_size=64)
     with pytest.raises(ConfigError, match="rebuild with --max-batch 64"):
         plan_config(spec, "r", EngineOptions(max_batch=16), repository.ServingOptions(), {"9.0": "m.plan"})
+
+
+def test_sequence_models_get_one_profile_per_length_bucket():
+    from builders.formats.tensorrt_profile import EngineOptions, length_profiles
+    from builders.spec.model_spec import ModelSpec, TensorSpec
+
+    seq = dict(axes=("seq",), value_range=(0, 30522))
+    spec = ModelSpec(
+        name="enc",
+        builder="x",
+        inputs=(TensorSpec("input_ids", "INT64", (-1,), **seq), TensorSpec("attention_mask", "INT64", (-1,), **seq)),
+        outputs=(TensorSpec("embedding", "FP32", (384,)),),
+        max_batch_size=256,
+        dynamic_axes={"seq": (1, 256)},
+    )
+    profiles = length_profiles(spec, EngineOptions(seq_len=(1, 64, 256)))
+    ids = [p["input_ids"] for p in profiles]
+    assert [p[2][1] for p in ids] == [16, 24, 32, 48, 64, 96, 128, 192, 256]  # the served engine's buckets
+    assert ids[0][0] == (1, 1) and ids[1][0] == (1, 17)  # length bands follow each other
+    assert all(high[0] * high[1] <= 16384 and high[0] <= 256 for _, _, high in ids)  # the token budget
+    assert all(p["attention_mask"] == p["input_ids"] for p in profiles)

@@ -1,0 +1,139 @@
+"""Batching across lengths on a real tritonserver (CPU): a sentence encoder from a spec file (transformers'
+BertModel, small, random weights, mean pooling in the engine) served by ONNX Runtime and by the compiled
+in-process engine, and its text pipeline with the tokenize step in-process.
+
+Requests of different lengths arrive together (the batcher holds them up to 0.3 s), join one batch, and each
+gets exactly what it gets alone (fp32); a request that cannot be valid is refused alone; the server stays up.
+"""
+
+import dataclasses
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from builders.build import build_model, build_torch_variant
+from builders.repository import pipelines
+from builders.repository.writer import ServingOptions, TorchRuntime
+from builders.request import BuildRequest
+from builders.spec import spec_file
+from clients.admin import inference_statistics
+from clients.infer import infer
+from common.errors import ClientError
+from loadtest import text_workload as tw
+from server import launcher
+from tests.functional.test_inprocess_backend import _toolchain_missing
+
+pytestmark = pytest.mark.functional
+ENCODERS = Path(__file__).parents[2] / "examples" / "text"
+SPEC = f"""
+[[model]]
+name = "tiny_encoder"
+factory = "encoders:bert"
+factory_args = {{ hidden = 64, layers = 2, heads = 4, intermediate = 128 }}
+python_path = ["{ENCODERS}"]
+max_batch_size = 16
+inputs = [
+  {{ name = "input_ids", dtype = "INT64", dims = ["seq"], value_range = [0, 30522] }},
+  {{ name = "attention_mask", dtype = "INT64", dims = ["seq"], value_range = [1, 2] }},
+]
+outputs = [ {{ name = "embedding", dtype = "FP32", dims = [64] }} ]
+dynamic_axes = {{ seq = [1, 64] }}
+pooling = "mean"
+validation_batch_sizes = [1, 3]
+"""
+ONNX, ENGINE = "tiny_encoder", "tiny_encoder_inductor_fp32_nographs_inproc"
+WAIT = ServingOptions(max_queue_delay_us=300_000)  # concurrent requests surely meet in one batch
+
+
+@pytest.fixture(scope="module")
+def ragged_served(tmp_path_factory):
+    missing = _toolchain_missing()
+    if missing:
+        pytest.skip(missing)
+    root = tmp_path_factory.mktemp("ragged")
+    (root / "models.toml").write_text(SPEC)
+    (model,) = spec_file.load(root / "models.toml")
+    repo, work = root / "repo", root / "work"
+    build_model(BuildRequest(model.spec, "embedded", repo, work, WAIT))
+    runtime = TorchRuntime("fp32", compiler="inductor", inprocess=True)
+    build_torch_variant(BuildRequest(model.spec, "embedded", repo, work, WAIT), runtime)
+    from builders.spec.zoo.text import model_dir
+
+    engine_spec = dataclasses.replace(model.spec, name=ENGINE)
+    pipelines.write_text_pipeline(repo, engine_spec, model_dir() / "tokenizer.json", WAIT, inprocess=True)
+    from triton_models.torch_runtime import load_program
+
+    reference = load_program(work / ONNX / "model.pt2").float()
+    with launcher.running(repo, root / "state") as state:
+        yield state.endpoint("grpc", repo), reference
+
+
+def _requests():
+    """Six requests of 1 to 4 sentences, each padded to its own longest (3 to 60 tokens)."""
+    lengths = [[3], [60, 7], [12, 12, 30], [5, 41, 9, 22], [17], [2, 33]]
+    return [dict(zip(("input_ids", "attention_mask"), tw.token_rows(np.array(x), i))) for i, x in enumerate(lengths)]
+
+
+def _batched_executions(ep, model: str) -> tuple[int, int]:
+    with ep.client() as client:
+        (stats,) = inference_statistics(ep, client, model)
+    return int(stats["execution_count"]), int(stats["inference_stats"]["success"]["count"])
+
+
+@pytest.mark.parametrize("model", [ONNX, ENGINE])
+def test_mixed_lengths_join_one_batch_and_each_request_gets_its_own_rows(ragged_served, model):
+    import torch
+
+    ep, reference = ragged_served
+    requests = _requests()
+    executions, answered = _batched_executions(ep, model)
+    with ThreadPoolExecutor(len(requests)) as pool:
+        results = list(pool.map(lambda arrays: infer(ep, model, arrays).outputs["embedding"], requests))
+    after, answered_after = _batched_executions(ep, model)
+    assert answered_after - answered == len(requests)
+    assert after - executions < len(requests), "requests of different lengths never shared a batch"
+    with torch.inference_mode():
+        for arrays, got in zip(requests, results):
+            alone = reference(*(torch.from_numpy(arrays[n]) for n in ("input_ids", "attention_mask"))).numpy()
+            assert got.shape == alone.shape
+            np.testing.assert_allclose(got, alone, atol=1e-4, rtol=1e-4)
+
+
+def test_a_request_longer_than_the_model_is_refused_alone(ragged_served):
+    ep, _ = ragged_served
+    too_long = dict(zip(("input_ids", "attention_mask"), tw.token_rows(np.array([70]))))
+    good = _requests()[1]
+    with ThreadPoolExecutor(2) as pool:
+        bad = pool.submit(infer, ep, ENGINE, too_long)
+        fine = pool.submit(infer, ep, ENGINE, good)
+        assert fine.result().outputs["embedding"].shape == (2, 64)
+        with pytest.raises(ClientError, match="exceed the model's longest length 64"):
+            bad.result()
+    with ep.client() as client:
+        assert client.is_server_live() and client.is_server_ready()
+
+
+def test_the_in_process_tokenize_step_batches_texts_and_refuses_bad_ones_alone(ragged_served):
+    import torch
+
+    from builders.spec.zoo.text import SENTENCES, model_dir
+    from triton_models.tokenize_core import load_tokenizer, tokenize
+
+    ep, reference = ragged_served
+    texts = [list(SENTENCES[i : i + 3]) for i in range(0, 12, 3)] + [["fine", "   "], ["\udcff"]]
+    payloads = [np.array([[t.encode("utf-8", "surrogateescape")] for t in request], dtype=object) for request in texts]
+    with ThreadPoolExecutor(len(payloads)) as pool:
+        futures = [pool.submit(infer, ep, f"{ENGINE}_pipeline", {"TEXT": p}) for p in payloads]
+    tokenizer = load_tokenizer(str(model_dir() / "tokenizer.json"), 64)
+    for payload, future in zip(payloads[:4], futures[:4]):
+        ids, mask = tokenize(tokenizer, [payload.reshape(-1)])[0]
+        with torch.inference_mode():
+            expected = reference(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()
+        np.testing.assert_allclose(future.result().outputs["EMBEDDING"], expected, atol=1e-4, rtol=1e-4)
+    for future, words in ((futures[4], "text 1 is empty or whitespace only"), (futures[5], "not valid UTF-8")):
+        with pytest.raises(ClientError, match=words):
+            future.result()
+    with ep.client() as client:
+        assert client.is_server_live() and client.is_server_ready()
