@@ -548,20 +548,28 @@ def gpu_bench(
     show_default=True,
     help="Workloads: 'lognormal[:MEDIAN]' and/or 'fixed:N'.",
 )
-@click.option("--sentences", type=int, default=8192, show_default=True)
+@click.option("--sentences", type=int, default=0, help="Sentences per workload (default: 8192 on a GPU, 256 on a CPU).")
 @click.option("--batch", type=int, default=256, show_default=True, help="In-process batch.")
 @click.option("--per-request", type=int, default=32, show_default=True, help="Sentences per request (served).")
-@click.option("--concurrency", default="4 8 16", show_default=True, help="Concurrency of the per-request points.")
 @click.option(
-    "--single-concurrency", default="16 256", show_default=True, help="Concurrency of single-sentence points."
+    "--concurrency", default="", help="Concurrency of the per-request points (default: 16 64 on a GPU, 4 on a CPU)."
+)
+@click.option(
+    "--single-concurrency",
+    default="",
+    help="Concurrency of single-sentence points (default: 256 on a GPU, 16 on a CPU).",
 )
 @click.option("--interval-ms", type=int, default=3000, show_default=True)
 @click.option("--precision", default="", help="fp32, fp16 or bf16 (default: fp16 on a GPU, fp32 on a CPU).")
 @click.option(
     "--tokenizer", type=click.Path(path_type=Path, exists=True), default=None, help="tokenizer.json for the text rows."
 )
-@click.option("--max-batch", type=int, default=0, help="The served model's max batch (rows; default: the spec's).")
-@click.option("--instances", type=int, default=1, show_default=True, help="Instances of the served engine.")
+@click.option(
+    "--max-batch", type=int, default=0, help="The served model's max batch (default: 1024 on a GPU, the spec's)."
+)
+@click.option(
+    "--instances", type=int, default=0, help="Instances of the served engine (default: 2 on a GPU, 1 on a CPU)."
+)
 @click.option("--no-before", is_flag=True, help="CPU: skip the rows of the model served as before ragged batching.")
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors

@@ -74,3 +74,23 @@ def test_serialized_requests_carry_each_requests_shape():
     assert message.model_name == "m" and [list(t.shape) for t in message.inputs] == [[2, 4], [2, 4]]
     assert message.inputs[0].datatype == "INT64" and len(message.raw_input_contents[0]) == 2 * 4 * 8
     assert [o.name for o in message.outputs] == ["embedding"]
+
+
+def test_text_bench_fills_its_sizes_for_the_host_and_keeps_what_was_given():
+    from loadtest.text_bench import TextBenchSettings, for_device
+
+    gpu, cpu = for_device(TextBenchSettings(), True), for_device(TextBenchSettings(concurrency=(2,)), False)
+    assert (gpu.sentences, gpu.concurrency, gpu.single_concurrency, gpu.max_batch, gpu.instances) == (
+        8192,
+        (16, 64),
+        (256,),
+        1024,
+        2,
+    )
+    assert (cpu.sentences, cpu.concurrency, cpu.single_concurrency, cpu.max_batch, cpu.instances) == (
+        256,
+        (2,),
+        (16,),
+        0,
+        1,
+    )
