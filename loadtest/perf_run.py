@@ -132,10 +132,7 @@ def _workload(request: PerfRequest, ep, model_plan, batches, path: Path) -> tupl
 
     if request.input_data or request.shapes or not (model_plan.token_inputs or model_plan.text_input):
         return None, ""
-    spec = served_spec(ep.repo, model_plan.name)
-    axes = spec.inputs[0].axes if spec is not None and spec.inputs else ()
-    longest = (spec.axis_range(axes[0])[1] if axes else None) or 256
-    lengths = tw.Lengths.parse(request.lengths, longest=min(longest, 512))
+    lengths = tw.Lengths.parse(request.lengths, longest=tw.spec_longest(served_spec(ep.repo, model_plan.name)))
     return tw.workload_data(model_plan, lengths, max(batches), path)
 
 

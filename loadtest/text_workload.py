@@ -167,3 +167,26 @@ def workload_data(model_plan, lengths: Lengths, batch: int, path: Path, count: i
         return perf_input_data(drawn, 1, path, names), f"{', '.join(names)}: {lengths.describe()}, one per request"
     path = perf_input_data(drawn, count, path, names)  # one group: every row padded to the longest drawn
     return path, f"{', '.join(names)}: {lengths.describe()}, rows padded to {int(drawn.max())}"
+
+
+def workload_requests(model_plan, spec, lengths: str, batch: int, seed: int, count: int = 256) -> list[dict] | None:
+    """`count` requests of `batch` sentences for a token or text model (clients.model_plan), drawn from a length
+    distribution ('lognormal', 'fixed:N'; clipped to the spec's sequence axis where our spec is known), each
+    padded to its own longest; None for other models."""
+    if not (model_plan.token_inputs or model_plan.text_input):
+        return None
+    drawn = Lengths.parse(lengths, longest=spec_longest(spec), seed=seed).sample(count * batch)
+    if model_plan.text_input:
+        made = texts(drawn, seed)
+        return [
+            {"TEXT": np.array([[t.encode()] for t in made[i : i + batch]], dtype=object)}
+            for i in range(0, len(made), batch)
+        ]
+    names = [t.name for t in model_plan.inputs if not t.optional]
+    return [token_arrays(names, ids, mask) for ids, mask in requests(drawn, batch, seed)]
+
+
+def spec_longest(spec) -> int:
+    """The longest sequence our spec allows (its first input's axis max, at most 512); 256 for other models."""
+    axes = spec.inputs[0].axes if spec is not None and spec.inputs else ()
+    return min((spec.axis_range(axes[0])[1] if axes else None) or 256, 512)

@@ -137,30 +137,13 @@ def _bytes(arrays: dict) -> int:
     return sum(sum(len(v) for v in a.flat) if a.dtype == object else a.nbytes for a in arrays.values())
 
 
-def text_requests(model_plan, batch: int, count: int = 256) -> list[dict] | None:
-    """Token and text models: `count` requests of `batch` sentences drawn from TRITON_LENGTHS (each user its
-    own seed), each request padded to its own longest sentence; None for other models."""
+def text_requests(model_plan, batch: int) -> list[dict] | None:
+    """Token and text models: requests drawn from TRITON_LENGTHS, each user its own seed (None for others)."""
     import random
 
-    import numpy as np
+    from loadtest.text_workload import workload_requests
 
-    from loadtest import text_workload as tw
-
-    if not (model_plan.token_inputs or model_plan.text_input):
-        return None
-    spec = served_spec(REPO, model_plan.name)
-    axes = spec.inputs[0].axes if spec is not None and spec.inputs else ()
-    longest = (spec.axis_range(axes[0])[1] if axes else None) or 256
-    workload = tw.Lengths.parse(LENGTHS, longest=min(longest, 512), seed=random.randrange(2**31))
-    lengths = workload.sample(count * batch)
-    if model_plan.text_input:
-        texts = tw.texts(lengths, workload.seed)
-        return [
-            {"TEXT": np.array([[t.encode()] for t in texts[i : i + batch]], dtype=object)}
-            for i in range(0, len(texts), batch)
-        ]
-    names = [t.name for t in model_plan.inputs if not t.optional]
-    return [tw.token_arrays(names, ids, mask) for ids, mask in tw.requests(lengths, batch, workload.seed)]
+    return workload_requests(model_plan, served_spec(REPO, model_plan.name), LENGTHS, batch, random.randrange(2**31))
 
 
 def user_for(model: str, weight: int = 1, protocol: str = PROTOCOL) -> type:

@@ -94,3 +94,20 @@ def test_text_bench_fills_its_sizes_for_the_host_and_keeps_what_was_given():
         0,
         1,
     )
+
+
+def test_locust_requests_follow_the_distribution_for_token_and_text_models_only():
+    from clients.model_plan import ModelPlan, TensorPlan
+
+    tokens = ModelPlan(
+        "enc", 8, (TensorPlan("input_ids", "INT64", (-1,)), TensorPlan("attention_mask", "INT64", (-1,))), ("e",)
+    )
+    made = tw.workload_requests(tokens, None, "lognormal", 4, seed=3)
+    assert len(made) == 256 and all(r["input_ids"].shape[0] == 4 for r in made)
+    widths = {r["input_ids"].shape[1] for r in made}
+    assert len(widths) > 10 and max(widths) <= 256  # each request its own longest
+    assert all((r["attention_mask"].sum(axis=1) >= 3).all() for r in made)
+    text = ModelPlan("pipe", 8, (TensorPlan("TEXT", "BYTES", (1,)),), ("EMBEDDING",))
+    assert tw.workload_requests(text, None, "fixed:10", 2, seed=0)[0]["TEXT"].shape == (2, 1)
+    image = ModelPlan("cnn", 8, (TensorPlan("x", "FP32", (3, 8, 8)),), ("y",))
+    assert tw.workload_requests(image, None, "lognormal", 1, seed=0) is None
