@@ -411,7 +411,7 @@ def served_point(point: Point, ep, analyzer, lengths: np.ndarray, label: str, st
         measured["p50_ms"],
         measured["p99_ms"],
         _mean_batch(before, after),
-        delta["real_tokens"] / delta["computed_tokens"] if delta["computed_tokens"] else None,
+        delta["real_tokens"] / delta["computed_tokens"] if delta.get("computed_tokens") else None,
         gpu_memory_mib(),
         note=f"{ep.protocol}, {tool}; {measured['note']}{seen}",
         extra={"measured": measured},
