@@ -7,6 +7,7 @@ gets exactly what it gets alone (fp32); a request that cannot be valid is refuse
 """
 
 import dataclasses
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -27,19 +28,19 @@ from tests.functional.test_inprocess_backend import _toolchain_missing
 
 pytestmark = pytest.mark.functional
 ENCODERS = Path(__file__).parents[2] / "examples" / "text"
-SPEC = f"""
+SPEC = """
 [[model]]
 name = "tiny_encoder"
 factory = "encoders:bert"
-factory_args = {{ hidden = 64, layers = 2, heads = 4, intermediate = 128 }}
-python_path = ["{ENCODERS}"]
+factory_args = { hidden = 64, layers = 2, heads = 4, intermediate = 128 }
+python_path = ["."]
 max_batch_size = 16
 inputs = [
-  {{ name = "input_ids", dtype = "INT64", dims = ["seq"], value_range = [0, 30522] }},
-  {{ name = "attention_mask", dtype = "INT64", dims = ["seq"], value_range = [1, 2] }},
+  { name = "input_ids", dtype = "INT64", dims = ["seq"], value_range = [0, 30522] },
+  { name = "attention_mask", dtype = "INT64", dims = ["seq"], value_range = [1, 2] },
 ]
-outputs = [ {{ name = "embedding", dtype = "FP32", dims = [64] }} ]
-dynamic_axes = {{ seq = [1, 64] }}
+outputs = [ { name = "embedding", dtype = "FP32", dims = [64] } ]
+dynamic_axes = { seq = [1, 64] }
 pooling = "mean"
 validation_batch_sizes = [1, 3]
 """
@@ -54,6 +55,7 @@ def ragged_served(tmp_path_factory):
         pytest.skip(missing)
     root = tmp_path_factory.mktemp("ragged")
     (root / "models.toml").write_text(SPEC)
+    shutil.copy(ENCODERS / "encoders.py", root / "encoders.py")
     (model,) = spec_file.load(root / "models.toml")
     repo, work = root / "repo", root / "work"
     build_model(BuildRequest(model.spec, "embedded", repo, work, WAIT))
