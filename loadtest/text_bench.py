@@ -683,27 +683,44 @@ def markdown(rows: list[TextRow], header: str) -> str:
 
 
 def plot(rows: list[TextRow], path: Path) -> Path:
-    """Bars: sentences/s of every measured throughput row, per workload."""
-    import textwrap
-
+    """Bars: sentences/s of every throughput row (in-process blue, served orange), one line of label each."""
     from loadtest.plots import pyplot, save
 
     plt = pyplot()
-    measured = [r for r in rows if r.sentences_s and r.per_request != 1 or (r.sentences_s and r.concurrency > 1)]
-    fig, ax = plt.subplots(figsize=(11, 5))
-    labels = [
-        textwrap.fill(f"{r.path}: {r.runtime} c{r.concurrency} [{r.lengths.split(',')[0]}]", 26) for r in measured
-    ]
+    measured = [r for r in rows if r.sentences_s and not (r.per_request == 1 and r.concurrency <= 1)]  # no latency
+    fig, ax = plt.subplots(figsize=(12, 0.32 * len(measured) + 1.2))
     ax.barh(
         range(len(measured)),
         [r.sentences_s for r in measured],
         color=["C0" if r.path == "in-process" else "C1" for r in measured],
     )
-    ax.set_yticks(range(len(measured)), labels, fontsize=6)
+    ax.set_yticks(range(len(measured)), [_label(r) for r in measured], fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("sentences/s")
+    ax.set_xlabel("sentences/s (blue: in-process, orange: served)")
     ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
     return save(fig, path)
+
+
+def _label(row: TextRow) -> str:
+    workload = "32 tokens" if row.lengths.startswith("all 32") else row.lengths.split(",")[0]
+    served = f", {row.per_request}/request, c{row.concurrency}" if row.path != "in-process" else ""
+    runtime = row.runtime if row.path == "in-process" else row.path
+    return f"{runtime}{served} [{workload}]"
+
+
+def rows_from_csv(path: Path) -> list[TextRow]:
+    """TextRows back from text_bench.csv (to re-plot a run made elsewhere)."""
+    import csv
+
+    numbers = {f.name for f in dataclasses.fields(TextRow)} - {"path", "runtime", "lengths", "note", "extra"}
+    with open(path, newline="") as handle:
+        records = list(csv.DictReader(handle))
+    parse = lambda k, v: (float(v) if v else None) if k in numbers else v  # noqa: E731
+    rows = [TextRow(**{k: parse(k, v) for k, v in r.items()}) for r in records]
+    for row in rows:
+        row.per_request, row.concurrency = int(row.per_request or 0), int(row.concurrency or 0)
+    return rows
 
 
 def _write(rows, out: Path, settings: TextBenchSettings, spec) -> None:

@@ -111,3 +111,33 @@ def test_locust_requests_follow_the_distribution_for_token_and_text_models_only(
     assert tw.workload_requests(text, None, "fixed:10", 2, seed=0)[0]["TEXT"].shape == (2, 1)
     image = ModelPlan("cnn", 8, (TensorPlan("x", "FP32", (3, 8, 8)),), ("y",))
     assert tw.workload_requests(image, None, "lognormal", 1, seed=0) is None
+
+
+def test_text_bench_rows_round_trip_through_csv_and_plot(tmp_path):
+    import csv
+    import dataclasses
+
+    from loadtest.text_bench import TextRow, markdown, plot, rows_from_csv
+
+    rows = [
+        TextRow("in-process", "eager", "all 32 tokens", sentences_s=1000.0, padding_efficiency=1.0),
+        TextRow("served ids", "m", "lognormal, median 40 tokens", 32, 64, 900.0, 48600.0, 2.0, 5.0, 100.0, 0.7, 4.0),
+        TextRow("served ids", "m", "all 32 tokens", 1, 1, 500.0, p50_ms=1.9),  # a latency row: not plotted
+    ]
+    path = tmp_path / "text_bench.csv"
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=[f.name for f in dataclasses.fields(TextRow) if f.name != "extra"])
+        writer.writeheader()
+        writer.writerows({k: v for k, v in dataclasses.asdict(r).items() if k != "extra"} for r in rows)
+    back = rows_from_csv(path)
+    assert [(r.per_request, r.concurrency, r.sentences_s, r.mean_batch) for r in back] == [
+        (0, 0, 1000.0, None),
+        (32, 64, 900.0, 100.0),
+        (1, 1, 500.0, None),
+    ]
+    assert (
+        "| served ids | m | lognormal, median 40 tokens | 32 | 64 | 900 | 48,600 | 2.00 | 5.00 | 100.0 | 0.70 | 4 |"
+        in markdown(back, "# t")
+    )
+    pytest.importorskip("matplotlib")
+    assert plot(back, tmp_path / "t.png").stat().st_size > 0
