@@ -217,6 +217,8 @@ def _write_pipelines(repo, spec, options):
         from builders.spec.zoo.text import model_dir
 
         names = pipelines.write_text_pipeline(repo, spec, model_dir() / "tokenizer.json", options)
+    elif spec.builder_args.get("tokenizer"):  # a spec file's encoder with its tokenizer.json
+        names = pipelines.write_text_pipeline(repo, spec, Path(spec.builder_args["tokenizer"]), options)
     else:
         return
     click.echo(f"pipelines: {', '.join(n for n in names if 'pipeline' in n)}")

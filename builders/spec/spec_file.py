@@ -52,6 +52,7 @@ MODEL_FIELDS = {
     "serving",
     "pipelines",
     "pooling",
+    "tokenizer",
 }
 TENSOR_FIELDS = {"name", "dtype", "dims", "image_format", "value_range"}
 SERVING_FIELDS = {
@@ -164,7 +165,10 @@ def read_model(table: dict, index: int, path: Path) -> UserModel:
     if unknown:
         raise m.fail(unknown[0], "is not a known field", f"known fields: {', '.join(sorted(MODEL_FIELDS))}")
     builder, args = _source(m)
+    if "tokenizer" in table:
+        args["tokenizer"] = str(m.local_path("tokenizer", table["tokenizer"]))
     spec = _spec(m, builder, args)
+    _check_tokenizer(m, spec)
     precisions = tuple(_strings(m, "precisions", ["fp32"]))
     if "fp32" not in precisions or not set(precisions) <= {"fp32", "int8"}:
         raise m.fail(
@@ -176,6 +180,22 @@ def read_model(table: dict, index: int, path: Path) -> UserModel:
     serving = _serving(m)
     _check_config(m, spec, serving)
     return UserModel(spec, precisions, data["calibration"], data["eval_data"], serving, m.get("pipelines", bool, True))
+
+
+def _check_tokenizer(m: _Model, spec: ModelSpec) -> None:
+    """A tokenizer makes <model>_pipeline (TEXT in): the model must take token ids and a mask, one sequence each."""
+    from builders.repository.writer import ragged_inputs
+
+    if "tokenizer" not in spec.builder_args:
+        return
+    names = [t.name for t in spec.inputs]
+    if len(names) != 2 or not ragged_inputs(spec) or "mask" not in names[1]:
+        raise m.fail(
+            "tokenizer",
+            f"a text pipeline feeds token ids and an attention mask; the inputs are {names} with dims "
+            f"{[list(t.dims) for t in spec.inputs]}",
+            'declare two inputs of dims ["seq"], ids first, then one named like "attention_mask"; or remove tokenizer',
+        )
 
 
 def _check_config(m: _Model, spec: ModelSpec, serving: ServingOptions) -> None:

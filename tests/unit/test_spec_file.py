@@ -104,3 +104,27 @@ def test_a_spec_given_through_a_parent_folder_keeps_its_path_fields(package, tmp
     monkeypatch.chdir(tmp_path / "here")
     (user,) = spec_file.load(Path("../models/models.toml"))
     assert user.spec.name
+
+
+def test_a_tokenizer_makes_a_text_pipeline_only_for_ids_and_a_mask(tmp_path):
+    (tmp_path / "tokenizer.json").write_text("{}")
+    encoder = """
+[[model]]
+name = "encoder"
+exported = "model.pt2"
+max_batch_size = 8
+inputs = [ { name = "input_ids", dtype = "INT64", dims = ["seq"] }, { name = "%s", dtype = "INT64", dims = ["seq"] } ]
+outputs = [ { name = "embedding", dtype = "FP32", dims = [8] } ]
+dynamic_axes = { seq = [1, 24] }
+pooling = "mean"
+tokenizer = "tokenizer.json"
+"""
+    (tmp_path / "model.pt2").write_bytes(b"x")
+    (tmp_path / "models.toml").write_text(encoder % "attention_mask")
+    (user,) = spec_file.load(tmp_path / "models.toml")
+    assert user.spec.builder_args["tokenizer"] == str(tmp_path / "tokenizer.json")
+    (tmp_path / "models.toml").write_text(
+        (encoder % "attention_mask").replace('dims = ["seq"] }, {', "dims = [4] }, {")
+    )
+    with pytest.raises(ToolError, match="field 'tokenizer': a text pipeline feeds token ids and an attention mask"):
+        spec_file.load(tmp_path / "models.toml")
