@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from builders.__main__ import _write_pipelines
 from builders.build import build_model, build_torch_variant
 from builders.repository import pipelines
 from builders.repository.writer import ServingOptions, TorchRuntime
@@ -42,6 +43,7 @@ inputs = [
 outputs = [ { name = "embedding", dtype = "FP32", dims = [64] } ]
 dynamic_axes = { seq = [1, 64] }
 pooling = "mean"
+tokenizer = "tokenizer.json"
 validation_batch_sizes = [1, 3]
 """
 ONNX, ENGINE = "tiny_encoder", "tiny_encoder_inductor_fp32_nographs_inproc"
@@ -54,15 +56,17 @@ def ragged_served(tmp_path_factory):
     if missing:
         pytest.skip(missing)
     root = tmp_path_factory.mktemp("ragged")
+    from builders.spec.zoo.text import model_dir
+
     (root / "models.toml").write_text(SPEC)
     shutil.copy(ENCODERS / "encoders.py", root / "encoders.py")
+    shutil.copy(model_dir() / "tokenizer.json", root / "tokenizer.json")
     (model,) = spec_file.load(root / "models.toml")
     repo, work = root / "repo", root / "work"
     build_model(BuildRequest(model.spec, "embedded", repo, work, WAIT))
+    _write_pipelines(repo, model.spec, WAIT)  # what make build-engines does: the spec names a tokenizer
     runtime = TorchRuntime("fp32", compiler="inductor", inprocess=True)
     build_torch_variant(BuildRequest(model.spec, "embedded", repo, work, WAIT), runtime)
-    from builders.spec.zoo.text import model_dir
-
     engine_spec = dataclasses.replace(model.spec, name=ENGINE)
     pipelines.write_text_pipeline(repo, engine_spec, model_dir() / "tokenizer.json", WAIT, inprocess=True)
     from triton_models.torch_runtime import load_program
@@ -139,3 +143,13 @@ def test_the_in_process_tokenize_step_batches_texts_and_refuses_bad_ones_alone(r
             future.result()
     with ep.client() as client:
         assert client.is_server_live() and client.is_server_ready()
+
+
+def test_the_spec_files_tokenizer_gives_the_onnx_model_a_pipeline_equal_to_the_in_process_one(ragged_served):
+    from builders.spec.zoo.text import SENTENCES
+
+    ep, _ = ragged_served
+    texts = np.array([[t.encode()] for t in SENTENCES[:9]], dtype=object)
+    stub = infer(ep, f"{ONNX}_pipeline", {"TEXT": texts}).outputs["EMBEDDING"]
+    inprocess = infer(ep, f"{ENGINE}_pipeline", {"TEXT": texts}).outputs["EMBEDDING"]
+    np.testing.assert_allclose(stub, inprocess, atol=1e-4, rtol=1e-4)
