@@ -45,7 +45,7 @@ class TextBenchSettings:
     interval_ms: int = 3000
     precision: str = ""  # "": fp16 on a GPU, fp32 on a CPU
     tokenizer: Path | None = None  # tokenizer.json for the text rows (default: the minilm package's)
-    instances: int = 0  # 0: 2 on a GPU (in one process, each its own stream), 1 on a CPU
+    instances: int = 0  # 0: 1 (a second in-process instance bought no throughput on an H100 and cost latency)
     max_batch: int = 0  # the served model's max batch (rows per dynamic batch; 0: 1024 on a GPU, the spec's on a CPU)
     queue_delay_us: int = 100  # the served engine's and tokenize step's max_queue_delay (the ONNX rows: 500)
     before: bool = True  # CPU: also serve the model as it was before ragged batching
@@ -55,7 +55,7 @@ class TextBenchSettings:
 def for_device(settings: TextBenchSettings, gpu: bool) -> TextBenchSettings:
     """The settings with every 0 or () filled for this host: the H100 run of record's on a GPU; on a CPU, sizes
     that finish in minutes (eager padding to 256 tokens runs at about a thousand tokens/s on two cores)."""
-    defaults = dict(sentences=8192, concurrency=(16, 64), single_concurrency=(256,), instances=2, max_batch=1024)
+    defaults = dict(sentences=8192, concurrency=(16, 64), single_concurrency=(256,), instances=1, max_batch=1024)
     if not gpu:
         defaults = dict(sentences=256, concurrency=(4,), single_concurrency=(16,), instances=1, max_batch=0)
     filled = {k: v for k, v in defaults.items() if not getattr(settings, k)}
