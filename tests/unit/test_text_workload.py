@@ -85,7 +85,7 @@ def test_text_bench_fills_its_sizes_for_the_host_and_keeps_what_was_given():
         (16, 64),
         (256,),
         1024,
-        2,
+        1,
     )
     assert (cpu.sentences, cpu.concurrency, cpu.single_concurrency, cpu.max_batch, cpu.instances) == (
         256,
