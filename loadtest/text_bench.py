@@ -595,7 +595,7 @@ def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
     models = {"engine": engine, "pipeline": pipeline}
     if settings.before and not gpu:
         models.update(before=before_variant(spec, repo, work), after=spec.name)
-    workloads = [tw.Lengths.parse(text, longest=_longest(spec)) for text in settings.lengths]
+    workloads = [tw.Lengths.parse(text, longest=spec.longest_sequence()) for text in settings.lengths]
     rows = inprocess(settings, spec, work, gpu, workloads)
     _write(rows, out, settings, spec)
     stats = RaggedStats(out / "ragged_stats")
@@ -621,11 +621,6 @@ def _reference(program: Path):
     return rt.load_program(program).float()
 
 
-def _longest(spec) -> int:
-    axes = spec.inputs[0].axes
-    return spec.axis_range(axes[0])[1] or 512 if axes else 512
-
-
 def inprocess(settings, spec, work: Path, gpu: bool, workloads) -> list[TextRow]:
     """Eager baselines and the served engine's runner, per workload, and one 32-token sentence."""
     import torch
@@ -646,7 +641,7 @@ def inprocess(settings, spec, work: Path, gpu: bool, workloads) -> list[TextRow]
     rows = []
     for workload in workloads:
         lengths, label = workload.sample(settings.sentences), workload.describe()
-        rows += eager_rows(module, lengths, label, settings.batch, device, _longest(spec))
+        rows += eager_rows(module, lengths, label, settings.batch, device, spec.longest_sequence())
         rows += runner_rows(runner, lengths, label, settings.batch)
         if spec.max_batch_size > settings.batch:  # what one dynamic batch of the served model can hold
             rows += runner_rows(runner, lengths, label, spec.max_batch_size)[1:]

@@ -114,6 +114,7 @@ class RaggedRunner:
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
     # --- run
+    @torch.inference_mode()  # the graphs' static tensors are inference tensors: every caller copies into them
     def __call__(self, batch: ragged.RaggedBatch) -> list[list[np.ndarray]]:
         """Each request's outputs (numpy, host memory)."""
         if not self.cuda:
@@ -222,6 +223,23 @@ class RaggedRunner:
             "timings_s": dict(self.timings),
             **self.counters.as_dict(),
         }
+
+
+def for_spec(module, spec: dict, grid, device, out_dtypes, graphs: bool, name: str = "model") -> RaggedRunner:
+    """The runner of a sequence model's module: its inputs in the spec's order and dtypes (spec.json's form), the
+    mask found by name, its outputs cast to out_dtypes; what the server runs and what the build gates."""
+    from triton_models.torch_runtime import TORCH_DTYPES
+
+    inputs = [(i["name"], TORCH_DTYPES[f"TYPE_{i['dtype']}"]) for i in spec["inputs"]]
+    per_token = [-1 in o["dims"] for o in spec["outputs"]]
+    mask = next((n for n, _ in inputs if "mask" in n), "")
+
+    def whole(*tensors):
+        out = module(*tensors)
+        return [o.to(d) for o, d in zip(out if isinstance(out, (tuple, list)) else [out], out_dtypes)]
+
+    with torch.inference_mode():
+        return RaggedRunner(whole, inputs, per_token, grid, device, mask, graphs=graphs, name=name)
 
 
 def _stats_loop(runner_ref) -> None:

@@ -8,7 +8,6 @@ written straight into the responses. The work itself is tokenize_core's: one enc
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 
 import numpy as np
@@ -50,7 +49,3 @@ class TokenizeServing:
 def is_tokenize(config: dict) -> bool:
     """Whether an in-process model's config asks for the tokenize step."""
     return config.get("parameters", {}).get("runtime", {}).get("string_value") == "tokenize"
-
-
-def config_summary(config: dict) -> str:
-    return json.dumps({"name": config.get("name"), "inputs": [i["name"] for i in config.get("input", [])]})

@@ -357,6 +357,14 @@ def strip_device_asserts(module: torch.nn.Module) -> torch.nn.Module:
     return module
 
 
+TORCH_DTYPES = {  # Triton's config datatypes -> torch
+    "TYPE_FP32": torch.float32,
+    "TYPE_FP16": torch.float16,
+    "TYPE_INT64": torch.int64,
+    "TYPE_INT32": torch.int32,
+    "TYPE_UINT8": torch.uint8,
+    "TYPE_BOOL": torch.bool,
+}
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 RECOMPILE_LIMIT = 64  # one graph for batch 1, one dynamic for the rest, more for other axis lengths
 

@@ -22,18 +22,17 @@ import torch
 
 from triton_models import torch_runtime as rt
 
-TORCH_DTYPES = {
-    "TYPE_FP32": torch.float32,
-    "TYPE_FP16": torch.float16,
-    "TYPE_INT64": torch.int64,
-    "TYPE_INT32": torch.int32,
-    "TYPE_UINT8": torch.uint8,
-    "TYPE_BOOL": torch.bool,
+TORCH_DTYPES = rt.TORCH_DTYPES
+
+
+NUMPY_DTYPES = {  # Triton's datatypes -> numpy (the in-process backend's reads)
+    "FP32": np.float32,
+    "FP16": np.float16,
+    "INT64": np.int64,
+    "INT32": np.int32,
+    "UINT8": np.uint8,
+    "BOOL": np.bool_,
 }
-
-
-NUMPY_DTYPES = {"FP32": np.float32, "FP16": np.float16, "INT64": np.int64, "INT32": np.int32, "UINT8": np.uint8}
-NUMPY_DTYPES["BOOL"] = np.bool_
 
 
 class TorchServing:
@@ -119,21 +118,12 @@ class TorchServing:
         """Rows of every length batched together (triton_models/ragged.py); CUDA graphs over the grid's cells
         when the config asks for graphs on a GPU."""
         from triton_models import ragged
-        from triton_models.ragged_runner import RaggedRunner
+        from triton_models.ragged_runner import for_spec
 
         grid = ragged.grid_from_params(params, max_length(self.spec), max_batch)
-        inputs = [(i["name"], TORCH_DTYPES[f"TYPE_{i['dtype']}"]) for i in self.spec["inputs"]]
-        per_token = [-1 in o["dims"] for o in self.spec["outputs"]]
-
-        def whole(*tensors):
-            out = module(*tensors)
-            out = list(out) if isinstance(out, (tuple, list)) else [out]
-            return [o.to(dtype) for o, (_, dtype) in zip(out, self.outputs)]
-
         graphs = params.get("cuda_graphs") == "1"
-        mask = next((name for name, _ in inputs if "mask" in name), "")
-        with torch.inference_mode():
-            return RaggedRunner(whole, inputs, per_token, grid, self.device, mask, graphs=graphs, name=self.name)
+        dtypes = [dtype for _, dtype in self.outputs]
+        return for_spec(module, self.spec, grid, self.device, dtypes, graphs, self.name)
 
     def _run_ragged(self, feeds: list[list[torch.Tensor]]) -> list:
         """Requests of any lengths as one batch (torch tensors in and out: the Python backend's face)."""

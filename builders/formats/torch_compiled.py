@@ -119,11 +119,11 @@ def ragged_engine(engine, spec, runtime: repository.TorchRuntime, device: str):
     import torch
 
     from triton_models import ragged
-    from triton_models.ragged_runner import RaggedRunner
-    from triton_models.torch_serving import TORCH_DTYPES, max_length
+    from triton_models.ragged_runner import for_spec
+    from triton_models.torch_serving import TORCH_DTYPES
 
     grid = ragged.default_grid(
-        max_length(spec.to_dict()),
+        spec.longest_sequence(),
         spec.max_batch_size,
         runtime.token_budget,
         runtime.length_buckets,
@@ -131,16 +131,8 @@ def ragged_engine(engine, spec, runtime: repository.TorchRuntime, device: str):
     )
     names = [t.name for t in spec.inputs]
     out_dtypes = [TORCH_DTYPES.get(f"TYPE_{t.dtype}", torch.float32) for t in spec.outputs]
-    mask = next((n for n in names if "mask" in n), "")
-
-    def whole(*tensors):
-        out = engine(*tensors)
-        return [o.to(d) for o, d in zip(out if isinstance(out, (tuple, list)) else [out], out_dtypes)]
-
-    inputs = [(t.name, TORCH_DTYPES[f"TYPE_{t.dtype}"]) for t in spec.inputs]
-    per_token = [-1 in t.dims for t in spec.outputs]
     graphs = runtime.cuda_graphs and device == "cuda"
-    runner = RaggedRunner(whole, inputs, per_token, grid, device, mask, graphs=graphs)
+    runner = for_spec(engine, spec.to_dict(), grid, device, out_dtypes, graphs, spec.name)
     if graphs:
         info = runner.describe()
         step(
@@ -151,7 +143,7 @@ def ragged_engine(engine, spec, runtime: repository.TorchRuntime, device: str):
 
     def run(*tensors):
         feed = {n: t.detach().cpu().numpy() for n, t in zip(names, tensors)}
-        (outputs,) = runner(ragged.RaggedBatch([feed], names, mask))
+        (outputs,) = runner(ragged.RaggedBatch([feed], names, runner.mask))
         return tuple(torch.from_numpy(o).to(device) for o in outputs)
 
     run.describe, run.runner = runner.describe, runner

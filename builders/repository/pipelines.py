@@ -130,11 +130,11 @@ def text_pipeline_configs(
         inputs=[TensorConfig("TEXT", "TYPE_STRING", (1,))],
         outputs=[ids, mask],
         dynamic_batching=DynamicBatching(max_queue_delay_microseconds=options.max_queue_delay_us),
-        parameters={"max_length": _longest(spec), "dlpack_outputs": 1},
+        parameters={"max_length": spec.longest_sequence(), "dlpack_outputs": 1},
         **common,
     )
     if inprocess:
-        params = {"max_length": _longest(spec), "runtime": "tokenize"}
+        params = {"max_length": spec.longest_sequence(), "runtime": "tokenize"}
         tokenize = dataclasses.replace(tokenize, backend=repository.INPROCESS_BACKEND, parameters=params)
     embedding = [TensorConfig("EMBEDDING", "TYPE_FP32", (hidden,))]
     steps = [EnsembleStep(tokenize.name, {"TEXT": "TEXT"}, {ids.name: "ids", mask.name: "mask"})]
@@ -159,12 +159,6 @@ def text_pipeline_configs(
         ensemble_steps=steps,
     )
     return models + [ensemble]
-
-
-def _longest(spec: ModelSpec) -> int:
-    """The most tokens the encoder takes: the zoo's max_seq, else the sequence axis's max (512 if unbounded)."""
-    axes = spec.inputs[0].axes
-    return spec.builder_args.get("max_seq") or (spec.axis_range(axes[0])[1] if axes else None) or 512
 
 
 def write_text_pipeline(

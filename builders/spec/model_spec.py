@@ -284,6 +284,12 @@ class ModelSpec:
                     f"embedding), the spec declares {[(t.name, list(t.dims)) for t in self.outputs]}"
                 )
 
+    def longest_sequence(self) -> int:
+        """The most tokens a sequence input takes: the zoo's max_seq, else the first input's axis max (512 if
+        unbounded or none)."""
+        axes = self.inputs[0].axes if self.inputs else ()
+        return self.builder_args.get("max_seq") or (self.axis_range(axes[0])[1] if axes else None) or 512
+
     def axis_range(self, axis: str) -> tuple[int, int | None]:
         """(min, max) of a named dynamic axis; max None when unbounded."""
         return self.dynamic_axes.get(axis, (1, None))
