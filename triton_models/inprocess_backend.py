@@ -29,6 +29,7 @@ import time
 from triton_models.triton_api import ERROR_INVALID_ARG, ERROR_UNSUPPORTED, KIND_GPU, MEMORY_GPU, TritonApi
 
 API: TritonApi | None = None
+CALLS = None  # the shim's batch calls (triton_models/batch_calls.py), where the library has them
 _MODELS: dict[int, dict] = {}  # model handle -> {"config", "folder", "name"}
 _INSTANCES: dict[int, "Instance"] = {}
 _LOADING = threading.Lock()
@@ -58,11 +59,14 @@ class BackendError(Exception):
 
 @_entry
 def backend_initialize(backend: int) -> None:
-    global API
+    global API, CALLS
     API = TritonApi()
     major, minor = API.api_version()
     if major != 1:
         raise BackendError(f"Triton backend API {major}.{minor}; this backend speaks 1.x", ERROR_UNSUPPORTED)
+    from triton_models import batch_calls
+
+    CALLS = batch_calls.load(API.backend_folder(backend))
 
 
 @_entry
@@ -142,6 +146,11 @@ class Instance:
         params = model["config"].get("parameters", {})
         self.inline_rows = int(params.get("inline_rows", {}).get("string_value", INLINE_ROWS))
         self.outputs = [(o["name"], o["data_type"].removeprefix("TYPE_")) for o in model["config"]["output"]]
+        self.ragged = None  # sequence models: read, run and answered a batch at a time (inprocess_ragged.py)
+        if getattr(self.serving, "ragged", False) and CALLS is not None:
+            from triton_models.inprocess_ragged import RaggedPath
+
+            self.ragged = RaggedPath(self, CALLS)
         from triton_models.torch_runtime import StepTimes
 
         self.unprofiled = StepTimes.NONE
@@ -162,6 +171,8 @@ class Instance:
 
     # --- execute: read, queue on the GPU, hand over
     def execute(self, requests: list[int]) -> None:
+        if self.ragged is not None:
+            return self.ragged.execute(requests)
         start, steps = time.monotonic_ns(), self.profile.start()
         views, kept = [], []
         for request in requests:
@@ -278,6 +289,9 @@ class Instance:
             job = self.done.get()
             if job is None:
                 return
+            if not isinstance(job, tuple):  # a ragged batch (inprocess_ragged._Job)
+                job.finish()
+                continue
             job[-1].mark("hand-over to the completion thread")
             self._finish(job)
 

@@ -12,7 +12,9 @@ Pure numpy: the ONNX Runtime model.py and the torch runtime share it, and the un
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import bisect
+from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -55,8 +57,15 @@ class LengthGrid:
 
     def rows_for(self, length: int) -> int:
         """The largest batch bucket whose rows at `length` fit the token budget."""
+        known = self._rows_at.get(length)
+        if known is not None:
+            return known
         fitting = [b for b in self.batches if b * length <= self.token_budget]
         return fitting[-1] if fitting else 1
+
+    @cached_property
+    def _rows_at(self) -> dict[int, int]:  # rows_for of every length bucket (the plan asks it many times a batch)
+        return {n: max([b for b in self.batches if b * n <= self.token_budget], default=1) for n in self.lengths}
 
     def cells(self) -> list[tuple[int, int]]:
         """Every (rows, length) shape a run may take: batch buckets up to rows_for(length), per length bucket."""
@@ -70,7 +79,7 @@ class LengthGrid:
         return self.lengths[at]
 
     def batch_bucket(self, rows: int) -> int:
-        at = int(np.searchsorted(self.batches, rows))
+        at = bisect.bisect_left(self.batches, rows)
         if at == len(self.batches):
             raise ValueError(f"{rows} rows exceed the largest batch bucket {self.batches[-1]}")
         return self.batches[at]
@@ -190,10 +199,11 @@ def _cheapest_spans(present, counts, grid: LengthGrid, min_run_tokens: int) -> l
     if min_run_tokens <= 0:
         return [(k, k) for k in range(size)]
     best, cut = [0] + [None] * size, [0] * (size + 1)
+    before = [0, *np.cumsum(counts).tolist()]  # rows in the buckets before each
     for end in range(1, size + 1):
         length = grid.lengths[present[end - 1]]
         for start in range(end):
-            cost = best[start] + run_cost(int(counts[start:end].sum()), length, grid, min_run_tokens)
+            cost = best[start] + run_cost(before[end] - before[start], length, grid, min_run_tokens)
             if best[end] is None or cost < best[end]:
                 best[end], cut[end] = cost, start
     spans, end = [], size
@@ -225,48 +235,44 @@ class Counters:
         return {**self.__dict__, "padding_efficiency": efficiency}
 
 
-@dataclass
 class RaggedBatch:
-    """The requests of one dynamic batch, each a dict of [rows, length] arrays padded to its own longest row.
+    """The requests of one dynamic batch, their rows pooled: one [total rows, widest] array per input.
 
     Args:
         feeds: per request, input name -> array [rows, length] (every input of a request has one length).
         names: the inputs, in the model's order.
         mask: the input whose non-zero entries mark real tokens ("" : every row is as long as its request).
+
+    RaggedBatch.pooled() makes one from arrays already pooled (the in-process backend copies Triton's buffers
+    straight into them).
     """
 
-    feeds: list[dict]
-    names: list[str]
-    mask: str = ""
-    sizes: list[int] = field(init=False)
-    widths: list[int] = field(init=False)
-    lengths: np.ndarray = field(init=False)
-    combined: dict = field(init=False)
-
-    def __post_init__(self):
-        self.sizes, self.widths = [], []
-        for index, feed in enumerate(self.feeds):
-            shapes = {name: feed[name].shape for name in self.names}
+    def __init__(self, feeds: list[dict], names: list[str], mask: str = ""):
+        sizes, widths = [], []
+        for index, feed in enumerate(feeds):
+            shapes = {name: feed[name].shape for name in names}
             if len({s for s in shapes.values()}) != 1 or len(next(iter(shapes.values()))) != 2:
                 raise ValueError(f"request {index}: inputs must all be [rows, length] of one shape, got {shapes}")
             rows, width = next(iter(shapes.values()))
-            self.sizes.append(rows)
-            self.widths.append(width)
-        widest = max(self.widths, default=0)
-        self.combined = {name: self._combine(name, widest) for name in self.names}
-        if self.mask:
-            self.lengths = row_lengths(self.combined[self.mask])
-        else:
-            self.lengths = np.repeat(np.asarray(self.widths, np.int64), self.sizes)
+            sizes.append(rows)
+            widths.append(width)
+        widest = max(widths, default=0)
+        combined = {name: _combine([f[name] for f in feeds], sizes, widths, widest) for name in names}
+        self._pool(combined, sizes, widths, names, mask)
 
-    def _combine(self, name: str, widest: int) -> np.ndarray:
-        first = self.feeds[0][name]
-        out = np.zeros((sum(self.sizes), widest), first.dtype)
-        start = 0
-        for feed, rows, width in zip(self.feeds, self.sizes, self.widths):
-            out[start : start + rows, :width] = feed[name]
-            start += rows
-        return out
+    @classmethod
+    def pooled(cls, combined: dict, sizes: list[int], widths: list[int], names: list[str], mask: str = ""):
+        """A batch of arrays already pooled: request after request, each row zero-padded to the widest."""
+        batch = cls.__new__(cls)
+        batch._pool(combined, list(sizes), list(widths), names, mask)
+        return batch
+
+    def _pool(self, combined, sizes, widths, names, mask) -> None:
+        self.combined, self.sizes, self.widths, self.names, self.mask = combined, sizes, widths, list(names), mask
+        if mask:
+            self.lengths = row_lengths(combined[mask])
+        else:
+            self.lengths = np.repeat(np.asarray(widths, np.int64), sizes)
 
     def rows(self, name: str, group: Group, out: np.ndarray | None = None) -> np.ndarray:
         """The group's rows of one input at the group's length (zero-padded), into `out` when given (its first
@@ -312,9 +318,23 @@ class RaggedBatch:
         return results
 
 
+def _combine(parts: list[np.ndarray], sizes, widths, widest: int) -> np.ndarray:
+    out = np.zeros((sum(sizes), widest), parts[0].dtype if parts else np.int64)
+    start = 0
+    for part, rows, width in zip(parts, sizes, widths):
+        out[start : start + rows, :width] = part
+        start += rows
+    return out
+
+
 def run_exact(batch: RaggedBatch, grid: LengthGrid, run, per_token: list[bool], counters: Counters | None = None):
     """Each group run at its own longest row rounded up to 8 (no graphs, so no padding to the bucket: the CPU's
     way); run(list of input arrays) returns the outputs. Returns each request's outputs."""
+    return batch.split(run_pooled(batch, grid, run, per_token, counters), per_token)
+
+
+def run_pooled(batch: RaggedBatch, grid: LengthGrid, run, per_token: list[bool], counters: Counters | None = None):
+    """run_exact's outputs before the split: one array per output in the batch's row order."""
     groups, results, shapes = plan(batch.lengths, grid), None, []
     for group in groups:
         longest = int(batch.lengths[group.rows].max())
@@ -324,4 +344,4 @@ def run_exact(batch: RaggedBatch, grid: LengthGrid, run, per_token: list[bool], 
         shapes.append((len(group.rows), exact.length))
     if counters is not None:
         counters.add(batch.lengths, shapes)
-    return batch.split(results, per_token)
+    return results

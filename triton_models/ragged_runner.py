@@ -2,10 +2,11 @@
 
 A dynamic batch's rows (ragged across requests: triton_models/ragged.py) are grouped by length bucket; each
 group is gathered straight into reused pinned staging at its cell's shape, copied to the cell's static inputs,
-the cell's graph replays, and its outputs are copied into pinned host buffers. One synchronize per batch; then
-every request gets its own rows. All graphs share one memory pool, so the memory they hold is about the largest
-cell's, not the sum (reported as graph_bytes). On a CPU nothing is captured: groups run eagerly at their own
-longest row (ragged.run_exact).
+the cell's graph replays, and its outputs are copied into pinned host buffers. submit() queues all that and
+returns; collect() waits for the batch's event and puts the rows back in the batch's order (one scatter per
+output), so a server stages the next batch while the GPU runs this one (two slots of buffers). All graphs
+share one memory pool, so the memory they hold is about the largest cell's, not the sum (reported as
+graph_bytes). On a CPU nothing is captured: groups run eagerly at their own longest row (ragged.run_exact).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import threading
 import time
 import weakref
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -31,8 +33,10 @@ class RaggedRunner:
         per_token: per output, whether it has a length axis ([rows, length, ...]) rather than one row per row.
         grid: the length and batch buckets and the token budget.
         mask: the input that marks real tokens ("" : a row is as long as its request).
-        graphs: capture CUDA graphs (on a GPU); without them groups run eagerly at their own longest row.
+        graphs: capture CUDA graphs (on a GPU); without them groups run eagerly at their own longest row
+            (ragged.run_exact).
         name: the model's name, for the statistics file.
+        slots: batches that may be in flight at once (submit/collect); each slot has its own host buffers.
 
     With TRITON_RAGGED_STATS=<folder> in the environment, a thread writes describe() to
     <folder>/<name>-<pid>-<id>.json every second (padding efficiency, runs, graph memory: what Triton's statistics
@@ -41,7 +45,9 @@ class RaggedRunner:
 
     STATS_EVERY_S = 1.0
 
-    def __init__(self, fn, inputs, per_token, grid, device, mask: str = "", graphs: bool = True, name: str = "model"):
+    def __init__(
+        self, fn, inputs, per_token, grid, device, mask="", graphs: bool = True, name: str = "model", slots: int = 1
+    ):
         self.fn, self.grid, self.device, self.per_token = fn, grid, torch.device(device), list(per_token)
         self.names, self.dtypes = [n for n, _ in inputs], [d for _, d in inputs]
         self.mask, self.cuda = mask, self.device.type == "cuda" and graphs
@@ -49,8 +55,9 @@ class RaggedRunner:
         self.timings: dict[str, float] = {}  # seconds per step, summed over calls (the backend adds its own)
         self.graphs, self.static, self.outputs = {}, {}, {}
         self.graph_bytes, self.capture_seconds, self.min_run_tokens = 0, 0.0, 0
-        self.staging = [torch.empty(0, dtype=d) for d in self.dtypes]
-        self.host: list[torch.Tensor] = []
+        self.slots = slots
+        self.staging = [[torch.empty(0, dtype=d) for d in self.dtypes] for _ in range(slots)]
+        self.host: list[list[torch.Tensor]] = []  # per slot, per output
         folder = os.environ.get("TRITON_RAGGED_STATS")
         self.stats_path = os.path.join(folder, f"{name}-{os.getpid()}-{id(self):x}.json") if folder else None
         if self.cuda:
@@ -72,7 +79,8 @@ class RaggedRunner:
         torch.cuda.synchronize(self.device)
         self.graph_bytes = torch.cuda.memory_reserved(self.device) - before
         self.capture_seconds = round(time.time() - started, 1)
-        self.host = [torch.empty(0, dtype=o.dtype, pin_memory=True) for o in next(iter(self.outputs.values()))]
+        dtypes = [o.dtype for o in next(iter(self.outputs.values()))]
+        self.host = [[torch.empty(0, dtype=d, pin_memory=True) for d in dtypes] for _ in range(self.slots)]
         self.min_run_tokens = self._floor_tokens()
 
     def _floor_tokens(self, replays: int = 20) -> int:
@@ -114,33 +122,60 @@ class RaggedRunner:
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
     # --- run
-    @torch.inference_mode()  # the graphs' static tensors are inference tensors: every caller copies into them
     def __call__(self, batch: ragged.RaggedBatch) -> list[list[np.ndarray]]:
         """Each request's outputs (numpy, host memory)."""
+        return batch.split(self.pooled(batch), self.per_token)
+
+    @torch.inference_mode()  # the graphs' static tensors are inference tensors: every caller copies into them
+    def pooled(self, batch: ragged.RaggedBatch) -> list[np.ndarray]:
+        """The batch's outputs in its row order (collect's form), run now."""
         if not self.cuda:
-            return ragged.run_exact(batch, self.grid, self._eager, self.per_token, self.counters)
+            return ragged.run_pooled(batch, self.grid, self._eager, self.per_token, self.counters)
+        return self.collect(self.submit(batch))
+
+    @torch.inference_mode()
+    def submit(self, batch: ragged.RaggedBatch, slot: int = 0) -> "Pending":
+        """Queues the batch on the current stream (copies in, replays, copies out) and returns at once; collect()
+        waits for it. A slot's staging and host buffers serve one batch at a time: with two slots the next batch
+        is staged while this one runs (the caller collects a slot before it submits to it again)."""
         start = time.perf_counter()
         groups = ragged.plan(batch.lengths, self.grid, self.min_run_tokens)
         cells = [(self.grid.batch_bucket(len(g.rows)), g.length) for g in groups]
-        self._stage(batch, groups, cells)
+        self._stage(batch, groups, cells, slot)
         staged = time.perf_counter()
-        host = self._launch(groups, cells)
-        launched = time.perf_counter()
-        torch.cuda.current_stream(self.device).synchronize()
-        done = time.perf_counter()
-        results = None
-        for group, outputs in zip(groups, host):
-            results = batch.place(results, group, [o.numpy() for o in outputs], self.per_token)
+        host, flat = self._launch(groups, cells, slot)
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(self.device))
         self.counters.add(batch.lengths, cells)
-        split = batch.split(results, self.per_token)
-        for step, seconds in (
-            ("plan and stage", staged - start),
-            ("launch", launched - staged),
-            ("wait for the GPU", done - launched),
-            ("place and split", time.perf_counter() - done),
-        ):
-            self.spent(step, seconds)
-        return split
+        self.spent("plan and stage", staged - start)
+        self.spent("launch", time.perf_counter() - staged)
+        return Pending(batch, groups, host, flat, event, slot)
+
+    def collect(self, pending: "Pending") -> list[np.ndarray]:
+        """The batch's outputs in its row order, [rows, ...] (a per-token output [rows, widest, ...]), once its
+        copies have landed: arrays of their own, so the slot is free again when this returns."""
+        waited = time.perf_counter()
+        pending.event.synchronize()  # releases the GIL while the GPU works
+        done = time.perf_counter()
+        batch, order = pending.batch, np.concatenate([g.rows for g in pending.groups])
+        results = []
+        for k, tokens in enumerate(self.per_token):
+            if tokens:  # each group has its own length: placed group by group
+                results.append(self._placed(batch, pending, k))
+            else:  # the groups' rows lie one after another, in plan order: one scatter puts them in batch order
+                flat = pending.flat[k].numpy()
+                out = np.empty_like(flat)
+                out[order] = flat
+                results.append(out)
+        self.spent("wait for the GPU", done - waited)
+        self.spent("place", time.perf_counter() - done)
+        return results
+
+    def _placed(self, batch, pending, k: int) -> np.ndarray:
+        result = None
+        for group, outputs in zip(pending.groups, pending.host):
+            result = batch.place(None if result is None else [result], group, [outputs[k].numpy()], [True])[0]
+        return result
 
     def spent(self, step: str, seconds: float) -> None:
         self.timings[step] = self.timings.get(step, 0.0) + seconds
@@ -160,49 +195,59 @@ class RaggedRunner:
         for rows in (1, 2):
             self._eager([np.ones((rows, length), np.dtype(str(d).removeprefix("torch."))) for d in self.dtypes])
 
-    def _stage(self, batch, groups, cells) -> None:
-        """Every group's rows, gathered into pinned staging at its cell's shape (rows beyond the group zeroed)."""
-        need = sum(rows * length for rows, length in cells)
-        for i, name in enumerate(self.names):
-            if self.staging[i].numel() < need:
-                self.staging[i] = torch.empty(2 * need, dtype=self.dtypes[i], pin_memory=True)
-            flat, offset = self.staging[i].numpy(), 0
+    def _stage(self, batch, groups, cells, slot: int) -> None:
+        """Every group's rows, gathered into the slot's pinned staging at its cell's shape (rows beyond the group
+        zeroed)."""
+        need, staging = sum(rows * length for rows, length in cells), self.staging[slot]
+        for i in range(len(self.names)):
+            if staging[i].numel() < need:
+                staging[i] = torch.empty(2 * need, dtype=self.dtypes[i], pin_memory=True)
+            flat, offset = staging[i].numpy(), 0
             for group, (rows, length) in zip(groups, cells):
                 block = flat[offset : offset + rows * length].reshape(rows, length)
-                batch.rows(name, group, out=block)
+                batch.rows(self.names[i], group, out=block)
                 block[len(group.rows) :] = 0
                 offset += rows * length
 
-    def _launch(self, groups, cells) -> list[list[torch.Tensor]]:
-        """Copies in, replays and copies out for every group, queued on the current stream; the host views."""
-        sizes = [self._output_elements(len(g.rows), cell) for g, cell in zip(groups, cells)]
-        self._ensure_host([sum(s[k] for s in sizes) for k in range(len(self.host))])
-        offsets, host = [0] * len(self.names), []
-        out_offsets = [0] * len(self.host)
-        for group, cell, size in zip(groups, cells, sizes):
+    def _launch(self, groups, cells, slot: int):
+        """Copies in, replays and copies out for every group, queued on the current stream. Returns each group's
+        host views, and per output the host rows of all groups one after another (plan order)."""
+        counts = [len(g.rows) for g in groups]
+        inner = [tuple(o.shape[1:]) for o in next(iter(self.outputs.values()))]
+        staging, host = self.staging[slot], self.host[slot]
+        sizes = [self._output_elements(count, cell) for count, cell in zip(counts, cells)]
+        self._ensure_host(host, [sum(s[k] for s in sizes) for k in range(len(host))])
+        offsets, views_by_group = [0] * len(self.names), []
+        out_offsets = [0] * len(host)
+        for count, cell, size in zip(counts, cells, sizes):
             rows, length = cell
             for i, static in enumerate(self.static[cell]):
-                source = self.staging[i][offsets[i] : offsets[i] + rows * length].view(rows, length)
-                static.copy_(source, non_blocking=True)
+                static.copy_(staging[i][offsets[i] : offsets[i] + rows * length].view(rows, length), non_blocking=True)
                 offsets[i] += rows * length
             self.graphs[cell].replay()
             views = []
             for k, out in enumerate(self.outputs[cell]):
-                part = out[: len(group.rows)]
-                view = self.host[k][out_offsets[k] : out_offsets[k] + size[k]].view(part.shape)
+                part = out[:count]
+                view = host[k][out_offsets[k] : out_offsets[k] + size[k]].view(part.shape)
                 view.copy_(part, non_blocking=True)
                 out_offsets[k] += size[k]
                 views.append(view)
-            host.append(views)
-        return host
+            views_by_group.append(views)
+        total = sum(counts)
+        flat = [
+            None if tokens else host[k][: total * int(np.prod(inner[k]))].view(total, *inner[k])
+            for k, tokens in enumerate(self.per_token)
+        ]
+        return views_by_group, flat
 
     def _output_elements(self, count: int, cell) -> list[int]:
         return [count * o[0].numel() for o in self.outputs[cell]]
 
-    def _ensure_host(self, needs: list[int]) -> None:
+    @staticmethod
+    def _ensure_host(host: list, needs: list[int]) -> None:
         for k, need in enumerate(needs):
-            if self.host[k].numel() < need:
-                self.host[k] = torch.empty(2 * need, dtype=self.host[k].dtype, pin_memory=True)
+            if host[k].numel() < need:
+                host[k] = torch.empty(2 * need, dtype=host[k].dtype, pin_memory=True)
 
     def _write_stats(self) -> None:
         partial = self.stats_path + ".part"
@@ -225,7 +270,21 @@ class RaggedRunner:
         }
 
 
-def for_spec(module, spec: dict, grid, device, out_dtypes, graphs: bool, name: str = "model") -> RaggedRunner:
+@dataclass
+class Pending:
+    """A batch queued on the GPU: its plan, the host views its outputs land in, and the event that says so."""
+
+    batch: ragged.RaggedBatch
+    groups: list
+    host: list
+    flat: list
+    event: object
+    slot: int
+
+
+def for_spec(
+    module, spec: dict, grid, device, out_dtypes, graphs: bool, name: str = "model", slots: int = 1
+) -> RaggedRunner:
     """The runner of a sequence model's module: its inputs in the spec's order and dtypes (spec.json's form), the
     mask found by name, its outputs cast to out_dtypes; what the server runs and what the build gates."""
     from triton_models.torch_runtime import TORCH_DTYPES
@@ -239,7 +298,7 @@ def for_spec(module, spec: dict, grid, device, out_dtypes, graphs: bool, name: s
         return [o.to(d) for o, d in zip(out if isinstance(out, (tuple, list)) else [out], out_dtypes)]
 
     with torch.inference_mode():
-        return RaggedRunner(whole, inputs, per_token, grid, device, mask, graphs=graphs, name=name)
+        return RaggedRunner(whole, inputs, per_token, grid, device, mask, graphs=graphs, name=name, slots=slots)
 
 
 def _stats_loop(runner_ref) -> None:

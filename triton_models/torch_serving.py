@@ -123,7 +123,7 @@ class TorchServing:
         grid = ragged.grid_from_params(params, max_length(self.spec), max_batch)
         graphs = params.get("cuda_graphs") == "1"
         dtypes = [dtype for _, dtype in self.outputs]
-        return for_spec(module, self.spec, grid, self.device, dtypes, graphs, self.name)
+        return for_spec(module, self.spec, grid, self.device, dtypes, graphs, self.name, slots=self.slots)
 
     def _run_ragged(self, feeds: list[list[torch.Tensor]]) -> list:
         """Requests of any lengths as one batch (torch tensors in and out: the Python backend's face)."""

@@ -38,6 +38,7 @@ API_MAJOR = 1
 _P = c_void_p
 _SIGNATURES = {  # name: argument types; every one of these returns TRITONSERVER_Error*
     "TRITONBACKEND_ApiVersion": (POINTER(c_uint32), POINTER(c_uint32)),
+    "TRITONBACKEND_BackendArtifacts": (_P, POINTER(c_int), POINTER(c_char_p)),
     "TRITONBACKEND_ModelName": (_P, POINTER(c_char_p)),
     "TRITONBACKEND_ModelVersion": (_P, POINTER(c_uint64)),
     "TRITONBACKEND_ModelRepository": (_P, POINTER(c_int), POINTER(c_char_p)),
@@ -117,6 +118,12 @@ class TritonApi:
         value = c_uint64()
         self.call("TRITONBACKEND_ModelVersion", model, byref(value))
         return value.value
+
+    def backend_folder(self, backend: int) -> str:
+        """Where the backend's library lies (its artifacts folder)."""
+        kind, location = c_int(), c_char_p()
+        self.call("TRITONBACKEND_BackendArtifacts", backend, byref(kind), byref(location))
+        return (location.value or b"").decode()
 
     def model_repository(self, model: int) -> str:
         kind, location = c_int(), c_char_p()

@@ -121,6 +121,37 @@ def test_a_request_longer_than_the_model_is_refused_alone(ragged_served):
         assert client.is_server_live() and client.is_server_ready()
 
 
+@pytest.mark.parametrize(
+    "arrays, words",
+    [
+        (
+            {"input_ids": np.ones((1, 10), np.int64), "attention_mask": np.ones((1, 12), np.int64)},
+            "must have one shape",
+        ),
+        (
+            {"input_ids": np.full((2, 5), 40_000, np.int64), "attention_mask": np.ones((2, 5), np.int64)},
+            r"input_ids: values must lie in \[0, 30522\)",
+        ),
+        (
+            {"input_ids": np.full((1, 5), -1, np.int64), "attention_mask": np.ones((1, 5), np.int64)},
+            r"values must lie in \[0, 30522\)",
+        ),
+    ],
+    ids=["inputs-disagree", "id-beyond-vocabulary", "negative-id"],
+)
+def test_a_request_that_cannot_be_valid_is_refused_alone_in_a_shared_batch(ragged_served, arrays, words):
+    ep, reference = ragged_served
+    good = _requests()[2:4]
+    with ThreadPoolExecutor(3) as pool:
+        fine = [pool.submit(infer, ep, ENGINE, g) for g in good]
+        bad = pool.submit(infer, ep, ENGINE, arrays)
+        for request, future in zip(good, fine):
+            assert future.result().outputs["embedding"].shape == (len(request["input_ids"]), 64)
+        with pytest.raises(ClientError, match=words):
+            bad.result()
+    assert infer(ep, ENGINE, good[0]).outputs["embedding"].shape == (3, 64)
+
+
 def test_the_in_process_tokenize_step_batches_texts_and_refuses_bad_ones_alone(ragged_served):
     import torch
 

@@ -117,3 +117,30 @@ def test_every_request_gets_exactly_its_own_rows_back():
 def test_inputs_of_one_request_must_agree_in_shape():
     with pytest.raises(ValueError, match="one shape"):
         ragged.RaggedBatch([{"ids": np.zeros((2, 3)), "mask": np.zeros((2, 4))}], ["ids", "mask"], "mask")
+
+
+def test_a_batch_pooled_elsewhere_equals_one_pooled_here():
+    feeds = [
+        {"ids": np.array([[5, 6, 0]]), "mask": np.array([[1, 1, 0]])},
+        {"ids": np.array([[7], [8]]), "mask": np.array([[1], [1]])},
+    ]
+    made = ragged.RaggedBatch(feeds, ["ids", "mask"], "mask")
+    pooled = ragged.RaggedBatch.pooled(made.combined, [1, 2], [3, 1], ["ids", "mask"], "mask")
+    assert pooled.lengths.tolist() == made.lengths.tolist() == [2, 1, 1]
+    assert made.combined["ids"].tolist() == [[5, 6, 0], [7, 0, 0], [8, 0, 0]]
+    outputs = [np.arange(3)[:, None] * np.ones((3, 2))]
+    assert [r[0].tolist() for r in pooled.split(outputs, [False])] == [[[0, 0]], [[1, 1], [2, 2]]]
+
+
+def test_value_bounds_cover_integer_inputs_but_the_mask():
+    from triton_models.inprocess_ragged import value_bounds
+
+    spec = {
+        "inputs": [
+            {"name": "input_ids", "dtype": "INT64", "value_range": [0, 30522]},
+            {"name": "attention_mask", "dtype": "INT64", "value_range": [1, 2]},
+            {"name": "token_type_ids", "dtype": "INT64"},
+            {"name": "scale", "dtype": "FP32", "value_range": [0.0, 1.0]},
+        ]
+    }
+    assert value_bounds(spec, "attention_mask") == [("input_ids", 0, 30522)]

@@ -1,0 +1,268 @@
+"""The in-process backend's path for sequence models: a dynamic batch of requests of any lengths, read, run and
+answered with one native call per step, not Python per request.
+
+execute() (Triton's thread) reads every request's inputs in two batch calls (shapes, then one copy of all rows
+into pooled arrays), checks them as arrays, and queues the batch on the GPU (RaggedRunner.submit) in a free
+slot. The instance's completion thread waits for it and answers every request in one batch call; meanwhile
+Triton's thread reads and queues the next batch. A lone small batch is answered inline (no hand-over). On a
+CPU the batch runs at once. A request that cannot be valid (wrong datatype, rank or length, inputs that
+disagree) is refused alone, with what was wrong; the others run.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from triton_models import batch_calls as bc
+from triton_models.triton_api import DATATYPES
+
+
+class RaggedPath:
+    """One instance's ragged path.
+
+    Args:
+        instance: the backend's Instance (its API, handle, slots, completion queue and failure reporting).
+        calls: the shim's batch calls.
+    """
+
+    def __init__(self, instance, calls: bc.BatchCalls):
+        self.instance, self.calls = instance, calls
+        serving = instance.serving
+        self.runner, self.serving = serving.runner, serving
+        self.names = tuple(serving.input_names)
+        spec_inputs = {i["name"]: i["dtype"] for i in serving.spec["inputs"]}
+        self.dtypes = np.array([DATATYPES.index(spec_inputs[n]) for n in self.names], np.int32)
+        self.numpy = [np.dtype(_NUMPY[spec_inputs[n]]) for n in self.names]
+        self.longest = self.runner.grid.max_length
+        self.bounds = value_bounds(serving.spec, self.runner.mask)
+        self.outputs = instance.outputs
+        self.contiguous = not any(self.runner.per_token)  # every output one row per row: answered natively
+
+    # --- read
+    def execute(self, requests: list[int]) -> None:
+        start = time.monotonic_ns()
+        handles = np.array(requests, np.uint64)
+        found = self.calls.input_shapes(handles, self.names)
+        slow = self._read_slow(requests, found, start)
+        keep = self._valid(requests, found, slow, start)
+        if not keep.any():
+            return
+        handles, found = handles[keep], _subset(found, keep)
+        slow = {i: slow[k] for i, k in enumerate(np.flatnonzero(keep)) if k in slow}
+        batch, first_row = self._pool(handles, found, slow)
+        handles, batch, first_row = self._in_range(handles, batch, first_row, start)
+        if len(handles):
+            self._run(handles, batch, first_row, start)
+
+    def _read_slow(self, requests, found: bc.Inputs, start: int) -> dict[int, list[np.ndarray]]:
+        """Requests the batch calls left to Python (device memory, or something wrong that Python names)."""
+        from triton_models.inprocess_backend import API, as_array
+
+        arrays = {}
+        for index in np.flatnonzero(found.status != bc.READ_OK):
+            try:
+                views = [API.input(requests[index], name) for name in self.names]
+                arrays[int(index)] = [as_array(v) for v in views]
+                for i, array in enumerate(arrays[index]):
+                    found.dtypes[index, i] = DATATYPES.index(views[i].datatype)
+                    found.shapes[index, i] = array.shape if array.ndim == 2 else (-1, -1)
+            except Exception as err:  # this request alone
+                self.instance._fail(requests[index], err, start)
+                found.dtypes[index] = -1
+        return arrays
+
+    def _valid(self, requests, found: bc.Inputs, slow: dict, start: int) -> np.ndarray:
+        """Which requests can run; the others hear why."""
+        keep = np.ones(len(requests), bool)
+        for index in range(len(requests)):
+            if found.dtypes[index, 0] == -1:  # failed while read
+                keep[index] = False
+                continue
+            reason = self._wrong(found.dtypes[index], found.shapes[index])
+            if reason:
+                from triton_models.inprocess_backend import BackendError
+
+                self.instance._fail(requests[index], BackendError(reason), start)
+                keep[index] = False
+        return keep
+
+    def _wrong(self, dtypes: np.ndarray, shapes: np.ndarray) -> str:
+        for i, name in enumerate(self.names):
+            if dtypes[i] != self.dtypes[i]:
+                return f"input {name}: {DATATYPES[dtypes[i]]}, the model takes {DATATYPES[self.dtypes[i]]}"
+            if shapes[i][0] < 0:
+                return f"input {name}: the model takes [rows, tokens]; send a two-dimensional tensor"
+        if (shapes != shapes[0]).any():
+            listed = ", ".join(f"{n} {list(s)}" for n, s in zip(self.names, shapes.tolist()))
+            return f"the inputs of one request must have one shape: {listed}"
+        if shapes[0][1] > self.longest:
+            return (
+                f"{self.names[0]}: {shapes[0][1]} tokens per row exceed the model's longest length {self.longest}; "
+                f"truncate to {self.longest} tokens"
+            )
+        return ""
+
+    def _pool(self, handles, found: bc.Inputs, slow: dict):
+        """Every kept request's rows, one after another, in one [rows, widest] array per input."""
+        from triton_models.ragged import RaggedBatch
+
+        sizes, widths = found.shapes[:, 0, 0], found.shapes[:, 0, 1]
+        first_row = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        widest = max(int(widths.max()), 1)
+        pooled = [np.zeros((int(sizes.sum()), widest), dtype) for dtype in self.numpy]
+        self.calls.gather(handles, self.names, found, first_row, pooled)
+        for index, arrays in slow.items():
+            for out, array in zip(pooled, arrays):
+                out[first_row[index] : first_row[index] + len(array), : array.shape[1]] = array
+        combined = dict(zip(self.names, pooled))
+        batch = RaggedBatch.pooled(combined, sizes.tolist(), widths.tolist(), list(self.names), self.runner.mask)
+        return batch, first_row
+
+    def _in_range(self, handles, batch, first_row, start: int):
+        """Refuses, alone, a request with a value outside its input's value_range (a token id beyond the
+        vocabulary would make the GPU fault, and every request after it fail); the others go on."""
+        sizes = np.asarray(batch.sizes, np.int64)
+        bad = np.zeros(len(handles), bool)
+        reasons = {}
+        owner = None  # the request of each row
+        for name, low, high in self.bounds:
+            rows = batch.combined[name]
+            if not len(rows):
+                continue
+            if low > 0:  # the padding (0) is not a value the request sent
+                widths = np.repeat(np.asarray(batch.widths), sizes)
+                rows = np.where(np.arange(rows.shape[1]) < widths[:, None], rows, low)
+            outside = (rows.min(axis=1) < low) | (rows.max(axis=1) >= high)
+            if not outside.any():
+                continue
+            owner = np.repeat(np.arange(len(handles)), sizes) if owner is None else owner
+            per_request = np.bincount(owner[outside], minlength=len(handles)) > 0
+            for index in np.flatnonzero(per_request & ~bad):
+                reasons[index] = f"input {name}: values must lie in [{low}, {high}) (the model's value_range)"
+            bad |= per_request
+        if not bad.any():
+            return handles, batch, first_row
+        from triton_models.inprocess_backend import BackendError
+        from triton_models.ragged import RaggedBatch
+
+        for index, reason in reasons.items():
+            self.instance._fail(int(handles[index]), BackendError(reason), start)
+        keep, rows = ~bad, np.repeat(~bad, sizes)
+        combined = {name: np.ascontiguousarray(array[rows]) for name, array in batch.combined.items()}
+        widths = [w for w, k in zip(batch.widths, keep) if k]
+        sizes = sizes[keep]
+        first_row = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        kept = RaggedBatch.pooled(combined, sizes.tolist(), widths, batch.names, batch.mask)
+        return handles[keep], kept, first_row
+
+    # --- run
+    def _run(self, handles, batch, first_row, start: int) -> None:
+        instance, runner = self.instance, self.runner
+        if not runner.cuda:  # the CPU: run now, answer now
+            compute = time.monotonic_ns()
+            try:
+                outputs = runner.pooled(batch)
+            except Exception as err:
+                return self._fail_all(handles, err, start)
+            return self.answer(handles, batch, first_row, outputs, (start, compute, time.monotonic_ns()))
+        slot = instance.free.get()
+        alone = instance.free.qsize() == instance.SLOTS - 1
+        compute = time.monotonic_ns()
+        try:
+            with self.serving.on_stream():
+                pending = runner.submit(batch, slot)
+        except Exception as err:
+            instance.free.put(slot)
+            return self._fail_all(handles, err, start)
+        job = _Job(self, handles, batch, first_row, pending, (start, compute))
+        if alone and len(batch.lengths) <= instance.inline_rows:
+            return job.finish()
+        instance.done.put(job)
+
+    def finish(self, job: "_Job") -> None:
+        try:
+            outputs = self.runner.collect(job.pending)
+        except Exception as err:  # the batch failed on the device: each of its requests hears why
+            return self._fail_all(job.handles, err, job.times[0])
+        finally:
+            self.instance.free.put(job.pending.slot)
+        self.answer(job.handles, job.batch, job.first_row, outputs, (*job.times, time.monotonic_ns()))
+
+    # --- answer
+    def answer(self, handles, batch, first_row, outputs: list[np.ndarray], times: tuple) -> None:
+        """Every request its own rows, in one batch call (per-token outputs: Python, request by request)."""
+        from triton_models.inprocess_backend import API
+
+        answered = time.perf_counter()
+        if self.contiguous:
+            arrays = [(name, dtype, np.ascontiguousarray(out)) for (name, dtype), out in zip(self.outputs, outputs)]
+            sizes = np.asarray(batch.sizes, np.int64)
+            done = self.calls.answer(self.instance.handle, handles, sizes, first_row, arrays, times)
+            self._deferred(handles, done, arrays, first_row, sizes, times)
+        else:
+            for handle, result in zip(handles.tolist(), batch.split(outputs, self.runner.per_token)):
+                self.instance._answer(handle, result, times)
+        rows = len(batch.lengths)
+        API.report_batch(self.instance.handle, rows, (*times, time.monotonic_ns()))
+        self.runner.spent("answer requests (backend)", time.perf_counter() - answered)
+
+    def _deferred(self, handles, done: bc.Answered, arrays, first_row, sizes, times) -> None:
+        """Requests whose outputs Triton placed in device memory (the client's CUDA shared memory): copied,
+        sent, reported and released here."""
+        from triton_models.inprocess_backend import API, HostRows, _bytes
+
+        for index in np.flatnonzero(done.status == bc.DEFERRED):
+            response, ok = int(done.responses[index]), True
+            try:
+                for k, (_, _, array) in enumerate(arrays):
+                    address = int(done.addresses[index, k])
+                    if address:
+                        rows = array[first_row[index] : first_row[index] + sizes[index]]
+                        host = HostRows(rows.ctypes.data, rows.shape, rows.nbytes)
+                        device = _bytes(address, host.nbytes, 2, int(done.devices[index, k]))
+                        device.copy_(_bytes(host.address, host.nbytes, 0, 0))
+                API.send(response)
+            except Exception as err:
+                ok = False
+                API.send(response, API.error(1, f"{self.instance.name}: {err}"))
+            self.instance._release(int(handles[index]), ok, times)
+
+    def _fail_all(self, handles, err: Exception, start: int) -> None:
+        for handle in handles.tolist():
+            self.instance._fail(handle, err, start)
+
+
+class _Job:
+    """A batch queued on the GPU, waiting for the completion thread."""
+
+    def __init__(self, path: RaggedPath, handles, batch, first_row, pending, times):
+        self.path, self.handles, self.batch, self.first_row, self.pending, self.times = (
+            path,
+            handles,
+            batch,
+            first_row,
+            pending,
+            times,
+        )
+
+    def finish(self) -> None:
+        self.path.finish(self)
+
+
+def value_bounds(spec: dict, mask: str) -> list[tuple[str, int, int]]:
+    """(name, low, high) of every integer input but the mask that has a value_range: the values it may carry."""
+    bounds = []
+    for item in spec["inputs"]:
+        pair = item.get("value_range")
+        if pair and item["name"] != mask and item["dtype"].startswith(("INT", "UINT")):
+            bounds.append((item["name"], int(pair[0]), int(pair[1])))
+    return bounds
+
+
+def _subset(found: bc.Inputs, keep: np.ndarray) -> bc.Inputs:
+    return bc.Inputs(found.dtypes[keep], found.shapes[keep], found.status[keep])
+
+
+_NUMPY = {"INT64": "int64", "INT32": "int32", "FP32": "float32", "FP16": "float16", "UINT8": "uint8", "BOOL": "bool"}
