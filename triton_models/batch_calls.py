@@ -44,10 +44,11 @@ class Inputs:
 
 @dataclass
 class Answered:
-    """What ipb_answer did per request (SENT, SENT_ERROR, DEFERRED) and, for a deferred one, its response and the
-    device buffers (address 0: written already) of each output."""
+    """What ipb_answer did per request (SENT, SENT_ERROR, DEFERRED), when it sent it, and, for a deferred one, its
+    response and the device buffers (address 0: written already) of each output."""
 
     status: np.ndarray
+    sent_at: np.ndarray  # monotonic ns
     responses: np.ndarray
     addresses: np.ndarray  # [requests, outputs]
     devices: np.ndarray
@@ -57,12 +58,14 @@ class BatchCalls:
     """The shim's batch calls, bound from the loaded library (a folder: Triton's backend artifacts)."""
 
     def __init__(self, folder: str):
-        lib = ctypes.PyDLL(os.path.join(folder, LIBRARY))
+        path = os.path.join(folder, LIBRARY)
+        lib, free = ctypes.PyDLL(path), ctypes.CDLL(path)  # CDLL: the GIL is released for the call
         self._shapes = _bind(lib.ipb_input_shapes, [_P, ctypes.c_uint32, _P, ctypes.c_uint32, _P, _P, _P, _P])
         self._gather = _bind(
-            lib.ipb_gather, [_P, ctypes.c_uint32, _P, ctypes.c_uint32, _P, _P, _P, _P, ctypes.c_int64, _P]
+            free.ipb_gather, [_P, ctypes.c_uint32, _P, ctypes.c_uint32, _P, _P, _P, _P, ctypes.c_int64, _P]
         )
-        self._answer = _bind(lib.ipb_answer, [_P, _P, ctypes.c_uint32, _P, _P, ctypes.c_uint32] + [_P] * 11)
+        self._answer = _bind(free.ipb_answer, [_P, ctypes.c_uint32, _P, _P, ctypes.c_uint32] + [_P] * 12)
+        self._release = _bind(free.ipb_release, [_P, _P, ctypes.c_uint32, _P, _P, _P, _P])
         self._names: dict[tuple, object] = {}
 
     def names(self, names: tuple[str, ...]):
@@ -108,9 +111,10 @@ class BatchCalls:
             _at(items),
         )
 
-    def answer(self, instance: int, requests: np.ndarray, rows: np.ndarray, first_row: np.ndarray, outputs, times):
+    def answer(self, requests, rows, first_row, outputs, spent: np.ndarray) -> "Answered":
         """Answers every request from outputs: (name, datatype, array [total rows, ...] C-contiguous) each, the
-        requests' rows one after another from first_row. Returns Answered."""
+        requests' rows one after another from first_row. The requests stay held: release() them after. Adds the
+        ns of each step to spent (uint64 [4]: outputs written, sent; release adds the other two)."""
         count, n = len(requests), len(outputs)
         names = self.names(tuple(name for name, _, _ in outputs))
         dtypes = np.array([DATATYPES.index(d) for _, d, _ in outputs], np.int32)
@@ -123,15 +127,14 @@ class BatchCalls:
                 raise ValueError(f"output {outputs[k][0]}: answer needs C-contiguous arrays of at most {MAX_DIMS} dims")
             inner[k, : array.ndim - 1] = array.shape[1:]
         inner_dims = np.array([a.ndim - 1 for a in arrays], np.uint32)
-        stamps = np.asarray(times, np.uint64)  # every array passed by address stays referenced through the call
         done = Answered(
             np.zeros(count, np.uint8),
+            np.zeros(count, np.uint64),
             np.zeros(count, np.uint64),
             np.zeros((count, n), np.uint64),
             np.zeros((count, n), np.int64),
         )
         self._answer(
-            instance,
             _at(requests),
             count,
             _at(rows),
@@ -143,13 +146,22 @@ class BatchCalls:
             _at(row_bytes),
             _at(inner),
             _at(inner_dims),
-            _at(stamps),
             _at(done.status),
+            _at(done.sent_at),
             _at(done.responses),
             _at(done.addresses),
             _at(done.devices),
+            _at(spent),
         )
         return done
+
+    def release(self, instance: int, requests: np.ndarray, done: "Answered", times, spent: np.ndarray) -> None:
+        """Reports the answered requests' statistics (times: exec start, compute start, compute end; each ended
+        when it was sent) and releases them. The GIL is released meanwhile."""
+        stamps = np.asarray(times, np.uint64)  # every array passed by address stays referenced through the call
+        self._release(
+            instance, _at(requests), len(requests), _at(done.status), _at(stamps), _at(done.sent_at), _at(spent)
+        )
 
 
 def load(folder: str) -> BatchCalls | None:

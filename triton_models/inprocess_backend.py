@@ -168,6 +168,8 @@ class Instance:
     def close(self) -> None:
         self.done.put(None)
         self.worker.join(timeout=30)
+        if self.ragged is not None:
+            self.ragged.close()
 
     # --- execute: read, queue on the GPU, hand over
     def execute(self, requests: list[int]) -> None:

@@ -11,6 +11,8 @@ disagree) is refused alone, with what was wrong; the others run.
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 
 import numpy as np
@@ -37,6 +39,10 @@ class RaggedPath:
         self.numpy = [np.dtype(_NUMPY[spec_inputs[n]]) for n in self.names]
         self.longest = self.runner.grid.max_length
         self.bounds = value_bounds(serving.spec, self.runner.mask)
+        self.spent_ns = np.zeros(4, np.uint64)  # the native answers' steps (batch_calls.BatchCalls.answer)
+        self.releases: queue.Queue = queue.Queue()
+        self.releaser = threading.Thread(target=self._release_loop, name=f"{instance.name}-releases", daemon=True)
+        self.releaser.start()
         self.outputs = instance.outputs
         self.contiguous = not any(self.runner.per_token)  # every output one row per row: answered natively
 
@@ -192,29 +198,48 @@ class RaggedPath:
 
     # --- answer
     def answer(self, handles, batch, first_row, outputs: list[np.ndarray], times: tuple) -> None:
-        """Every request its own rows, in one batch call (per-token outputs: Python, request by request)."""
-        from triton_models.inprocess_backend import API
-
+        """Every request its own rows, sent in one batch call (per-token outputs: Python, request by request);
+        the release thread then reports their statistics and releases them."""
         answered = time.perf_counter()
-        if self.contiguous:
-            arrays = [(name, dtype, np.ascontiguousarray(out)) for (name, dtype), out in zip(self.outputs, outputs)]
-            sizes = np.asarray(batch.sizes, np.int64)
-            done = self.calls.answer(self.instance.handle, handles, sizes, first_row, arrays, times)
-            self._deferred(handles, done, arrays, first_row, sizes, times)
-        else:
+        rows = len(batch.lengths)
+        if not self.contiguous:
             for handle, result in zip(handles.tolist(), batch.split(outputs, self.runner.per_token)):
                 self.instance._answer(handle, result, times)
-        rows = len(batch.lengths)
-        API.report_batch(self.instance.handle, rows, (*times, time.monotonic_ns()))
-        self.runner.spent("answer requests (backend)", time.perf_counter() - answered)
+            return self.releases.put((None, None, times, rows, answered))
+        arrays = [(name, dtype, np.ascontiguousarray(out)) for (name, dtype), out in zip(self.outputs, outputs)]
+        sizes = np.asarray(batch.sizes, np.int64)
+        done = self.calls.answer(handles, sizes, first_row, arrays, self.spent_ns)
+        self._deferred(done, arrays, first_row, sizes)
+        self.releases.put((handles, done, times, rows, answered))
 
-    def _deferred(self, handles, done: bc.Answered, arrays, first_row, sizes, times) -> None:
-        """Requests whose outputs Triton placed in device memory (the client's CUDA shared memory): copied,
-        sent, reported and released here."""
+    def _release_loop(self) -> None:
+        """Statistics and releases, off the answering thread: Triton's per-request statistics cost more than the
+        answer itself (its latency summaries), and the client has its response already."""
+        from triton_models.inprocess_backend import API
+
+        while True:
+            job = self.releases.get()
+            if job is None:
+                return
+            handles, done, times, rows, answered = job
+            if handles is not None:
+                self.calls.release(self.instance.handle, handles, done, times, self.spent_ns)
+                for step, ns in zip(ANSWER_STEPS, self.spent_ns.tolist()):
+                    self.runner.timings[step] = ns / 1e9
+            API.report_batch(self.instance.handle, rows, (*times, time.monotonic_ns()))
+            self.runner.spent("answer and release (backend)", time.perf_counter() - answered)
+
+    def close(self) -> None:
+        self.releases.put(None)
+        self.releaser.join(timeout=30)
+
+    def _deferred(self, done: bc.Answered, arrays, first_row, sizes) -> None:
+        """Requests whose outputs Triton placed in device memory (the client's CUDA shared memory): copied and
+        sent here (released with the others)."""
         from triton_models.inprocess_backend import API, HostRows, _bytes
 
         for index in np.flatnonzero(done.status == bc.DEFERRED):
-            response, ok = int(done.responses[index]), True
+            response = int(done.responses[index])
             try:
                 for k, (_, _, array) in enumerate(arrays):
                     address = int(done.addresses[index, k])
@@ -224,10 +249,11 @@ class RaggedPath:
                         device = _bytes(address, host.nbytes, 2, int(done.devices[index, k]))
                         device.copy_(_bytes(host.address, host.nbytes, 0, 0))
                 API.send(response)
+                done.status[index] = bc.SENT
             except Exception as err:
-                ok = False
                 API.send(response, API.error(1, f"{self.instance.name}: {err}"))
-            self.instance._release(int(handles[index]), ok, times)
+                done.status[index] = bc.SENT_ERROR
+            done.sent_at[index] = time.monotonic_ns()
 
     def _fail_all(self, handles, err: Exception, start: int) -> None:
         for handle in handles.tolist():
@@ -249,6 +275,9 @@ class _Job:
 
     def finish(self) -> None:
         self.path.finish(self)
+
+
+ANSWER_STEPS = ("answer: outputs written", "answer: sent", "release: statistics", "release: requests released")
 
 
 def value_bounds(spec: dict, mask: str) -> list[tuple[str, int, int]]:

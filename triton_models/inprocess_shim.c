@@ -114,8 +114,9 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(void* instance, void** re
 }
 
 /* --- Batch calls: what Python would otherwise do request by request through ctypes (tens of microseconds
- * each), done here in one call per batch. Python reaches them through ctypes (this library, by path) and
- * keeps the GIL while they run: they take microseconds, and wait on nothing. */
+ * each), done here in one call per batch. Python reaches them through ctypes (this library, by path); they touch
+ * no Python object, so the copies and the answers run with the GIL released (ipb_input_shapes keeps it: it takes
+ * microseconds). */
 #include <string.h>
 #include <time.h>
 
@@ -256,16 +257,19 @@ static uint64_t now_ns(void) {
 }
 
 /* Answers every request from host rows: output k of request r is rows[r] rows of row_bytes[k] at
- * bases[k] + first_row[r] * row_bytes[k], shaped [rows[r], inner dims of output k]. Then the response is sent,
- * the request's statistics reported (times: exec start, compute start, compute end) and the request released.
- * A request whose output Triton places in device memory is DEFERRED: its response is in responses[r], the
- * buffers in addresses[r * n + k] (0 where already written) and device ids in devices[...]; Python copies, sends,
- * reports and releases it. A Triton call that fails sends that request its error (SENT_ERROR). */
-void ipb_answer(void* instance, void** requests, uint32_t count, const int64_t* rows, const int64_t* first_row,
-                uint32_t n, const char** names, const int32_t* dtypes, char** bases, const uint64_t* row_bytes,
-                const int64_t* inner, const uint32_t* inner_dims, const uint64_t* times, uint8_t* status,
-                void** responses, uint64_t* addresses, int64_t* devices) {
+ * bases[k] + first_row[r] * row_bytes[k], shaped [rows[r], inner dims of output k], and sends the response
+ * (sent_at[r]: when). The request stays the caller's: ipb_release reports its statistics and releases it, after
+ * the answers (Triton's statistics cost more than the answer: summaries per request). A request whose output
+ * Triton places in device memory is DEFERRED: its response is in responses[r], the buffers in
+ * addresses[r * n + k] (0 where already written) and device ids in devices[...]; Python copies and sends it. A
+ * Triton call that fails sends that request its error (SENT_ERROR). The time of each step is added to
+ * spent[0..1] (ns): outputs made and written, sent. */
+void ipb_answer(void** requests, uint32_t count, const int64_t* rows, const int64_t* first_row, uint32_t n,
+                const char** names, const int32_t* dtypes, char** bases, const uint64_t* row_bytes,
+                const int64_t* inner, const uint32_t* inner_dims, uint8_t* status, uint64_t* sent_at,
+                void** responses, uint64_t* addresses, int64_t* devices, uint64_t* spent) {
   for (uint32_t r = 0; r < count; ++r) {
+    uint64_t began = now_ns();
     void* response = NULL;
     TRITONSERVER_Error* err = TRITONBACKEND_ResponseNew(&response, requests[r]);
     int deferred = 0;
@@ -297,11 +301,27 @@ void ipb_answer(void* instance, void** requests, uint32_t count, const int64_t* 
       status[r] = DEFERRED;
       continue;
     }
+    uint64_t written = now_ns();
     if (response != NULL) ok(TRITONBACKEND_ResponseSend(response, COMPLETE_FINAL, err));
-    status[r] = err == NULL ? SENT : SENT_ERROR;
-    ok(TRITONBACKEND_ModelInstanceReportStatistics(instance, requests[r], err == NULL, times[0], times[1], times[2],
-                                                   now_ns()));
     if (err != NULL) TRITONSERVER_ErrorDelete(err);
+    status[r] = err == NULL ? SENT : SENT_ERROR;
+    sent_at[r] = now_ns();
+    spent[0] += written - began;
+    spent[1] += sent_at[r] - written;
+  }
+}
+
+/* Reports each answered request's statistics (ok: status SENT; times: exec start, compute start, compute end;
+ * the exec end is when it was sent) and releases it. Adds the ns to spent[2..3]: statistics, release. */
+void ipb_release(void* instance, void** requests, uint32_t count, const uint8_t* status, const uint64_t* times,
+                 const uint64_t* sent_at, uint64_t* spent) {
+  for (uint32_t r = 0; r < count; ++r) {
+    uint64_t began = now_ns();
+    ok(TRITONBACKEND_ModelInstanceReportStatistics(instance, requests[r], status[r] == SENT, times[0], times[1],
+                                                   times[2], sent_at[r]));
+    uint64_t reported = now_ns();
     ok(TRITONBACKEND_RequestRelease(requests[r], RELEASE_ALL));
+    spent[2] += reported - began;
+    spent[3] += now_ns() - reported;
   }
 }
