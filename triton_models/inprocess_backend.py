@@ -26,6 +26,7 @@ import queue
 import threading
 import time
 
+from triton_models.buffers import BackendError, HostRows, as_array, as_tensor, device_bytes
 from triton_models.triton_api import ERROR_INVALID_ARG, ERROR_UNSUPPORTED, KIND_GPU, MEMORY_GPU, TritonApi
 
 API: TritonApi | None = None
@@ -49,12 +50,6 @@ def _entry(fn):
 
     wrapped.__name__ = fn.__name__
     return wrapped
-
-
-class BackendError(Exception):
-    def __init__(self, message: str, code: int = ERROR_INVALID_ARG):
-        super().__init__(message)
-        self.code = code
 
 
 @_entry
@@ -150,7 +145,7 @@ class Instance:
         if getattr(self.serving, "ragged", False) and CALLS is not None:
             from triton_models.inprocess_ragged import RaggedPath
 
-            self.ragged = RaggedPath(self, CALLS)
+            self.ragged = RaggedPath(self, CALLS, API)
         from triton_models.torch_runtime import StepTimes
 
         self.unprofiled = StepTimes.NONE
@@ -355,77 +350,6 @@ class Instance:
 INLINE_ROWS = 8  # a lone batch this small is answered by execute itself (parameter inline_rows; 0: never)
 
 
-# --- tensors at Triton's addresses
-def as_tensor(view, device):
-    """A request input as a torch tensor: a zero-copy view of Triton's buffer (host or GPU), or, for an input
-    Triton holds in several buffers, one host copy of them."""
-    import torch
-
-    from triton_models.torch_serving import TORCH_DTYPES
-
-    dtype = TORCH_DTYPES.get(f"TYPE_{view.datatype}")
-    if dtype is None:
-        raise BackendError(f"input {view.name}: datatype {view.datatype} is not served by the torch runtime")
-    chunks = [_bytes(address, size, memory, device_id) for address, size, memory, device_id in view.chunks]
-    flat = chunks[0] if len(chunks) == 1 else torch.cat([c.cpu() for c in chunks])
-    if flat.numel() != view.nbytes:
-        raise BackendError(
-            f"input {view.name}: {flat.numel()} bytes arrived, its shape {list(view.shape)} needs {view.nbytes}"
-        )
-    return flat.view(dtype).reshape(view.shape)
-
-
-def as_array(view):
-    """A request input as a numpy array: a view of Triton's host buffer (one chunk), or one copy of several;
-    device memory is copied to the host."""
-    import numpy as np
-
-    from triton_models.torch_serving import NUMPY_DTYPES
-
-    dtype = NUMPY_DTYPES.get(view.datatype)
-    if dtype is None:
-        raise BackendError(f"input {view.name}: datatype {view.datatype} is not served here")
-    if any(memory == MEMORY_GPU for _, _, memory, _ in view.chunks):
-        return as_tensor(view, "cpu").cpu().numpy()
-    parts = [
-        np.frombuffer((ctypes.c_char * size).from_address(address), np.uint8)
-        for address, size, _, _ in view.chunks
-        if size
-    ]
-    flat = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, np.uint8)
-    if flat.nbytes != view.nbytes:
-        raise BackendError(
-            f"input {view.name}: {flat.nbytes} bytes arrived, its shape {list(view.shape)} needs {view.nbytes}"
-        )
-    return flat.view(dtype).reshape(view.shape)
-
-
-def _bytes(address: int, size: int, memory: int, device_id: int):
-    import torch
-
-    if size == 0:
-        return torch.empty(0, dtype=torch.uint8)
-    if memory == MEMORY_GPU:
-        return torch.as_tensor(_CudaBytes(address, size), device=f"cuda:{device_id}")
-    return torch.frombuffer((ctypes.c_char * size).from_address(address), dtype=torch.uint8)
-
-
-class _CudaBytes:
-    """Device memory at an address, as __cuda_array_interface__ (torch wraps it without a copy)."""
-
-    def __init__(self, address: int, size: int):
-        self.__cuda_array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (address, False), "version": 3}
-
-
-class HostRows:
-    """Rows of a host output buffer, by address: what a staged batch hands to each of its requests."""
-
-    __slots__ = ("address", "shape", "nbytes")
-
-    def __init__(self, address: int, shape: tuple, nbytes: int):
-        self.address, self.shape, self.nbytes = address, shape, nbytes
-
-
 def write_output(response: int, name: str, datatype: str, tensor) -> None:
     """One output into the response's buffer (host memory, or device memory where the client asked for it)."""
     import numpy as np
@@ -434,7 +358,8 @@ def write_output(response: int, name: str, datatype: str, tensor) -> None:
     if isinstance(tensor, HostRows):
         address, memory, device_id = API.output_buffer(response, name, datatype, tensor.shape, tensor.nbytes, False)
         if memory == MEMORY_GPU:
-            _bytes(address, tensor.nbytes, memory, device_id).copy_(_bytes(tensor.address, tensor.nbytes, 0, 0))
+            source = device_bytes(tensor.address, tensor.nbytes, 0, 0)
+            device_bytes(address, tensor.nbytes, memory, device_id).copy_(source)
         elif tensor.nbytes:
             ctypes.memmove(address, tensor.address, tensor.nbytes)
         return
@@ -442,7 +367,8 @@ def write_output(response: int, name: str, datatype: str, tensor) -> None:
         tensor = np.ascontiguousarray(tensor)
         address, memory, device_id = API.output_buffer(response, name, datatype, tensor.shape, tensor.nbytes, False)
         if memory == MEMORY_GPU:
-            _bytes(address, tensor.nbytes, memory, device_id).copy_(torch.from_numpy(tensor.reshape(-1).view(np.uint8)))
+            source = torch.from_numpy(tensor.reshape(-1).view(np.uint8))
+            device_bytes(address, tensor.nbytes, memory, device_id).copy_(source)
         elif tensor.nbytes:
             ctypes.memmove(address, tensor.ctypes.data, tensor.nbytes)
         return
@@ -455,4 +381,4 @@ def write_output(response: int, name: str, datatype: str, tensor) -> None:
         ctypes.memmove(address, tensor.data_ptr(), nbytes)
         return
     flat = tensor.view(torch.uint8).reshape(-1) if tensor.dim() else tensor.reshape(1).view(torch.uint8)
-    _bytes(address, nbytes, memory, device_id).copy_(flat)
+    device_bytes(address, nbytes, memory, device_id).copy_(flat)

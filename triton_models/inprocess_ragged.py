@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 from triton_models import batch_calls as bc
+from triton_models.buffers import BackendError, HostRows, as_array, device_bytes
 from triton_models.triton_api import DATATYPES
 
 
@@ -25,14 +26,15 @@ class RaggedPath:
     """One instance's ragged path.
 
     Args:
-        instance: the backend's Instance (its API, handle, slots, completion queue and failure reporting).
+        instance: the backend's Instance (its handle, slots, completion queue and failure reporting).
         calls: the shim's batch calls.
+        api: the backend's TritonApi.
     """
 
     BACKLOG = 4  # answered batches whose requests may wait for their statistics and release
 
-    def __init__(self, instance, calls: bc.BatchCalls):
-        self.instance, self.calls = instance, calls
+    def __init__(self, instance, calls: bc.BatchCalls, api):
+        self.instance, self.calls, self.api = instance, calls, api
         serving = instance.serving
         self.runner, self.serving = serving.runner, serving
         self.names = tuple(serving.input_names)
@@ -67,12 +69,10 @@ class RaggedPath:
 
     def _read_slow(self, requests, found: bc.Inputs, start: int) -> dict[int, list[np.ndarray]]:
         """Requests the batch calls left to Python (device memory, or something wrong that Python names)."""
-        from triton_models.inprocess_backend import API, as_array
-
-        arrays = {}
+        api, arrays = self.api, {}
         for index in np.flatnonzero(found.status != bc.READ_OK):
             try:
-                views = [API.input(requests[index], name) for name in self.names]
+                views = [api.input(requests[index], name) for name in self.names]
                 arrays[int(index)] = [as_array(v) for v in views]
                 for i, array in enumerate(arrays[index]):
                     found.dtypes[index, i] = DATATYPES.index(views[i].datatype)
@@ -91,8 +91,6 @@ class RaggedPath:
                 continue
             reason = self._wrong(found.dtypes[index], found.shapes[index])
             if reason:
-                from triton_models.inprocess_backend import BackendError
-
                 self.instance._fail(requests[index], BackendError(reason), start)
                 keep[index] = False
         return keep
@@ -153,7 +151,6 @@ class RaggedPath:
             bad |= per_request
         if not bad.any():
             return handles, batch, first_row
-        from triton_models.inprocess_backend import BackendError
         from triton_models.ragged import RaggedBatch
 
         for index, reason in reasons.items():
@@ -220,8 +217,6 @@ class RaggedPath:
     def _release_loop(self) -> None:
         """Statistics and releases, off the answering thread: Triton's per-request statistics cost more than the
         answer itself (its latency summaries), and the client has its response already."""
-        from triton_models.inprocess_backend import API
-
         while True:
             job = self.releases.get()
             if job is None:
@@ -232,7 +227,7 @@ class RaggedPath:
                 self.calls.release(self.instance.handle, handles, done, times, self.spent_ns)
                 for step, ns in zip(ANSWER_STEPS, self.spent_ns.tolist()):
                     self.runner.timings[step] = ns / 1e9
-            API.report_batch(self.instance.handle, rows, (*times, time.monotonic_ns()))
+            self.api.report_batch(self.instance.handle, rows, (*times, time.monotonic_ns()))
             self.runner.spent("release (backend)", time.perf_counter() - began)
 
     def close(self) -> None:
@@ -242,8 +237,7 @@ class RaggedPath:
     def _deferred(self, done: bc.Answered, arrays, first_row, sizes) -> None:
         """Requests whose outputs Triton placed in device memory (the client's CUDA shared memory): copied and
         sent here (released with the others)."""
-        from triton_models.inprocess_backend import API, HostRows, _bytes
-
+        api = self.api
         for index in np.flatnonzero(done.status == bc.DEFERRED):
             response = int(done.responses[index])
             try:
@@ -252,12 +246,12 @@ class RaggedPath:
                     if address:
                         rows = array[first_row[index] : first_row[index] + sizes[index]]
                         host = HostRows(rows.ctypes.data, rows.shape, rows.nbytes)
-                        device = _bytes(address, host.nbytes, 2, int(done.devices[index, k]))
-                        device.copy_(_bytes(host.address, host.nbytes, 0, 0))
-                API.send(response)
+                        device = device_bytes(address, host.nbytes, 2, int(done.devices[index, k]))
+                        device.copy_(device_bytes(host.address, host.nbytes, 0, 0))
+                api.send(response)
                 done.status[index] = bc.SENT
             except Exception as err:
-                API.send(response, API.error(1, f"{self.instance.name}: {err}"))
+                api.send(response, api.error(1, f"{self.instance.name}: {err}"))
                 done.status[index] = bc.SENT_ERROR
             done.sent_at[index] = time.monotonic_ns()
 
