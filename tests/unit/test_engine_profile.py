@@ -87,7 +87,7 @@ def test_sequence_models_get_one_profile_per_length_bucket():
     )
     profiles = length_profiles(spec, EngineOptions(seq_len=(1, 64, 256)))
     ids = [p["input_ids"] for p in profiles]
-    assert [p[2][1] for p in ids] == [16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256]  # the served grid's
+    assert [p[2][1] for p in ids] == [16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256]
     assert ids[0][0] == (1, 1) and ids[1][0] == (1, 17)  # length bands follow each other
     assert all(high[0] * high[1] <= 16384 and high[0] <= 256 for _, _, high in ids)  # the token budget
     assert all(p["attention_mask"] == p["input_ids"] for p in profiles)
