@@ -552,7 +552,7 @@ def gpu_bench(
 @click.option("--batch", type=int, default=256, show_default=True, help="In-process batch.")
 @click.option("--per-request", type=int, default=32, show_default=True, help="Sentences per request (served).")
 @click.option(
-    "--concurrency", default="", help="Concurrency of the per-request points (default: 16 64 on a GPU, 4 on a CPU)."
+    "--concurrency", default="", help="Concurrency of the per-request points (default: 16 64 128 on a GPU, 4 on a CPU)."
 )
 @click.option(
     "--single-concurrency",
@@ -571,6 +571,11 @@ def gpu_bench(
     "--instances", type=int, default=0, help="Instances of the served engine (default: 2 on a GPU, 1 on a CPU)."
 )
 @click.option("--no-before", is_flag=True, help="CPU: skip the rows of the model served as before ragged batching.")
+@click.option(
+    "--summaries-off-too",
+    is_flag=True,
+    help="Also measure the single-sentence and latency points on a server without Triton's latency summaries.",
+)
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
 def text_bench(
@@ -588,6 +593,7 @@ def text_bench(
     max_batch,
     instances,
     no_before,
+    summaries_off_too,
     out,
 ):
     """A text model in-process and served (ids and raw text), over length distributions, in one run."""
@@ -609,6 +615,7 @@ def text_bench(
         instances=instances,
         max_batch=max_batch,
         before=not no_before,
+        summaries_off=summaries_off_too,
     )
     bench.run(settings, out)
     click.echo((out / "text_bench.md").read_text())

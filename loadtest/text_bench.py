@@ -40,7 +40,7 @@ class TextBenchSettings:
     sentences: int = 0  # 0: 8192 on a GPU, 256 on a CPU (see for_device)
     batch: int = 256  # in-process batch (sentences per run)
     per_request: int = 32
-    concurrency: tuple[int, ...] = ()  # requests of per_request sentences (): 16 64 on a GPU, 4 on a CPU
+    concurrency: tuple[int, ...] = ()  # requests of per_request sentences (): 16 64 128 on a GPU, 4 on a CPU
     single_concurrency: tuple[int, ...] = ()  # single-sentence requests (): 256 on a GPU, 16 on a CPU
     interval_ms: int = 3000
     precision: str = ""  # "": fp16 on a GPU, fp32 on a CPU
@@ -50,12 +50,13 @@ class TextBenchSettings:
     queue_delay_us: int = 100  # the served engine's and tokenize step's max_queue_delay (the ONNX rows: 500)
     before: bool = True  # CPU: also serve the model as it was before ragged batching
     text: bool = True  # the rows served from raw text
+    summaries_off: bool = False  # also: a second server without Triton's latency summaries, single-sentence points
 
 
 def for_device(settings: TextBenchSettings, gpu: bool) -> TextBenchSettings:
     """The settings with every 0 or () filled for this host: the H100 run of record's on a GPU; on a CPU, sizes
     that finish in minutes (eager padding to 256 tokens runs at about a thousand tokens/s on two cores)."""
-    defaults = dict(sentences=8192, concurrency=(16, 64), single_concurrency=(256,), instances=1, max_batch=1024)
+    defaults = dict(sentences=8192, concurrency=(16, 64, 128), single_concurrency=(256,), instances=1, max_batch=1024)
     if not gpu:
         defaults = dict(sentences=256, concurrency=(4,), single_concurrency=(16,), instances=1, max_batch=0)
     filled = {k: v for k, v in defaults.items() if not getattr(settings, k)}
@@ -611,6 +612,31 @@ def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
             lengths = workload.sample(settings.sentences)
             rows += served_rows(settings, ep, analyzer, models, lengths, workload.describe(), stats, out / "raw")
             _write(rows, out, settings, spec)  # as results come: a run cut short keeps what it measured
+    if settings.summaries_off:
+        rows += without_summaries(settings, repo, out, models, workloads, stats, analyzer)
+        _write(rows, out, settings, spec)
+    return rows
+
+
+def without_summaries(settings, repo: Path, out: Path, models: dict, workloads, stats, analyzer) -> list[TextRow]:
+    """The latency and single-sentence points again, on a server started without Triton's latency summaries
+    (TRITON_LATENCY_SUMMARIES=0): what they cost per request."""
+    from server.launcher import SUMMARIES_VARIABLE, running
+
+    engine_only = {"engine": models["engine"], "pipeline": models.get("pipeline")}
+    single = dataclasses.replace(settings, concurrency=())
+    os.environ[SUMMARIES_VARIABLE] = "0"
+    try:
+        with running(repo, out / "state_nosummaries", startup_timeout=900) as state:
+            ep = state.endpoint("grpc", repo)
+            rows = latency_rows(settings, ep, analyzer, engine_only, stats, out / "raw")
+            for workload in workloads:
+                lengths = workload.sample(settings.sentences)
+                rows += served_rows(single, ep, analyzer, engine_only, lengths, workload.describe(), stats, out / "raw")
+    finally:
+        os.environ.pop(SUMMARIES_VARIABLE, None)
+    for row in rows:
+        row.note = f"Triton's latency summaries off; {row.note}"
     return rows
 
 

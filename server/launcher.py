@@ -102,9 +102,20 @@ def server_command(settings: ServerSettings, binary: Path, backends: Path, key: 
         "--exit-on-error=false",
         "--log-verbose=0",
         "--exit-timeout-secs=10",
-        "--metrics-config=summary_latencies=true",  # p50/p90/p99 per model (2.51 has summaries, not histograms)
+        f"--metrics-config=summary_latencies={str(latency_summaries()).lower()}",
         *settings.extra_args,
     ]
+
+
+SUMMARIES_VARIABLE = "TRITON_LATENCY_SUMMARIES"
+
+
+def latency_summaries() -> bool:
+    """Whether tritonserver keeps p50/p90/p99 summaries per model (2.51 has summaries, not histograms): on unless
+    TRITON_LATENCY_SUMMARIES=0 (`make serve LATENCY_SUMMARIES=0`). They cost Triton about 50 us of one thread per
+    request (five quantile estimators updated under a lock), which caps single-sentence traffic near 17,000
+    requests/s per model on an H100 host (docs/benchmarks.md, "Text"); counters and the statistics API stay."""
+    return os.environ.get(SUMMARIES_VARIABLE, "1").strip() not in ("0", "false", "no", "off")
 
 
 def start(settings: ServerSettings) -> ServerState:

@@ -42,6 +42,18 @@ def test_command_binds_loopback_and_restricts_admin_apis(tmp_path):
     assert f"--grpc-restricted-protocol={restricted}" in command
 
 
+def test_latency_summaries_are_on_unless_turned_off(tmp_path, monkeypatch):
+    install = find_install()
+
+    def command():
+        return launcher.server_command(launcher.ServerSettings(tmp_path), install.binary, tmp_path, "k")
+
+    monkeypatch.delenv(launcher.SUMMARIES_VARIABLE, raising=False)
+    assert "--metrics-config=summary_latencies=true" in command()
+    monkeypatch.setenv(launcher.SUMMARIES_VARIABLE, "0")
+    assert "--metrics-config=summary_latencies=false" in command()
+
+
 def test_stop_without_a_server_says_so(tmp_path):
     assert launcher.stop(tmp_path) is False
     with pytest.raises(ServerError, match="no server state"):

@@ -82,7 +82,7 @@ def test_text_bench_fills_its_sizes_for_the_host_and_keeps_what_was_given():
     gpu, cpu = for_device(TextBenchSettings(), True), for_device(TextBenchSettings(concurrency=(2,)), False)
     assert (gpu.sentences, gpu.concurrency, gpu.single_concurrency, gpu.max_batch, gpu.instances) == (
         8192,
-        (16, 64),
+        (16, 64, 128),
         (256,),
         1024,
         1,
