@@ -113,6 +113,29 @@ def test_mixed_lengths_join_one_batch_and_each_request_gets_its_own_rows(ragged_
             np.testing.assert_allclose(got, alone, atol=1e-4, rtol=1e-4)
 
 
+def test_a_batch_of_many_single_sentence_requests_is_answered_by_two_threads_each_its_own_row(ragged_served):
+    """16 requests of one sentence each (the in-process engine sends a batch of 8 or more from two threads):
+    every request gets exactly its own row, as computed alone."""
+    import torch
+
+    ep, reference = ragged_served
+    lengths = [3, 60, 7, 12, 30, 5, 41, 9, 22, 17, 2, 33, 48, 11, 26, 64]
+    requests = [
+        dict(zip(("input_ids", "attention_mask"), tw.token_rows(np.array([n]), i))) for i, n in enumerate(lengths)
+    ]
+    executions, _ = _batched_executions(ep, ENGINE)
+    with ThreadPoolExecutor(len(requests)) as pool:
+        results = list(pool.map(lambda arrays: infer(ep, ENGINE, arrays).outputs["embedding"], requests))
+    after, _ = _batched_executions(ep, ENGINE)
+    assert after - executions <= len(requests) // 8, "the requests did not meet in batches of 8 or more"
+    with torch.inference_mode():
+        for arrays, got in zip(requests, results):
+            alone = reference(*(torch.from_numpy(arrays[n]) for n in ("input_ids", "attention_mask"))).numpy()
+            np.testing.assert_allclose(got, alone, atol=1e-4, rtol=1e-4)
+    with ep.client() as client:
+        assert client.is_server_live() and client.is_server_ready()
+
+
 def test_a_request_longer_than_the_model_is_refused_alone(ragged_served):
     ep, _ = ragged_served
     too_long = dict(zip(("input_ids", "attention_mask"), tw.token_rows(np.array([70]))))
