@@ -77,6 +77,8 @@ class RaggedRunner:
         for rows, length in sorted(self.grid.cells(), key=lambda c: -c[0] * c[1]):  # the largest sizes the pool
             self._capture(rows, length, pool)
         torch.cuda.synchronize(self.device)
+        # what compiling during the first captures left cached is not the graphs': handed back before counting
+        torch.cuda.empty_cache()
         self.graph_bytes = torch.cuda.memory_reserved(self.device) - before
         self.capture_seconds = round(time.time() - started, 1)
         dtypes = [o.dtype for o in next(iter(self.outputs.values()))]
