@@ -113,6 +113,24 @@ def length_steps(low: int, high: int) -> tuple[int, ...]:
     return tuple(sorted(v for v in sizes if v <= high))
 
 
+def half_octaves(low: int, high: int) -> tuple[int, ...]:
+    """low, 1.5 low, 2 low, 3 low, 4 low, ... up to high, and high itself."""
+    sizes, size = {high}, low
+    while size < high:
+        sizes.update(v for v in (size, size * 3 // 2) if v < high)
+        size *= 2
+    return tuple(sorted(sizes))
+
+
+def exact_grid(grid: LengthGrid) -> LengthGrid:
+    """The grid that groups rows where each group runs at its own longest row (no graphs: the CPU's way): two
+    buckets per octave. There a bucket only decides which rows share a run, and finer ones split a dynamic batch
+    into more, smaller runs (on 2 cores, ONNX Runtime served single sentences at 86/s with the GPU's quarter
+    octaves, against 105/s with half octaves)."""
+    lengths = half_octaves(min(grid.lengths[0], MIN_LENGTH_BUCKET), grid.max_length)
+    return LengthGrid(lengths, grid.batches, grid.token_budget)
+
+
 def batch_steps(high: int) -> tuple[int, ...]:
     """1, 2, 4, 8, 16, 24, ..., 64, 80, ..., 128, 160, ... up to high, and high itself."""
     sizes, size = {high}, 1
@@ -337,7 +355,7 @@ def run_exact(batch: RaggedBatch, grid: LengthGrid, run, per_token: list[bool], 
 
 def run_pooled(batch: RaggedBatch, grid: LengthGrid, run, per_token: list[bool], counters: Counters | None = None):
     """run_exact's outputs before the split: one array per output in the batch's row order."""
-    groups, results, shapes = plan(batch.lengths, grid), None, []
+    groups, results, shapes = plan(batch.lengths, exact_grid(grid)), None, []
     for group in groups:
         longest = int(batch.lengths[group.rows].max())
         exact = Group(min(-(-longest // 8) * 8, group.length), group.rows)
