@@ -199,8 +199,8 @@ def test_the_torchvision_model_and_its_pipeline_serve(user_served):
 def test_perf_analyzer_drives_the_two_input_model_with_spec_shaped_inputs(user_served, tmp_path):
     import json
 
-    from loadtest import perf
-    from loadtest.perf_tools import find_perf_analyzer
+    from loadtest.perf import sweep as perf
+    from loadtest.perf.tools import find_perf_analyzer
 
     ep = user_served.endpoint("grpc")
     data = perf.input_data_file(ep, "acme_classifier", tmp_path / "input.json")
@@ -234,7 +234,7 @@ def test_the_manifest_gives_the_default_model_list(user_served):
 
 
 def test_locust_drives_the_two_input_model(user_served, tmp_path):
-    from loadtest.locust_run import LocustRun, run_locust
+    from loadtest.locust_suite.run import LocustRun, run_locust
 
     run = LocustRun(models=(("acme_classifier", 1),), protocol="grpc", users=2, spawn_rate=2, run_time_s=4)
     result = run_locust(run, user_served.state, tmp_path)

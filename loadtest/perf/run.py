@@ -26,7 +26,7 @@ class PerfRequest:
     stability: float = 25.0
     shapes: dict = field(default_factory=dict)  # dynamic dims per input (--shape)
     input_data: Path | None = None
-    lengths: str = "lognormal"  # token and text models: the length distribution (loadtest/text_workload.py)
+    lengths: str = "lognormal"  # token and text models: the length distribution (loadtest/workloads/text.py)
     out: Path = Path("reports")
 
 
@@ -61,11 +61,12 @@ def write_skipped(out: Path, skipped: dict[str, str]) -> None:
 
 def run(request: PerfRequest, ep) -> PerfResult:
     """Sweep every model with perf_analyzer; write perf.csv, perf.md, perf.png, skipped.json and the report."""
-    from loadtest import perf as sweeps
-    from loadtest.perf_tools import find_perf_analyzer
-    from loadtest.plots import throughput_vs_latency
-    from loadtest.report import build_report, write_context
-    from loadtest.server_view import record_window
+    from loadtest.perf import sweep as sweeps
+    from loadtest.perf.tools import find_perf_analyzer
+    from loadtest.reporting import perf_rows
+    from loadtest.reporting.plots import throughput_vs_latency
+    from loadtest.reporting.report import build_report, write_context
+    from loadtest.reporting.server_view import record_window
 
     analyzer, out = find_perf_analyzer(), request.out
     rows, failures, skipped, started = [], [], {}, time.time()
@@ -75,8 +76,8 @@ def run(request: PerfRequest, ep) -> PerfResult:
         if sweep is not None:
             rows += sweeps.run_sweep(sweep, ep, analyzer, out / "raw", failures)
     record_window(out, started, time.time())
-    sweeps.write_csv(rows, out / "perf.csv")
-    table, failed = sweeps.markdown_table(rows), sweeps.failures_table(failures)
+    perf_rows.write_csv(rows, out / "perf.csv")
+    table, failed = perf_rows.markdown_table(rows), sweeps.failures_table(failures)
     notes = "".join(f"- {m}: {why}\n" for m, why in skipped.items())
     extra = (f"\n## Failed points\n\n{failed}\n" if failed else "") + (f"\n## Not measured\n\n{notes}" if notes else "")
     (out / "perf.md").write_text(f"# perf_analyzer sweep\n\n{table}\n{extra}")
@@ -91,7 +92,7 @@ def run(request: PerfRequest, ep) -> PerfResult:
 def _model_sweep(request: PerfRequest, ep, model: str, skipped: dict):
     """The sweep of one model as the server describes it, or None (the reason goes to skipped)."""
     from clients.model_plan import NotMeasurable, plan
-    from loadtest import perf as sweeps
+    from loadtest.perf import sweep as sweeps
 
     with ep.client() as client:
         model_plan = plan(client, model, ep.headers)
@@ -128,7 +129,7 @@ def _workload(request: PerfRequest, ep, model_plan, batches, path: Path) -> tupl
     """A token or text model without the user's data or --shape: requests drawn from a length distribution
     (their description goes into the report); other models: (None, "")."""
     from clients.served import served_spec
-    from loadtest import text_workload as tw
+    from loadtest.workloads import text as tw
 
     if request.input_data or request.shapes or not (model_plan.token_inputs or model_plan.text_input):
         return None, ""
@@ -138,7 +139,7 @@ def _workload(request: PerfRequest, ep, model_plan, batches, path: Path) -> tupl
 
 def comparable_earlier(run_dir: Path) -> Path | None:
     """The latest earlier run beside run_dir that measured one of its points (like with like), or None."""
-    from loadtest.report import comparable_run
+    from loadtest.reporting.report import comparable_run
 
     earlier = [
         p for p in run_dir.parent.iterdir() if p != run_dir and (p / "perf.csv").exists() and p.name < run_dir.name

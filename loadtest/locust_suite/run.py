@@ -14,7 +14,7 @@ from pathlib import Path
 from common.cli import step
 from common.endpoints import ServerState
 from common.errors import MeasurementError
-from loadtest.server_view import record_window
+from loadtest.reporting.server_view import record_window
 
 LOCUSTFILE = Path(__file__).with_name("locustfiles") / "models.py"
 SLO_EXIT = 3
@@ -37,7 +37,7 @@ class LocustRun:
     batch: int = 1
     shapes: dict = field(default_factory=dict)  # dynamic dims per input (--shape)
     input_data: str = ""  # the user's data: .npz or perf_analyzer JSON
-    lengths: str = "lognormal"  # token and text models: sentence lengths per request (loadtest/text_workload.py)
+    lengths: str = "lognormal"  # token and text models: sentence lengths per request (loadtest/workloads/text.py)
     headers: dict = field(default_factory=dict)  # sent with every request; passed through a 0600 file
     tls: bool = False
     ca_file: str = ""
@@ -186,7 +186,7 @@ def read_history(path: Path) -> list[dict]:
 
 def history_plot(history_csv: Path, path: Path) -> Path | None:
     """PNG: p50/p95/p99 (ms) and requests/s over the run, from Locust's stats history (None: no history)."""
-    from loadtest.plots import pyplot, save
+    from loadtest.reporting.plots import pyplot, save
 
     points = read_history(history_csv)
     if len(points) < 2:
@@ -283,8 +283,8 @@ def load_test(ep, run: LocustRun, out: Path) -> tuple[str, Path, dict]:
     import dataclasses
 
     from clients.served import require_ready
-    from loadtest.perf_run import models_or_served, write_skipped
-    from loadtest.report import build_report, write_context
+    from loadtest.perf.run import models_or_served, write_skipped
+    from loadtest.reporting.report import build_report, write_context
 
     models = run.models or weighted(tuple(models_or_served((), ep)))
     require_ready(ep, [m for m, _ in models])  # a typo fails here in a second, not in Locust's log
