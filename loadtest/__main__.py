@@ -283,13 +283,13 @@ def reconcile(models, protocol, concurrency, seconds, out, url, headers, state_d
     from clients.connection import endpoint, parse_headers
     from loadtest.benches import reconcile as rec
     from loadtest.locust_suite.run import Target
-    from loadtest.perf.run import models_or_served
+    from loadtest.perf.run import served_or_given
     from loadtest.perf.tools import find_perf_analyzer
 
     out = out or Path("reports") / time.strftime("reconcile-%Y%m%d-%H%M%S")
     ep, analyzer = endpoint(protocol, url, state_dir, parse_headers(headers)), find_perf_analyzer()
     state = Target.of(ep)
-    names = models_or_served(_names(models), ep)
+    names = served_or_given(_names(models), ep).names
     results = [rec.reconcile(state, ep, analyzer, m, concurrency, seconds, out / m) for m in names]
     text = rec.markdown(results)
     (out / "reconcile.md").write_text(f"# Locust vs perf_analyzer\n\n{text}\n")

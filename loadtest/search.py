@@ -130,12 +130,15 @@ class Searcher:
 
     def _input_data(self, variant: str):
         """perf_analyzer data for a variant (dynamic dims from --shape, the user's --input-data), once per variant."""
+        from builders.spec.model_spec import ModelSpec
         from loadtest.perf.sweep import input_data_file
 
         if variant not in self.data:
             path = self.out / "raw" / f"{variant}_input.json"
+            entry = self.manifest.get(variant, {})
+            spec = ModelSpec.from_dict(entry["spec"]) if entry.get("spec") else None
             self.data[variant] = input_data_file(
-                self.ep, variant, path, self.load.get("shapes"), self.load.get("input_data")
+                self.ep, variant, path, self.load.get("shapes"), self.load.get("input_data"), spec
             )
         return self.data[variant]
 

@@ -116,19 +116,19 @@ def admin_secret(ep: Endpoint) -> str | None:
 
 
 def input_data_file(
-    ep: Endpoint, model: str, path: Path, shapes: dict | None = None, data: Path | None = None
+    ep: Endpoint, model: str, path: Path, shapes: dict | None = None, data: Path | None = None, spec=None
 ) -> Path | None:
     """perf_analyzer input data for a model, from its server-side plan (clients.model_plan): the user's data
     (an .npz, or their perf_analyzer JSON passed as it is), else made-up inputs where they can be made up
     (BYTES payloads of our pipelines, integer value ranges and dynamic lengths from our spec or --shape).
-    None where perf_analyzer's own random data fits (fixed-shape float inputs only).
+    None where perf_analyzer's own random data fits (fixed-shape float inputs only). spec: the model's
+    ModelSpec where the repository is ours (clients.served.Served.spec), else None.
 
     Raises:
         NotMeasurable: the model's inputs cannot be made up; the message names the flag that fixes it.
     """
     from clients.inputs import data_inputs, plan_inputs
     from clients.model_plan import plan
-    from clients.served import served_spec
 
     if data is not None and data.suffix == ".json":
         return data
@@ -137,7 +137,7 @@ def input_data_file(
     fixed = all(t.datatype in ("FP32", "FP16") and -1 not in t.dims for t in model_plan.inputs)
     if data is None and fixed and not shapes:
         return None
-    arrays = data_inputs(data, model_plan) if data else plan_inputs(model_plan, 1, shapes, served_spec(ep.repo, model))
+    arrays = data_inputs(data, model_plan) if data else plan_inputs(model_plan, 1, shapes, spec)
     rows = len(next(iter(arrays.values()))) if model_plan.batching and data is not None and data.is_dir() else 1
     entries = [
         _perf_entry({k: v[i : i + 1] for k, v in arrays.items()} if rows > 1 else arrays, model_plan)
