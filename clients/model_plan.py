@@ -46,7 +46,7 @@ class ModelPlan:
     @property
     def token_inputs(self) -> bool:
         """Every required input is integer token data of one sequence axis per sample (ids, masks): a text
-        encoder's, whose requests a length distribution describes (loadtest/text_workload.py)."""
+        encoder's, whose requests a length distribution describes (loadtest/workloads/text.py)."""
         required = [t for t in self.inputs if not t.optional]
         return (
             self.batching

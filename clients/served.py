@@ -6,6 +6,7 @@ user's model gets the same treatment as a zoo model.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from builders.spec.model_spec import ModelSpec
@@ -26,8 +27,7 @@ def _manifest(repo: Path | None) -> dict:
 
 def served_spec(repo: Path | None, model: str) -> ModelSpec | None:
     """The spec of a served model (a variant carries the spec it was built from), or None."""
-    entry = _manifest(repo).get(model)
-    return ModelSpec.from_dict(entry["spec"]) if entry and entry.get("spec") else None
+    return Served((model,), _manifest(repo)).spec(model)
 
 
 def manifest_models(repo: Path | None) -> list[str]:
@@ -36,29 +36,51 @@ def manifest_models(repo: Path | None) -> list[str]:
     return sorted(models, key=lambda m: models[m].get("built_at", ""))
 
 
-def served_models(ep: Endpoint) -> list[str]:
-    """The models to measure by default: the manifest's models that are ready where the repository is ours,
-    else every model the server's repository index calls READY (any Triton).
+@dataclass(frozen=True)
+class Served:
+    """What a run measures, read from the server once: the models (given, or the ready ones), each one's spec
+    where the repository is ours (none for a server we did not make), the models the server's index listed as
+    not ready with its reason, and where the list came from."""
+
+    names: tuple[str, ...]
+    manifest: dict[str, dict] = field(default_factory=dict)  # the repository's manifest entries (ours only)
+    not_ready: dict[str, str] = field(default_factory=dict)
+    source: str = "given"
+
+    def spec(self, model: str) -> ModelSpec | None:
+        """The spec a served model was built from (a variant carries its own), or None."""
+        entry = self.manifest.get(model)
+        return ModelSpec.from_dict(entry["spec"]) if entry and entry.get("spec") else None
+
+
+def read_served(ep: Endpoint, models: tuple[str, ...] = ()) -> Served:
+    """The models given, or the ones to measure by default: the manifest's models that are ready where the
+    repository is ours, else every model the server's repository index calls READY (any Triton).
 
     Raises:
         ClientError: none is ready, or the server lists none to us (its index needs the admin key).
     """
+    entries = _manifest(ep.repo)
+    if models:
+        return Served(tuple(models), entries)
     names = manifest_models(ep.repo)
     if not names:
-        return index_models(ep)
+        ready, not_ready = _index_models(ep)
+        return Served(tuple(ready), entries, not_ready, "the server's index")
     with ep.client() as client:
         ready = [n for n in names if _ready(client, n)]
     if not ready:
         raise ClientError(f"none of the manifest's models {names} is ready on {ep.url}; check `make status`")
-    return ready
+    return Served(tuple(ready), entries, {}, f"{ep.repo}/manifest.json")
 
 
-NOT_READY: dict[str, str] = {}  # model -> the server's reason, from the last index read (for reports)
+def served_models(ep: Endpoint) -> list[str]:
+    """read_served's model names."""
+    return list(read_served(ep).names)
 
 
-def index_models(ep: Endpoint) -> list[str]:
-    """Every model the server's repository index calls READY, sorted; the others are printed with their reason
-    (and kept in NOT_READY for the run's report)."""
+def _index_models(ep: Endpoint) -> tuple[list[str], dict[str, str]]:
+    """Every model the server's repository index calls READY, sorted, and the others with their reason (printed)."""
     from clients.admin import repository_index
     from common.cli import step
 
@@ -71,15 +93,16 @@ def index_models(ep: Endpoint) -> list[str]:
             f"the server at {ep.url} did not list its models ({why}); name them (MODELS=... or "
             "--models), or give its admin key (--header 'admin-key: ...')"
         ) from None
+    not_ready = {}
     for entry in entries:
         if entry.get("state") != "READY":
             why = entry.get("reason") or "no reason given"
-            NOT_READY[entry["name"]] = f"not ready ({entry.get('state', 'UNKNOWN')}: {why})"
-            step(f"{entry['name']}: {NOT_READY[entry['name']]}, not measured")
+            not_ready[entry["name"]] = f"not ready ({entry.get('state', 'UNKNOWN')}: {why})"
+            step(f"{entry['name']}: {not_ready[entry['name']]}, not measured")
     ready = sorted({e["name"] for e in entries if e.get("state") == "READY"})
     if not ready:
         raise ClientError(f"the server at {ep.url} has no model ready")
-    return ready
+    return ready, not_ready
 
 
 def variants_of(repo: Path | None, model: str) -> list[str]:

@@ -31,7 +31,7 @@ def _numbers(text: str, kind=int) -> tuple:
 @user_errors
 def install_perf_analyzer():
     """Install a perf_analyzer that runs on this host (idempotent)."""
-    from loadtest.perf_tools import install_perf_analyzer as install
+    from loadtest.perf.tools import install_perf_analyzer as install
 
     click.echo(f"perf_analyzer: {install().binary}")
 
@@ -40,7 +40,7 @@ def install_perf_analyzer():
 @user_errors
 def install_prometheus():
     """Unpack Debian's Prometheus into .tools/prometheus (no root, no service; idempotent)."""
-    from loadtest.prometheus_tools import install_prometheus as install
+    from loadtest.monitoring.prometheus_tools import install_prometheus as install
 
     click.echo(f"prometheus: {install()}")
 
@@ -92,7 +92,7 @@ def perf(
     """Sweep MODELS with perf_analyzer; write perf.csv, perf.md and a PNG plot; print the table."""
     from clients.connection import endpoint, parse_headers
     from clients.model_plan import parse_shapes
-    from loadtest.perf_run import PerfRequest, run
+    from loadtest.perf.run import PerfRequest, run
 
     ep = endpoint(protocol, url, state_dir, parse_headers(headers), tls, ca_file)
     request = PerfRequest(
@@ -171,7 +171,7 @@ def locust(
     """Headless Locust run against the server of `make serve` or any Triton (--url); CSV + HTML report."""
     from clients.connection import endpoint, parse_headers
     from clients.model_plan import parse_shapes
-    from loadtest.locust_run import LocustRun, load_test, weighted
+    from loadtest.locust_suite.run import LocustRun, load_test, weighted
 
     ep = endpoint(protocol, url, state_dir, parse_headers(headers), tls, ca_file)
     run = LocustRun(
@@ -281,15 +281,15 @@ def search(
 def reconcile(models, protocol, concurrency, seconds, out, url, headers, state_dir):
     """Locust vs perf_analyzer p50 at matched load on the server of `make serve` or any Triton (agree within 15%?)."""
     from clients.connection import endpoint, parse_headers
-    from loadtest import reconcile as rec
-    from loadtest.locust_run import Target
-    from loadtest.perf_run import models_or_served
-    from loadtest.perf_tools import find_perf_analyzer
+    from loadtest.benches import reconcile as rec
+    from loadtest.locust_suite.run import Target
+    from loadtest.perf.run import served_or_given
+    from loadtest.perf.tools import find_perf_analyzer
 
     out = out or Path("reports") / time.strftime("reconcile-%Y%m%d-%H%M%S")
     ep, analyzer = endpoint(protocol, url, state_dir, parse_headers(headers)), find_perf_analyzer()
     state = Target.of(ep)
-    names = models_or_served(_names(models), ep)
+    names = served_or_given(_names(models), ep).names
     results = [rec.reconcile(state, ep, analyzer, m, concurrency, seconds, out / m) for m in names]
     text = rec.markdown(results)
     (out / "reconcile.md").write_text(f"# Locust vs perf_analyzer\n\n{text}\n")
@@ -314,7 +314,7 @@ def soak(model, minutes, interval, clients, protocols, warmup, max_growth, out, 
     """Bounded load for MINUTES with RSS of tritonserver and each stub sampled; exits 1 if the goal is missed."""
     from clients.connection import endpoint, parse_headers
     from common.endpoints import read_state
-    from loadtest.soak import SoakSettings, run
+    from loadtest.benches.soak import SoakSettings, run
 
     names = tuple(protocols.split())
     if url and len(names) != 1:
@@ -339,8 +339,8 @@ def soak(model, minutes, interval, clients, protocols, warmup, max_growth, out, 
 @user_errors
 def envoy_bench(model, protocols, concurrency, interval_ms, out, state_dir):
     """perf_analyzer through Envoy vs straight to replica-0 of `make cluster` (REPLICAS=1 isolates Envoy)."""
-    from loadtest import envoy_bench as bench
-    from loadtest.perf_tools import find_perf_analyzer
+    from loadtest.benches import envoy_bench as bench
+    from loadtest.perf.tools import find_perf_analyzer
     from server.cluster import read_cluster
 
     read_cluster(state_dir)  # a cluster runs there, or say how to start one
@@ -363,8 +363,8 @@ def envoy_bench(model, protocols, concurrency, interval_ms, out, state_dir):
 @cli.command("kubernetes-monitoring")
 @click.option("--folder", type=click.Path(path_type=Path, file_okay=False), default=Path("kubernetes"))
 def kubernetes_monitoring(folder):
-    """(Re)write the PrometheusRule and prometheus-adapter manifests from loadtest/prometheus_rules.py."""
-    from loadtest.kubernetes_monitoring import write_kubernetes
+    """(Re)write the PrometheusRule and prometheus-adapter manifests from loadtest/monitoring/prometheus_rules.py."""
+    from loadtest.monitoring.kubernetes import write_kubernetes
 
     for path in write_kubernetes(folder):
         click.echo(f"wrote {path}")
@@ -378,7 +378,7 @@ def kubernetes_monitoring(folder):
 @user_errors
 def prometheus(action, port, interval, state_dir):
     """Start (or stop) a Prometheus scraping the server or cluster of STATE_DIR, with the Triton rules."""
-    from loadtest import prometheus_server as prom
+    from loadtest.monitoring import prometheus_server as prom
 
     if action == "stop":
         click.echo("prometheus stopped" if prom.stop(state_dir) else "no prometheus was running")
@@ -403,7 +403,7 @@ def prometheus(action, port, interval, state_dir):
 @user_errors
 def multi_gpu_bench(model, gpus, instances_per_gpu, batch, concurrency_per_gpu, work, build_only, envoy, out):
     """1 GPU vs 1 server on every GPU vs 1 replica per GPU, compiled ResNet-50, side by side (needs CUDA GPUs)."""
-    from loadtest.multi_gpu_bench import MultiGpuSettings, build, run
+    from loadtest.benches.multi_gpu_bench import MultiGpuSettings, build, run
 
     settings = MultiGpuSettings(model, gpus, instances_per_gpu, batch, concurrency_per_gpu, envoy=envoy)
     if build_only:
@@ -425,7 +425,7 @@ def multi_gpu_bench(model, gpus, instances_per_gpu, batch, concurrency_per_gpu, 
 @user_errors
 def cluster_faults(model, protocol, users, seconds, out, state_dir):
     """Locust through Envoy while a replica is SIGKILLed, then during a rolling restart (after `make cluster`)."""
-    from loadtest.cluster_faults import run
+    from loadtest.benches.cluster_faults import run
     from server.cluster import read_cluster
 
     read_cluster(state_dir)
@@ -454,8 +454,8 @@ def cluster_faults(model, protocol, users, seconds, out, state_dir):
 def report(run, compare, repo, prometheus_url, state_dir):
     """(Re)build RUN/report.md and RUN/report.html from what the run folder holds."""
 
-    from loadtest.prometheus_server import STATE
-    from loadtest.report import build_report
+    from loadtest.monitoring.prometheus_server import STATE
+    from loadtest.reporting.report import build_report
 
     if prometheus_url is None and (state_dir / STATE).exists():
         prometheus_url = json.loads((state_dir / STATE).read_text())["url"]
@@ -473,7 +473,7 @@ def report(run, compare, repo, prometheus_url, state_dir):
 @user_errors
 def batching_bench(models, concurrency, max_queue_delay_us, interval_ms, gpu, host_outputs, out):
     """Throughput and latency for {no batching, dynamic batching} x {1, 2 instances} x concurrency."""
-    from loadtest import batching_bench as bench
+    from loadtest.benches import batching_bench as bench
 
     out = out or Path("reports") / time.strftime("batching-%Y%m%d-%H%M%S")
     text = bench.run(models.split(), out, _numbers(concurrency), interval_ms, max_queue_delay_us, gpu, host_outputs)
@@ -519,7 +519,7 @@ def gpu_bench(
     model, gpu_batch, cpu_batch, served_points, instances, interval_ms, max_batch, served, profile, quick, out
 ):
     """CPU vs GPU vs TensorRT vs compiled engines for MODEL, in-process and served, in one run."""
-    from loadtest import gpu_bench as bench
+    from loadtest.benches import gpu_bench as bench
 
     out = out or Path("reports") / time.strftime("gpu-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
@@ -597,7 +597,7 @@ def text_bench(
     out,
 ):
     """A text model in-process and served (ids and raw text), over length distributions, in one run."""
-    from loadtest import text_bench as bench
+    from loadtest.benches import text_bench as bench
 
     out = out or Path("reports") / time.strftime("text-%Y%m%d-%H%M%S")
     settings = bench.TextBenchSettings(

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from common.cli import step
 from common.errors import ServerError
-from loadtest.perf_tools import install_perf_analyzer, perf_libraries
+from loadtest.perf.tools import install_perf_analyzer, perf_libraries
 
 BUNDLED = ("tritonclient", "protobuf", "click", "polygraphy")  # of the project's own dependencies
 

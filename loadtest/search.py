@@ -130,12 +130,15 @@ class Searcher:
 
     def _input_data(self, variant: str):
         """perf_analyzer data for a variant (dynamic dims from --shape, the user's --input-data), once per variant."""
-        from loadtest.perf import input_data_file
+        from builders.spec.model_spec import ModelSpec
+        from loadtest.perf.sweep import input_data_file
 
         if variant not in self.data:
             path = self.out / "raw" / f"{variant}_input.json"
+            entry = self.manifest.get(variant, {})
+            spec = ModelSpec.from_dict(entry["spec"]) if entry.get("spec") else None
             self.data[variant] = input_data_file(
-                self.ep, variant, path, self.load.get("shapes"), self.load.get("input_data")
+                self.ep, variant, path, self.load.get("shapes"), self.load.get("input_data"), spec
             )
         return self.data[variant]
 
@@ -152,7 +155,7 @@ class Searcher:
             return self.results[candidate]
         from google.protobuf import json_format
 
-        from loadtest.perf import Sweep, run_sweep
+        from loadtest.perf.sweep import Sweep, run_sweep
 
         step(f"search: measuring {candidate.label()} ({len(self.results) + 1})")
         config = json_format.MessageToJson(candidate_config(self.base_config(candidate.variant), candidate))
@@ -275,7 +278,7 @@ class SearchRun:
 def run(request: SearchRun) -> str:
     """Start a server (explicit model control) on free ports, search, stop it, write the winner back and the
     report (search.md, search.json); return the report's text."""
-    from loadtest.perf_tools import find_perf_analyzer
+    from loadtest.perf.tools import find_perf_analyzer
     from server.launcher import running
 
     request.out.mkdir(parents=True, exist_ok=True)

@@ -4,9 +4,11 @@ import csv
 
 import pytest
 
-from loadtest import locust_run, perf
-from loadtest.perf_tools import find_perf_analyzer
-from loadtest.plots import throughput_vs_latency
+from loadtest.locust_suite import run as locust_run
+from loadtest.perf import sweep as perf
+from loadtest.perf.tools import find_perf_analyzer
+from loadtest.reporting import perf_rows
+from loadtest.reporting.plots import throughput_vs_latency
 
 pytestmark = pytest.mark.functional
 
@@ -25,7 +27,7 @@ def test_perf_analyzer_sweep_gives_a_tidy_table_and_plot(served, tmp_path):
     assert [(r["batch"], r["level"]) for r in rows] == [(1, 1.0), (1, 4.0), (2, 1.0), (2, 4.0)]
     assert all(r["throughput"] > 0 and r["p99_ms"] >= r["p50_ms"] > 0 for r in rows)
     assert all(r["compute_infer_us"] > 0 for r in rows)
-    perf.write_csv(rows, tmp_path / "perf.csv")
+    perf_rows.write_csv(rows, tmp_path / "perf.csv")
     with open(tmp_path / "perf.csv") as handle:
         assert len(list(csv.DictReader(handle))) == 4
     assert throughput_vs_latency(rows, tmp_path / "perf.png").stat().st_size > 10_000
@@ -81,7 +83,7 @@ def test_locust_counts_server_errors_as_failures(served, tmp_path):
 
 
 def test_reconciliation_measures_both_tools_at_the_same_load(served, tmp_path):
-    from loadtest import reconcile
+    from loadtest.benches import reconcile
 
     ep = served.endpoint("grpc")
     result = reconcile.reconcile(served.state, ep, find_perf_analyzer(), "resnet18_64", 2, 4, tmp_path)
@@ -100,7 +102,7 @@ def test_a_point_that_cannot_stabilize_is_kept_and_flagged(served, tmp_path):
     assert row["throughput"] > 0 and row["p99_ms"] >= row["p50_ms"] > 0
     assert row["stable"] in ("yes", "no") and row["window_ms"] >= 200
     if row["stable"] == "no":
-        assert row["spread_pct"] >= 0 and "unstable ±" in perf.markdown_table([row])
+        assert row["spread_pct"] >= 0 and "unstable ±" in perf_rows.markdown_table([row])
 
 
 def test_a_failed_point_keeps_the_finished_ones(served, tmp_path):

@@ -10,12 +10,12 @@ from builders.build import build_model
 from builders.repository.writer import ServingOptions
 from builders.request import BuildRequest
 from common import endpoints
-from loadtest import dashboard
-from loadtest import prometheus_server as prom
-from loadtest.locust_run import LocustRun, read_stats, run_locust
-from loadtest.prometheus_rules import P99, QUEUE_PER_REQUEST, REQUESTS, THROUGHPUT, RuleSettings
-from loadtest.prometheus_tools import find_tool
-from loadtest.report import build_report
+from loadtest.locust_suite.run import LocustRun, read_stats, run_locust
+from loadtest.monitoring import dashboard
+from loadtest.monitoring import prometheus_server as prom
+from loadtest.monitoring.prometheus_rules import P99, QUEUE_PER_REQUEST, REQUESTS, THROUGHPUT, RuleSettings
+from loadtest.monitoring.prometheus_tools import find_tool
+from loadtest.reporting.report import build_report
 from server.cluster import ClusterSettings, start_cluster, stop_cluster
 
 pytestmark = [

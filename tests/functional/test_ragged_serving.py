@@ -24,7 +24,7 @@ from builders.spec import spec_file
 from clients.admin import inference_statistics
 from clients.infer import infer
 from common.errors import ClientError
-from loadtest import text_workload as tw
+from loadtest.workloads import text as tw
 from server import launcher
 from tests.functional.test_inprocess_backend import _toolchain_missing
 

@@ -7,7 +7,7 @@ import pytest
 from builders.repository.manifest import read_manifest, update_manifest
 from builders.repository.model_config import parse_pbtxt
 from loadtest import search
-from loadtest.perf_tools import find_perf_analyzer
+from loadtest.perf.tools import find_perf_analyzer
 from server import launcher
 
 pytestmark = pytest.mark.functional

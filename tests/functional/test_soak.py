@@ -4,7 +4,7 @@ import csv
 
 import pytest
 
-from loadtest.soak import SoakSettings, run
+from loadtest.benches.soak import SoakSettings, run
 
 pytestmark = pytest.mark.functional
 

@@ -199,11 +199,13 @@ def test_the_torchvision_model_and_its_pipeline_serve(user_served):
 def test_perf_analyzer_drives_the_two_input_model_with_spec_shaped_inputs(user_served, tmp_path):
     import json
 
-    from loadtest import perf
-    from loadtest.perf_tools import find_perf_analyzer
+    from clients.served import served_spec
+    from loadtest.perf import sweep as perf
+    from loadtest.perf.tools import find_perf_analyzer
 
     ep = user_served.endpoint("grpc")
-    data = perf.input_data_file(ep, "acme_classifier", tmp_path / "input.json")
+    spec = served_spec(ep.repo, "acme_classifier")
+    data = perf.input_data_file(ep, "acme_classifier", tmp_path / "input.json", spec=spec)
     sample = json.loads(data.read_text())["data"][0]
     assert sample["ids"]["shape"] == [8] and max(sample["ids"]["content"]) < 50  # spec's length and vocabulary
     # A functional check, not a measurement: loose stability so that a busy host cannot fail it (it did once).
@@ -234,7 +236,7 @@ def test_the_manifest_gives_the_default_model_list(user_served):
 
 
 def test_locust_drives_the_two_input_model(user_served, tmp_path):
-    from loadtest.locust_run import LocustRun, run_locust
+    from loadtest.locust_suite.run import LocustRun, run_locust
 
     run = LocustRun(models=(("acme_classifier", 1),), protocol="grpc", users=2, spawn_rate=2, run_time_s=4)
     result = run_locust(run, user_served.state, tmp_path)

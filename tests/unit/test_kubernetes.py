@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loadtest import kubernetes_monitoring, prometheus_rules
-from loadtest.prometheus_tools import find_tool
+from loadtest.monitoring import kubernetes as kubernetes_monitoring
+from loadtest.monitoring import prometheus_rules
+from loadtest.monitoring.prometheus_tools import find_tool
 
 ROOT = Path(__file__).parents[2]
 FOLDER = ROOT / "kubernetes"

@@ -6,7 +6,8 @@ import pytest
 
 from common.endpoints import Endpoint
 from common.errors import MeasurementError
-from loadtest import perf
+from loadtest.perf import sweep as perf
+from loadtest.reporting import perf_rows
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "perf_analyzer_verbose.csv"
 
@@ -18,12 +19,12 @@ def test_rows_carry_latency_in_ms_and_breakdown_in_us():
     assert first["throughput"] == pytest.approx(927.759)
     assert first["p50_ms"] == pytest.approx(1.058) and first["p99_ms"] == pytest.approx(1.295)
     assert first["queue_us"] == 592 and first["compute_infer_us"] == 196
-    assert set(first) == set(perf.COLUMNS)
+    assert set(first) == set(perf_rows.COLUMNS)
 
 
 def test_markdown_table_has_a_row_per_measurement():
     rows = perf.parse_csv(FIXTURE, perf.Sweep("digits_cnn"), batch=1, kind="concurrency")
-    table = perf.markdown_table(rows)
+    table = perf_rows.markdown_table(rows)
     assert table.count("\n| digits_cnn |") == 2 and "2726.3" in table
 
 
@@ -56,8 +57,8 @@ def test_window_spread_is_the_widest_of_throughput_and_latency():
 
 
 def test_stability_is_said_beside_the_figure():
-    assert perf.stability({"stable": "yes"}) == "stable"
-    assert perf.stability({"stable": "no", "spread_pct": 30.0}) == "unstable ±15%"
+    assert perf_rows.stability({"stable": "yes"}) == "stable"
+    assert perf_rows.stability({"stable": "no", "spread_pct": 30.0}) == "unstable ±15%"
 
 
 def test_retries_lengthen_the_window():
@@ -67,12 +68,12 @@ def test_retries_lengthen_the_window():
 
 def test_rows_written_before_stability_was_recorded_read_as_stable(tmp_path):
     rows = perf.parse_csv(FIXTURE, perf.Sweep("digits_cnn"), batch=1, kind="concurrency")
-    perf.write_csv(rows, tmp_path / "perf.csv")
+    perf_rows.write_csv(rows, tmp_path / "perf.csv")
     old = tmp_path / "old.csv"
     lines = (tmp_path / "perf.csv").read_text().splitlines()
-    cut = len(perf.COLUMNS) - 3
+    cut = len(perf_rows.COLUMNS) - 3
     old.write_text("\n".join(",".join(line.split(",")[:cut]) for line in lines) + "\n")
-    assert all(r["stable"] == "yes" for r in perf.read_csv(old))
+    assert all(r["stable"] == "yes" for r in perf_rows.read_csv(old))
 
 
 def test_a_window_too_short_to_hold_a_request_counts_as_unstable():

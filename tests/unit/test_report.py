@@ -3,8 +3,9 @@
 import json
 from pathlib import Path
 
-from loadtest import perf
-from loadtest.report import build_report
+from loadtest.perf import sweep as perf
+from loadtest.reporting import perf_rows
+from loadtest.reporting.report import build_report
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "perf_analyzer_verbose.csv"
 
@@ -14,7 +15,7 @@ def _run(folder: Path, scale: float) -> Path:
     for row in rows:
         row["throughput"] *= scale
     folder.mkdir()
-    perf.write_csv(rows, folder / "perf.csv")
+    perf_rows.write_csv(rows, folder / "perf.csv")
     (folder / "environment.json").write_text(json.dumps({"host": {"gpu": None, "cpu": "test"}}))
     return folder
 
@@ -36,7 +37,7 @@ def test_report_has_tables_plots_history_and_reasons(tmp_path):
 
 
 def test_soak_growth_is_measured_after_the_warmup():
-    from loadtest.soak import growth
+    from loadtest.benches.soak import growth
 
     samples = [
         (0, "server", 1, 50.0),
@@ -79,10 +80,10 @@ def test_without_any_cpu_measurement_the_row_says_why(tmp_path):
 
 def test_no_empty_accuracy_heading_and_no_comparison_with_unlike_runs(tmp_path):
     other = _run(tmp_path / "20260101-000000", 1.0)
-    rows = perf.read_csv(other / "perf.csv")
+    rows = perf_rows.read_csv(other / "perf.csv")
     for row in rows:
         row["model"] = "another_model"
-    perf.write_csv(rows, other / "perf.csv")
+    perf_rows.write_csv(rows, other / "perf.csv")
     current = _run(tmp_path / "20260102-000000", 1.0)
     text = build_report(current, _repo(tmp_path, {"digits_cnn": {"kind": "KIND_CPU"}})).read_text()
     assert "Accuracy vs speed" not in text
@@ -91,9 +92,9 @@ def test_no_empty_accuracy_heading_and_no_comparison_with_unlike_runs(tmp_path):
 
 def test_a_precision_that_did_not_pay_is_said(tmp_path):
     run = _run(tmp_path / "20260101-000000", 1.0)
-    rows = perf.read_csv(run / "perf.csv")
+    rows = perf_rows.read_csv(run / "perf.csv")
     rows += [{**r, "model": "digits_cnn_int8", "throughput": r["throughput"] * 0.8} for r in rows]
-    perf.write_csv(rows, run / "perf.csv")
+    perf_rows.write_csv(rows, run / "perf.csv")
     spec = {"name": "digits_cnn"}
     repo = _repo(
         tmp_path,
@@ -114,7 +115,7 @@ HISTORY = """Timestamp,User Count,Type,Name,Requests/s,Failures/s,50%,66%,75%,80
 
 
 def test_locust_history_becomes_a_png_of_percentiles_and_rate(tmp_path):
-    from loadtest.locust_run import history_plot, read_history
+    from loadtest.locust_suite.run import history_plot, read_history
 
     (tmp_path / "h.csv").write_text(HISTORY)
     points = read_history(tmp_path / "h.csv")

@@ -1,5 +1,5 @@
-"""Text workloads (loadtest/text_workload.py): seeded lengths, token rows, perf_analyzer data; the load
-client's request serialization (loadtest/ragged_load.py)."""
+"""Text workloads (loadtest/workloads/text.py): seeded lengths, token rows, perf_analyzer data; the load
+client's request serialization (loadtest/workloads/ragged_load.py)."""
 
 import json
 
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from common.errors import MeasurementError
-from loadtest import ragged_load
-from loadtest import text_workload as tw
+from loadtest.workloads import ragged_load
+from loadtest.workloads import text as tw
 
 
 def test_lognormal_lengths_are_seeded_and_shaped_like_sentences():
@@ -77,7 +77,7 @@ def test_serialized_requests_carry_each_requests_shape():
 
 
 def test_text_bench_fills_its_sizes_for_the_host_and_keeps_what_was_given():
-    from loadtest.text_bench import TextBenchSettings, for_device
+    from loadtest.benches.text_bench import TextBenchSettings, for_device
 
     gpu, cpu = for_device(TextBenchSettings(), True), for_device(TextBenchSettings(concurrency=(2,)), False)
     assert (gpu.sentences, gpu.concurrency, gpu.single_concurrency, gpu.max_batch, gpu.instances) == (
@@ -117,7 +117,7 @@ def test_text_bench_rows_round_trip_through_csv_and_plot(tmp_path):
     import csv
     import dataclasses
 
-    from loadtest.text_bench import TextRow, markdown, plot, rows_from_csv
+    from loadtest.benches.text_bench import TextRow, markdown, plot, rows_from_csv
 
     rows = [
         TextRow("in-process", "eager", "all 32 tokens", sentences_s=1000.0, padding_efficiency=1.0),

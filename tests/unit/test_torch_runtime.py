@@ -89,7 +89,7 @@ def test_the_unstaged_variant_has_a_name_of_its_own():
 def test_the_request_profile_takes_the_median_of_each_step(tmp_path):
     import json
 
-    from loadtest.request_profile import markdown, summarize
+    from loadtest.benches.request_profile import markdown, summarize
     from triton_models.torch_runtime import StepTimes
 
     path = tmp_path / "p.jsonl"

@@ -13,33 +13,10 @@ from pathlib import Path
 from common.cli import step
 from common.endpoints import Endpoint
 from common.errors import MeasurementError
-from loadtest.perf_tools import PerfAnalyzer
+from loadtest.perf.tools import PerfAnalyzer
 from server.secret_args import PLACEHOLDER
 
 SHARED_MEMORY = ("none", "system", "cuda")
-COLUMNS = (
-    "model",
-    "protocol",
-    "batch",
-    "load",
-    "level",
-    "throughput",
-    "p50_ms",
-    "p90_ms",
-    "p95_ms",
-    "p99_ms",
-    "avg_ms",
-    "queue_us",
-    "compute_input_us",
-    "compute_infer_us",
-    "compute_output_us",
-    "network_us",
-    "stable",
-    "spread_pct",
-    "window_ms",
-    "shapes",
-)
-TEXT_COLUMNS = ("model", "protocol", "load", "stable", "shapes")
 # perf_analyzer's words when its windows disagree, or when one was too short to hold a request (a busy host)
 UNSTABLE = ("Failed to obtain stable measurement", "Please use a larger time window")
 PASS_LINE = re.compile(r"Pass \[\d+\] throughput: ([0-9.eE+-]+) infer/sec\. Avg latency: (\d+) usec")
@@ -139,19 +116,19 @@ def admin_secret(ep: Endpoint) -> str | None:
 
 
 def input_data_file(
-    ep: Endpoint, model: str, path: Path, shapes: dict | None = None, data: Path | None = None
+    ep: Endpoint, model: str, path: Path, shapes: dict | None = None, data: Path | None = None, spec=None
 ) -> Path | None:
     """perf_analyzer input data for a model, from its server-side plan (clients.model_plan): the user's data
     (an .npz, or their perf_analyzer JSON passed as it is), else made-up inputs where they can be made up
     (BYTES payloads of our pipelines, integer value ranges and dynamic lengths from our spec or --shape).
-    None where perf_analyzer's own random data fits (fixed-shape float inputs only).
+    None where perf_analyzer's own random data fits (fixed-shape float inputs only). spec: the model's
+    ModelSpec where the repository is ours (clients.served.Served.spec), else None.
 
     Raises:
         NotMeasurable: the model's inputs cannot be made up; the message names the flag that fixes it.
     """
     from clients.inputs import data_inputs, plan_inputs
     from clients.model_plan import plan
-    from clients.served import served_spec
 
     if data is not None and data.suffix == ".json":
         return data
@@ -160,7 +137,7 @@ def input_data_file(
     fixed = all(t.datatype in ("FP32", "FP16") and -1 not in t.dims for t in model_plan.inputs)
     if data is None and fixed and not shapes:
         return None
-    arrays = data_inputs(data, model_plan) if data else plan_inputs(model_plan, 1, shapes, served_spec(ep.repo, model))
+    arrays = data_inputs(data, model_plan) if data else plan_inputs(model_plan, 1, shapes, spec)
     rows = len(next(iter(arrays.values()))) if model_plan.batching and data is not None and data.is_dir() else 1
     entries = [
         _perf_entry({k: v[i : i + 1] for k, v in arrays.items()} if rows > 1 else arrays, model_plan)
@@ -318,50 +295,6 @@ def run_sweep(
             failures.append(PointFailure(sweep.model, batch, load[0], load[1], str(err)))
             step(f"perf: {sweep.model} batch {batch} {load[0]} {load[1]} failed, going on: {str(err).splitlines()[0]}")
     return rows
-
-
-def write_csv(rows: list[dict], path: Path) -> None:
-    """Write rows with the tidy COLUMNS."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-
-
-def read_csv(path: Path) -> list[dict]:
-    """Rows written by write_csv, with their numbers typed again (empty if there is no file)."""
-    if not path.exists():
-        return []
-    with open(path, newline="") as handle:
-        return [_typed(r) for r in csv.DictReader(handle)]
-
-
-def _typed(record: dict) -> dict:
-    row = {k: v if k in TEXT_COLUMNS else (int(v) if k == "batch" else float(v)) for k, v in record.items() if v != ""}
-    row.setdefault("stable", "yes")  # runs written before stability was recorded
-    return row
-
-
-def markdown_table(rows: list[dict]) -> str:
-    """The rows as a markdown table people read."""
-    shapes = any(r.get("shapes") for r in rows)  # a text workload's lengths: the table says what was sent
-    head = "| model | proto | batch | load | throughput (infer/s) | p50 ms | p99 ms | queue µs | infer µs | stability |"
-    lines = [head + (" requests held |" if shapes else ""), "|" + "---|" * (10 + shapes)]
-    for r in rows:
-        lines.append(
-            f"| {r['model']} | {r['protocol']} | {r['batch']} | {r['load']} {r['level']:g} | {r['throughput']:.1f} "
-            f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['queue_us']:.0f} | {r['compute_infer_us']:.0f} "
-            f"| {stability(r)} |" + (f" {r.get('shapes') or '—'} |" if shapes else "")
-        )
-    return "\n".join(lines)
-
-
-def stability(row: dict) -> str:
-    """'stable', or 'unstable ±S%' with the spread of its measurement windows."""
-    if row.get("stable", "yes") == "yes":
-        return "stable"
-    return f"unstable ±{float(row.get('spread_pct', 0)) / 2:.0f}%"
 
 
 def failures_table(failures: list[PointFailure]) -> str:

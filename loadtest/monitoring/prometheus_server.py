@@ -1,7 +1,7 @@
 """A real Prometheus for the server or cluster of a state folder: generated config, start, query, stop.
 
 The scrape targets come from the state folder: every replica's metrics port (or the single server's)
-and, for a cluster, Envoy's /stats/prometheus. Rules come from loadtest/prometheus_rules.py.
+and, for a cluster, Envoy's /stats/prometheus. Rules come from loadtest/monitoring/prometheus_rules.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from common.cli import step
 from common.errors import MeasurementError
-from loadtest.prometheus_rules import DEFAULT_RULES, RuleSettings, rule_groups
+from loadtest.monitoring.prometheus_rules import DEFAULT_RULES, RuleSettings, rule_groups
 from server.processes import terminate_group
 
 STATE = "prometheus.json"
@@ -71,7 +71,7 @@ def find_prometheus() -> Path:
     Raises:
         MeasurementError: not installed, with how to install it.
     """
-    from loadtest.prometheus_tools import find_tool
+    from loadtest.monitoring.prometheus_tools import find_tool
 
     found = find_tool("prometheus")
     if not found:

@@ -14,7 +14,7 @@ from pathlib import Path
 from common.cli import step
 from common.endpoints import ServerState
 from common.errors import MeasurementError
-from loadtest.server_view import record_window
+from loadtest.reporting.server_view import record_window
 
 LOCUSTFILE = Path(__file__).with_name("locustfiles") / "models.py"
 SLO_EXIT = 3
@@ -37,7 +37,7 @@ class LocustRun:
     batch: int = 1
     shapes: dict = field(default_factory=dict)  # dynamic dims per input (--shape)
     input_data: str = ""  # the user's data: .npz or perf_analyzer JSON
-    lengths: str = "lognormal"  # token and text models: sentence lengths per request (loadtest/text_workload.py)
+    lengths: str = "lognormal"  # token and text models: sentence lengths per request (loadtest/workloads/text.py)
     headers: dict = field(default_factory=dict)  # sent with every request; passed through a 0600 file
     tls: bool = False
     ca_file: str = ""
@@ -186,7 +186,7 @@ def read_history(path: Path) -> list[dict]:
 
 def history_plot(history_csv: Path, path: Path) -> Path | None:
     """PNG: p50/p95/p99 (ms) and requests/s over the run, from Locust's stats history (None: no history)."""
-    from loadtest.plots import pyplot, save
+    from loadtest.reporting.plots import pyplot, save
 
     points = read_history(history_csv)
     if len(points) < 2:
@@ -255,11 +255,11 @@ def weighted(models: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
     return tuple(found)
 
 
-def unmeasurable(ep, run: LocustRun) -> dict[str, str]:
-    """Models Locust cannot drive, with why and the flag that fixes it (the rest run)."""
+def unmeasurable(ep, run: LocustRun, served) -> dict[str, str]:
+    """Models Locust cannot drive, with why and the flag that fixes it (the rest run); served:
+    clients.served.Served (the specs where the repository is ours)."""
     from clients.inputs import data_inputs, plan_inputs
     from clients.model_plan import NotMeasurable, plan
-    from clients.served import served_spec
 
     skipped = {}
     with ep.client() as client:
@@ -270,7 +270,7 @@ def unmeasurable(ep, run: LocustRun) -> dict[str, str]:
                 if run.input_data:
                     data_inputs(Path(run.input_data), described)
                 else:
-                    plan_inputs(described, run.batch, run.shapes, served_spec(ep.repo, model))
+                    plan_inputs(described, run.batch, run.shapes, served.spec(model))
             except NotMeasurable as err:
                 skipped[model] = str(err).removeprefix(f"{model}: ")
                 step(f"not load-tested: {err}")
@@ -283,15 +283,16 @@ def load_test(ep, run: LocustRun, out: Path) -> tuple[str, Path, dict]:
     import dataclasses
 
     from clients.served import require_ready
-    from loadtest.perf_run import models_or_served, write_skipped
-    from loadtest.report import build_report, write_context
+    from loadtest.perf.run import served_or_given, write_skipped
+    from loadtest.reporting.report import build_report, write_context
 
-    models = run.models or weighted(tuple(models_or_served((), ep)))
+    served = served_or_given(tuple(m for m, _ in run.models), ep)
+    models = run.models or weighted(served.names)
     require_ready(ep, [m for m, _ in models])  # a typo fails here in a second, not in Locust's log
     out.mkdir(parents=True, exist_ok=True)
-    skipped = unmeasurable(ep, dataclasses.replace(run, models=models))
+    skipped = unmeasurable(ep, dataclasses.replace(run, models=models), served)
     models = tuple((m, w) for m, w in models if m not in skipped)
-    write_skipped(out, skipped)
+    write_skipped(out, served, skipped)
     if not models:
         raise MeasurementError(f"no model can be load-tested: {skipped}")
     result = run_locust(dataclasses.replace(run, models=models), Target.of(ep), out)

@@ -92,7 +92,7 @@ def measure_layout(name: str, servers: list[tuple[Path, int]], model: str, s: Mu
     """Start the layout's servers, check an answer, load every server at once, stop; one row."""
     import contextlib
 
-    from loadtest.gpu_bench import check_outputs
+    from loadtest.benches.gpu_bench import check_outputs
     from server.launcher import running
 
     with contextlib.ExitStack() as started:
@@ -122,8 +122,8 @@ def _row(name: str, servers: list, model: str, s: MultiGpuSettings, out: Path, w
 def _concurrent_perf(servers: list, model: str, s: MultiGpuSettings, raw: Path, wire: bool = False) -> list[dict]:
     """One perf_analyzer per server, all at once, with concurrency_per_gpu x the GPUs it serves
     (shared-memory region names are per server: two clients of one server would collide)."""
-    from loadtest.perf import Sweep, run_sweep
-    from loadtest.perf_tools import find_perf_analyzer
+    from loadtest.perf.sweep import Sweep, run_sweep
+    from loadtest.perf.tools import find_perf_analyzer
 
     analyzer, results, errors = find_perf_analyzer(), {}, []
 
@@ -160,7 +160,7 @@ def envoy_rows(repo: Path, model: str, s: MultiGpuSettings, work: Path, out: Pat
     Envoy (each its own connection: Envoy serves a connection on one worker), over the wire (gRPC without
     shared memory: a proxy carries the tensors), side by side."""
     from clients.connection import endpoint
-    from loadtest.gpu_bench import check_outputs
+    from loadtest.benches.gpu_bench import check_outputs
     from server.cluster import ClusterSettings, start_cluster, stop_cluster
 
     target = placed(repo, model, [0], s.instances_per_gpu, work / "cluster_repo")

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from common.cli import step
-from loadtest import text_workload as tw
+from loadtest.workloads import text as tw
 
 
 @dataclass(frozen=True)
@@ -441,7 +441,7 @@ def perf_can_send(point: Point, lengths: np.ndarray) -> bool:
 
 
 def _perf_point(point: Point, ep, analyzer, lengths, label, raw: Path) -> dict:
-    from loadtest.perf import Sweep, run_sweep
+    from loadtest.perf.sweep import Sweep, run_sweep
 
     text = point.path == "served text"
     name = f"{point.model}_{point.per_request}_{'fixed' if len(set(lengths.tolist())) == 1 else 'varied'}.json"
@@ -461,7 +461,7 @@ def _perf_point(point: Point, ep, analyzer, lengths, label, raw: Path) -> dict:
 
 
 def _client_point(point: Point, ep, lengths) -> dict:
-    from loadtest import ragged_load
+    from loadtest.workloads import ragged_load
 
     with ep.client() as client:
         meta = _metadata(client, point.model)
@@ -585,7 +585,7 @@ def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
     """Build, measure in-process, serve, measure served; write text_bench.{md,csv,json,png} under out."""
     import torch
 
-    from loadtest.perf_tools import find_perf_analyzer
+    from loadtest.perf.tools import find_perf_analyzer
     from server.launcher import running
 
     _INTERVAL_MS[0] = settings.interval_ms
@@ -705,7 +705,7 @@ def markdown(rows: list[TextRow], header: str) -> str:
 
 def plot(rows: list[TextRow], path: Path) -> Path:
     """Bars: sentences/s of every throughput row (in-process blue, served orange), one line of label each."""
-    from loadtest.plots import pyplot, save
+    from loadtest.reporting.plots import pyplot, save
 
     plt = pyplot()
     measured = [r for r in rows if r.sentences_s and not (r.per_request == 1 and r.concurrency <= 1)]  # no latency

@@ -17,7 +17,7 @@ from pathlib import Path
 from common.cli import step
 from common.errors import MeasurementError
 
-TOOLS_DIR = Path(__file__).resolve().parent.parent / ".tools" / "prometheus"
+TOOLS_DIR = Path(__file__).resolve().parents[2] / ".tools" / "prometheus"
 PACKAGE = "prometheus"
 BINARIES = ("prometheus", "promtool")
 APT_TIMEOUT_S = 300

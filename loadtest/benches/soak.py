@@ -248,7 +248,7 @@ def markdown(summary: dict, settings: SoakSettings) -> str:
 
 def plot(rows: list[dict], warmup: float, path: Path) -> Path:
     """RSS of each process over time, and throughput per sample interval."""
-    from loadtest.plots import pyplot, save
+    from loadtest.reporting.plots import pyplot, save
 
     plt = pyplot()
     fig, (ax, rate_ax) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, height_ratios=[3, 1])

@@ -12,8 +12,8 @@ import json
 import time
 from pathlib import Path
 
-from loadtest import prometheus_server as prom
-from loadtest.prometheus_rules import inferences_per_s, queue_time_per_request, requests_per_s
+from loadtest.monitoring import prometheus_server as prom
+from loadtest.monitoring.prometheus_rules import inferences_per_s, queue_time_per_request, requests_per_s
 
 WINDOW = "window.json"
 
@@ -85,7 +85,7 @@ def view(run: Path, url: str) -> tuple[tuple, Path] | None:
 
 def plot(rows: list[dict], path: Path) -> Path:
     """Inferences/s and queue time per request over the run, one line per model."""
-    from loadtest.plots import pyplot, save
+    from loadtest.reporting.plots import pyplot, save
 
     plt = pyplot()
     fig, axes = plt.subplots(2, 1, figsize=(8, 5), sharex=True)

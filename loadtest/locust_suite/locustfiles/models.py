@@ -7,8 +7,8 @@ workload. LOAD_SHAPE=step adds users in steps; TRITON_RATE_PER_USER>0 makes it o
 import os
 
 from loadtest import slo  # noqa: F401  (registers the SLO watchdog)
-from loadtest.shapes import StepLoad  # noqa: F401
-from loadtest.triton_user import user_for
+from loadtest.locust_suite.shapes import StepLoad  # noqa: F401
+from loadtest.locust_suite.user import user_for
 
 
 def _parse(spec: str):

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from common.cli import step
 from common.errors import MeasurementError
-from loadtest.perf import markdown_table as perf_markdown
-from loadtest.plots import pyplot, save
+from loadtest.reporting.perf_rows import markdown_table as perf_markdown
+from loadtest.reporting.plots import pyplot, save
 
 
 @dataclass
@@ -318,7 +318,7 @@ GRAPHS_U8 = GRAPHS + ", uint8 input normalized on the GPU"
 
 
 def _point(ep, analyzer, model, batch, concurrency, shm, settings, raw) -> dict:
-    from loadtest.perf import Sweep, run_sweep
+    from loadtest.perf.sweep import Sweep, run_sweep
 
     sweep = Sweep(
         model,
@@ -335,7 +335,7 @@ def _point(ep, analyzer, model, batch, concurrency, shm, settings, raw) -> dict:
 
 
 def _describe(point: dict) -> str:
-    from loadtest.perf import stability
+    from loadtest.reporting.perf_rows import stability
 
     flag = "" if point.get("stable", "yes") == "yes" else f", {stability(point)}"
     return (
@@ -400,7 +400,7 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
     import dataclasses
 
     from builders.spec import zoo
-    from loadtest.perf_tools import find_perf_analyzer
+    from loadtest.perf.tools import find_perf_analyzer
     from server.launcher import running
 
     spec = zoo.get_spec(settings.model, max_batch_size=max(settings.max_batch, settings.gpu_batch))
@@ -446,7 +446,7 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
                 _same_batch(row, rows, batch)
                 _write(rows, out, settings, csv)  # as results come: a run cut short keeps what it measured
     if settings.profile:
-        from loadtest.request_profile import profile_requests
+        from loadtest.benches.request_profile import profile_requests
 
         profiled = {name: variants[name] for name in COMPILED_VARIANTS if name in variants}
         profile_requests(repo, profiled, (1, spec.max_batch_size), out)

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from common.cli import step
-from loadtest.locust_run import LocustRun, run_locust
+from loadtest.locust_suite.run import LocustRun, run_locust
 
 
 def _healthy(state_dir: Path, replicas: int) -> bool:

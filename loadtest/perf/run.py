@@ -26,7 +26,7 @@ class PerfRequest:
     stability: float = 25.0
     shapes: dict = field(default_factory=dict)  # dynamic dims per input (--shape)
     input_data: Path | None = None
-    lengths: str = "lognormal"  # token and text models: the length distribution (loadtest/text_workload.py)
+    lengths: str = "lognormal"  # token and text models: the length distribution (loadtest/workloads/text.py)
     out: Path = Path("reports")
 
 
@@ -40,47 +40,45 @@ class PerfResult:
     total: int
 
 
-def models_or_served(models: tuple[str, ...], ep) -> list[str]:
-    """The models given, or those of the served repository's manifest that are ready."""
-    from clients.served import served_models
+def served_or_given(models: tuple[str, ...], ep):
+    """clients.served.Served of the models given, or of the served repository's ready ones (said where from)."""
+    from clients.served import read_served
 
-    if models:
-        return list(models)
-    names = served_models(ep)
-    source = f"{ep.repo}/manifest.json" if ep.repo and (ep.repo / "manifest.json").exists() else "the server's index"
-    step(f"models (from {source}): {' '.join(names)}")
-    return names
+    served = read_served(ep, models)
+    if not models:
+        step(f"models (from {served.source}): {' '.join(served.names)}")
+    return served
 
 
-def write_skipped(out: Path, skipped: dict[str, str]) -> None:
+def write_skipped(out: Path, served, skipped: dict[str, str]) -> None:
     """skipped.json: models the server's index listed as not ready, with its reason, and those not measured."""
-    from clients.served import NOT_READY
-
-    (out / "skipped.json").write_text(json.dumps({**NOT_READY, **skipped}, indent=2))
+    (out / "skipped.json").write_text(json.dumps({**served.not_ready, **skipped}, indent=2))
 
 
 def run(request: PerfRequest, ep) -> PerfResult:
     """Sweep every model with perf_analyzer; write perf.csv, perf.md, perf.png, skipped.json and the report."""
-    from loadtest import perf as sweeps
-    from loadtest.perf_tools import find_perf_analyzer
-    from loadtest.plots import throughput_vs_latency
-    from loadtest.report import build_report, write_context
-    from loadtest.server_view import record_window
+    from loadtest.perf import sweep as sweeps
+    from loadtest.perf.tools import find_perf_analyzer
+    from loadtest.reporting import perf_rows
+    from loadtest.reporting.plots import throughput_vs_latency
+    from loadtest.reporting.report import build_report, write_context
+    from loadtest.reporting.server_view import record_window
 
     analyzer, out = find_perf_analyzer(), request.out
     rows, failures, skipped, started = [], [], {}, time.time()
-    names = models_or_served(request.models, ep)
+    served = served_or_given(request.models, ep)
+    names = list(served.names)
     for model in names:
-        sweep = _model_sweep(request, ep, model, skipped)
+        sweep = _model_sweep(request, ep, served.spec(model), model, skipped)
         if sweep is not None:
             rows += sweeps.run_sweep(sweep, ep, analyzer, out / "raw", failures)
     record_window(out, started, time.time())
-    sweeps.write_csv(rows, out / "perf.csv")
-    table, failed = sweeps.markdown_table(rows), sweeps.failures_table(failures)
+    perf_rows.write_csv(rows, out / "perf.csv")
+    table, failed = perf_rows.markdown_table(rows), sweeps.failures_table(failures)
     notes = "".join(f"- {m}: {why}\n" for m, why in skipped.items())
     extra = (f"\n## Failed points\n\n{failed}\n" if failed else "") + (f"\n## Not measured\n\n{notes}" if notes else "")
     (out / "perf.md").write_text(f"# perf_analyzer sweep\n\n{table}\n{extra}")
-    write_skipped(out, skipped)
+    write_skipped(out, served, skipped)
     if rows:
         throughput_vs_latency(rows, out / "perf.png")
     write_context(out, ep, names)
@@ -88,10 +86,11 @@ def run(request: PerfRequest, ep) -> PerfResult:
     return PerfResult(table + (f"\n{extra}" if extra else ""), report, len(failures), len(failures) + len(rows))
 
 
-def _model_sweep(request: PerfRequest, ep, model: str, skipped: dict):
-    """The sweep of one model as the server describes it, or None (the reason goes to skipped)."""
+def _model_sweep(request: PerfRequest, ep, spec, model: str, skipped: dict):
+    """The sweep of one model as the server describes it (spec: ours, or None), or None (the reason goes to
+    skipped)."""
     from clients.model_plan import NotMeasurable, plan
-    from loadtest import perf as sweeps
+    from loadtest.perf import sweep as sweeps
 
     with ep.client() as client:
         model_plan = plan(client, model, ep.headers)
@@ -102,9 +101,9 @@ def _model_sweep(request: PerfRequest, ep, model: str, skipped: dict):
     try:
         model_plan.require_protocol(request.protocol)
         path = request.out / "raw" / f"{model}_input.json"
-        data, shapes = _workload(request, ep, model_plan, batches, path)
+        data, shapes = _workload(request, spec, model_plan, batches, path)
         if data is None:
-            data = sweeps.input_data_file(ep, model, path, request.shapes, request.input_data)
+            data = sweeps.input_data_file(ep, model, path, request.shapes, request.input_data, spec)
     except NotMeasurable as err:
         skipped[model] = str(err).removeprefix(f"{model}: ")
         step(f"not measured: {err}")
@@ -124,21 +123,20 @@ def _model_sweep(request: PerfRequest, ep, model: str, skipped: dict):
     )
 
 
-def _workload(request: PerfRequest, ep, model_plan, batches, path: Path) -> tuple[Path | None, str]:
+def _workload(request: PerfRequest, spec, model_plan, batches, path: Path) -> tuple[Path | None, str]:
     """A token or text model without the user's data or --shape: requests drawn from a length distribution
     (their description goes into the report); other models: (None, "")."""
-    from clients.served import served_spec
-    from loadtest import text_workload as tw
+    from loadtest.workloads import text as tw
 
     if request.input_data or request.shapes or not (model_plan.token_inputs or model_plan.text_input):
         return None, ""
-    lengths = tw.Lengths.parse(request.lengths, longest=tw.spec_longest(served_spec(ep.repo, model_plan.name)))
+    lengths = tw.Lengths.parse(request.lengths, longest=tw.spec_longest(spec))
     return tw.workload_data(model_plan, lengths, max(batches), path)
 
 
 def comparable_earlier(run_dir: Path) -> Path | None:
     """The latest earlier run beside run_dir that measured one of its points (like with like), or None."""
-    from loadtest.report import comparable_run
+    from loadtest.reporting.report import comparable_run
 
     earlier = [
         p for p in run_dir.parent.iterdir() if p != run_dir and (p / "perf.csv").exists() and p.name < run_dir.name

@@ -67,7 +67,7 @@ def _serving(spec, variant, options, work: Path, gpu: bool, host_outputs: bool):
 
 def measure(variants: dict, ep, analyzer, concurrency: tuple, interval_ms: int, raw: Path) -> list[dict]:
     """perf_analyzer (gRPC, batch 1) at each concurrency, for every variant."""
-    from loadtest.perf import Sweep, run_sweep
+    from loadtest.perf.sweep import Sweep, run_sweep
 
     rows = []
     for name, (model, batching, instances) in variants.items():
@@ -118,8 +118,8 @@ def run(models, out: Path, concurrency, interval_ms: int, delay_us: int, gpu: bo
     """Build every model's four variants, serve them on free ports, measure, write batching.csv and
     batching.md into out; return the report's text."""
     from builders.spec import zoo
-    from loadtest.perf import write_csv
-    from loadtest.perf_tools import find_perf_analyzer
+    from loadtest.perf.tools import find_perf_analyzer
+    from loadtest.reporting.perf_rows import write_csv
     from server.launcher import running
 
     repo, variants = out / "repo", {}

@@ -141,7 +141,7 @@ def text_requests(model_plan, batch: int) -> list[dict] | None:
     """Token and text models: requests drawn from TRITON_LENGTHS, each user its own seed (None for others)."""
     import random
 
-    from loadtest.text_workload import workload_requests
+    from loadtest.workloads.text import workload_requests
 
     return workload_requests(model_plan, served_spec(REPO, model_plan.name), LENGTHS, batch, random.randrange(2**31))
 

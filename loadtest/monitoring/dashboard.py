@@ -1,7 +1,7 @@
 """The Grafana dashboard, as code: typed panels rendered to Grafana's dashboard JSON model.
 
 Every panel query is a PromQL expression over Triton's metrics, the recording rules of
-loadtest/prometheus_rules.py and Envoy's; the functional test evaluates each one against a live
+loadtest/monitoring/prometheus_rules.py and Envoy's; the functional test evaluates each one against a live
 Prometheus. Kubernetes gets it as a ConfigMap that Grafana's dashboard sidecar picks up.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from loadtest.prometheus_rules import (
+from loadtest.monitoring.prometheus_rules import (
     DEFAULT_RULES,
     GPU_UTILIZATION,
     P99,

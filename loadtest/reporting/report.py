@@ -15,8 +15,8 @@ import html
 import json
 from pathlib import Path
 
-from loadtest.perf import read_csv as read_perf
-from loadtest.plots import pyplot, save, throughput_vs_latency
+from loadtest.reporting.perf_rows import read_csv as read_perf
+from loadtest.reporting.plots import pyplot, save, throughput_vs_latency
 
 Table = tuple[list[str], list[list[str]]]
 
@@ -109,7 +109,7 @@ def _missing(cls: str, perf_rows: list[dict], environment: dict) -> str:
 
 def perf_table(perf_rows: list[dict]) -> Table:
     """Every perf_analyzer point."""
-    from loadtest.perf import stability
+    from loadtest.reporting.perf_rows import stability
 
     head = ["model", "proto", "batch", "load", "infer/s", "p50 ms", "p99 ms", "queue µs", "infer µs", "stability"]
     rows = [
@@ -278,7 +278,7 @@ def build_report(run: Path, repo: Path | None, earlier: Path | None = None, prom
         history_png = run / "locust_history.png"
         sections.append(("Locust", locust_table(locust), history_png if history_png.exists() else None))
     if prometheus:
-        from loadtest.server_view import view
+        from loadtest.reporting.server_view import view
 
         found = view(run, prometheus)
         if found:

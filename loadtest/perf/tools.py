@@ -22,7 +22,7 @@ from common.cli import step
 from common.errors import MeasurementError
 
 TOOLS_DIR = Path(
-    os.environ.get("PERF_ANALYZER_HOME") or Path(__file__).resolve().parent.parent / ".tools" / "perf_analyzer"
+    os.environ.get("PERF_ANALYZER_HOME") or Path(__file__).resolve().parents[2] / ".tools" / "perf_analyzer"
 )
 LEGACY_CLIENT = "tritonclient==2.41.1"
 LIBRARIES = {"libb64.so.0d": "libb64-*.so.0d", "libcudart.so.12": "libcudart-*.so.12*"}

@@ -1,0 +1,1 @@
+"""Locust: the run, the Triton user, load shapes, SLO thresholds, locustfiles."""

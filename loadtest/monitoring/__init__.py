@@ -1,0 +1,1 @@
+"""Prometheus (install, server, rules), the dashboard, Kubernetes monitoring manifests."""

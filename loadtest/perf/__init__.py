@@ -1,0 +1,1 @@
+"""perf_analyzer: its install, sweeps, one `loadtest perf` run."""

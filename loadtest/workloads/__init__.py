@@ -1,0 +1,1 @@
+"""what requests carry: text lengths and texts, the ragged closed-loop client."""
