@@ -12,7 +12,7 @@ pytestmark = [
 
 transformers = pytest.importorskip("transformers")
 
-from loadtest import text_workload as tw  # noqa: E402
+from loadtest.workloads import text as tw  # noqa: E402
 from triton_models import ragged  # noqa: E402
 from triton_models.ragged_runner import RaggedRunner  # noqa: E402
 
