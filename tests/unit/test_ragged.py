@@ -35,6 +35,7 @@ def test_default_grid_has_quarter_octave_lengths_and_fine_batch_steps():
     assert g.lengths == (16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256)
     assert ragged.length_steps(16, 300)[-3:] == (224, 256, 300)
     assert ragged.default_grid(10, 4).lengths == (10,)
+    assert ragged.exact_grid(g).lengths == (16, 24, 32, 48, 64, 96, 128, 192, 256)  # CPU runs: half octaves
     assert g.batches == (1, 2, 4, 8, 16, 24, 32, 40, 48)
     assert ragged.batch_steps(300)[-6:] == (160, 192, 224, 256, 288, 300)
     assert g.token_budget == 16384
