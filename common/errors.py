@@ -37,3 +37,7 @@ class ClientError(ToolError):
 
 class MeasurementError(ToolError):
     """A measurement (perf_analyzer, Locust) could not run or gave no result."""
+
+
+class RecordingError(ToolError):
+    """A traffic recording could not be written or read."""

@@ -1,0 +1,176 @@
+"""A traffic recording: what a server saw, one JSON line per request, in rotated files under STATE_DIR/traffic/.
+
+Each line is a RecordedRequest: when the request arrived (µs), which model and version, the protocol, each
+input's name, datatype and shape, the batch, the bytes, the status and the server's duration. Values are kept
+only where a recording asks for them. Whatever captures the traffic (the edge, Triton's trace API) writes
+through RecordingWriter; replay and workload fitting read through read_recording. The folder is private
+(0700), each file 0600, and the total is capped: the oldest file goes first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from common.errors import RecordingError
+
+PROTOCOLS = ("http", "grpc")
+PREFIX, SUFFIX = "traffic-", ".jsonl"
+
+
+@dataclass(frozen=True)
+class RecordedInput:
+    """One input of a recorded request."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        if not self.name or any(d < 0 for d in self.shape):
+            raise ValueError(f"input {self.name!r}: a name and a shape of non-negative dims, got {list(self.shape)}")
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as the server saw it."""
+
+    arrival_us: int
+    model: str
+    protocol: str
+    inputs: tuple[RecordedInput, ...]
+    version: str = ""
+    batch: int = 1
+    bytes: int = 0
+    status: int = 200
+    duration_us: int = 0
+    values: dict | None = field(default=None, compare=False)  # input name -> flat values, only where asked
+
+    def __post_init__(self):
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"protocol {self.protocol!r}: expected one of {PROTOCOLS}")
+        if not self.model:
+            raise ValueError("a recorded request names its model")
+        if min(self.arrival_us, self.batch, self.bytes, self.duration_us) < 0:
+            raise ValueError("arrival, batch, bytes and duration are non-negative")
+        object.__setattr__(
+            self, "inputs", tuple(i if isinstance(i, RecordedInput) else RecordedInput(**i) for i in self.inputs)
+        )
+
+    def signature(self) -> tuple:
+        """What the shape histogram counts: each input's name, datatype and shape."""
+        return tuple((i.name, i.datatype, i.shape) for i in self.inputs)
+
+    def to_line(self) -> str:
+        data = {
+            "t": self.arrival_us,
+            "model": self.model,
+            "version": self.version,
+            "protocol": self.protocol,
+            "inputs": [[i.name, i.datatype, list(i.shape)] for i in self.inputs],
+            "batch": self.batch,
+            "bytes": self.bytes,
+            "status": self.status,
+            "duration_us": self.duration_us,
+        }
+        if self.values is not None:
+            data["values"] = self.values
+        return json.dumps(data, separators=(",", ":"))
+
+    @classmethod
+    def from_line(cls, line: str) -> "RecordedRequest":
+        data = json.loads(line)
+        inputs = tuple(RecordedInput(name, datatype, tuple(shape)) for name, datatype, shape in data["inputs"])
+        return cls(
+            int(data["t"]),
+            data["model"],
+            data["protocol"],
+            inputs,
+            str(data.get("version", "")),
+            int(data.get("batch", 1)),
+            int(data.get("bytes", 0)),
+            int(data.get("status", 200)),
+            int(data.get("duration_us", 0)),
+            data.get("values"),
+        )
+
+
+class RecordingWriter:
+    """Appends requests to traffic-NNNNNN.jsonl files in folder, a new file past max_file_bytes, the oldest
+    removed so that at most max_files remain (a size cap of about max_files x max_file_bytes)."""
+
+    def __init__(self, folder: Path, max_file_bytes: int = 64 << 20, max_files: int = 8):
+        if max_file_bytes < 1024 or max_files < 1:
+            raise RecordingError(f"recording cap {max_files} files of {max_file_bytes} bytes: use >= 1 of >= 1 KiB")
+        self.folder, self.max_file_bytes, self.max_files = Path(folder), max_file_bytes, max_files
+        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.folder, 0o700)
+        existing = recording_files(self.folder)
+        self.index = int(existing[-1].name[len(PREFIX) : -len(SUFFIX)]) if existing else 0
+        self.handle, self.size = None, 0
+        self._next_file()
+
+    def write(self, request: RecordedRequest) -> None:
+        line = (request.to_line() + "\n").encode()
+        if self.size and self.size + len(line) > self.max_file_bytes:
+            self._next_file()
+        self.handle.write(line)
+        self.size += len(line)
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _next_file(self) -> None:
+        self.close()
+        self.index += 1
+        path = self.folder / f"{PREFIX}{self.index:06d}{SUFFIX}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        self.handle, self.size = os.fdopen(fd, "ab", buffering=1 << 16), os.fstat(fd).st_size
+        for old in recording_files(self.folder)[: -self.max_files]:
+            old.unlink(missing_ok=True)
+
+
+def recording_files(folder: Path) -> list[Path]:
+    """The recording's files, oldest first."""
+    return sorted(p for p in Path(folder).glob(f"{PREFIX}*{SUFFIX}") if p.name[len(PREFIX) : -len(SUFFIX)].isdigit())
+
+
+def read_recording(folder: Path) -> Iterator[RecordedRequest]:
+    """Every recorded request, in the order written.
+
+    Raises:
+        RecordingError: no recording there, or a line that is not a recorded request (file and line named).
+    """
+    files = recording_files(folder)
+    if not files:
+        raise RecordingError(f"no recording in {folder}: expected traffic-NNNNNN.jsonl files (a recording's folder)")
+    for path in files:
+        with open(path) as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    yield RecordedRequest.from_line(line)
+                except (ValueError, KeyError, TypeError) as err:
+                    raise RecordingError(f"{path}:{number}: not a recorded request ({err})") from None
+
+
+def shape_histogram(requests) -> dict[str, Counter]:
+    """Per model, how many requests carried each input signature (names, datatypes, shapes)."""
+    found: dict[str, Counter] = {}
+    for request in requests:
+        found.setdefault(request.model, Counter())[request.signature()] += 1
+    return found
