@@ -47,6 +47,7 @@ SERVER_PORTS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port
 HEALTH_PORT ?= 8003
 # Triton's per-model latency summaries (p50/p90/p99 in /metrics): 0 saves ~50 us of a server thread per request
 LATENCY_SUMMARIES ?= 1
+export TRITON_LATENCY_SUMMARIES = $(LATENCY_SUMMARIES)
 NGC_RELEASE ?= $(shell sed -n 's/^NGC_RELEASE=//p' docker/.env)
 COMPOSE := docker compose --env-file docker/.env -f docker/compose.yaml
 # the admin key's file (created on first use, mode 600): Docker reads it as a secret, nothing passes the key itself
@@ -77,7 +78,7 @@ build-engines: install ## Export, validate, quantize, write the repository: MODE
 		$(if $(COMPILED),--compiled "$(COMPILED)")
 
 serve: install ## Start the embedded tritonserver on REPO, supervised (HEALTH_PORT: readiness for load balancers; LATENCY_SUMMARIES=0: no p99 summaries)
-	TRITON_LATENCY_SUMMARIES=$(LATENCY_SUMMARIES) $(PY) -m server start --repo $(REPO) $(SERVER_PORTS) --health-port $(HEALTH_PORT) --state-dir $(STATE_DIR) $(SERVER_TLS) \
+	$(PY) -m server start --repo $(REPO) $(SERVER_PORTS) --health-port $(HEALTH_PORT) --state-dir $(STATE_DIR) $(SERVER_TLS) \
 		$(if $(INTERNAL_HTTP_PORT),--internal-http-port $(INTERNAL_HTTP_PORT))
 
 stop: ## Stop what `make serve`, `make cluster` or `make monitor` started in STATE_DIR
@@ -86,7 +87,7 @@ stop: ## Stop what `make serve`, `make cluster` or `make monitor` started in STA
 
 REPLICAS ?= 2
 cluster: install ## REPLICAS supervised tritonservers on REPO behind Envoy on HTTP_PORT/GRPC_PORT (stats: METRICS_PORT); GPU_PER_REPLICA=1 REPLICA_BASE_PORT=9100; `make stop` ends all
-	TRITON_LATENCY_SUMMARIES=$(LATENCY_SUMMARIES) $(PY) -m server cluster --replicas $(REPLICAS) --repo $(REPO) $(SERVER_PORTS) --state-dir $(STATE_DIR) \
+	$(PY) -m server cluster --replicas $(REPLICAS) --repo $(REPO) $(SERVER_PORTS) --state-dir $(STATE_DIR) \
 		$(if $(GPU_PER_REPLICA),--gpu-per-replica) $(if $(REPLICA_BASE_PORT),--replica-base-port $(REPLICA_BASE_PORT)) \
 		$(SERVER_TLS)
 

@@ -567,9 +567,7 @@ def gpu_bench(
 @click.option(
     "--max-batch", type=int, default=0, help="The served model's max batch (default: 1024 on a GPU, the spec's)."
 )
-@click.option(
-    "--instances", type=int, default=0, help="Instances of the served engine (default: 2 on a GPU, 1 on a CPU)."
-)
+@click.option("--instances", type=int, default=0, help="Instances of the served engine (default: 1).")
 @click.option("--no-before", is_flag=True, help="CPU: skip the rows of the model served as before ragged batching.")
 @click.option(
     "--summaries-off-too",

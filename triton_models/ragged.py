@@ -13,6 +13,7 @@ Pure numpy: the ONNX Runtime model.py and the torch runtime share it, and the un
 from __future__ import annotations
 
 import bisect
+import functools
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -109,8 +110,8 @@ def length_steps(low: int, high: int) -> tuple[int, ...]:
     sizes, size = {high}, low
     while size < high:
         sizes.add(size)
-        size += max(8, 1 << max(size.bit_length() - 3, 0)) if size >= 64 else 8
-    return tuple(sorted(v for v in sizes if v <= high))
+        size += 8 if size < 64 else 1 << (size.bit_length() - 3)
+    return tuple(sorted(sizes))
 
 
 def half_octaves(low: int, high: int) -> tuple[int, ...]:
@@ -122,11 +123,12 @@ def half_octaves(low: int, high: int) -> tuple[int, ...]:
     return tuple(sorted(sizes))
 
 
+@functools.lru_cache(maxsize=16)  # asked once per batch on the CPU path
 def exact_grid(grid: LengthGrid) -> LengthGrid:
     """The grid that groups rows where each group runs at its own longest row (no graphs: the CPU's way): two
     buckets per octave. There a bucket only decides which rows share a run, and finer ones split a dynamic batch
     into more, smaller runs (on 2 cores, ONNX Runtime served single sentences at 86/s with the GPU's quarter
-    octaves, against 105/s with half octaves)."""
+    octaves, against 97/s with half octaves: docs/cpu/text_bench_2core_*.md)."""
     lengths = half_octaves(min(grid.lengths[0], MIN_LENGTH_BUCKET), grid.max_length)
     return LengthGrid(lengths, grid.batches, grid.token_budget)
 
