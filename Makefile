@@ -43,6 +43,9 @@ PYTEST_ARGS ?=
 SPEC_TEXT ?= examples/text/models.toml
 TEXT_MODEL ?= minilm_l6_random
 
+# RECORD=1: the traffic's shapes in STATE_DIR/traffic (no values); RECORD=values: request bodies too
+RECORD ?= 0
+RECORDING = --record $(RECORD) $(if $(RECORD_FILE_MB),--record-file-mb $(RECORD_FILE_MB)) $(if $(RECORD_FILES),--record-files $(RECORD_FILES))
 SERVER_PORTS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 HEALTH_PORT ?= 8003
 # Triton's per-model latency summaries (p50/p90/p99 in /metrics): 0 saves ~50 us of a server thread per request
@@ -77,19 +80,19 @@ build-engines: install ## Export, validate, quantize, write the repository: MODE
 		--weights $(WEIGHTS) --precisions "$(PRECISIONS)" $(if $(CALIBRATION),--calibration $(CALIBRATION)) \
 		$(if $(COMPILED),--compiled "$(COMPILED)")
 
-serve: install ## Start the embedded tritonserver on REPO, supervised (HEALTH_PORT: readiness for load balancers; LATENCY_SUMMARIES=0: no p99 summaries)
+serve: install ## Start the embedded tritonserver on REPO, supervised (HEALTH_PORT: readiness for load balancers; LATENCY_SUMMARIES=0: no p99 summaries; RECORD=1|values: record the traffic)
 	$(PY) -m server start --repo $(REPO) $(SERVER_PORTS) --health-port $(HEALTH_PORT) --state-dir $(STATE_DIR) $(SERVER_TLS) \
-		$(if $(INTERNAL_HTTP_PORT),--internal-http-port $(INTERNAL_HTTP_PORT))
+		$(if $(INTERNAL_HTTP_PORT),--internal-http-port $(INTERNAL_HTTP_PORT)) $(RECORDING)
 
 stop: ## Stop what `make serve`, `make cluster` or `make monitor` started in STATE_DIR
 	@if [ -x $(PY) ]; then $(PY) -m loadtest prometheus stop --state-dir $(STATE_DIR) >/dev/null; \
 		$(PY) -m server stop --state-dir $(STATE_DIR); fi
 
 REPLICAS ?= 2
-cluster: install ## REPLICAS supervised tritonservers on REPO behind Envoy on HTTP_PORT/GRPC_PORT (stats: METRICS_PORT); GPU_PER_REPLICA=1 REPLICA_BASE_PORT=9100; `make stop` ends all
+cluster: install ## REPLICAS supervised tritonservers on REPO behind Envoy on HTTP_PORT/GRPC_PORT (stats: METRICS_PORT); GPU_PER_REPLICA=1 REPLICA_BASE_PORT=9100 RECORD=1; `make stop` ends all
 	$(PY) -m server cluster --replicas $(REPLICAS) --repo $(REPO) $(SERVER_PORTS) --state-dir $(STATE_DIR) \
 		$(if $(GPU_PER_REPLICA),--gpu-per-replica) $(if $(REPLICA_BASE_PORT),--replica-base-port $(REPLICA_BASE_PORT)) \
-		$(SERVER_TLS)
+		$(SERVER_TLS) $(RECORDING)
 
 cluster-restart: install ## Rolling restart of the cluster's replicas (each back in Envoy before the next)
 	$(PY) -m server cluster-restart --state-dir $(STATE_DIR)

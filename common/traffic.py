@@ -2,7 +2,9 @@
 
 Each line is a RecordedRequest: when the request arrived (µs), which model and version, the protocol, each
 input's name, datatype and shape, the batch, the bytes, the status and the server's duration. Values are kept
-only where a recording asks for them. Whatever captures the traffic (the edge, Triton's trace API) writes
+only where a recording asks for them (the request's body, base64, and for HTTP the length of its JSON
+header). Status is the HTTP status (http) or the gRPC status code (grpc, 0: OK), -1 where none was sent.
+Whatever captures the traffic (the edge, Triton's trace API) writes
 through RecordingWriter; replay and workload fitting read through read_recording. The folder is private
 (0700), each file 0600, and the total is capped: the oldest file goes first.
 """
@@ -20,6 +22,7 @@ from common.errors import RecordingError
 
 PROTOCOLS = ("http", "grpc")
 PREFIX, SUFFIX = "traffic-", ".jsonl"
+CURRENT = "traffic-current.jsonl"  # the file a live recording appends to (the edge's access log)
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ class RecordedRequest:
     bytes: int = 0
     status: int = 200
     duration_us: int = 0
-    values: dict | None = field(default=None, compare=False)  # input name -> flat values, only where asked
+    values: dict | None = field(default=None, compare=False)  # {"body": base64, "header_length": n}, where asked
 
     def __post_init__(self):
         if self.protocol not in PROTOCOLS:
@@ -84,20 +87,25 @@ class RecordedRequest:
 
     @classmethod
     def from_line(cls, line: str) -> "RecordedRequest":
-        data = json.loads(line)
-        inputs = tuple(RecordedInput(name, datatype, tuple(shape)) for name, datatype, shape in data["inputs"])
+        data = json.loads(line)  # the edge's access log writes null where it has no value
+        inputs = tuple(RecordedInput(n, d, tuple(shape)) for n, d, shape in data.get("inputs") or ())
         return cls(
             int(data["t"]),
             data["model"],
             data["protocol"],
             inputs,
-            str(data.get("version", "")),
-            int(data.get("batch", 1)),
-            int(data.get("bytes", 0)),
-            int(data.get("status", 200)),
-            int(data.get("duration_us", 0)),
+            str(data.get("version") or ""),
+            int(_given(data, "batch", 1)),
+            int(_given(data, "bytes", 0)),
+            int(_given(data, "status", -1)),
+            int(_given(data, "duration_us", 0)),
             data.get("values"),
         )
+
+
+def _given(data: dict, key: str, default):
+    value = data.get(key)
+    return default if value is None else value
 
 
 class RecordingWriter:
@@ -110,8 +118,7 @@ class RecordingWriter:
         self.folder, self.max_file_bytes, self.max_files = Path(folder), max_file_bytes, max_files
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.folder, 0o700)
-        existing = recording_files(self.folder)
-        self.index = int(existing[-1].name[len(PREFIX) : -len(SUFFIX)]) if existing else 0
+        self.index = _last_index(self.folder)
         self.handle, self.size = None, 0
         self._next_file()
 
@@ -139,24 +146,42 @@ class RecordingWriter:
         path = self.folder / f"{PREFIX}{self.index:06d}{SUFFIX}"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
         self.handle, self.size = os.fdopen(fd, "ab", buffering=1 << 16), os.fstat(fd).st_size
-        for old in recording_files(self.folder)[: -self.max_files]:
+        for old in _rotated(self.folder)[: -self.max_files]:
             old.unlink(missing_ok=True)
 
 
-def recording_files(folder: Path) -> list[Path]:
-    """The recording's files, oldest first."""
+def _rotated(folder: Path) -> list[Path]:
     return sorted(p for p in Path(folder).glob(f"{PREFIX}*{SUFFIX}") if p.name[len(PREFIX) : -len(SUFFIX)].isdigit())
 
 
+def _last_index(folder: Path) -> int:
+    rotated = _rotated(folder)
+    return int(rotated[-1].name[len(PREFIX) : -len(SUFFIX)]) if rotated else 0
+
+
+def rotated_name(folder: Path) -> str:
+    """The name of the next rotated file in folder."""
+    return f"{PREFIX}{_last_index(folder) + 1:06d}{SUFFIX}"
+
+
+def recording_files(folder: Path) -> list[Path]:
+    """The recording's files, oldest first: the rotated ones, then the one being written."""
+    current = Path(folder) / CURRENT
+    return _rotated(folder) + ([current] if current.exists() else [])
+
+
 def read_recording(folder: Path) -> Iterator[RecordedRequest]:
-    """Every recorded request, in the order written.
+    """Every recorded request of a recording's folder (or of one of its files), in the order written (the edge
+    writes a line when its request ends: sort by arrival where order matters).
 
     Raises:
         RecordingError: no recording there, or a line that is not a recorded request (file and line named).
     """
-    files = recording_files(folder)
+    files = [Path(folder)] if Path(folder).is_file() else recording_files(folder)
     if not files:
-        raise RecordingError(f"no recording in {folder}: expected traffic-NNNNNN.jsonl files (a recording's folder)")
+        raise RecordingError(
+            f"no recording in {folder}: expected traffic-*.jsonl files (STATE_DIR/traffic after `make serve RECORD=1`)"
+        )
     for path in files:
         with open(path) as handle:
             for number, line in enumerate(handle, 1):

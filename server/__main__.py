@@ -15,6 +15,19 @@ TLS_CERT = click.option(
     default=None,
     help="PEM certificate chain: Envoy's listeners speak TLS (with --tls-key).",
 )
+RECORD = click.option(
+    "--record",
+    default="0",
+    show_default=True,
+    help="Record the traffic at the edge in STATE_DIR/traffic: 1 (model, version, protocol, each input's name, "
+    "datatype and shape, batch, bytes, status, duration; no values), values (each body too, up to 1 MiB), 0 (off).",
+)
+RECORD_FILE_MB = click.option(
+    "--record-file-mb", type=float, default=64.0, show_default=True, help="A recording file is rotated past this."
+)
+RECORD_FILES = click.option(
+    "--record-files", type=int, default=8, show_default=True, help="Rotated recording files kept (oldest go first)."
+)
 TLS_KEY = click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM private key.")
 
 
@@ -50,6 +63,9 @@ def cli():
     "(gRPC, metrics and readiness stay the server's own ports). Needs --supervise.",
 )
 @click.option("--max-request-mb", type=float, default=64.0, show_default=True, help="The edge's cap on a body.")
+@RECORD
+@RECORD_FILE_MB
+@RECORD_FILES
 @click.option(
     "--internal-http-port",
     type=int,
@@ -76,18 +92,26 @@ def start(
     tls_cert,
     tls_key,
     state_dir,
+    record,
+    record_file_mb,
+    record_files,
 ):
     """Start the server and return once every model is ready."""
     from common.endpoints import read_state
     from server.launcher import ServerSettings, start
+    from server.recording import record_settings
 
     step(f"starting tritonserver on {repo} (http {http_port}, grpc {grpc_port}, metrics {metrics_port})")
     ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
     settings = ServerSettings(
         repo, **ports, host=host, state_dir=state_dir, startup_timeout=timeout, model_control=model_control
     )
+    recording = record_settings(record, state_dir, record_file_mb, record_files)
+    if recording is not None and not (supervise and edge):
+        raise click.UsageError("--record needs the edge and the supervisor (drop --no-edge / --no-supervise)")
     if supervise and edge:
-        state = _start_behind_edge(settings, health_port, max_request_mb, _tls(tls_cert, tls_key), internal_http_port)
+        tls = _tls(tls_cert, tls_key)
+        state = _start_behind_edge(settings, health_port, max_request_mb, tls, internal_http_port, recording)
     elif supervise:
         from server.supervisor_process import start_supervised
 
@@ -101,7 +125,9 @@ def start(
     click.echo(f"admin key (header '{'admin-key'}') in {state.admin_key_file}")
 
 
-def _start_behind_edge(settings, health_port: int, max_request_mb: float, tls=None, internal_http_port: int = 0):
+def _start_behind_edge(
+    settings, health_port: int, max_request_mb: float, tls=None, internal_http_port: int = 0, record=None
+):
     """One supervised server whose HTTP port is Envoy's edge (server/edge.py); its state as clients see it."""
     from common.endpoints import read_state
     from server.cluster import ClusterSettings, start_cluster
@@ -122,6 +148,7 @@ def _start_behind_edge(settings, health_port: int, max_request_mb: float, tls=No
         health_port=health_port,
         tls=tls,
         internal_http_port=internal_http_port,
+        record=record,
     )
     start_cluster(cluster)
     state = read_state(settings.state_dir / "replica-0")
@@ -129,6 +156,9 @@ def _start_behind_edge(settings, health_port: int, max_request_mb: float, tls=No
         f"edge: http {settings.host}:{settings.http_port} checked by Envoy before tritonserver "
         f"(body cap {max_request_mb:g} MB; its http {state.http_url} is internal)"
     )
+    if record is not None:
+        kept = "shapes and bodies" if record.values else "shapes, no values"
+        click.echo(f"recording: http and grpc through the edge ({kept}) in {record.folder}")
     front = read_state(settings.state_dir)  # the ports clients use; pid and log of the server itself
     return dataclasses.replace(front, pid=state.pid, log=state.log)
 
@@ -164,6 +194,9 @@ def supervise(repo, ports, host, timeout, drain, probes, state_dir):
 @TLS_CERT
 @TLS_KEY
 @STATE_DIR
+@RECORD
+@RECORD_FILE_MB
+@RECORD_FILES
 @user_errors
 def cluster(
     replicas,
@@ -178,9 +211,13 @@ def cluster(
     tls_cert,
     tls_key,
     state_dir,
+    record,
+    record_file_mb,
+    record_files,
 ):
     """Start REPLICAS supervised tritonservers behind Envoy; return once Envoy routes to every one."""
     from server.cluster import ClusterSettings, start_cluster
+    from server.recording import record_settings
 
     settings = ClusterSettings(
         repo,
@@ -194,6 +231,7 @@ def cluster(
         gpu_per_replica=gpu_per_replica,
         replica_base_port=replica_base_port,
         tls=_tls(tls_cert, tls_key),
+        record=record_settings(record, state_dir, record_file_mb, record_files),
     )
     state = start_cluster(settings)
     click.echo(
@@ -201,6 +239,8 @@ def cluster(
         f"stats {host}:{metrics_port}/stats/prometheus, "
         f"admin: unix socket {state_dir}/envoy-admin.sock (0600)"
     )
+    if state.recording:
+        click.echo(f"recording: http and grpc in {state.recording}")
     for replica in state.replicas:
         ports = f"http {replica.http_port}, grpc {replica.grpc_port}, readiness {replica.health_port}"
         click.echo(f"  {replica.name}: {ports} (log {state_dir}/{replica.name}/tritonserver.log)")
@@ -215,12 +255,23 @@ def _tls(cert, key):
 @cli.command("envoy-run", hidden=True)
 @click.option("--config", type=click.Path(path_type=Path), required=True)
 @click.option("--log", type=click.Path(path_type=Path), required=True)
-def envoy_run(config, log):
-    """Run Envoy in the foreground, restarting it if it dies (what `cluster` starts)."""
+@click.option("--record-dir", type=click.Path(path_type=Path), default=None)
+@click.option("--record-file-mb", type=float, default=64.0)
+@click.option("--record-files", type=int, default=8)
+@click.option("--admin-socket", type=click.Path(path_type=Path), default=None)
+def envoy_run(config, log, record_dir, record_file_mb, record_files, admin_socket):
+    """Run Envoy in the foreground, restarting it if it dies, rotating a recording (what `cluster` starts)."""
     from server.cluster import envoy_binary
     from server.envoy_process import run
 
-    raise SystemExit(run(envoy_binary(), config, log))
+    keep = None
+    if record_dir is not None:
+        from server.cluster import admin_get
+        from server.recording import RecordSettings, rotate
+
+        record = RecordSettings(record_dir, max_file_mb=record_file_mb, max_files=record_files)
+        keep = lambda: rotate(record, lambda: admin_get(admin_socket, "/reopen_logs", "POST"))  # noqa: E731
+    raise SystemExit(run(envoy_binary(), config, log, keep))
 
 
 @cli.command("cluster-restart")
@@ -281,10 +332,14 @@ def status(state_dir):
         click.echo(f"pid {state.pid}, http {state.http_url}, grpc {state.grpc_url}, repo {state.repo}, log {state.log}")
         return
     cluster = read_cluster(state_dir)
-    front = "edge (Envoy, HTTP)" if cluster.single else "Envoy"
+    front = (
+        ("edge (Envoy, HTTP and gRPC)" if cluster.recording else "edge (Envoy, HTTP)") if cluster.single else "Envoy"
+    )
     click.echo(
         f"{front}: pid {state.pid}, http {state.http_url}, grpc {state.grpc_url}, repo {state.repo}, log {state.log}"
     )
+    if cluster.recording:
+        click.echo(f"  recording the traffic in {cluster.recording}")
     for replica in cluster.replicas:
         inner = read_state(state_dir / replica.name)
         click.echo(

@@ -26,6 +26,7 @@ from server import launcher
 from server.edge import EdgeLimits, http_filters, model_rules
 from server.envoy_config import Balancing, EnvoySettings, Replica, envoy_config
 from server.processes import terminate_group
+from server.recording import RecordSettings, access_log, grpc_filters, prepare
 from server.supervisor import HEALTH_SOCKET
 from server.supervisor_process import start_supervised, stop_supervisor
 
@@ -55,8 +56,15 @@ class ClusterSettings:
     health_port: int = endpoints.HEALTH_PORT
     tls: tuple[str, str] | None = None  # (certificate chain, private key): Envoy's listeners speak TLS
     internal_http_port: int = 0  # single: tritonserver's own HTTP port behind Envoy (0: a free one)
+    record: RecordSettings | None = None  # record the traffic at the edge (HTTP and gRPC both go through Envoy)
+
+    @property
+    def grpc_through_envoy(self) -> bool:
+        return not self.single or self.record is not None
 
     def __post_init__(self):
+        if self.record is not None and self.edge is None:
+            raise ServerError("recording the traffic needs the edge (it reads each request there): turn the edge on")
         if self.replicas < 1:
             raise ServerError(f"REPLICAS={self.replicas}: a cluster needs at least one replica")
         if self.single and self.replicas != 1:
@@ -72,10 +80,11 @@ class ClusterSettings:
         """http, grpc, metrics and readiness ports of replica index."""
         if self.single:
             internal = self.internal_http_port or endpoints.free_ports(1)[0]
-            named = (("internal http", internal), ("grpc", self.grpc_port), ("metrics", self.admin_port))
+            grpc = endpoints.free_ports(1)[0] if self.grpc_through_envoy else self.grpc_port
+            named = (("internal http", internal), ("grpc", grpc), ("metrics", self.admin_port))
             for label, port in (*named, ("health", self.health_port)):
                 launcher.check_port_free(self.host, label, port)
-            return [internal, self.grpc_port, self.admin_port, self.health_port]
+            return [internal, grpc, self.admin_port, self.health_port]
         if not self.replica_base_port:
             return endpoints.free_ports(4)
         base = self.replica_base_port + 4 * index
@@ -113,6 +122,7 @@ class ClusterState:
     stats_port: int = 0  # 0: no Envoy stats listener (a single server behind the edge)
     repo: str = ""
     single: bool = False  # one server behind the edge
+    recording: str = ""  # the traffic recording's folder ("": not recording)
     replicas: list[Replica] = field(default_factory=list)
     envoy_pid: int | None = None  # Envoy's keeper (python -m server envoy-run)
     env: dict[str, dict] = field(default_factory=dict)  # per replica: its environment (CUDA_VISIBLE_DEVICES)
@@ -139,11 +149,8 @@ def start_cluster(settings: ClusterSettings) -> ClusterState:
     Raises:
         ServerError: a port is taken, a replica or Envoy did not come up (everything started is stopped).
     """
-    front = (
-        (("http", settings.http_port),)
-        if settings.single
-        else (("http", settings.http_port), ("grpc", settings.grpc_port), ("metrics", settings.admin_port))
-    )
+    front = (("http", settings.http_port),) + ((("grpc", settings.grpc_port),) if settings.grpc_through_envoy else ())
+    front += () if settings.single else (("metrics", settings.admin_port),)
     for label, port in front:
         launcher.check_port_free(settings.host, label, port)
     envoy_binary()  # installed, or say how before starting anything
@@ -156,6 +163,7 @@ def start_cluster(settings: ClusterSettings) -> ClusterState:
         stats_port=0 if settings.single else settings.admin_port,
         repo=str(settings.repo.resolve()),
         single=settings.single,
+        recording=str(settings.record.folder) if settings.record else "",
     )
     try:
         for index in range(settings.replicas):
@@ -197,7 +205,8 @@ def _start_replica(settings: ClusterSettings, index: int, env: dict) -> Replica:
 
 def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> int:
     """Write envoy.json and start `python -m server envoy-run` (Envoy's keeper); return the keeper's pid."""
-    edge = tuple(http_filters(model_rules(settings.repo), settings.edge)) if settings.edge else ()
+    rules = model_rules(settings.repo) if settings.edge else {}
+    edge = tuple(http_filters(rules, settings.edge, settings.record)) if settings.edge else ()
     stats = 0 if settings.single else settings.admin_port
     socket_path = str(admin_socket(settings.state_dir))
     envoy = EnvoySettings(
@@ -209,25 +218,26 @@ def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> in
         settings.host,
         settings.balancing,
         edge,
-        grpc=not settings.single,
+        grpc=settings.grpc_through_envoy,
         tls=settings.tls,
         **(
             {"max_header_kb": settings.edge.max_header_kb, "max_connections": settings.edge.max_connections}
             if settings.edge
             else {}
         ),
+        **_recording(settings, rules),
     )
     config = settings.state_dir / "envoy.json"
     config.write_text(json.dumps(envoy_config(envoy), indent=2))
-    ports = (
-        f"http {settings.http_port}"
-        if settings.single
-        else f"http {settings.http_port}, grpc {settings.grpc_port}, stats {settings.admin_port}"
-    )
+    ports = f"http {settings.http_port}" + (f", grpc {settings.grpc_port}" if settings.grpc_through_envoy else "")
+    ports += "" if settings.single else f", stats {settings.admin_port}"
     step(f"envoy: {ports} -> {len(replicas)} replicas")
     log = settings.state_dir / "envoy.log"
     log.write_text("")
     command = [sys.executable, "-m", "server", "envoy-run", "--config", str(config), "--log", str(log)]
+    if settings.record is not None:
+        step(f"recording the traffic (HTTP and gRPC) in {settings.record.folder}")
+        command += [*settings.record.to_args(), "--admin-socket", socket_path]
     with open(log, "a") as handle:  # the keeper must not hold the caller's stdout/stderr (`make cluster | tail`)
         process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
@@ -236,6 +246,16 @@ def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> in
     if process.poll() is not None:
         raise ServerError(f"envoy exited with code {process.returncode}; see {log}")
     return process.pid
+
+
+def _recording(settings: ClusterSettings, rules: dict) -> dict:
+    """EnvoySettings' fields for a recording: the gRPC listener's Lua and both listeners' access logs."""
+    if settings.record is None:
+        return {}
+    prepare(settings.record)
+    logs = {protocol: (access_log(settings.record, protocol),) for protocol in ("http", "grpc")}
+    filters = grpc_filters(settings.record, rules, settings.edge.max_request_bytes)
+    return {"grpc_filters": tuple(filters), "access_logs": logs}
 
 
 def admin_socket(state_dir: Path) -> Path:

@@ -436,6 +436,11 @@ local function check_infer(handle, model)
     if not reading[i] then return 400, why .. " (refused at the edge, before the server)" end
   end
   if CONFIG.echo_reading then handle:streamInfo():dynamicMetadata():set("edge", "read", table.concat(reading, ";")) end
+  if CONFIG.record then
+    local recorded = {}
+    for i, input in ipairs(request.inputs) do recorded[i] = {input.name, input.datatype, (shape_of(input))} end
+    record_inputs(handle, model, recorded, text, header_length and tonumber(header_length))
+  end
   return nil
 end
 
@@ -549,7 +554,19 @@ local function check(handle)
   return nil
 end
 
+local INFER_PATH = "^/v2/models/([%w_%.%-]+)/infer$"
+local INFER_VERSION_PATH = "^/v2/models/([%w_%.%-]+)/versions/([0-9]+)/infer$"
+
+local function record_path(handle)
+  -- a recording (server/record.lua) names every inference request's model, refused ones included
+  local path = handle:headers():get(":path") or ""
+  local model, version = path:match(INFER_VERSION_PATH)
+  model = model or path:match(INFER_PATH)
+  if model then record_start(handle, model, version) end
+end
+
 function envoy_on_request(handle)
+  if CONFIG.record then record_path(handle) end
   local ok, status, why = pcall(check, handle)
   if not ok then
     local err = status

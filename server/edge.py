@@ -12,6 +12,7 @@ from pathlib import Path
 from common.errors import ServerError
 
 LUA_SOURCE = Path(__file__).with_name("edge.lua")
+RECORD_LUA = Path(__file__).with_name("record.lua")  # appended while recording (server/recording.py)
 BUFFER = "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer"
 LUA = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"
 MIB = 1 << 20
@@ -101,8 +102,9 @@ def lua_literal(value) -> str:
     raise ServerError(f"the edge's configuration cannot carry {type(value).__name__} values: {value!r}")
 
 
-def lua_code(rules: dict[str, ModelRules], limits: EdgeLimits) -> str:
-    """edge.lua with its CONFIG: the rules and limits as a Lua table."""
+def lua_code(rules: dict[str, ModelRules], limits: EdgeLimits, record=None) -> str:
+    """edge.lua with its CONFIG: the rules and limits as a Lua table (and record.lua, where record is a
+    server.recording.RecordSettings)."""
     config = {
         "models": {n: asdict(r) for n, r in rules.items()},
         "max_tensor_bytes": limits.max_tensor_bytes,
@@ -113,10 +115,14 @@ def lua_code(rules: dict[str, ModelRules], limits: EdgeLimits) -> str:
         "echo_reading": limits.echo_reading,
     }
     echo = "envoy_on_response = edge_echo_reading\n" if limits.echo_reading else ""
-    return LUA_SOURCE.read_text() + "\nCONFIG = " + lua_literal(config) + "\n" + echo
+    source = LUA_SOURCE.read_text()
+    if record is not None:
+        config.update(record.lua_config())
+        source += "\n" + RECORD_LUA.read_text()
+    return source + "\nCONFIG = " + lua_literal(config) + "\n" + echo
 
 
-def http_filters(rules: dict[str, ModelRules], limits: EdgeLimits) -> list[dict]:
+def http_filters(rules: dict[str, ModelRules], limits: EdgeLimits, record=None) -> list[dict]:
     """Envoy HTTP filters of the edge, before the router: buffer (size cap, chunked bodies), then Lua."""
     return [
         {
@@ -125,6 +131,6 @@ def http_filters(rules: dict[str, ModelRules], limits: EdgeLimits) -> list[dict]
         },
         {
             "name": "envoy.filters.http.lua",
-            "typed_config": {"@type": LUA, "default_source_code": {"inline_string": lua_code(rules, limits)}},
+            "typed_config": {"@type": LUA, "default_source_code": {"inline_string": lua_code(rules, limits, record)}},
         },
     ]

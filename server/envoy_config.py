@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 PREVIOUS_HOSTS = "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"
 ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+BUFFER_PER_ROUTE = "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.BufferPerRoute"
 ADMIN_SOCKET_MODE = 0o600
 STATS_PATH = "/stats/prometheus"
 HTTP_INFER = r"^/v2/models/[A-Za-z0-9_.-]+(/versions/[0-9]+)?/infer$"
@@ -84,6 +85,8 @@ class EnvoySettings:
     tls: tuple[str, str] | None = None  # (certificate chain, private key) PEM files: the listeners speak TLS
     max_header_kb: int = 60  # request line + headers per request (431 beyond)
     max_connections: int = 0  # downstream connections at once, all listeners together (0: Envoy's default, none)
+    grpc_filters: tuple = ()  # HTTP filters before the router on the gRPC listener (server/recording.py)
+    access_logs: dict = field(default_factory=dict)  # protocol ('http', 'grpc') -> access log configs
 
     def __post_init__(self):
         if not self.replicas:
@@ -181,7 +184,7 @@ def _route(cluster: str, b: Balancing, match: dict, retry_on: str, codes: tuple[
     return {"match": match, "route": action}
 
 
-def routes(cluster: str, b: Balancing, protocol: str) -> list[dict]:
+def routes(cluster: str, b: Balancing, protocol: str, stream_config: dict | None = None) -> list[dict]:
     """Every request to cluster, retried on another replica when it failed before a replica answered;
     gRPC inference also on UNAVAILABLE (a replica going away), other gRPC calls not (a refused admin call);
     HTTP inference also on 404 (the model is being reloaded on that replica: its readiness stays up, since one
@@ -189,6 +192,8 @@ def routes(cluster: str, b: Balancing, protocol: str) -> list[dict]:
     before_answer = "connect-failure,refused-stream,reset-before-request"
     if protocol == "grpc":
         found = [_route(cluster, b, {"path": path}, before_answer + ",unavailable") for path in GRPC_INFER]
+        if stream_config:  # streams flow through the filters unbuffered
+            found[1]["typed_per_filter_config"] = stream_config
     else:
         found = [_route(cluster, b, {"safe_regex": {"regex": HTTP_INFER}}, before_answer, codes=(404,))]
     return found + [_route(cluster, b, {"prefix": "/"}, before_answer)]
@@ -202,10 +207,10 @@ def listener(name: str, s: EnvoySettings, port: int, cluster: str, protocol: str
         "codec_type": "AUTO",
         "route_config": {
             "name": name,
-            "virtual_hosts": [{"name": name, "domains": ["*"], "routes": routes(cluster, s.balancing, protocol)}],
+            "virtual_hosts": [{"name": name, "domains": ["*"], "routes": _routes(cluster, s, protocol)}],
         },
         "http_filters": [
-            *(s.edge_filters if protocol == "http" else ()),
+            *(s.edge_filters if protocol == "http" else s.grpc_filters),
             {"name": "envoy.filters.http.router", "typed_config": {"@type": ROUTER}},
         ],
         "stream_idle_timeout": _duration(s.balancing.request_timeout),
@@ -214,10 +219,19 @@ def listener(name: str, s: EnvoySettings, port: int, cluster: str, protocol: str
     }
     if protocol == "grpc":
         manager["http2_protocol_options"] = {}
+    if s.access_logs.get(protocol):
+        manager["access_log"] = list(s.access_logs[protocol])
     chain = {"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}]}
     if s.tls:
         chain["transport_socket"] = _tls(s.tls, "h2" if protocol == "grpc" else "http/1.1")
     return {"name": name, "address": _address(s.host, port), "filter_chains": [chain]}
+
+
+def _routes(cluster: str, s: EnvoySettings, protocol: str) -> list[dict]:
+    if protocol == "grpc" and s.grpc_filters:  # the buffer off for streams: they must flow, not wait for their end
+        unbuffered = {"envoy.filters.http.buffer": {"@type": BUFFER_PER_ROUTE, "disabled": True}}
+        return routes(cluster, s.balancing, protocol, unbuffered)
+    return routes(cluster, s.balancing, protocol)
 
 
 def _tls(files: tuple[str, str], alpn: str) -> dict:

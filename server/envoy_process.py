@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 
 
-def run(binary: Path, config: Path, log: Path) -> int:
-    """Run Envoy until SIGTERM/SIGINT; restart it (after 0.5 s) whenever it exits on its own.
+def run(binary: Path, config: Path, log: Path, keep=None) -> int:
+    """Run Envoy until SIGTERM/SIGINT; restart it (after 0.5 s) whenever it exits on its own; call keep()
+    about once a second meanwhile (a recording's rotation).
 
     Hot restart is off: Envoy then keeps no shared-memory files in /dev/shm (they outlived crashed runs)."""
     stopping = threading.Event()
@@ -28,14 +29,25 @@ def run(binary: Path, config: Path, log: Path) -> int:
             process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT, umask=0o077
             )
+            ticks = 0
             while process.poll() is None and not stopping.wait(0.2):
-                pass
+                ticks += 1
+                if keep is not None and ticks % 5 == 0:
+                    _keep(keep, handle)
             if stopping.is_set():
                 return _stop(process)
             handle.write(f"envoy-run: envoy exited with code {process.returncode}; restarting\n")
             handle.flush()
             time.sleep(0.5)
     return 0
+
+
+def _keep(keep, handle) -> None:
+    try:
+        keep()
+    except OSError as err:  # a full disk or a busy admin socket must not take Envoy down: said, tried again
+        handle.write(f"envoy-run: {err}\n")
+        handle.flush()
 
 
 def _stop(process: subprocess.Popen, timeout: float = 10.0) -> int:

@@ -71,9 +71,9 @@ def served(tmp_path_factory, digits_build):
         yield Served(state, repo, models)
 
 
-def behind_edge(repo: Path, state_dir: Path, **edge):
+def behind_edge(repo: Path, state_dir: Path, record=None, **edge):
     """ClusterSettings of one supervised server behind the edge (what `make serve` starts), on free ports;
-    edge: EdgeLimits fields (echo_reading=True for the differential test)."""
+    edge: EdgeLimits fields (echo_reading=True for the differential test); record: a RecordSettings."""
     from server.cluster import ClusterSettings
     from server.edge import EdgeLimits
 
@@ -88,4 +88,5 @@ def behind_edge(repo: Path, state_dir: Path, **edge):
         single=True,
         health_port=health_port,
         edge=EdgeLimits(**edge),
+        record=record,
     )

@@ -1,0 +1,128 @@
+-- Traffic recording (server/recording.py appends this file to the edge's Lua when a recording is on).
+--
+-- What an inference request carried goes into Envoy's dynamic metadata under "traffic" (model, version,
+-- each input's name, datatype and shape, the batch; the body only where values are recorded). Envoy's access
+-- log writes it, with the arrival time, status, bytes and duration, as one JSON line per request.
+-- HTTP: the edge's own reading, after its checks (edge.lua calls record_start and record_inputs).
+-- gRPC: ModelInfer's protobuf header is read here (grpc_on_request). Its raw tensor contents are skipped.
+-- Recording refuses nothing: a message it cannot read goes on unrecorded.
+
+local TRAFFIC = "traffic"
+local B64 = {}
+do
+  local alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+  for i = 0, 63 do B64[i] = alphabet:sub(i + 1, i + 1) end
+end
+
+local function base64(bytes)
+  local out, n = {}, #bytes
+  for i = 1, n, 3 do
+    local a, b, c = bytes:byte(i, i + 2)
+    local v = a * 65536 + (b or 0) * 256 + (c or 0)
+    local d1, d2 = math.floor(v / 262144) % 64, math.floor(v / 4096) % 64
+    local d3, d4 = math.floor(v / 64) % 64, v % 64
+    out[#out + 1] = B64[d1] .. B64[d2] .. (b and B64[d3] or "=") .. (c and B64[d4] or "=")
+  end
+  return table.concat(out)
+end
+
+function record_start(handle, model, version)
+  local md = handle:streamInfo():dynamicMetadata()
+  md:set(TRAFFIC, "model", model)
+  md:set(TRAFFIC, "version", version or "")
+end
+
+function record_inputs(handle, model, inputs, body, header_length)
+  -- inputs: {{name, datatype, {dims}}, ...}; body: the request as sent (kept only where values are recorded)
+  local md = handle:streamInfo():dynamicMetadata()
+  local known, batch = CONFIG.models[model], 1
+  if known and known.max_batch_size > 0 and inputs[1] and #inputs[1][3] > 0 then batch = inputs[1][3][1] end
+  md:set(TRAFFIC, "inputs", inputs)
+  md:set(TRAFFIC, "batch", batch)
+  if CONFIG.record_values and body and #body <= CONFIG.record_value_bytes then
+    md:set(TRAFFIC, "values", {body = base64(body), header_length = header_length or 0})
+  end
+end
+
+-- Protocol buffers: just enough to read ModelInferRequest (inference.proto) without its tensor contents.
+
+local function varint(s, pos)
+  local value, scale = 0, 1
+  while true do
+    local b = s:byte(pos)
+    if b == nil or scale > 2 ^ 63 then error("not a varint") end
+    pos, value = pos + 1, value + (b % 128) * scale
+    if b < 128 then return value, pos end
+    scale = scale * 128
+  end
+end
+
+local function each_field(s, pos, stop, visit)
+  -- visit(number, wire, value) for varints; visit(number, 2, first, last) for length-delimited fields
+  while pos <= stop do
+    local key
+    key, pos = varint(s, pos)
+    local number, wire = math.floor(key / 8), key % 8
+    if wire == 0 then
+      local value
+      value, pos = varint(s, pos)
+      visit(number, 0, value)
+    elseif wire == 2 then
+      local length
+      length, pos = varint(s, pos)
+      if pos + length - 1 > stop then error("a field runs past its message") end
+      visit(number, 2, pos, pos + length - 1)
+      pos = pos + length
+    elseif wire == 1 or wire == 5 then
+      pos = pos + (wire == 1 and 8 or 4)
+    else
+      error("wire type " .. wire .. " is not read here")
+    end
+  end
+end
+
+local function read_tensor(s, first, last)
+  local name, datatype, shape = "", "", {}
+  each_field(s, first, last, function(number, wire, a, b)
+    if number == 1 and wire == 2 then name = s:sub(a, b)
+    elseif number == 2 and wire == 2 then datatype = s:sub(a, b)
+    elseif number == 3 and wire == 0 then shape[#shape + 1] = a
+    elseif number == 3 and wire == 2 then
+      local pos = a
+      while pos <= b do shape[#shape + 1], pos = varint(s, pos) end
+    end
+  end)
+  return {name, datatype, shape}
+end
+
+local function read_infer(message)
+  local model, version, inputs = nil, "", {}
+  each_field(message, 1, #message, function(number, wire, a, b)
+    if number == 1 and wire == 2 then model = message:sub(a, b)
+    elseif number == 2 and wire == 2 then version = message:sub(a, b)
+    elseif number == 5 and wire == 2 then inputs[#inputs + 1] = read_tensor(message, a, b)
+    end
+  end)
+  return model, version, inputs
+end
+
+local GRPC_INFER = "/inference.GRPCInferenceService/ModelInfer"
+
+local function record_grpc(handle)
+  local body = handle:body()
+  if body == nil or body:length() < 5 then return end
+  local bytes = body:getBytes(0, body:length())
+  local flag, b1, b2, b3, b4 = bytes:byte(1, 5)
+  local length = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+  if flag ~= 0 or length + 5 ~= #bytes then return end -- compressed, or not one whole message
+  local message = bytes:sub(6)
+  local model, version, inputs = read_infer(message)
+  if not model or model == "" then return end
+  record_start(handle, model, version)
+  record_inputs(handle, model, inputs, message, 0)
+end
+
+function grpc_on_request(handle)
+  if handle:headers():get(":path") ~= GRPC_INFER then return end -- streams and other calls pass untouched
+  pcall(record_grpc, handle)
+end

@@ -1,0 +1,137 @@
+"""Recording the traffic a server sees, at the edge (`make serve RECORD=1`, `make cluster RECORD=1`).
+
+Envoy does the work: its Lua (server/edge.lua on HTTP, server/record.lua on gRPC) puts what each inference
+request carried into dynamic metadata, and a file access log writes one JSON line per request, in the
+format of common/traffic.py, to STATE_DIR/traffic/traffic-current.jsonl. Envoy's keeper
+(server/envoy_process.py) rotates that file past a size and removes the oldest past a count.
+Values are not recorded unless asked (values=True): then each request's body, up to max_value_bytes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.errors import ServerError
+from common.traffic import CURRENT, recording_files, rotated_name
+
+FILE_LOG = "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog"
+MODES = ("off", "shapes", "values")
+
+
+@dataclass(frozen=True)
+class RecordSettings:
+    """Where a recording goes, what it keeps and how much of it stays on disk."""
+
+    folder: Path
+    values: bool = False  # each request's body (base64), up to max_value_bytes; shapes only otherwise
+    max_file_mb: float = 64.0  # the current file is rotated past this
+    max_files: int = 8  # rotated files kept (oldest removed first): the cap is about max_files x max_file_mb
+    max_value_bytes: int = 1 << 20
+
+    def __post_init__(self):
+        if self.max_file_mb <= 0 or self.max_files < 1 or self.max_value_bytes < 0:
+            raise ServerError(
+                f"recording cap {self.max_files} files of {self.max_file_mb} MB: use at least one file of > 0 MB"
+            )
+
+    @property
+    def current(self) -> Path:
+        return self.folder / CURRENT
+
+    def lua_config(self) -> dict:
+        """The keys record.lua reads from the edge's CONFIG."""
+        return {"record": True, "record_values": self.values, "record_value_bytes": self.max_value_bytes}
+
+    def to_args(self) -> list[str]:
+        """The keeper's command-line options for this recording."""
+        return ["--record-dir", str(self.folder), "--record-file-mb", str(self.max_file_mb)] + [
+            "--record-files",
+            str(self.max_files),
+        ]
+
+
+def record_settings(mode: str, state_dir: Path, max_file_mb: float = 64.0, max_files: int = 8) -> RecordSettings | None:
+    """RECORD=0/1/values (or off/shapes/values) as settings under STATE_DIR/traffic (None: off).
+
+    Raises:
+        ServerError: an unknown mode.
+    """
+    named = {"0": "off", "": "off", "1": "shapes", "on": "shapes"}.get(mode.strip().lower(), mode.strip().lower())
+    if named not in MODES:
+        raise ServerError(f"RECORD={mode!r}: use 1 (shapes, no values), values (bodies too) or 0 (off)")
+    if named == "off":
+        return None
+    folder = Path(state_dir).absolute() / "traffic"
+    return RecordSettings(folder, values=named == "values", max_file_mb=max_file_mb, max_files=max_files)
+
+
+def prepare(settings: RecordSettings) -> None:
+    """The recording's folder, private (0700), before Envoy opens its file (Envoy's umask makes that 0600)."""
+    settings.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(settings.folder, 0o700)
+
+
+def access_log(settings: RecordSettings, protocol: str) -> dict:
+    """Envoy's file access log of one listener: a line per request that record.lua named a model for."""
+    status = "%RESPONSE_CODE%" if protocol == "http" else "%GRPC_STATUS_NUMBER%"
+    line = {
+        "t": "%START_TIME(%s%6f)%",
+        "model": "%DYNAMIC_METADATA(traffic:model)%",
+        "version": "%DYNAMIC_METADATA(traffic:version)%",
+        "protocol": protocol,
+        "inputs": "%DYNAMIC_METADATA(traffic:inputs)%",
+        "batch": "%DYNAMIC_METADATA(traffic:batch)%",
+        "bytes": "%BYTES_RECEIVED%",
+        "status": status,
+        "duration_us": "%COMMON_DURATION(DS_RX_BEG:DS_TX_END:us)%",
+        "values": "%DYNAMIC_METADATA(traffic:values)%",
+    }
+    named = {"filter": "traffic", "path": [{"key": "model"}], "value": {"present_match": True}}
+    return {
+        "name": "envoy.access_loggers.file",
+        "filter": {"metadata_filter": {"matcher": named, "match_if_key_not_found": False}},
+        "typed_config": {"@type": FILE_LOG, "path": str(settings.current), "log_format": {"json_format": line}},
+    }
+
+
+def grpc_filters(settings: RecordSettings, rules: dict, max_request_bytes: int) -> list[dict]:
+    """The gRPC listener's filters while recording: a buffer (so the Lua can read a unary request whole,
+    up to the edge's body cap), then record.lua reading ModelInfer (rules: server.edge.model_rules)."""
+    from dataclasses import asdict
+
+    from server.edge import BUFFER, LUA, RECORD_LUA, lua_literal
+
+    config = {"models": {n: asdict(r) for n, r in rules.items()}, **settings.lua_config()}
+    lua = RECORD_LUA.read_text() + "\nCONFIG = " + lua_literal(config) + "\nenvoy_on_request = grpc_on_request\n"
+
+    return [
+        {
+            "name": "envoy.filters.http.buffer",
+            "typed_config": {"@type": BUFFER, "max_request_bytes": max_request_bytes},
+        },
+        {
+            "name": "envoy.filters.http.lua",
+            "typed_config": {"@type": LUA, "default_source_code": {"inline_string": lua}},
+        },
+    ]
+
+
+def rotate(settings: RecordSettings, reopen) -> Path | None:
+    """Past max_file_mb, rename the current file to the next traffic-NNNNNN.jsonl, have Envoy reopen its log
+    (reopen(): POST /reopen_logs), and remove the oldest rotated files past max_files; the rotated path."""
+    current = settings.current
+    try:
+        size = current.stat().st_size
+    except FileNotFoundError:
+        return None
+    if size < settings.max_file_mb * (1 << 20):
+        return None
+    target = settings.folder / rotated_name(settings.folder)
+    os.replace(current, target)
+    reopen()
+    rotated = [p for p in recording_files(settings.folder) if p.name != CURRENT]
+    for old in rotated[: -settings.max_files]:
+        old.unlink(missing_ok=True)
+    return target

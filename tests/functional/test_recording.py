@@ -1,0 +1,97 @@
+"""Recording at the edge (`make serve RECORD=1|values`): HTTP and gRPC requests, refused ones included, each
+a line with its model, protocol, shapes, status and duration; values only where asked; private files;
+streams still flow through the gRPC listener."""
+
+import base64
+import json
+import stat
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from builders.build import build_model
+from builders.request import BuildRequest
+from clients.infer import infer
+from common import endpoints
+from common.traffic import read_recording, recording_files
+from server.cluster import start_cluster, stop_cluster
+from server.recording import record_settings
+from tests.functional.conftest import behind_edge, endpoint_of
+
+pytestmark = pytest.mark.functional
+GOOD = np.zeros((2, 1, 8, 8), np.float32)
+
+
+@pytest.fixture(scope="module")
+def recorded(digits_build, tmp_path_factory):
+    """A server recording values; every kind of request sent once; the recording read after the stop."""
+    spec, built, _ = digits_build
+    root = tmp_path_factory.mktemp("recorded")
+    build_model(BuildRequest(spec, "embedded", root / "repo", root / "work"), built)
+    settings = behind_edge(root / "repo", root / "state", record=record_settings("values", root / "state"))
+    start_cluster(settings)
+    try:
+        _send_each_kind(settings)
+    finally:
+        stop_cluster(settings.state_dir)  # Envoy flushes its access log as it stops
+    return settings, sorted(read_recording(settings.record.folder), key=lambda r: r.arrival_us)
+
+
+def _send_each_kind(settings) -> None:
+    state = endpoints.read_state(settings.state_dir)
+    for protocol in ("http", "grpc"):
+        infer(endpoint_of(state, settings.repo, protocol), "digits_cnn", {"input": GOOD})
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", settings.http_port, timeout=30)
+    bad = {"inputs": [{"name": "input", "shape": [1, 1, 8, 9], "datatype": "FP32", "data": [0.0] * 72}]}
+    conn.request("POST", "/v2/models/digits_cnn/versions/1/infer", body=json.dumps(bad))
+    assert conn.getresponse().status == 400
+    conn.close()
+    _stream_once(state.grpc_url)
+
+
+def _stream_once(url: str) -> None:
+    answers = []
+    client = grpcclient.InferenceServerClient(url)
+    client.start_stream(callback=lambda result, error: answers.append(error or result))
+    tensor = grpcclient.InferInput("input", [1, 1, 8, 8], "FP32")
+    tensor.set_data_from_numpy(np.zeros((1, 1, 8, 8), np.float32))
+    client.async_stream_infer("digits_cnn", [tensor])
+    client.stop_stream()
+    client.close()
+    assert len(answers) == 1 and not isinstance(answers[0], Exception), answers
+
+
+def test_each_request_is_a_line_with_its_shapes_protocol_and_status(recorded):
+    _, lines = recorded
+    unary = [r for r in lines if r.inputs]
+    assert {(r.protocol, r.status) for r in unary} == {("http", 200), ("grpc", 0)}
+    for r in unary:
+        assert r.model == "digits_cnn" and r.batch == 2 and r.duration_us > 0 and r.bytes > 0
+        assert r.signature() == (("input", "FP32", (2, 1, 8, 8)),)
+    refused = [r for r in lines if r.status == 400]
+    assert len(refused) == 1 and refused[0].version == "1" and refused[0].inputs == ()
+    assert len(lines) == 3, "the stream is not a ModelInfer call: it passes unrecorded"
+
+
+def test_values_are_the_bodies_as_sent(recorded):
+    _, lines = recorded
+    by_protocol = {r.protocol: r for r in lines if r.inputs}
+    http_body = base64.b64decode(by_protocol["http"].values["body"])
+    header = by_protocol["http"].values["header_length"]
+    assert json.loads(http_body[:header])["inputs"][0]["shape"] == [2, 1, 8, 8]
+    assert len(http_body) - header == GOOD.nbytes
+    grpc_body = base64.b64decode(by_protocol["grpc"].values["body"])
+    from tritonclient.grpc import service_pb2
+
+    message = service_pb2.ModelInferRequest.FromString(grpc_body)
+    assert message.model_name == "digits_cnn" and message.raw_input_contents[0] == GOOD.tobytes()
+
+
+def test_the_recording_is_private(recorded):
+    settings, _ = recorded
+    assert stat.S_IMODE(settings.record.folder.stat().st_mode) == 0o700
+    for path in recording_files(settings.record.folder):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600

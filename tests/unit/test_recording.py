@@ -1,0 +1,101 @@
+"""Recording at the edge (server/recording.py): RECORD's modes, Envoy's access log and gRPC filters (accepted by
+the real Envoy), the access log's lines as recorded requests, and rotation under a cap."""
+
+import json
+import subprocess
+
+import pytest
+
+from common.errors import ServerError
+from common.traffic import CURRENT, RecordedRequest, read_recording, recording_files
+from server.cluster import envoy_binary
+from server.edge import EdgeLimits, ModelRules, http_filters
+from server.envoy_config import EnvoySettings, Replica, envoy_config
+from server.recording import RecordSettings, access_log, grpc_filters, prepare, record_settings, rotate
+
+RULES = {"digits_cnn": ModelRules(8, {"input": {"datatype": "FP32", "dims": [1, 8, 8]}})}
+
+
+@pytest.mark.parametrize(
+    "mode, values", [("1", False), ("on", False), ("shapes", False), ("values", True), ("VALUES", True)]
+)
+def test_record_modes(tmp_path, mode, values):
+    settings = record_settings(mode, tmp_path)
+    assert settings.values is values and settings.folder == tmp_path.absolute() / "traffic"
+
+
+def test_record_off_and_unknown_modes(tmp_path):
+    assert record_settings("0", tmp_path) is None and record_settings("off", tmp_path) is None
+    with pytest.raises(ServerError, match="RECORD='yes please'.*1 .*values"):
+        record_settings("yes please", tmp_path)
+
+
+def _recording_config(tmp_path) -> dict:
+    record = RecordSettings(tmp_path / "traffic")
+    settings = EnvoySettings(
+        (Replica("replica-0", 9100, 9101, 9103),),
+        8000,
+        8001,
+        0,
+        str(tmp_path / "envoy-admin.sock"),
+        edge_filters=tuple(http_filters(RULES, EdgeLimits(), record)),
+        grpc_filters=tuple(grpc_filters(record, RULES, EdgeLimits().max_request_bytes)),
+        access_logs={p: (access_log(record, p),) for p in ("http", "grpc")},
+    )
+    return envoy_config(settings)
+
+
+def test_the_real_envoy_accepts_the_recording_config(tmp_path):
+    path = tmp_path / "envoy.json"
+    path.write_text(json.dumps(_recording_config(tmp_path)))
+    prepare(RecordSettings(tmp_path / "traffic"))
+    done = subprocess.run([str(envoy_binary()), "--mode", "validate", "-c", str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_both_listeners_log_and_streams_are_not_buffered(tmp_path):
+    listeners = {item["name"]: item for item in _recording_config(tmp_path)["static_resources"]["listeners"]}
+    for name, status in (("triton_http", "%RESPONSE_CODE%"), ("triton_grpc", "%GRPC_STATUS_NUMBER%")):
+        manager = listeners[name]["filter_chains"][0]["filters"][0]["typed_config"]
+        line = manager["access_log"][0]["typed_config"]["log_format"]["json_format"]
+        assert line["status"] == status and line["protocol"] == name.removeprefix("triton_")
+        assert manager["access_log"][0]["typed_config"]["path"] == str(tmp_path / "traffic" / CURRENT)
+    grpc = listeners["triton_grpc"]["filter_chains"][0]["filters"][0]["typed_config"]
+    routes = {r["match"].get("path"): r for r in grpc["route_config"]["virtual_hosts"][0]["routes"]}
+    stream = routes["/inference.GRPCInferenceService/ModelStreamInfer"]["typed_per_filter_config"]
+    assert stream["envoy.filters.http.buffer"]["disabled"] is True
+    assert "typed_per_filter_config" not in routes["/inference.GRPCInferenceService/ModelInfer"]
+
+
+def test_an_access_log_line_reads_as_a_recorded_request():
+    line = {
+        "t": "1795620415284502",
+        "model": "digits_cnn",
+        "version": None,
+        "protocol": "grpc",
+        "inputs": [["input", "FP32", [2, 1, 8, 8]]],
+        "batch": 2,
+        "bytes": 307,
+        "status": 0,
+        "duration_us": 1379,
+        "values": None,
+    }
+    request = RecordedRequest.from_line(json.dumps(line))
+    assert request.arrival_us == 1795620415284502 and request.version == "" and request.batch == 2
+    refused = RecordedRequest.from_line(json.dumps({**line, "inputs": None, "batch": None, "status": None}))
+    assert refused.inputs == () and refused.batch == 1 and refused.status == -1
+
+
+def test_rotation_past_the_size_renames_reopens_and_keeps_the_newest(tmp_path):
+    settings = RecordSettings(tmp_path / "traffic", max_file_mb=1 / 1024, max_files=2)  # 1 KiB
+    settings.folder.mkdir()
+    reopened = []
+    line = json.dumps({"t": 1, "model": "m", "protocol": "http", "inputs": []}) + "\n"
+    for lines in (100, 100, 100, 10):  # three files past 1 KiB, then one under it
+        settings.current.write_text(line * lines)
+        rotate(settings, lambda: reopened.append(1))
+    names = [p.name for p in recording_files(settings.folder)]
+    assert names == ["traffic-000002.jsonl", "traffic-000003.jsonl", CURRENT] and len(reopened) == 3
+    assert len(list(read_recording(settings.folder))) == 210
+    settings.current.unlink()
+    assert rotate(settings, lambda: reopened.append(1)) is None  # nothing current: nothing to do
