@@ -56,7 +56,7 @@ COMPOSE := docker compose --env-file docker/.env -f docker/compose.yaml
 # the admin key's file (created on first use, mode 600): Docker reads it as a secret, nothing passes the key itself
 ADMIN_KEY_FILE = $$($(PY) -c 'from server.launcher import admin_key; print(admin_key(__import__("pathlib").Path("$(STATE_DIR)")).resolve())')
 
-.PHONY: help install build-engines serve stop status infer perf loadtest test test-unit test-chaos lint demo clean \
+.PHONY: help install build-engines serve stop status infer perf loadtest replay test test-unit test-chaos lint demo clean \
 	rollout soak cluster monitor fuzz-edge install-prometheus cluster-restart build-engines-docker serve-docker stop-docker perf-docker docker-lint bundle gpu-bench text-bench
 
 help: ## List the targets and their variables
@@ -123,6 +123,12 @@ perf: install ## perf_analyzer sweep of MODELS or MODEL (default: every ready mo
 loadtest: install ## Headless Locust run against MODEL or MODELS (default: every ready model) of `make serve` or URL=; reports/<time>/
 	$(PY) -m loadtest locust --models "$(GIVEN_MODELS)" --protocol $(PROTOCOL) --state-dir $(STATE_DIR) --lengths "$(LENGTHS)" \
 		$(ANY_TRITON)
+
+SPEED ?= 1
+replay: install ## Replay FROM (a recording: STATE_DIR/traffic of `make serve RECORD=1`) open loop through Locust; SPEED=3 for 3x; URL= (with PROTOCOL=) for any Triton
+	@test -n "$(FROM)" || { echo "usage: make replay FROM=<recording folder or file> [SPEED=1] [URL=host:port PROTOCOL=http|grpc]"; exit 2; }
+	$(PY) -m loadtest replay --from "$(FROM)" --speed $(SPEED) --state-dir $(STATE_DIR) \
+		$(if $(URL),--url $(URL) --protocol $(PROTOCOL)) $(if $(MODELS),--models "$(MODELS)") $(if $(TLS),--tls) $(if $(CA_FILE),--ca-file $(CA_FILE))
 
 MINUTES ?= 10
 soak: install ## Bounded load on MODEL (default digits_cnn_pipeline) for MINUTES with RSS sampled (after `make serve`)

@@ -360,6 +360,92 @@ def envoy_bench(model, protocols, concurrency, interval_ms, out, state_dir):
     click.echo(f"report: {out}/envoy.md")
 
 
+@cli.command()
+@click.option(
+    "--from",
+    "recording",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="A recording: STATE_DIR/traffic of `make serve RECORD=1`, or one of its files.",
+)
+@click.option("--speed", type=float, default=1.0, show_default=True, help="3: the same requests three times as fast.")
+@click.option(
+    "--protocol",
+    type=click.Choice(["", "http", "grpc"]),
+    default="",
+    help="Send everything over this protocol (default: each request's own; with --url, required).",
+)
+@click.option("--models", default="", help="Replay only these models (default: all).")
+@click.option("--connections", type=int, default=64, show_default=True, help="HTTP connections at most.")
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Report folder (default reports/<time>).")
+@options.URL
+@options.HEADER
+@options.TLS
+@options.CA_FILE
+@options.STATE_DIR
+@user_errors
+def replay(recording, speed, protocol, models, connections, out, url, headers, tls, ca_file, state_dir):
+    """Replay a recording open loop through Locust (arrival times, models, protocols, shapes) against the server
+    of `make serve` or any Triton (--url with --protocol); report recorded and replayed side by side."""
+    from clients.connection import endpoint, parse_headers
+    from loadtest.locust_suite.replay import Replay, run_replay
+    from loadtest.reporting.replay_report import summarize, write_report
+
+    if url and not protocol:
+        raise click.UsageError("--url names one endpoint: give its protocol (PROTOCOL=http or grpc with make)")
+    eps = {p: endpoint(p, url, state_dir, parse_headers(headers), tls, ca_file) for p in ("http", "grpc")}
+    given = Replay(
+        recording=recording,
+        speed=speed,
+        protocol=protocol,
+        models=tuple(_names(models)),
+        headers=parse_headers(headers),
+        tls=tls,
+        ca_file=ca_file or "",
+        connections=connections,
+    )
+    out = out or Path("reports") / time.strftime("replay-%Y%m%d-%H%M%S")
+    result = run_replay(given, eps["http"].url, eps["grpc"].url, eps["http"].repo, out)
+    summary = summarize(result, speed)
+    where = url or f"{eps['http'].url} (http), {eps['grpc'].url} (grpc)"
+    header = (
+        f"Recording {recording}, speed {speed:g}, against {where}; protocol: {protocol or 'as recorded'}. Command: "
+        f"`python -m loadtest replay --from {recording} --speed {speed:g}`"
+    )
+    path = write_report(summary, out, header)
+    click.echo(path.read_text().split("\n\n![")[0])
+    click.echo(f"report: {path}")
+
+
+@cli.command("record-bench")
+@options.REPO
+@click.option("--model", default="digits_cnn", show_default=True)
+@click.option("--protocols", default="http grpc", show_default=True)
+@click.option("--concurrency", type=int, default=4, show_default=True)
+@click.option("--rounds", type=int, default=3, show_default=True, help="Each setup this many times, alternated.")
+@click.option("--interval-ms", type=int, default=3000, show_default=True, help="perf_analyzer measurement window.")
+@click.option("--out", type=click.Path(path_type=Path), default=None)
+@user_errors
+def record_bench(repo, model, protocols, concurrency, rounds, interval_ms, out):
+    """What RECORD=1 and RECORD=values cost: perf_analyzer through the edge, recording off and on, alternated."""
+    from builders.environment import host_info
+    from loadtest.benches import record_bench as bench
+    from loadtest.perf.tools import find_perf_analyzer
+
+    out = (out or Path("reports") / time.strftime("record-%Y%m%d-%H%M%S")).absolute()
+    sweep = {"measurement_ms": interval_ms, "stability_percent": 50.0, "max_trials": 10}
+    rows = bench.measure(
+        repo, model, bench.SETUPS, protocols.split(), concurrency, rounds, find_perf_analyzer(), out, **sweep
+    )
+    header = (
+        f"Model {model}, perf_analyzer concurrency {concurrency}, {interval_ms} ms windows, "
+        f"{rounds} rounds alternated; command: `python -m loadtest record-bench --repo {repo} --model {model} "
+        f"--rounds {rounds}`. Host: {host_info()}"
+    )
+    click.echo(bench.write(bench.compare(rows), rows, out, header))
+    click.echo(f"report: {out}/record.md")
+
+
 @cli.command("kubernetes-monitoring")
 @click.option("--folder", type=click.Path(path_type=Path, file_okay=False), default=Path("kubernetes"))
 def kubernetes_monitoring(folder):

@@ -1,0 +1,144 @@
+"""What recording the traffic costs: perf_analyzer at one concurrency through the edge, recording off and on.
+
+The bench starts its own servers on the repository, one at a time, on free ports, and alternates them round by
+round (off, on, values, `make serve`'s default, then again) so that a host's drift falls on every setup alike:
+- "edge": one replica behind Envoy, HTTP and gRPC both through it, not recording (the baseline);
+- "edge, recording": the same, RECORD=1 (shapes);
+- "edge, recording values": RECORD=values (each body, base64);
+- "make serve default": HTTP through the edge, gRPC straight to the server (what RECORD=1 changes for gRPC).
+Each figure is the median of the rounds; the ratio compares it with the baseline's median.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from pathlib import Path
+
+from clients.connection import endpoint
+from common import endpoints
+from common.cli import step
+from loadtest.perf.sweep import Sweep, run_sweep
+from loadtest.perf.tools import PerfAnalyzer
+
+BASELINE = "edge"
+SETUPS = ("edge", "edge, recording", "edge, recording values", "make serve default")
+
+
+def settings_for(setup: str, repo: Path, state_dir: Path):
+    """ClusterSettings of one setup, on free ports."""
+    from server.cluster import ClusterSettings
+    from server.recording import record_settings
+
+    http, grpc, metrics, health = endpoints.free_ports(4)
+    mode = {"edge, recording": "1", "edge, recording values": "values"}.get(setup, "0")
+    single = setup != BASELINE  # a cluster of one replica routes gRPC through Envoy without recording
+    return ClusterSettings(
+        repo,
+        1,
+        http,
+        grpc,
+        metrics,
+        state_dir=state_dir,
+        single=single,
+        health_port=health,
+        record=record_settings(mode, state_dir),
+    )
+
+
+def measure(
+    repo: Path, model: str, setups, protocols, concurrency: int, rounds: int, analyzer: PerfAnalyzer, out: Path, **sweep
+):
+    """Every setup, every round: start it, one perf point per protocol, stop it; one row per point."""
+    from server.cluster import start_cluster, stop_cluster
+
+    rows = []
+    for round_ in range(1, rounds + 1):
+        for setup in setups:
+            state_dir = out / "state" / f"{setup.replace(' ', '_').replace(',', '')}-{round_}"
+            settings = settings_for(setup, repo, state_dir)
+            step(f"record-bench round {round_}/{rounds}: {setup}")
+            start_cluster(settings)
+            try:
+                for protocol in protocols:
+                    point = Sweep(model, protocol=protocol, concurrency=(concurrency,), **sweep)
+                    found = run_sweep(
+                        point, endpoint(protocol, None, state_dir), analyzer, out / "raw" / state_dir.name
+                    )
+                    rows += [{**row, "setup": setup, "round": round_} for row in found]
+            finally:
+                stop_cluster(state_dir)
+    return rows
+
+
+def compare(rows: list[dict]) -> list[dict]:
+    """Per (protocol, setup): median throughput and p50 over the rounds, the ratio to the baseline's median."""
+    table = []
+    for protocol in sorted({r["protocol"] for r in rows}):
+        medians = {}
+        for setup in dict.fromkeys(r["setup"] for r in rows):
+            points = [r for r in rows if r["protocol"] == protocol and r["setup"] == setup]
+            if points:
+                medians[setup] = (
+                    statistics.median(p["throughput"] for p in points),
+                    statistics.median(p["p50_ms"] for p in points),
+                    [round(p["throughput"]) for p in points],
+                )
+        base = medians.get(BASELINE, (0.0,))[0]
+        for setup, (throughput, p50, each) in medians.items():
+            ratio = round(throughput / base, 3) if base else None
+            table.append(
+                {
+                    "protocol": protocol,
+                    "setup": setup,
+                    "infer_s": round(throughput, 1),
+                    "ratio": ratio,
+                    "p50_ms": p50,
+                    "rounds": " ".join(f"{t:,}" for t in each),
+                }
+            )
+    return table
+
+
+def write(table: list[dict], rows: list[dict], out: Path, header: str) -> str:
+    """record.csv, record_points.csv, record.md and record.png; returns the markdown table."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name, data in (("record.csv", table), ("record_points.csv", rows)):
+        with open(out / name, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(data[0]))
+            writer.writeheader()
+            writer.writerows(data)
+    lines = [
+        "| protocol | setup | infer/s (median) | ratio to the edge | p50 ms | each round (infer/s) |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    lines += [
+        f"| {t['protocol']} | {t['setup']} | {t['infer_s']:,.1f} | "
+        f"{t['ratio'] if t['ratio'] is not None else '—'} | {t['p50_ms']:.3f} | {t['rounds']} |"
+        for t in table
+    ]
+    text = "\n".join(lines)
+    (out / "record.md").write_text(
+        f"# What recording the traffic costs\n\n{header}\n\n{text}\n\n![throughput](record.png)\n"
+    )
+    _plot(table, out / "record.png")
+    return text
+
+
+def _plot(table: list[dict], path: Path) -> Path:
+    from loadtest.reporting.plots import pyplot, save
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4))
+    protocols = sorted({t["protocol"] for t in table})
+    setups = list(dict.fromkeys(t["setup"] for t in table))
+    width = 0.8 / max(1, len(setups))
+    for i, setup in enumerate(setups):
+        values = [
+            next((t["infer_s"] for t in table if t["protocol"] == p and t["setup"] == setup), 0) for p in protocols
+        ]
+        ax.bar([x + i * width for x in range(len(protocols))], values, width, label=setup)
+    ax.set_xticks([x + width * (len(setups) - 1) / 2 for x in range(len(protocols))], protocols)
+    ax.set_ylabel("inferences/s (median of the rounds)")
+    ax.legend(fontsize=8)
+    return save(fig, path)

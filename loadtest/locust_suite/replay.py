@@ -1,0 +1,99 @@
+"""`make replay`: a recording replayed through Locust, open loop, against any Triton; the report beside it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from common.cli import step
+from common.errors import MeasurementError
+from common.traffic import read_recording
+from loadtest.workloads.recorded import schedule, write_schedule
+
+LOCUSTFILE = Path(__file__).with_name("locustfiles") / "replay.py"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Replay:
+    """One replay: which recording, how fast, over which protocol (default: each request's own), which models."""
+
+    recording: Path
+    speed: float = 1.0
+    protocol: str = ""
+    models: tuple[str, ...] = ()
+    headers: dict = field(default_factory=dict)  # sent with every request; passed through a 0600 file
+    tls: bool = False
+    ca_file: str = ""
+    connections: int = 64  # HTTP connections at most (gRPC: one channel)
+
+
+def run_replay(replay: Replay, http_url: str, grpc_url: str, repo: Path | None, out: Path) -> dict:
+    """Replay; return what the report needs: the recording, the schedule's left-outs, the results, the log.
+
+    Raises:
+        RecordingError: no recording, or nothing in it to replay.
+        MeasurementError: Locust failed.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    recorded = list(read_recording(replay.recording))
+    items, left_out = schedule(recorded, replay.speed, replay.protocol, replay.models)
+    path = write_schedule(items, out / "schedule.jsonl")
+    duration = items[-1].offset_s
+    step(f"replay: {len(items)} requests over {duration:.0f} s (speed {replay.speed:g}) from {replay.recording}")
+    results = out / "replay_results.jsonl"
+    env = _environment(replay, http_url, grpc_url, repo, path, results, out)
+    _run_locust(env, out, timeout=duration + 300)
+    return {"recorded": recorded, "left_out": left_out, "results": read_results(results), "items": items}
+
+
+def _environment(replay: Replay, http_url, grpc_url, repo, schedule_path, results, out: Path) -> dict:
+    env = dict(os.environ)
+    env.update(
+        TRITON_REPLAY_SCHEDULE=str(schedule_path),
+        TRITON_REPLAY_RESULTS=str(results),
+        TRITON_HTTP_URL=http_url,
+        TRITON_GRPC_URL=grpc_url,
+        TRITON_REPO=str(repo or ""),
+        TRITON_TLS="1" if replay.tls else "",
+        TRITON_CA_FILE=replay.ca_file,
+        TRITON_REPLAY_CONNECTIONS=str(replay.connections),
+    )
+    if replay.headers:  # headers may carry a secret: a file only the owner reads, not the environment
+        path = out / ".headers.json"
+        path.touch(mode=0o600)
+        path.write_text(json.dumps(replay.headers))
+        env["TRITON_HEADERS_FILE"] = str(path)
+    return env
+
+
+def _run_locust(env: dict, out: Path, timeout: float) -> None:
+    prefix, log = out / "locust", out / "locust.log"
+    command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "-u", "1", "-r", "1"]
+    command += ["-t", f"{int(timeout)}s", "--csv", str(prefix), "--html", f"{prefix}.html", "--only-summary"]
+    started = time.monotonic()
+    try:
+        with open(log, "w") as handle:
+            process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for line in process.stdout:  # progress lines shown, everything kept
+                handle.write(line)
+                if line.startswith("replay:"):
+                    step(line.strip())
+                if time.monotonic() - started > timeout + 60:
+                    process.kill()
+            code = process.wait()
+    finally:
+        (out / ".headers.json").unlink(missing_ok=True)  # the report folder keeps no secret
+    if code not in (0, 1) or not (out / "replay_results.jsonl").exists():
+        tail = "\n".join(log.read_text(errors="replace").strip().splitlines()[-8:])
+        raise MeasurementError(f"the replay's Locust run failed (exit {code}); its log ({log}) ends:\n{tail}")
+
+
+def read_results(path: Path) -> dict:
+    """replay_results.jsonl: {'behind_s': worst lateness, 'sent': [one dict per request, in sending order]}."""
+    lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    return {"behind_s": lines[0]["behind_s"] if lines else 0.0, "sent": lines[1:]}

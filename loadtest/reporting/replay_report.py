@@ -1,0 +1,123 @@
+"""The replay's report: recorded and replayed side by side (requests per second over time, latency percentiles
+per model, status counts), and how closely the replay kept to the recording's timing."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from loadtest.workloads.recorded import correlation, per_second
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def _outcome(protocol: str, status) -> str:
+    """A status as 'ok' or what it was ('http 400', 'grpc 3', the replay's error text)."""
+    if status in ("ok", 200) or (protocol == "grpc" and status == 0):
+        return "ok"
+    return f"{protocol} {status}" if isinstance(status, int) else str(status)
+
+
+def summarize(replayed: dict, speed: float) -> dict:
+    """The figures of a replay (run_replay's answer) against its recording."""
+    items, sent = replayed["items"], replayed["results"]["sent"]
+    start = min(r.arrival_us for r in replayed["recorded"])
+    recorded = sorted(replayed["recorded"], key=lambda r: r.arrival_us)
+    replayable = [r for r in recorded if r.inputs and (r.model in {i.model for i in items})]
+    seconds = int(max(i.offset_s for i in items)) + 1
+    want = per_second([i.offset_s for i in items], seconds)
+    got = per_second([s["sent_s"] for s in sent], seconds)
+    return {
+        "speed": speed,
+        "recorded_total": len(replayable),
+        "replayed_total": len(sent),
+        "total_diff_pct": round(100 * (len(sent) - len(items)) / len(items), 2),
+        "per_second_r": round(correlation(want, got), 4),
+        "behind_ms": round(replayed["results"]["behind_s"] * 1000, 1),
+        "recorded_per_second": per_second([(r.arrival_us - start) / 1e6 / speed for r in replayable], seconds),
+        "replayed_per_second": got,
+        "left_out": dict(replayed["left_out"]),
+        "models": _models(replayable, sent),
+        "statuses": _statuses(replayable, sent),
+    }
+
+
+def _models(recorded, sent) -> list[dict]:
+    rows = []
+    for model in sorted({r.model for r in recorded}):
+        durations = [r.duration_us / 1000 for r in recorded if r.model == model and r.duration_us]
+        latencies = [s["ms"] for s in sent if s["model"] == model]
+        rows.append(
+            {
+                "model": model,
+                "recorded": sum(r.model == model for r in recorded),
+                "replayed": len(latencies),
+                "recorded_p50_ms": _percentile(durations, 50),
+                "recorded_p99_ms": _percentile(durations, 99),
+                "replayed_p50_ms": _percentile(latencies, 50),
+                "replayed_p99_ms": _percentile(latencies, 99),
+            }
+        )
+    return rows
+
+
+def _statuses(recorded, sent) -> list[dict]:
+    before = Counter((r.protocol, _outcome(r.protocol, r.status)) for r in recorded)
+    after = Counter((s["protocol"], _outcome(s["protocol"], s["status"])) for s in sent)
+    keys = sorted(set(before) | set(after))
+    return [{"protocol": p, "status": o, "recorded": before[(p, o)], "replayed": after[(p, o)]} for p, o in keys]
+
+
+def write_report(summary: dict, out: Path, header: str) -> Path:
+    """replay.md and replay.png in out; returns the markdown's path."""
+    lines = [
+        "# Replay",
+        "",
+        header,
+        "",
+        f"- requests: recorded {summary['recorded_total']:,}, replayed {summary['replayed_total']:,} "
+        f"({summary['total_diff_pct']:+.2f}% against the schedule)",
+        f"- requests per second, replayed against recorded: correlation {summary['per_second_r']:.4f}; "
+        f"the latest send left {summary['behind_ms']:.1f} ms behind its time",
+        f"- left out: {summary['left_out'] or 'nothing'}",
+        "",
+        "| model | recorded | replayed | recorded p50 ms (server) | recorded p99 ms | replayed p50 ms (client) "
+        "| replayed p99 ms |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {m['model']} | {m['recorded']:,} | {m['replayed']:,} | {m['recorded_p50_ms']:.2f} | "
+        f"{m['recorded_p99_ms']:.2f} | {m['replayed_p50_ms']:.2f} | {m['replayed_p99_ms']:.2f} |"
+        for m in summary["models"]
+    ]
+    lines += ["", "| protocol | status | recorded | replayed |", "|---|---|---:|---:|"]
+    lines += [
+        f"| {s['protocol']} | {s['status']} | {s['recorded']:,} | {s['replayed']:,} |" for s in summary["statuses"]
+    ]
+    lines += ["", "Recorded latency is the edge's (arrival to last byte sent); replayed is the client's.", ""]
+    lines += ["![requests per second](replay.png)", ""]
+    path = out / "replay.md"
+    path.write_text("\n".join(lines))
+    _plot(summary, out / "replay.png")
+    return path
+
+
+def _plot(summary: dict, path: Path) -> Path:
+    from loadtest.reporting.plots import pyplot, save
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(9, 4))
+    recorded, replayed = summary["recorded_per_second"], summary["replayed_per_second"]
+    ax.plot(range(len(recorded)), recorded, label=f"recorded (time / {summary['speed']:g})", lw=1.2)
+    ax.plot(range(len(replayed)), replayed, label="replayed", lw=1.2, ls="--")
+    ax.set_xlabel("seconds since the first request")
+    ax.set_ylabel("requests per second")
+    ax.set_title(f"Replay: per-second correlation {summary['per_second_r']:.3f}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return save(fig, path)
