@@ -128,7 +128,7 @@ SPEED ?= 1
 replay: install ## Replay FROM (a recording: STATE_DIR/traffic of `make serve RECORD=1`) open loop through Locust; SPEED=3 for 3x; URL= (with PROTOCOL=) for any Triton
 	@test -n "$(FROM)" || { echo "usage: make replay FROM=<recording folder or file> [SPEED=1] [URL=host:port PROTOCOL=http|grpc]"; exit 2; }
 	$(PY) -m loadtest replay --from "$(FROM)" --speed $(SPEED) --state-dir $(STATE_DIR) \
-		$(if $(URL),--url $(URL) --protocol $(PROTOCOL)) $(if $(MODELS),--models "$(MODELS)") $(if $(TLS),--tls) $(if $(CA_FILE),--ca-file $(CA_FILE))
+		$(if $(URL),--url $(URL) --protocol $(PROTOCOL)) $(if $(GIVEN_MODELS),--models "$(GIVEN_MODELS)") $(if $(TLS),--tls) $(if $(CA_FILE),--ca-file $(CA_FILE))
 
 MINUTES ?= 10
 soak: install ## Bounded load on MODEL (default digits_cnn_pipeline) for MINUTES with RSS sampled (after `make serve`)

@@ -128,10 +128,10 @@ def perf(
 @click.option("--rate-per-user", type=float, default=0.0, help="Open loop: requests/s per user (0: closed loop).")
 @click.option(
     "--load-shape",
-    type=click.Choice(["constant", "step"]),
+    type=click.Choice(["constant", "step", "burst"]),
     default="constant",
     show_default=True,
-    help="Users all at once, or added in steps.",
+    help="Users all at once, added in steps, or in bursts (BURST_ON_SECONDS, BURST_OFF_SECONDS).",
 )
 @click.option("--slo-p99-ms", type=float, default=0.0, help="Fail the run if p99 exceeds this (0: off).")
 @click.option("--slo-fail-ratio", type=float, default=-1.0, help="Fail the run if the failure ratio exceeds this.")
@@ -413,6 +413,32 @@ def replay(recording, speed, protocol, models, connections, out, url, headers, t
         f"`python -m loadtest replay --from {recording} --speed {speed:g}`"
     )
     path = write_report(summary, out, header)
+    click.echo(path.read_text().split("\n\n![")[0])
+    click.echo(f"report: {path}")
+
+
+@cli.command("compare-recordings")
+@click.option("--recorded", type=click.Path(path_type=Path), required=True, help="The recording that was replayed.")
+@click.option(
+    "--replayed", type=click.Path(path_type=Path), required=True, help="The server's recording of the replay."
+)
+@click.option("--speed", type=float, default=1.0, show_default=True, help="The replay's speed.")
+@click.option("--out", type=click.Path(path_type=Path), default=None)
+@user_errors
+def compare_recordings(recorded, replayed, speed, out):
+    """A replay as the server saw it (`make serve RECORD=1` during the replay) against the recording replayed:
+    per-second correlation, totals, shape histograms."""
+    from common.traffic import read_recording
+    from loadtest.reporting.replay_report import compare_recordings as compare
+    from loadtest.reporting.replay_report import write_comparison
+
+    found = compare(list(read_recording(recorded)), list(read_recording(replayed)), speed)
+    out = out or Path("reports") / time.strftime("recordings-%Y%m%d-%H%M%S")
+    header = (
+        f"Recorded: {recorded}; replayed at speed {speed:g}, recorded again by the server: {replayed}. Command: "
+        f"`python -m loadtest compare-recordings --recorded {recorded} --replayed {replayed} --speed {speed:g}`"
+    )
+    path = write_comparison(found, out, header)
     click.echo(path.read_text().split("\n\n![")[0])
     click.echo(f"report: {path}")
 

@@ -81,6 +81,7 @@ def _run_locust(env: dict, out: Path, timeout: float) -> None:
             process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for line in process.stdout:  # progress lines shown, everything kept
                 handle.write(line)
+                handle.flush()
                 if line.startswith("replay:"):
                     step(line.strip())
                 if time.monotonic() - started > timeout + 60:

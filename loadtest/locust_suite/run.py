@@ -43,8 +43,8 @@ class LocustRun:
     ca_file: str = ""
 
     def __post_init__(self):
-        if self.shape not in ("constant", "step"):
-            raise MeasurementError(f"shape {self.shape!r} unknown; expected 'constant' or 'step'")
+        if self.shape not in ("constant", "step", "burst"):
+            raise MeasurementError(f"shape {self.shape!r} unknown; expected 'constant', 'step' or 'burst'")
         if self.users < 1 or self.run_time_s < 1:
             raise MeasurementError(
                 f"a Locust run needs at least one user and one second, got {self.users} and {self.run_time_s}"

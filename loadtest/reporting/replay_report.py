@@ -121,3 +121,60 @@ def _plot(summary: dict, path: Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return save(fig, path)
+
+
+def compare_recordings(original: list, replayed: list, speed: float = 1.0) -> dict:
+    """What a server saw of a replay (its own recording) against the recording replayed: requests per second
+    (correlation), the total, and each model's shape histogram (identical or not). Requests refused before the
+    server (nothing read) are left out on both sides."""
+    from common.traffic import shape_histogram
+
+    first = [r for r in original if r.inputs]
+    second = [r for r in replayed if r.inputs]
+    t0, t1 = min(r.arrival_us for r in first), min(r.arrival_us for r in second)
+    offsets_a = [(r.arrival_us - t0) / 1e6 / speed for r in first]
+    offsets_b = [(r.arrival_us - t1) / 1e6 for r in second]
+    seconds = int(max(offsets_a + offsets_b)) + 1
+    a, b = per_second(offsets_a, seconds), per_second(offsets_b, seconds)
+    hist_a, hist_b = shape_histogram(first), shape_histogram(second)
+    differing = sorted(m for m in set(hist_a) | set(hist_b) if hist_a.get(m) != hist_b.get(m))
+    return {
+        "speed": speed,
+        "recorded_total": len(first),
+        "replayed_total": len(second),
+        "total_diff_pct": round(100 * (len(second) - len(first)) / len(first), 3),
+        "per_second_r": round(correlation(a, b), 4),
+        "recorded_per_second": a,
+        "replayed_per_second": b,
+        "shapes_identical": not differing,
+        "shapes_differ_for": differing,
+        "signatures": sum(len(h) for h in hist_a.values()),
+        "protocols": dict(Counter(r.protocol for r in first)),
+        "replayed_protocols": dict(Counter(r.protocol for r in second)),
+    }
+
+
+def write_comparison(found: dict, out: Path, header: str) -> Path:
+    """recordings.md and recordings.png: the server's two recordings side by side."""
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [
+        "# The replay as the server saw it",
+        "",
+        header,
+        "",
+        "| figure | recorded | replayed (the server's recording of the replay) |",
+        "|---|---:|---:|",
+        f"| requests (inputs read) | {found['recorded_total']:,} | {found['replayed_total']:,} "
+        f"({found['total_diff_pct']:+.3f}%) |",
+        f"| by protocol | {found['protocols']} | {found['replayed_protocols']} |",
+        f"| per-second request counts, correlation | | {found['per_second_r']:.4f} |",
+        f"| shape histogram ({found['signatures']} signatures) | | "
+        f"{'identical' if found['shapes_identical'] else 'differs for ' + ', '.join(found['shapes_differ_for'])} |",
+        "",
+        "![requests per second](recordings.png)",
+        "",
+    ]
+    path = out / "recordings.md"
+    path.write_text("\n".join(lines))
+    _plot(found, out / "recordings.png")
+    return path

@@ -128,3 +128,27 @@ def test_summary_puts_recorded_and_replayed_side_by_side():
     statuses = {(s["status"]): (s["recorded"], s["replayed"]) for s in summary["statuses"]}
     assert statuses == {"ok": (8, 7), "http 503": (0, 1)}
     assert summary["models"][0]["replayed_p50_ms"] == 2.0
+
+
+def test_two_recordings_compare_by_rate_total_and_shapes():
+    from loadtest.reporting.replay_report import compare_recordings
+
+    original = [_request(t * 250_000) for t in range(20)] + [_request(9_000_000, inputs=(), status=400)]
+    original.append(_request(5_100_000, inputs=(RecordedInput("input", "FP32", (1, 1, 8, 8)),)))
+    replayed = [_request(7_000_000 + r.arrival_us // 2, inputs=r.inputs) for r in original if r.inputs]
+    same = compare_recordings(original, replayed, speed=2.0)
+    assert same["shapes_identical"] and same["total_diff_pct"] == 0.0 and same["per_second_r"] > 0.99
+    replayed[-1] = _request(replayed[-1].arrival_us)
+    assert compare_recordings(original, replayed, speed=2.0)["shapes_differ_for"] == ["digits_cnn"]
+
+
+def test_bursts_switch_between_all_users_and_one(monkeypatch):
+    from loadtest.locust_suite.shapes import BurstLoad
+
+    shape = BurstLoad.__new__(BurstLoad)
+    shape.max_users, shape.on_seconds, shape.off_seconds, shape.total_seconds = 6, 10.0, 20.0, 60.0
+    ticks = {}
+    for second in (0, 9.9, 10, 29.9, 30, 61):
+        monkeypatch.setattr(shape, "get_run_time", lambda s=second: s)
+        ticks[second] = shape.tick()
+    assert ticks == {0: (6, 60), 9.9: (6, 60), 10: (1, 10), 29.9: (1, 10), 30: (6, 60), 61: None}

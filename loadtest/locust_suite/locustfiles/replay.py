@@ -53,6 +53,13 @@ class Senders:
             self.clients[protocol] = self.endpoints[protocol].client(**extra)
         return self.clients[protocol]
 
+    def close(self) -> None:
+        """Every client and channel closed: an open gRPC channel keeps the process from exiting."""
+        for client in self.clients.values():
+            client.close()
+        for name, raw in self.raw.items():
+            (raw.close if name == "http" else self.channel.close)()
+
     def send(self, item) -> str:
         """Send one item; 'ok' or what went wrong."""
         if item.values and item.values.get("body"):
@@ -85,6 +92,7 @@ class Senders:
                 channel = grpc.secure_channel(url, grpc.ssl_channel_credentials(roots), options)
             else:
                 channel = grpc.insecure_channel(url, options)
+            self.channel = channel
             self.raw["grpc"] = channel.unary_unary(GRPC_INFER)  # bytes in, bytes out
         return self.raw["grpc"]
 
@@ -132,8 +140,9 @@ class ReplayUser(User):
         gevent.joinall(self.greenlets)
         progress.kill()
         self._write(behind)
+        self.senders.close()
         print(f"replay: {len(self.items)} requests sent, at most {behind * 1000:.0f} ms behind schedule", flush=True)
-        self.environment.runner.quit()
+        gevent.spawn(self.environment.runner.quit)  # not from this greenlet: quitting stops it first
         raise StopUser
 
     def _spawn(self, send, item):

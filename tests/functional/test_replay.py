@@ -1,0 +1,55 @@
+"""Replay end to end (`make replay`): a synthetic recording (HTTP and gRPC, two shapes, one refused request)
+replayed open loop through Locust against a server that records what it sees; the server's recording of the
+replay has the same requests, protocols and shape histogram, and the report is written."""
+
+import pytest
+
+from builders.build import build_model
+from builders.request import BuildRequest
+from common import endpoints
+from common.traffic import RecordedInput, RecordedRequest, RecordingWriter, read_recording
+from loadtest.locust_suite.replay import Replay, run_replay
+from loadtest.reporting.replay_report import compare_recordings, summarize, write_report
+from server.cluster import start_cluster, stop_cluster
+from server.recording import record_settings
+from tests.functional.conftest import behind_edge
+
+pytestmark = pytest.mark.functional
+
+
+def _synthetic(folder) -> list[RecordedRequest]:
+    written = []
+    with RecordingWriter(folder) as writer:
+        for i in range(40):
+            batch = 1 + i % 3
+            inputs = (RecordedInput("input", "FP32", (batch, 1, 8, 8)),)
+            protocol = "grpc" if i % 2 else "http"
+            written.append(RecordedRequest(1_000_000 + i * 50_000, "digits_cnn", protocol, inputs, batch=batch))
+        written.append(RecordedRequest(1_500_000, "digits_cnn", "http", (), status=400))
+        for request in written:
+            writer.write(request)
+    return written
+
+
+def test_a_replay_reaches_the_server_as_recorded(digits_build, tmp_path):
+    spec, built, _ = digits_build
+    build_model(BuildRequest(spec, "embedded", tmp_path / "repo", tmp_path / "work"), built)
+    original = _synthetic(tmp_path / "recording")
+    settings = behind_edge(tmp_path / "repo", tmp_path / "state", record=record_settings("1", tmp_path / "state"))
+    start_cluster(settings)
+    try:
+        state = endpoints.read_state(settings.state_dir)
+        result = run_replay(
+            Replay(recording=tmp_path / "recording"), state.http_url, state.grpc_url, None, tmp_path / "out"
+        )
+    finally:
+        stop_cluster(settings.state_dir)
+    summary = summarize(result, 1.0)
+    assert summary["replayed_total"] == 40 and summary["left_out"] == {
+        "no inputs read (status 400: refused before the server)": 1
+    }
+    assert {s["status"] for s in summary["statuses"]} == {"ok"}
+    seen = compare_recordings(original, list(read_recording(settings.record.folder)))
+    assert seen["replayed_total"] == 40 and seen["shapes_identical"]
+    assert seen["replayed_protocols"] == {"http": 20, "grpc": 20}
+    assert write_report(summary, tmp_path / "out", "test").exists() and (tmp_path / "out" / "replay.png").exists()
