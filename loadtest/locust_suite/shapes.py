@@ -6,6 +6,8 @@ import os
 
 from locust import LoadTestShape
 
+from loadtest.locust_suite.burst import burst_users
+
 
 class StepLoad(LoadTestShape):
     """Add STEP_USERS users every STEP_SECONDS, up to STEP_MAX_USERS, then stop after STEP_TOTAL_SECONDS."""
@@ -35,9 +37,4 @@ class BurstLoad(LoadTestShape):
     total_seconds = float(os.environ.get("STEP_TOTAL_SECONDS", "60"))
 
     def tick(self):
-        elapsed = self.get_run_time()
-        if elapsed > self.total_seconds:
-            return None
-        burst = elapsed % (self.on_seconds + self.off_seconds) < self.on_seconds
-        users = self.max_users if burst else 1
-        return users, max(1, users * 10)
+        return burst_users(self.get_run_time(), self.max_users, self.on_seconds, self.off_seconds, self.total_seconds)

@@ -142,13 +142,8 @@ def test_two_recordings_compare_by_rate_total_and_shapes():
     assert compare_recordings(original, replayed, speed=2.0)["shapes_differ_for"] == ["digits_cnn"]
 
 
-def test_bursts_switch_between_all_users_and_one(monkeypatch):
-    from loadtest.locust_suite.shapes import BurstLoad
+def test_bursts_switch_between_all_users_and_one():
+    from loadtest.locust_suite.burst import burst_users
 
-    shape = BurstLoad.__new__(BurstLoad)
-    shape.max_users, shape.on_seconds, shape.off_seconds, shape.total_seconds = 6, 10.0, 20.0, 60.0
-    ticks = {}
-    for second in (0, 9.9, 10, 29.9, 30, 61):
-        monkeypatch.setattr(shape, "get_run_time", lambda s=second: s)
-        ticks[second] = shape.tick()
+    ticks = {t: burst_users(t, 6, 10.0, 20.0, 60.0) for t in (0, 9.9, 10, 29.9, 30, 61)}
     assert ticks == {0: (6, 60), 9.9: (6, 60), 10: (1, 10), 29.9: (1, 10), 30: (6, 60), 61: None}
