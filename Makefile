@@ -120,15 +120,19 @@ perf: install ## perf_analyzer sweep of MODELS or MODEL (default: every ready mo
 	$(PY) -m loadtest perf --models "$(GIVEN_MODELS)" --protocol $(PROTOCOL) --concurrency "$(CONCURRENCY)" \
 		--interval-ms $(INTERVAL_MS) --state-dir $(STATE_DIR) --lengths "$(LENGTHS)" $(ANY_TRITON)
 
-loadtest: install ## Headless Locust run against MODEL or MODELS (default: every ready model) of `make serve` or URL=; reports/<time>/
-	$(PY) -m loadtest locust --models "$(GIVEN_MODELS)" --protocol $(PROTOCOL) --state-dir $(STATE_DIR) --lengths "$(LENGTHS)" \
-		$(ANY_TRITON)
+SCALE ?= 1
+REPLAY_TARGET = --state-dir $(STATE_DIR) $(if $(URL),--url $(URL) --protocol $(PROTOCOL)) \
+	$(if $(GIVEN_MODELS),--models "$(GIVEN_MODELS)") $(if $(TLS),--tls) $(if $(CA_FILE),--ca-file $(CA_FILE))
+LOCUST_RUN = $(PY) -m loadtest locust --models "$(GIVEN_MODELS)" --protocol $(PROTOCOL) --state-dir $(STATE_DIR) \
+	--lengths "$(LENGTHS)" $(ANY_TRITON)
+WORKLOAD_RUN = $(PY) -m loadtest replay --workload "$(WORKLOAD)" --scale $(SCALE) $(REPLAY_TARGET)
+loadtest: install ## Headless Locust run against MODEL or MODELS (default: every ready model) of `make serve` or URL=; WORKLOAD=<file> [SCALE=3]: a fitted workload instead; reports/<time>/
+	$(if $(WORKLOAD),$(WORKLOAD_RUN),$(LOCUST_RUN))
 
 SPEED ?= 1
 replay: install ## Replay FROM (a recording: STATE_DIR/traffic of `make serve RECORD=1`) open loop through Locust; SPEED=3 for 3x; URL= (with PROTOCOL=) for any Triton
 	@test -n "$(FROM)" || { echo "usage: make replay FROM=<recording folder or file> [SPEED=1] [URL=host:port PROTOCOL=http|grpc]"; exit 2; }
-	$(PY) -m loadtest replay --from "$(FROM)" --speed $(SPEED) --state-dir $(STATE_DIR) \
-		$(if $(URL),--url $(URL) --protocol $(PROTOCOL)) $(if $(GIVEN_MODELS),--models "$(GIVEN_MODELS)") $(if $(TLS),--tls) $(if $(CA_FILE),--ca-file $(CA_FILE))
+	$(PY) -m loadtest replay --from "$(FROM)" --speed $(SPEED) $(REPLAY_TARGET)
 
 MINUTES ?= 10
 soak: install ## Bounded load on MODEL (default digits_cnn_pipeline) for MINUTES with RSS sampled (after `make serve`)

@@ -365,10 +365,18 @@ def envoy_bench(model, protocols, concurrency, interval_ms, out, state_dir):
     "--from",
     "recording",
     type=click.Path(path_type=Path),
-    required=True,
+    default=None,
     help="A recording: STATE_DIR/traffic of `make serve RECORD=1`, or one of its files.",
 )
 @click.option("--speed", type=float, default=1.0, show_default=True, help="3: the same requests three times as fast.")
+@click.option(
+    "--workload",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A fitted workload file (python -m loadtest fit-workload) instead of a recording.",
+)
+@click.option("--scale", type=float, default=1.0, show_default=True, help="A workload's rates times this.")
+@click.option("--seed", type=int, default=0, show_default=True, help="A workload's draws.")
 @click.option(
     "--protocol",
     type=click.Choice(["", "http", "grpc"]),
@@ -384,7 +392,9 @@ def envoy_bench(model, protocols, concurrency, interval_ms, out, state_dir):
 @options.CA_FILE
 @options.STATE_DIR
 @user_errors
-def replay(recording, speed, protocol, models, connections, out, url, headers, tls, ca_file, state_dir):
+def replay(
+    recording, speed, workload, scale, seed, protocol, models, connections, out, url, headers, tls, ca_file, state_dir
+):
     """Replay a recording open loop through Locust (arrival times, models, protocols, shapes) against the server
     of `make serve` or any Triton (--url with --protocol); report recorded and replayed side by side."""
     from clients.connection import endpoint, parse_headers
@@ -393,9 +403,14 @@ def replay(recording, speed, protocol, models, connections, out, url, headers, t
 
     if url and not protocol:
         raise click.UsageError("--url names one endpoint: give its protocol (PROTOCOL=http or grpc with make)")
+    if (recording is None) == (workload is None):
+        raise click.UsageError("give a recording (--from, FROM=) or a workload (--workload, WORKLOAD=), one of them")
     eps = {p: endpoint(p, url, state_dir, parse_headers(headers), tls, ca_file) for p in ("http", "grpc")}
     given = Replay(
         recording=recording,
+        workload=workload,
+        scale=scale,
+        seed=seed,
         speed=speed,
         protocol=protocol,
         models=tuple(_names(models)),
@@ -406,15 +421,36 @@ def replay(recording, speed, protocol, models, connections, out, url, headers, t
     )
     out = out or Path("reports") / time.strftime("replay-%Y%m%d-%H%M%S")
     result = run_replay(given, eps["http"].url, eps["grpc"].url, eps["http"].repo, out)
-    summary = summarize(result, speed)
+    summary = summarize(result, speed if workload is None else 1.0)
     where = url or f"{eps['http'].url} (http), {eps['grpc'].url} (grpc)"
+    given = f"--from {recording} --speed {speed:g}" if workload is None else f"--workload {workload} --scale {scale:g}"
     header = (
-        f"Recording {recording}, speed {speed:g}, against {where}; protocol: {protocol or 'as recorded'}. Command: "
-        f"`python -m loadtest replay --from {recording} --speed {speed:g}`"
+        f"{'Recording' if workload is None else 'Workload'} {recording or workload}, against {where}; "
+        f"protocol: {protocol or 'as recorded'}. Command: `python -m loadtest replay {given}`"
     )
     path = write_report(summary, out, header)
     click.echo(path.read_text().split("\n\n![")[0])
     click.echo(f"report: {path}")
+
+
+@cli.command("fit-workload")
+@click.option("--from", "recording", type=click.Path(path_type=Path), required=True, help="A recording.")
+@click.option("--bin-seconds", type=float, default=10.0, show_default=True, help="The rate's time resolution.")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("workload.json"), show_default=True)
+@user_errors
+def fit_workload(recording, bin_seconds, out):
+    """A workload file from a recording: per model, the rate over time, its burstiness, protocols, shapes (no data)."""
+    from common.traffic import read_recording
+    from loadtest.workloads.fitted import fit, write_workload
+
+    workload = fit(list(read_recording(recording)), bin_seconds, source=str(recording))
+    write_workload(workload, out)
+    for model, fitted in workload["models"].items():
+        click.echo(
+            f"{model}: {fitted['requests']} requests, peak {max(fitted['rate_per_s'])}/s, gap variation "
+            f"{fitted['gap_cv']}, {len(fitted['shapes'])} shapes, protocols {fitted['protocols']}"
+        )
+    click.echo(f"workload: {out} ({workload['duration_s']:.0f} s; replay it with `make loadtest WORKLOAD={out}`)")
 
 
 @cli.command("compare-recordings")

@@ -7,11 +7,12 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.cli import step
-from common.errors import MeasurementError
+from common.errors import MeasurementError, RecordingError
 from common.traffic import read_recording
 from loadtest.workloads.recorded import schedule, write_schedule
 
@@ -22,7 +23,10 @@ LOCUSTFILE = Path(__file__).with_name("locustfiles") / "replay.py"
 class Replay:
     """One replay: which recording, how fast, over which protocol (default: each request's own), which models."""
 
-    recording: Path
+    recording: Path | None = None
+    workload: Path | None = None  # a fitted workload (loadtest/workloads/fitted.py) instead of a recording
+    scale: float = 1.0  # the workload's rates times this
+    seed: int = 0
     speed: float = 1.0
     protocol: str = ""
     models: tuple[str, ...] = ()
@@ -40,15 +44,35 @@ def run_replay(replay: Replay, http_url: str, grpc_url: str, repo: Path | None, 
         MeasurementError: Locust failed.
     """
     out.mkdir(parents=True, exist_ok=True)
-    recorded = list(read_recording(replay.recording))
-    items, left_out = schedule(recorded, replay.speed, replay.protocol, replay.models)
+    recorded, items, left_out = _requests(replay)
     path = write_schedule(items, out / "schedule.jsonl")
     duration = items[-1].offset_s
-    step(f"replay: {len(items)} requests over {duration:.0f} s (speed {replay.speed:g}) from {replay.recording}")
+    source = f"speed {replay.speed:g}) from {replay.recording}" if replay.recording else f"x{replay.scale:g}) from"
+    step(f"replay: {len(items)} requests over {duration:.0f} s ({source} {replay.workload or ''}".rstrip())
     results = out / "replay_results.jsonl"
     env = _environment(replay, http_url, grpc_url, repo, path, results, out)
     _run_locust(env, out, timeout=duration + 300)
     return {"recorded": recorded, "left_out": left_out, "results": read_results(results), "items": items}
+
+
+def _requests(replay: Replay) -> tuple[list, list, Counter]:
+    """What was recorded (a workload: what it generated, as if recorded), the schedule, what was left out."""
+    if replay.workload is None:
+        recorded = list(read_recording(replay.recording))
+        return (recorded, *schedule(recorded, replay.speed, replay.protocol, replay.models))
+    from common.traffic import RecordedRequest
+    from loadtest.workloads.fitted import generate, read_workload
+
+    items = generate(read_workload(replay.workload), replay.scale, replay.seed, replay.protocol)
+    if replay.models:
+        items = [i for i in items if i.model in replay.models]
+    if not items:
+        raise RecordingError(f"the workload {replay.workload} generates no request (models {replay.models or 'all'})")
+    as_recorded = [
+        RecordedRequest(int(i.offset_s * 1e6), i.model, i.protocol, i.inputs, status=200 if i.protocol == "http" else 0)
+        for i in items
+    ]
+    return as_recorded, items, Counter()
 
 
 def _environment(replay: Replay, http_url, grpc_url, repo, schedule_path, results, out: Path) -> dict:
