@@ -88,6 +88,13 @@ def _split(value: str) -> list[str]:
     help="Compiled engines are served by the in-process backend (inside tritonserver, no stub process; "
     "<model>_inductor_<precision>[_u8]_inproc). The server builds it at start: needs cc and the Python headers.",
 )
+@click.option(
+    "--shapes-from",
+    type=click.Path(path_type=Path, exists=True),
+    default=None,
+    help="A traffic recording (STATE_DIR/traffic of `make serve RECORD=1`) or a fitted workload: pick length "
+    "buckets, graph batch sizes, preferred batch sizes and the queue delay from its shapes and rates.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Show the exporter's warnings (hidden by default).")
 @user_errors
 def build(
@@ -111,6 +118,7 @@ def build(
     compiled,
     uint8_input,
     inprocess,
+    shapes_from,
     verbose,
 ):
     """Build MODELS (zoo) and the models of --spec into the repository REPO, one validated model at a time."""
@@ -155,12 +163,53 @@ def build(
             user.eval_data,
         )
         requests.append((request, pipelines and user.pipelines))
+    tunings = _tunings(shapes_from, [r for r, _ in requests], work_dir) if shapes_from else {}
     for i, (request, with_pipelines) in enumerate(requests, start=1):
         step(f"[{i}/{len(requests)}] {request.spec.name}")
+        tuning = tunings.get(request.spec.name)
+        if tuning is not None:
+            request = _tuned(request, tuning)
         _build_one(request, with_pipelines)
         for precision in _split(compiled):
-            _build_compiled(request, precision, uint8_input, inprocess)
+            _build_compiled(request, precision, uint8_input, inprocess, tuning)
     click.echo(f"repository ready: {repo} (manifest: {repo / 'manifest.json'})")
+
+
+def _tunings(path: Path, requests, work_dir: Path) -> dict:
+    """Per spec, what the traffic of path says to build; written to work_dir/tuning.json and shown."""
+    import dataclasses
+    import json
+
+    from builders.repository.tuning import tune
+    from common.traffic import traffic_shapes
+
+    shapes, found = traffic_shapes(path), {}
+    for request in requests:
+        tuning = tune(request.spec, *shapes.for_model(request.spec.name))
+        if tuning is None:
+            step(f"{request.spec.name}: not in the traffic of {path}; built with its own settings")
+            continue
+        found[request.spec.name] = tuning
+        lengths = f", length buckets {list(tuning.length_buckets)}" if tuning.length_buckets else ""
+        step(
+            f"{request.spec.name} from {tuning.requests} recorded requests: queue delay {tuning.max_queue_delay_us} "
+            f"us, preferred batches {list(tuning.preferred_batch_sizes)}{lengths}; {tuning.figures}"
+        )
+    work_dir.mkdir(parents=True, exist_ok=True)
+    report = {name: dataclasses.asdict(t) for name, t in found.items()}
+    (work_dir / "tuning.json").write_text(json.dumps({"source": str(path), "models": report}, indent=1))
+    return found
+
+
+def _tuned(request, tuning):
+    import dataclasses
+
+    options = dataclasses.replace(
+        request.options,
+        max_queue_delay_us=tuning.max_queue_delay_us,
+        preferred_batch_sizes=tuning.preferred_batch_sizes,
+    )
+    return dataclasses.replace(request, options=options)
 
 
 def _build_one(request, with_pipelines: bool) -> None:
@@ -184,7 +233,7 @@ def _check_compiled(precisions: list) -> None:
         raise ConfigError(f"--compiled {unknown}: unknown precision; choose among {list(TORCH_PRECISIONS)}")
 
 
-def _build_compiled(request, precision: str, uint8_input: bool, inprocess: bool = False) -> None:
+def _build_compiled(request, precision: str, uint8_input: bool, inprocess: bool = False, tuning=None) -> None:
     """A compiled engine of a built model: on the GPU when there is one (KIND_GPU, CUDA graphs), else the CPU."""
     import dataclasses
 
@@ -203,6 +252,8 @@ def _build_compiled(request, precision: str, uint8_input: bool, inprocess: bool 
         compiler="inductor",
         host_outputs=gpu,
         inprocess=inprocess,
+        length_buckets=tuning.length_buckets if tuning else (),
+        graph_batch_sizes=tuning.graph_batch_sizes if tuning and gpu else (),
     )
     entry = build_torch_variant(dataclasses.replace(request, options=options), runtime)
     click.echo(f"built {entry['name']} (compiled in {entry['compiled']['compile_seconds']} s, {options.kind})")

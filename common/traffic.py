@@ -199,3 +199,59 @@ def shape_histogram(requests) -> dict[str, Counter]:
     for request in requests:
         found.setdefault(request.model, Counter())[request.signature()] += 1
     return found
+
+
+WORKLOAD_FORMAT = "triton-workload/1"  # a workload fitted from a recording (loadtest/workloads/fitted.py)
+
+
+@dataclass(frozen=True)
+class TrafficShapes:
+    """What a recording or a workload says about each model's requests: the shape histogram and the rate."""
+
+    histogram: dict[str, Counter]  # model -> input signature -> requests
+    peak_rate: dict[str, float]  # model -> requests/s in its busiest 10 s
+
+    def for_model(self, name: str) -> tuple[Counter, float]:
+        """A model's histogram and peak rate, its served variants' (name_*) merged in."""
+        merged, rate = Counter(), 0.0
+        for model, counts in self.histogram.items():
+            if model == name or model.startswith(name + "_"):
+                merged.update(counts)
+                rate += self.peak_rate.get(model, 0.0)
+        return merged, rate
+
+
+def traffic_shapes(path: Path, bin_s: float = 10.0) -> TrafficShapes:
+    """The shapes of a recording (its folder or a file of it) or of a workload file.
+
+    Raises:
+        RecordingError: neither, or nothing in it.
+    """
+    path = Path(path)
+    if path.is_file() and path.suffix == ".json":
+        return _workload_shapes(path)
+    requests = [r for r in read_recording(path) if r.inputs]
+    if not requests:
+        raise RecordingError(f"{path}: no request with inputs read: nothing to tune from")
+    start, end = min(r.arrival_us for r in requests), max(r.arrival_us for r in requests)
+    bins: dict[str, Counter] = {}
+    for r in requests:
+        bins.setdefault(r.model, Counter())[int((r.arrival_us - start) / 1e6 // bin_s)] += 1
+    covered = lambda b: max(1.0, min(bin_s, (end - start) / 1e6 - b * bin_s))  # noqa: E731  (the last bin's part)
+    peak = {model: max(n / covered(b) for b, n in counts.items()) for model, counts in bins.items()}
+    return TrafficShapes(shape_histogram(requests), peak)
+
+
+def _workload_shapes(path: Path) -> TrafficShapes:
+    try:
+        workload = json.loads(path.read_text())
+        histogram = {
+            model: Counter(
+                {tuple((n, d, tuple(s)) for n, d, s in shape["inputs"]): shape["count"] for shape in fitted["shapes"]}
+            )
+            for model, fitted in workload["models"].items()
+        }
+        peak = {model: max(fitted["rate_per_s"] or [0.0]) for model, fitted in workload["models"].items()}
+    except (ValueError, KeyError, TypeError) as err:
+        raise RecordingError(f"{path}: not a workload file ({err}); expected format {WORKLOAD_FORMAT!r}") from None
+    return TrafficShapes(histogram, peak)

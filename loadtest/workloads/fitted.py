@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from common.errors import RecordingError
-from common.traffic import RecordedInput, RecordedRequest
+from common.traffic import WORKLOAD_FORMAT, RecordedInput, RecordedRequest
 from loadtest.workloads.recorded import ReplayItem
 
-FORMAT = "triton-workload/1"
+FORMAT = WORKLOAD_FORMAT
 
 
 def fit(requests: list[RecordedRequest], bin_s: float = 10.0, source: str = "") -> dict:
