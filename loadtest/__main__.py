@@ -481,28 +481,25 @@ def compare_recordings(recorded, replayed, speed, out):
 
 @cli.command("record-bench")
 @options.REPO
-@click.option("--model", default="digits_cnn", show_default=True)
+@click.option("--models", default="digits_cnn", show_default=True, help="Measured as `loadtest perf` measures them.")
 @click.option("--protocols", default="http grpc", show_default=True)
 @click.option("--concurrency", type=int, default=4, show_default=True)
 @click.option("--rounds", type=int, default=3, show_default=True, help="Each setup this many times, alternated.")
 @click.option("--interval-ms", type=int, default=3000, show_default=True, help="perf_analyzer measurement window.")
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
-def record_bench(repo, model, protocols, concurrency, rounds, interval_ms, out):
+def record_bench(repo, models, protocols, concurrency, rounds, interval_ms, out):
     """What RECORD=1 and RECORD=values cost: perf_analyzer through the edge, recording off and on, alternated."""
     from builders.environment import host_info
     from loadtest.benches import record_bench as bench
-    from loadtest.perf.tools import find_perf_analyzer
 
     out = (out or Path("reports") / time.strftime("record-%Y%m%d-%H%M%S")).absolute()
-    sweep = {"measurement_ms": interval_ms, "stability_percent": 50.0, "max_trials": 10}
-    rows = bench.measure(
-        repo, model, bench.SETUPS, protocols.split(), concurrency, rounds, find_perf_analyzer(), out, **sweep
-    )
+    names = _names(models)
+    rows = bench.measure(repo, names, bench.SETUPS, protocols.split(), concurrency, rounds, out, interval_ms)
     header = (
-        f"Model {model}, perf_analyzer concurrency {concurrency}, {interval_ms} ms windows, "
-        f"{rounds} rounds alternated; command: `python -m loadtest record-bench --repo {repo} --model {model} "
-        f"--rounds {rounds}`. Host: {host_info()}"
+        f"Models {', '.join(names)}, perf_analyzer concurrency {concurrency}, {interval_ms} ms windows, "
+        f"{rounds} rounds alternated; command: `python -m loadtest record-bench --repo {repo} --models "
+        f'"{models}" --rounds {rounds} --interval-ms {interval_ms}`. Host: {host_info()}'
     )
     click.echo(bench.write(bench.compare(rows), rows, out, header))
     click.echo(f"report: {out}/record.md")

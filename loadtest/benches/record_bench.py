@@ -18,8 +18,7 @@ from pathlib import Path
 from clients.connection import endpoint
 from common import endpoints
 from common.cli import step
-from loadtest.perf.sweep import Sweep, run_sweep
-from loadtest.perf.tools import PerfAnalyzer
+from loadtest.perf.sweep import run_sweep
 
 BASELINE = "edge"
 SETUPS = ("edge", "edge, recording", "edge, recording values", "make serve default")
@@ -46,25 +45,34 @@ def settings_for(setup: str, repo: Path, state_dir: Path):
     )
 
 
-def measure(
-    repo: Path, model: str, setups, protocols, concurrency: int, rounds: int, analyzer: PerfAnalyzer, out: Path, **sweep
-):
-    """Every setup, every round: start it, one perf point per protocol, stop it; one row per point."""
+def measure(repo: Path, models, setups, protocols, concurrency: int, rounds: int, out: Path, interval_ms: int):
+    """Every setup, every round: start it, one perf point per model and protocol, stop it; one row per point.
+    Each model is measured as `loadtest perf` measures it (text models: lognormal lengths; pipelines: images)."""
+    from clients.served import served_spec
+    from loadtest.perf.run import PerfRequest, model_sweep
+    from loadtest.perf.tools import find_perf_analyzer
     from server.cluster import start_cluster, stop_cluster
 
-    rows = []
+    analyzer, rows = find_perf_analyzer(), []
     for round_ in range(1, rounds + 1):
         for setup in setups:
             state_dir = out / "state" / f"{setup.replace(' ', '_').replace(',', '')}-{round_}"
-            settings = settings_for(setup, repo, state_dir)
             step(f"record-bench round {round_}/{rounds}: {setup}")
-            start_cluster(settings)
+            start_cluster(settings_for(setup, repo, state_dir))
             try:
-                for protocol in protocols:
-                    point = Sweep(model, protocol=protocol, concurrency=(concurrency,), **sweep)
-                    found = run_sweep(
-                        point, endpoint(protocol, None, state_dir), analyzer, out / "raw" / state_dir.name
+                for model, protocol in [(m, p) for m in models for p in protocols]:
+                    ep = endpoint(protocol, None, state_dir)
+                    work = out / "raw" / state_dir.name
+                    request = PerfRequest(
+                        models=(model,),
+                        protocol=protocol,
+                        concurrency=(concurrency,),
+                        interval_ms=interval_ms,
+                        stability=50.0,
+                        out=work,
                     )
+                    sweep = model_sweep(request, ep, served_spec(repo, model), model, {})
+                    found = run_sweep(sweep, ep, analyzer, work) if sweep else []
                     rows += [{**row, "setup": setup, "round": round_} for row in found]
             finally:
                 stop_cluster(state_dir)
@@ -74,10 +82,10 @@ def measure(
 def compare(rows: list[dict]) -> list[dict]:
     """Per (protocol, setup): median throughput and p50 over the rounds, the ratio to the baseline's median."""
     table = []
-    for protocol in sorted({r["protocol"] for r in rows}):
+    for model, protocol in sorted({(r["model"], r["protocol"]) for r in rows}):
         medians = {}
         for setup in dict.fromkeys(r["setup"] for r in rows):
-            points = [r for r in rows if r["protocol"] == protocol and r["setup"] == setup]
+            points = [r for r in rows if r["protocol"] == protocol and r["setup"] == setup and r["model"] == model]
             if points:
                 medians[setup] = (
                     statistics.median(p["throughput"] for p in points),
@@ -130,7 +138,7 @@ def _plot(table: list[dict], path: Path) -> Path:
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4))
-    protocols = sorted({t["protocol"] for t in table})
+    protocols = sorted({(t["model"], t["protocol"]) for t in table})
     setups = list(dict.fromkeys(t["setup"] for t in table))
     width = 0.8 / max(1, len(setups))
     for i, setup in enumerate(setups):
@@ -138,7 +146,9 @@ def _plot(table: list[dict], path: Path) -> Path:
             next((t["infer_s"] for t in table if t["protocol"] == p and t["setup"] == setup), 0) for p in protocols
         ]
         ax.bar([x + i * width for x in range(len(protocols))], values, width, label=setup)
-    ax.set_xticks([x + width * (len(setups) - 1) / 2 for x in range(len(protocols))], protocols)
-    ax.set_ylabel("inferences/s (median of the rounds)")
+    ax.set_xticks(
+        [x + width * (len(setups) - 1) / 2 for x in range(len(protocols))], [f"{m}\n{p}" for m, p in protocols]
+    )
+    ax.set_ylabel("throughput / the edge's (medians of the rounds)")
     ax.legend(fontsize=8)
     return save(fig, path)

@@ -69,7 +69,7 @@ def run(request: PerfRequest, ep) -> PerfResult:
     served = served_or_given(request.models, ep)
     names = list(served.names)
     for model in names:
-        sweep = _model_sweep(request, ep, served.spec(model), model, skipped)
+        sweep = model_sweep(request, ep, served.spec(model), model, skipped)
         if sweep is not None:
             rows += sweeps.run_sweep(sweep, ep, analyzer, out / "raw", failures)
     record_window(out, started, time.time())
@@ -86,7 +86,7 @@ def run(request: PerfRequest, ep) -> PerfResult:
     return PerfResult(table + (f"\n{extra}" if extra else ""), report, len(failures), len(failures) + len(rows))
 
 
-def _model_sweep(request: PerfRequest, ep, spec, model: str, skipped: dict):
+def model_sweep(request: PerfRequest, ep, spec, model: str, skipped: dict):
     """The sweep of one model as the server describes it (spec: ours, or None), or None (the reason goes to
     skipped)."""
     from clients.model_plan import NotMeasurable, plan

@@ -99,3 +99,16 @@ def test_rotation_past_the_size_renames_reopens_and_keeps_the_newest(tmp_path):
     assert len(list(read_recording(settings.folder))) == 210
     settings.current.unlink()
     assert rotate(settings, lambda: reopened.append(1)) is None  # nothing current: nothing to do
+
+
+def test_the_overhead_table_compares_medians_with_the_edge_per_model_and_protocol():
+    from loadtest.benches.record_bench import compare
+
+    rows = [
+        {"model": "m", "protocol": "http", "setup": setup, "throughput": t, "p50_ms": 1.0}
+        for setup, values in (("edge", (100, 90, 110)), ("edge, recording", (95, 99, 60)))
+        for t in values
+    ]
+    table = {(t["setup"]): t for t in compare(rows)}
+    assert table["edge"]["ratio"] == 1.0 and table["edge, recording"]["ratio"] == 0.95
+    assert table["edge, recording"]["rounds"] == "95 99 60"
