@@ -97,6 +97,7 @@ def compare(rows: list[dict]) -> list[dict]:
             ratio = round(throughput / base, 3) if base else None
             table.append(
                 {
+                    "model": model,
                     "protocol": protocol,
                     "setup": setup,
                     "infer_s": round(throughput, 1),
@@ -117,11 +118,11 @@ def write(table: list[dict], rows: list[dict], out: Path, header: str) -> str:
             writer.writeheader()
             writer.writerows(data)
     lines = [
-        "| protocol | setup | infer/s (median) | ratio to the edge | p50 ms | each round (infer/s) |",
-        "|---|---|---:|---:|---:|---|",
+        "| model | protocol | setup | infer/s (median) | ratio to the edge | p50 ms | each round (infer/s) |",
+        "|---|---|---|---:|---:|---:|---|",
     ]
     lines += [
-        f"| {t['protocol']} | {t['setup']} | {t['infer_s']:,.1f} | "
+        f"| {t['model']} | {t['protocol']} | {t['setup']} | {t['infer_s']:,.1f} | "
         f"{t['ratio'] if t['ratio'] is not None else '—'} | {t['p50_ms']:.3f} | {t['rounds']} |"
         for t in table
     ]
@@ -143,12 +144,14 @@ def _plot(table: list[dict], path: Path) -> Path:
     width = 0.8 / max(1, len(setups))
     for i, setup in enumerate(setups):
         values = [
-            next((t["infer_s"] for t in table if t["protocol"] == p and t["setup"] == setup), 0) for p in protocols
+            next((t["ratio"] or 0 for t in table if (t["model"], t["protocol"]) == p and t["setup"] == setup), 0)
+            for p in protocols
         ]
         ax.bar([x + i * width for x in range(len(protocols))], values, width, label=setup)
     ax.set_xticks(
         [x + width * (len(setups) - 1) / 2 for x in range(len(protocols))], [f"{m}\n{p}" for m, p in protocols]
     )
+    ax.axhline(0.95, color="gray", lw=0.8, ls="--")
     ax.set_ylabel("throughput / the edge's (medians of the rounds)")
     ax.legend(fontsize=8)
     return save(fig, path)

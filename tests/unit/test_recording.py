@@ -111,4 +111,4 @@ def test_the_overhead_table_compares_medians_with_the_edge_per_model_and_protoco
     ]
     table = {(t["setup"]): t for t in compare(rows)}
     assert table["edge"]["ratio"] == 1.0 and table["edge, recording"]["ratio"] == 0.95
-    assert table["edge, recording"]["rounds"] == "95 99 60"
+    assert table["edge, recording"]["rounds"] == "95 99 60" and table["edge"]["model"] == "m"
