@@ -177,6 +177,8 @@ def read_recording(folder: Path) -> Iterator[RecordedRequest]:
     Raises:
         RecordingError: no recording there, or a line that is not a recorded request (file and line named).
     """
+    if Path(folder).is_file() and Path(folder).suffix == ".json":
+        raise RecordingError(f"{folder} is a workload file, not a recording (a folder or a .jsonl file of one)")
     files = [Path(folder)] if Path(folder).is_file() else recording_files(folder)
     if not files:
         raise RecordingError(

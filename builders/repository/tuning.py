@@ -5,8 +5,9 @@ From a model's recorded shape histogram and its peak request rate:
   lengths least (an exact choice over the histogram); they are the CUDA graphs' lengths and TensorRT's profiles;
 - the dynamic batcher's queue delay: about two requests' gaps at the peak rate, within 100 µs .. 5 ms, so that
   a batch gathers at the peak and a lone request waits little;
-- preferred batch sizes and graph batch sizes: the rows a batch gathers at the peak (requests per delay x rows
-  per request), up to the recorded 99th percentile of rows per request times that, within max_batch_size.
+- the preferred batch size: the rows a batch gathers at the peak ((1 + requests per delay) x the recorded 99th
+  percentile of rows per request), within max_batch_size (none where that is 1: a preferred 1 would dispatch
+  every lone request at once); CUDA-graph batch sizes up to twice that, for bursts.
 Each choice comes with the figures it was made from (padding efficiency before and after, rates, rows).
 """
 
@@ -42,7 +43,7 @@ def tune(spec, histogram: Counter, peak_rate: float, buckets: int = 15) -> Tunin
     gap_us = 1e6 / peak_rate if peak_rate > 0 else MAX_DELAY_US
     delay = int(min(MAX_DELAY_US, max(MIN_DELAY_US, 2 * gap_us)))
     batch_rows = _gathered_rows(rows, delay, peak_rate, spec.max_batch_size)
-    preferred = tuple(b for b in _powers_up_to(batch_rows) if b <= max(1, spec.max_batch_size))
+    preferred = (batch_rows,) if batch_rows > 1 else ()  # a preferred 1 would send every lone request at once
     figures = {
         "peak_requests_per_s": round(peak_rate, 2),
         "rows_per_request_p50": _quantile(rows, 0.5),
@@ -60,7 +61,7 @@ def tune(spec, histogram: Counter, peak_rate: float, buckets: int = 15) -> Tunin
             "padding_efficiency_tuned": round(padding_efficiency(lengths, chosen), 4),
             "default_length_buckets": list(default),
         }
-    graphs = tuple(b for b in _batch_steps(batch_rows) if b <= max(1, spec.max_batch_size))
+    graphs = tuple(b for b in _batch_steps(2 * batch_rows) if b <= max(1, spec.max_batch_size))  # bursts: 2x
     return Tuning(spec.name, total, delay, preferred, graphs, chosen, figures)
 
 
@@ -75,7 +76,7 @@ def _rows_per_request(spec, histogram: Counter) -> Counter:
 def _gathered_rows(rows: Counter, delay_us: int, peak_rate: float, max_batch: int) -> int:
     """Rows a batch gathers at the peak: (1 + requests arriving within the delay) x rows per request (p99)."""
     requests = 1 + peak_rate * delay_us / 1e6
-    gathered = math.ceil(requests * _quantile(rows, 0.99))
+    gathered = int(requests * _quantile(rows, 0.99) + 0.5)  # the nearest whole number of rows
     return max(1, min(gathered, max_batch)) if max_batch > 0 else 1
 
 
@@ -86,14 +87,6 @@ def _quantile(counts: Counter, q: float) -> int:
         if seen >= q * total:
             return int(value)
     return int(max(counts)) if counts else 0
-
-
-def _powers_up_to(high: int) -> list[int]:
-    sizes, size = [], 1
-    while size < high:
-        sizes.append(size)
-        size *= 2
-    return sizes + [high]
 
 
 def _batch_steps(high: int) -> tuple[int, ...]:

@@ -23,6 +23,10 @@ def _outcome(protocol: str, status) -> str:
     return f"{protocol} {status}" if isinstance(status, int) else str(status)
 
 
+def _ms(value: float) -> str:
+    return "—" if value != value else f"{value:.2f}"  # nan: no durations (a generated workload)
+
+
 def summarize(replayed: dict, speed: float) -> dict:
     """The figures of a replay (run_replay's answer) against its recording."""
     items, sent = replayed["items"], replayed["results"]["sent"]
@@ -91,15 +95,20 @@ def write_report(summary: dict, out: Path, header: str) -> Path:
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [
-        f"| {m['model']} | {m['recorded']:,} | {m['replayed']:,} | {m['recorded_p50_ms']:.2f} | "
-        f"{m['recorded_p99_ms']:.2f} | {m['replayed_p50_ms']:.2f} | {m['replayed_p99_ms']:.2f} |"
+        f"| {m['model']} | {m['recorded']:,} | {m['replayed']:,} | {_ms(m['recorded_p50_ms'])} | "
+        f"{_ms(m['recorded_p99_ms'])} | {_ms(m['replayed_p50_ms'])} | {_ms(m['replayed_p99_ms'])} |"
         for m in summary["models"]
     ]
     lines += ["", "| protocol | status | recorded | replayed |", "|---|---|---:|---:|"]
     lines += [
         f"| {s['protocol']} | {s['status']} | {s['recorded']:,} | {s['replayed']:,} |" for s in summary["statuses"]
     ]
-    lines += ["", "Recorded latency is the edge's (arrival to last byte sent); replayed is the client's.", ""]
+    lines += [
+        "",
+        "Recorded latency is the edge's (arrival to last byte sent); replayed is the client's. A workload's "
+        "'recorded' side is what it generated (no latency).",
+        "",
+    ]
     lines += ["![requests per second](replay.png)", ""]
     path = out / "replay.md"
     path.write_text("\n".join(lines))

@@ -52,7 +52,8 @@ def test_a_sequence_model_gets_buckets_a_delay_and_batch_sizes(tmp_path):
     tuning = tune(spec, histogram, rate)
     assert tuning.requests == 2000 and rate == pytest.approx(300, rel=0.05)
     assert tuning.max_queue_delay_us == 5000  # two gaps at 300/s, capped at 5 ms
-    assert tuning.preferred_batch_sizes[-1] == tuning.figures["rows_per_batch_at_peak"] == 3
+    assert tuning.preferred_batch_sizes == (tuning.figures["rows_per_batch_at_peak"],) == (3,)
+    assert tuning.graph_batch_sizes == (1, 2, 4, 6)
     assert tuning.figures["padding_efficiency_tuned"] >= tuning.figures["padding_efficiency_default"]
     assert tuning.length_buckets[-1] == spec.longest_sequence()
 
@@ -62,7 +63,9 @@ def test_an_image_model_gets_no_length_buckets_and_a_short_delay_at_a_high_rate(
     signature = (("input", "FP32", (4, 1, 8, 8)),)
     tuning = tune(spec, Counter({signature: 100}), 20000.0)
     assert tuning.length_buckets == () and tuning.max_queue_delay_us == 100
-    assert tuning.figures["rows_per_request_p99"] == 4 and tuning.preferred_batch_sizes == (1, 2, 4, 8, 12)
+    assert tuning.figures["rows_per_request_p99"] == 4 and tuning.preferred_batch_sizes == (12,)
+    lone = tune(spec, Counter({(("input", "FP32", (1, 1, 8, 8)),): 100}), 1.0)
+    assert lone.preferred_batch_sizes == () and lone.max_queue_delay_us == 5000
 
 
 def test_variants_share_the_model_s_traffic(tmp_path):
