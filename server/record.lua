@@ -5,7 +5,8 @@
 -- log writes it, with the arrival time, status, bytes and duration, as one JSON line per request.
 -- HTTP: the edge's own reading, after its checks (edge.lua calls record_start and record_inputs).
 -- gRPC: ModelInfer's protobuf header is read here (grpc_on_request). Its raw tensor contents are skipped.
--- Recording refuses nothing: a message it cannot read goes on unrecorded.
+-- Recording refuses nothing: a message it cannot read, or one past 64 inputs, 64 dims or 256-byte names, goes
+-- on unrecorded (Triton decides what it is). It reads repeated scalar fields as protobuf does: the last one.
 
 local TRAFFIC = "traffic"
 local B64 = {}
@@ -81,15 +82,30 @@ local function each_field(s, pos, stop, visit)
   end
 end
 
+local MAX_ITEMS, MAX_NAME = 64, 256 -- a message past these is not recorded (a line stays small)
+
+local function text(s, a, b)
+  if b - a + 1 > MAX_NAME then error("a name past " .. MAX_NAME .. " bytes") end
+  return s:sub(a, b)
+end
+
+local function add_dim(shape, value)
+  if #shape >= MAX_ITEMS then error("a shape past " .. MAX_ITEMS .. " dims") end
+  shape[#shape + 1] = value
+end
+
 local function read_tensor(s, first, last)
   local name, datatype, shape = "", "", {}
   each_field(s, first, last, function(number, wire, a, b)
-    if number == 1 and wire == 2 then name = s:sub(a, b)
-    elseif number == 2 and wire == 2 then datatype = s:sub(a, b)
-    elseif number == 3 and wire == 0 then shape[#shape + 1] = a
+    if number == 1 and wire == 2 then name = text(s, a, b)
+    elseif number == 2 and wire == 2 then datatype = text(s, a, b)
+    elseif number == 3 and wire == 0 then add_dim(shape, a)
     elseif number == 3 and wire == 2 then
-      local pos = a
-      while pos <= b do shape[#shape + 1], pos = varint(s, pos) end
+      local pos, value = a, nil
+      while pos <= b do
+        value, pos = varint(s, pos)
+        add_dim(shape, value)
+      end
     end
   end)
   return {name, datatype, shape}
@@ -98,9 +114,11 @@ end
 local function read_infer(message)
   local model, version, inputs = nil, "", {}
   each_field(message, 1, #message, function(number, wire, a, b)
-    if number == 1 and wire == 2 then model = message:sub(a, b)
-    elseif number == 2 and wire == 2 then version = message:sub(a, b)
-    elseif number == 5 and wire == 2 then inputs[#inputs + 1] = read_tensor(message, a, b)
+    if number == 1 and wire == 2 then model = text(message, a, b)
+    elseif number == 2 and wire == 2 then version = text(message, a, b)
+    elseif number == 5 and wire == 2 then
+      if #inputs >= MAX_ITEMS then error("more than " .. MAX_ITEMS .. " inputs") end
+      inputs[#inputs + 1] = read_tensor(message, a, b)
     end
   end)
   return model, version, inputs

@@ -49,7 +49,23 @@ def _send_each_kind(settings) -> None:
     conn.request("POST", "/v2/models/digits_cnn/versions/1/infer", body=json.dumps(bad))
     assert conn.getresponse().status == 400
     conn.close()
-    _stream_once(state.grpc_url)
+    _send_hostile_grpc(state.grpc_url)
+    _stream_once(state.grpc_url)  # the server still answers after them
+
+
+def _send_hostile_grpc(url: str) -> None:
+    """A message that is not protobuf, and one with a 100-dim shape: the server answers each with an error,
+    the recording leaves both out (its Lua reads at most 64 dims and refuses nothing)."""
+    import grpc
+    from tritonclient.grpc import service_pb2
+
+    wide = service_pb2.ModelInferRequest(model_name="digits_cnn")
+    wide.inputs.add(name="input", datatype="FP32", shape=[1] * 100)
+    with grpc.insecure_channel(url) as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        for body in (b"\xff\xff\xff\xff\x0f not protobuf", wide.SerializeToString()):
+            with pytest.raises(grpc.RpcError):
+                call(body, timeout=30)
 
 
 def _stream_once(url: str) -> None:
@@ -73,7 +89,7 @@ def test_each_request_is_a_line_with_its_shapes_protocol_and_status(recorded):
         assert r.signature() == (("input", "FP32", (2, 1, 8, 8)),)
     refused = [r for r in lines if r.status == 400]
     assert len(refused) == 1 and refused[0].version == "1" and refused[0].inputs == ()
-    assert len(lines) == 3, "the stream is not a ModelInfer call: it passes unrecorded"
+    assert len(lines) == 3, "streams and unreadable or oversized messages pass unrecorded"
 
 
 def test_values_are_the_bodies_as_sent(recorded):
