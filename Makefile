@@ -105,9 +105,11 @@ install-prometheus: install ## Unpack Prometheus + promtool into .tools/promethe
 	@$(PY) -m loadtest install-prometheus || echo "prometheus unavailable: the Prometheus tests will be skipped (set PROMETHEUS_BINARY to use one)"
 
 FROM ?=
-rollout: install ## Roll MODEL's new build from FROM into the served REPO without downtime (rolls back on a failed check)
+HOLD ?= 30
+rollout: install ## Roll MODEL's new build from FROM into the served REPO without downtime (rolls back on a failed check); CANARY="1 10 50 100" HOLD=30: by traffic share
 	@test -n "$(MODEL)" -a -n "$(FROM)" || { echo "usage: make rollout MODEL=<served model> FROM=<repository built by make build-engines>"; exit 2; }
-	$(PY) -m operations rollout --model "$(MODEL)" --from "$(FROM)" --repo $(REPO) --http-port $(HTTP_PORT) --state-dir $(STATE_DIR)
+	$(PY) -m operations rollout --model "$(MODEL)" --from "$(FROM)" --repo $(REPO) --http-port $(HTTP_PORT) --state-dir $(STATE_DIR) \
+		$(if $(CANARY),--share "$(CANARY)" --hold $(HOLD))
 
 status: install ## Show the running server
 	$(PY) -m server status --state-dir $(STATE_DIR)

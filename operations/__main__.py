@@ -46,17 +46,29 @@ def cli():
     help="How far the served accuracy may fall below the serving version's.",
 )
 @click.option("--keep", type=click.IntRange(1), default=2, show_default=True, help="Version folders kept on disk.")
+@click.option(
+    "--share",
+    default="",
+    help="Canary by traffic share: percents of the model's HTTP traffic the edge sends the new build, step by "
+    "step, e.g. '1 10 50 100'; each step held --hold seconds and gated on its errors and p99 against the old "
+    "version's (rolled back on a breach).",
+)
+@click.option("--hold", type=float, default=30.0, show_default=True, help="Seconds each traffic share is held.")
 @STATE_DIR
 @user_errors
-def rollout(model, source, repo, http_port, canary, accuracy_tolerance, accuracy_budget, keep, state_dir):
+def rollout(model, source, repo, http_port, canary, accuracy_tolerance, accuracy_budget, keep, share, hold, state_dir):
     """Roll a new build of MODEL into the running server without downtime (rolls back on a failed check)."""
     from clients.checks import Gate
     from common.endpoints import read_state
+    from operations.canary import CanaryPlan
     from operations.rollout import RolloutRequest, rollout
 
     _check_same_server(read_state(state_dir), repo, http_port, state_dir)
     gate = Gate(accuracy_tolerance, accuracy_budget)
-    event = rollout(RolloutRequest(model, source, state_dir, canary, gate, keep))
+    plan = CanaryPlan(tuple(int(p) for p in share.split()), hold) if share.strip() else None
+    event = rollout(RolloutRequest(model, source, state_dir, canary, gate, keep, share=plan))
+    for done in event.get("checks", {}).get("steps", []):
+        click.echo(f"  {done['percent']}%: {done['seconds']} s, new {done['candidate']}, old {done['old']}")
     click.echo(f"{model}: v{event['version']} serving (was v{event['previous']}); history in the manifest")
 
 

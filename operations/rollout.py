@@ -31,6 +31,7 @@ from common import endpoints
 from common.cli import step
 from common.endpoints import Endpoint
 from common.errors import ServerError, ToolError
+from operations.canary import CanaryPlan
 from server import launcher
 from server import model_versions as mv
 from server.rollout_lock import rollout_lock
@@ -53,6 +54,7 @@ class RolloutRequest:
     gate: Gate = Gate()
     keep: int = 2  # version folders kept on disk (the serving one and the newest retired ones)
     timeout: float = 300.0
+    share: CanaryPlan | None = None  # canary by traffic share through the edge (operations/canary.py)
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ class Plan:
     serving: int  # the version serving now
     served_entry: dict
     checks: dict = field(default_factory=dict)
+    candidate_serving: bool = False  # a canary by share: the candidate takes traffic while the build is promoted
 
     @property
     def ep(self) -> Endpoint:
@@ -102,6 +105,8 @@ def rollout(req: RolloutRequest) -> dict:
     plan = preflight(req)
     candidate = CANDIDATE.format(model=req.model)
     with rollout_lock(req.state_dir, [req.model, candidate]):
+        if req.share is not None:
+            return _recorded(plan, _by_share(plan, candidate))
         if req.canary:
             try:
                 _canary(plan, candidate)
@@ -111,9 +116,75 @@ def rollout(req: RolloutRequest) -> dict:
     return _recorded(plan, version)
 
 
+def _by_share(plan: Plan, candidate: str) -> int:
+    """The candidate loaded and checked, then given its steps of the traffic; promoted past the last one, rolled
+    back on a breach (the share at 0 first, the candidate unloaded once its requests are answered)."""
+    from operations.canary import CanaryBreach, run_steps
+
+    socket, urls = _edge_socket(plan), _metrics_urls(plan.req.state_dir)
+    folder = plan.repo / candidate
+    mv.remove(folder)
+    step(f"{plan.req.model}: loading the build beside the serving v{plan.serving} as {candidate}")
+    try:
+        _write_candidate(plan, candidate, folder)
+        for target in plan.targets:
+            _load(target.ep, candidate, plan.req.timeout)
+        plan.checks = _checks(plan, candidate, "1", accuracy=True)
+        plan.checks["steps"] = run_steps(plan.req.share, plan.req.model, candidate, socket, urls)
+        plan.candidate_serving = True
+        version = _promote(plan)
+        plan.candidate_serving = False
+    except (CheckFailed, CanaryBreach, RolloutError) as err:
+        plan.candidate_serving = False
+        if isinstance(err, RolloutError):  # the promotion failed and rolled back
+            _retire_candidate(plan, candidate, socket, folder)
+            raise
+        plan.checks["steps"] = getattr(err, "steps", plan.checks.get("steps", []))
+        _retire_candidate(plan, candidate, socket, folder)
+        _refuse(plan, "rolled back" if isinstance(err, CanaryBreach) else "rejected", CheckFailed(str(err)))
+    except BaseException:
+        _retire_candidate(plan, candidate, socket, folder)
+        raise
+    _retire_candidate(plan, candidate, socket, folder)
+    return version
+
+
+def _retire_candidate(plan: Plan, candidate: str, socket: Path, folder: Path) -> None:
+    from operations.canary import set_share
+
+    set_share(socket, plan.req.model, 0)
+    time.sleep(1.0)  # requests already routed to the candidate are answered before it goes
+    for target in plan.targets:
+        _unload(target.ep, candidate)
+    mv.remove(folder)
+    _await(lambda: not _stale_stubs(plan.targets[0], plan, None), plan.req.timeout)
+
+
+def _edge_socket(plan: Plan) -> Path:
+    from server.cluster import CLUSTER, admin_socket
+
+    if not (plan.req.state_dir / CLUSTER).exists():
+        raise RolloutError(
+            "a canary by traffic share needs the edge (`make serve` or `make cluster`; not --no-edge): "
+            "it is the edge that sends the share"
+        )
+    return admin_socket(plan.req.state_dir)
+
+
+def _metrics_urls(state_dir: Path) -> list[str]:
+    folders = sorted(p.parent for p in state_dir.glob("replica-*/" + endpoints.STATE)) or [state_dir]
+    urls = []
+    for folder in folders:
+        state = endpoints.read_state(folder)
+        urls.append(f"http://{state.host}:{state.metrics_port}/metrics")
+    return urls
+
+
 def _refuse(plan: Plan, status: str, err: CheckFailed) -> NoReturn:
     """Record a rejected or rolled-back build in the history and raise."""
     event = {"version": None, "status": status, "source": str(plan.req.source.resolve()), "reason": str(err)}
+    if plan.checks.get("steps"):
+        event["steps"] = plan.checks["steps"]
     mv.record(plan.repo, plan.req.model, event)
     raise RolloutError(f"{plan.req.model}: the new build was {status}: {err}; version {plan.serving} keeps serving")
 
@@ -368,7 +439,8 @@ def _stale_stubs(target: Target, plan: Plan, version: int | None) -> list:
 
     candidate, model = CANDIDATE.format(model=plan.req.model), plan.req.model
     other = (lambda v: v != str(version)) if version is not None else (lambda v: False)  # noqa: E731
-    return [s for s in stubs(target.pid) if s[0] == candidate or (s[0] == model and other(s[1]))]
+    ours = candidate if not plan.candidate_serving else None
+    return [s for s in stubs(target.pid) if s[0] == ours or (s[0] == model and other(s[1]))]
 
 
 def _recorded(plan: Plan, version: int) -> dict:

@@ -226,6 +226,7 @@ def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> in
             else {}
         ),
         **_recording(settings, rules),
+        canary_models=tuple(sorted(rules)),
     )
     config = settings.state_dir / "envoy.json"
     config.write_text(json.dumps(envoy_config(envoy), indent=2))

@@ -87,6 +87,7 @@ class EnvoySettings:
     max_connections: int = 0  # downstream connections at once, all listeners together (0: Envoy's default, none)
     grpc_filters: tuple = ()  # HTTP filters before the router on the gRPC listener (server/recording.py)
     access_logs: dict = field(default_factory=dict)  # protocol ('http', 'grpc') -> access log configs
+    canary_models: tuple[str, ...] = ()  # HTTP: a share of each one's traffic can go to <model>__candidate
 
     def __post_init__(self):
         if not self.replicas:
@@ -227,7 +228,36 @@ def listener(name: str, s: EnvoySettings, port: int, cluster: str, protocol: str
     return {"name": name, "address": _address(s.host, port), "filter_chains": [chain]}
 
 
+def canary_key(model: str) -> str:
+    """The Envoy runtime key holding the percent of model's HTTP inference requests sent to its candidate."""
+    return f"canary.{model}"
+
+
+def canary_routes(cluster: str, b: Balancing, models: tuple[str, ...]) -> list[dict]:
+    """Per model, a route taking canary_key(model) percent (0 unless set at runtime) of its unpinned HTTP inference
+    requests, their path rewritten to <model>__candidate (a request naming a version is never moved)."""
+    found = []
+    for model in models:
+        match = {
+            "path": f"/v2/models/{model}/infer",
+            "runtime_fraction": {
+                "default_value": {"numerator": 0, "denominator": "HUNDRED"},
+                "runtime_key": canary_key(model),
+            },
+        }
+        route = _route(cluster, b, match, "connect-failure,refused-stream,reset-before-request", codes=(404,))
+        rewrite = {
+            "pattern": {"regex": "^/v2/models/[^/]+/infer$"},
+            "substitution": f"/v2/models/{model}__candidate/infer",
+        }
+        route["route"]["regex_rewrite"] = rewrite
+        found.append(route)
+    return found
+
+
 def _routes(cluster: str, s: EnvoySettings, protocol: str) -> list[dict]:
+    if protocol == "http" and s.canary_models:
+        return canary_routes(cluster, s.balancing, s.canary_models) + routes(cluster, s.balancing, protocol)
     if protocol == "grpc" and s.grpc_filters:  # the buffer off for streams: they must flow, not wait for their end
         unbuffered = {"envoy.filters.http.buffer": {"@type": BUFFER_PER_ROUTE, "disabled": True}}
         return routes(cluster, s.balancing, protocol, unbuffered)
@@ -306,6 +336,8 @@ def envoy_config(s: EnvoySettings) -> dict:
     config = {
         "admin": {"address": {"pipe": {"path": s.admin_socket, "mode": ADMIN_SOCKET_MODE}}},
         "static_resources": {"listeners": listeners, "clusters": clusters},
+        # runtime values set through the admin socket (POST /runtime_modify): the canaries' shares
+        "layered_runtime": {"layers": [{"name": "static", "static_layer": {}}, {"name": "admin", "admin_layer": {}}]},
     }
     if s.max_connections:
         config["overload_manager"] = _overload(s.max_connections)

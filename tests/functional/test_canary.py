@@ -1,0 +1,68 @@
+"""Canary by traffic share through the edge (`make rollout ... CANARY="10 50 100"`), under a closed-loop load on
+HTTP (through the edge) and gRPC: a good build goes step by step to 100% and is promoted with no failed request;
+a build with a p99 regression (its batcher holds each request 400 ms) is rolled back within 10 s of its step's
+start, the old version serving throughout, with no failed request."""
+
+import pytest
+
+from builders.build import build_model
+from builders.repository.manifest import read_manifest
+from builders.repository.model_config import parse_pbtxt, proto_to_pbtxt
+from builders.request import BuildRequest
+from common import endpoints
+from operations.canary import CanaryPlan
+from operations.rollout import RolloutError, RolloutRequest, rollout
+from server.cluster import start_cluster, stop_cluster
+from tests.functional.conftest import behind_edge, endpoint_of
+from tests.functional.load import ClosedLoop
+
+pytestmark = pytest.mark.functional
+# a loose latency gate for a busy test host: the slow build (400 ms a request) is far past it either way
+PLAN = CanaryPlan(steps=(10, 50, 100), hold_s=4.0, poll_s=0.5, p99_ratio=3.0, p99_slack_ms=25.0)
+
+
+@pytest.fixture(scope="module")
+def canary_server(digits_build, tmp_path_factory):
+    spec, built, _ = digits_build
+    root = tmp_path_factory.mktemp("canary")
+    for name in ("repo", "good", "slow"):
+        build_model(BuildRequest(spec, "embedded", root / name, root / "work"), built)
+    config_path = root / "slow" / "digits_cnn" / "config.pbtxt"
+    config = parse_pbtxt(config_path.read_text())
+    config.dynamic_batching.max_queue_delay_microseconds = 400_000
+    config.dynamic_batching.preferred_batch_size[:] = [config.max_batch_size]
+    config_path.write_text(proto_to_pbtxt(config))
+    settings = behind_edge(root / "repo", root / "state")
+    start_cluster(settings)
+    yield root, settings
+    stop_cluster(settings.state_dir)
+
+
+def _load(settings):
+    import numpy as np
+
+    state = endpoints.read_state(settings.state_dir)
+    eps = [endpoint_of(state, settings.repo, p) for p in ("http", "http", "http", "grpc")]
+    return ClosedLoop(eps, "digits_cnn", {"input": np.zeros((1, 1, 8, 8), np.float32)})
+
+
+def test_a_slow_build_is_rolled_back_at_its_first_step_and_nothing_fails(canary_server):
+    root, settings = canary_server
+    with _load(settings) as load, pytest.raises(RolloutError, match="rolled back.*latency"):
+        rollout(RolloutRequest("digits_cnn", root / "slow", settings.state_dir, share=PLAN))
+    assert load.failures() == [], load.failures()[:3]
+    event = read_manifest(root / "repo")["models"]["digits_cnn"]["history"][-1]
+    assert event["status"] == "rolled back" and event["steps"][-1]["percent"] == 10
+    assert event["steps"][-1]["seconds"] <= 10 and event["steps"][-1]["candidate"]["requests"] >= PLAN.min_requests
+    assert not (root / "repo" / "digits_cnn__candidate").exists()
+
+
+def test_a_good_build_goes_step_by_step_to_all_traffic_with_nothing_failed(canary_server):
+    root, settings = canary_server
+    with _load(settings) as load:
+        event = rollout(RolloutRequest("digits_cnn", root / "good", settings.state_dir, share=PLAN))
+    assert load.failures() == [], load.failures()[:3]
+    steps = event["checks"]["steps"]
+    assert [s["percent"] for s in steps] == [10, 50, 100] and all(s["breach"] is None for s in steps)
+    assert all(s["candidate"]["requests"] > 0 for s in steps)
+    assert event["version"] == 2 and event["previous"] == 1
