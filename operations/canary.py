@@ -7,7 +7,9 @@ every poll_s, on the candidate's own figures against the old version's over the 
 replica's Triton metrics:
 - errors: the candidate's failed share may exceed the old version's by at most max_error_delta;
 - latency: the candidate's p99 (Triton's latency summary; the window's mean where summaries are off) may be at
-  most p99_ratio times the old version's plus p99_slack_ms.
+  most p99_ratio times the old version's plus p99_slack_ms;
+- evidence: a step passes once the candidate answered min_requests in it; without them by three times the hold
+  it fails (no traffic is no proof).
 A breach sets the share to 0 at once (the next request goes to the old version) and raises CanaryBreach.
 gRPC requests carry the model's name in their body: they stay on the old version until the build is promoted.
 """
@@ -33,7 +35,7 @@ class CanaryPlan:
     max_error_delta: float = 0.01  # the candidate's error share may exceed the old version's by this
     p99_ratio: float = 1.5
     p99_slack_ms: float = 5.0
-    min_requests: int = 10  # the latency gate waits for this many candidate requests in the window
+    min_requests: int = 10  # a step passes with at least this many candidate requests (waits up to 3x its hold)
 
     def __post_init__(self):
         if not self.steps or any(not 0 < s <= 100 for s in self.steps) or list(self.steps) != sorted(self.steps):
@@ -120,6 +122,16 @@ def breach(candidate: dict, old: dict, plan: CanaryPlan) -> str | None:
     return None
 
 
+def _unjudged(candidate: dict, elapsed: float, plan: CanaryPlan) -> str | None:
+    """A step passes on evidence only: past three times its hold with fewer than min_requests, it fails."""
+    if elapsed >= 3 * plan.hold_s and candidate["requests"] < plan.min_requests:
+        return (
+            f"too little traffic to judge: {candidate['requests']} requests in {elapsed:.0f} s "
+            f"(a step needs {plan.min_requests}; is the model's HTTP traffic going through the edge?)"
+        )
+    return None
+
+
 def set_share(admin_socket: Path, model: str, percent: int) -> None:
     """Send percent of the model's HTTP inference requests to its candidate (Envoy's runtime, at once).
 
@@ -157,12 +169,12 @@ def run_steps(
                 compared = figures["old"]
             else:  # at 100% the old version's window is (nearly) empty: the last step's stands for it
                 compared = reference
-            why = breach(figures["candidate"], compared, plan)
+            why = breach(figures["candidate"], compared, plan) or _unjudged(figures["candidate"], clock() - start, plan)
             if why:
                 set_share(admin_socket, model, 0)
                 steps.append({**figures, "seconds": round(clock() - start, 1), "breach": why})
                 raise CanaryBreach(f"step {percent}%: {why}", steps)
-            if clock() - start >= plan.hold_s:
+            if clock() - start >= plan.hold_s and figures["candidate"]["requests"] >= plan.min_requests:
                 steps.append({**figures, "seconds": round(clock() - start, 1), "breach": None})
                 break
         reference = compared

@@ -81,3 +81,11 @@ def test_a_failing_candidate_is_cut_off_at_once_within_its_step(monkeypatch):
     with pytest.raises(CanaryBreach, match="step 10%: errors") as caught:
         _run(world, monkeypatch)
     assert world.shares == [10, 0] and caught.value.steps[-1]["seconds"] <= 2 * PLAN.poll_s  # its first failure
+
+
+def test_a_step_without_traffic_fails_for_lack_of_evidence(monkeypatch):
+    world = World(fail_share=0.0)
+    world.sleep = lambda seconds: setattr(world, "now", world.now + seconds)  # nothing arrives
+    with pytest.raises(CanaryBreach, match="too little traffic to judge: 0 requests in 9 s"):
+        _run(world, monkeypatch)
+    assert world.shares == [10, 0]
