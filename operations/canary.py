@@ -6,8 +6,9 @@ Envoy's runtime key canary.<model>, set here through the admin socket). Each ste
 every poll_s, on the candidate's own figures against the old version's over the same window, from each
 replica's Triton metrics:
 - errors: the candidate's failed share may exceed the old version's by at most max_error_delta;
-- latency: the candidate's p99 (Triton's latency summary; the window's mean where summaries are off) may be at
-  most p99_ratio times the old version's plus p99_slack_ms;
+- latency: the candidate's mean latency over the window may be at most latency_ratio times the old version's plus
+  latency_slack_ms. Triton 2.51 keeps no per-model histogram, and its latency summary's p99 slides over older
+  requests (the canary's own accuracy pass among them), so the p99 is reported beside, not gated on;
 - evidence: a step passes once the candidate answered min_requests in it; without them by three times the hold
   it fails (no traffic is no proof).
 A breach sets the share to 0 at once (the next request goes to the old version) and raises CanaryBreach.
@@ -33,8 +34,8 @@ class CanaryPlan:
     hold_s: float = 30.0
     poll_s: float = 1.0
     max_error_delta: float = 0.01  # the candidate's error share may exceed the old version's by this
-    p99_ratio: float = 1.5
-    p99_slack_ms: float = 5.0
+    latency_ratio: float = 1.5
+    latency_slack_ms: float = 5.0
     min_requests: int = 10  # a step passes with at least this many candidate requests (waits up to 3x its hold)
 
     def __post_init__(self):
@@ -91,18 +92,17 @@ def _add(counts: Counts, family: str, sample) -> None:
 
 
 def window(before: Counts, after: Counts) -> dict:
-    """Requests, failed share and latency (p99 from the summaries where they exist, else the mean) between two
-    snapshots."""
+    """Requests, failed share and mean latency between two snapshots (exactly this window), and the p99 of
+    Triton's summary (a sliding window of its own, older requests included: shown, not gated on)."""
     ok, failed = after.success - before.success, after.failure - before.failure
     requests = ok + failed
     mean_ms = (after.duration_us - before.duration_us) / ok / 1000 if ok else 0.0
-    p99_ms = max(after.p99_us) / 1000 if after.p99_us else mean_ms
     return {
         "requests": int(requests),
         "failed": int(failed),
         "error_share": round(failed / requests, 4) if requests else 0.0,
-        "latency_ms": round(p99_ms, 3),
-        "latency": "p99" if after.p99_us else "mean",
+        "latency_ms": round(mean_ms, 3),
+        "summary_p99_ms": round(max(after.p99_us) / 1000, 3) if after.p99_us else None,
     }
 
 
@@ -113,10 +113,10 @@ def breach(candidate: dict, old: dict, plan: CanaryPlan) -> str | None:
             f"errors: {candidate['failed']} of {candidate['requests']} requests ({candidate['error_share']:.1%}) "
             f"against the old version's {old['error_share']:.1%}"
         )
-    limit = old["latency_ms"] * plan.p99_ratio + plan.p99_slack_ms
+    limit = old["latency_ms"] * plan.latency_ratio + plan.latency_slack_ms
     if candidate["requests"] >= plan.min_requests and old["requests"] and candidate["latency_ms"] > limit:
         return (
-            f"latency: {candidate['latency']} {candidate['latency_ms']:.1f} ms against the old version's "
+            f"latency: mean {candidate['latency_ms']:.1f} ms in the window against the old version's "
             f"{old['latency_ms']:.1f} ms (limit {limit:.1f} ms)"
         )
     return None

@@ -1,7 +1,8 @@
-"""Canary by traffic share through the edge (`make rollout ... CANARY="10 50 100"`), under a closed-loop load on
-HTTP (through the edge) and gRPC: a good build goes step by step to 100% and is promoted with no failed request;
-a build with a p99 regression (its batcher holds each request 400 ms) is rolled back within 10 s of its step's
-start, the old version serving throughout, with no failed request."""
+"""Canary by traffic share through the edge (`make rollout ... CANARY="10 50 100"`), on one server behind the
+edge and on two replicas behind Envoy, under a closed-loop load on HTTP (through the edge) and gRPC: a good build
+goes step by step to 100% and is promoted with no failed request; a build with a p99 regression (its batcher
+holds each request 400 ms) is rolled back within 10 s of its step's start, the old version serving throughout,
+with no failed request."""
 
 import pytest
 
@@ -18,11 +19,21 @@ from tests.functional.load import ClosedLoop
 
 pytestmark = pytest.mark.functional
 # a loose latency gate for a busy test host: the slow build (400 ms a request) is far past it either way
-PLAN = CanaryPlan(steps=(10, 50, 100), hold_s=4.0, poll_s=0.5, p99_ratio=3.0, p99_slack_ms=25.0)
+PLAN = CanaryPlan(steps=(10, 50, 100), hold_s=4.0, poll_s=0.5, latency_ratio=3.0, latency_slack_ms=25.0)
 
 
-@pytest.fixture(scope="module")
-def canary_server(digits_build, tmp_path_factory):
+def _settings(replicas: int, repo, state_dir):
+    """One server behind the edge (`make serve`), or a cluster of two behind Envoy (`make cluster`)."""
+    if replicas == 1:
+        return behind_edge(repo, state_dir)
+    from server.cluster import ClusterSettings
+
+    http, grpc, metrics = endpoints.free_ports(3)
+    return ClusterSettings(repo, replicas, http, grpc, metrics, state_dir=state_dir)
+
+
+@pytest.fixture(scope="module", params=[1, 2], ids=["one server", "two replicas"])
+def canary_server(request, digits_build, tmp_path_factory):
     spec, built, _ = digits_build
     root = tmp_path_factory.mktemp("canary")
     for name in ("repo", "good", "slow"):
@@ -32,7 +43,7 @@ def canary_server(digits_build, tmp_path_factory):
     config.dynamic_batching.max_queue_delay_microseconds = 400_000
     config.dynamic_batching.preferred_batch_size[:] = [config.max_batch_size]
     config_path.write_text(proto_to_pbtxt(config))
-    settings = behind_edge(root / "repo", root / "state")
+    settings = _settings(request.param, root / "repo", root / "state")
     start_cluster(settings)
     yield root, settings
     stop_cluster(settings.state_dir)

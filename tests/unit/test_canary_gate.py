@@ -13,21 +13,21 @@ PLAN = CanaryPlan(steps=(10, 100), hold_s=3.0, poll_s=1.0)
 
 def test_a_window_is_the_difference_of_two_snapshots():
     found = window(Counts(100, 1, 100_000, []), Counts(190, 11, 190_000, [8000.0, 9000.0]))
-    assert found == {"requests": 100, "failed": 10, "error_share": 0.1, "latency_ms": 9.0, "latency": "p99"}
-    assert window(Counts(0, 0, 0), Counts(10, 0, 50_000))["latency"] == "mean"
+    assert found == {"requests": 100, "failed": 10, "error_share": 0.1, "latency_ms": 1.0, "summary_p99_ms": 9.0}
+    assert window(Counts(0, 0, 0), Counts(10, 0, 50_000))["summary_p99_ms"] is None
 
 
 @pytest.mark.parametrize(
     "candidate, why",
     [
-        ({"requests": 100, "failed": 5, "error_share": 0.05, "latency_ms": 2.0, "latency": "p99"}, "errors"),
-        ({"requests": 100, "failed": 0, "error_share": 0.0, "latency_ms": 400.0, "latency": "p99"}, "latency"),
-        ({"requests": 100, "failed": 0, "error_share": 0.0, "latency_ms": 7.9, "latency": "p99"}, None),
-        ({"requests": 5, "failed": 0, "error_share": 0.0, "latency_ms": 400.0, "latency": "p99"}, None),
+        ({"requests": 100, "failed": 5, "error_share": 0.05, "latency_ms": 2.0}, "errors"),
+        ({"requests": 100, "failed": 0, "error_share": 0.0, "latency_ms": 400.0}, "latency"),
+        ({"requests": 100, "failed": 0, "error_share": 0.0, "latency_ms": 7.9}, None),
+        ({"requests": 5, "failed": 0, "error_share": 0.0, "latency_ms": 400.0}, None),
     ],
 )
 def test_breaches_on_errors_and_latency_against_the_old_version(candidate, why):
-    old = {"requests": 900, "failed": 0, "error_share": 0.0, "latency_ms": 2.0, "latency": "p99"}
+    old = {"requests": 900, "failed": 0, "error_share": 0.0, "latency_ms": 2.0}
     found = breach(candidate, old, PLAN)
     assert (found or "").startswith(why) if why else found is None
 
