@@ -102,10 +102,16 @@ def plan_inputs(plan, batch: int, shapes: dict | None = None, spec: ModelSpec | 
 
             arrays[tensor.name] = random_values(rng, ours, tuple(shape))
         else:
-            dtype = numpy_dtype(tensor.datatype)
-            values = rng.standard_normal(shape) if dtype.kind == "f" else rng.integers(0, 2, shape)
-            arrays[tensor.name] = values.astype(dtype)
+            arrays[tensor.name] = made_up_values(rng, numpy_dtype(tensor.datatype), shape)
     return arrays
+
+
+def made_up_values(rng, dtype, shape) -> np.ndarray:
+    """Values for a tensor without a spec: floats from a standard normal, integers and flags from [0, 2) (valid as
+    indices, masks and flags)."""
+    dtype = np.dtype(dtype)
+    values = rng.standard_normal(shape) if dtype.kind == "f" else rng.integers(0, 2, shape)
+    return values.astype(dtype)
 
 
 def data_inputs(path: Path, plan) -> dict:

@@ -428,9 +428,7 @@ def replay(
         f"{'Recording' if workload is None else 'Workload'} {recording or workload}, against {where}; "
         f"protocol: {protocol or 'as recorded'}. Command: `python -m loadtest replay {given}`"
     )
-    path = write_report(summary, out, header)
-    click.echo(path.read_text().split("\n\n![")[0])
-    click.echo(f"report: {path}")
+    _show_report(write_report(summary, out, header))
 
 
 @cli.command("fit-workload")
@@ -474,7 +472,11 @@ def compare_recordings(recorded, replayed, speed, out):
         f"Recorded: {recorded}; replayed at speed {speed:g}, recorded again by the server: {replayed}. Command: "
         f"`python -m loadtest compare-recordings --recorded {recorded} --replayed {replayed} --speed {speed:g}`"
     )
-    path = write_comparison(found, out, header)
+    _show_report(write_comparison(found, out, header))
+
+
+def _show_report(path: Path) -> None:
+    """A markdown report's text up to its plot, then where it is."""
     click.echo(path.read_text().split("\n\n![")[0])
     click.echo(f"report: {path}")
 

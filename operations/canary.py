@@ -63,18 +63,19 @@ class Counts:
     p99_us: list = field(default_factory=list)  # each replica's summary p99 (empty: summaries off)
 
 
-def read_counts(metrics_urls: list[str], model: str) -> Counts:
-    """Triton's counters of a model (every version) from each replica's /metrics."""
+def read_counts(metrics_urls: list[str], models: tuple[str, ...]) -> dict[str, Counts]:
+    """Triton's counters of each model (every version), summed over each replica's /metrics, read once."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    counts = Counts()
+    counts = {model: Counts() for model in models}
     for url in metrics_urls:
         with urllib.request.urlopen(url, timeout=5) as answer:
             text = answer.read().decode()
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if sample.labels.get("model") == model:
-                    _add(counts, family.name, sample)
+                model = sample.labels.get("model")
+                if model in counts:
+                    _add(counts[model], family.name, sample)
     return counts
 
 
@@ -160,11 +161,15 @@ def run_steps(
         set_share(admin_socket, model, percent)
         step(f"{model}: {percent}% of its HTTP traffic to the new build, held {plan.hold_s:g} s")
         start = clock()
-        base = (read_counts(metrics_urls, candidate), read_counts(metrics_urls, model))
+        base = read_counts(metrics_urls, (candidate, model))
         while True:
             sleep(plan.poll_s)
-            now = (read_counts(metrics_urls, candidate), read_counts(metrics_urls, model))
-            figures = {"percent": percent, "candidate": window(base[0], now[0]), "old": window(base[1], now[1])}
+            now = read_counts(metrics_urls, (candidate, model))
+            figures = {
+                "percent": percent,
+                "candidate": window(base[candidate], now[candidate]),
+                "old": window(base[model], now[model]),
+            }
             if figures["old"]["requests"] >= plan.min_requests or reference is None:
                 compared = figures["old"]
             else:  # at 100% the old version's window is (nearly) empty: the last step's stands for it

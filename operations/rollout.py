@@ -64,6 +64,7 @@ class Target:
     name: str
     ep: Endpoint
     pid: int
+    metrics_url: str = ""  # its Triton metrics (a canary by traffic share reads them)
 
 
 @dataclass
@@ -118,10 +119,11 @@ def rollout(req: RolloutRequest) -> dict:
 
 def _by_share(plan: Plan, candidate: str) -> int:
     """The candidate loaded and checked, then given its steps of the traffic; promoted past the last one, rolled
-    back on a breach (the share at 0 first, the candidate unloaded once its requests are answered)."""
+    back on a breach. However it ends, the share goes back to 0 and the candidate is unloaded once its requests
+    are answered."""
     from operations.canary import CanaryBreach, run_steps
 
-    socket, urls = _edge_socket(plan), _metrics_urls(plan.req.state_dir)
+    socket, urls = _edge_socket(plan), [t.metrics_url for t in plan.targets]
     folder = plan.repo / candidate
     mv.remove(folder)
     step(f"{plan.req.model}: loading the build beside the serving v{plan.serving} as {candidate}")
@@ -132,21 +134,14 @@ def _by_share(plan: Plan, candidate: str) -> int:
         plan.checks = _checks(plan, candidate, "1", accuracy=True)
         plan.checks["steps"] = run_steps(plan.req.share, plan.req.model, candidate, socket, urls)
         plan.candidate_serving = True
-        version = _promote(plan)
-        plan.candidate_serving = False
-    except (CheckFailed, CanaryBreach, RolloutError) as err:
-        plan.candidate_serving = False
-        if isinstance(err, RolloutError):  # the promotion failed and rolled back
-            _retire_candidate(plan, candidate, socket, folder)
-            raise
+        return _promote(plan)
+    except (CheckFailed, CanaryBreach) as err:
         plan.checks["steps"] = getattr(err, "steps", plan.checks.get("steps", []))
+        failed = err
+    finally:
+        plan.candidate_serving = False
         _retire_candidate(plan, candidate, socket, folder)
-        _refuse(plan, "rolled back" if isinstance(err, CanaryBreach) else "rejected", CheckFailed(str(err)))
-    except BaseException:
-        _retire_candidate(plan, candidate, socket, folder)
-        raise
-    _retire_candidate(plan, candidate, socket, folder)
-    return version
+    _refuse(plan, "rolled back" if isinstance(failed, CanaryBreach) else "rejected", CheckFailed(str(failed)))
 
 
 def _retire_candidate(plan: Plan, candidate: str, socket: Path, folder: Path) -> None:
@@ -169,15 +164,6 @@ def _edge_socket(plan: Plan) -> Path:
             "it is the edge that sends the share"
         )
     return admin_socket(plan.req.state_dir)
-
-
-def _metrics_urls(state_dir: Path) -> list[str]:
-    folders = sorted(p.parent for p in state_dir.glob("replica-*/" + endpoints.STATE)) or [state_dir]
-    urls = []
-    for folder in folders:
-        state = endpoints.read_state(folder)
-        urls.append(f"http://{state.host}:{state.metrics_port}/metrics")
-    return urls
 
 
 def _refuse(plan: Plan, status: str, err: CheckFailed) -> NoReturn:
@@ -222,7 +208,15 @@ def server_targets(state_dir: Path) -> list[Target]:
     its edge), each on its own port, or the one server `--no-edge` started."""
     folders = sorted(p.parent for p in state_dir.glob("replica-*/" + endpoints.STATE))
     states = [(f.name, endpoints.read_state(f)) for f in folders] or [("server", endpoints.read_state(state_dir))]
-    return [Target(n, Endpoint("http", s.http_url, s.admin_headers("http"), Path(s.repo)), s.pid) for n, s in states]
+    return [
+        Target(
+            n,
+            Endpoint("http", s.http_url, s.admin_headers("http"), Path(s.repo)),
+            s.pid,
+            f"http://{s.host}:{s.metrics_port}/metrics",
+        )
+        for n, s in states
+    ]
 
 
 def _check_compatible(model: str, config, served) -> None:

@@ -23,7 +23,9 @@ BUFFER_PER_ROUTE = "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.
 ADMIN_SOCKET_MODE = 0o600
 STATS_PATH = "/stats/prometheus"
 HTTP_INFER = r"^/v2/models/[A-Za-z0-9_.-]+(/versions/[0-9]+)?/infer$"
-GRPC_INFER = ("/inference.GRPCInferenceService/ModelInfer", "/inference.GRPCInferenceService/ModelStreamInfer")
+GRPC_STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
+GRPC_INFER = ("/inference.GRPCInferenceService/ModelInfer", GRPC_STREAM)
+BEFORE_ANSWER = "connect-failure,refused-stream,reset-before-request"  # retried: failed before a replica answered
 HTTP_OPTIONS = "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 DOWNSTREAM_CONNECTIONS = (
     "type.googleapis.com/envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig"
@@ -190,14 +192,14 @@ def routes(cluster: str, b: Balancing, protocol: str, stream_config: dict | None
     gRPC inference also on UNAVAILABLE (a replica going away), other gRPC calls not (a refused admin call);
     HTTP inference also on 404 (the model is being reloaded on that replica: its readiness stays up, since one
     model must not take the others out; inference has no side effects)."""
-    before_answer = "connect-failure,refused-stream,reset-before-request"
     if protocol == "grpc":
-        found = [_route(cluster, b, {"path": path}, before_answer + ",unavailable") for path in GRPC_INFER]
-        if stream_config:  # streams flow through the filters unbuffered
-            found[1]["typed_per_filter_config"] = stream_config
+        found = [_route(cluster, b, {"path": path}, BEFORE_ANSWER + ",unavailable") for path in GRPC_INFER]
+        for route in found:
+            if stream_config and route["match"]["path"] == GRPC_STREAM:  # streams flow through the filters unbuffered
+                route["typed_per_filter_config"] = stream_config
     else:
-        found = [_route(cluster, b, {"safe_regex": {"regex": HTTP_INFER}}, before_answer, codes=(404,))]
-    return found + [_route(cluster, b, {"prefix": "/"}, before_answer)]
+        found = [_route(cluster, b, {"safe_regex": {"regex": HTTP_INFER}}, BEFORE_ANSWER, codes=(404,))]
+    return found + [_route(cluster, b, {"prefix": "/"}, BEFORE_ANSWER)]
 
 
 def listener(name: str, s: EnvoySettings, port: int, cluster: str, protocol: str) -> dict:
@@ -245,7 +247,7 @@ def canary_routes(cluster: str, b: Balancing, models: tuple[str, ...]) -> list[d
                 "runtime_key": canary_key(model),
             },
         }
-        route = _route(cluster, b, match, "connect-failure,refused-stream,reset-before-request", codes=(404,))
+        route = _route(cluster, b, match, BEFORE_ANSWER, codes=(404,))
         rewrite = {
             "pattern": {"regex": "^/v2/models/[^/]+/infer$"},
             "substitution": f"/v2/models/{model}__candidate/infer",

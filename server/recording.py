@@ -46,7 +46,11 @@ class RecordSettings:
 
     def to_args(self) -> list[str]:
         """The keeper's command-line options for this recording."""
-        return ["--record-dir", str(self.folder), "--record-file-mb", str(self.max_file_mb)] + [
+        return [
+            "--record-dir",
+            str(self.folder),
+            "--record-file-mb",
+            str(self.max_file_mb),
             "--record-files",
             str(self.max_files),
         ]

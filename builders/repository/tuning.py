@@ -53,7 +53,7 @@ def tune(spec, histogram: Counter, peak_rate: float, buckets: int = 15) -> Tunin
     lengths = _lengths(spec, histogram)
     chosen = ()
     if lengths:
-        longest = _sequence_max(spec)
+        longest = int(spec.longest_sequence())
         chosen = choose_length_buckets(lengths, longest, buckets)
         default = _default_buckets(longest)
         figures |= {
@@ -99,10 +99,6 @@ def _default_buckets(longest: int) -> tuple[int, ...]:
     from triton_models.ragged import MIN_LENGTH_BUCKET, length_steps
 
     return length_steps(min(MIN_LENGTH_BUCKET, longest), longest)
-
-
-def _sequence_max(spec) -> int:
-    return int(spec.longest_sequence())
 
 
 def _lengths(spec, histogram: Counter) -> Counter:

@@ -14,6 +14,7 @@ from pathlib import Path
 from common.cli import step
 from common.errors import MeasurementError, RecordingError
 from common.traffic import read_recording
+from loadtest.locust_suite.run import forget_headers, log_tail, pass_headers
 from loadtest.workloads.recorded import schedule, write_schedule
 
 LOCUSTFILE = Path(__file__).with_name("locustfiles") / "replay.py"
@@ -87,11 +88,7 @@ def _environment(replay: Replay, http_url, grpc_url, repo, schedule_path, result
         TRITON_CA_FILE=replay.ca_file,
         TRITON_REPLAY_CONNECTIONS=str(replay.connections),
     )
-    if replay.headers:  # headers may carry a secret: a file only the owner reads, not the environment
-        path = out / ".headers.json"
-        path.touch(mode=0o600)
-        path.write_text(json.dumps(replay.headers))
-        env["TRITON_HEADERS_FILE"] = str(path)
+    pass_headers(env, replay.headers, out)
     return env
 
 
@@ -112,10 +109,11 @@ def _run_locust(env: dict, out: Path, timeout: float) -> None:
                     process.kill()
             code = process.wait()
     finally:
-        (out / ".headers.json").unlink(missing_ok=True)  # the report folder keeps no secret
+        forget_headers(out)
     if code not in (0, 1) or not (out / "replay_results.jsonl").exists():
-        tail = "\n".join(log.read_text(errors="replace").strip().splitlines()[-8:])
-        raise MeasurementError(f"the replay's Locust run failed (exit {code}); its log ({log}) ends:\n{tail}")
+        raise MeasurementError(
+            f"the replay's Locust run failed (exit {code}); its log ({log}) ends:\n{log_tail(log, 8)}"
+        )
 
 
 def read_results(path: Path) -> dict:

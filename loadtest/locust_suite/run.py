@@ -18,6 +18,7 @@ from loadtest.reporting.server_view import record_window
 
 LOCUSTFILE = Path(__file__).with_name("locustfiles") / "models.py"
 SLO_EXIT = 3
+HEADERS_FILE = ".headers.json"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,11 +124,7 @@ def run_locust(run: LocustRun, state: ServerState, out_dir: Path) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     prefix, log = out_dir / "locust", out_dir / "locust.log"
     env = locust_environment(run, state)
-    if run.headers:  # headers may carry a secret: a file only the owner reads, not the environment
-        path = out_dir / ".headers.json"
-        path.touch(mode=0o600)
-        path.write_text(json.dumps(run.headers))
-        env["TRITON_HEADERS_FILE"] = str(path)
+    pass_headers(env, run.headers, out_dir)
     workers = f", {run.processes} worker processes" if run.processes else ""
     step(f"locust: {run.users} users, {run.run_time_s} s, {run.protocol}{workers}, models {dict(run.models)}")
     started = time.time()
@@ -141,20 +138,32 @@ def run_locust(run: LocustRun, state: ServerState, out_dir: Path) -> dict:
                 timeout=run.run_time_s + 120,
             )
         except subprocess.TimeoutExpired as err:
-            raise MeasurementError(
-                f"locust ran past {run.run_time_s + 120} s; its log ends:\n{_log_tail(log)}"
-            ) from err
+            raise MeasurementError(f"locust ran past {run.run_time_s + 120} s; its log ends:\n{log_tail(log)}") from err
         finally:
-            (out_dir / ".headers.json").unlink(missing_ok=True)  # the report folder keeps no secret
+            forget_headers(out_dir)
     record_window(out_dir, started, time.time())
     rows = read_stats(Path(f"{prefix}_stats.csv"))
     if done.returncode not in (0, 1, SLO_EXIT) or not rows:
-        raise MeasurementError(f"locust failed (exit {done.returncode}); its log ({log}) ends:\n{_log_tail(log)}")
+        raise MeasurementError(f"locust failed (exit {done.returncode}); its log ({log}) ends:\n{log_tail(log)}")
     history_plot(Path(f"{prefix}_stats_history.csv"), out_dir / "locust_history.png")
     return {"rows": rows, "slo_ok": done.returncode != SLO_EXIT, "exit_code": done.returncode, "log": str(log)}
 
 
-def _log_tail(log: Path, lines: int = 6) -> str:
+def pass_headers(env: dict, headers: dict, out_dir: Path) -> None:
+    """Headers for the locustfile (TRITON_HEADERS_FILE): they may carry a secret, so a file only the owner reads,
+    not the environment; forget_headers removes it after the run."""
+    if headers:
+        path = out_dir / HEADERS_FILE
+        path.touch(mode=0o600)
+        path.write_text(json.dumps(headers))
+        env["TRITON_HEADERS_FILE"] = str(path)
+
+
+def forget_headers(out_dir: Path) -> None:
+    (out_dir / HEADERS_FILE).unlink(missing_ok=True)  # the report folder keeps no secret
+
+
+def log_tail(log: Path, lines: int = 6) -> str:
     return "\n".join(log.read_text(errors="replace").strip().splitlines()[-lines:])
 
 

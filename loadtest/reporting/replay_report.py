@@ -6,14 +6,13 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
+
 from loadtest.workloads.recorded import correlation, per_second
 
 
 def _percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+    return float(np.percentile(values, q, method="nearest")) if values else float("nan")
 
 
 def _outcome(protocol: str, status) -> str:

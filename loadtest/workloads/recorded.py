@@ -19,21 +19,6 @@ import numpy as np
 from common.errors import RecordingError
 from common.traffic import RecordedInput, RecordedRequest
 
-NUMPY = {
-    "BOOL": np.bool_,
-    "UINT8": np.uint8,
-    "UINT16": np.uint16,
-    "UINT32": np.uint32,
-    "UINT64": np.uint64,
-    "INT8": np.int8,
-    "INT16": np.int16,
-    "INT32": np.int32,
-    "INT64": np.int64,
-    "FP16": np.float16,
-    "FP32": np.float32,
-    "FP64": np.float64,
-}
-
 
 @dataclass(frozen=True)
 class ReplayItem:
@@ -134,7 +119,7 @@ def synthetic_inputs(item: ReplayItem, spec=None, seed: int = 0) -> dict[str, np
         if recorded.datatype == "BYTES":
             arrays[recorded.name] = _bytes_values(item.model, recorded)
             continue
-        if recorded.datatype not in NUMPY:
+        if _numpy_dtype(recorded.datatype) is None:
             raise RecordingError(
                 f"{item.model}: input {recorded.name} has datatype {recorded.datatype}, not replayable"
             )
@@ -161,10 +146,19 @@ def _numeric(rng, recorded: RecordedInput, spec) -> np.ndarray:
         from builders.formats.export import random_values
 
         return random_values(rng, ours, recorded.shape)
-    dtype = NUMPY[recorded.datatype]
-    if np.issubdtype(dtype, np.integer) or dtype is np.bool_:
-        return rng.integers(0, 2, recorded.shape).astype(dtype)
-    return rng.standard_normal(recorded.shape).astype(dtype)
+    from clients.inputs import made_up_values
+
+    return made_up_values(rng, _numpy_dtype(recorded.datatype), recorded.shape)
+
+
+def _numpy_dtype(datatype: str):
+    """The numpy dtype of a numeric Triton datatype that tritonclient can send (None for BYTES and unknown ones)."""
+    from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
+
+    dtype = triton_to_np_dtype(datatype)
+    if dtype is None or dtype is np.object_ or np_to_triton_dtype(np.dtype(dtype)) != datatype:
+        return None
+    return dtype
 
 
 def per_second(offsets_s: Iterable[float], seconds: int | None = None) -> list[int]:

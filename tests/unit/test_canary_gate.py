@@ -65,7 +65,8 @@ class World:
 
 def _run(world, monkeypatch):
     monkeypatch.setattr(canary, "set_share", world.set_share)
-    monkeypatch.setattr(canary, "read_counts", lambda urls, model: Counts(**vars(world.counts[model])))
+    snapshot = lambda urls, models: {m: Counts(**vars(world.counts[m])) for m in models}  # noqa: E731
+    monkeypatch.setattr(canary, "read_counts", snapshot)
     return run_steps(PLAN, "m", "m__candidate", "sock", ["url"], clock=lambda: world.now, sleep=world.sleep)
 
 
