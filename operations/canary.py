@@ -2,13 +2,15 @@
 
 The new build serves beside the old one as <model>__candidate. The edge sends it a share of the model's HTTP
 inference requests (server/envoy_config.py: a route per model that rewrites the name for the percent held in
-Envoy's runtime key canary.<model>, set here through the admin socket). Each step is held for hold_s and gated,
-every poll_s, on the candidate's own figures against the old version's over the same window, from each
-replica's Triton metrics:
-- errors: the candidate's failed share may exceed the old version's by at most max_error_delta;
-- latency: the candidate's mean latency over the window may be at most latency_ratio times the old version's plus
-  latency_slack_ms. Triton 2.51 keeps no per-model histogram, and its latency summary's p99 slides over older
-  requests (the canary's own accuracy pass among them), so the p99 is reported beside, not gated on;
+Envoy's runtime key canary.<model>, set here through the admin socket; the rest of the model's unpinned HTTP
+inference requests take a route of their own). Each step is held for hold_s and gated, every poll_s, on the
+candidate's own figures against the old version's over the same window:
+- errors, from the edge (each route's answers by status class in Envoy's stats): the candidate's share of 5xx
+  answers may exceed the old version's by at most max_error_delta. The edge, not Triton, is the judge: Triton
+  counts a response that a Python-backend model returns with an error as a success;
+- p99, from the edge (each route's latency histogram, Envoy's whole milliseconds): at most latency_ratio times the
+  old version's plus latency_slack_ms, judged once the candidate answered p99_requests in the window;
+- mean latency, from each replica's Triton metrics (exact over the window): the same limit, from min_requests;
 - evidence: a step passes once the candidate answered min_requests in it; without them by three times the hold
   it fails (no traffic is no proof).
 A breach sets the share to 0 at once (the next request goes to the old version) and raises CanaryBreach.
@@ -37,6 +39,7 @@ class CanaryPlan:
     latency_ratio: float = 1.5
     latency_slack_ms: float = 5.0
     min_requests: int = 10  # a step passes with at least this many candidate requests (waits up to 3x its hold)
+    p99_requests: int = 100  # the p99 is judged once the candidate answered this many in the window
 
     def __post_init__(self):
         if not self.steps or any(not 0 < s <= 100 for s in self.steps) or list(self.steps) != sorted(self.steps):
@@ -60,7 +63,16 @@ class Counts:
     success: float = 0.0
     failure: float = 0.0
     duration_us: float = 0.0
-    p99_us: list = field(default_factory=list)  # each replica's summary p99 (empty: summaries off)
+
+
+@dataclass
+class Route:
+    """One canary route's cumulative figures at the edge (Envoy's route stats, HTTP)."""
+
+    completed: float = 0.0
+    server_errors: float = 0.0  # 5xx answers
+    client_errors: float = 0.0  # 4xx answers: the request's fault, reported, not judged
+    buckets: dict = field(default_factory=dict)  # latency: upper bound (ms) -> cumulative count
 
 
 def read_counts(metrics_urls: list[str], models: tuple[str, ...]) -> dict[str, Counts]:
@@ -88,22 +100,75 @@ def _add(counts: Counts, family: str, sample) -> None:
         counts.failure += value
     elif name == "nv_inference_request_duration_us":
         counts.duration_us += value
-    elif name == "nv_inference_request_summary_us" and sample.labels.get("quantile") == "0.99" and value == value:
-        counts.p99_us.append(value)
 
 
-def window(before: Counts, after: Counts) -> dict:
-    """Requests, failed share and mean latency between two snapshots (exactly this window), and the p99 of
-    Triton's summary (a sliding window of its own, older requests included: shown, not gated on)."""
-    ok, failed = after.success - before.success, after.failure - before.failure
-    requests = ok + failed
-    mean_ms = (after.duration_us - before.duration_us) / ok / 1000 if ok else 0.0
+def read_edge(admin_socket: Path, model: str) -> dict[str, Route]:
+    """The model's two canary routes at the edge ("new": to the candidate, "old": to itself), read once.
+
+    Envoy merges its latency histograms when asked (stats_flush_on_admin): one query asks, the next reads.
+    """
+    import json
+    import re
+    import urllib.parse
+
+    from server.cluster import admin_get
+    from server.envoy_config import canary_stat
+
+    names = "|".join(re.escape(canary_stat(model, side)) for side in ("new", "old"))
+    query = "/stats?format=json&histogram_buckets=cumulative&filter=" + urllib.parse.quote(rf"\.route\.({names})\.")
+    admin_get(admin_socket, query)
+    time.sleep(0.05)
+    status, body = admin_get(admin_socket, query)
+    if status != 200:
+        raise ServerError(f"Envoy's stats for the canary of {model}: {status} {body.strip()[:200]}")
+    return {side: _route(json.loads(body)["stats"], canary_stat(model, side)) for side in ("new", "old")}
+
+
+def _route(stats: list[dict], prefix: str) -> Route:
+    """One route's figures from Envoy's JSON stats (counters by name; histograms as cumulative buckets)."""
+    route, marker = Route(), f".route.{prefix}."
+    for stat in stats:
+        histograms = stat.get("histograms")
+        for histogram in histograms if isinstance(histograms, list) else ():
+            if marker in histogram["name"] and histogram["name"].endswith(".upstream_rq_time"):
+                route.buckets = {float(b["upper_bound"]): float(b["cumulative"]) for b in histogram["buckets"]}
+        name = stat.get("name", "")
+        if marker not in name:
+            continue
+        leaf = name.rsplit(".", 1)[1]
+        if leaf == "upstream_rq_completed":
+            route.completed = float(stat["value"])
+        elif leaf == "upstream_rq_5xx":
+            route.server_errors = float(stat["value"])
+        elif leaf == "upstream_rq_4xx":
+            route.client_errors = float(stat["value"])
+    return route
+
+
+def p99_ms(before: dict, after: dict) -> float | None:
+    """The bucket bound (ms) under which 99% of the window's requests were answered (the last bucket, 60 s, is
+    past the edge's request timeout, so it holds them all); None without requests."""
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0.0) for b in bounds]
+    if not counts or not counts[-1]:
+        return None
+    return next(b for b, c in zip(bounds, counts) if c >= 0.99 * counts[-1])
+
+
+def window(before: Counts, after: Counts, route_before: Route, route_after: Route) -> dict:
+    """One side's figures between two snapshots: requests, 5xx and 4xx answers and the p99 at the edge (this
+    route), the mean latency from Triton's counters (the model, every protocol)."""
+    requests = int(route_after.completed - route_before.completed)
+    failed = int(route_after.server_errors - route_before.server_errors)
+    ok = after.success - before.success
+    p99 = p99_ms(route_before.buckets, route_after.buckets)
     return {
-        "requests": int(requests),
-        "failed": int(failed),
+        "requests": requests,
+        "failed": failed,
+        "client_errors": int(route_after.client_errors - route_before.client_errors),
         "error_share": round(failed / requests, 4) if requests else 0.0,
-        "latency_ms": round(mean_ms, 3),
-        "summary_p99_ms": round(max(after.p99_us) / 1000, 3) if after.p99_us else None,
+        "latency_ms": round((after.duration_us - before.duration_us) / ok / 1000, 3) if ok else 0.0,
+        "p99_ms": p99,
     }
 
 
@@ -111,14 +176,27 @@ def breach(candidate: dict, old: dict, plan: CanaryPlan) -> str | None:
     """Why the candidate fails its gate in this window, or None."""
     if candidate["failed"] and candidate["error_share"] > old["error_share"] + plan.max_error_delta:
         return (
-            f"errors: {candidate['failed']} of {candidate['requests']} requests ({candidate['error_share']:.1%}) "
-            f"against the old version's {old['error_share']:.1%}"
+            f"errors: {candidate['failed']} of {candidate['requests']} requests answered 5xx "
+            f"({candidate['error_share']:.1%}) against the old version's {old['error_share']:.1%}"
         )
     limit = old["latency_ms"] * plan.latency_ratio + plan.latency_slack_ms
     if candidate["requests"] >= plan.min_requests and old["requests"] and candidate["latency_ms"] > limit:
         return (
             f"latency: mean {candidate['latency_ms']:.1f} ms in the window against the old version's "
             f"{old['latency_ms']:.1f} ms (limit {limit:.1f} ms)"
+        )
+    return _p99_breach(candidate, old, plan)
+
+
+def _p99_breach(candidate: dict, old: dict, plan: CanaryPlan) -> str | None:
+    new_p99, old_p99 = candidate.get("p99_ms"), old.get("p99_ms")
+    if candidate["requests"] < plan.p99_requests or new_p99 is None or old_p99 is None:
+        return None
+    limit = old_p99 * plan.latency_ratio + plan.latency_slack_ms
+    if new_p99 > limit:
+        return (
+            f"latency: p99 {candidate['p99_ms']} ms at the edge over {candidate['requests']} requests against the "
+            f"old version's {old['p99_ms']} ms (limit {limit:.0f} ms)"
         )
     return None
 
@@ -161,14 +239,14 @@ def run_steps(
         set_share(admin_socket, model, percent)
         step(f"{model}: {percent}% of its HTTP traffic to the new build, held {plan.hold_s:g} s")
         start = clock()
-        base = read_counts(metrics_urls, (candidate, model))
+        base = read_counts(metrics_urls, (candidate, model)), read_edge(admin_socket, model)
         while True:
             sleep(plan.poll_s)
-            now = read_counts(metrics_urls, (candidate, model))
+            now = read_counts(metrics_urls, (candidate, model)), read_edge(admin_socket, model)
             figures = {
                 "percent": percent,
-                "candidate": window(base[candidate], now[candidate]),
-                "old": window(base[model], now[model]),
+                "candidate": window(base[0][candidate], now[0][candidate], base[1]["new"], now[1]["new"]),
+                "old": window(base[0][model], now[0][model], base[1]["old"], now[1]["old"]),
             }
             if figures["old"]["requests"] >= plan.min_requests or reference is None:
                 compared = figures["old"]

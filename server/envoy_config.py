@@ -26,6 +26,10 @@ HTTP_INFER = r"^/v2/models/[A-Za-z0-9_.-]+(/versions/[0-9]+)?/infer$"
 GRPC_STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
 GRPC_INFER = ("/inference.GRPCInferenceService/ModelInfer", GRPC_STREAM)
 BEFORE_ANSWER = "connect-failure,refused-stream,reset-before-request"  # retried: failed before a replica answered
+CANARY_TIME = r"^vhost\..+\.route\.canary-.+\.upstream_rq_time$"  # Envoy records it in whole milliseconds
+CANARY_BUCKETS_MS = (0.5, 1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 65, 80, 100, 130, 160, 200, 250)
+CANARY_BUCKETS_MS += (320, 400, 500, 650, 800, 1000, 1300, 1600, 2000, 2500, 3200, 4000, 5000, 6500, 8000, 10000)
+CANARY_BUCKETS_MS += (15000, 20000, 30000, 60000)
 HTTP_OPTIONS = "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 DOWNSTREAM_CONNECTIONS = (
     "type.googleapis.com/envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig"
@@ -235,6 +239,11 @@ def canary_key(model: str) -> str:
     return f"canary.{model}"
 
 
+def canary_stat(model: str, side: str) -> str:
+    """The stat prefix of the route taking model's requests to its candidate (side "new") or to itself ("old")."""
+    return f"canary-{side}-{model}"
+
+
 def canary_routes(cluster: str, b: Balancing, models: tuple[str, ...]) -> list[dict]:
     """Per model, a route taking canary_key(model) percent (0 unless set at runtime) of its unpinned HTTP inference
     requests, their path rewritten to <model>__candidate (a request naming a version is never moved)."""
@@ -253,7 +262,10 @@ def canary_routes(cluster: str, b: Balancing, models: tuple[str, ...]) -> list[d
             "substitution": f"/v2/models/{model}__candidate/infer",
         }
         route["route"]["regex_rewrite"] = rewrite
-        found.append(route)
+        route["stat_prefix"] = canary_stat(model, "new")
+        rest = _route(cluster, b, {"path": f"/v2/models/{model}/infer"}, BEFORE_ANSWER, codes=(404,))
+        rest["stat_prefix"] = canary_stat(model, "old")
+        found += [route, rest]
     return found
 
 
@@ -339,6 +351,13 @@ def envoy_config(s: EnvoySettings) -> dict:
         "admin": {"address": {"pipe": {"path": s.admin_socket, "mode": ADMIN_SOCKET_MODE}}},
         "static_resources": {"listeners": listeners, "clusters": clusters},
         # runtime values set through the admin socket (POST /runtime_modify): the canaries' shares
+        # the canary reads its routes' latency histograms at each poll: merged when asked, in fine buckets
+        "stats_flush_on_admin": True,
+        "stats_config": {
+            "histogram_bucket_settings": [
+                {"match": {"safe_regex": {"regex": CANARY_TIME}}, "buckets": list(CANARY_BUCKETS_MS)}
+            ]
+        },
         "layered_runtime": {"layers": [{"name": "static", "static_layer": {}}, {"name": "admin", "admin_layer": {}}]},
     }
     if s.max_connections:

@@ -40,6 +40,9 @@ class Panel:
     description: str = ""
 
 
+ENVOY_5XX = 'envoy_cluster_upstream_rq_xx{envoy_response_code_class="5"}'
+
+
 def panels(rules: RuleSettings = DEFAULT_RULES) -> list[Panel]:
     """The dashboard's panels, top to bottom."""
     w = rules.window
@@ -64,6 +67,13 @@ def panels(rules: RuleSettings = DEFAULT_RULES) -> list[Panel]:
             "Envoy: requests/s by upstream cluster",
             "reqps",
             (Query(f"sum by (envoy_cluster_name) (rate(envoy_cluster_upstream_rq_total[{w}]))", ENVOY_LEGEND),),
+        ),
+        Panel(
+            "Envoy: 5xx answers/s by upstream cluster",
+            "reqps",
+            (Query(f"sum by (envoy_cluster_name) (rate({ENVOY_5XX}[{w}]))", ENVOY_LEGEND),),
+            "What clients were answered. Triton counts an error that a Python-backend model returns in its response "
+            "as a success, so only the edge sees those.",
         ),
         Panel(
             "Envoy: healthy replicas",

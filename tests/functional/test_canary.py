@@ -2,7 +2,9 @@
 edge and on two replicas behind Envoy, under a closed-loop load on HTTP (through the edge) and gRPC: a good build
 goes step by step to 100% and is promoted with no failed request; a build with a p99 regression (its batcher
 holds each request 400 ms) is rolled back within 10 s of its step's start, the old version serving throughout,
-with no failed request."""
+with no failed request; a build that fails one single-row request in 20 (5% of this load's requests; the smoke
+and accuracy checks send larger batches, so they pass) is rolled back within 10 s of its step's start, and the
+only failed requests are those it answered itself."""
 
 import pytest
 
@@ -22,6 +24,27 @@ pytestmark = pytest.mark.functional
 PLAN = CanaryPlan(steps=(10, 50, 100), hold_s=4.0, poll_s=0.5, latency_ratio=3.0, latency_slack_ms=25.0)
 
 
+# appended to the faulty build's model.py: every 20th single-row request it answers is an error
+FAULT = """
+
+_Served = TritonPythonModel
+
+
+class TritonPythonModel(_Served):
+    single_rows = 0
+
+    def execute(self, requests):
+        responses = super().execute(requests)
+        for i, request in enumerate(requests):
+            if pb_utils.get_input_tensor_by_name(request, self.input_names[0]).as_numpy().shape[0] == 1:
+                self.single_rows += 1
+                if self.single_rows % 20 == 0:
+                    error = pb_utils.TritonError("injected fault: one single-row request in 20 fails")
+                    responses[i] = pb_utils.InferenceResponse(error=error)
+        return responses
+"""
+
+
 def _settings(replicas: int, repo, state_dir):
     """One server behind the edge (`make serve`), or a cluster of two behind Envoy (`make cluster`)."""
     if replicas == 1:
@@ -36,8 +59,10 @@ def _settings(replicas: int, repo, state_dir):
 def canary_server(request, digits_build, tmp_path_factory):
     spec, built, _ = digits_build
     root = tmp_path_factory.mktemp("canary")
-    for name in ("repo", "good", "slow"):
+    for name in ("repo", "good", "slow", "faulty"):
         build_model(BuildRequest(spec, "embedded", root / name, root / "work"), built)
+    with open(root / "faulty" / "digits_cnn" / "1" / "model.py", "a") as model_py:
+        model_py.write(FAULT)
     config_path = root / "slow" / "digits_cnn" / "config.pbtxt"
     config = parse_pbtxt(config_path.read_text())
     config.dynamic_batching.max_queue_delay_microseconds = 400_000
@@ -77,3 +102,16 @@ def test_a_good_build_goes_step_by_step_to_all_traffic_with_nothing_failed(canar
     assert [s["percent"] for s in steps] == [10, 50, 100] and all(s["breach"] is None for s in steps)
     assert all(s["candidate"]["requests"] > 0 for s in steps)
     assert event["version"] == 2 and event["previous"] == 1
+
+
+def test_a_build_failing_5_percent_is_rolled_back_and_only_its_own_answers_failed(canary_server):
+    root, settings = canary_server
+    with _load(settings) as load, pytest.raises(RolloutError, match="rolled back.*errors"):
+        rollout(RolloutRequest("digits_cnn", root / "faulty", settings.state_dir, share=PLAN))
+    event = read_manifest(root / "repo")["models"]["digits_cnn"]["history"][-1]
+    last = event["steps"][-1]
+    assert event["status"] == "rolled back" and last["percent"] == 10 and last["seconds"] <= 10
+    failures = load.failures()
+    assert all("injected fault" in f[3] and f[0] == "http" for f in failures), failures[:3]
+    assert 1 <= len(failures) <= last["candidate"]["failed"] + 1  # + 1: one answered as the share went to 0
+    assert not (root / "repo" / "digits_cnn__candidate").exists()

@@ -1,20 +1,56 @@
-"""The canary's gate (operations/canary.py): windows from Triton's counters, breaches on errors and latency
-against the old version, the last step's old figures standing in at 100%, and the share set to 0 before a breach
-is raised (on a test clock)."""
+"""The canary's gate (operations/canary.py): windows from the edge's route stats (answers by status class, a
+latency histogram) and Triton's counters (mean latency), Envoy's JSON stats read into routes, breaches on errors,
+mean latency and p99 against the old version, the last step's old figures standing in at 100%, and the share set
+to 0 before a breach is raised (on a test clock)."""
 
 import pytest
 
 from common.errors import ServerError
 from operations import canary
-from operations.canary import CanaryBreach, CanaryPlan, Counts, breach, run_steps, window
+from operations.canary import CanaryBreach, CanaryPlan, Counts, Route, _route, breach, p99_ms, run_steps, window
 
 PLAN = CanaryPlan(steps=(10, 100), hold_s=3.0, poll_s=1.0)
 
 
 def test_a_window_is_the_difference_of_two_snapshots():
-    found = window(Counts(100, 1, 100_000, []), Counts(190, 11, 190_000, [8000.0, 9000.0]))
-    assert found == {"requests": 100, "failed": 10, "error_share": 0.1, "latency_ms": 1.0, "summary_p99_ms": 9.0}
-    assert window(Counts(0, 0, 0), Counts(10, 0, 50_000))["summary_p99_ms"] is None
+    before = Route(100, 1, 2, {1.0: 90, 5.0: 100, 60000.0: 100})
+    after = Route(200, 11, 3, {1.0: 180, 5.0: 198, 60000.0: 200})
+    found = window(Counts(100, 1, 100_000), Counts(190, 11, 190_000), before, after)
+    assert found == {
+        "requests": 100,
+        "failed": 10,
+        "client_errors": 1,
+        "error_share": 0.1,
+        "latency_ms": 1.0,
+        "p99_ms": 60000.0,  # 98 of 100 under 5 ms: the 99th is in the last bucket
+    }
+    assert window(Counts(), Counts(), Route(), Route())["p99_ms"] is None
+
+
+def test_the_p99_is_the_bound_of_the_bucket_holding_the_99th_percent():
+    assert p99_ms({}, {1.0: 990, 2.0: 999, 5.0: 1000}) == 1.0
+    assert p99_ms({1.0: 500}, {1.0: 900, 2.0: 1000, 5.0: 1400}) == 5.0  # the window: 400, 500, 900
+    assert p99_ms({1.0: 5}, {1.0: 5}) is None
+
+
+def test_envoys_json_stats_are_read_into_each_route():
+    stats = [
+        {"name": "vhost.triton_http.route.canary-new-m.upstream_rq_completed", "value": 40},
+        {"name": "vhost.triton_http.route.canary-new-m.upstream_rq_5xx", "value": 2},
+        {"name": "vhost.triton_http.route.canary-new-m.upstream_rq_4xx", "value": 1},
+        {"name": "vhost.triton_http.route.canary-old-m.upstream_rq_completed", "value": 400},
+        {"name": "vhost.triton_http.route.canary-new-m2.upstream_rq_completed", "value": 7},  # another model
+        {
+            "histograms": [
+                {
+                    "name": "vhost.triton_http.route.canary-new-m.upstream_rq_time",
+                    "buckets": [{"upper_bound": 1, "cumulative": 30}, {"upper_bound": 60000, "cumulative": 40}],
+                }
+            ]
+        },
+    ]
+    assert _route(stats, "canary-new-m") == Route(40, 2, 1, {1.0: 30, 60000.0: 40})
+    assert _route(stats, "canary-old-m") == Route(completed=400)
 
 
 @pytest.mark.parametrize(
@@ -24,10 +60,13 @@ def test_a_window_is_the_difference_of_two_snapshots():
         ({"requests": 100, "failed": 0, "error_share": 0.0, "latency_ms": 400.0}, "latency"),
         ({"requests": 100, "failed": 0, "error_share": 0.0, "latency_ms": 7.9}, None),
         ({"requests": 5, "failed": 0, "error_share": 0.0, "latency_ms": 400.0}, None),
+        ({"requests": 100, "failed": 0, "error_share": 0.0, "latency_ms": 2.0, "p99_ms": 65.0}, "latency: p99"),
+        ({"requests": 99, "failed": 0, "error_share": 0.0, "latency_ms": 2.0, "p99_ms": 65.0}, None),
+        ({"requests": 100, "failed": 0, "error_share": 0.0, "latency_ms": 2.0, "p99_ms": 20.0}, None),
     ],
 )
 def test_breaches_on_errors_and_latency_against_the_old_version(candidate, why):
-    old = {"requests": 900, "failed": 0, "error_share": 0.0, "latency_ms": 2.0}
+    old = {"requests": 900, "failed": 0, "error_share": 0.0, "latency_ms": 2.0, "p99_ms": 10.0}
     found = breach(candidate, old, PLAN)
     assert (found or "").startswith(why) if why else found is None
 
@@ -39,24 +78,22 @@ def test_steps_rise_within_1_to_100(steps):
 
 
 class World:
-    """Counters that grow as the test clock advances: the candidate fails `fail_share` of its requests."""
+    """Counters that grow as the test clock advances: the candidate answers `fail_share` of its requests 5xx."""
 
     def __init__(self, fail_share: float):
         self.now, self.share, self.fail_share, self.shares = 0.0, 0, fail_share, []
         self.counts = {"m": Counts(), "m__candidate": Counts()}
+        self.routes = {"old": Route(), "new": Route()}
 
     def sleep(self, seconds):
         self.now += seconds
-        for name, part in (("m__candidate", self.share / 100), ("m", 1 - self.share / 100)):
+        for name, side, part in (("m__candidate", "new", self.share / 100), ("m", "old", 1 - self.share / 100)):
             sent = 100 * seconds * part
-            failed = sent * self.fail_share if name == "m__candidate" else 0.0
-            c = self.counts[name]
-            c.success, c.failure, c.duration_us = (
-                c.success + sent - failed,
-                c.failure + failed,
-                c.duration_us + sent * 2000,
-            )
-            c.p99_us = [3000.0]
+            failed = sent * self.fail_share if side == "new" else 0.0
+            c, r = self.counts[name], self.routes[side]
+            c.success, c.duration_us = c.success + sent, c.duration_us + sent * 2000
+            r.completed, r.server_errors = r.completed + sent, r.server_errors + failed
+            r.buckets = {2.0: r.completed, 60000.0: r.completed}
 
     def set_share(self, socket, model, percent):
         self.share = percent
@@ -67,6 +104,8 @@ def _run(world, monkeypatch):
     monkeypatch.setattr(canary, "set_share", world.set_share)
     snapshot = lambda urls, models: {m: Counts(**vars(world.counts[m])) for m in models}  # noqa: E731
     monkeypatch.setattr(canary, "read_counts", snapshot)
+    edge = lambda socket, model: {s: Route(**vars(r)) for s, r in world.routes.items()}  # noqa: E731
+    monkeypatch.setattr(canary, "read_edge", edge)
     return run_steps(PLAN, "m", "m__candidate", "sock", ["url"], clock=lambda: world.now, sleep=world.sleep)
 
 
