@@ -226,6 +226,19 @@ def locust(
 @click.option("--write-back/--no-write-back", default=True, show_default=True)
 @options.SHAPE
 @options.INPUT_DATA
+@click.option(
+    "--replay",
+    "replayed",
+    type=click.Path(path_type=Path, exists=True),
+    default=None,
+    help="Measure each candidate on this recording (or fitted workload file) replayed open loop, instead of "
+    "perf_analyzer: the lowest p99 wins, a failed request disqualifies.",
+)
+@click.option("--speed", type=float, default=1.0, show_default=True, help="The replay's speed (a workload: its scale).")
+@click.option("--replay-seconds", type=float, default=60.0, show_default=True, help="The replay's first seconds.")
+@click.option(
+    "--replay-model", default="", help="Whose recorded traffic is sent to each candidate (default: the first variant)."
+)
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
 def search(
@@ -241,6 +254,10 @@ def search(
     write_back,
     shapes,
     input_data,
+    replayed,
+    speed,
+    replay_seconds,
+    replay_model,
     out,
 ):
     """Find the best serving config on a real server (explicit model control); write the winner back.
@@ -253,6 +270,8 @@ def search(
     out = out or Path("reports") / time.strftime("search-%Y%m%d-%H%M%S")
     measure = {"concurrency": concurrency, "interval_ms": interval_ms}
     measure.update(shapes=parse_shapes(shapes), input_data=input_data)
+    if replayed is not None:
+        measure["replay"] = s.replay_workload(replayed, speed, replay_seconds, replay_model or _names(variants)[:1])
     request = s.SearchRun(
         repo=repo,
         out=out,

@@ -1,21 +1,32 @@
 """Config search: variants x instances x queue delay x preferred batch sizes, measured for real.
 
 The tool starts its own server in explicit model-control mode and, per candidate, loads the
-variant with an overriding config through the model-control API (admin key), measures it with
-perf_analyzer, and unloads it. A candidate is feasible when its p99 is within the latency
-budget and its variant's accuracy within the accuracy budget of the best variant (from the
-manifest). Quick mode hill-climbs from a default; exhaustive mode measures every candidate.
-The winner's config is written back into the repository.
+variant with an overriding config through the model-control API (admin key), measures it, and
+unloads it. Two workloads:
+- perf_analyzer at one concurrency (closed loop): the best is the most inferences/s;
+- a replay of recorded traffic, or of a fitted workload (open loop, its first seconds, every request sent
+  to the candidate's variant): the arrivals are fixed, so the best is the lowest p99, and a failed
+  request makes a candidate infeasible. The config as built is measured first: the report gives
+  the p99 before and after.
+A candidate is feasible when its p99 is within the latency budget and its variant's accuracy
+within the accuracy budget of the best variant (from the manifest). Quick mode hill-climbs from a
+default; exhaustive mode measures every candidate. The winner's config is written back into the
+repository.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from common.cli import step
 from common.errors import MeasurementError
+
+if TYPE_CHECKING:
+    from loadtest.locust_suite.replay import Replay
 
 DELAYS_US = (0, 100, 1000, 5000)
 
@@ -71,6 +82,8 @@ class SearchSpace:
         )
         for axis, values in axes:
             values = list(values)
+            if getattr(c, axis) not in values:  # a config as built, off the grid: between its grid neighbours
+                values = sorted(values + [getattr(c, axis)])
             index = values.index(getattr(c, axis))
             for j in (index - 1, index + 1):
                 if 0 <= j < len(values):
@@ -89,6 +102,7 @@ class Result:
     p99_ms: float
     feasible: bool
     reason: str = ""
+    objective: str = "throughput"  # what ranks feasible candidates: throughput, or p99 (a replay's fixed arrivals)
 
 
 def one_instance_only(config) -> bool:
@@ -100,6 +114,15 @@ def one_instance_only(config) -> bool:
 
     gpu = any(g.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU for g in config.instance_group)
     return gpu and is_torch_runtime(config)
+
+
+def as_built(base, variant: str) -> Candidate:
+    """The candidate that a variant's config as built is (its first instance group, its batching)."""
+    instances = base.instance_group[0].count if base.instance_group else 1
+    batching = base.dynamic_batching
+    return Candidate(
+        variant, max(1, instances), batching.max_queue_delay_microseconds, tuple(batching.preferred_batch_size)
+    )
 
 
 def candidate_config(base, candidate: Candidate):
@@ -117,11 +140,13 @@ def candidate_config(base, candidate: Candidate):
 class Searcher:
     """Measures candidates on a running server (explicit model control) with perf_analyzer."""
 
-    def __init__(self, repo: Path, ep, analyzer, budgets: dict, load: dict, out: Path):
+    def __init__(
+        self, repo: Path, ep, analyzer, budgets: dict, load: dict, out: Path, urls: tuple[str, str] = ("", "")
+    ):
         from builders.repository.manifest import read_manifest
         from builders.repository.model_config import parse_pbtxt
 
-        self.repo, self.ep, self.analyzer, self.out = repo, ep, analyzer, out
+        self.repo, self.ep, self.analyzer, self.out, self.urls = repo, ep, analyzer, out, urls
         self.budgets, self.load = budgets, load
         self.manifest = read_manifest(repo)["models"]
         self.base, self.parse = {}, parse_pbtxt
@@ -155,33 +180,55 @@ class Searcher:
             return self.results[candidate]
         from google.protobuf import json_format
 
-        from loadtest.perf.sweep import Sweep, run_sweep
-
         step(f"search: measuring {candidate.label()} ({len(self.results) + 1})")
         config = json_format.MessageToJson(candidate_config(self.base_config(candidate.variant), candidate))
         with self.ep.client() as client:
             client.load_model(candidate.variant, config=config, headers=self.ep.admin_headers)
             try:
-                data = self._input_data(candidate.variant)
-                sweep = Sweep(
-                    candidate.variant,
-                    concurrency=(self.load["concurrency"],),
-                    measurement_ms=self.load["interval_ms"],
-                    max_trials=10,
-                    stability_percent=50,
-                    input_data=data,
-                )
-                (row,) = run_sweep(sweep, self.ep, self.analyzer, self.out / "raw")
+                row = self._replayed(candidate) if self.load.get("replay") else self._swept(candidate)
             finally:
                 client.unload_model(candidate.variant, headers=self.ep.admin_headers)
         accurate, why = accuracy_ok(self.manifest, candidate.variant, variants, self.budgets["accuracy"])
         fast = row["p99_ms"] <= self.budgets["p99_ms"]
         reason = why or ("" if fast else f"p99 {row['p99_ms']:.2f} ms > {self.budgets['p99_ms']:g} ms")
+        if row.get("failed"):
+            reason = "; ".join(filter(None, [reason, f"{row['failed']} of the replay's requests failed"]))
         if row.get("stable") == "no":  # a busy host: kept, and said so beside the figure
             reason = "; ".join(filter(None, [reason, f"unstable ±{row['spread_pct'] / 2:.0f}%"]))
-        result = Result(candidate, row["throughput"], row["p99_ms"], accurate and fast, reason)
+        feasible = accurate and fast and not row.get("failed")
+        objective = "p99" if self.load.get("replay") else "throughput"
+        result = Result(candidate, row["throughput"], row["p99_ms"], feasible, reason, objective)
         self.results[candidate] = result
         return result
+
+    def _swept(self, candidate: Candidate) -> dict:
+        from loadtest.perf.sweep import Sweep, run_sweep
+
+        sweep = Sweep(
+            candidate.variant,
+            concurrency=(self.load["concurrency"],),
+            measurement_ms=self.load["interval_ms"],
+            max_trials=10,
+            stability_percent=50,
+            input_data=self._input_data(candidate.variant),
+        )
+        (row,) = run_sweep(sweep, self.ep, self.analyzer, self.out / "raw")
+        return row
+
+    def _replayed(self, candidate: Candidate) -> dict:
+        """The replay's requests sent to this candidate: answered per second, client p99, failed."""
+        import dataclasses
+
+        from loadtest.locust_suite.replay import run_replay
+        from loadtest.reporting.replay_report import percentile
+
+        replay = dataclasses.replace(self.load["replay"], target=candidate.variant)
+        out = self.out / "raw" / f"replay-{len(self.results) + 1}"
+        sent = run_replay(replay, *self.urls, self.repo, out)["results"]["sent"]
+        ok = [s["ms"] for s in sent if s["status"] == "ok"]
+        seconds = max((s["sent_s"] for s in sent), default=0.0) or 1.0
+        p99 = percentile(ok, 99) if ok else float("inf")
+        return {"throughput": len(ok) / seconds, "p99_ms": p99, "failed": len(sent) - len(ok)}
 
 
 def accuracy_ok(manifest: dict, variant: str, variants: tuple[str, ...], budget: float) -> tuple[bool, str]:
@@ -195,7 +242,10 @@ def accuracy_ok(manifest: dict, variant: str, variants: tuple[str, ...], budget:
 
 
 def _score(result: Result) -> float:
-    return result.throughput if result.feasible else -1.0 / (1.0 + result.p99_ms)
+    """Feasible ones above the rest; among them the most throughput, or (replays) the lowest p99."""
+    if not result.feasible:
+        return -1.0 - result.p99_ms / (1.0 + result.p99_ms)
+    return result.throughput if result.objective == "throughput" else 1.0 / (1.0 + result.p99_ms)
 
 
 def exhaustive(space: SearchSpace, searcher: Searcher) -> Result:
@@ -228,12 +278,21 @@ def write_back(repo: Path, winner: Candidate, base) -> Path:
     return path
 
 
-def report(results: dict, winner: Result, mode: str) -> str:
-    """Every measured candidate, best first, with the verdict."""
+def report(results: dict, winner: Result, mode: str, before: Result | None = None) -> str:
+    """Every measured candidate, best first, with the verdict; with a replay, the config as built beside."""
     lines = [
         f"## {mode}: {len(results)} candidates measured; best: {winner.candidate.label()} "
         f"({winner.throughput:.1f} infer/s, p99 {winner.p99_ms:.2f} ms)",
         "",
+    ]
+    if before is not None:
+        lines += [
+            f"On the replayed traffic: p99 **{before.p99_ms:.2f} ms** with the config as built "
+            f"({before.candidate.label()}{'' if before.feasible else '; ' + before.reason}), "
+            f"**{winner.p99_ms:.2f} ms** with the best.",
+            "",
+        ]
+    lines += [
         "| candidate | infer/s | p99 ms | feasible | why not |",
         "|---|---|---|---|---|",
     ]
@@ -285,7 +344,11 @@ def run(request: SearchRun) -> str:
     with running(request.repo, request.out / "state", model_control="explicit") as state:
         ep = state.endpoint("grpc", request.repo)
         names = request.variants or first_model_variants(request.repo)
-        searcher = Searcher(request.repo, ep, find_perf_analyzer(), request.budgets, request.measure, request.out)
+        if request.measure.get("replay") and not request.measure["replay"].models:  # the first variant's traffic
+            request.measure["replay"] = dataclasses.replace(request.measure["replay"], models=names[:1])
+        analyzer = None if request.measure.get("replay") else find_perf_analyzer()
+        urls = (state.http_url, state.grpc_url)
+        searcher = Searcher(request.repo, ep, analyzer, request.budgets, request.measure, request.out, urls)
         space = SearchSpace(
             names,
             request.max_instances,
@@ -300,6 +363,19 @@ def run(request: SearchRun) -> str:
     (request.out / "search.md").write_text(f"# Config search\n\n{text}\n")
     (request.out / "search.json").write_text(summary_json(searcher.results, winner))
     return text
+
+
+def replay_workload(path: Path, speed: float, seconds: float, model) -> "Replay":
+    """The replay a search measures with: a recording (a folder or .jsonl) or a fitted workload (a JSON file),
+    its first seconds, the given model's requests only (a name, or a list whose first name; none: all)."""
+    from loadtest.locust_suite.replay import Replay
+
+    models = tuple(m for m in ([model] if isinstance(model, str) else model[:1]) if m)
+    if seconds <= 0:
+        raise MeasurementError(f"--replay-seconds {seconds:g}: replay at least part of a second")
+    if path.is_file() and path.suffix == ".json":
+        return Replay(workload=path, scale=speed, models=models, max_seconds=seconds)
+    return Replay(recording=path, speed=speed, models=models, max_seconds=seconds)
 
 
 def first_model_variants(repo: Path) -> tuple[str, ...]:
@@ -317,9 +393,15 @@ def first_model_variants(repo: Path) -> tuple[str, ...]:
 
 
 def _run_modes(space: SearchSpace, searcher: Searcher, mode: str):
-    """Run quick and/or exhaustive; in 'both', exhaustive reuses what quick already measured."""
-    sections, winner = [], None
+    """Run quick and/or exhaustive; in 'both', exhaustive reuses what quick already measured. A replay measures
+    the first variant's config as built first, and starts the hill-climb there."""
+    sections, winner, before = [], None, None
+    if searcher.load.get("replay"):
+        variant = space.variants[0]
+        before = searcher.measure(as_built(searcher.base_config(variant), variant), space.variants)
     for name in ["quick", "exhaustive"] if mode == "both" else [mode]:
-        winner = (quick if name == "quick" else exhaustive)(space, searcher)
-        sections.append(report(dict(searcher.results), winner, name))
+        found = quick(space, searcher, before.candidate if before else None) if name == "quick" else None
+        found = found or exhaustive(space, searcher)
+        winner = max([found] + ([before] if before else []), key=_score)
+        sections.append(report(dict(searcher.results), winner, name, before))
     return "\n\n".join(sections), winner

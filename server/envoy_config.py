@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 PREVIOUS_HOSTS = "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"
 ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+BUFFER_FILTER = "envoy.filters.http.buffer"
 BUFFER_PER_ROUTE = "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.BufferPerRoute"
 ADMIN_SOCKET_MODE = 0o600
 STATS_PATH = "/stats/prometheus"
@@ -272,8 +273,8 @@ def canary_routes(cluster: str, b: Balancing, models: tuple[str, ...]) -> list[d
 def _routes(cluster: str, s: EnvoySettings, protocol: str) -> list[dict]:
     if protocol == "http" and s.canary_models:
         return canary_routes(cluster, s.balancing, s.canary_models) + routes(cluster, s.balancing, protocol)
-    if protocol == "grpc" and s.grpc_filters:  # the buffer off for streams: they must flow, not wait for their end
-        unbuffered = {"envoy.filters.http.buffer": {"@type": BUFFER_PER_ROUTE, "disabled": True}}
+    if protocol == "grpc" and any(f["name"] == BUFFER_FILTER for f in s.grpc_filters):  # streams must flow
+        unbuffered = {BUFFER_FILTER: {"@type": BUFFER_PER_ROUTE, "disabled": True}}
         return routes(cluster, s.balancing, protocol, unbuffered)
     return routes(cluster, s.balancing, protocol)
 

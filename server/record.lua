@@ -5,6 +5,12 @@
 -- log writes it, with the arrival time, status, bytes and duration, as one JSON line per request.
 -- HTTP: the edge's own reading, after its checks (edge.lua calls record_start and record_inputs).
 -- gRPC: ModelInfer's protobuf header is read here (grpc_on_request). Its raw tensor contents are skipped.
+-- Shapes only: the body streams through as it comes (bodyChunks: nothing is buffered, which would hold each
+-- request back until its last byte). The reading stops at the first field that runs past the first
+-- record_head_bytes. That is fine at outputs (6) or the raw tensor contents (7): every protobuf serializer writes
+-- fields in number order, so the inputs are read. Earlier, the message goes on unrecorded. A message that puts
+-- a field after its raw contents (no serializer does) is recorded as far as read.
+-- Values: the whole body is buffered (it is what is kept).
 -- Recording refuses nothing: a message it cannot read, or one past 64 inputs, 64 dims or 256-byte names, goes
 -- on unrecorded (Triton decides what it is). It reads repeated scalar fields as protobuf does: the last one.
 
@@ -58,8 +64,10 @@ local function varint(s, pos)
   end
 end
 
-local function each_field(s, pos, stop, visit)
-  -- visit(number, wire, value) for varints; visit(number, 2, first, last) for length-delimited fields
+local function each_field(s, pos, stop, visit, cut)
+  -- visit(number, wire, value) for varints; visit(number, 2, first, last) for length-delimited fields.
+  -- cut: s is the message's first bytes only; a length-delimited field running past them ends the walk, and
+  -- its number is returned (nil: the whole message was read).
   while pos <= stop do
     local key
     key, pos = varint(s, pos)
@@ -71,6 +79,7 @@ local function each_field(s, pos, stop, visit)
     elseif wire == 2 then
       local length
       length, pos = varint(s, pos)
+      if cut and pos + length - 1 > stop then return number end
       if pos + length - 1 > stop then error("a field runs past its message") end
       visit(number, 2, pos, pos + length - 1)
       pos = pos + length
@@ -111,36 +120,72 @@ local function read_tensor(s, first, last)
   return {name, datatype, shape}
 end
 
-local function read_infer(message)
+local function read_infer(message, cut)
+  -- cut: message holds only the first bytes; the inputs must all be read before the field that runs past them
   local model, version, inputs = nil, "", {}
-  each_field(message, 1, #message, function(number, wire, a, b)
+  local stopped_at = each_field(message, 1, #message, function(number, wire, a, b)
     if number == 1 and wire == 2 then model = text(message, a, b)
     elseif number == 2 and wire == 2 then version = text(message, a, b)
     elseif number == 5 and wire == 2 then
       if #inputs >= MAX_ITEMS then error("more than " .. MAX_ITEMS .. " inputs") end
       inputs[#inputs + 1] = read_tensor(message, a, b)
     end
-  end)
+  end, cut)
+  if stopped_at and stopped_at < 6 then error("the inputs run past the bytes read") end
   return model, version, inputs
 end
 
 local GRPC_INFER = "/inference.GRPCInferenceService/ModelInfer"
 
+local function frame_length(bytes)
+  -- a gRPC frame's message length, or nil if compressed
+  local flag, b1, b2, b3, b4 = bytes:byte(1, 5)
+  if flag ~= 0 then return nil end
+  return ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+end
+
+local function record_message(handle, message, cut)
+  local model, version, inputs = read_infer(message, cut)
+  if not model or model == "" then return end
+  record_start(handle, model, version)
+  record_inputs(handle, model, inputs, not cut and message or nil, 0)
+end
+
 local function record_grpc(handle)
+  -- values: the whole body, buffered
   local body = handle:body()
   if body == nil or body:length() < 5 then return end
   local bytes = body:getBytes(0, body:length())
-  local flag, b1, b2, b3, b4 = bytes:byte(1, 5)
-  local length = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
-  if flag ~= 0 or length + 5 ~= #bytes then return end -- compressed, or not one whole message
-  local message = bytes:sub(6)
-  local model, version, inputs = read_infer(message)
-  if not model or model == "" then return end
-  record_start(handle, model, version)
-  record_inputs(handle, model, inputs, message, 0)
+  if frame_length(bytes) ~= #bytes - 5 then return end -- compressed, or not one whole message
+  record_message(handle, bytes:sub(6), false)
+end
+
+local function record_grpc_streaming(handle)
+  -- shapes: the first record_head_bytes of the message, chunk by chunk as they pass
+  local parts, have, want = {}, 0, nil
+  for chunk in handle:bodyChunks() do
+    local take = math.min(chunk:length(), 5 + CONFIG.record_head_bytes - have)
+    if take > 0 then
+      parts[#parts + 1] = chunk:getBytes(0, take)
+      have = have + take
+    end
+    if have >= 5 and not want then
+      want = frame_length(table.concat(parts))
+      if not want then return end
+    end
+    if want and have >= math.min(5 + want, 5 + CONFIG.record_head_bytes) then
+      local head = table.concat(parts):sub(6)
+      pcall(record_message, handle, head, #head < want)
+      return
+    end
+  end
 end
 
 function grpc_on_request(handle)
   if handle:headers():get(":path") ~= GRPC_INFER then return end -- streams and other calls pass untouched
-  pcall(record_grpc, handle)
+  if CONFIG.record_values then
+    pcall(record_grpc, handle)
+  else
+    pcall(record_grpc_streaming, handle)
+  end
 end

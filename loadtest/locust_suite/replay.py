@@ -35,6 +35,8 @@ class Replay:
     tls: bool = False
     ca_file: str = ""
     connections: int = 64  # HTTP connections at most (gRPC: one channel)
+    max_seconds: float = 0.0  # only the schedule's first seconds (0: all of it)
+    target: str = ""  # every request to this model instead (a variant of the recorded one; made-up values)
 
 
 def run_replay(replay: Replay, http_url: str, grpc_url: str, repo: Path | None, out: Path) -> dict:
@@ -46,6 +48,7 @@ def run_replay(replay: Replay, http_url: str, grpc_url: str, repo: Path | None, 
     """
     out.mkdir(parents=True, exist_ok=True)
     recorded, items, left_out = _requests(replay)
+    items = _narrowed(items, replay)
     path = write_schedule(items, out / "schedule.jsonl")
     duration = items[-1].offset_s
     source = f"speed {replay.speed:g}) from {replay.recording}" if replay.recording else f"x{replay.scale:g}) from"
@@ -74,6 +77,20 @@ def _requests(replay: Replay) -> tuple[list, list, Counter]:
         for i in items
     ]
     return as_recorded, items, Counter()
+
+
+def _narrowed(items: list, replay: Replay) -> list:
+    """The schedule's first max_seconds, each request sent to the target model (its recorded body, which may name
+    the recorded model, left for made-up values of the same shapes)."""
+    from dataclasses import replace
+
+    if replay.max_seconds > 0:
+        items = [i for i in items if i.offset_s <= replay.max_seconds]
+    if replay.target:
+        items = [replace(i, model=replay.target, version="", values=None) for i in items]
+    if not items:
+        raise RecordingError(f"nothing to replay in the first {replay.max_seconds:g} s")
+    return items
 
 
 def _environment(replay: Replay, http_url, grpc_url, repo, schedule_path, results, out: Path) -> dict:

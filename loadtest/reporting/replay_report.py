@@ -11,7 +11,8 @@ import numpy as np
 from loadtest.workloads.recorded import correlation, per_second
 
 
-def _percentile(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
+    """The nearest-rank percentile (nan without values)."""
     return float(np.percentile(values, q, method="nearest")) if values else float("nan")
 
 
@@ -60,10 +61,10 @@ def _models(recorded, sent) -> list[dict]:
                 "model": model,
                 "recorded": sum(r.model == model for r in recorded),
                 "replayed": len(latencies),
-                "recorded_p50_ms": _percentile(durations, 50),
-                "recorded_p99_ms": _percentile(durations, 99),
-                "replayed_p50_ms": _percentile(latencies, 50),
-                "replayed_p99_ms": _percentile(latencies, 99),
+                "recorded_p50_ms": percentile(durations, 50),
+                "recorded_p99_ms": percentile(durations, 99),
+                "replayed_p50_ms": percentile(latencies, 50),
+                "replayed_p99_ms": percentile(latencies, 99),
             }
         )
     return rows

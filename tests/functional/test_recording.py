@@ -111,3 +111,50 @@ def test_the_recording_is_private(recorded):
     assert stat.S_IMODE(settings.record.folder.stat().st_mode) == 0o700
     for path in recording_files(settings.record.folder):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+@pytest.fixture(scope="module")
+def shapes_recorded(digits_build, tmp_path_factory):
+    """A server recording shapes only, reading each gRPC message's first 300 bytes: a small request whole, a
+    batch of 16 (4 KiB of raw contents) from its head, and one whose typed contents run past the head."""
+    from dataclasses import replace
+
+    spec, built, _ = digits_build
+    root = tmp_path_factory.mktemp("shapes")
+    build_model(BuildRequest(spec, "embedded", root / "repo", root / "work"), built)
+    settings = behind_edge(root / "repo", root / "state")
+    settings = replace(settings, record=replace(record_settings("1", root / "state"), head_bytes=300))
+    start_cluster(settings)
+    try:
+        state = endpoints.read_state(settings.state_dir)
+        ep = endpoint_of(state, settings.repo, "grpc")
+        answers = [infer(ep, "digits_cnn", {"input": np.zeros((n, 1, 8, 8), np.float32)}) for n in (1, 16)]
+        answers.append(_typed_contents(state.grpc_url))
+        _stream_once(state.grpc_url)
+    finally:
+        stop_cluster(settings.state_dir)
+    return answers, sorted(read_recording(settings.record.folder), key=lambda r: r.arrival_us)
+
+
+def _typed_contents(url: str):
+    """Inputs as typed contents (fp32_contents, 1 KiB), past the 300 bytes read: answered, not recorded."""
+    import grpc
+    from tritonclient.grpc import service_pb2
+
+    message = service_pb2.ModelInferRequest(model_name="digits_cnn")
+    tensor = message.inputs.add(name="input", datatype="FP32", shape=[4, 1, 8, 8])
+    tensor.contents.fp32_contents.extend([0.0] * 256)
+    with grpc.insecure_channel(url) as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        return service_pb2.ModelInferResponse.FromString(call(message.SerializeToString(), timeout=30))
+
+
+def test_shapes_only_grpc_is_read_from_the_head_as_it_streams(shapes_recorded):
+    answers, lines = shapes_recorded
+    shapes = [list(a.outputs["logits"].shape) for a in answers[:2]] + [list(answers[2].outputs[0].shape)]
+    assert shapes == [[1, 10], [16, 10], [4, 10]]
+    assert [(r.protocol, r.status, r.batch, r.signature()) for r in lines] == [
+        ("grpc", 0, 1, (("input", "FP32", (1, 1, 8, 8)),)),
+        ("grpc", 0, 16, (("input", "FP32", (16, 1, 8, 8)),)),
+    ], "typed contents past the head and the stream pass unrecorded"
+    assert all(r.values is None for r in lines) and lines[1].bytes > 16 * 256

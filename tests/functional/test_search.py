@@ -1,5 +1,6 @@
 """Config search on a real server in explicit model-control mode."""
 
+import json
 import shutil
 
 import pytest
@@ -55,3 +56,37 @@ def test_the_accuracy_budget_uses_the_manifest(served):
     ok, why = search.accuracy_ok(edited, other, variants, 0.01)
     assert not ok and "below the best" in why
     assert search.accuracy_ok(edited, other, variants, 0.03)[0]
+
+
+def test_a_search_on_replayed_traffic_ranks_by_p99_from_the_config_as_built(served, tmp_path):
+    """Each candidate answers the same 2 s of recorded arrivals (40 requests of digits_cnn, 1 to 3 rows, HTTP
+    and gRPC); the config as built is measured first and reported beside the best."""
+    from common.traffic import RecordedInput, RecordedRequest, RecordingWriter
+
+    repo = tmp_path / "repo"
+    shutil.copytree(served.repo / "digits_cnn", repo / "digits_cnn")
+    update_manifest(repo, read_manifest(served.repo)["models"]["digits_cnn"])
+    with RecordingWriter(tmp_path / "recording") as writer:
+        for i in range(40):
+            rows = 1 + i % 3
+            inputs = (RecordedInput("input", "FP32", (rows, 1, 8, 8)),)
+            protocol = "grpc" if i % 2 else "http"
+            writer.write(RecordedRequest(1_000_000 + i * 50_000, "digits_cnn", protocol, inputs, batch=rows))
+        writer.write(RecordedRequest(1_200_000, "other_model", "http", inputs, batch=1))  # not this model's
+    request = search.SearchRun(
+        repo=repo,
+        out=tmp_path / "out",
+        variants=("digits_cnn",),
+        mode="quick",
+        budgets={"p99_ms": 1000.0, "accuracy": 0.01},
+        measure={"replay": search.replay_workload(tmp_path / "recording", 1.0, 10.0, "")},
+        max_instances=1,
+        delays_us=(0, 1000),
+        write_back=False,
+    )
+    text = search.run(request)
+    assert "with the config as built (digits_cnn i2 d2000 p-)" in text
+    results = json.loads((tmp_path / "out" / "search.json").read_text())["results"]
+    assert len(results) >= 2 and all(r["feasible"] for r in results), results
+    for replayed in (tmp_path / "out" / "raw").glob("replay-*/replay_results.jsonl"):
+        assert len(replayed.read_text().splitlines()) == 1 + 40  # a header, then each request of digits_cnn

@@ -30,8 +30,8 @@ def test_record_off_and_unknown_modes(tmp_path):
         record_settings("yes please", tmp_path)
 
 
-def _recording_config(tmp_path) -> dict:
-    record = RecordSettings(tmp_path / "traffic")
+def _recording_config(tmp_path, values: bool = False) -> dict:
+    record = RecordSettings(tmp_path / "traffic", values=values)
     settings = EnvoySettings(
         (Replica("replica-0", 9100, 9101, 9103),),
         8000,
@@ -45,23 +45,35 @@ def _recording_config(tmp_path) -> dict:
     return envoy_config(settings)
 
 
-def test_the_real_envoy_accepts_the_recording_config(tmp_path):
+@pytest.mark.parametrize("values", [False, True], ids=["shapes", "values"])
+def test_the_real_envoy_accepts_the_recording_config(tmp_path, values):
     path = tmp_path / "envoy.json"
-    path.write_text(json.dumps(_recording_config(tmp_path)))
+    path.write_text(json.dumps(_recording_config(tmp_path, values)))
     prepare(RecordSettings(tmp_path / "traffic"))
     done = subprocess.run([str(envoy_binary()), "--mode", "validate", "-c", str(path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
 
-def test_both_listeners_log_and_streams_are_not_buffered(tmp_path):
+def _grpc_manager(config: dict) -> dict:
+    listeners = {item["name"]: item for item in config["static_resources"]["listeners"]}
+    return listeners["triton_grpc"]["filter_chains"][0]["filters"][0]["typed_config"]
+
+
+def test_both_listeners_log(tmp_path):
     listeners = {item["name"]: item for item in _recording_config(tmp_path)["static_resources"]["listeners"]}
     for name, status in (("triton_http", "%RESPONSE_CODE%"), ("triton_grpc", "%GRPC_STATUS_NUMBER%")):
         manager = listeners[name]["filter_chains"][0]["filters"][0]["typed_config"]
         line = manager["access_log"][0]["typed_config"]["log_format"]["json_format"]
         assert line["status"] == status and line["protocol"] == name.removeprefix("triton_")
         assert manager["access_log"][0]["typed_config"]["path"] == str(tmp_path / "traffic" / CURRENT)
-    grpc = listeners["triton_grpc"]["filter_chains"][0]["filters"][0]["typed_config"]
-    routes = {r["match"].get("path"): r for r in grpc["route_config"]["virtual_hosts"][0]["routes"]}
+
+
+def test_shapes_stream_through_unbuffered_and_values_buffer_unary_calls_only(tmp_path):
+    shapes = _grpc_manager(_recording_config(tmp_path))
+    assert [f["name"] for f in shapes["http_filters"]] == ["envoy.filters.http.lua", "envoy.filters.http.router"]
+    values = _grpc_manager(_recording_config(tmp_path, values=True))
+    assert values["http_filters"][0]["name"] == "envoy.filters.http.buffer"
+    routes = {r["match"].get("path"): r for r in values["route_config"]["virtual_hosts"][0]["routes"]}
     stream = routes["/inference.GRPCInferenceService/ModelStreamInfer"]["typed_per_filter_config"]
     assert stream["envoy.filters.http.buffer"]["disabled"] is True
     assert "typed_per_filter_config" not in routes["/inference.GRPCInferenceService/ModelInfer"]

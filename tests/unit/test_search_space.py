@@ -64,3 +64,63 @@ def test_one_instance_only_flags_torch_runtime_on_gpu_not_onnx_or_cpu():
     assert one_instance_only(parse_pbtxt(torch_config(spec, TorchRuntime("fp16"), gpu).to_pbtxt()))
     assert not one_instance_only(parse_pbtxt(torch_config(spec, TorchRuntime("fp32"), ServingOptions()).to_pbtxt()))
     assert not one_instance_only(parse_pbtxt(model_config(spec, "embedded", gpu).to_pbtxt()))
+
+
+def test_a_config_as_built_off_the_grid_has_its_grid_neighbours():
+    moves = _space().neighbours(Candidate("m", 3, 700, (4,)))
+    assert Candidate("m", 3, 100, (4,)) in moves and Candidate("m", 3, 1000, (4,)) in moves
+    assert Candidate("m", 2, 700, (4,)) in moves  # 3 instances: past the space's 2, one step down
+
+
+def test_the_config_as_built_is_a_candidate():
+    from loadtest.search import as_built
+
+    config = parse_pbtxt(
+        'name: "m"\nmax_batch_size: 16\ninstance_group { count: 2 }\n'
+        "dynamic_batching { max_queue_delay_microseconds: 700 preferred_batch_size: 8 }\n"
+    )
+    assert as_built(config, "m") == Candidate("m", 2, 700, (8,))
+
+
+def test_on_a_replay_the_lowest_p99_wins_and_a_failed_request_disqualifies():
+    from loadtest.search import Result, _score
+
+    fast = Result(Candidate("m", 1, 0, ()), 50.0, 4.0, True, objective="p99")
+    slow_but_more = Result(Candidate("m", 2, 0, ()), 51.0, 9.0, True, objective="p99")
+    failed = Result(Candidate("m", 1, 100, ()), 50.0, 1.0, False, "1 of the replay's requests failed", "p99")
+    assert max([slow_but_more, failed, fast], key=_score) is fast
+    assert _score(failed) < _score(slow_but_more)
+
+
+def test_a_replay_workload_is_a_recording_or_a_fitted_file_narrowed_to_one_model(tmp_path):
+    import pytest
+
+    from common.errors import MeasurementError
+    from loadtest.search import replay_workload
+
+    (tmp_path / "workload.json").write_text("{}")
+    recorded = replay_workload(tmp_path / "traffic", 3.0, 30.0, "m")
+    assert (recorded.recording, recorded.speed, recorded.models, recorded.max_seconds) == (
+        tmp_path / "traffic",
+        3.0,
+        ("m",),
+        30.0,
+    )
+    fitted = replay_workload(tmp_path / "workload.json", 2.0, 30.0, [])
+    assert (fitted.workload, fitted.scale, fitted.models) == (tmp_path / "workload.json", 2.0, ())
+    with pytest.raises(MeasurementError, match="replay-seconds"):
+        replay_workload(tmp_path / "traffic", 1.0, 0.0, "m")
+
+
+def test_a_replay_narrowed_to_its_first_seconds_goes_to_the_target_without_its_bodies():
+    from common.traffic import RecordedInput
+    from loadtest.locust_suite.replay import Replay, _narrowed
+    from loadtest.workloads.recorded import ReplayItem
+
+    shape = (RecordedInput("input", "FP32", (1, 4)),)
+    items = [ReplayItem(t, "m", "1", "grpc", shape, {"body": "AAAA"}) for t in (0.0, 5.0, 12.0)]
+    narrowed = _narrowed(items, Replay(max_seconds=10.0, target="m_int8"))
+    assert [(i.offset_s, i.model, i.version, i.values) for i in narrowed] == [
+        (0.0, "m_int8", "", None),
+        (5.0, "m_int8", "", None),
+    ]
