@@ -65,11 +65,21 @@ def rollout(model, source, repo, http_port, canary, accuracy_tolerance, accuracy
 
     _check_same_server(read_state(state_dir), repo, http_port, state_dir)
     gate = Gate(accuracy_tolerance, accuracy_budget)
-    plan = CanaryPlan(tuple(int(p) for p in share.split()), hold) if share.strip() else None
+    plan = CanaryPlan(_percents(share), hold) if share.strip() else None
     event = rollout(RolloutRequest(model, source, state_dir, canary, gate, keep, share=plan))
     for done in event.get("checks", {}).get("steps", []):
         click.echo(f"  {done['percent']}%: {done['seconds']} s, new {done['candidate']}, old {done['old']}")
     click.echo(f"{model}: v{event['version']} serving (was v{event['previous']}); history in the manifest")
+
+
+def _percents(share: str) -> tuple[int, ...]:
+    """CANARY="1 10 50 100" as whole percents; a clear error otherwise."""
+    from common.errors import ServerError
+
+    try:
+        return tuple(int(p) for p in share.split())
+    except ValueError:
+        raise ServerError(f"CANARY={share!r}: whole percents separated by spaces, e.g. '1 10 50 100'") from None
 
 
 def _check_same_server(state, repo, http_port, state_dir) -> None:

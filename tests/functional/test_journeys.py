@@ -1,9 +1,9 @@
 """Journeys: the README's commands as a user types them, through the edge, under load.
 
 Each journey runs `make` targets in a fresh state folder on free ports: build, serve (or cluster with 2
-replicas), infer over both protocols, perf, loadtest with and without MODEL, a rollout of a good build
-and of a build whose canary fails while Locust drives HTTP and gRPC through the edge, then stop. A rollout
-must cost no request: every Locust run ends with 0 failures.
+replicas), infer over both protocols, perf, loadtest with and without MODEL, a rollout of a good build,
+of a build whose canary fails and of a good build by traffic share (CANARY) while Locust drives HTTP and gRPC
+through the edge, then stop. A rollout must cost no request: every Locust run ends with 0 failures.
 """
 
 import subprocess
@@ -75,12 +75,15 @@ def bad_build(digits_build, tmp_path_factory):
 def _rollouts_under_load(journey: Journey, bad_build: Path) -> None:
     """A good build and a bad one rolled out while Locust drives HTTP and gRPC: 0 failed requests."""
     journey.make("build-engines", "MODELS=digits_cnn", f"REPO={journey.root / 'next'}")
-    runs = [journey.locust(p, 45, f"rollout_{p}") for p in ("http", "grpc")]
+    runs = [journey.locust(p, 60, f"rollout_{p}") for p in ("http", "grpc")]
     time.sleep(6)
     good = journey.make("rollout", "MODEL=digits_cnn", f"FROM={journey.root / 'next'}")
     assert "serving (was v1)" in good.stdout, good.stdout
     bad = journey.make("rollout", "MODEL=digits_cnn", f"FROM={bad_build}", check=False)
     assert bad.returncode != 0 and "rejected" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
+    # by traffic share: the edge sends the build 10%, then all, of the model's HTTP requests
+    shared = journey.make("rollout", "MODEL=digits_cnn", f"FROM={journey.root / 'next'}", "CANARY=10 100", "HOLD=2")
+    assert "serving (was v2)" in shared.stdout and "  10%: " in shared.stdout, shared.stdout + shared.stderr
     for run in runs:
         output, _ = run.communicate(timeout=180)
         assert run.returncode == 0, f"requests failed during the rollouts:\n{output[-3000:]}"
@@ -115,6 +118,6 @@ def test_a_cluster_of_two_replicas_rolls_out_under_load(digits_build, bad_build,
         served = [endpoints.read_state(journey.state / f"replica-{i}") for i in range(2)]
         for state in served:  # every replica serves the new version
             with state.endpoint("http", journey.repo).client() as client:
-                assert client.is_model_ready("digits_cnn", "2")
+                assert client.is_model_ready("digits_cnn", "3")
     finally:
         journey.make("stop", check=False)

@@ -129,3 +129,11 @@ def test_a_step_without_traffic_fails_for_lack_of_evidence(monkeypatch):
     with pytest.raises(CanaryBreach, match="too little traffic to judge: 0 requests in 9 s"):
         _run(world, monkeypatch)
     assert world.shares == [10, 0]
+
+
+def test_make_rollouts_canary_takes_whole_percents_or_says_how():
+    from operations.__main__ import _percents
+
+    assert _percents("1 10 50 100") == (1, 10, 50, 100)
+    with pytest.raises(ServerError, match="CANARY='ten 100': whole percents"):
+        _percents("ten 100")
