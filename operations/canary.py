@@ -9,7 +9,8 @@ candidate's own figures against the old version's over the same window:
   answers may exceed the old version's by at most max_error_delta. The edge, not Triton, is the judge: Triton
   counts a response that a Python-backend model returns with an error as a success;
 - p99, from the edge (each route's latency histogram, Envoy's whole milliseconds): at most latency_ratio times the
-  old version's plus latency_slack_ms, judged once the candidate answered p99_requests in the window;
+  old version's plus latency_slack_ms, judged once the candidate answered p99_requests in the window, and only
+  while the old version answers in the same window (not at 100%: a p99 moves with the host's load);
 - mean latency, from each replica's Triton metrics (exact over the window): the same limit, from min_requests;
 - evidence: a step passes once the candidate answered min_requests in it; without them by three times the hold
   it fails (no traffic is no proof).
@@ -250,8 +251,9 @@ def run_steps(
             }
             if figures["old"]["requests"] >= plan.min_requests or reference is None:
                 compared = figures["old"]
-            else:  # at 100% the old version's window is (nearly) empty: the last step's stands for it
-                compared = reference
+            else:  # at 100% the old version's window is (nearly) empty: the last step's stands for it, but not
+                # its p99, which moves with the host's load: a p99 is judged against the same window only
+                compared = {**reference, "p99_ms": None}
             why = breach(figures["candidate"], compared, plan) or _unjudged(figures["candidate"], clock() - start, plan)
             if why:
                 set_share(admin_socket, model, 0)

@@ -75,13 +75,15 @@ def bad_build(digits_build, tmp_path_factory):
 def _rollouts_under_load(journey: Journey, bad_build: Path) -> None:
     """A good build and a bad one rolled out while Locust drives HTTP and gRPC: 0 failed requests."""
     journey.make("build-engines", "MODELS=digits_cnn", f"REPO={journey.root / 'next'}")
-    runs = [journey.locust(p, 60, f"rollout_{p}") for p in ("http", "grpc")]
+    runs = [journey.locust(p, 45, f"rollout_{p}") for p in ("http", "grpc")]
     time.sleep(6)
     good = journey.make("rollout", "MODEL=digits_cnn", f"FROM={journey.root / 'next'}")
     assert "serving (was v1)" in good.stdout, good.stdout
     bad = journey.make("rollout", "MODEL=digits_cnn", f"FROM={bad_build}", check=False)
     assert bad.returncode != 0 and "rejected" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
-    # by traffic share: the edge sends the build 10%, then all, of the model's HTTP requests
+    # by traffic share, under a load of its own: the edge sends the build 10%, then all, of the HTTP requests
+    runs += [journey.locust("http", 30, "rollout_share_http")]
+    time.sleep(4)
     shared = journey.make("rollout", "MODEL=digits_cnn", f"FROM={journey.root / 'next'}", "CANARY=10 100", "HOLD=2")
     assert "serving (was v2)" in shared.stdout and "  10%: " in shared.stdout, shared.stdout + shared.stderr
     for run in runs:

@@ -116,6 +116,21 @@ def test_a_good_candidate_holds_every_step_and_100_percent_compares_with_the_las
     assert steps[-1]["old"]["requests"] == 0 and world.shares == [10, 100]
 
 
+def test_at_100_percent_a_p99_is_not_judged_against_an_older_window(monkeypatch):
+    world = World(fail_share=0.0)
+    steady = world.sleep
+
+    def sleep(seconds):  # the host gets busier once all traffic is on the candidate: 1 request in 10 takes 9 ms
+        before = world.routes["new"].completed
+        steady(seconds)
+        if world.share == 100:
+            r = world.routes["new"]
+            r.buckets = {2.0: r.buckets[2.0] - 0.1 * (r.completed - before), 9.0: r.completed, 60000.0: r.completed}
+
+    world.sleep = sleep
+    assert [s["breach"] for s in _run(world, monkeypatch)] == [None, None]
+
+
 def test_a_failing_candidate_is_cut_off_at_once_within_its_step(monkeypatch):
     world = World(fail_share=0.05)
     with pytest.raises(CanaryBreach, match="step 10%: errors") as caught:
