@@ -217,8 +217,6 @@ class Searcher:
 
     def _replayed(self, candidate: Candidate) -> dict:
         """The replay's requests sent to this candidate: answered per second, client p99, failed."""
-        import dataclasses
-
         from loadtest.locust_suite.replay import run_replay
         from loadtest.reporting.replay_report import percentile
 

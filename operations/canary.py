@@ -62,7 +62,6 @@ class Counts:
     """One model's cumulative counters summed over the replicas (a snapshot)."""
 
     success: float = 0.0
-    failure: float = 0.0
     duration_us: float = 0.0
 
 
@@ -97,8 +96,6 @@ def _add(counts: Counts, family: str, sample) -> None:
     name, value = family if sample.name == family + "_total" else sample.name, float(sample.value)
     if name == "nv_inference_request_success":
         counts.success += value
-    elif name == "nv_inference_request_failure":
-        counts.failure += value
     elif name == "nv_inference_request_duration_us":
         counts.duration_us += value
 

@@ -351,7 +351,6 @@ def envoy_config(s: EnvoySettings) -> dict:
     config = {
         "admin": {"address": {"pipe": {"path": s.admin_socket, "mode": ADMIN_SOCKET_MODE}}},
         "static_resources": {"listeners": listeners, "clusters": clusters},
-        # runtime values set through the admin socket (POST /runtime_modify): the canaries' shares
         # the canary reads its routes' latency histograms at each poll: merged when asked, in fine buckets
         "stats_flush_on_admin": True,
         "stats_config": {
@@ -359,6 +358,7 @@ def envoy_config(s: EnvoySettings) -> dict:
                 {"match": {"safe_regex": {"regex": CANARY_TIME}}, "buckets": list(CANARY_BUCKETS_MS)}
             ]
         },
+        # runtime values set through the admin socket (POST /runtime_modify): the canaries' shares
         "layered_runtime": {"layers": [{"name": "static", "static_layer": {}}, {"name": "admin", "admin_layer": {}}]},
     }
     if s.max_connections:

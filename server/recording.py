@@ -114,12 +114,13 @@ def grpc_filters(settings: RecordSettings, rules: dict, max_request_bytes: int) 
     from dataclasses import asdict
 
     from server.edge import BUFFER, LUA, RECORD_LUA, lua_literal
+    from server.envoy_config import BUFFER_FILTER
 
     config = {"models": {n: asdict(r) for n, r in rules.items()}, **settings.lua_config()}
     lua = RECORD_LUA.read_text() + "\nCONFIG = " + lua_literal(config) + "\nenvoy_on_request = grpc_on_request\n"
 
     buffer = {
-        "name": "envoy.filters.http.buffer",
+        "name": BUFFER_FILTER,
         "typed_config": {"@type": BUFFER, "max_request_bytes": max_request_bytes},
     }
     record = {
