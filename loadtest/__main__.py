@@ -507,16 +507,23 @@ def _show_report(path: Path) -> None:
 @click.option("--concurrency", type=int, default=4, show_default=True)
 @click.option("--rounds", type=int, default=3, show_default=True, help="Each setup this many times, alternated.")
 @click.option("--interval-ms", type=int, default=3000, show_default=True, help="perf_analyzer measurement window.")
+@click.option(
+    "--setups",
+    default=None,
+    help='Only some setups, by number: 1 edge (the baseline), 2 recording, 3 recording values, 4 make serve default '
+    '(e.g. "1 2"). Default: all.',
+)
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
-def record_bench(repo, models, protocols, concurrency, rounds, interval_ms, out):
+def record_bench(repo, models, protocols, concurrency, rounds, interval_ms, setups, out):
     """What RECORD=1 and RECORD=values cost: perf_analyzer through the edge, recording off and on, alternated."""
     from builders.environment import host_info
     from loadtest.benches import record_bench as bench
 
     out = (out or Path("reports") / time.strftime("record-%Y%m%d-%H%M%S")).absolute()
     names = _names(models)
-    rows = bench.measure(repo, names, bench.SETUPS, protocols.split(), concurrency, rounds, out, interval_ms)
+    chosen = bench.chosen_setups(setups)
+    rows = bench.measure(repo, names, chosen, protocols.split(), concurrency, rounds, out, interval_ms)
     header = (
         f"Models {', '.join(names)}, perf_analyzer concurrency {concurrency}, {interval_ms} ms windows, "
         f"{rounds} rounds alternated; command: `python -m loadtest record-bench --repo {repo} --models "

@@ -18,10 +18,29 @@ from pathlib import Path
 from clients.connection import endpoint
 from common import endpoints
 from common.cli import step
+from common.errors import MeasurementError
 from loadtest.perf.sweep import run_sweep
 
 BASELINE = "edge"
 SETUPS = ("edge", "edge, recording", "edge, recording values", "make serve default")
+
+
+def chosen_setups(numbers: str | None) -> tuple[str, ...]:
+    """--setups "1 2": those SETUPS by number (1-based), the baseline always among them; None: all.
+
+    Raises:
+        MeasurementError: a number that names no setup.
+    """
+    if not numbers:
+        return SETUPS
+    picked = set()
+    for word in numbers.replace(",", " ").split():
+        if not word.isdigit() or not 1 <= int(word) <= len(SETUPS):
+            named = "; ".join(f"{i} {name}" for i, name in enumerate(SETUPS, 1))
+            raise MeasurementError(f"--setups {numbers!r}: use the setups' numbers ({named})")
+        picked.add(SETUPS[int(word) - 1])
+    picked.add(BASELINE)
+    return tuple(s for s in SETUPS if s in picked)
 
 
 def settings_for(setup: str, repo: Path, state_dir: Path):

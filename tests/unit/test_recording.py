@@ -124,3 +124,14 @@ def test_the_overhead_table_compares_medians_with_the_edge_per_model_and_protoco
     table = {(t["setup"]): t for t in compare(rows)}
     assert table["edge"]["ratio"] == 1.0 and table["edge, recording"]["ratio"] == 0.95
     assert table["edge, recording"]["rounds"] == "95 99 60" and table["edge"]["model"] == "m"
+
+
+def test_the_overhead_bench_runs_chosen_setups_beside_its_baseline():
+    from common.errors import MeasurementError
+    from loadtest.benches.record_bench import BASELINE, SETUPS, chosen_setups
+
+    assert chosen_setups(None) == SETUPS
+    assert chosen_setups("2") == (BASELINE, SETUPS[1])  # the baseline is always measured beside
+    assert chosen_setups("3 1") == (SETUPS[0], SETUPS[2])
+    with pytest.raises(MeasurementError, match="1 edge; 2 edge, recording"):
+        chosen_setups("5")
