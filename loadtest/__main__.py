@@ -510,7 +510,7 @@ def _show_report(path: Path) -> None:
 @click.option(
     "--setups",
     default=None,
-    help='Only some setups, by number: 1 edge (the baseline), 2 recording, 3 recording values, 4 make serve default '
+    help="Only some setups, by number: 1 edge (the baseline), 2 recording, 3 recording values, 4 make serve default "
     '(e.g. "1 2"). Default: all.',
 )
 @click.option("--out", type=click.Path(path_type=Path), default=None)

@@ -12,19 +12,22 @@ import struct
 
 import numpy as np
 
+from triton_models.word_cache import WordCache
+
 STEP = "tokenize"
 
 
-def load_tokenizer(path: str, max_length: int):
+def load_tokenizer(path: str, max_length: int) -> WordCache:
     """tokenizer.json, truncating to max_length, never padding: encode pads each request to its own longest
-    text in numpy (padding in the tokenizer pads every text of a batch to the batch's longest, as Python lists)."""
+    text in numpy (padding in the tokenizer pads every text of a batch to the batch's longest, as Python lists).
+    Read through a WordCache (triton_models/word_cache.py): a BERT-style tokenizer's words are tokenized once."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(path)
     tokenizer.enable_truncation(max_length)
     tokenizer.no_padding()
-    return tokenizer
+    return WordCache(tokenizer, max_length)
 
 
 def tokenize(tokenizer, texts: list) -> list:
@@ -38,15 +41,11 @@ def tokenize(tokenizer, texts: list) -> list:
     return results
 
 
-def encode(tokenizer, per_request: list) -> list:
-    """One encode_batch over every request's texts; each request's rows padded to its own longest text."""
+def encode(tokenizer: WordCache, per_request: list) -> list:
+    """Every request's texts tokenized together; each request's rows padded to its own longest text."""
     if not per_request:
         return []
-    batch = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)  # _fast: no character offsets
-    encodings = batch(list(itertools.chain.from_iterable(per_request)))
-    ids = [e.ids for e in encodings]
-    lengths = np.fromiter(map(len, ids), np.int64, len(ids))
-    flat = np.fromiter(itertools.chain.from_iterable(ids), np.int64, int(lengths.sum()))
+    lengths, flat = tokenizer.encode(list(itertools.chain.from_iterable(per_request)))
     out, start, at = [], 0, 0
     for texts in per_request:
         mine = lengths[start : start + len(texts)]

@@ -213,6 +213,13 @@ def runner_rows(runner, lengths: np.ndarray, label: str, batch: int) -> list[Tex
     return rows
 
 
+def text_words(settings) -> tuple[tuple[str, ...], float]:
+    """What the texts are made of: the tokenizer's whole words with Zipf 1.1 weights (real text repeats its
+    common words, and the tokenize step's word cache meets new ones), or the small built-in list without one."""
+    path = settings.tokenizer or _default_tokenizer()
+    return (tw.vocabulary(path), 1.1) if path is not None else (tw.WORDS, 0.0)
+
+
 def tokenizer_rows(settings, workloads) -> list[TextRow]:
     """The tokenize step's own work on this host (tokenize_core: decode, one encode_batch per batch, cut per
     request), on the workload's texts in requests of per_request, batches of the served max batch."""
@@ -225,20 +232,27 @@ def tokenizer_rows(settings, workloads) -> list[TextRow]:
     per_batch = max(1, (settings.max_batch or 256) // settings.per_request)
     for workload in workloads:
         lengths = workload.sample(settings.sentences)
-        texts = tw.texts(lengths)
+        words, zipf = text_words(settings)
+        texts = tw.texts(lengths, 0, words, zipf)
         requests = [
             np.array([t.encode() for t in texts[i : i + settings.per_request]], dtype=object)
             for i in range(0, len(texts), settings.per_request)
         ]
         batches = [requests[i : i + per_batch] for i in range(0, len(requests), per_batch)]
         step(f"text-bench: the tokenize step alone ({workload.describe()})")
+        fresh = load_tokenizer(str(path), 256)
+        start = time.perf_counter()
+        [tokenize(fresh, b) for b in batches]
+        cold = time.perf_counter() - start
         seconds = _timed(lambda batches=batches: [tokenize(tokenizer, b) for b in batches], runs=3)
-        note = f"{settings.per_request} texts per request, {per_batch} requests per batch, {os.cpu_count()} cores"
-        row = _inproc_row(
-            "tokenize step alone (tokenize_core)", workload.describe(), len(texts), 0, seconds, None, note
+        note = (
+            f"{settings.per_request} texts per request, {per_batch} requests per batch, {os.cpu_count()} cores; "
+            f"{Point('', '', '', 0, 0, words, zipf).describe_words()}"
         )
-        row.tokens_s = float(lengths.sum()) / seconds
-        rows.append(row)
+        for what, took in (("word cache cold: its first pass", cold), ("word cache warm", seconds)):
+            row = _inproc_row(f"tokenize step alone ({what})", workload.describe(), len(texts), 0, took, None, note)
+            row.tokens_s = float(lengths.sum()) / took
+            rows.append(row)
     return rows
 
 
@@ -384,6 +398,13 @@ class Point:
     encoder: str  # the model whose statistics give the mean batch
     per_request: int
     concurrency: int
+    words: tuple[str, ...] = tw.WORDS  # served text: the words its texts are made of
+    zipf: float = 0.0  # ... drawn uniformly (0) or with weight 1 / rank**zipf
+
+    def describe_words(self) -> str:
+        if self.words == tw.WORDS:
+            return f"texts of {len(self.words)} words"
+        return f"texts of {len(self.words):,} words of the tokenizer's vocabulary, Zipf {self.zipf:g}"
 
 
 def served_point(point: Point, ep, analyzer, lengths: np.ndarray, label: str, stats: RaggedStats, raw: Path) -> TextRow:
@@ -401,6 +422,7 @@ def served_point(point: Point, ep, analyzer, lengths: np.ndarray, label: str, st
     delta = {k: padded.get(k, 0) - padding.get(k, 0) for k in padded}
     seen = f"; the server saw {delta['real_tokens'] / delta['rows']:.1f} tokens per row" if delta.get("rows") else ""
     seen += _time_per_batch(delta)
+    words = f"; {point.describe_words()}" if point.path == "served text" else ""
     return TextRow(
         point.path,
         point.model,
@@ -414,7 +436,7 @@ def served_point(point: Point, ep, analyzer, lengths: np.ndarray, label: str, st
         _mean_batch(before, after),
         delta["real_tokens"] / delta["computed_tokens"] if delta.get("computed_tokens") else None,
         gpu_memory_mib(),
-        note=f"{ep.protocol}, {tool}; {measured['note']}{seen}",
+        note=f"{ep.protocol}, {tool}; {measured['note']}{seen}{words}",
         extra={"measured": measured},
     )
 
@@ -445,7 +467,7 @@ def _perf_point(point: Point, ep, analyzer, lengths, label, raw: Path) -> dict:
 
     text = point.path == "served text"
     name = f"{point.model}_{point.per_request}_{'fixed' if len(set(lengths.tolist())) == 1 else 'varied'}.json"
-    data = tw.perf_input_data(lengths, point.per_request, raw / name, text=text)
+    data = tw.perf_input_data(lengths, point.per_request, raw / name, text=text, words=(point.words, point.zipf))
     sweep = Sweep(
         point.model,
         concurrency=(point.concurrency,),
@@ -467,7 +489,12 @@ def _client_point(point: Point, ep, lengths) -> dict:
         meta = _metadata(client, point.model)
     if point.path == "served text":
         made = [
-            {"TEXT": np.array([[t.encode()] for t in tw.texts(lengths[i : i + point.per_request], i)], dtype=object)}
+            {
+                "TEXT": np.array(
+                    [[t.encode()] for t in tw.texts(lengths[i : i + point.per_request], i, point.words, point.zipf)],
+                    dtype=object,
+                )
+            }
             for i in range(0, len(lengths) - point.per_request + 1, point.per_request)
         ]
     else:
@@ -504,7 +531,7 @@ def served_rows(
     points += [Point("served ids", models["engine"], models["engine"], 1, c) for c in settings.single_concurrency]
     if models.get("pipeline"):
         points += [
-            Point("served text", models["pipeline"], models["engine"], settings.per_request, c)
+            Point("served text", models["pipeline"], models["engine"], settings.per_request, c, *text_words(settings))
             for c in settings.concurrency[-1:]
         ]
     if models.get("before"):
@@ -577,7 +604,7 @@ def latency_rows(settings, ep, analyzer, models: dict, stats, raw: Path) -> list
     label = "one sentence of 32 tokens"
     points = [Point("served ids", models["engine"], models["engine"], 1, 1)]
     if models.get("pipeline"):
-        points.append(Point("served text", models["pipeline"], models["engine"], 1, 1))
+        points.append(Point("served text", models["pipeline"], models["engine"], 1, 1, *text_words(settings)))
     return [_safe_point(p, ep, analyzer, one, label, stats, raw) for p in points]
 
 

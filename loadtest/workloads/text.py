@@ -18,10 +18,12 @@ import numpy as np
 from common.errors import MeasurementError
 
 CLS, SEP, FIRST_WORDPIECE = 101, 102, 1996  # BERT uncased: [CLS], [SEP], the first ordinary wordpiece
-WORDS = (
-    "the model serves every request on the graphics card while the server groups sentences of many "
-    "lengths into one run so that search and ranking stay fast for all users today"
-).split()  # each one wordpiece in BERT's uncased vocabulary
+WORDS = tuple(
+    (
+        "the model serves every request on the graphics card while the server groups sentences of many "
+        "lengths into one run so that search and ranking stay fast for all users today"
+    ).split()
+)  # each one wordpiece in BERT's uncased vocabulary
 
 
 @dataclass(frozen=True)
@@ -109,18 +111,36 @@ def requests(lengths: np.ndarray, per_request: int, seed: int = 0) -> list[tuple
     ]
 
 
-def texts(lengths: np.ndarray, seed: int = 0) -> list[str]:
-    """Sentences of about `lengths` tokens each (words of one wordpiece; [CLS] and [SEP] counted)."""
+def texts(lengths: np.ndarray, seed: int = 0, words: tuple[str, ...] = WORDS, zipf: float = 0.0) -> list[str]:
+    """Sentences of about `lengths` tokens each (words of one wordpiece; [CLS] and [SEP] counted). words: drawn
+    uniformly, or with zipf > 0 the i-th word of the list with weight 1 / i**zipf (as words are in real text)."""
     rng = np.random.default_rng(seed)
-    return [" ".join(rng.choice(WORDS, max(int(n) - 2, 1))) for n in lengths]
+    weights = None
+    if zipf > 0:
+        weights = 1.0 / np.arange(1, len(words) + 1) ** zipf
+        weights /= weights.sum()
+    return [" ".join(rng.choice(words, max(int(n) - 2, 1), p=weights)) for n in lengths]
+
+
+def vocabulary(tokenizer_json: Path) -> tuple[str, ...]:
+    """A WordPiece tokenizer's whole words of one wordpiece (lowercase letters, 2 or more), in id order."""
+    vocab = json.loads(Path(tokenizer_json).read_text())["model"]["vocab"]
+    found = sorted((i, w) for w, i in vocab.items() if len(w) > 1 and w.isascii() and w.isalpha() and w.islower())
+    return tuple(w for _, w in found)
 
 
 def perf_input_data(
-    lengths: np.ndarray, per_request: int, path: Path, names=("input_ids", "attention_mask"), text: bool = False
+    lengths: np.ndarray,
+    per_request: int,
+    path: Path,
+    names=("input_ids", "attention_mask"),
+    text: bool = False,
+    words: tuple = (WORDS, 0.0),
 ) -> Path:
     """perf_analyzer --input-data JSON: one entry per sentence, `per_request` consecutive entries per request,
     each request's sentences padded to its longest (as a client batching them would); names: the token
-    inputs (see token_arrays). text: one TEXT (BYTES) entry per sentence instead.
+    inputs (see token_arrays). text: one TEXT (BYTES) entry per sentence instead, its texts made of words (texts()'s
+    words and zipf).
 
     perf_analyzer builds a request of batch b from b consecutive entries and needs them to share one shape
     (it checks every window of b, so only per_request 1 or one common width can vary between requests).
@@ -129,7 +149,7 @@ def perf_input_data(
     for start in range(0, len(lengths) - per_request + 1, per_request):
         group = lengths[start : start + per_request]
         if text:
-            entries += [{"TEXT": _bytes_entry(sentence)} for sentence in texts(group, start)]
+            entries += [{"TEXT": _bytes_entry(sentence)} for sentence in texts(group, start, *words)]
             continue
         arrays = token_arrays(names, *token_rows(group, start))
         for row in range(len(group)):

@@ -1,0 +1,105 @@
+"""The tokenize step's word cache (triton_models/word_cache.py) gives exactly the tokenizer's own ids: on plain
+text, punctuation, long words, truncation, odd whitespace and control characters, and non-ASCII text (which it
+hands to the tokenizer whole), with its cache full or not."""
+
+import random
+
+import pytest
+
+from triton_models.word_cache import WordCache, bert_style
+
+tokenizers = pytest.importorskip("tokenizers")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from builders.spec.zoo.text import model_dir
+
+    found = tokenizers.Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
+    found.enable_truncation(32)
+    found.no_padding()
+    return found
+
+
+def hostile_texts(seed: int = 0, count: int = 400) -> list[str]:
+    rng = random.Random(seed)
+    pieces = [
+        "Hello",
+        "WORLD",
+        "don't",
+        "e-mail",
+        "U.S.A.",
+        "3.14",
+        "$5",
+        "(x)",
+        "a" * 120,
+        "!!!",
+        "naïve",
+        "日本語",
+        "Ünïcödé",
+        "tab\there",
+        "line\nbreak",
+        "cr\r",
+        "nul\x00",
+        "bell\x07",
+        "vt\x0b",
+        "ff\x0c",
+        "fs\x1c",
+        "del\x7f",
+        "nbsp\xa0x",
+        "zw\u200bx",
+        "emoji😀",
+        "##ing",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        "  ",
+        "x",
+        "model",
+        "serves",
+    ]
+    return [" ".join(rng.choice(pieces) for _ in range(rng.randint(1, 30))) for _ in range(count)]
+
+
+def test_the_cache_gives_the_tokenizers_own_ids(tokenizer):
+    assert bert_style(tokenizer)
+    cache = WordCache(tokenizer, 32)
+    texts = hostile_texts()
+    expected = [e.ids for e in tokenizer.encode_batch(texts)]
+    assert cache.ids(texts) == expected  # learning
+    assert cache.ids(texts) == expected  # from the cache
+    assert len(cache.index) > 1
+
+
+def test_a_full_cache_starts_over_and_stays_exact(tokenizer):
+    cache = WordCache(tokenizer, 32, max_words=10)
+    for seed in range(3):
+        rng = random.Random(seed)
+        texts = [
+            " ".join(rng.choice(["Model", "serves", "fast,", "e-mail", "3.14", "x" * 120]) + str(n) for n in range(30))
+        ]
+        assert cache.ids(texts) == [e.ids for e in tokenizer.encode_batch(texts)]
+        words = {w for t in texts for w in t.lower().split()}
+        assert len(words) > 10 and len(cache.index) == 1 + len(words)  # over the cap: only this batch's words
+
+
+def test_a_tokenizer_that_is_not_bert_style_is_read_whole():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    other = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1, "b": 2}, unk_token="[UNK]"))
+    other.pre_tokenizer = pre_tokenizers.Whitespace()
+    cache = WordCache(other, 16)
+    assert not cache.enabled
+    assert cache.ids(["a b c", "b"]) == [[1, 2, 0], [2]]
+
+
+def test_random_printable_ascii_matches_at_both_truncations(tokenizer):
+    import string
+
+    rng = random.Random(7)
+    alphabet = string.printable  # letters, digits, punctuation and all of ASCII's whitespace (\x0b, \x0c too)
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 400))) for _ in range(300)]
+    long = tokenizers.Tokenizer.from_str(tokenizer.to_str())
+    long.enable_truncation(256)
+    for reference, length in ((tokenizer, 32), (long, 256)):
+        assert WordCache(reference, length).ids(texts) == [e.ids for e in reference.encode_batch(texts)]
