@@ -11,7 +11,7 @@ This holds exactly only where Python and the tokenizer agree on what whitespace 
 ASCII plus tab, newline and carriage return, and where no added token ([CLS], [MASK]: matched in the raw text,
 before any split) appears. Any other text (non-ASCII, other control characters, an added token's text) goes
 through the tokenizer whole, and so does every text of a tokenizer that is not BERT-style. The cache is bounded
-(max_words chunks): full, it starts over.
+(max_words chunks, max_ids ids): full, it starts over.
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ class WordCache:
     the ids gathered with numpy.
     """
 
-    def __init__(self, tokenizer, max_length: int, max_words: int = 1 << 17):
-        self.tokenizer, self.max_words = tokenizer, max_words
+    def __init__(self, tokenizer, max_length: int, max_words: int = 1 << 17, max_ids: int = 1 << 22):
+        self.tokenizer, self.max_words, self.max_ids = tokenizer, max_words, max_ids  # max_ids: 32 MiB of ids
         self.enabled = bert_style(tokenizer)
         self.before, self.after = special_tokens(tokenizer)
         self.room = max_length - len(self.before) - len(self.after)  # a text's own ids past this are cut
@@ -158,11 +158,12 @@ class WordCache:
         return self._arrays
 
     def _learn(self, words: list[str]) -> None:
-        """Every one of words known (new ones tokenized together). Full (max_words), it starts over."""
+        """Every one of words known (new ones tokenized together). Full (max_words words or max_ids ids), it starts
+        over: one batch's words are the most it holds past its caps."""
         new = list(set(words).difference(self.index))
         if not new:
             return
-        if len(self.index) + len(new) > self.max_words:
+        if len(self.index) + len(new) > self.max_words or len(self.pool) >= self.max_ids:
             self._forget()
             new = list(set(words).difference(self.index))
         found = [e.ids for e in self.tokenizer.encode_batch_fast(new, add_special_tokens=False)]
@@ -172,9 +173,8 @@ class WordCache:
             self.start.append(at)
             self.size.append(len(ids))
             at += len(ids)
-        self.pool = np.concatenate(
-            [self.pool, np.fromiter(itertools.chain.from_iterable(found), np.int64, at - len(self.pool))]
-        )
+        added = np.fromiter(itertools.chain.from_iterable(found), np.int64, at - len(self.pool))
+        self.pool = np.concatenate([self.pool, added])
         self._arrays = None
 
 

@@ -103,3 +103,11 @@ def test_random_printable_ascii_matches_at_both_truncations(tokenizer):
     long.enable_truncation(256)
     for reference, length in ((tokenizer, 32), (long, 256)):
         assert WordCache(reference, length).ids(texts) == [e.ids for e in reference.encode_batch(texts)]
+
+
+def test_the_ids_cap_starts_the_cache_over_too(tokenizer):
+    cache = WordCache(tokenizer, 32, max_ids=20)
+    texts = ["!" * 40 + " one", "two three"]  # a chunk of 40 ids (cut to 32) fills the pool past its cap
+    expected = [e.ids for e in tokenizer.encode_batch(texts)]
+    assert cache.ids(texts) == expected and len(cache.pool) > 20
+    assert cache.ids(["four five"]) == [tokenizer.encode("four five").ids] and len(cache.index) == 3
