@@ -140,17 +140,20 @@ class RaggedRunner:
         """Queues the batch on the current stream (copies in, replays, copies out) and returns at once; collect()
         waits for it. A slot's staging and host buffers serve one batch at a time: with two slots the next batch
         is staged while this one runs (the caller collects a slot before it submits to it again)."""
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.thread_time()
         groups = ragged.plan(batch.lengths, self.grid, self.min_run_tokens)
         cells = [(self.grid.batch_bucket(len(g.rows)), g.length) for g in groups]
         self._stage(batch, groups, cells, slot)
-        staged = time.perf_counter()
+        staged, staged_cpu = time.perf_counter(), time.thread_time()
         host, flat = self._launch(groups, cells, slot)
         event = torch.cuda.Event()
         event.record(torch.cuda.current_stream(self.device))
         self.counters.add(batch.lengths, cells)
         self.spent("plan and stage", staged - start)
         self.spent("launch", time.perf_counter() - staged)
+        # this thread's own CPU time in those two steps: the rest of their time it waited (the GIL, a lock, a page)
+        self.spent("plan, stage and launch: CPU", time.thread_time() - start_cpu)
+        self.spent("plan and stage: CPU", staged_cpu - start_cpu)
         return Pending(batch, groups, host, flat, event, slot)
 
     def collect(self, pending: "Pending") -> list[np.ndarray]:
