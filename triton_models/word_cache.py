@@ -119,7 +119,8 @@ class WordCache:
         rest = joined.encode("ascii").translate(None, PRINTABLE)
         if len(rest) != count - 1:  # only the separators' NULs may remain
             return False
-        return not any(token in lowered for token in self.added)
+        haystack = lowered if self.lowercase else lowered.lower()  # added tokens are found in any case
+        return not any(token in haystack for token in self.added)
 
     def _cached(self, lowered: str, count: int) -> tuple[np.ndarray, np.ndarray]:
         """lowered: the batch's texts joined, lowercased where the tokenizer lowercases."""

@@ -111,3 +111,15 @@ def test_the_ids_cap_starts_the_cache_over_too(tokenizer):
     expected = [e.ids for e in tokenizer.encode_batch(texts)]
     assert cache.ids(texts) == expected and len(cache.pool) > 20
     assert cache.ids(["four five"]) == [tokenizer.encode("four five").ids] and len(cache.index) == 3
+
+
+def test_a_cased_tokenizer_keeps_case_and_still_reads_added_tokens_whole(tokenizer):
+    import json
+
+    config = json.loads(tokenizer.to_str())
+    config["normalizer"]["lowercase"] = False
+    cased = tokenizers.Tokenizer.from_str(json.dumps(config))
+    cache = WordCache(cased, 32)
+    assert cache.enabled and not cache.lowercase
+    texts = ["Hello hello HELLO", "a [CLS] b", "x [cls] y", "Model, serves."]
+    assert cache.ids(texts) == [e.ids for e in cased.encode_batch(texts)]
