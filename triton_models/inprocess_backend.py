@@ -165,6 +165,9 @@ class Instance:
         self.worker.join(timeout=30)
         if self.ragged is not None:
             self.ragged.close()
+        close = getattr(self.serving, "close", None)
+        if close is not None:  # the tokenize step's child process
+            close()
 
     # --- execute: read, queue on the GPU, hand over
     def execute(self, requests: list[int]) -> None:

@@ -2,7 +2,9 @@
 
 Selected by the config parameter runtime = "tokenize" on a `backend: "torch_inprocess"` model. TEXT arrives as
 Triton's BYTES buffer and is parsed here (no numpy C-API in between, so any numpy serves it); the outputs are
-written straight into the responses. The work itself is tokenize_core's: one encode_batch per dynamic batch.
+written straight into the responses. The work itself is tokenize_core's, in a child process by default
+(triton_models/tokenize_worker.py: outside the server's GIL, which the engine beside it needs); the config
+parameter tokenize_process = "0" keeps it in here.
 """
 
 from __future__ import annotations
@@ -23,11 +25,18 @@ class TokenizeServing:
 
     def __init__(self, config: dict, folder: str):
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
-        self.tokenizer = load_tokenizer(os.path.join(folder, "tokenizer.json"), int(params.get("max_length", "256")))
         self.input_names = [i["name"] for i in config["input"]]
         if self.input_names != ["TEXT"]:
             raise ValueError(f"a tokenize model takes one input, TEXT; its config has {self.input_names}")
         self.name = config.get("name", STEP)
+        path, length = os.path.join(folder, "tokenizer.json"), int(params.get("max_length", "256"))
+        self.worker = None  # tokenize_worker: the work in a child process, outside the server's GIL
+        if params.get("tokenize_process", "1") != "0":
+            from triton_models.tokenize_worker import TokenizeWorker
+
+            self.worker = TokenizeWorker(path, length)
+        else:
+            self.tokenizer = load_tokenizer(path, length)
 
     def read(self, view) -> np.ndarray:
         """A request's TEXT, from Triton's host buffers, as an object array of bytes."""
@@ -36,14 +45,21 @@ class TokenizeServing:
         if any(memory != 0 for _, _, memory, _ in view.chunks):
             raise ValueError(f"{STEP}: TEXT must come in host memory, not GPU memory")
         raw = b"".join(ctypes.string_at(address, size) for address, size, _, _ in view.chunks)
+        if self.worker is not None:  # parsed in the child
+            return raw, int(np.prod(view.shape))
         return parse_bytes(raw, int(np.prod(view.shape)))
 
     def run(self, feeds: list, steps=None) -> list:
         """Each request's (ids, mask) as torch tensors, or the error that refuses it alone."""
-        texts = [feed[0] for feed in feeds]
-        return [
-            r if isinstance(r, Exception) else [torch.from_numpy(a) for a in r] for r in tokenize(self.tokenizer, texts)
-        ]
+        if self.worker is not None:
+            found = self.worker.tokenize([feed[0] for feed in feeds])
+        else:
+            found = tokenize(self.tokenizer, [feed[0] for feed in feeds])
+        return [r if isinstance(r, Exception) else [torch.from_numpy(a) for a in r] for r in found]
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
 
 
 def is_tokenize(config: dict) -> bool:

@@ -1,0 +1,55 @@
+"""The tokenize step's child process (triton_models/tokenize_worker.py): the same answers as in-process, a bad
+request refused alone, a child that died started again, and the child gone at close."""
+
+import struct
+
+import numpy as np
+import pytest
+
+from triton_models import tokenize_core as core
+from triton_models.tokenize_worker import TokenizeWorker
+
+pytest.importorskip("tokenizers")
+
+
+def raw(texts: list[bytes]) -> tuple[bytes, int]:
+    return b"".join(struct.pack("<I", len(t)) + t for t in texts), len(texts)
+
+
+@pytest.fixture(scope="module")
+def tokenizer_path():
+    from builders.spec.zoo.text import model_dir
+
+    return str(model_dir() / "tokenizer.json")
+
+
+def test_the_child_answers_as_the_step_in_process(tokenizer_path):
+    requests = [[b"hello there", b"general kenobi!"], [b"ok", b"   "], [b"\xff"], [b"one more [CLS] text"]]
+    expected = core.tokenize(core.load_tokenizer(tokenizer_path, 64), [np.array(r, dtype=object) for r in requests])
+    worker = TokenizeWorker(tokenizer_path, 64)
+    try:
+        found = worker.tokenize([raw(r) for r in requests] + [(b"\x05\x00\x00\x00ab", 1)])
+    finally:
+        worker.close()
+    for got, want in zip(found, expected):
+        if isinstance(want, Exception):
+            assert isinstance(got, ValueError) and str(got) == str(want)
+        else:
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[1], want[1])
+    assert isinstance(found[-1], ValueError) and "claims 5 bytes" in str(found[-1])  # malformed: refused alone
+
+
+def test_a_child_that_died_is_started_again_and_close_ends_it(tokenizer_path):
+    worker = TokenizeWorker(tokenizer_path, 64)
+    first = worker.child
+    first.kill()
+    first.wait()
+    try:
+        (ids, mask) = worker.tokenize([raw([b"still here"])])[0]
+        assert ids.shape == mask.shape and ids[0, 0] == 101
+        assert worker.child is not first
+    finally:
+        child = worker.child
+        worker.close()
+    assert child.poll() is not None and worker.child is None
