@@ -38,8 +38,9 @@ class TokenizeServing:
         else:
             self.tokenizer = load_tokenizer(path, length)
 
-    def read(self, view) -> np.ndarray:
-        """A request's TEXT, from Triton's host buffers, as an object array of bytes."""
+    def read(self, view) -> np.ndarray | tuple[bytes, int]:
+        """A request's TEXT, from Triton's host buffers: as an object array of bytes, or with a child process as
+        the raw BYTES buffer and its element count (parsed there)."""
         if view.datatype != "BYTES":
             raise ValueError(f"{STEP}: TEXT is {view.datatype}, expected BYTES (strings)")
         if any(memory != 0 for _, _, memory, _ in view.chunks):

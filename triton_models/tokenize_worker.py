@@ -97,7 +97,7 @@ class TokenizeWorker:
                     found = read_frame(self.child.stdout.fileno())
                     if found is not None:
                         return found
-                except (BrokenPipeError, OSError):
+                except OSError:  # a broken pipe: the child died
                     pass
                 if attempt == 0:
                     self.close()

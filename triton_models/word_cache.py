@@ -18,19 +18,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 
 import numpy as np
-
-# Characters outside printable ASCII + \t\n\r: the tokenizer removes or splits on them where Python would not
-OUTSIDE = r"[^\t\n\r\x20-\x7e]"
-
-
-def not_exact(tokenizer) -> re.Pattern:
-    """What sends a text to the tokenizer whole: a character outside OUTSIDE's set, or an added token's text
-    ([CLS], [MASK]...: the tokenizer matches those in the raw text, before it splits), in any case."""
-    added = [re.escape(t["content"]) for t in json.loads(tokenizer.to_str()).get("added_tokens") or []]
-    return re.compile("|".join([OUTSIDE, *added]), re.IGNORECASE)
 
 
 def bert_style(tokenizer) -> bool:
@@ -56,6 +45,7 @@ def special_tokens(tokenizer) -> tuple[list[int], list[int]]:
 
 
 SEPARATOR = " \x00 "  # between a batch's texts, joined: a word of its own, never in a text read here (NUL is not)
+# printable ASCII + \t\n\r: outside these the tokenizer removes or splits on characters where Python would not
 PRINTABLE = bytes(range(0x20, 0x7F)) + b"\t\n\r"
 
 
@@ -72,9 +62,10 @@ class WordCache:
         self.enabled = bert_style(tokenizer)
         self.before, self.after = special_tokens(tokenizer)
         self.room = max_length - len(self.before) - len(self.after)  # a text's own ids past this are cut
-        self.lowercase = self.enabled and json.loads(tokenizer.to_str())["normalizer"].get("lowercase", True)
-        self.whole = not_exact(tokenizer)  # per text, where a batch is not all exact
-        self.added = [t["content"].lower() for t in json.loads(tokenizer.to_str()).get("added_tokens") or []]
+        config = json.loads(tokenizer.to_str())
+        self.lowercase = self.enabled and config["normalizer"].get("lowercase", True)
+        # added tokens' texts ([CLS], [MASK]...): the tokenizer matches them in the raw text, before it splits
+        self.added = [t["content"].lower() for t in config.get("added_tokens") or []]
         self._forget()
 
     def _forget(self):
@@ -94,17 +85,14 @@ class WordCache:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         if not self.enabled:
             return _flatten([e.ids for e in self.tokenizer.encode_batch_fast(texts)])
-        joined = SEPARATOR.join(texts)
-        lowered = joined.lower() if self.lowercase else joined
+        joined, lowered = self._joined(texts)
         if self._exact(joined, lowered, len(texts)):
             return self._cached(lowered, len(texts))
-        whole = self.whole.search
-        exact = [t.isascii() and whole(t) is None for t in texts]
+        exact = [self._exact(t, t.lower() if self.lowercase else t, 1) for t in texts]  # text by text
         out: list = [None] * len(texts)
         mine = [i for i, ok in enumerate(exact) if ok]
         if mine:
-            joined = SEPARATOR.join(texts[i] for i in mine)
-            lengths, flat = self._cached(joined.lower() if self.lowercase else joined, len(mine))
+            lengths, flat = self._cached(self._joined([texts[i] for i in mine])[1], len(mine))
             for i, row in zip(mine, np.split(flat, np.cumsum(lengths)[:-1])):
                 out[i] = row
         others = [i for i, ok in enumerate(exact) if not ok]
@@ -112,8 +100,14 @@ class WordCache:
             out[i] = e.ids
         return _flatten(out)
 
+    def _joined(self, texts: list[str]) -> tuple[str, str]:
+        """The texts joined (SEPARATOR between), and that lowercased where the tokenizer lowercases."""
+        joined = SEPARATOR.join(texts)
+        return joined, joined.lower() if self.lowercase else joined
+
     def _exact(self, joined: str, lowered: str, count: int) -> bool:
-        """Whether every text of the batch can be read from the cache (a pass or two over the joined batch)."""
+        """Whether every one of count texts, joined, can be read from the cache: printable ASCII only (the
+        separators' NULs aside) and no added token's text, in any case (a pass or two over the joined texts)."""
         if not joined.isascii():
             return False
         rest = joined.encode("ascii").translate(None, PRINTABLE)

@@ -230,9 +230,9 @@ def tokenizer_rows(settings, workloads) -> list[TextRow]:
         return []
     tokenizer, rows = load_tokenizer(str(path), 256), []
     per_batch = max(1, (settings.max_batch or 256) // settings.per_request)
+    words, zipf = text_words(settings)
     for workload in workloads:
         lengths = workload.sample(settings.sentences)
-        words, zipf = text_words(settings)
         texts = tw.texts(lengths, 0, words, zipf)
         requests = [
             np.array([t.encode() for t in texts[i : i + settings.per_request]], dtype=object)
@@ -247,7 +247,7 @@ def tokenizer_rows(settings, workloads) -> list[TextRow]:
         seconds = _timed(lambda batches=batches: [tokenize(tokenizer, b) for b in batches], runs=3)
         note = (
             f"{settings.per_request} texts per request, {per_batch} requests per batch, {os.cpu_count()} cores; "
-            f"{Point('', '', '', 0, 0, words, zipf).describe_words()}"
+            f"{describe_words(words, zipf)}"
         )
         for what, took in (("word cache cold: its first pass", cold), ("word cache warm", seconds)):
             row = _inproc_row(f"tokenize step alone ({what})", workload.describe(), len(texts), 0, took, None, note)
@@ -401,10 +401,12 @@ class Point:
     words: tuple[str, ...] = tw.WORDS  # served text: the words its texts are made of
     zipf: float = 0.0  # ... drawn uniformly (0) or with weight 1 / rank**zipf
 
-    def describe_words(self) -> str:
-        if self.words == tw.WORDS:
-            return f"texts of {len(self.words)} words"
-        return f"texts of {len(self.words):,} words of the tokenizer's vocabulary, Zipf {self.zipf:g}"
+
+def describe_words(words: tuple[str, ...], zipf: float) -> str:
+    """What texts are made of, for a report."""
+    if words == tw.WORDS:
+        return f"texts of {len(words)} words"
+    return f"texts of {len(words):,} words of the tokenizer's vocabulary, Zipf {zipf:g}"
 
 
 def served_point(point: Point, ep, analyzer, lengths: np.ndarray, label: str, stats: RaggedStats, raw: Path) -> TextRow:
@@ -422,7 +424,7 @@ def served_point(point: Point, ep, analyzer, lengths: np.ndarray, label: str, st
     delta = {k: padded.get(k, 0) - padding.get(k, 0) for k in padded}
     seen = f"; the server saw {delta['real_tokens'] / delta['rows']:.1f} tokens per row" if delta.get("rows") else ""
     seen += _time_per_batch(delta)
-    words = f"; {point.describe_words()}" if point.path == "served text" else ""
+    words = f"; {describe_words(point.words, point.zipf)}" if point.path == "served text" else ""
     return TextRow(
         point.path,
         point.model,
