@@ -743,6 +743,13 @@ def gpu_bench(
 @click.option("--instances", type=int, default=0, help="Instances of the served engine (default: 1).")
 @click.option("--no-before", is_flag=True, help="CPU: skip the rows of the model served as before ragged batching.")
 @click.option(
+    "--queue-delay-us",
+    type=int,
+    default=100,
+    show_default=True,
+    help="max_queue_delay of the served engine and the tokenize step (GPU; the CPU rows use 500).",
+)
+@click.option(
     "--summaries-off-too",
     is_flag=True,
     help="Also measure the single-sentence and latency points on a server without Triton's latency summaries.",
@@ -764,6 +771,7 @@ def text_bench(
     max_batch,
     instances,
     no_before,
+    queue_delay_us,
     summaries_off_too,
     out,
 ):
@@ -786,6 +794,7 @@ def text_bench(
         instances=instances,
         max_batch=max_batch,
         before=not no_before,
+        queue_delay_us=queue_delay_us,
         summaries_off=summaries_off_too,
     )
     bench.run(settings, out)

@@ -600,14 +600,15 @@ def accuracy_rows(ep, models: dict, reference, tokenizer: Path | None, label: st
     return rows
 
 
-def latency_rows(settings, ep, analyzer, models: dict, stats, raw: Path) -> list[TextRow]:
-    """One 32-token sentence per request, concurrency 1: p50 from ids and from text."""
+def latency_rows(settings, state, repo: Path, analyzer, models: dict, stats, raw: Path) -> list[TextRow]:
+    """One 32-token sentence per request, concurrency 1: p50 from ids and from text, over gRPC and over HTTP."""
     one = tw.Lengths(fixed=32).sample(256)
     label = "one sentence of 32 tokens"
     points = [Point("served ids", models["engine"], models["engine"], 1, 1)]
     if models.get("pipeline"):
         points.append(Point("served text", models["pipeline"], models["engine"], 1, 1, *text_words(settings)))
-    return [_safe_point(p, ep, analyzer, one, label, stats, raw) for p in points]
+    endpoints = [state.endpoint(protocol, repo) for protocol in ("grpc", "http")]
+    return [_safe_point(p, ep, analyzer, one, label, stats, raw) for p in points for ep in endpoints]
 
 
 def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
@@ -635,7 +636,7 @@ def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
         ep = state.endpoint("grpc", repo)
         reference = _reference(work / spec.name / "model.pt2")
         rows += accuracy_rows(ep, models, reference, settings.tokenizer or _default_tokenizer(), "")
-        rows += latency_rows(settings, ep, analyzer, models, stats, out / "raw")
+        rows += latency_rows(settings, state, repo, analyzer, models, stats, out / "raw")
         _write(rows, out, settings, spec)
         for workload in workloads:
             lengths = workload.sample(settings.sentences)
@@ -658,7 +659,7 @@ def without_summaries(settings, repo: Path, out: Path, models: dict, workloads, 
     try:
         with running(repo, out / "state_nosummaries", startup_timeout=900) as state:
             ep = state.endpoint("grpc", repo)
-            rows = latency_rows(settings, ep, analyzer, engine_only, stats, out / "raw")
+            rows = latency_rows(settings, state, repo, analyzer, engine_only, stats, out / "raw")
             for workload in workloads:
                 lengths = workload.sample(settings.sentences)
                 rows += served_rows(single, ep, analyzer, engine_only, lengths, workload.describe(), stats, out / "raw")

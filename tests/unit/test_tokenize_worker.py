@@ -53,3 +53,26 @@ def test_a_child_that_died_is_started_again_and_close_ends_it(tokenizer_path):
         child = worker.child
         worker.close()
     assert child.poll() is not None and worker.child is None
+
+
+def test_a_small_batch_is_tokenized_in_the_server_and_a_large_one_in_the_child(tokenizer_path):
+    from pathlib import Path
+
+    from triton_models.tokenize_serving import TokenizeServing
+
+    config = {"name": "tok", "input": [{"name": "TEXT"}], "parameters": {"max_length": {"string_value": "32"}}}
+    serving = TokenizeServing(config, str(Path(tokenizer_path).parent))
+    sent = []
+    real = serving.worker.tokenize
+    serving.worker.tokenize = lambda requests: sent.append(len(requests)) or real(requests)
+    try:
+        small = [[raw([b"a short one"])], [raw([b"two", b"texts here"])]]  # 3 texts: in the server
+        large = [[raw([b"five"] * 3)], [raw([b"more", b"texts"])]]  # 5 texts: in the child
+        texts = [np.array([b"a short one"], dtype=object), np.array([b"two", b"texts here"], dtype=object)]
+        expected = core.tokenize(serving.tokenizer, texts)
+        for got, want in zip(serving.run(small), expected):
+            assert [t.numpy().tolist() for t in got] == [a.tolist() for a in want]
+        assert sent == []
+        assert len(serving.run(large)) == 2 and sent == [2]
+    finally:
+        serving.close()
