@@ -749,6 +749,7 @@ def gpu_bench(
     show_default=True,
     help="max_queue_delay of the served engine and the tokenize step (GPU; the CPU rows use 500).",
 )
+@click.option("--tokenize-instances", type=int, default=4, show_default=True, help="Instances of the tokenize step.")
 @click.option(
     "--summaries-off-too",
     is_flag=True,
@@ -772,6 +773,7 @@ def text_bench(
     instances,
     no_before,
     queue_delay_us,
+    tokenize_instances,
     summaries_off_too,
     out,
 ):
@@ -795,6 +797,7 @@ def text_bench(
         max_batch=max_batch,
         before=not no_before,
         queue_delay_us=queue_delay_us,
+        tokenize_instances=tokenize_instances,
         summaries_off=summaries_off_too,
     )
     bench.run(settings, out)

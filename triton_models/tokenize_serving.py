@@ -14,7 +14,6 @@ import ctypes
 import os
 
 import numpy as np
-import torch
 
 from triton_models.tokenize_core import STEP, load_tokenizer, parse_bytes, tokenize
 from triton_models.tokenize_worker import tokenize_raw
@@ -53,7 +52,8 @@ class TokenizeServing:
         return parse_bytes(raw, int(np.prod(view.shape)))
 
     def run(self, feeds: list, steps=None) -> list:
-        """Each request's (ids, mask) as torch tensors, or the error that refuses it alone."""
+        """Each request's (ids, mask) as int64 arrays (written into the responses as they lie), or the error that
+        refuses it alone."""
         requests = [feed[0] for feed in feeds]
         if self.worker is None:
             found = tokenize(self.tokenizer, requests)
@@ -61,7 +61,7 @@ class TokenizeServing:
             found = tokenize_raw(self.tokenizer, requests)
         else:
             found = self.worker.tokenize(requests)
-        return [r if isinstance(r, Exception) else [torch.from_numpy(a) for a in r] for r in found]
+        return [r if isinstance(r, Exception) else list(r) for r in found]
 
     def close(self) -> None:
         if self.worker is not None:
