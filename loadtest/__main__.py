@@ -745,11 +745,10 @@ def gpu_bench(
 @click.option(
     "--queue-delay-us",
     type=int,
-    default=100,
+    default=0,
     show_default=True,
-    help="max_queue_delay of the served engine and the tokenize step (GPU; the CPU rows use 500).",
+    help="max_queue_delay of the served engine and the tokenize step (the CPU's ONNX rows use 500).",
 )
-@click.option("--tokenize-instances", type=int, default=4, show_default=True, help="Instances of the tokenize step.")
 @click.option(
     "--summaries-off-too",
     is_flag=True,
@@ -773,7 +772,6 @@ def text_bench(
     instances,
     no_before,
     queue_delay_us,
-    tokenize_instances,
     summaries_off_too,
     out,
 ):
@@ -797,7 +795,6 @@ def text_bench(
         max_batch=max_batch,
         before=not no_before,
         queue_delay_us=queue_delay_us,
-        tokenize_instances=tokenize_instances,
         summaries_off=summaries_off_too,
     )
     bench.run(settings, out)

@@ -2,10 +2,11 @@
 
 Selected by the config parameter runtime = "tokenize" on a `backend: "torch_inprocess"` model. TEXT arrives as
 Triton's BYTES buffer and is parsed here (no numpy C-API in between, so any numpy serves it); the outputs are
-written straight into the responses. The work itself is tokenize_core's, in a child process by default
-(triton_models/tokenize_worker.py: outside the server's GIL, which the engine beside it needs); the config
-parameter tokenize_process = "0" keeps it in here. A batch of a few texts is tokenized here all the same: the
-pipe's two process wake-ups cost more than such a batch holds the GIL (about 8 µs a text with the word cache).
+written straight into the responses. The work itself is tokenize_core's, in child processes by default
+(triton_models/tokenize_worker.py: outside the server's GIL, which the engine beside it needs). The config
+parameter tokenize_processes says how many (a batch is split between them; default 4 on 16 cores or more);
+"0" keeps the work in here. A batch of a few texts is tokenized here all the same: the pipe's two process
+wake-ups cost more than such a batch holds the GIL (about 8 µs a text with the word cache).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import numpy as np
 
 from triton_models.tokenize_core import STEP, load_tokenizer, parse_bytes, tokenize
 from triton_models.tokenize_worker import tokenize_raw
+
+DEFAULT_PROCESSES = max(1, min(4, (os.cpu_count() or 2) // 4))  # children of one instance (tokenize_processes; 0: none)
 
 
 class TokenizeServing:
@@ -32,11 +35,12 @@ class TokenizeServing:
             raise ValueError(f"a tokenize model takes one input, TEXT; its config has {self.input_names}")
         self.name = config.get("name", STEP)
         path, length = os.path.join(folder, "tokenizer.json"), int(params.get("max_length", "256"))
-        self.worker = None  # tokenize_worker: the work in a child process, outside the server's GIL
-        if params.get("tokenize_process", "1") != "0":
-            from triton_models.tokenize_worker import TokenizeWorker
+        self.worker = None  # tokenize_worker: the work in child processes, outside the server's GIL
+        processes = _processes(params)
+        if processes > 0:
+            from triton_models.tokenize_worker import TokenizePool
 
-            self.worker = TokenizeWorker(path, length)
+            self.worker = TokenizePool(path, length, processes)
         self.tokenizer = load_tokenizer(path, length)
 
     def read(self, view) -> np.ndarray | tuple[bytes, int]:
@@ -66,6 +70,14 @@ class TokenizeServing:
     def close(self) -> None:
         if self.worker is not None:
             self.worker.close()
+
+
+def _processes(params: dict) -> int:
+    """The config's tokenize_processes (tokenize_process, its old name, read too), checked."""
+    text = params.get("tokenize_processes", params.get("tokenize_process", str(DEFAULT_PROCESSES)))
+    if not text.strip().isdigit() or int(text) > 64:
+        raise ValueError(f"{STEP}: parameter tokenize_processes is {text!r}: expected a whole number 0..64 (0: none)")
+    return int(text)
 
 
 def is_tokenize(config: dict) -> bool:

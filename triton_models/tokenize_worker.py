@@ -117,6 +117,57 @@ class TokenizeWorker:
         child.stdout.close()
 
 
+class TokenizePool:
+    """Several children behind one tokenize instance: a batch's requests are split into contiguous groups of
+    about as many texts each, one group a child, tokenized at once (each call waits on its pipe without the GIL).
+
+    One instance with its children batches as the load asks for: while it works, requests queue in Triton's
+    batcher and come as the next batch, so no queue delay is needed for batches to grow; several instances
+    without a delay each take the few requests queued, and pay the pipe per request.
+    """
+
+    def __init__(self, tokenizer_path: str, max_length: int, processes: int):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.workers: list[TokenizeWorker] = []
+        try:
+            for _ in range(processes):
+                self.workers.append(TokenizeWorker(tokenizer_path, max_length))
+        except Exception:
+            self.close()
+            raise
+        self.threads = ThreadPoolExecutor(max_workers=processes, thread_name_prefix="tokenize")
+
+    def tokenize(self, requests: list[tuple[bytes, int]]) -> list:
+        """Per request, (ids, mask) or a ValueError, in the order given."""
+        groups = split(requests, len(self.workers))
+        if len(groups) == 1:
+            return self.workers[0].tokenize(requests)
+        futures = [self.threads.submit(w.tokenize, g) for w, g in zip(self.workers, groups)]
+        return [result for future in futures for result in future.result()]
+
+    def close(self) -> None:
+        threads = getattr(self, "threads", None)
+        if threads is not None:
+            threads.shutdown(wait=True)
+        for worker in self.workers:
+            worker.close()
+
+
+def split(requests: list[tuple[bytes, int]], parts: int) -> list[list]:
+    """Contiguous groups of requests, at most `parts`, each of about the same number of texts."""
+    total = sum(count for _, count in requests)
+    parts = max(1, min(parts, len(requests)))
+    groups: list[list] = [[]]
+    done, share = 0, total / parts
+    for request in requests:
+        if groups[-1] and done >= share * len(groups) and len(groups) < parts:
+            groups.append([])
+        groups[-1].append(request)
+        done += request[1]
+    return groups
+
+
 def main(argv: list[str]) -> int:
     from triton_models.tokenize_core import load_tokenizer
 

@@ -135,7 +135,10 @@ def text_pipeline_configs(
     )
     if inprocess:
         params = {"max_length": spec.longest_sequence(), "runtime": "tokenize"}
-        tokenize = dataclasses.replace(tokenize, backend=repository.INPROCESS_BACKEND, parameters=params)
+        one = [InstanceGroup(1, "KIND_CPU")]  # its child processes work in parallel (tokenize_serving.py)
+        tokenize = dataclasses.replace(
+            tokenize, backend=repository.INPROCESS_BACKEND, parameters=params, instance_groups=one
+        )
     embedding = [TensorConfig("EMBEDDING", "TYPE_FP32", (hidden,))]
     steps = [EnsembleStep(tokenize.name, {"TEXT": "TEXT"}, {ids.name: "ids", mask.name: "mask"})]
     encoder_in = {ids.name: "ids", mask.name: "mask"}

@@ -47,8 +47,7 @@ class TextBenchSettings:
     tokenizer: Path | None = None  # tokenizer.json for the text rows (default: the minilm package's)
     instances: int = 0  # 0: 1 (a second in-process instance bought no throughput on an H100 and cost latency)
     max_batch: int = 0  # the served model's max batch (rows per dynamic batch; 0: 1024 on a GPU, the spec's on a CPU)
-    queue_delay_us: int = 100  # the served engine's and tokenize step's max_queue_delay (the ONNX rows: 500)
-    tokenize_instances: int = 4  # instances of the tokenize step (each with its own child process)
+    queue_delay_us: int = 0  # the served engine's and tokenize step's max_queue_delay (the ONNX rows: 500)
     before: bool = True  # CPU: also serve the model as it was before ragged batching
     text: bool = True  # the rows served from raw text
     summaries_off: bool = False  # also: a second server without Triton's latency summaries, single-sentence points
@@ -311,7 +310,7 @@ def build(settings: TextBenchSettings, work: Path, repo: Path, gpu: bool):
             repo,
             pipe_spec,
             tokenizer,
-            ServingOptions(instances=settings.tokenize_instances, max_queue_delay_us=settings.queue_delay_us),
+            ServingOptions(max_queue_delay_us=settings.queue_delay_us),
             inprocess=True,
         )
         pipeline = next(n for n in names if n.endswith("_pipeline"))

@@ -76,3 +76,41 @@ def test_a_small_batch_is_tokenized_in_the_server_and_a_large_one_in_the_child(t
         assert len(serving.run(large)) == 2 and sent == [2]
     finally:
         serving.close()
+
+
+def test_split_keeps_order_and_balances_texts():
+    from triton_models.tokenize_worker import split
+
+    requests = [(b"", n) for n in (32, 1, 1, 30, 16, 16)]
+    groups = split(requests, 3)
+    assert [r for g in groups for r in g] == requests
+    assert [sum(n for _, n in g) for g in groups] == [32, 32, 32]
+    assert split(requests[:2], 4) == [[requests[0]], [requests[1]]]
+    assert split(requests, 1) == [requests]
+
+
+def test_a_pool_answers_each_request_in_order_as_one_child_would(tokenizer_path):
+    from triton_models.tokenize_worker import TokenizePool
+
+    requests = [raw([f"text number {i}".encode()] * (1 + i % 3)) for i in range(9)] + [raw([b"\xff"])]
+    pool = TokenizePool(tokenizer_path, 32, 3)
+    one = TokenizeWorker(tokenizer_path, 32)
+    try:
+        got, want = pool.tokenize(requests), one.tokenize(requests)
+        assert isinstance(got[-1], ValueError) and isinstance(want[-1], ValueError)
+        for g, w in zip(got[:-1], want[:-1]):
+            assert [a.tolist() for a in g] == [a.tolist() for a in w]
+    finally:
+        pool.close()
+        one.close()
+    assert all(w.child is None for w in pool.workers)
+
+
+def test_a_bad_process_count_is_refused_with_the_fix(tokenizer_path):
+    from pathlib import Path
+
+    from triton_models.tokenize_serving import TokenizeServing
+
+    params = {"tokenize_processes": {"string_value": "many"}}
+    with pytest.raises(ValueError, match="expected a whole number"):
+        TokenizeServing({"input": [{"name": "TEXT"}], "parameters": params}, str(Path(tokenizer_path).parent))
