@@ -51,6 +51,44 @@ def smoke(ep: Endpoint, model: str, version: str, spec: ModelSpec | None, batch:
     return {"smoke": "passed", "batch": batch, "latency_ms": round(result.latency_ms, 2)}
 
 
+def warm_up(
+    ep: Endpoint, model: str, version: str, spec: ModelSpec | None, batch: int, seconds: float, users: int
+) -> dict:
+    """Requests of `batch` example inputs from `users` threads for `seconds`, straight to the server (not through
+    the edge, so the edge's figures of a canary step never hold them): a build's first answers (its instances'
+    first runs, lazy imports, allocators growing) are slower than its steady ones, and a canary step gated on a
+    p99 over a hundred requests would judge those. Failures are counted, not raised: the gate judges errors."""
+    import threading
+    import time
+
+    from clients.infer import infer
+    from clients.inputs import plan_inputs
+    from clients.model_plan import plan
+
+    with ep.client() as client:
+        arrays = plan_inputs(plan(client, model, ep.headers), batch, None, spec)
+    end, counts, lock = time.monotonic() + seconds, {"requests": 0, "failed": 0}, threading.Lock()
+
+    def user():
+        with ep.client() as client:
+            while time.monotonic() < end:
+                try:
+                    infer(ep, model, arrays, client=client, version=version)
+                    failed = 0
+                except ClientError:
+                    failed = 1
+                with lock:
+                    counts["requests"] += 1
+                    counts["failed"] += failed
+
+    threads = [threading.Thread(target=user, daemon=True) for _ in range(max(1, users))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(seconds + 60)
+    return counts
+
+
 def _output_problem(array, batch: int, dims: list[int] | None = None) -> str | None:
     if array is None or array.size == 0:
         return "is empty"

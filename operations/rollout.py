@@ -55,6 +55,7 @@ class RolloutRequest:
     keep: int = 2  # version folders kept on disk (the serving one and the newest retired ones)
     timeout: float = 300.0
     share: CanaryPlan | None = None  # canary by traffic share through the edge (operations/canary.py)
+    warm_s: float = 2.0  # a canary by share: the candidate warmed this long on each server before its first step
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,7 @@ def _by_share(plan: Plan, candidate: str) -> int:
         for target in plan.targets:
             _load(target.ep, candidate, plan.req.timeout)
         plan.checks = _checks(plan, candidate, "1", accuracy=True)
+        plan.checks["warm-up"] = _warm(plan, candidate)
         plan.checks["steps"] = run_steps(plan.req.share, plan.req.model, candidate, socket, urls)
         plan.candidate_serving = True
         return _promote(plan)
@@ -320,6 +322,21 @@ def _checks(plan: Plan, model: str, version: str, accuracy: bool, ep: Endpoint |
         results["accuracy"] = "not checked (the build has no labeled data for this input)"
     step(f"{model} v{version}: " + ", ".join(f"{k} {v}" for k, v in results.items()))
     return results
+
+
+def _warm(plan: Plan, candidate: str) -> dict:
+    """The candidate warmed on every server before its first step: as many users as it has instances (at least 2),
+    for warm_s seconds each."""
+    from clients.checks import warm_up
+
+    batch = min(2, plan.config.max_batch_size) if plan.config.max_batch_size else 0
+    users = max(2, sum(group.count or 1 for group in plan.config.instance_group))
+    found = {"requests": 0, "failed": 0}
+    for target in plan.targets:
+        got = warm_up(target.ep, candidate, "1", plan.spec, batch, plan.req.warm_s, users)
+        found = {k: found[k] + got[k] for k in found}
+    step(f"{candidate}: warmed with {found['requests']} requests ({found['failed']} failed) before its first step")
+    return found
 
 
 def _takes(config, data) -> bool:
