@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from clients.breakdown import PHASES, breakdown
 from common.cli import step
 from loadtest.workloads import text as tw
 
@@ -412,6 +413,7 @@ def describe_words(words: tuple[str, ...], zipf: float) -> str:
 def served_point(point: Point, ep, analyzer, lengths: np.ndarray, label: str, stats: RaggedStats, raw: Path) -> TextRow:
     """One point on input data of the workload's shapes; the batch, padding and memory the server saw."""
     before, padding = _stats(ep, point.encoder), stats.read(point.encoder)
+    steps_before = _step_stats(ep, point)
     tool = "perf_analyzer" if perf_can_send(point, lengths) else "our gRPC client (requests made once)"
     what = f"{point.path} {point.model}, {point.per_request} per request, c{point.concurrency}"
     step(f"text-bench: {what} ({label}; {tool})")
@@ -424,6 +426,7 @@ def served_point(point: Point, ep, analyzer, lengths: np.ndarray, label: str, st
     delta = {k: padded.get(k, 0) - padding.get(k, 0) for k in padded}
     seen = f"; the server saw {delta['real_tokens'] / delta['rows']:.1f} tokens per row" if delta.get("rows") else ""
     seen += _time_per_batch(delta)
+    seen += _tokenize_step(steps_before, _step_stats(ep, point))
     words = f"; {describe_words(point.words, point.zipf)}" if point.path == "served text" else ""
     return TextRow(
         point.path,
@@ -441,6 +444,34 @@ def served_point(point: Point, ep, analyzer, lengths: np.ndarray, label: str, st
         note=f"{ep.protocol}, {tool}; {measured['note']}{seen}{words}",
         extra={"measured": measured},
     )
+
+
+def _step_stats(ep, point: Point) -> list[dict]:
+    """Served text: Triton's statistics of the pipeline's steps other than the engine (the tokenize step)."""
+    if point.path != "served text":
+        return []
+    return [r for r in breakdown(ep, point.model)[:-1] if r["model"] != point.encoder]
+
+
+def _tokenize_step(before: list[dict], after: list[dict]) -> str:
+    """What the tokenize step did in the point: mean batch (requests and texts) and ms per batch in its phases."""
+    notes = []
+    for old, new in zip(before, after):
+        requests, executions = new["requests"] - old["requests"], new["executions"] - old["executions"]
+        if not executions:
+            continue
+        texts = new["inferences"] - old["inferences"]
+        phases = ", ".join(f"{phase} {_phase_ms(old, new, phase) / executions:.2f}" for phase in PHASES)
+        notes.append(
+            f"; {new['model']}: {requests / executions:.1f} requests ({texts / executions:.0f} texts) a batch, "
+            f"ms per batch: {phases}"
+        )
+    return "".join(notes)
+
+
+def _phase_ms(old: dict, new: dict, phase: str) -> float:
+    """Total ms in a phase between two statistics rows (they hold µs per request and the request count)."""
+    return (new[f"{phase}_us"] * new["requests"] - old[f"{phase}_us"] * old["requests"]) / 1e3
 
 
 def _time_per_batch(delta: dict) -> str:

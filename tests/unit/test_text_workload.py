@@ -141,3 +141,17 @@ def test_text_bench_rows_round_trip_through_csv_and_plot(tmp_path):
     )
     pytest.importorskip("matplotlib")
     assert plot(back, tmp_path / "t.png").stat().st_size > 0
+
+
+def test_the_tokenize_steps_note_is_its_batches_between_two_readings():
+    from loadtest.benches.text_bench import _tokenize_step
+
+    def row(requests, executions, texts, us):
+        phases = {f"{p}_us": us for p in ("queue", "compute_input", "compute_infer", "compute_output")}
+        return {"model": "m_tokenize", "requests": requests, "executions": executions, "inferences": texts, **phases}
+
+    before, after = row(10, 10, 320, 100.0), row(110, 20, 3520, 200.0)  # 100 requests in 10 batches
+    note = _tokenize_step([before], [after])
+    assert "m_tokenize: 10.0 requests (320 texts) a batch" in note
+    assert "compute_infer 2.10" in note  # (200 µs x 110 - 100 µs x 10) / 10 batches = 2.1 ms
+    assert _tokenize_step([before], [before]) == ""
