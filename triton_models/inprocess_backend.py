@@ -146,6 +146,11 @@ class Instance:
             from triton_models.inprocess_ragged import RaggedPath
 
             self.ragged = RaggedPath(self, CALLS, API)
+        self.tokenize = None  # the tokenize step: its batch answered in the shim's batch calls
+        if isinstance(self.serving, TokenizeServing) and CALLS is not None:
+            from triton_models.inprocess_tokenize import TokenizeBatch
+
+            self.tokenize = TokenizeBatch(self, CALLS, API)
         from triton_models.torch_runtime import StepTimes
 
         self.unprofiled = StepTimes.NONE
@@ -183,6 +188,8 @@ class Instance:
                 self._fail(request, err, start)
         if not kept:
             return
+        if self.tokenize is not None:
+            return self.tokenize.execute(kept, views, start)
         if not self.serving.staged:
             return self._run_now(kept, views, start)
         steps.mark("inputs: Triton's buffers located")

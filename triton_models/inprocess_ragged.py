@@ -258,25 +258,7 @@ class RaggedPath:
         self.releaser.join(timeout=30)
 
     def _deferred(self, done: bc.Answered, arrays, first_row, sizes) -> None:
-        """Requests whose outputs Triton placed in device memory (the client's CUDA shared memory): copied and
-        sent here (released with the others)."""
-        api = self.api
-        for index in np.flatnonzero(done.status == bc.DEFERRED):
-            response = int(done.responses[index])
-            try:
-                for k, (_, _, array) in enumerate(arrays):
-                    address = int(done.addresses[index, k])
-                    if address:
-                        rows = array[first_row[index] : first_row[index] + sizes[index]]
-                        host = HostRows(rows.ctypes.data, rows.shape, rows.nbytes)
-                        device = device_bytes(address, host.nbytes, 2, int(done.devices[index, k]))
-                        device.copy_(device_bytes(host.address, host.nbytes, 0, 0))
-                api.send(response)
-                done.status[index] = bc.SENT
-            except Exception as err:
-                api.send(response, api.error(1, f"{self.instance.name}: {err}"))
-                done.status[index] = bc.SENT_ERROR
-            done.sent_at[index] = time.monotonic_ns()
+        send_deferred(self.api, self.instance.name, done, arrays, first_row, sizes)
 
     def _fail_all(self, handles, err: Exception, start: int) -> None:
         for handle in handles.tolist():
@@ -318,3 +300,24 @@ def _subset(found: bc.Inputs, keep: np.ndarray) -> bc.Inputs:
 
 
 _NUMPY = {"INT64": "int64", "INT32": "int32", "FP32": "float32", "FP16": "float16", "UINT8": "uint8", "BOOL": "bool"}
+
+
+def send_deferred(api, name: str, done: bc.Answered, arrays, first_row, sizes) -> None:
+    """Requests whose outputs Triton placed in device memory (the client's CUDA shared memory): copied and
+    sent here (released with the others)."""
+    for index in np.flatnonzero(done.status == bc.DEFERRED):
+        response = int(done.responses[index])
+        try:
+            for k, (_, _, array) in enumerate(arrays):
+                address = int(done.addresses[index, k])
+                if address:
+                    rows = array[first_row[index] : first_row[index] + sizes[index]]
+                    host = HostRows(rows.ctypes.data, rows.shape, rows.nbytes)
+                    device = device_bytes(address, host.nbytes, 2, int(done.devices[index, k]))
+                    device.copy_(device_bytes(host.address, host.nbytes, 0, 0))
+            api.send(response)
+            done.status[index] = bc.SENT
+        except Exception as err:
+            api.send(response, api.error(1, f"{name}: {err}"))
+            done.status[index] = bc.SENT_ERROR
+        done.sent_at[index] = time.monotonic_ns()

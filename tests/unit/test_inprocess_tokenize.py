@@ -1,0 +1,22 @@
+"""The tokenize step's batch answer (triton_models/inprocess_tokenize.py): rows padded to the batch's widest."""
+
+import numpy as np
+
+from triton_models.inprocess_tokenize import pad_together
+
+
+def test_every_request_keeps_its_rows_in_order_padded_to_the_widest():
+    a = (np.array([[1, 2, 3]]), np.array([[1, 1, 1]]))
+    b = (np.array([[4, 5, 0], [6, 0, 0]])[:, :2], np.array([[1, 1, 0], [1, 0, 0]])[:, :2])
+    c = (np.array([[7, 8, 9, 10, 11]]), np.ones((1, 5), np.int64))
+    ids, mask, rows = pad_together([a, b, c])
+    assert rows.tolist() == [1, 2, 1]
+    assert ids.tolist() == [[1, 2, 3, 0, 0], [4, 5, 0, 0, 0], [6, 0, 0, 0, 0], [7, 8, 9, 10, 11]]
+    assert mask.tolist() == [[1, 1, 1, 0, 0], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1]]
+    assert ids.dtype == mask.dtype == np.int64 and ids.flags.c_contiguous
+
+
+def test_one_request_is_answered_as_it_is():
+    ids = np.arange(6, dtype=np.int64).reshape(2, 3)
+    got, mask, rows = pad_together([(ids, np.ones_like(ids))])
+    assert np.array_equal(got, ids) and rows.tolist() == [2] and mask.sum() == 6
