@@ -454,17 +454,18 @@ def _step_stats(ep, point: Point) -> list[dict]:
 
 
 def _tokenize_step(before: list[dict], after: list[dict]) -> str:
-    """What the tokenize step did in the point: mean batch (requests and texts) and ms per batch in its phases."""
+    """What the tokenize step did in the point: its mean batch (requests and texts) and a request's ms in each
+    phase (Triton gives every request of a batch the batch's compute times: they are the batch's)."""
     notes = []
     for old, new in zip(before, after):
         requests, executions = new["requests"] - old["requests"], new["executions"] - old["executions"]
-        if not executions:
+        if not executions or not requests:
             continue
         texts = new["inferences"] - old["inferences"]
-        phases = ", ".join(f"{phase} {_phase_ms(old, new, phase) / executions:.2f}" for phase in PHASES)
+        phases = ", ".join(f"{phase} {_phase_ms(old, new, phase) / requests:.2f}" for phase in PHASES)
         notes.append(
             f"; {new['model']}: {requests / executions:.1f} requests ({texts / executions:.0f} texts) a batch, "
-            f"ms per batch: {phases}"
+            f"a request's ms: {phases}"
         )
     return "".join(notes)
 

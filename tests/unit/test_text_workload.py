@@ -153,5 +153,5 @@ def test_the_tokenize_steps_note_is_its_batches_between_two_readings():
     before, after = row(10, 10, 320, 100.0), row(110, 20, 3520, 200.0)  # 100 requests in 10 batches
     note = _tokenize_step([before], [after])
     assert "m_tokenize: 10.0 requests (320 texts) a batch" in note
-    assert "compute_infer 2.10" in note  # (200 µs x 110 - 100 µs x 10) / 10 batches = 2.1 ms
+    assert "compute_infer 0.21" in note  # (200 µs x 110 - 100 µs x 10) / 100 requests = 0.21 ms
     assert _tokenize_step([before], [before]) == ""
