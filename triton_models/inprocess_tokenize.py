@@ -63,10 +63,15 @@ class TokenizeBatch:
             self._answer(np.array([g[0] for g in good], np.uint64), [g[1] for g in good], start, compute)
 
     def _answer(self, handles: np.ndarray, results: list, start: int, compute: int) -> None:
-        ids, mask, rows = pad_together(results)
-        ended = time.monotonic_ns()
-        first_row = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
-        arrays = [(name, dtype, array) for (name, dtype), array in zip(self.instance.outputs, (ids, mask))]
+        try:
+            ids, mask, rows = pad_together(results)
+            ended = time.monotonic_ns()
+            first_row = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
+            arrays = [(name, dtype, array) for (name, dtype), array in zip(self.instance.outputs, (ids, mask))]
+        except Exception as err:  # nothing answered yet: every request hears why
+            for handle in handles.tolist():
+                self.instance._fail(handle, err, start)
+            return
         done = self.calls.answer(handles, rows, first_row, arrays, self.spent_ns)
         send_deferred(self.api, self.instance.name, done, arrays, first_row, rows)  # the client's device memory
         self.calls.release(self.instance.handle, handles, done, (start, compute, ended), self.spent_ns)

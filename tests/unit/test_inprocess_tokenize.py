@@ -20,3 +20,19 @@ def test_one_request_is_answered_as_it_is():
     ids = np.arange(6, dtype=np.int64).reshape(2, 3)
     got, mask, rows = pad_together([(ids, np.ones_like(ids))])
     assert np.array_equal(got, ids) and rows.tolist() == [2] and mask.sum() == 6
+
+
+def test_a_batch_that_cannot_be_padded_is_refused_request_by_request_not_half_answered():
+    from triton_models.inprocess_tokenize import TokenizeBatch
+
+    failed = []
+
+    class Instance:
+        outputs = [("input_ids", "INT64"), ("attention_mask", "INT64")]
+
+        def _fail(self, request, err, start):
+            failed.append(request)
+
+    batch = TokenizeBatch(Instance(), calls=None, api=None)  # never reached: nothing is answered
+    batch._answer(np.array([7, 8], np.uint64), [("not", "arrays"), ("at", "all")], 0, 0)
+    assert failed == [7, 8]
