@@ -66,6 +66,9 @@ class Target:
         return cls(ep.url, ep.url, ep.repo)
 
 
+STOP_TIMEOUT_S = 10
+
+
 def locust_command(run: LocustRun, prefix: Path) -> list[str]:
     """The headless locust command line (CSV and HTML written under prefix)."""
     command = [
@@ -82,6 +85,8 @@ def locust_command(run: LocustRun, prefix: Path) -> list[str]:
         "--only-summary",
         "--exit-code-on-error",
         "1",
+        "--stop-timeout",  # users finish the request in flight: a gRPC call cancelled as it completes can crash
+        str(STOP_TIMEOUT_S),  # tritonserver 2.51 (triton-inference-server/server#8034, fixed in later releases)
     ]
     if run.shape == "constant":
         command += ["-u", str(run.users), "-r", f"{run.spawn_rate:g}", "-t", f"{run.run_time_s}s"]
