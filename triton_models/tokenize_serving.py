@@ -35,13 +35,13 @@ class TokenizeServing:
             raise ValueError(f"a tokenize model takes one input, TEXT; its config has {self.input_names}")
         self.name = config.get("name", STEP)
         path, length = os.path.join(folder, "tokenizer.json"), int(params.get("max_length", "256"))
-        self.worker = None  # tokenize_worker: the work in child processes, outside the server's GIL
         processes = _processes(params)
+        self.tokenizer = load_tokenizer(path, length)  # first: a tokenizer that cannot load starts no child
+        self.worker = None  # tokenize_worker: the work in child processes, outside the server's GIL
         if processes > 0:
             from triton_models.tokenize_worker import TokenizePool
 
             self.worker = TokenizePool(path, length, processes)
-        self.tokenizer = load_tokenizer(path, length)
 
     def read(self, view) -> np.ndarray | tuple[bytes, int]:
         """A request's TEXT, from Triton's host buffers: as an object array of bytes, or with a child process as
