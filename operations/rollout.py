@@ -311,7 +311,7 @@ def _unload(ep: Endpoint, model: str) -> None:
 def _checks(plan: Plan, model: str, version: str, accuracy: bool, ep: Endpoint | None = None) -> dict:
     """Smoke request, and the accuracy gate where the build has labeled data whose input the model takes."""
     ep = ep or plan.ep
-    batch = min(2, plan.config.max_batch_size) if plan.config.max_batch_size else 0
+    batch = _example_batch(plan)
     results = smoke(ep, model, version, plan.spec, batch)
     data = labeled_data(plan.spec) if accuracy and plan.entry.get("accuracy") is not None else None
     if data is not None and _takes(plan.config, data):
@@ -324,12 +324,17 @@ def _checks(plan: Plan, model: str, version: str, accuracy: bool, ep: Endpoint |
     return results
 
 
+def _example_batch(plan: Plan) -> int:
+    """The batch of a check's requests: 2 rows where the model batches (fewer if its max is 1), else none."""
+    return min(2, plan.config.max_batch_size) if plan.config.max_batch_size else 0
+
+
 def _warm(plan: Plan, candidate: str) -> dict:
     """The candidate warmed on every server before its first step: as many users as it has instances (at least 2),
     for warm_s seconds each."""
     from clients.checks import warm_up
 
-    batch = min(2, plan.config.max_batch_size) if plan.config.max_batch_size else 0
+    batch = _example_batch(plan)
     users = max(2, sum(group.count or 1 for group in plan.config.instance_group))
     found = {"requests": 0, "failed": 0}
     for target in plan.targets:

@@ -259,24 +259,8 @@ class Instance:
     def _run_now(self, requests, views, start) -> None:
         """The general path (no CUDA graphs: several inputs, dynamic axes, CPU; the tokenize step): run, then
         answer. A request whose inputs cannot be read is refused alone."""
-        read = getattr(self.serving, "read", None) or (lambda view: as_tensor(view, self.device))
-        run = self.serving.run
-        if getattr(self.serving, "ragged", False):  # numpy views of Triton's buffers in, arrays out
-            read, run = as_array, self.serving.run_arrays
-        results, feeds = [None] * len(requests), []
-        for index, request_views in enumerate(views):
-            try:
-                feeds.append((index, [read(v) for v in request_views]))
-            except Exception as err:  # this request alone
-                results[index] = err
-        compute = time.monotonic_ns()
+        results, compute = self.read_and_run(views)
         spent = getattr(getattr(self.serving, "runner", None), "spent", None)
-        try:
-            ran = run([feed for _, feed in feeds]) if feeds else []
-        except Exception as err:
-            ran = [err] * len(feeds)
-        for (index, _), result in zip(feeds, ran):
-            results[index] = result
         ended = time.monotonic_ns()
         for request, result in zip(requests, results):
             if isinstance(result, Exception):
@@ -289,6 +273,28 @@ class Instance:
         if spent is not None:  # where a ragged batch's time goes (TRITON_RAGGED_STATS)
             spent("read inputs (backend)", (compute - start) / 1e9)
             spent("answer requests (backend)", (answered - ended) / 1e9)
+
+    def read_and_run(self, views: list) -> tuple[list, int]:
+        """Every request's outputs, or the error that refuses it alone (its inputs unreadable, or the run's own),
+        in the order of views; and when the run began (monotonic ns)."""
+        read = getattr(self.serving, "read", None) or (lambda view: as_tensor(view, self.device))
+        run = self.serving.run
+        if getattr(self.serving, "ragged", False):  # numpy views of Triton's buffers in, arrays out
+            read, run = as_array, self.serving.run_arrays
+        results, feeds = [None] * len(views), []
+        for index, request_views in enumerate(views):
+            try:
+                feeds.append((index, [read(v) for v in request_views]))
+            except Exception as err:  # this request alone
+                results[index] = err
+        compute = time.monotonic_ns()
+        try:
+            ran = run([feed for _, feed in feeds]) if feeds else []
+        except Exception as err:
+            ran = [err] * len(feeds)
+        for (index, _), result in zip(feeds, ran):
+            results[index] = result
+        return results, compute
 
     # --- the completion thread
     def _complete(self) -> None:

@@ -40,25 +40,13 @@ class TokenizeBatch:
         self.spent_ns = np.zeros(4, np.uint64)
 
     def execute(self, requests: list[int], views: list, start: int) -> None:
-        instance, serving = self.instance, self.instance.serving
-        feeds, kept = [], []
-        for request, request_views in zip(requests, views):
-            try:
-                feeds.append([serving.read(v) for v in request_views])
-                kept.append(request)
-            except Exception as err:  # this request alone
-                instance._fail(request, err, start)
-        if not feeds:
-            return
-        compute = time.monotonic_ns()
-        try:
-            found = serving.run(feeds)
-        except Exception as err:
-            found = [err] * len(feeds)
-        good = [(request, r) for request, r in zip(kept, found) if not isinstance(r, Exception)]
-        for request, result in zip(kept, found):
-            if isinstance(result, Exception):
-                instance._fail(request, result, start)
+        results, compute = self.instance.read_and_run(views)
+        good = []
+        for request, result in zip(requests, results):
+            if isinstance(result, Exception):  # this request alone
+                self.instance._fail(request, result, start)
+            else:
+                good.append((request, result))
         if good:
             self._answer(np.array([g[0] for g in good], np.uint64), [g[1] for g in good], start, compute)
 

@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from triton_models.tokenize_core import STEP, load_tokenizer, parse_bytes, tokenize
+from triton_models.tokenize_core import STEP, load_tokenizer
 from triton_models.tokenize_worker import tokenize_raw
 
 DEFAULT_PROCESSES = max(1, min(4, (os.cpu_count() or 2) // 4))  # children of one instance (tokenize_processes; 0: none)
@@ -43,25 +43,21 @@ class TokenizeServing:
 
             self.worker = TokenizePool(path, length, processes)
 
-    def read(self, view) -> np.ndarray | tuple[bytes, int]:
-        """A request's TEXT, from Triton's host buffers: as an object array of bytes, or with a child process as
-        the raw BYTES buffer and its element count (parsed there)."""
+    def read(self, view) -> tuple[bytes, int]:
+        """A request's TEXT, from Triton's host buffers: the raw BYTES buffer and its element count (parsed where
+        it is tokenized: here or in a child)."""
         if view.datatype != "BYTES":
             raise ValueError(f"{STEP}: TEXT is {view.datatype}, expected BYTES (strings)")
         if any(memory != 0 for _, _, memory, _ in view.chunks):
             raise ValueError(f"{STEP}: TEXT must come in host memory, not GPU memory")
         raw = b"".join(ctypes.string_at(address, size) for address, size, _, _ in view.chunks)
-        if self.worker is not None:  # parsed in the child
-            return raw, int(np.prod(view.shape))
-        return parse_bytes(raw, int(np.prod(view.shape)))
+        return raw, int(np.prod(view.shape))
 
     def run(self, feeds: list, steps=None) -> list:
         """Each request's (ids, mask) as int64 arrays (written into the responses as they lie), or the error that
         refuses it alone."""
         requests = [feed[0] for feed in feeds]
-        if self.worker is None:
-            found = tokenize(self.tokenizer, requests)
-        elif sum(count for _, count in requests) <= self.IN_HERE_UP_TO:
+        if self.worker is None or sum(count for _, count in requests) <= self.IN_HERE_UP_TO:
             found = tokenize_raw(self.tokenizer, requests)
         else:
             found = self.worker.tokenize(requests)

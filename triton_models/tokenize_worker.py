@@ -129,6 +129,7 @@ class TokenizePool:
     def __init__(self, tokenizer_path: str, max_length: int, processes: int):
         from concurrent.futures import ThreadPoolExecutor
 
+        self.threads = ThreadPoolExecutor(max_workers=processes, thread_name_prefix="tokenize")
         self.workers: list[TokenizeWorker] = []
         try:
             for _ in range(processes):
@@ -136,7 +137,6 @@ class TokenizePool:
         except Exception:
             self.close()
             raise
-        self.threads = ThreadPoolExecutor(max_workers=processes, thread_name_prefix="tokenize")
 
     def tokenize(self, requests: list[tuple[bytes, int]]) -> list:
         """Per request, (ids, mask) or a ValueError, in the order given."""
@@ -147,9 +147,7 @@ class TokenizePool:
         return [result for future in futures for result in future.result()]
 
     def close(self) -> None:
-        threads = getattr(self, "threads", None)
-        if threads is not None:
-            threads.shutdown(wait=True)
+        self.threads.shutdown(wait=True)
         for worker in self.workers:
             worker.close()
 

@@ -367,8 +367,6 @@ class RaggedStats:
 
 
 def _stats(ep, model: str) -> dict:
-    from clients.breakdown import breakdown
-
     return next(r for r in breakdown(ep, model) if r["model"] == model)
 
 
