@@ -754,6 +754,12 @@ def gpu_bench(
     is_flag=True,
     help="Also measure the single-sentence and latency points on a server without Triton's latency summaries.",
 )
+@click.option(
+    "--quantiles-too",
+    default="",
+    help="Also measure those points on a server whose summaries keep these quantiles ('q:error,...', e.g. "
+    "tritonserver's own 0.5:0.05,0.9:0.01,0.95:0.001,0.99:0.001,0.999:0.001).",
+)
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
 def text_bench(
@@ -773,6 +779,7 @@ def text_bench(
     no_before,
     queue_delay_us,
     summaries_off_too,
+    quantiles_too,
     out,
 ):
     """A text model in-process and served (ids and raw text), over length distributions, in one run."""
@@ -796,6 +803,7 @@ def text_bench(
         before=not no_before,
         queue_delay_us=queue_delay_us,
         summaries_off=summaries_off_too,
+        quantiles_too=quantiles_too,
     )
     bench.run(settings, out)
     click.echo((out / "text_bench.md").read_text())

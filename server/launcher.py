@@ -24,7 +24,7 @@ from common.endpoints import (
     read_state,
     write_state,
 )
-from common.errors import ServerError
+from common.errors import ConfigError, ServerError
 from server.inprocess_build import build_inprocess, uses_inprocess
 from server.install import find_install, prepare_backends, server_environment
 from server.processes import is_tritonserver, regions_of, remember_regions, remove_regions, terminate_group
@@ -103,19 +103,46 @@ def server_command(settings: ServerSettings, binary: Path, backends: Path, key: 
         "--log-verbose=0",
         "--exit-timeout-secs=10",
         f"--metrics-config=summary_latencies={str(latency_summaries()).lower()}",
+        *([f"--metrics-config=summary_quantiles={latency_quantiles()}"] if latency_summaries() else []),
         *settings.extra_args,
     ]
 
 
 SUMMARIES_VARIABLE = "TRITON_LATENCY_SUMMARIES"
+QUANTILES_VARIABLE = "TRITON_LATENCY_QUANTILES"
+DEFAULT_QUANTILES = "0.5:0.05,0.9:0.01,0.99:0.001"  # p50, p90, p99; tritonserver 2.51 also keeps 0.95 and 0.999
 
 
 def latency_summaries() -> bool:
     """Whether tritonserver keeps p50/p90/p99 summaries per model (2.51 has summaries, not histograms): on unless
-    TRITON_LATENCY_SUMMARIES=0 (`make serve LATENCY_SUMMARIES=0`). They cost Triton about 50 us of one thread per
-    request (five quantile estimators updated under a lock), which caps single-sentence traffic near 17,000
-    requests/s per model on an H100 host (docs/benchmarks.md, "Text"); counters and the statistics API stay."""
+    TRITON_LATENCY_SUMMARIES=0 (`make serve LATENCY_SUMMARIES=0`). They cost a server thread per request: five
+    summaries updated under the model's statistics lock, each over five age buckets. Triton's five default
+    quantiles cost twice what our three do (latency_quantiles: 23 against 11 us a request on a 2-core host,
+    docs/benchmarks.md); counters and the statistics API stay either way."""
     return os.environ.get(SUMMARIES_VARIABLE, "1").strip() not in ("0", "false", "no", "off")
+
+
+def latency_quantiles() -> str:
+    """The quantiles the summaries keep, as tritonserver reads them ("q:error,q:error"), from
+    TRITON_LATENCY_QUANTILES (`make serve LATENCY_QUANTILES=...`). Checked here, because tritonserver logs a bad
+    pair and goes on without it: a typo would silently drop the p99 the alert rules read.
+
+    Raises:
+        ConfigError: a pair that is not two numbers strictly between 0 and 1.
+    """
+    text = os.environ.get(QUANTILES_VARIABLE, "").strip() or DEFAULT_QUANTILES
+    for pair in text.split(","):
+        quantile, _, error = pair.partition(":")
+        try:
+            ok = 0 < float(quantile) < 1 and 0 < float(error) < 1
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ConfigError(
+                f"{QUANTILES_VARIABLE}={text!r}: {pair!r} is not 'quantile:error' with both between 0 and 1; "
+                f"for example {DEFAULT_QUANTILES!r}"
+            )
+    return text
 
 
 def start(settings: ServerSettings) -> ServerState:

@@ -52,6 +52,7 @@ class TextBenchSettings:
     before: bool = True  # CPU: also serve the model as it was before ragged batching
     text: bool = True  # the rows served from raw text
     summaries_off: bool = False  # also: a second server without Triton's latency summaries, single-sentence points
+    quantiles_too: str = ""  # also: a server whose summaries keep these quantiles ("q:error,..."), same points
 
 
 def for_device(settings: TextBenchSettings, gpu: bool) -> TextBenchSettings:
@@ -672,31 +673,45 @@ def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
             lengths = workload.sample(settings.sentences)
             rows += served_rows(settings, ep, analyzer, models, lengths, workload.describe(), stats, out / "raw")
             _write(rows, out, settings, spec)  # as results come: a run cut short keeps what it measured
-    if settings.summaries_off:
-        rows += without_summaries(settings, repo, out, models, workloads, stats, analyzer)
+    for label, variable, value in other_summaries(settings):
+        rows += with_summaries(settings, repo, out, models, workloads, stats, analyzer, (label, variable, value))
         _write(rows, out, settings, spec)
     return rows
 
 
-def without_summaries(settings, repo: Path, out: Path, models: dict, workloads, stats, analyzer) -> list[TextRow]:
-    """The latency and single-sentence points again, on a server started without Triton's latency summaries
-    (TRITON_LATENCY_SUMMARIES=0): what they cost per request."""
-    from server.launcher import SUMMARIES_VARIABLE, running
+def other_summaries(settings) -> list[tuple[str, str, str]]:
+    """The servers measured again for what Triton's latency summaries cost: (note, variable, value) each."""
+    from server.launcher import QUANTILES_VARIABLE, SUMMARIES_VARIABLE
 
+    others = [("Triton's latency summaries off", SUMMARIES_VARIABLE, "0")] if settings.summaries_off else []
+    if settings.quantiles_too:
+        others.append(
+            (f"latency summaries of quantiles {settings.quantiles_too}", QUANTILES_VARIABLE, settings.quantiles_too)
+        )
+    return others
+
+
+def with_summaries(settings, repo: Path, out: Path, models: dict, workloads, stats, analyzer, setup) -> list[TextRow]:
+    """The latency and single-sentence points again, on a server started with other latency summaries (off, or
+    other quantiles): what they cost per request."""
+    from server.launcher import running
+
+    label, variable, value = setup
     engine_only = {"engine": models["engine"], "pipeline": models.get("pipeline")}
     single = dataclasses.replace(settings, concurrency=())
-    os.environ[SUMMARIES_VARIABLE] = "0"
+    os.environ[variable] = value
     try:
-        with running(repo, out / "state_nosummaries", startup_timeout=900) as state:
+        state_dir = out / f"state_summaries{len(list(out.glob('state_summaries*')))}"
+        with running(repo, state_dir, startup_timeout=900) as state:
             ep = state.endpoint("grpc", repo)
             rows = latency_rows(settings, state, repo, analyzer, engine_only, stats, out / "raw")
             for workload in workloads:
                 lengths = workload.sample(settings.sentences)
                 rows += served_rows(single, ep, analyzer, engine_only, lengths, workload.describe(), stats, out / "raw")
     finally:
-        os.environ.pop(SUMMARIES_VARIABLE, None)
+        os.environ.pop(variable, None)
     for row in rows:
-        row.note = f"Triton's latency summaries off; {row.note}"
+        row.note = f"{label}; {row.note}"
     return rows
 
 

@@ -6,7 +6,7 @@ import stat
 import pytest
 
 from common import endpoints
-from common.errors import ServerError
+from common.errors import ConfigError, ServerError
 from server import launcher
 from server.install import find_install
 
@@ -50,8 +50,19 @@ def test_latency_summaries_are_on_unless_turned_off(tmp_path, monkeypatch):
 
     monkeypatch.delenv(launcher.SUMMARIES_VARIABLE, raising=False)
     assert "--metrics-config=summary_latencies=true" in command()
+    assert f"--metrics-config=summary_quantiles={launcher.DEFAULT_QUANTILES}" in command()
+    monkeypatch.setenv(launcher.QUANTILES_VARIABLE, "0.99:0.001")
+    assert "--metrics-config=summary_quantiles=0.99:0.001" in command()
     monkeypatch.setenv(launcher.SUMMARIES_VARIABLE, "0")
     assert "--metrics-config=summary_latencies=false" in command()
+    assert not any("summary_quantiles" in word for word in command())
+
+
+@pytest.mark.parametrize("text", ["0.99", "0.99:0", "p99:0.001", "0.5:0.05,,0.99:0.001", "1:0.001"])
+def test_a_quantile_tritonserver_would_drop_is_refused(monkeypatch, text):
+    monkeypatch.setenv(launcher.QUANTILES_VARIABLE, text)
+    with pytest.raises(ConfigError, match="TRITON_LATENCY_QUANTILES.*quantile:error"):
+        launcher.latency_quantiles()
 
 
 def test_stop_without_a_server_says_so(tmp_path):

@@ -96,6 +96,18 @@ def test_text_bench_fills_its_sizes_for_the_host_and_keeps_what_was_given():
     )
 
 
+def test_text_bench_measures_each_other_summaries_setup_it_is_given():
+    from loadtest.benches.text_bench import TextBenchSettings, other_summaries
+    from server.launcher import QUANTILES_VARIABLE, SUMMARIES_VARIABLE
+
+    assert other_summaries(TextBenchSettings()) == []
+    both = other_summaries(TextBenchSettings(summaries_off=True, quantiles_too="0.99:0.001"))
+    assert [(variable, value) for _, variable, value in both] == [
+        (SUMMARIES_VARIABLE, "0"),
+        (QUANTILES_VARIABLE, "0.99:0.001"),
+    ]
+
+
 def test_locust_requests_follow_the_distribution_for_token_and_text_models_only():
     from clients.model_plan import ModelPlan, TensorPlan
 
