@@ -35,6 +35,7 @@ class RaggedPath:
 
     BACKLOG = 4  # answered batches whose requests may wait for their statistics and release
     SPLIT_AT = 8  # requests in a batch from which two threads send the answers
+    RELEASERS = 2  # statistics go one at a time (the model's statistics lock): a second thread releases meanwhile
 
     def __init__(self, instance, calls: bc.BatchCalls, api):
         self.instance, self.calls, self.api = instance, calls, api
@@ -51,8 +52,13 @@ class RaggedPath:
         self.helper = ThreadPoolExecutor(1, thread_name_prefix=f"{instance.name}-answers")
         # bounded: where statistics fall behind (they cap a model near 25,000 requests/s), answering waits for them
         self.releases: queue.Queue = queue.Queue(maxsize=self.BACKLOG)
-        self.releaser = threading.Thread(target=self._release_loop, name=f"{instance.name}-releases", daemon=True)
-        self.releaser.start()
+        self.release_ns = [np.zeros(4, np.uint64) for _ in range(self.RELEASERS)]  # each releaser's steps
+        self.releasers = [
+            threading.Thread(target=self._release_loop, args=(k,), name=f"{instance.name}-releases{k}", daemon=True)
+            for k in range(self.RELEASERS)
+        ]
+        for thread in self.releasers:
+            thread.start()
         self.outputs = instance.outputs
         self.contiguous = not any(self.runner.per_token)  # every output one row per row: answered natively
 
@@ -236,9 +242,12 @@ class RaggedPath:
         fields = [f.name for f in dataclasses.fields(bc.Answered)]  # astuple would deep-copy the arrays
         return bc.Answered(*(np.concatenate([getattr(mine, f), getattr(theirs, f)]) for f in fields))
 
-    def _release_loop(self) -> None:
+    def _release_loop(self, k: int) -> None:
         """Statistics and releases, off the answering thread: Triton's per-request statistics cost more than the
-        answer itself (its latency summaries), and the client has its response already."""
+        answer itself (its latency summaries), and the client has its response already. Two threads take
+        batches in turn: Triton reports one request's statistics at a time (a lock per model), and while one
+        thread waits for it the other releases its requests and reports its batch."""
+        spent = self.release_ns[k]
         while True:
             job = self.releases.get()
             if job is None:
@@ -246,16 +255,22 @@ class RaggedPath:
             handles, done, times, rows = job
             began = time.perf_counter()
             if handles is not None:
-                self.calls.release(self.instance.handle, handles, done, times, self.spent_ns)
-                for step, ns in zip(ANSWER_STEPS, self.spent_ns.tolist()):
-                    self.runner.timings[step] = ns / 1e9
+                self.calls.release(self.instance.handle, handles, done, times, spent)
+                self._note_steps()
             self.api.report_batch(self.instance.handle, rows, (*times, time.monotonic_ns()))
             self.runner.spent("release (backend)", time.perf_counter() - began)
 
+    def _note_steps(self) -> None:
+        released = sum(self.release_ns)  # a new array: each releaser adds to its own
+        for step, ns in zip(ANSWER_STEPS, [*self.spent_ns[:2].tolist(), *released[2:].tolist()]):
+            self.runner.timings[step] = ns / 1e9
+
     def close(self) -> None:
         self.helper.shutdown(wait=True)
-        self.releases.put(None)
-        self.releaser.join(timeout=30)
+        for _ in self.releasers:
+            self.releases.put(None)
+        for thread in self.releasers:
+            thread.join(timeout=30)
 
     def _deferred(self, done: bc.Answered, arrays, first_row, sizes) -> None:
         send_deferred(self.api, self.instance.name, done, arrays, first_row, sizes)
