@@ -20,6 +20,9 @@ from triton_models.inprocess_ragged import send_deferred
 
 def pad_together(results: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every request's (ids, mask) [rows, own width] as two arrays [all rows, widest] and each request's rows."""
+    if len(results) == 1:  # a lone request: its arrays as they are
+        ids, mask = results[0]
+        return np.ascontiguousarray(ids), np.ascontiguousarray(mask), np.array([ids.shape[0]], np.int64)
     rows = np.array([ids.shape[0] for ids, _ in results], np.int64)
     widest = max((ids.shape[1] for ids, _ in results), default=1)
     ids_all = np.zeros((int(rows.sum()), widest), np.int64)

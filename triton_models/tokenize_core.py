@@ -50,10 +50,14 @@ def encode(tokenizer: WordCache, per_request: list) -> list:
     for texts in per_request:
         mine = lengths[start : start + len(texts)]
         width, real = max(int(mine.max()), 1), int(mine.sum())
-        mask = (np.arange(width)[None, :] < mine[:, None]).astype(np.int64)
-        rows = np.zeros(mask.shape, np.int64)
-        rows[mask.astype(bool)] = flat[at : at + real]  # row-major: each text's ids, then zeros
-        out.append((rows, mask))
+        if len(texts) == 1:  # a lone text: its ids as they are (no padding to work out)
+            rows = flat[at : at + real].reshape(1, real)
+            out.append((rows, np.ones_like(rows)))
+        else:
+            mask = (np.arange(width)[None, :] < mine[:, None]).astype(np.int64)
+            rows = np.zeros(mask.shape, np.int64)
+            rows[mask.astype(bool)] = flat[at : at + real]  # row-major: each text's ids, then zeros
+            out.append((rows, mask))
         start, at = start + len(texts), at + real
     return out
 

@@ -71,6 +71,18 @@ def test_the_cache_gives_the_tokenizers_own_ids(tokenizer):
     assert len(cache.index) > 1
 
 
+def test_a_few_texts_read_word_by_word_give_the_same_ids_as_a_batch(tokenizer):
+    texts = hostile_texts(seed=3, count=120)
+    expected = [e.ids for e in tokenizer.encode_batch(texts)]
+    for max_words in (1 << 17, 12):  # roomy, and so small that the cache starts over for most texts
+        cache = WordCache(tokenizer, 32, max_words=max_words)
+        for start in range(0, len(texts), 3):  # three texts a call: the few-texts path, cold then warm
+            group = texts[start : start + 3]
+            assert cache.ids(group) == expected[start : start + 3]
+            assert cache.ids(group) == expected[start : start + 3]
+        assert cache.ids(texts) == expected  # the batch path after it
+
+
 def test_a_full_cache_starts_over_and_stays_exact(tokenizer):
     cache = WordCache(tokenizer, 32, max_words=10)
     for seed in range(3):
@@ -107,10 +119,11 @@ def test_random_printable_ascii_matches_at_both_truncations(tokenizer):
 
 def test_the_ids_cap_starts_the_cache_over_too(tokenizer):
     cache = WordCache(tokenizer, 32, max_ids=20)
-    texts = ["!" * 40 + " one", "two three"]  # a chunk of 40 ids (cut to 32) fills the pool past its cap
-    expected = [e.ids for e in tokenizer.encode_batch(texts)]
-    assert cache.ids(texts) == expected and len(cache.pool) > 20
+    texts = ["!" * 40 + " one"]  # a chunk of 40 ids (cut to 32) fills the pool past its cap
+    assert cache.ids(texts) == [tokenizer.encode(texts[0]).ids] and len(cache.pool) > 20
     assert cache.ids(["four five"]) == [tokenizer.encode("four five").ids] and len(cache.index) == 3
+    batch = ["!" * 40 + " one", *(f"word{n} two" for n in range(8))]  # the batch path: one batch learned together
+    assert cache.ids(batch) == [e.ids for e in tokenizer.encode_batch(batch)] and len(cache.pool) > 20
 
 
 def test_a_cased_tokenizer_keeps_case_and_still_reads_added_tokens_whole(tokenizer):
