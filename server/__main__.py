@@ -98,9 +98,10 @@ def start(
 ):
     """Start the server and return once every model is ready."""
     from common.endpoints import read_state
-    from server.launcher import ServerSettings, start
+    from server.launcher import ServerSettings, check_metrics_config, start
     from server.recording import record_settings
 
+    check_metrics_config()  # before anything starts: nothing to stop on a typo
     step(f"starting tritonserver on {repo} (http {http_port}, grpc {grpc_port}, metrics {metrics_port})")
     ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
     settings = ServerSettings(
@@ -217,8 +218,10 @@ def cluster(
 ):
     """Start REPLICAS supervised tritonservers behind Envoy; return once Envoy routes to every one."""
     from server.cluster import ClusterSettings, start_cluster
+    from server.launcher import check_metrics_config
     from server.recording import record_settings
 
+    check_metrics_config()
     settings = ClusterSettings(
         repo,
         replicas,

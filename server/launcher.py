@@ -122,6 +122,12 @@ def latency_summaries() -> bool:
     return os.environ.get(SUMMARIES_VARIABLE, "1").strip() not in ("0", "false", "no", "off")
 
 
+def check_metrics_config() -> None:
+    """Raises ConfigError where the environment asks tritonserver for metrics it would not keep."""
+    if latency_summaries():
+        latency_quantiles()
+
+
 def latency_quantiles() -> str:
     """The quantiles the summaries keep, as tritonserver reads them ("q:error,q:error"), from
     TRITON_LATENCY_QUANTILES (`make serve LATENCY_QUANTILES=...`). Checked here, because tritonserver logs a bad

@@ -63,6 +63,10 @@ def test_a_quantile_tritonserver_would_drop_is_refused(monkeypatch, text):
     monkeypatch.setenv(launcher.QUANTILES_VARIABLE, text)
     with pytest.raises(ConfigError, match="TRITON_LATENCY_QUANTILES.*quantile:error"):
         launcher.latency_quantiles()
+    with pytest.raises(ConfigError):
+        launcher.check_metrics_config()  # what `make serve` and `make cluster` call before they start anything
+    monkeypatch.setenv(launcher.SUMMARIES_VARIABLE, "0")
+    launcher.check_metrics_config()  # no summaries: their quantiles are not read
 
 
 def test_stop_without_a_server_says_so(tmp_path):
