@@ -117,8 +117,9 @@ def latency_summaries() -> bool:
     """Whether tritonserver keeps p50/p90/p99 summaries per model (2.51 has summaries, not histograms): on unless
     TRITON_LATENCY_SUMMARIES=0 (`make serve LATENCY_SUMMARIES=0`). They cost a server thread per request: five
     summaries updated under the model's statistics lock, each over five age buckets. Triton's five default
-    quantiles cost twice what our three do (latency_quantiles: 23 against 11 us a request on a 2-core host,
-    docs/benchmarks.md); counters and the statistics API stay either way."""
+    quantiles cost twice what our three do (latency_quantiles: 23 against 11 us a request on a 2-core host, 60
+    against 31 us at 20,000 requests/s: docs/cpu/latency_quantiles_2core.md); counters and the statistics API
+    stay either way."""
     return os.environ.get(SUMMARIES_VARIABLE, "1").strip() not in ("0", "false", "no", "off")
 
 
