@@ -107,6 +107,14 @@ def test_probes_gpu_and_the_admin_key_secret():
     assert f"{mounts['shim']}/libtriton_shim.so" == env["TRITON_SHIM"] and env["TRITON_SHIM"] in init["command"]
 
 
+def test_the_pods_keep_the_latency_quantiles_make_serve_keeps():
+    from server.launcher import DEFAULT_QUANTILES
+
+    wanted = f"--metrics-config=summary_quantiles={DEFAULT_QUANTILES}"
+    assert wanted in _container()["args"]
+    assert wanted in _docs("kserve/inferenceservice.yaml")[0]["spec"]["predictor"]["model"]["args"]
+
+
 def test_the_shim_configmap_is_what_the_repository_holds():
     from server.secret_args import kubernetes_configmap
 
