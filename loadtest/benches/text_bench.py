@@ -673,8 +673,8 @@ def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
             lengths = workload.sample(settings.sentences)
             rows += served_rows(settings, ep, analyzer, models, lengths, workload.describe(), stats, out / "raw")
             _write(rows, out, settings, spec)  # as results come: a run cut short keeps what it measured
-    for label, variable, value in other_summaries(settings):
-        rows += with_summaries(settings, repo, out, models, workloads, stats, analyzer, (label, variable, value))
+    for k, setup in enumerate(other_summaries(settings)):
+        rows += with_summaries(settings, repo, out / f"state_summaries{k}", models, workloads, stats, analyzer, setup)
         _write(rows, out, settings, spec)
     return rows
 
@@ -691,9 +691,11 @@ def other_summaries(settings) -> list[tuple[str, str, str]]:
     return others
 
 
-def with_summaries(settings, repo: Path, out: Path, models: dict, workloads, stats, analyzer, setup) -> list[TextRow]:
-    """The latency and single-sentence points again, on a server started with other latency summaries (off, or
-    other quantiles): what they cost per request."""
+def with_summaries(
+    settings, repo: Path, state_dir: Path, models: dict, workloads, stats, analyzer, setup
+) -> list[TextRow]:
+    """The latency and single-sentence points again, on a server (its state in state_dir) started with other latency
+    summaries (off, or other quantiles): what they cost per request."""
     from server.launcher import running
 
     label, variable, value = setup
@@ -701,13 +703,13 @@ def with_summaries(settings, repo: Path, out: Path, models: dict, workloads, sta
     single = dataclasses.replace(settings, concurrency=())
     os.environ[variable] = value
     try:
-        state_dir = out / f"state_summaries{len(list(out.glob('state_summaries*')))}"
         with running(repo, state_dir, startup_timeout=900) as state:
             ep = state.endpoint("grpc", repo)
-            rows = latency_rows(settings, state, repo, analyzer, engine_only, stats, out / "raw")
+            raw = state_dir.parent / "raw"
+            rows = latency_rows(settings, state, repo, analyzer, engine_only, stats, raw)
             for workload in workloads:
                 lengths = workload.sample(settings.sentences)
-                rows += served_rows(single, ep, analyzer, engine_only, lengths, workload.describe(), stats, out / "raw")
+                rows += served_rows(single, ep, analyzer, engine_only, lengths, workload.describe(), stats, raw)
     finally:
         os.environ.pop(variable, None)
     for row in rows:
