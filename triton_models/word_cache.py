@@ -91,7 +91,7 @@ class WordCache:
         joined, lowered = self._joined(texts)
         if self._exact(joined, lowered, len(texts)):
             if len(texts) <= self.FEW:
-                return self._few([t.lower() if self.lowercase else t for t in texts])
+                return self._few(lowered.split(SEPARATOR))  # each text as lowered once (no NUL in any: _exact)
             return self._cached(lowered, len(texts))
         exact = [self._exact(t, t.lower() if self.lowercase else t, 1) for t in texts]  # text by text
         out: list = [None] * len(texts)
