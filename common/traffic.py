@@ -3,7 +3,9 @@
 Each line is a RecordedRequest: when the request arrived (µs), which model and version, the protocol, each
 input's name, datatype and shape, the batch, the bytes, the status and the server's duration. Values are kept
 only where a recording asks for them (the request's body, base64, and for HTTP the length of its JSON
-header). Status is the HTTP status (http) or the gRPC status code (grpc, 0: OK), -1 where none was sent.
+header). The edge writes model, version, inputs and batch as one JSON text under "request" (one
+metadata key a request is cheaper for Envoy than four); lines with them as keys of their own read the same.
+Status is the HTTP status (http) or the gRPC status code (grpc, 0: OK), -1 where none was sent.
 Whatever captures the traffic (the edge, Triton's trace API) writes
 through RecordingWriter; replay and workload fitting read through read_recording. The folder is private
 (0700), each file 0600, and the total is capped: the oldest file goes first.
@@ -88,6 +90,8 @@ class RecordedRequest:
     @classmethod
     def from_line(cls, line: str) -> "RecordedRequest":
         data = json.loads(line)  # the edge's access log writes null where it has no value
+        if isinstance(data.get("request"), str):  # the edge's line: model, version, inputs, batch as JSON text
+            data = {**json.loads(data["request"]), **{k: v for k, v in data.items() if k != "request"}}
         inputs = tuple(RecordedInput(n, d, tuple(shape)) for n, d, shape in data.get("inputs") or ())
         return cls(
             int(data["t"]),

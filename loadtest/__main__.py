@@ -527,7 +527,9 @@ def record_bench(repo, models, protocols, concurrency, rounds, interval_ms, setu
     header = (
         f"Models {', '.join(names)}, perf_analyzer concurrency {concurrency}, {interval_ms} ms windows, "
         f"{rounds} rounds alternated; command: `python -m loadtest record-bench --repo {repo} --models "
-        f'"{models}" --rounds {rounds} --interval-ms {interval_ms}`. Host: {host_info()}'
+        f'"{models}" --protocols "{protocols}" --rounds {rounds} --interval-ms {interval_ms}'
+        + (f' --setups "{setups}"' if setups else "")
+        + f"`. Host: {host_info()}"
     )
     click.echo(bench.write(bench.compare(rows), rows, out, header))
     click.echo(f"report: {out}/record.md")

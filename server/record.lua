@@ -1,8 +1,9 @@
 -- Traffic recording (server/recording.py appends this file to the edge's Lua when a recording is on).
 --
--- What an inference request carried goes into Envoy's dynamic metadata under "traffic" (model, version,
--- each input's name, datatype and shape, the batch; the body only where values are recorded). Envoy's access
--- log writes it, with the arrival time, status, bytes and duration, as one JSON line per request.
+-- What an inference request carried goes into Envoy's dynamic metadata under "traffic": "request", JSON text of
+-- its model, version, each input's name, datatype and shape, and the batch; "values", the body, only where
+-- values are recorded. Envoy's access log writes it, with the arrival time, status, bytes and duration, as one
+-- JSON line per request (common/traffic.py reads it).
 -- HTTP: the edge's own reading, after its checks (edge.lua calls record_start and record_inputs).
 -- gRPC: ModelInfer's protobuf header is read here (grpc_on_request). Its raw tensor contents are skipped.
 -- Shapes only: the body streams through as it comes (bodyChunks: nothing is buffered, which would hold each
@@ -33,19 +34,45 @@ local function base64(bytes)
   return table.concat(out)
 end
 
-function record_start(handle, model, version)
-  local md = handle:streamInfo():dynamicMetadata()
-  md:set(TRAFFIC, "model", model)
-  md:set(TRAFFIC, "version", version or "")
+-- One key per request, "request": the line's model, version, inputs and batch as JSON text, written by one
+-- call (each key set is a call into Envoy, and a Lua table becomes a protobuf Struct: both cost, per request).
+local started = setmetatable({}, {__mode = "k"}) -- handle -> version, from record_start to record_inputs
+
+local function json_string(s)
+  -- s as a JSON string: quotes, backslashes and control bytes escaped; other bytes as they are
+  if s:find('[%c"\\]') then
+    s = s:gsub('[%c"\\]', function(c) return string.format("\\u%04x", c:byte()) end)
+  end
+  return '"' .. s .. '"'
 end
 
-function record_inputs(handle, model, inputs, body, header_length)
+local function dims_text(dims)
+  local out = {}
+  for i, d in ipairs(dims) do out[i] = string.format("%d", d) end
+  return table.concat(out, ",")
+end
+
+local function request_line(model, version, inputs, batch)
+  local parts = {}
+  for i, input in ipairs(inputs) do
+    parts[i] = "[" .. json_string(input[1]) .. "," .. json_string(input[2]) .. ",[" .. dims_text(input[3]) .. "]]"
+  end
+  return '{"model":' .. json_string(model) .. ',"version":' .. json_string(version or "") .. ',"inputs":['
+    .. table.concat(parts, ",") .. '],"batch":' .. string.format("%d", batch) .. "}"
+end
+
+function record_start(handle, model, version)
+  -- the model alone: a request refused later is still recorded, without its inputs
+  started[handle] = version or ""
+  handle:streamInfo():dynamicMetadata():set(TRAFFIC, "request", request_line(model, version, {}, 1))
+end
+
+function record_inputs(handle, model, inputs, body, header_length, version)
   -- inputs: {{name, datatype, {dims}}, ...}; body: the request as sent (kept only where values are recorded)
   local md = handle:streamInfo():dynamicMetadata()
   local known, batch = CONFIG.models[model], 1
   if known and known.max_batch_size > 0 and inputs[1] and #inputs[1][3] > 0 then batch = inputs[1][3][1] end
-  md:set(TRAFFIC, "inputs", inputs)
-  md:set(TRAFFIC, "batch", batch)
+  md:set(TRAFFIC, "request", request_line(model, version or started[handle], inputs, batch))
   if CONFIG.record_values and body and #body <= CONFIG.record_value_bytes then
     md:set(TRAFFIC, "values", {body = base64(body), header_length = header_length or 0})
   end
@@ -131,7 +158,7 @@ local function read_infer(message, cut)
       inputs[#inputs + 1] = read_tensor(message, a, b)
     end
   end, cut)
-  if stopped_at and stopped_at < 6 then error("the inputs run past the bytes read") end
+  if stopped_at and stopped_at < 6 then return nil end -- the inputs run past the bytes read
   return model, version, inputs
 end
 
@@ -145,10 +172,12 @@ local function frame_length(bytes)
 end
 
 local function record_message(handle, message, cut)
+  -- false: the header runs past the bytes in message (cut), read more
   local model, version, inputs = read_infer(message, cut)
-  if not model or model == "" then return end
-  record_start(handle, model, version)
-  record_inputs(handle, model, inputs, not cut and message or nil, 0)
+  if model == nil and cut then return false end
+  if not model or model == "" then return true end
+  record_inputs(handle, model, inputs, not cut and message or nil, 0, version)
+  return true
 end
 
 local function record_grpc(handle)
@@ -160,23 +189,32 @@ local function record_grpc(handle)
   record_message(handle, bytes:sub(6), false)
 end
 
+local HEAD_FIRST = 512 -- a message's header is tried from its first bytes, before record_head_bytes
+
 local function record_grpc_streaming(handle)
-  -- shapes: the first record_head_bytes of the message, chunk by chunk as they pass
+  -- shapes: the message's first bytes as they pass, HEAD_FIRST and, where its header runs longer, up to
+  -- record_head_bytes; a copy of those bytes only, never of the tensor contents behind them
   local parts, have, want = {}, 0, nil
+  local limit = 5 + math.min(HEAD_FIRST, CONFIG.record_head_bytes)
   for chunk in handle:bodyChunks() do
-    local take = math.min(chunk:length(), 5 + CONFIG.record_head_bytes - have)
-    if take > 0 then
-      parts[#parts + 1] = chunk:getBytes(0, take)
-      have = have + take
-    end
-    if have >= 5 and not want then
-      want = frame_length(table.concat(parts))
-      if not want then return end
-    end
-    if want and have >= math.min(5 + want, 5 + CONFIG.record_head_bytes) then
-      local head = table.concat(parts):sub(6)
-      pcall(record_message, handle, head, #head < want)
-      return
+    local length, used = chunk:length(), 0
+    while true do
+      local take = math.min(length - used, limit - have)
+      if take > 0 then
+        parts[#parts + 1] = chunk:getBytes(used, take)
+        used, have = used + take, have + take
+      end
+      local bytes = #parts == 1 and parts[1] or table.concat(parts)
+      parts = {bytes}
+      if not want and have >= 5 then
+        want = frame_length(bytes)
+        if not want then return end -- compressed: not read
+      end
+      if not want or have < math.min(5 + want, limit) then break end -- the next chunk
+      local head = bytes:sub(6, 5 + want)
+      local ok, done = pcall(record_message, handle, head, #head < want)
+      if not ok or done or limit >= 5 + CONFIG.record_head_bytes then return end
+      limit = 5 + CONFIG.record_head_bytes
     end
   end
 end

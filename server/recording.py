@@ -88,17 +88,14 @@ def access_log(settings: RecordSettings, protocol: str) -> dict:
     status = "%RESPONSE_CODE%" if protocol == "http" else "%GRPC_STATUS_NUMBER%"
     line = {
         "t": "%START_TIME(%s%6f)%",
-        "model": "%DYNAMIC_METADATA(traffic:model)%",
-        "version": "%DYNAMIC_METADATA(traffic:version)%",
         "protocol": protocol,
-        "inputs": "%DYNAMIC_METADATA(traffic:inputs)%",
-        "batch": "%DYNAMIC_METADATA(traffic:batch)%",
+        "request": "%DYNAMIC_METADATA(traffic:request)%",
         "bytes": "%BYTES_RECEIVED%",
         "status": status,
         "duration_us": "%COMMON_DURATION(DS_RX_BEG:DS_TX_END:us)%",
         "values": "%DYNAMIC_METADATA(traffic:values)%",
     }
-    named = {"filter": "traffic", "path": [{"key": "model"}], "value": {"present_match": True}}
+    named = {"filter": "traffic", "path": [{"key": "request"}], "value": {"present_match": True}}
     return {
         "name": "envoy.access_loggers.file",
         "filter": {"metadata_filter": {"matcher": named, "match_if_key_not_found": False}},

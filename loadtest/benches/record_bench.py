@@ -6,7 +6,9 @@ round (off, on, values, `make serve`'s default, then again) so that a host's dri
 - "edge, recording": the same, RECORD=1 (shapes);
 - "edge, recording values": RECORD=values (each body, base64);
 - "make serve default": HTTP through the edge, gRPC straight to the server (what RECORD=1 changes for gRPC).
-Each figure is the median of the rounds; the ratio compares it with the baseline's median.
+Each figure is the median of the rounds; the ratio compares it with the baseline's median. The paired ratio
+is the median over rounds of each round's figure against the baseline's in the same round: a host whose speed
+drifts between rounds moves both sides of a pair alike.
 """
 
 from __future__ import annotations
@@ -103,16 +105,19 @@ def compare(rows: list[dict]) -> list[dict]:
     table = []
     for model, protocol in sorted({(r["model"], r["protocol"]) for r in rows}):
         medians = {}
+        mine = [r for r in rows if r["protocol"] == protocol and r["model"] == model]
+        base_by_round = {r.get("round"): r["throughput"] for r in mine if r["setup"] == BASELINE}
         for setup in dict.fromkeys(r["setup"] for r in rows):
-            points = [r for r in rows if r["protocol"] == protocol and r["setup"] == setup and r["model"] == model]
+            points = [r for r in mine if r["setup"] == setup]
             if points:
                 medians[setup] = (
                     statistics.median(p["throughput"] for p in points),
                     statistics.median(p["p50_ms"] for p in points),
                     [round(p["throughput"]) for p in points],
+                    _paired(points, base_by_round),
                 )
         base = medians.get(BASELINE, (0.0,))[0]
-        for setup, (throughput, p50, each) in medians.items():
+        for setup, (throughput, p50, each, paired) in medians.items():
             ratio = round(throughput / base, 3) if base else None
             table.append(
                 {
@@ -121,11 +126,20 @@ def compare(rows: list[dict]) -> list[dict]:
                     "setup": setup,
                     "infer_s": round(throughput, 1),
                     "ratio": ratio,
+                    "paired_ratio": paired,
                     "p50_ms": p50,
                     "rounds": " ".join(f"{t:,}" for t in each),
                 }
             )
     return table
+
+
+def _paired(points: list[dict], base_by_round: dict):
+    """The median over rounds of throughput / the baseline's throughput in the same round; None without pairs."""
+    ratios = [
+        p["throughput"] / base_by_round[p.get("round")] for p in points if base_by_round.get(p.get("round"))
+    ]
+    return round(statistics.median(ratios), 3) if ratios else None
 
 
 def write(table: list[dict], rows: list[dict], out: Path, header: str) -> str:
@@ -137,12 +151,14 @@ def write(table: list[dict], rows: list[dict], out: Path, header: str) -> str:
             writer.writeheader()
             writer.writerows(data)
     lines = [
-        "| model | protocol | setup | infer/s (median) | ratio to the edge | p50 ms | each round (infer/s) |",
-        "|---|---|---|---:|---:|---:|---|",
+        "| model | protocol | setup | infer/s (median) | ratio to the edge | paired ratio (median of rounds) "
+        "| p50 ms | each round (infer/s) |",
+        "|---|---|---|---:|---:|---:|---:|---|",
     ]
     lines += [
         f"| {t['model']} | {t['protocol']} | {t['setup']} | {t['infer_s']:,.1f} | "
-        f"{t['ratio'] if t['ratio'] is not None else '—'} | {t['p50_ms']:.3f} | {t['rounds']} |"
+        f"{t['ratio'] if t['ratio'] is not None else '—'} | "
+        f"{t['paired_ratio'] if t['paired_ratio'] is not None else '—'} | {t['p50_ms']:.3f} | {t['rounds']} |"
         for t in table
     ]
     text = "\n".join(lines)

@@ -115,20 +115,25 @@ def test_the_recording_is_private(recorded):
 
 @pytest.fixture(scope="module")
 def shapes_recorded(digits_build, tmp_path_factory):
-    """A server recording shapes only, reading each gRPC message's first 300 bytes: a small request whole, a
-    batch of 16 (4 KiB of raw contents) from its head, and one whose typed contents run past the head."""
+    """A server recording shapes only, reading each gRPC message's first 2,000 bytes: a small request whole, a
+    batch of 16 (4 KiB of raw contents) from its head, one whose header runs past the first 512 bytes read,
+    one with quotes, a backslash and a control byte in its input's name (the server refuses it), and one whose
+    typed contents run past the head."""
     from dataclasses import replace
 
     spec, built, _ = digits_build
     root = tmp_path_factory.mktemp("shapes")
     build_model(BuildRequest(spec, "embedded", root / "repo", root / "work"), built)
     settings = behind_edge(root / "repo", root / "state")
-    settings = replace(settings, record=replace(record_settings("1", root / "state"), head_bytes=300))
+    settings = replace(settings, record=replace(record_settings("1", root / "state"), head_bytes=2000))
     start_cluster(settings)
     try:
         state = endpoints.read_state(settings.state_dir)
         ep = endpoint_of(state, settings.repo, "grpc")
         answers = [infer(ep, "digits_cnn", {"input": np.zeros((n, 1, 8, 8), np.float32)}) for n in (1, 16)]
+        answers.append(_raw_call(state.grpc_url, _long_header()))
+        with pytest.raises(Exception, match="input"):
+            _raw_call(state.grpc_url, _odd_name())
         answers.append(_typed_contents(state.grpc_url))
         _stream_once(state.grpc_url)
     finally:
@@ -136,25 +141,52 @@ def shapes_recorded(digits_build, tmp_path_factory):
     return answers, sorted(read_recording(settings.record.folder), key=lambda r: r.arrival_us)
 
 
-def _typed_contents(url: str):
-    """Inputs as typed contents (fp32_contents, 1 KiB), past the 300 bytes read: answered, not recorded."""
+def _raw_call(url: str, message):
     import grpc
     from tritonclient.grpc import service_pb2
 
-    message = service_pb2.ModelInferRequest(model_name="digits_cnn")
-    tensor = message.inputs.add(name="input", datatype="FP32", shape=[4, 1, 8, 8])
-    tensor.contents.fp32_contents.extend([0.0] * 256)
     with grpc.insecure_channel(url) as channel:
         call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
         return service_pb2.ModelInferResponse.FromString(call(message.SerializeToString(), timeout=30))
 
 
+def _message(name: str, batch: int):
+    from tritonclient.grpc import service_pb2
+
+    message = service_pb2.ModelInferRequest(model_name="digits_cnn")
+    message.inputs.add(name=name, datatype="FP32", shape=[batch, 1, 8, 8])
+    return message
+
+
+def _long_header():
+    """A request parameter of 1,000 bytes ahead of the inputs, raw contents behind them."""
+    message = _message("input", 2)
+    message.parameters["note"].string_param = "n" * 1000
+    message.raw_input_contents.append(np.zeros((2, 1, 8, 8), np.float32).tobytes())
+    return message
+
+
+def _odd_name():
+    message = _message('in"p\\ut\x01', 1)
+    message.raw_input_contents.append(np.zeros((1, 1, 8, 8), np.float32).tobytes())
+    return message
+
+
+def _typed_contents(url: str):
+    """Inputs as typed contents (fp32_contents, 4 KiB), past the 2,000 bytes read: answered, not recorded."""
+    message = _message("input", 16)
+    message.inputs[0].contents.fp32_contents.extend([0.0] * 1024)
+    return _raw_call(url, message)
+
+
 def test_shapes_only_grpc_is_read_from_the_head_as_it_streams(shapes_recorded):
     answers, lines = shapes_recorded
-    shapes = [list(a.outputs["logits"].shape) for a in answers[:2]] + [list(answers[2].outputs[0].shape)]
-    assert shapes == [[1, 10], [16, 10], [4, 10]]
-    assert [(r.protocol, r.status, r.batch, r.signature()) for r in lines] == [
-        ("grpc", 0, 1, (("input", "FP32", (1, 1, 8, 8)),)),
-        ("grpc", 0, 16, (("input", "FP32", (16, 1, 8, 8)),)),
+    shapes = [list(a.outputs["logits"].shape) for a in answers[:2]] + [list(a.outputs[0].shape) for a in answers[2:]]
+    assert shapes == [[1, 10], [16, 10], [2, 10], [16, 10]]
+    assert [(r.protocol, r.status == 0, r.batch, r.signature()) for r in lines] == [
+        ("grpc", True, 1, (("input", "FP32", (1, 1, 8, 8)),)),
+        ("grpc", True, 16, (("input", "FP32", (16, 1, 8, 8)),)),
+        ("grpc", True, 2, (("input", "FP32", (2, 1, 8, 8)),)),
+        ("grpc", False, 1, (('in"p\\ut\x01', "FP32", (1, 1, 8, 8)),)),
     ], "typed contents past the head and the stream pass unrecorded"
     assert all(r.values is None for r in lines) and lines[1].bytes > 16 * 256

@@ -98,6 +98,16 @@ def test_an_access_log_line_reads_as_a_recorded_request():
     assert refused.inputs == () and refused.batch == 1 and refused.status == -1
 
 
+def test_the_edge_line_with_its_request_as_json_text_reads_the_same():
+    request = {"model": "digits_cnn", "version": "", "inputs": [["in\"put\\x", "FP32", [2, 1, 8, 8]]], "batch": 2}
+    line = {"t": 5, "protocol": "grpc", "request": json.dumps(request), "bytes": 9, "status": 0, "values": None}
+    read = RecordedRequest.from_line(json.dumps(line))
+    assert (read.model, read.batch, read.bytes) == ("digits_cnn", 2, 9)
+    assert read.inputs[0].name == "in\"put\\x" and read.inputs[0].shape == (2, 1, 8, 8)
+    refused = {"model": "m", "version": "", "inputs": [], "batch": 1}
+    assert RecordedRequest.from_line(json.dumps({**line, "request": json.dumps(refused)})).inputs == ()
+
+
 def test_rotation_past_the_size_renames_reopens_and_keeps_the_newest(tmp_path):
     settings = RecordSettings(tmp_path / "traffic", max_file_mb=1 / 1024, max_files=2)  # 1 KiB
     settings.folder.mkdir()
@@ -117,12 +127,13 @@ def test_the_overhead_table_compares_medians_with_the_edge_per_model_and_protoco
     from loadtest.benches.record_bench import compare
 
     rows = [
-        {"model": "m", "protocol": "http", "setup": setup, "throughput": t, "p50_ms": 1.0}
+        {"model": "m", "protocol": "http", "setup": setup, "throughput": t, "p50_ms": 1.0, "round": i}
         for setup, values in (("edge", (100, 90, 110)), ("edge, recording", (95, 99, 60)))
-        for t in values
+        for i, t in enumerate(values, 1)
     ]
     table = {(t["setup"]): t for t in compare(rows)}
     assert table["edge"]["ratio"] == 1.0 and table["edge, recording"]["ratio"] == 0.95
+    assert table["edge, recording"]["paired_ratio"] == 0.95  # median of 0.95, 1.1, 0.545
     assert table["edge, recording"]["rounds"] == "95 99 60" and table["edge"]["model"] == "m"
 
 
