@@ -136,9 +136,7 @@ def compare(rows: list[dict]) -> list[dict]:
 
 def _paired(points: list[dict], base_by_round: dict):
     """The median over rounds of throughput / the baseline's throughput in the same round; None without pairs."""
-    ratios = [
-        p["throughput"] / base_by_round[p.get("round")] for p in points if base_by_round.get(p.get("round"))
-    ]
+    ratios = [p["throughput"] / base_by_round[p.get("round")] for p in points if base_by_round.get(p.get("round"))]
     return round(statistics.median(ratios), 3) if ratios else None
 
 

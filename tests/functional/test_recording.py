@@ -117,7 +117,8 @@ def test_the_recording_is_private(recorded):
 def shapes_recorded(digits_build, tmp_path_factory):
     """A server recording shapes only, reading each gRPC message's first 2,000 bytes: a small request whole, a
     batch of 16 (4 KiB of raw contents) from its head, one whose header runs past the first 512 bytes read,
-    one with quotes, a backslash and a control byte in its input's name (the server refuses it), and one whose
+    one with quotes, a backslash and a control byte in its input's name (the server refuses it), one whose name
+    is not UTF-8 (the server cannot parse it), and one whose
     typed contents run past the head."""
     from dataclasses import replace
 
@@ -134,6 +135,8 @@ def shapes_recorded(digits_build, tmp_path_factory):
         answers.append(_raw_call(state.grpc_url, _long_header()))
         with pytest.raises(Exception, match="input"):
             _raw_call(state.grpc_url, _odd_name())
+        with pytest.raises(Exception, match="parse"):  # not UTF-8: the server cannot read it
+            _raw_call(state.grpc_url, _odd_name("PLACEHOLDER"), replace=(b"PLACEHOLDER", b"in\xffput!!!!!"))
         answers.append(_typed_contents(state.grpc_url))
         _stream_once(state.grpc_url)
     finally:
@@ -141,13 +144,15 @@ def shapes_recorded(digits_build, tmp_path_factory):
     return answers, sorted(read_recording(settings.record.folder), key=lambda r: r.arrival_us)
 
 
-def _raw_call(url: str, message):
+def _raw_call(url: str, message, replace=(b"", b"")):
+    """message sent as its bytes, replace[0] in them swapped for replace[1] (same length)."""
     import grpc
     from tritonclient.grpc import service_pb2
 
     with grpc.insecure_channel(url) as channel:
         call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
-        return service_pb2.ModelInferResponse.FromString(call(message.SerializeToString(), timeout=30))
+        body = message.SerializeToString().replace(*replace) if replace[0] else message.SerializeToString()
+        return service_pb2.ModelInferResponse.FromString(call(body, timeout=30))
 
 
 def _message(name: str, batch: int):
@@ -166,8 +171,8 @@ def _long_header():
     return message
 
 
-def _odd_name():
-    message = _message('in"p\\ut\x01', 1)
+def _odd_name(name='in"p\\ut\x01'):
+    message = _message(name, 1)
     message.raw_input_contents.append(np.zeros((1, 1, 8, 8), np.float32).tobytes())
     return message
 
@@ -188,5 +193,6 @@ def test_shapes_only_grpc_is_read_from_the_head_as_it_streams(shapes_recorded):
         ("grpc", True, 16, (("input", "FP32", (16, 1, 8, 8)),)),
         ("grpc", True, 2, (("input", "FP32", (2, 1, 8, 8)),)),
         ("grpc", False, 1, (('in"p\\ut\x01', "FP32", (1, 1, 8, 8)),)),
+        ("grpc", False, 1, (("in\xffput!!!!!", "FP32", (1, 1, 8, 8)),)),  # Envoy writes it escaped, each byte a char
     ], "typed contents past the head and the stream pass unrecorded"
     assert all(r.values is None for r in lines) and lines[1].bytes > 16 * 256

@@ -99,11 +99,11 @@ def test_an_access_log_line_reads_as_a_recorded_request():
 
 
 def test_the_edge_line_with_its_request_as_json_text_reads_the_same():
-    request = {"model": "digits_cnn", "version": "", "inputs": [["in\"put\\x", "FP32", [2, 1, 8, 8]]], "batch": 2}
+    request = {"model": "digits_cnn", "version": "", "inputs": [['in"put\\x', "FP32", [2, 1, 8, 8]]], "batch": 2}
     line = {"t": 5, "protocol": "grpc", "request": json.dumps(request), "bytes": 9, "status": 0, "values": None}
     read = RecordedRequest.from_line(json.dumps(line))
     assert (read.model, read.batch, read.bytes) == ("digits_cnn", 2, 9)
-    assert read.inputs[0].name == "in\"put\\x" and read.inputs[0].shape == (2, 1, 8, 8)
+    assert read.inputs[0].name == 'in"put\\x' and read.inputs[0].shape == (2, 1, 8, 8)
     refused = {"model": "m", "version": "", "inputs": [], "batch": 1}
     assert RecordedRequest.from_line(json.dumps({**line, "request": json.dumps(refused)})).inputs == ()
 
