@@ -9,11 +9,17 @@ round (off, on, values, `make serve`'s default, then again) so that a host's dri
 Each figure is the median of the rounds; the ratio compares it with the baseline's median. The paired ratio
 is the median over rounds of each round's figure against the baseline's in the same round: a host whose speed
 drifts between rounds moves both sides of a pair alike.
+CPU a request: over each point, Envoy's own CPU time (its process) and the host's busy time (all processes,
+perf_analyzer included; stolen time not), divided by the requests the server counted. At concurrency 4 a small
+model keeps a 2-core host busy, so throughput follows the host's CPU a request; Envoy's figure moves far less
+from round to round than throughput does, which makes the recording's own cost readable where throughput
+ratios are not.
 """
 
 from __future__ import annotations
 
 import csv
+import os
 import statistics
 from pathlib import Path
 
@@ -93,11 +99,67 @@ def measure(repo: Path, models, setups, protocols, concurrency: int, rounds: int
                         out=work,
                     )
                     sweep = model_sweep(request, ep, served_spec(repo, model), model, {})
+                    before = _cpu_reading(ep, model, state_dir)
                     found = run_sweep(sweep, ep, analyzer, work) if sweep else []
-                    rows += [{**row, "setup": setup, "round": round_} for row in found]
+                    cpu = _cpu_per_request(before, _cpu_reading(ep, model, state_dir))
+                    rows += [{**row, **cpu, "setup": setup, "round": round_} for row in found]
             finally:
                 stop_cluster(state_dir)
     return rows
+
+
+def _cpu_reading(ep, model: str, state_dir: Path) -> tuple[float, float, int]:
+    """(Envoy's CPU seconds, the host's busy seconds, requests the server has answered for model) now."""
+    from clients.admin import inference_statistics
+
+    with ep.client() as client:
+        stats = inference_statistics(ep, client, model)
+    served = sum(int(m.get("inference_stats", {}).get("success", {}).get("count", 0)) for m in stats)
+    return _process_seconds(_envoy_pid(state_dir)), _host_busy_seconds(), served
+
+
+def _cpu_per_request(before: tuple, after: tuple) -> dict:
+    """µs of Envoy's CPU and of the host's a request between two readings (None where unreadable)."""
+    requests = after[2] - before[2]
+    if requests <= 0:
+        return {"envoy_cpu_us": None, "host_cpu_us": None}
+    envoy = (after[0] - before[0]) / requests * 1e6 if before[0] is not None and after[0] is not None else None
+    return {"envoy_cpu_us": envoy, "host_cpu_us": (after[1] - before[1]) / requests * 1e6}
+
+
+def _envoy_pid(state_dir: Path) -> int | None:
+    """Envoy's pid: the child of its keeper (cluster.json's envoy_pid)."""
+    from server.cluster import read_cluster
+
+    keeper = read_cluster(state_dir).envoy_pid
+    try:
+        children = Path(f"/proc/{keeper}/task/{keeper}/children").read_text().split()
+    except OSError:
+        return None
+    return int(children[0]) if keeper and children else None
+
+
+def _process_seconds(pid: int | None) -> float | None:
+    """User + system CPU seconds of a process (None: gone or unknown)."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _host_busy_seconds() -> float:
+    """The host's CPU seconds not idle, not waiting on I/O and not stolen, all cores together."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle, iowait, steal = fields[3], fields[4], fields[7] if len(fields) > 7 else 0
+    return (sum(fields[:8]) - idle - iowait - steal) / os.sysconf("SC_CLK_TCK")
+
+
+def _median_of(points: list[dict], key: str):
+    values = [p[key] for p in points if p.get(key) is not None]
+    return round(statistics.median(values), 1) if values else None
 
 
 def compare(rows: list[dict]) -> list[dict]:
@@ -115,9 +177,11 @@ def compare(rows: list[dict]) -> list[dict]:
                     statistics.median(p["p50_ms"] for p in points),
                     [round(p["throughput"]) for p in points],
                     _paired(points, base_by_round),
+                    _median_of(points, "envoy_cpu_us"),
+                    _median_of(points, "host_cpu_us"),
                 )
         base = medians.get(BASELINE, (0.0,))[0]
-        for setup, (throughput, p50, each, paired) in medians.items():
+        for setup, (throughput, p50, each, paired, envoy_us, host_us) in medians.items():
             ratio = round(throughput / base, 3) if base else None
             table.append(
                 {
@@ -127,6 +191,8 @@ def compare(rows: list[dict]) -> list[dict]:
                     "infer_s": round(throughput, 1),
                     "ratio": ratio,
                     "paired_ratio": paired,
+                    "envoy_cpu_us": envoy_us,
+                    "host_cpu_us": host_us,
                     "p50_ms": p50,
                     "rounds": " ".join(f"{t:,}" for t in each),
                 }
@@ -150,13 +216,14 @@ def write(table: list[dict], rows: list[dict], out: Path, header: str) -> str:
             writer.writerows(data)
     lines = [
         "| model | protocol | setup | infer/s (median) | ratio to the edge | paired ratio (median of rounds) "
-        "| p50 ms | each round (infer/s) |",
-        "|---|---|---|---:|---:|---:|---:|---|",
+        "| Envoy CPU µs a request | host CPU µs a request | p50 ms | each round (infer/s) |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     lines += [
         f"| {t['model']} | {t['protocol']} | {t['setup']} | {t['infer_s']:,.1f} | "
         f"{t['ratio'] if t['ratio'] is not None else '—'} | "
-        f"{t['paired_ratio'] if t['paired_ratio'] is not None else '—'} | {t['p50_ms']:.3f} | {t['rounds']} |"
+        f"{_or_dash(t['paired_ratio'])} | {_or_dash(t['envoy_cpu_us'])} | {_or_dash(t['host_cpu_us'])} | "
+        f"{t['p50_ms']:.3f} | {t['rounds']} |"
         for t in table
     ]
     text = "\n".join(lines)
@@ -165,6 +232,10 @@ def write(table: list[dict], rows: list[dict], out: Path, header: str) -> str:
     )
     _plot(table, out / "record.png")
     return text
+
+
+def _or_dash(value) -> str:
+    return "—" if value is None else f"{value:,}"
 
 
 def _plot(table: list[dict], path: Path) -> Path:

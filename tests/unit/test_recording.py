@@ -146,3 +146,27 @@ def test_the_overhead_bench_runs_chosen_setups_beside_its_baseline():
     assert chosen_setups("3 1") == (SETUPS[0], SETUPS[2])
     with pytest.raises(MeasurementError, match="1 edge; 2 edge, recording"):
         chosen_setups("5")
+
+
+def test_the_overhead_bench_gives_cpu_a_request_from_two_readings():
+    from loadtest.benches.record_bench import _cpu_per_request, _host_busy_seconds, compare
+
+    assert _cpu_per_request((1.0, 10.0, 100), (1.5, 12.0, 1100)) == {"envoy_cpu_us": 500.0, "host_cpu_us": 2000.0}
+    assert _cpu_per_request((None, 10.0, 100), (None, 11.0, 200))["envoy_cpu_us"] is None  # no Envoy: no figure
+    assert _cpu_per_request((1.0, 10.0, 100), (1.0, 10.0, 100)) == {"envoy_cpu_us": None, "host_cpu_us": None}
+    first = _host_busy_seconds()
+    assert 0 < first <= _host_busy_seconds()
+    rows = [
+        {
+            "model": "m",
+            "protocol": "grpc",
+            "setup": "edge",
+            "throughput": 10,
+            "p50_ms": 1,
+            "round": i,
+            "envoy_cpu_us": us,
+            "host_cpu_us": 900.0,
+        }
+        for i, us in enumerate((140.0, 150.0, None), 1)
+    ]
+    assert compare(rows)[0]["envoy_cpu_us"] == 145.0 and compare(rows)[0]["host_cpu_us"] == 900.0
