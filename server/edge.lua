@@ -572,6 +572,7 @@ function envoy_on_request(handle)
     local err = status
     status, why = 400, type(err) == "table" and err.why or tostring(err)
   end
+  if CONFIG.record then record_end(handle) end
   if status then refuse(handle, status, why) end
 end
 
