@@ -7,8 +7,9 @@
 -- HTTP: the edge's own reading, after its checks (edge.lua calls record_start, record_inputs and record_end).
 -- gRPC: ModelInfer's protobuf header is read here (grpc_on_request). Its raw tensor contents are skipped.
 -- Shapes only: the body streams through as it comes (bodyChunks: nothing is buffered, which would hold each
--- request back until its last byte). The reading stops at the first field that runs past the first
--- record_head_bytes. That is fine at outputs (6) or the raw tensor contents (7): every protobuf serializer writes
+-- request back until its last byte). It copies the message's first 512 bytes (HEAD_FIRST) and reads on, up to
+-- record_head_bytes, only where the inputs run past them. The reading stops at the first field that runs past
+-- the bytes copied. That is fine at outputs (6) or the raw tensor contents (7): every protobuf serializer writes
 -- fields in number order, so the inputs are read. Earlier, the message goes on unrecorded. A message that puts
 -- a field after its raw contents (no serializer does) is recorded as far as read.
 -- Values: the whole body is buffered (it is what is kept).
