@@ -227,8 +227,13 @@ def write(table: list[dict], rows: list[dict], out: Path, header: str) -> str:
         for t in table
     ]
     text = "\n".join(lines)
+    notes = (
+        "Envoy CPU: its process over each point, per request the server answered; under `make serve default` "
+        "gRPC goes straight to the server, so Envoy does no work for it there. Host CPU: every process, "
+        "perf_analyzer included."
+    )
     (out / "record.md").write_text(
-        f"# What recording the traffic costs\n\n{header}\n\n{text}\n\n![throughput](record.png)\n"
+        f"# What recording the traffic costs\n\n{header}\n\n{text}\n\n{notes}\n\n![throughput](record.png)\n"
     )
     _plot(table, out / "record.png")
     return text
