@@ -159,6 +159,7 @@ end
 
 local function read_infer(message, cut)
   -- cut: message holds only the first bytes; the inputs must all be read before the field that runs past them
+  -- (false where they are not: more bytes are needed)
   local model, version, inputs = nil, "", {}
   local stopped_at = each_field(message, 1, #message, function(number, wire, a, b)
     if number == 1 and wire == 2 then model = text(message, a, b)
@@ -168,7 +169,7 @@ local function read_infer(message, cut)
       inputs[#inputs + 1] = read_tensor(message, a, b)
     end
   end, cut)
-  if stopped_at and stopped_at < 6 then return nil end -- the inputs run past the bytes read
+  if stopped_at and stopped_at < 6 then return false end -- the inputs run past the bytes read: read more
   return model, version, inputs
 end
 
@@ -184,7 +185,7 @@ end
 local function record_message(handle, message, cut)
   -- false: the header runs past the bytes in message (cut), read more
   local model, version, inputs = read_infer(message, cut)
-  if model == nil and cut then return false end
+  if model == false then return false end
   if not model or model == "" then return true end
   record_inputs(handle, model, inputs, not cut and message or nil, 0, version)
   return true

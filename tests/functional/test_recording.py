@@ -118,8 +118,7 @@ def shapes_recorded(digits_build, tmp_path_factory):
     """A server recording shapes only, reading each gRPC message's first 2,000 bytes: a small request whole, a
     batch of 16 (4 KiB of raw contents) from its head, one whose header runs past the first 512 bytes read,
     one with quotes, a backslash and a control byte in its input's name (the server refuses it), one whose name
-    is not UTF-8 (the server cannot parse it), and one whose
-    typed contents run past the head."""
+    is not UTF-8 (the server cannot parse it), and one whose typed contents run past the head."""
     from dataclasses import replace
 
     spec, built, _ = digits_build
@@ -151,8 +150,9 @@ def _raw_call(url: str, message, replace=(b"", b"")):
 
     with grpc.insecure_channel(url) as channel:
         call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
-        body = message.SerializeToString().replace(*replace) if replace[0] else message.SerializeToString()
-        return service_pb2.ModelInferResponse.FromString(call(body, timeout=30))
+        return service_pb2.ModelInferResponse.FromString(
+            call(message.SerializeToString().replace(*replace), timeout=30)
+        )
 
 
 def _message(name: str, batch: int):
