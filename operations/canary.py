@@ -30,7 +30,6 @@ from pathlib import Path
 from common.cli import step
 from common.errors import ServerError
 
-
 TAIL = 5  # a window's p99 rests on at least this many requests (p99_ms)
 
 
