@@ -46,7 +46,13 @@ def _split(value: str) -> list[str]:
 )
 @click.option("--weights", default=None, help="'random' (default) or a torchvision weights name, e.g. DEFAULT.")
 @click.option("--max-batch", type=int, default=None, help="Override the spec's max_batch_size.")
-@click.option("--instances", type=int, default=1, show_default=True, help="Instances per model.")
+@click.option(
+    "--instances",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Instances per model (0: two for a sequence model on the CPU, the cores shared between them; else one).",
+)
 @click.option("--kind", type=click.Choice(["KIND_CPU", "KIND_GPU", "KIND_AUTO"]), default="KIND_CPU", show_default=True)
 @click.option("--max-queue-delay-us", type=int, default=100, show_default=True)
 @click.option(

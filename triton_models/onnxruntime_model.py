@@ -1,13 +1,15 @@
 """Triton Python-backend model serving an ONNX artifact with ONNX Runtime (embedded target).
 
 Copied into <repository>/<model>/<version>/model.py by the repository writer. Parameters
-(config.pbtxt): artifact (file name in the version folder), intra_op_threads.
+(config.pbtxt): artifact (file name in the version folder), intra_op_threads (0: the cores shared among the
+model's instances).
 Requests of one dynamic batch run as one ONNX Runtime call; if that call fails, each
 request runs alone, so a bad request gets its own error and the others still succeed.
 Sequence models (every input [-1], allow_ragged_batch): requests of different lengths arrive in one
 batch; their rows are grouped by length (triton_models/ragged.py) and each group runs at its own longest row.
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -23,11 +25,13 @@ class TritonPythonModel:
     def initialize(self, args):
         import onnxruntime as ort
 
+        from triton_models.cpu_threads import intra_op_threads
+
         config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         path = os.path.join(args["model_repository"], args["model_version"], params.get("artifact", "model.onnx"))
         options = ort.SessionOptions()
-        options.intra_op_num_threads = int(params.get("intra_op_threads", "1"))
+        options.intra_op_num_threads = intra_op_threads(params.get("intra_op_threads", "1"), config)
         options.inter_op_num_threads = 1
         self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         self.input_names = [i["name"] for i in config["input"]]
@@ -42,10 +46,8 @@ class TritonPythonModel:
 
     def execute(self, requests):
         feeds = [self._feeds(r) for r in requests]
-        if self.ragged and len(feeds) > 1:
-            batched = self._run_ragged(feeds)
-            if batched is not None:
-                return batched
+        if self.ragged and len(feeds) > 1 and self._answer_ragged(requests, feeds):
+            return None  # every request was answered through its response sender
         batched = self._run_batched(feeds)
         if batched is not None:
             return batched
@@ -67,17 +69,36 @@ class TritonPythonModel:
         per_request = zip(*[np.split(o, bounds) for o in outputs])
         return [self._response(parts) for parts in per_request]
 
-    def _run_ragged(self, feeds):
-        """Rows of every length, grouped by length; None (each request then runs alone) if that fails."""
+    def _answer_ragged(self, requests, feeds) -> bool:
+        """Rows of every length, grouped by length, shortest first; each request answered as soon as its rows
+        have run (a short sentence does not wait for the batch's long ones). False, with nothing answered, where
+        the batch cannot be pooled; a run that fails has the requests not yet answered run alone, so only a bad
+        one fails."""
         from triton_models import ragged
 
         try:
             batch = ragged.RaggedBatch(feeds, self.input_names, self.mask)
-            run = lambda arrays: self.session.run(self.output_names, dict(zip(self.input_names, arrays)))  # noqa: E731
-            per_request = ragged.run_exact(batch, self.grid, run, self.per_token)
         except Exception:
-            return None
-        return [self._response(parts) for parts in per_request]
+            return False
+        if 0 in batch.sizes:
+            return False
+        senders, answered = [r.get_response_sender() for r in requests], set()
+
+        def answer(index, response):
+            answered.add(index)
+            senders[index].send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+        run = lambda arrays: self.session.run(self.output_names, dict(zip(self.input_names, arrays)))  # noqa: E731
+        try:
+            ragged.run_answering(
+                batch, self.grid, run, self.per_token, lambda i, parts: answer(i, self._response(parts))
+            )
+        except Exception:
+            for index, feed in enumerate(feeds):
+                if index not in answered:
+                    with contextlib.suppress(Exception):  # a sender that fails (the client gone) loses only its own
+                        answer(index, self._respond(self._run_one, feed))
+        return True
 
     def _run_one(self, feed):
         return self.session.run(self.output_names, feed)

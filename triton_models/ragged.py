@@ -312,15 +312,13 @@ class RaggedBatch:
     def split(self, outputs: list[np.ndarray], per_token: list[bool]) -> list[list[np.ndarray]]:
         """Outputs in batch row order cut into each request's rows; a per-token output ([rows, widest, ...]) is
         cut to the request's own length as well."""
-        parts, start = [], 0
-        for rows, width in zip(self.sizes, self.widths):
-            mine = []
-            for out, tokens in zip(outputs, per_token):
-                piece = out[start : start + rows]
-                mine.append(np.ascontiguousarray(piece[:, :width] if tokens else piece))
-            parts.append(mine)
-            start += rows
-        return parts
+        return [self.part(outputs, index, per_token) for index in range(len(self.sizes))]
+
+    def part(self, outputs: list[np.ndarray], index: int, per_token: list[bool]) -> list[np.ndarray]:
+        """One request's rows of the outputs (in batch row order), as split cuts them."""
+        start, rows, width = sum(self.sizes[:index]), self.sizes[index], self.widths[index]
+        pieces = (out[start : start + rows] for out in outputs)
+        return [np.ascontiguousarray(p[:, :width] if tokens else p) for p, tokens in zip(pieces, per_token)]
 
     def place(self, results: list | None, group: Group, outputs: list[np.ndarray], per_token: list[bool]) -> list:
         """A group's outputs written into the batch's outputs (made at the first group) at the group's rows."""
@@ -353,6 +351,29 @@ def run_exact(batch: RaggedBatch, grid: LengthGrid, run, per_token: list[bool], 
     """Each group run at its own longest row rounded up to 8 (no graphs, so no padding to the bucket: the CPU's
     way); run(list of input arrays) returns the outputs. Returns each request's outputs."""
     return batch.split(run_pooled(batch, grid, run, per_token, counters), per_token)
+
+
+def run_answering(batch: RaggedBatch, grid: LengthGrid, run, per_token: list[bool], answer) -> None:
+    """run_exact, where each request is answered, answer(index, its outputs), as soon as its last row has run.
+    Groups run shortest first, so a short request does not wait for the batch's long ones.
+
+    Raises:
+        ValueError: a request without rows (it would never be answered): use run_exact.
+    """
+    if 0 in batch.sizes:
+        raise ValueError("a request without rows: answer the batch at once (run_exact)")
+    owner = np.repeat(np.arange(len(batch.sizes)), batch.sizes)
+    left, results = np.asarray(batch.sizes, np.int64).copy(), None
+    for group in plan(batch.lengths, exact_grid(grid)):
+        longest = int(batch.lengths[group.rows].max())
+        exact = Group(min(-(-longest // 8) * 8, group.length), group.rows)
+        outputs = run([batch.rows(name, exact) for name in batch.names])
+        results = batch.place(results, exact, [np.asarray(o) for o in outputs], per_token)
+        ran = owner[group.rows]
+        np.subtract.at(left, ran, 1)
+        for index in np.unique(ran):
+            if left[index] == 0:
+                answer(int(index), batch.part(results, int(index), per_token))
 
 
 def run_pooled(batch: RaggedBatch, grid: LengthGrid, run, per_token: list[bool], counters: Counters | None = None):

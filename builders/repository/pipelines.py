@@ -41,7 +41,7 @@ def preprocess_config(spec: ModelSpec, raw: bool, options: repository.ServingOpt
         inputs=[source],
         outputs=[TensorConfig("PIXELS", "TYPE_FP32", image.dims, fmt)],
         dynamic_batching=DynamicBatching(max_queue_delay_microseconds=options.max_queue_delay_us),
-        instance_groups=[InstanceGroup(options.instances, "KIND_CPU")],
+        instance_groups=[InstanceGroup(options.instances or 1, "KIND_CPU")],
         parameters={
             "image_size": f"{height} {width}",
             "channels": pre.channels,
@@ -68,7 +68,7 @@ def postprocess_config(spec: ModelSpec, top_k: int, options: repository.ServingO
             TensorConfig("LABELS", "TYPE_STRING", (top_k,)),
         ],
         dynamic_batching=DynamicBatching(max_queue_delay_microseconds=options.max_queue_delay_us),
-        instance_groups=[InstanceGroup(options.instances, "KIND_CPU")],
+        instance_groups=[InstanceGroup(options.instances or 1, "KIND_CPU")],
         parameters={"top_k": top_k},
     )
 
@@ -123,7 +123,7 @@ def text_pipeline_configs(
     common = dict(
         backend="python",
         max_batch_size=spec.max_batch_size,
-        instance_groups=[InstanceGroup(options.instances, "KIND_CPU")],
+        instance_groups=[InstanceGroup(options.instances or 1, "KIND_CPU")],
     )
     tokenize = ModelConfig(
         name=f"{spec.name}_tokenize",

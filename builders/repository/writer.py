@@ -29,7 +29,7 @@ LABELS = "labels.txt"
 class ServingOptions:
     """Repository-level knobs that do not change the artifact."""
 
-    instances: int = 1
+    instances: int = 0  # 0: the model's default (instance_count)
     kind: str = "KIND_CPU"
     max_queue_delay_us: int = 100
     preferred_batch_sizes: tuple[int, ...] = ()
@@ -83,7 +83,7 @@ def model_config(spec: ModelSpec, target: str, options: ServingOptions = Serving
         inputs=inputs,
         outputs=outputs,
         dynamic_batching=batching,
-        instance_groups=[InstanceGroup(options.instances, options.kind)],
+        instance_groups=[InstanceGroup(instance_count(spec, target, options), options.kind)],
         warmup=[
             Warmup(f"random_batch_{b}", b, [TensorConfig(t.name, t.data_type, _warm_dims(t)) for t in inputs])
             for b in options.warmup_batch_sizes
@@ -91,6 +91,19 @@ def model_config(spec: ModelSpec, target: str, options: ServingOptions = Serving
         response_cache=options.response_cache,
         **_backend_fields(target, options),
     )
+
+
+CPU_SEQUENCE_INSTANCES = 2
+
+
+def instance_count(spec: ModelSpec, target: str, options: ServingOptions) -> int:
+    """The instances asked for, or by default: two for a sequence model on the CPU (the embedded target's ONNX
+    Runtime, the cores shared between them: one instance's Python overlaps the other's compute; 119 against 83
+    single sentences/s on two cores, docs/benchmarks.md), one for any other model."""
+    if options.instances:
+        return options.instances
+    sequence_on_cpu = target == "embedded" and options.kind == "KIND_CPU" and ragged_inputs(spec)
+    return CPU_SEQUENCE_INSTANCES if sequence_on_cpu else 1
 
 
 def ragged_inputs(spec: ModelSpec) -> bool:
@@ -166,6 +179,7 @@ def torch_config(spec: ModelSpec, runtime: TorchRuntime, options: ServingOptions
             "docs/benchmarks.md). Use 1 instance with dynamic batching, several with dynamic_batching off, or the "
             "in-process backend (--inprocess), whose instances share one process"
         )
+    options = dataclasses.replace(options, instances=options.instances or 1)  # the CPU default is ONNX Runtime's
     base = model_config(dataclasses.replace(spec, name=runtime.variant(spec.name)), "embedded", options)
     params = {
         "runtime": "torch",

@@ -12,7 +12,8 @@ distribution (seeded lognormal, and all sentences at 32 tokens):
 - one 32-token sentence, batch 1: p50 from ids and from text.
 Every row names the shapes it was measured with. On a host without a GPU the same rows run on the CPU, with
 "before" rows: the same model served as it was before ragged batching (requests of different lengths never
-share a batch).
+share a batch, one instance) and as it is served now (batching across lengths, two instances sharing the
+cores), and each half of that change alone.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ import numpy as np
 from clients.breakdown import PHASES, breakdown
 from common.cli import step
 from loadtest.workloads import text as tw
+
+
+ONNX_QUEUE_DELAY_US = 500  # the CPU's ONNX rows
 
 
 @dataclass(frozen=True)
@@ -295,7 +299,7 @@ def build(settings: TextBenchSettings, work: Path, repo: Path, gpu: bool):
     spec = found[settings.model].spec
     if settings.max_batch:
         spec = dataclasses.replace(spec, max_batch_size=settings.max_batch)
-    cpu = ServingOptions(max_queue_delay_us=500)
+    cpu = ServingOptions(max_queue_delay_us=ONNX_QUEUE_DELAY_US)
     # on a GPU host the ONNX variant stays out of the served repository (numpy 2 there: launcher.numpy_problem)
     build_model(BuildRequest(spec, "embedded", work / "scratch_repo" if gpu else repo, work, cpu))
     precision = settings.precision or ("fp16" if gpu else "fp32")
@@ -330,19 +334,35 @@ def _default_tokenizer() -> Path | None:
 
 
 def before_variant(spec, repo: Path, work: Path) -> str:
-    """The ONNX variant as it was served before ragged batching: inputs without allow_ragged_batch."""
+    """The ONNX variant as it was served before ragged batching: inputs without allow_ragged_batch, one instance
+    (ONNX Runtime's threads: one a physical core)."""
+    return onnx_variant(spec, repo, work, ragged=False, instances=1)
+
+
+def onnx_variant(spec, repo: Path, work: Path, ragged: bool, instances: int) -> str:
+    """The spec's ONNX model served again under another name: with or without batching across lengths, on one
+    instance or several (the cores shared among them)."""
     from builders.repository import writer as repository
 
-    name = f"{spec.name}_before"
+    name = f"{spec.name}_{'ragged' if ragged else 'before'}" + (f"_x{instances}" if instances > 1 else "")
     variant = dataclasses.replace(spec, name=name)
-    config = repository.model_config(variant, "embedded", repository.ServingOptions(max_queue_delay_us=500))
-    inputs = [dataclasses.replace(t, ragged=False) for t in config.inputs]
+    options = repository.ServingOptions(instances=instances, max_queue_delay_us=ONNX_QUEUE_DELAY_US)
+    config = repository.model_config(variant, "embedded", options)
+    inputs = [dataclasses.replace(t, ragged=ragged and t.ragged) for t in config.inputs]
     config = dataclasses.replace(config, inputs=inputs)
     repository.write_model(repo, variant, config, {"model.onnx": work / spec.name / "model.onnx"}, "embedded")
     return name
 
 
 # --- served
+LAYOUT_ROWS = (  # the CPU's "before and after" rows, the change in two parts: (models key, what the row says)
+    ("before", "served ids, before (no batching across lengths, one instance)"),
+    ("after", "served ids, after (same model, ONNX Runtime: batching across lengths, two instances)"),
+    ("before_x2", "served ids, before, two instances (the instance layout alone)"),
+    ("ragged_x1", "served ids, after, one instance (batching across lengths alone)"),
+)
+
+
 class RaggedStats:
     """The runners' own statistics (padding efficiency, graph memory), written by the server's instances into
     a folder (TRITON_RAGGED_STATS), read as deltas around each point."""
@@ -567,15 +587,9 @@ def served_rows(
             Point("served text", models["pipeline"], models["engine"], settings.per_request, c, *text_words(settings))
             for c in settings.concurrency[-1:]
         ]
-    if models.get("before"):
-        points += [
-            Point("served ids, before (no batching across lengths)", models["before"], models["before"], 1, c)
-            for c in settings.single_concurrency[:1]
-        ]
-        points += [
-            Point("served ids, after (same model, ONNX Runtime)", models["after"], models["after"], 1, c)
-            for c in settings.single_concurrency[:1]
-        ]
+    for key, path in LAYOUT_ROWS:
+        if models.get(key):
+            points += [Point(path, models[key], models[key], 1, c) for c in settings.single_concurrency[:1]]
     return [_safe_point(p, ep, analyzer, lengths, label, stats, raw) for p in points]
 
 
@@ -657,6 +671,8 @@ def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
     models = {"engine": engine, "pipeline": pipeline}
     if settings.before and not gpu:
         models.update(before=before_variant(spec, repo, work), after=spec.name)
+        models["before_x2"] = onnx_variant(spec, repo, work, ragged=False, instances=2)
+        models["ragged_x1"] = onnx_variant(spec, repo, work, ragged=True, instances=1)
     workloads = [tw.Lengths.parse(text, longest=spec.longest_sequence()) for text in settings.lengths]
     rows = inprocess(settings, spec, work, gpu, workloads)
     _write(rows, out, settings, spec)

@@ -181,6 +181,22 @@ def test_a_request_that_cannot_be_valid_is_refused_alone_in_a_shared_batch(ragge
     assert infer(ep, ENGINE, good[0]).outputs["embedding"].shape == (3, 64)
 
 
+def test_onnx_runtime_refusing_a_request_in_a_shared_batch_fails_it_alone(ragged_served):
+    """The ONNX model answers each request of a batch as its rows run; a run that fails mid-batch (ids past the
+    vocabulary: Gather's indices out of bounds) leaves the requests not yet answered to run alone."""
+    ep, _ = ragged_served
+    good = _requests()[1:4]
+    bad_ids = {"input_ids": np.full((2, 5), 40_000, np.int64), "attention_mask": np.ones((2, 5), np.int64)}
+    with ThreadPoolExecutor(4) as pool:
+        fine = [pool.submit(infer, ep, ONNX, g) for g in good]
+        bad = pool.submit(infer, ep, ONNX, bad_ids)
+        for request, future in zip(good, fine):
+            assert future.result().outputs["embedding"].shape == (len(request["input_ids"]), 64)
+        with pytest.raises(ClientError, match="onnxruntime failed"):
+            bad.result()
+    assert infer(ep, ONNX, good[0]).outputs["embedding"].shape == (2, 64)
+
+
 def test_the_in_process_tokenize_step_batches_texts_and_refuses_bad_ones_alone(ragged_served):
     import torch
 

@@ -62,3 +62,25 @@ def test_no_dynamic_batching_option_drops_the_batcher():
         zoo.get_spec("digits_cnn"), "embedded", repository.ServingOptions(dynamic_batching=False)
     )
     assert not parse_pbtxt(config.to_pbtxt()).HasField("dynamic_batching")
+
+
+@pytest.mark.parametrize(
+    "model, target, options, count",
+    [
+        ("minilm", "embedded", repository.ServingOptions(), 2),  # a sequence model on the CPU: two instances
+        ("minilm", "embedded", repository.ServingOptions(instances=1), 1),  # asked for: as asked
+        ("minilm", "embedded", repository.ServingOptions(instances=3), 3),
+        ("minilm", "embedded", repository.ServingOptions(kind="KIND_GPU"), 1),
+        ("minilm", "ngc", repository.ServingOptions(), 1),  # Triton's own ONNX Runtime backend
+        ("digits_cnn", "embedded", repository.ServingOptions(), 1),  # not a sequence model
+    ],
+)
+def test_instances_default_to_two_for_a_sequence_model_on_the_cpu(model, target, options, count):
+    config = repository.model_config(zoo.get_spec(model), target, options)
+    assert parse_pbtxt(config.to_pbtxt()).instance_group[0].count == count
+
+
+def test_the_torch_runtimes_cpu_default_stays_one_instance():
+    runtime = repository.TorchRuntime("fp32", cuda_graphs=False, compiler="inductor", inprocess=True)
+    config = repository.torch_config(zoo.get_spec("minilm"), runtime, repository.ServingOptions())
+    assert parse_pbtxt(config.to_pbtxt()).instance_group[0].count == 1

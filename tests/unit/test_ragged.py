@@ -117,6 +117,29 @@ def test_every_request_gets_exactly_its_own_rows_back():
     assert 0 < counters.as_dict()["padding_efficiency"] <= 1
 
 
+def test_requests_answered_as_their_rows_run_get_what_a_whole_batch_gives_short_ones_first():
+    rng = np.random.default_rng(1)
+    feeds = _requests(rng, [(1, 16), (1, 3), (3, 12), (1, 5), (2, 9)])
+    batch = ragged.RaggedBatch(feeds, ["ids", "mask"], "mask")
+    whole = ragged.run_exact(batch, grid(), _model, [False, True])
+    answered = []
+    ragged.run_answering(batch, grid(), _model, [False, True], lambda index, parts: answered.append((index, parts)))
+    assert sorted(i for i, _ in answered) == [0, 1, 2, 3, 4]  # each request once
+    for index, parts in answered:
+        for got, expected in zip(parts, whole[index]):
+            np.testing.assert_array_equal(got, expected)
+    order = [i for i, _ in answered]
+    assert order.index(1) < order.index(0) and order.index(3) < order.index(0)  # 3 and 5 tokens before 16
+
+
+def test_a_request_without_rows_is_not_answered_row_by_row():
+    feeds = [{"ids": np.zeros((0, 4), np.int64), "mask": np.zeros((0, 4), np.int64)}]
+    feeds.append({"ids": np.ones((1, 4), np.int64), "mask": np.ones((1, 4), np.int64)})
+    batch = ragged.RaggedBatch(feeds, ["ids", "mask"], "mask")
+    with pytest.raises(ValueError, match="without rows"):
+        ragged.run_answering(batch, grid(), _model, [False, True], lambda index, parts: None)
+
+
 def test_inputs_of_one_request_must_agree_in_shape():
     with pytest.raises(ValueError, match="one shape"):
         ragged.RaggedBatch([{"ids": np.zeros((2, 3)), "mask": np.zeros((2, 4))}], ["ids", "mask"], "mask")
