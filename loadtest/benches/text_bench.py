@@ -31,7 +31,6 @@ from clients.breakdown import PHASES, breakdown
 from common.cli import step
 from loadtest.workloads import text as tw
 
-
 ONNX_QUEUE_DELAY_US = 500  # the CPU's ONNX rows
 
 
