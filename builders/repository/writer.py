@@ -34,7 +34,7 @@ class ServingOptions:
     max_queue_delay_us: int = 100
     preferred_batch_sizes: tuple[int, ...] = ()
     dynamic_batching: bool = True
-    intra_op_threads: int = 0  # 0: ONNX Runtime's default (one per physical core)
+    intra_op_threads: int = 0  # 0: the cores shared among the instances (ONNX Runtime's default for one)
     queue_policy: QueuePolicy | None = None
     priority_levels: int = 0
     default_priority: int = 0
