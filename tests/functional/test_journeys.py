@@ -81,8 +81,10 @@ def _rollouts_under_load(journey: Journey, bad_build: Path) -> None:
     assert "serving (was v1)" in good.stdout, good.stdout
     bad = journey.make("rollout", "MODEL=digits_cnn", f"FROM={bad_build}", check=False)
     assert bad.returncode != 0 and "rejected" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
-    # by traffic share, under a load of its own: the edge sends the build 10%, then all, of the HTTP requests
-    runs += [journey.locust("http", 30, "rollout_share_http")]
+    # by traffic share, under a load of its own: the edge sends the build 10%, then all, of the HTTP requests.
+    # The load outlasts the rollout: on a busy host, loading the build on two replicas and warming it took long
+    # enough that a 30 s run had ended by the 100% step, which then failed for lack of traffic (as it should)
+    runs += [journey.locust("http", 75, "rollout_share_http")]
     time.sleep(4)
     shared = journey.make("rollout", "MODEL=digits_cnn", f"FROM={journey.root / 'next'}", "CANARY=10 100", "HOLD=2")
     assert "serving (was v2)" in shared.stdout and "  10%: " in shared.stdout, shared.stdout + shared.stderr
