@@ -68,3 +68,21 @@ def use_private_kernel_cache(default_root: Path | None = None) -> dict[str, str]
     env = kernel_cache_env(default_root or Path.home() / ".cache" / "triton-serving")
     os.environ.update(env)
     return env
+
+
+def keep_inductor_headers_private(inductor_dir: str | Path) -> Path | None:
+    """Point inductor's precompiled C++ headers inside our kernel folder; the folder, or None where this torch
+    has no such setting.
+
+    torch 2.14 keeps them in <temp dir>/torchinductor_<user>/precompiled_headers whatever TORCHINDUCTOR_CACHE_DIR
+    says (torch._inductor.codecache._HEADER_DIR, fixed when that module is imported): a header another user put
+    there would be compiled into our CPU kernels. Call it with torch imported, before the first compile.
+    """
+    from torch._inductor import codecache
+
+    if not hasattr(codecache, "_HEADER_DIR"):
+        return None
+    headers = private_dir(Path(inductor_dir) / "precompiled_headers")
+    codecache._HEADER_DIR = str(headers)
+    codecache._HEADER_LOCK_DIR = str(private_dir(headers / "locks"))
+    return headers

@@ -376,9 +376,10 @@ def compiled(module, cache: bytes | None = None):
         cache: portable compile artifacts (torch.compiler.save_cache_artifacts at build time),
             loaded first so that compiling reuses the build's kernels instead of starting over.
     """
-    from triton_models.private_dirs import use_private_kernel_cache
+    from triton_models.private_dirs import keep_inductor_headers_private, use_private_kernel_cache
 
-    use_private_kernel_cache()  # the server gives its own; elsewhere ~/.cache/triton-serving, never /tmp's default
+    env = use_private_kernel_cache()  # the server gives its own; elsewhere ~/.cache/triton-serving, never /tmp's
+    keep_inductor_headers_private(env["TORCHINDUCTOR_CACHE_DIR"])
     if cache:
         torch.compiler.load_cache_artifacts(cache)
     for name in ("recompile_limit", "cache_size_limit"):

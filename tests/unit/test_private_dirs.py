@@ -2,6 +2,8 @@
 
 import os
 import pwd
+import stat
+import tempfile
 
 import pytest
 
@@ -57,3 +59,18 @@ def test_a_given_cache_that_others_can_write_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "open"))
     with pytest.raises(UnsafeFolderError):
         use_private_kernel_cache(tmp_path / "home")
+
+
+def test_inductors_precompiled_headers_move_into_our_kernel_folder(tmp_path, monkeypatch):
+    codecache = pytest.importorskip("torch._inductor.codecache")
+    from triton_models.private_dirs import keep_inductor_headers_private
+
+    if not hasattr(codecache, "_HEADER_DIR"):
+        pytest.skip("this torch keeps no precompiled headers")
+    monkeypatch.setattr(codecache, "_HEADER_DIR", codecache._HEADER_DIR)
+    monkeypatch.setattr(codecache, "_HEADER_LOCK_DIR", codecache._HEADER_LOCK_DIR)
+    assert codecache._HEADER_DIR.startswith(tempfile.gettempdir())  # torch's own: a shared, predictable path
+    headers = keep_inductor_headers_private(tmp_path / "kernel-cache")
+    assert codecache._HEADER_DIR == str(headers) == str(tmp_path / "kernel-cache" / "precompiled_headers")
+    assert codecache._HEADER_LOCK_DIR == str(headers / "locks")
+    assert stat.S_IMODE(headers.stat().st_mode) == 0o700
