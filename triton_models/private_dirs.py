@@ -83,6 +83,10 @@ def keep_inductor_headers_private(inductor_dir: str | Path) -> Path | None:
     if not hasattr(codecache, "_HEADER_DIR"):
         return None
     headers = private_dir(Path(inductor_dir) / "precompiled_headers")
-    codecache._HEADER_DIR = str(headers)
-    codecache._HEADER_LOCK_DIR = str(private_dir(headers / "locks"))
+    if codecache._HEADER_DIR != str(headers):
+        codecache._HEADER_DIR = str(headers)
+        codecache._HEADER_LOCK_DIR = str(private_dir(headers / "locks"))
+        remembered = getattr(codecache, "_precompile_header", None)  # remembers each header's path in the old folder
+        if hasattr(remembered, "cache_clear"):  # (a build's folder is gone once it ends)
+            remembered.cache_clear()
     return headers

@@ -74,3 +74,21 @@ def test_inductors_precompiled_headers_move_into_our_kernel_folder(tmp_path, mon
     assert codecache._HEADER_DIR == str(headers) == str(tmp_path / "kernel-cache" / "precompiled_headers")
     assert codecache._HEADER_LOCK_DIR == str(headers / "locks")
     assert stat.S_IMODE(headers.stat().st_mode) == 0o700
+
+
+def test_a_new_kernel_folder_forgets_the_headers_made_in_the_last_one(tmp_path, monkeypatch):
+    """A build compiles in a temporary folder removed when it ends: the next build in the same process must not
+    reuse header paths inductor remembered there."""
+    codecache = pytest.importorskip("torch._inductor.codecache")
+    from triton_models.private_dirs import keep_inductor_headers_private
+
+    if not hasattr(codecache, "_precompile_header"):
+        pytest.skip("this torch keeps no precompiled headers")
+    monkeypatch.setattr(codecache, "_HEADER_DIR", codecache._HEADER_DIR)
+    monkeypatch.setattr(codecache, "_HEADER_LOCK_DIR", codecache._HEADER_LOCK_DIR)
+    cleared = []
+    monkeypatch.setattr(codecache._precompile_header, "cache_clear", lambda: cleared.append(True), raising=False)
+    keep_inductor_headers_private(tmp_path / "first")
+    keep_inductor_headers_private(tmp_path / "first")  # the same folder: what it remembers still holds
+    keep_inductor_headers_private(tmp_path / "second")
+    assert len(cleared) == 2
