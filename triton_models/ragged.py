@@ -291,6 +291,7 @@ class RaggedBatch:
 
     def _pool(self, combined, sizes, widths, names, mask) -> None:
         self.combined, self.sizes, self.widths, self.names, self.mask = combined, sizes, widths, list(names), mask
+        self.starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])  # each request's first row
         if mask:
             self.lengths = row_lengths(combined[mask])
         else:
@@ -316,7 +317,7 @@ class RaggedBatch:
 
     def part(self, outputs: list[np.ndarray], index: int, per_token: list[bool]) -> list[np.ndarray]:
         """One request's rows of the outputs (in batch row order), as split cuts them."""
-        start, rows, width = sum(self.sizes[:index]), self.sizes[index], self.widths[index]
+        start, rows, width = int(self.starts[index]), self.sizes[index], self.widths[index]
         pieces = (out[start : start + rows] for out in outputs)
         return [np.ascontiguousarray(p[:, :width] if tokens else p) for p, tokens in zip(pieces, per_token)]
 
@@ -363,21 +364,23 @@ def run_answering(batch: RaggedBatch, grid: LengthGrid, run, per_token: list[boo
     if 0 in batch.sizes:
         raise ValueError("a request without rows: answer the batch at once (run_exact)")
     owner = np.repeat(np.arange(len(batch.sizes)), batch.sizes)
-    left, results = np.asarray(batch.sizes, np.int64).copy(), None
-    for group in plan(batch.lengths, exact_grid(grid)):
-        longest = int(batch.lengths[group.rows].max())
-        exact = Group(min(-(-longest // 8) * 8, group.length), group.rows)
-        outputs = run([batch.rows(name, exact) for name in batch.names])
-        results = batch.place(results, exact, [np.asarray(o) for o in outputs], per_token)
-        ran = owner[group.rows]
+    left = np.asarray(batch.sizes, np.int64).copy()
+
+    def after_group(rows, results):
+        ran = owner[rows]
         np.subtract.at(left, ran, 1)
         for index in np.unique(ran):
             if left[index] == 0:
                 answer(int(index), batch.part(results, int(index), per_token))
 
+    run_pooled(batch, grid, run, per_token, after_group=after_group)
 
-def run_pooled(batch: RaggedBatch, grid: LengthGrid, run, per_token: list[bool], counters: Counters | None = None):
-    """run_exact's outputs before the split: one array per output in the batch's row order."""
+
+def run_pooled(
+    batch: RaggedBatch, grid: LengthGrid, run, per_token: list[bool], counters: Counters | None = None, after_group=None
+):
+    """run_exact's outputs before the split: one array per output in the batch's row order. Groups run shortest
+    first; after_group(rows, outputs so far), when given, is called once each group's rows are in place."""
     groups, results, shapes = plan(batch.lengths, exact_grid(grid)), None, []
     for group in groups:
         longest = int(batch.lengths[group.rows].max())
@@ -385,6 +388,8 @@ def run_pooled(batch: RaggedBatch, grid: LengthGrid, run, per_token: list[bool],
         outputs = run([batch.rows(name, exact) for name in batch.names])
         results = batch.place(results, exact, [np.asarray(o) for o in outputs], per_token)
         shapes.append((len(group.rows), exact.length))
+        if after_group is not None:
+            after_group(group.rows, results)
     if counters is not None:
         counters.add(batch.lengths, shapes)
     return results

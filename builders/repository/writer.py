@@ -98,7 +98,7 @@ CPU_SEQUENCE_INSTANCES = 2
 
 def instance_count(spec: ModelSpec, target: str, options: ServingOptions) -> int:
     """The instances asked for, or by default: two for a sequence model on the CPU (the embedded target's ONNX
-    Runtime, the cores shared between them: one instance's Python overlaps the other's compute; 119 against 83
+    Runtime, the cores shared between them: one instance's Python overlaps the other's compute; 117 against 84
     single sentences/s on two cores, docs/benchmarks.md), one for any other model."""
     if options.instances:
         return options.instances
