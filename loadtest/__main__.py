@@ -513,9 +513,15 @@ def _show_report(path: Path) -> None:
     help="Only some setups, by number: 1 edge (the baseline), 2 recording, 3 recording values, 4 make serve default "
     '(e.g. "1 2"). Default: all.',
 )
+@click.option(
+    "--together",
+    is_flag=True,
+    help="Start every setup's server once and alternate the points among them (no restarts between the points "
+    "compared); default: each setup started and stopped round by round.",
+)
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
-def record_bench(repo, models, protocols, concurrency, rounds, interval_ms, setups, out):
+def record_bench(repo, models, protocols, concurrency, rounds, interval_ms, setups, together, out):
     """What RECORD=1 and RECORD=values cost: perf_analyzer through the edge, recording off and on, alternated."""
     from builders.environment import host_info
     from loadtest.benches import record_bench as bench
@@ -523,12 +529,13 @@ def record_bench(repo, models, protocols, concurrency, rounds, interval_ms, setu
     out = (out or Path("reports") / time.strftime("record-%Y%m%d-%H%M%S")).absolute()
     names = _names(models)
     chosen = bench.chosen_setups(setups)
-    rows = bench.measure(repo, names, chosen, protocols.split(), concurrency, rounds, out, interval_ms)
+    rows = bench.measure(repo, names, chosen, protocols.split(), concurrency, rounds, out, interval_ms, together)
     header = (
         f"Models {', '.join(names)}, perf_analyzer concurrency {concurrency}, {interval_ms} ms windows, "
         f"{rounds} rounds alternated; command: `python -m loadtest record-bench --repo {repo} --models "
         f'"{models}" --protocols "{protocols}" --rounds {rounds} --interval-ms {interval_ms}'
         + (f' --setups "{setups}"' if setups else "")
+        + (" --together" if together else "")
         + f"`. Host: {host_info()}"
     )
     click.echo(bench.write(bench.compare(rows), rows, out, header))
@@ -762,6 +769,12 @@ def gpu_bench(
     help="Also measure those points on a server whose summaries keep these quantiles ('q:error,...', e.g. "
     "tritonserver's own 0.5:0.05,0.9:0.01,0.95:0.001,0.99:0.001,0.999:0.001).",
 )
+@click.option(
+    "--server-env-too",
+    multiple=True,
+    help="Also measure those points on a server started with this variable set, VAR=VALUE (repeatable: a server "
+    "each), e.g. TRITON_RAGGED_RELEASERS=4.",
+)
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
 def text_bench(
@@ -782,6 +795,7 @@ def text_bench(
     queue_delay_us,
     summaries_off_too,
     quantiles_too,
+    server_env_too,
     out,
 ):
     """A text model in-process and served (ids and raw text), over length distributions, in one run."""
@@ -806,6 +820,7 @@ def text_bench(
         queue_delay_us=queue_delay_us,
         summaries_off=summaries_off_too,
         quantiles_too=quantiles_too,
+        server_env_too=bench.server_variables(server_env_too),
     )
     bench.run(settings, out)
     click.echo((out / "text_bench.md").read_text())

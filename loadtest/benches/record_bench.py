@@ -72,59 +72,97 @@ def settings_for(setup: str, repo: Path, state_dir: Path):
     )
 
 
-def measure(repo: Path, models, setups, protocols, concurrency: int, rounds: int, out: Path, interval_ms: int):
-    """Every setup, every round: start it, one perf point per model and protocol, stop it; one row per point.
-    Each model is measured as `loadtest perf` measures it (text models: lognormal lengths; pipelines: images)."""
-    from clients.served import served_spec
-    from loadtest.perf.run import PerfRequest, model_sweep
-    from loadtest.perf.tools import find_perf_analyzer
+def measure(
+    repo: Path, models, setups, protocols, concurrency: int, rounds: int, out: Path, interval_ms: int, together=False
+):
+    """Every setup, every round: one perf point per model and protocol; one row per point. Each model is measured
+    as `loadtest perf` measures it (text models: lognormal lengths; pipelines: images).
+    together=False: each setup is started for its points and stopped after them, round by round. together=True:
+    every setup's server is started once, before the first round, and they all stay up while the points alternate
+    among them (an idle server costs the host next to nothing): no restart between the points compared, and a
+    round takes seconds, not a minute, so the host's drift falls within a pair."""
     from server.cluster import start_cluster, stop_cluster
 
-    analyzer, rows = find_perf_analyzer(), []
-    for round_ in range(1, rounds + 1):
-        for setup in setups:
-            state_dir = out / "state" / f"{setup.replace(' ', '_').replace(',', '')}-{round_}"
-            step(f"record-bench round {round_}/{rounds}: {setup}")
-            start_cluster(settings_for(setup, repo, state_dir))
-            try:
-                for model, protocol in [(m, p) for m in models for p in protocols]:
-                    ep = endpoint(protocol, None, state_dir)
-                    work = out / "raw" / state_dir.name
-                    request = PerfRequest(
-                        models=(model,),
-                        protocol=protocol,
-                        concurrency=(concurrency,),
-                        interval_ms=interval_ms,
-                        stability=50.0,
-                        out=work,
-                    )
-                    sweep = model_sweep(request, ep, served_spec(repo, model), model, {})
-                    before = _cpu_reading(ep, model, state_dir)
-                    found = run_sweep(sweep, ep, analyzer, work) if sweep else []
-                    cpu = _cpu_per_request(before, _cpu_reading(ep, model, state_dir))
-                    rows += [{**row, **cpu, "setup": setup, "round": round_} for row in found]
-            finally:
-                stop_cluster(state_dir)
+    state = {setup: out / "state" / setup.replace(" ", "_").replace(",", "") for setup in setups}
+    rows, started = [], []
+    try:
+        if together:
+            for setup in setups:
+                step(f"record-bench: starting {setup}")
+                start_cluster(settings_for(setup, repo, state[setup]))
+                started.append(state[setup])
+        for round_ in range(1, rounds + 1):
+            for setup in setups:
+                step(f"record-bench round {round_}/{rounds}: {setup}")
+                state_dir = state[setup] if together else state[setup].with_name(f"{state[setup].name}-{round_}")
+                if not together:
+                    start_cluster(settings_for(setup, repo, state_dir))
+                    started.append(state_dir)
+                points = _points(
+                    repo,
+                    models,
+                    protocols,
+                    concurrency,
+                    interval_ms,
+                    state_dir,
+                    out / "raw" / f"{state_dir.name}-r{round_}",
+                )
+                rows += [{**row, "setup": setup, "round": round_} for row in points]
+                if not together:
+                    stop_cluster(started.pop())
+    finally:
+        for state_dir in started:
+            stop_cluster(state_dir)
     return rows
 
 
-def _cpu_reading(ep, model: str, state_dir: Path) -> tuple[float, float, int]:
-    """(Envoy's CPU seconds, the host's busy seconds, requests the server has answered for model) now."""
+def _points(repo: Path, models, protocols, concurrency: int, interval_ms: int, state_dir: Path, work: Path):
+    """One perf point per model and protocol against the server of state_dir, with its CPU a request."""
+    from clients.served import served_spec
+    from loadtest.perf.run import PerfRequest, model_sweep
+    from loadtest.perf.tools import find_perf_analyzer
+
+    analyzer, rows = find_perf_analyzer(), []
+    for model, protocol in [(m, p) for m in models for p in protocols]:
+        ep = endpoint(protocol, None, state_dir)
+        request = PerfRequest(
+            models=(model,),
+            protocol=protocol,
+            concurrency=(concurrency,),
+            interval_ms=interval_ms,
+            stability=50.0,
+            out=work,
+        )
+        sweep = model_sweep(request, ep, served_spec(repo, model), model, {})
+        before = _cpu_reading(ep, model, state_dir)
+        found = run_sweep(sweep, ep, analyzer, work) if sweep else []
+        cpu = _cpu_per_request(before, _cpu_reading(ep, model, state_dir))
+        rows += [{**row, **cpu} for row in found]
+    return rows
+
+
+def _cpu_reading(ep, model: str, state_dir: Path) -> tuple:
+    """(Envoy's CPU seconds, the host's busy seconds, requests the server has answered for model, the model's
+    executions) now."""
     from clients.admin import inference_statistics
 
     with ep.client() as client:
         stats = inference_statistics(ep, client, model)
     served = sum(int(m.get("inference_stats", {}).get("success", {}).get("count", 0)) for m in stats)
-    return _process_seconds(_envoy_pid(state_dir)), _host_busy_seconds(), served
+    executions = sum(int(m.get("execution_count", 0)) for m in stats)
+    return _process_seconds(_envoy_pid(state_dir)), _host_busy_seconds(), served, executions
 
 
 def _cpu_per_request(before: tuple, after: tuple) -> dict:
-    """µs of Envoy's CPU and of the host's a request between two readings (None where unreadable)."""
+    """µs of Envoy's CPU and of the host's a request between two readings (None where unreadable), and the mean
+    batch the server ran (requests / executions): a slower path can change how requests meet in the batcher."""
     requests = after[2] - before[2]
     if requests <= 0:
-        return {"envoy_cpu_us": None, "host_cpu_us": None}
+        return {"envoy_cpu_us": None, "host_cpu_us": None, "mean_batch": None}
     envoy = (after[0] - before[0]) / requests * 1e6 if before[0] is not None and after[0] is not None else None
-    return {"envoy_cpu_us": envoy, "host_cpu_us": (after[1] - before[1]) / requests * 1e6}
+    executions = after[3] - before[3] if len(after) > 3 else 0
+    batch = round(requests / executions, 2) if executions > 0 else None
+    return {"envoy_cpu_us": envoy, "host_cpu_us": (after[1] - before[1]) / requests * 1e6, "mean_batch": batch}
 
 
 def _envoy_pid(state_dir: Path) -> int | None:
@@ -179,9 +217,10 @@ def compare(rows: list[dict]) -> list[dict]:
                     _paired(points, base_by_round),
                     _median_of(points, "envoy_cpu_us"),
                     _median_of(points, "host_cpu_us"),
+                    _median_of(points, "mean_batch"),
                 )
         base = medians.get(BASELINE, (0.0,))[0]
-        for setup, (throughput, p50, each, paired, envoy_us, host_us) in medians.items():
+        for setup, (throughput, p50, each, paired, envoy_us, host_us, batch) in medians.items():
             ratio = round(throughput / base, 3) if base else None
             table.append(
                 {
@@ -193,6 +232,7 @@ def compare(rows: list[dict]) -> list[dict]:
                     "paired_ratio": paired,
                     "envoy_cpu_us": envoy_us,
                     "host_cpu_us": host_us,
+                    "mean_batch": batch,
                     "p50_ms": p50,
                     "rounds": " ".join(f"{t:,}" for t in each),
                 }
@@ -216,13 +256,14 @@ def write(table: list[dict], rows: list[dict], out: Path, header: str) -> str:
             writer.writerows(data)
     lines = [
         "| model | protocol | setup | infer/s (median) | ratio to the edge | paired ratio (median of rounds) "
-        "| Envoy CPU µs a request | host CPU µs a request | p50 ms | each round (infer/s) |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "| Envoy CPU µs a request | host CPU µs a request | mean batch | p50 ms | each round (infer/s) |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     lines += [
         f"| {t['model']} | {t['protocol']} | {t['setup']} | {t['infer_s']:,.1f} | "
         f"{t['ratio'] if t['ratio'] is not None else '—'} | "
         f"{_or_dash(t['paired_ratio'])} | {_or_dash(t['envoy_cpu_us'])} | {_or_dash(t['host_cpu_us'])} | "
+        f"{_or_dash(t.get('mean_batch'))} | "
         f"{t['p50_ms']:.3f} | {t['rounds']} |"
         for t in table
     ]

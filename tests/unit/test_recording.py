@@ -151,9 +151,13 @@ def test_the_overhead_bench_runs_chosen_setups_beside_its_baseline():
 def test_the_overhead_bench_gives_cpu_a_request_from_two_readings():
     from loadtest.benches.record_bench import _cpu_per_request, _host_busy_seconds, compare
 
-    assert _cpu_per_request((1.0, 10.0, 100), (1.5, 12.0, 1100)) == {"envoy_cpu_us": 500.0, "host_cpu_us": 2000.0}
-    assert _cpu_per_request((None, 10.0, 100), (None, 11.0, 200))["envoy_cpu_us"] is None  # no Envoy: no figure
-    assert _cpu_per_request((1.0, 10.0, 100), (1.0, 10.0, 100)) == {"envoy_cpu_us": None, "host_cpu_us": None}
+    assert _cpu_per_request((1.0, 10.0, 100, 50), (1.5, 12.0, 1100, 450)) == {
+        "envoy_cpu_us": 500.0,
+        "host_cpu_us": 2000.0,
+        "mean_batch": 2.5,
+    }
+    assert _cpu_per_request((None, 10.0, 100, 0), (None, 11.0, 200, 0))["envoy_cpu_us"] is None  # no Envoy: none
+    assert _cpu_per_request((1.0, 10.0, 100, 9), (1.0, 10.0, 100, 9))["host_cpu_us"] is None
     first = _host_busy_seconds()
     assert 0 < first <= _host_busy_seconds()
     rows = [
