@@ -56,6 +56,7 @@ class TextBenchSettings:
     text: bool = True  # the rows served from raw text
     summaries_off: bool = False  # also: a second server without Triton's latency summaries, single-sentence points
     quantiles_too: str = ""  # also: a server whose summaries keep these quantiles ("q:error,..."), same points
+    server_env_too: tuple[tuple[str, str], ...] = ()  # also: a server with each (variable, value) set, same points
 
 
 def for_device(settings: TextBenchSettings, gpu: bool) -> TextBenchSettings:
@@ -703,7 +704,25 @@ def other_summaries(settings) -> list[tuple[str, str, str]]:
         others.append(
             (f"latency summaries of quantiles {settings.quantiles_too}", QUANTILES_VARIABLE, settings.quantiles_too)
         )
+    others += [(f"server with {name}={value}", name, value) for name, value in settings.server_env_too]
     return others
+
+
+def server_variables(given) -> tuple[tuple[str, str], ...]:
+    """--server-env-too's VAR=VALUE texts as (variable, value) pairs.
+
+    Raises:
+        MeasurementError: a text without '=' or with an empty name.
+    """
+    from common.errors import MeasurementError
+
+    pairs = []
+    for text in given:
+        name, sep, value = text.partition("=")
+        if not sep or not name.strip():
+            raise MeasurementError(f"--server-env-too {text!r}: write VARIABLE=VALUE, e.g. TRITON_RAGGED_RELEASERS=4")
+        pairs.append((name.strip(), value))
+    return tuple(pairs)
 
 
 def with_summaries(

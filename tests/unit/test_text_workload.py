@@ -108,6 +108,20 @@ def test_text_bench_measures_each_other_summaries_setup_it_is_given():
     ]
 
 
+def test_text_bench_starts_a_server_for_each_variable_it_is_given():
+    from common.errors import MeasurementError
+    from loadtest.benches.text_bench import TextBenchSettings, other_summaries, server_variables
+
+    pairs = server_variables(["TRITON_RAGGED_RELEASERS=1", "A=b=c"])
+    assert pairs == (("TRITON_RAGGED_RELEASERS", "1"), ("A", "b=c"))
+    setups = other_summaries(TextBenchSettings(server_env_too=pairs))
+    assert [(variable, value) for _, variable, value in setups] == list(pairs)
+    assert setups[0][0] == "server with TRITON_RAGGED_RELEASERS=1"
+    for bad in ("NOVALUE", "=1"):
+        with pytest.raises(MeasurementError, match="write VARIABLE=VALUE"):
+            server_variables([bad])
+
+
 def test_locust_requests_follow_the_distribution_for_token_and_text_models_only():
     from clients.model_plan import ModelPlan, TensorPlan
 
