@@ -78,10 +78,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m server build-shim
 	@touch $(STAMP)
 
-build-engines: install ## Export, validate, quantize, write the repository: MODELS="..." and/or SPEC=models.toml, TARGET=embedded|ngc PRECISIONS="fp32 int8" COMPILED="fp16 bf16" SHAPES_FROM=<recording or workload>
+build-engines: install ## Export, validate, quantize, write the repository: MODELS="..." and/or SPEC=models.toml, TARGET=embedded|ngc PRECISIONS="fp32 int8" COMPILED="fp16 bf16" SHAPES_FROM=<recording or workload> RAGGED=0
 	$(PY) -m builders build --models "$(MODELS)" $(if $(SPEC),--spec $(SPEC)) --target $(TARGET) --repo $(REPO) $(if $(VERBOSE),-v) \
 		--weights $(WEIGHTS) --precisions "$(PRECISIONS)" $(if $(CALIBRATION),--calibration $(CALIBRATION)) \
-		$(if $(COMPILED),--compiled "$(COMPILED)") $(if $(SHAPES_FROM),--shapes-from "$(SHAPES_FROM)")
+		$(if $(COMPILED),--compiled "$(COMPILED)") $(if $(SHAPES_FROM),--shapes-from "$(SHAPES_FROM)") \
+		$(if $(filter 0,$(RAGGED)),--no-ragged-batching)
 
 serve: install ## Start the embedded tritonserver on REPO, supervised (HEALTH_PORT: readiness for load balancers; LATENCY_SUMMARIES=0: no p99 summaries; RECORD=1|values: record the traffic)
 	$(PY) -m server start --repo $(REPO) $(SERVER_PORTS) --health-port $(HEALTH_PORT) --state-dir $(STATE_DIR) $(SERVER_TLS) \

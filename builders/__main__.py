@@ -64,6 +64,13 @@ def _split(value: str) -> list[str]:
 )
 @click.option("--preferred-batch", default="", help="Preferred batch sizes, e.g. '4 8'.")
 @click.option("--no-dynamic-batching", is_flag=True, help="Serve without Triton's dynamic batcher.")
+@click.option(
+    "--no-ragged-batching",
+    is_flag=True,
+    help="Sequence models (ONNX Runtime, embedded target): batch only requests of the same length, as Triton does "
+    "by default (default: every length in one batch; on a 2-core host the same-length layout had the lower p99, "
+    "docs/benchmarks.md).",
+)
 @click.option("--force", is_flag=True, help="Rebuild even if the inputs are unchanged.")
 @click.option(
     "--pipelines/--no-pipelines",
@@ -116,6 +123,7 @@ def build(
     max_queue_delay_us,
     preferred_batch,
     no_dynamic_batching,
+    no_ragged_batching,
     force,
     intra_op_threads,
     precisions,
@@ -138,7 +146,15 @@ def build(
     target = default_target() if target == "auto" else target
     _check_compiled(_split(compiled))
     preferred = tuple(int(b) for b in _split(preferred_batch))
-    options = ServingOptions(instances, kind, max_queue_delay_us, preferred, not no_dynamic_batching, intra_op_threads)
+    options = ServingOptions(
+        instances,
+        kind,
+        max_queue_delay_us,
+        preferred,
+        not no_dynamic_batching,
+        intra_op_threads,
+        ragged_batching=not no_ragged_batching,
+    )
     names = _split(models) or ([] if spec_file else ["digits_cnn"])
     requests = [
         (

@@ -35,6 +35,7 @@ class ServingOptions:
     preferred_batch_sizes: tuple[int, ...] = ()
     dynamic_batching: bool = True
     intra_op_threads: int = 0  # 0: the cores shared among the instances (ONNX Runtime's default for one)
+    ragged_batching: bool = True  # sequence models: requests of every length in one batch (False: same shapes only)
     queue_policy: QueuePolicy | None = None
     priority_levels: int = 0
     default_priority: int = 0
@@ -66,7 +67,7 @@ def model_config(spec: ModelSpec, target: str, options: ServingOptions = Serving
     if spec.labels:
         outputs[0] = _tensor_config(spec.outputs[0], LABELS)
     inputs = [_tensor_config(t) for t in spec.inputs]
-    if target == "embedded" and ragged_inputs(spec):  # our backends batch rows of every length together
+    if target == "embedded" and options.ragged_batching and ragged_inputs(spec):  # rows of every length together
         inputs = [dataclasses.replace(t, ragged=True) for t in inputs]
     batching = None
     if options.dynamic_batching:
@@ -166,6 +167,12 @@ def is_torch_runtime(config) -> bool:
 def torch_config(spec: ModelSpec, runtime: TorchRuntime, options: ServingOptions) -> ModelConfig:
     """Config of a torch-runtime variant: Python backend, GPU-resident inputs where the kind is GPU."""
     sequence = ragged_inputs(spec)
+    if sequence and not options.ragged_batching:
+        raise ConfigError(
+            f"{spec.name}: the compiled engines of a sequence model batch requests of every length together (their "
+            "CUDA graphs and buffers are sized by length buckets); ragged_batching off applies to the ONNX Runtime "
+            "model only: build the compiled engines without it (drop --no-ragged-batching / RAGGED=0)"
+        )
     if runtime.cuda_graphs and not sequence and (len(spec.inputs) > 1 or -1 in spec.inputs[0].dims):
         raise ConfigError(
             f"{spec.name}: CUDA graphs need one input of fixed per-sample dims, or inputs that are all one "

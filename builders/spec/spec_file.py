@@ -16,6 +16,7 @@ folder. Every error names the file, the model and the field, and says how to fix
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,7 @@ SERVING_FIELDS = {
     "warmup_batch_sizes",
     "response_cache",
     "intra_op_threads",
+    "ragged_batching",
 }
 PREPROCESSING_FIELDS = {"image_size", "mean", "std"}
 KINDS = ("KIND_CPU", "KIND_GPU", "KIND_AUTO")
@@ -412,6 +414,10 @@ def _serving(m: _Model) -> ServingOptions:
     if table.get("kind", "KIND_CPU") not in KINDS:
         raise m.fail("serving.kind", f"{table['kind']!r} is unknown", f"use one of {KINDS}")
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in table.items()}
+    switches = {f.name for f in dataclasses.fields(ServingOptions) if isinstance(f.default, bool)}
+    for name in sorted(switches & set(values)):
+        if not isinstance(values[name], bool):
+            raise m.fail(f"serving.{name}", f"{values[name]!r} is not true or false", f"write {name} = true or false")
     try:
         return ServingOptions(**values)
     except (TypeError, ValueError) as err:

@@ -48,6 +48,7 @@ tokenizer = "tokenizer.json"
 validation_batch_sizes = [1, 3]
 """
 ONNX, ENGINE = "tiny_encoder", "tiny_encoder_inductor_fp32_nographs_inproc"
+SAME_LENGTH = "tiny_encoder_same_length"  # the ONNX model again, built with ragged_batching off (RAGGED=0)
 WAIT = ServingOptions(max_queue_delay_us=300_000)  # concurrent requests surely meet in one batch
 
 
@@ -65,6 +66,7 @@ def ragged_served(tmp_path_factory):
     (model,) = spec_file.load(root / "models.toml")
     repo, work = root / "repo", root / "work"
     build_model(BuildRequest(model.spec, "embedded", repo, work, WAIT))
+    _write_same_length(repo, model.spec, work / ONNX / "model.onnx")
     _write_pipelines(repo, model.spec, WAIT)  # what make build-engines does: the spec names a tokenizer
     runtime = TorchRuntime("fp32", compiler="inductor", inprocess=True)
     build_torch_variant(BuildRequest(model.spec, "embedded", repo, work, WAIT), runtime)
@@ -75,6 +77,14 @@ def ragged_served(tmp_path_factory):
     reference = load_program(work / ONNX / "model.pt2").float()
     with launcher.running(repo, root / "state") as state:
         yield state.endpoint("grpc", repo), reference
+
+
+def _write_same_length(repo: Path, spec, onnx: Path) -> None:
+    from builders.repository import writer
+
+    variant = dataclasses.replace(spec, name=SAME_LENGTH)
+    config = writer.model_config(variant, "embedded", dataclasses.replace(WAIT, ragged_batching=False))
+    writer.write_model(repo, variant, config, {"model.onnx": onnx}, "embedded")
 
 
 def _requests():
@@ -110,6 +120,25 @@ def test_mixed_lengths_join_one_batch_and_each_request_gets_its_own_rows(ragged_
         for arrays, got in zip(requests, results):
             alone = reference(*(torch.from_numpy(arrays[n]) for n in ("input_ids", "attention_mask"))).numpy()
             assert got.shape == alone.shape
+            np.testing.assert_allclose(got, alone, atol=1e-4, rtol=1e-4)
+
+
+def test_with_ragged_batching_off_only_requests_of_one_shape_share_a_batch(ragged_served):
+    import torch
+
+    ep, reference = ragged_served
+    requests = _requests()  # six requests, six shapes
+    executions, _ = _batched_executions(ep, SAME_LENGTH)
+    with ThreadPoolExecutor(len(requests)) as pool:
+        results = list(pool.map(lambda arrays: infer(ep, SAME_LENGTH, arrays).outputs["embedding"], requests))
+    for _ in range(40):  # statistics may trail the last response a little
+        if _batched_executions(ep, SAME_LENGTH)[0] - executions == len(requests):
+            break
+        time.sleep(0.05)
+    assert _batched_executions(ep, SAME_LENGTH)[0] - executions == len(requests), "two shapes shared a batch"
+    with torch.inference_mode():
+        for arrays, got in zip(requests, results):
+            alone = reference(*(torch.from_numpy(arrays[n]) for n in ("input_ids", "attention_mask"))).numpy()
             np.testing.assert_allclose(got, alone, atol=1e-4, rtol=1e-4)
 
 

@@ -54,7 +54,9 @@ def test_a_valid_spec_gives_what_it_declares(package, tmp_path):
     folder = tmp_path / "project"
     shutil.copytree(package, folder)
     text = ACME + '\nprecisions = ["fp32", "int8"]\ncalibration = "calib.npz"\n'
-    text += "serving = { instances = 2, max_queue_delay_us = 500, preferred_batch_sizes = [4] }\n"
+    text += (
+        "serving = { instances = 2, max_queue_delay_us = 500, preferred_batch_sizes = [4], ragged_batching = false }\n"
+    )
     (folder / "models.toml").write_text(text)
     (folder / "calib.npz").write_bytes(b"")  # must exist; its content is read by the INT8 build only
     (user,) = spec_file.load(folder / "models.toml")
@@ -70,6 +72,7 @@ def test_a_valid_spec_gives_what_it_declares(package, tmp_path):
     assert spec.builder_args["python_path"] == [str(folder / "src")]
     assert user.precisions == ("fp32", "int8") and user.calibration == folder / "calib.npz"
     assert user.serving.instances == 2 and user.serving.preferred_batch_sizes == (4,)
+    assert user.serving.ragged_batching is False
     assert spec.validation_batch_sizes == (1, 3, 8)
 
 
@@ -128,3 +131,10 @@ tokenizer = "tokenizer.json"
     )
     with pytest.raises(ToolError, match="field 'tokenizer': a text pipeline feeds token ids and an attention mask"):
         spec_file.load(tmp_path / "models.toml")
+
+
+def test_a_serving_switch_must_be_true_or_false(package):
+    text = ACME + 'serving = { ragged_batching = "no" }\n'
+    (package / "switch.toml").write_text(text)
+    with pytest.raises(ToolError, match="serving.ragged_batching.*'no' is not true or false"):
+        spec_file.load(package / "switch.toml")
