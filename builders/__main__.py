@@ -1,5 +1,6 @@
 """Command line of the builders: `python -m builders build ...`."""
 
+import dataclasses
 from pathlib import Path
 
 import click
@@ -172,19 +173,22 @@ def build(
         )
         for n in names
     ]
+    given = _given_serving(click.get_current_context(), options)
     for user in spec_files.load(spec_file) if spec_file else []:
         request = BuildRequest(
             user.spec,
             target,
             repo,
             work_dir,
-            user.serving,
+            dataclasses.replace(user.serving, **given),
             force,
             user.precisions,
             user.calibration or calibration,
             user.eval_data,
         )
         requests.append((request, pipelines and user.pipelines))
+    if _split(compiled):
+        _check_ragged_with_compiled([r for r, _ in requests])
     tunings = _tunings(shapes_from, [r for r, _ in requests], work_dir) if shapes_from else {}
     for i, (request, with_pipelines) in enumerate(requests, start=1):
         step(f"[{i}/{len(requests)}] {request.spec.name}")
@@ -195,6 +199,27 @@ def build(
         for precision in _split(compiled):
             _build_compiled(request, precision, uint8_input, inprocess, tuning)
     click.echo(f"repository ready: {repo} (manifest: {repo / 'manifest.json'})")
+
+
+# command-line options -> the ServingOptions field each sets
+_SERVING_OPTIONS = {
+    "instances": "instances",
+    "kind": "kind",
+    "max_queue_delay_us": "max_queue_delay_us",
+    "preferred_batch": "preferred_batch_sizes",
+    "no_dynamic_batching": "dynamic_batching",
+    "intra_op_threads": "intra_op_threads",
+    "no_ragged_batching": "ragged_batching",
+}
+
+
+def _given_serving(ctx, options) -> dict:
+    """The serving options typed on the command line (not defaults), as ServingOptions fields: they apply to a
+    spec file's models too, over the spec's `serving` table."""
+    from click.core import ParameterSource
+
+    typed = [o for o in _SERVING_OPTIONS if ctx.get_parameter_source(o) is ParameterSource.COMMANDLINE]
+    return {_SERVING_OPTIONS[o]: getattr(options, _SERVING_OPTIONS[o]) for o in typed}
 
 
 def _tunings(path: Path, requests, work_dir: Path) -> dict:
@@ -253,6 +278,15 @@ def _check_compiled(precisions: list) -> None:
     unknown = [p for p in precisions if p not in TORCH_PRECISIONS]
     if unknown:
         raise ConfigError(f"--compiled {unknown}: unknown precision; choose among {list(TORCH_PRECISIONS)}")
+
+
+def _check_ragged_with_compiled(requests) -> None:
+    """Before any build: compiled engines of sequence models always batch across lengths."""
+    from builders.repository.writer import ragged_inputs, torch_config_problem
+
+    for request in requests:
+        if ragged_inputs(request.spec) and not request.options.ragged_batching:
+            raise torch_config_problem(request.spec.name)
 
 
 def _build_compiled(request, precision: str, uint8_input: bool, inprocess: bool = False, tuning=None) -> None:

@@ -1,6 +1,7 @@
 """Spec files: every invalid field refused with the file, the model and the field named, and no model
 folder left behind; valid files give the specs and serving options they declare."""
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -138,3 +139,25 @@ def test_a_serving_switch_must_be_true_or_false(package):
     (package / "switch.toml").write_text(text)
     with pytest.raises(ToolError, match="serving.ragged_batching.*'no' is not true or false"):
         spec_file.load(package / "switch.toml")
+
+
+def test_serving_options_typed_on_the_command_line_override_a_specs_serving_table():
+    from click.core import ParameterSource
+
+    from builders.__main__ import _given_serving
+    from builders.repository.writer import ServingOptions
+
+    class Typed:
+        def __init__(self, names):
+            self.names = names
+
+        def get_parameter_source(self, name):
+            return ParameterSource.COMMANDLINE if name in self.names else ParameterSource.DEFAULT
+
+    options = ServingOptions(instances=3, max_queue_delay_us=700, ragged_batching=False, intra_op_threads=2)
+    assert _given_serving(Typed(set()), options) == {}  # defaults leave the spec's table as it is
+    given = _given_serving(Typed({"no_ragged_batching", "max_queue_delay_us"}), options)
+    assert given == {"ragged_batching": False, "max_queue_delay_us": 700}
+    spec_table = ServingOptions(instances=2, max_queue_delay_us=100)
+    merged = dataclasses.replace(spec_table, **given)
+    assert (merged.instances, merged.max_queue_delay_us, merged.ragged_batching) == (2, 700, False)
