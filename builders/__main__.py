@@ -176,7 +176,7 @@ def build(
     given = _given_serving(click.get_current_context(), options)
     for user in spec_files.load(spec_file) if spec_file else []:
         request = BuildRequest(
-            user.spec,
+            _with_max_batch(user.spec, max_batch),
             target,
             repo,
             work_dir,
@@ -211,6 +211,14 @@ _SERVING_OPTIONS = {
     "intra_op_threads": "intra_op_threads",
     "no_ragged_batching": "ragged_batching",
 }
+
+
+def _with_max_batch(spec, max_batch: int | None):
+    """A spec file's model with --max-batch over its max_batch_size (its validation batches kept within it)."""
+    if not max_batch:
+        return spec
+    sizes = tuple(sorted({min(b, max_batch) for b in spec.validation_batch_sizes}))
+    return dataclasses.replace(spec, max_batch_size=max_batch, validation_batch_sizes=sizes)
 
 
 def _given_serving(ctx, options) -> dict:

@@ -161,3 +161,15 @@ def test_serving_options_typed_on_the_command_line_override_a_specs_serving_tabl
     spec_table = ServingOptions(instances=2, max_queue_delay_us=100)
     merged = dataclasses.replace(spec_table, **given)
     assert (merged.instances, merged.max_queue_delay_us, merged.ragged_batching) == (2, 700, False)
+
+
+def test_max_batch_on_the_command_line_overrides_a_spec_files_model(package):
+    from builders.__main__ import _with_max_batch
+
+    (package / "max_batch.toml").write_text(ACME)
+    (user,) = spec_file.load(package / "max_batch.toml")
+    assert user.spec.max_batch_size == 8 and user.spec.validation_batch_sizes == (1, 3, 8)
+    assert _with_max_batch(user.spec, None) is user.spec
+    smaller = _with_max_batch(user.spec, 2)
+    assert smaller.max_batch_size == 2 and smaller.validation_batch_sizes == (1, 2)
+    assert _with_max_batch(user.spec, 64).validation_batch_sizes == (1, 3, 8)
