@@ -290,11 +290,12 @@ def _check_compiled(precisions: list) -> None:
 
 def _check_ragged_with_compiled(requests) -> None:
     """Before any build: compiled engines of sequence models always batch across lengths."""
-    from builders.repository.writer import ragged_inputs, torch_config_problem
+    from builders.repository.writer import ragged_off_problem
 
     for request in requests:
-        if ragged_inputs(request.spec) and not request.options.ragged_batching:
-            raise torch_config_problem(request.spec.name)
+        problem = ragged_off_problem(request.spec, request.options)
+        if problem is not None:
+            raise problem
 
 
 def _build_compiled(request, precision: str, uint8_input: bool, inprocess: bool = False, tuning=None) -> None:

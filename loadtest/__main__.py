@@ -773,7 +773,7 @@ def gpu_bench(
     "--server-env-too",
     multiple=True,
     help="Also measure those points on a server started with this variable set, VAR=VALUE (repeatable: a server "
-    "each), e.g. TRITON_RAGGED_RELEASERS=4.",
+    "each), e.g. OMP_NUM_THREADS=4.",
 )
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors

@@ -164,10 +164,12 @@ def is_torch_runtime(config) -> bool:
     return "runtime" in config.parameters and config.parameters["runtime"].string_value == "torch"
 
 
-def torch_config_problem(name: str) -> ConfigError:
-    """Why a sequence model's compiled engine cannot be built with ragged_batching off."""
+def ragged_off_problem(spec: ModelSpec, options: ServingOptions) -> ConfigError | None:
+    """Why this sequence model's compiled engine cannot be built with these options (ragged_batching off), or None."""
+    if options.ragged_batching or not ragged_inputs(spec):
+        return None
     return ConfigError(
-        f"{name}: the compiled engines of a sequence model batch requests of every length together (their CUDA "
+        f"{spec.name}: the compiled engines of a sequence model batch requests of every length together (their CUDA "
         "graphs and buffers are sized by length buckets); ragged_batching off applies to the ONNX Runtime model "
         "only: build the compiled engines without it (drop --no-ragged-batching / RAGGED=0)"
     )
@@ -176,8 +178,9 @@ def torch_config_problem(name: str) -> ConfigError:
 def torch_config(spec: ModelSpec, runtime: TorchRuntime, options: ServingOptions) -> ModelConfig:
     """Config of a torch-runtime variant: Python backend, GPU-resident inputs where the kind is GPU."""
     sequence = ragged_inputs(spec)
-    if sequence and not options.ragged_batching:
-        raise torch_config_problem(spec.name)
+    problem = ragged_off_problem(spec, options)
+    if problem is not None:
+        raise problem
     if runtime.cuda_graphs and not sequence and (len(spec.inputs) > 1 or -1 in spec.inputs[0].dims):
         raise ConfigError(
             f"{spec.name}: CUDA graphs need one input of fixed per-sample dims, or inputs that are all one "

@@ -160,7 +160,7 @@ def _cpu_per_request(before: tuple, after: tuple) -> dict:
     if requests <= 0:
         return {"envoy_cpu_us": None, "host_cpu_us": None, "mean_batch": None}
     envoy = (after[0] - before[0]) / requests * 1e6 if before[0] is not None and after[0] is not None else None
-    executions = after[3] - before[3] if len(after) > 3 else 0
+    executions = after[3] - before[3]
     batch = round(requests / executions, 2) if executions > 0 else None
     return {"envoy_cpu_us": envoy, "host_cpu_us": (after[1] - before[1]) / requests * 1e6, "mean_batch": batch}
 

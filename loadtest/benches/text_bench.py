@@ -720,7 +720,7 @@ def server_variables(given) -> tuple[tuple[str, str], ...]:
     for text in given:
         name, sep, value = text.partition("=")
         if not sep or not name.strip():
-            raise MeasurementError(f"--server-env-too {text!r}: write VARIABLE=VALUE, e.g. TRITON_RAGGED_RELEASERS=4")
+            raise MeasurementError(f"--server-env-too {text!r}: write VARIABLE=VALUE, e.g. OMP_NUM_THREADS=4")
         pairs.append((name.strip(), value))
     return tuple(pairs)
 
