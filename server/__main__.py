@@ -291,10 +291,13 @@ def cluster_restart(state_dir):
 @cli.command("build-shim")
 @user_errors
 def build_shim():
-    """Compile the server shim (server/triton_shim.c: admin key out of argv, private shared memory) into .tools/."""
+    """Compile the server's native parts into .tools/: the shim (server/triton_shim.c: admin key out of argv,
+    private shared memory) and the gRPC recorder (server/record_grpc.c, an Envoy module for RECORD=1)."""
+    from server.record_module import build_module
     from server.secret_args import build_library
 
     click.echo(f"admin-key shim: {build_library()}")
+    click.echo(f"gRPC recorder: {build_module()}")
 
 
 @cli.command("k8s-shim", hidden=True)

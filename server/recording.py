@@ -1,8 +1,9 @@
 """Recording the traffic a server sees, at the edge (`make serve RECORD=1`, `make cluster RECORD=1`).
 
-Envoy does the work: its Lua (server/edge.lua on HTTP, server/record.lua on gRPC) puts what each inference
-request carried into dynamic metadata, and a file access log writes one JSON line per request, in the
-format of common/traffic.py, to STATE_DIR/traffic/traffic-current.jsonl. Envoy's keeper
+Envoy does the work: its Lua on HTTP (server/edge.lua) and a native module on gRPC (server/record_grpc.c;
+server/record.lua where values are kept) put what each inference request carried into dynamic metadata, and a
+file access log writes one JSON line per request, in the format of common/traffic.py, to
+STATE_DIR/traffic/traffic-current.jsonl. Envoy's keeper
 (server/envoy_process.py) rotates that file past a size and removes the oldest past a count.
 Values are not recorded unless asked (values=True): then each request's body, up to max_value_bytes.
 """
@@ -30,6 +31,7 @@ class RecordSettings:
     max_files: int = 8  # rotated files kept (oldest removed first): the cap is about max_files x max_file_mb
     max_value_bytes: int = 1 << 20
     head_bytes: int = 1 << 16  # gRPC, shapes only: a message's header is read from its first bytes, these many
+    native_grpc: bool = True  # gRPC, shapes only: read by server/record_grpc.c (False: by record.lua, as before)
 
     def __post_init__(self):
         if self.max_file_mb <= 0 or self.max_files < 1 or self.max_value_bytes < 0:
@@ -104,11 +106,18 @@ def access_log(settings: RecordSettings, protocol: str) -> dict:
 
 
 def grpc_filters(settings: RecordSettings, rules: dict, max_request_bytes: int) -> list[dict]:
-    """The gRPC listener's filters while recording: record.lua reading ModelInfer (rules: server.edge.model_rules)
-    as its bytes pass; with values, a buffer before it (so the Lua can keep a unary request whole, up to the edge's
-    body cap). Buffering costs: it holds each request back until its last byte (9% of gRPC throughput at
-    concurrency 4 on a 0.3 ms model, 2 cores)."""
+    """The gRPC listener's filters while recording (rules: server.edge.model_rules).
+
+    Shapes only: the native recorder (server/record_grpc.c) reads ModelInfer as its bytes pass and holds nothing.
+    With values: a buffer, then record.lua, which keeps a unary request whole, up to the edge's body cap.
+    Buffering costs: it holds each request back until its last byte (9% of gRPC throughput at concurrency 4 on a
+    0.3 ms model, 2 cores)."""
     from dataclasses import asdict
+
+    if settings.native_grpc and not settings.values:
+        from server.record_module import module_filter
+
+        return [module_filter({n: r.max_batch_size for n, r in rules.items()}, settings.head_bytes)]
 
     from server.edge import BUFFER, LUA, RECORD_LUA, lua_literal
     from server.envoy_config import BUFFER_FILTER

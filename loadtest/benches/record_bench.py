@@ -5,7 +5,8 @@ round (off, on, values, `make serve`'s default, then again) so that a host's dri
 - "edge": one replica behind Envoy, HTTP and gRPC both through it, not recording (the baseline);
 - "edge, recording": the same, RECORD=1 (shapes);
 - "edge, recording values": RECORD=values (each body, base64);
-- "make serve default": HTTP through the edge, gRPC straight to the server (what RECORD=1 changes for gRPC).
+- "make serve default": HTTP through the edge, gRPC straight to the server (what RECORD=1 changes for gRPC);
+- "edge, recording, gRPC by Lua": RECORD=1 with gRPC read by record.lua, as before the native reader.
 Each figure is the median of the rounds; the ratio compares it with the baseline's median. The paired ratio
 is the median over rounds of each round's figure against the baseline's in the same round: a host whose speed
 drifts between rounds moves both sides of a pair alike.
@@ -30,7 +31,7 @@ from common.errors import MeasurementError
 from loadtest.perf.sweep import run_sweep
 
 BASELINE = "edge"
-SETUPS = ("edge", "edge, recording", "edge, recording values", "make serve default")
+SETUPS = ("edge", "edge, recording", "edge, recording values", "make serve default", "edge, recording, gRPC by Lua")
 
 
 def chosen_setups(numbers: str | None) -> tuple[str, ...]:
@@ -57,8 +58,13 @@ def settings_for(setup: str, repo: Path, state_dir: Path):
     from server.recording import record_settings
 
     http, grpc, metrics, health = endpoints.free_ports(4)
-    mode = {"edge, recording": "1", "edge, recording values": "values"}.get(setup, "0")
+    from dataclasses import replace
+
+    mode = {"edge, recording": "1", "edge, recording values": "values", "edge, recording, gRPC by Lua": "1"}
     single = setup != BASELINE  # a cluster of one replica routes gRPC through Envoy without recording
+    record = record_settings(mode.get(setup, "0"), state_dir)
+    if setup == "edge, recording, gRPC by Lua":
+        record = replace(record, native_grpc=False)
     return ClusterSettings(
         repo,
         1,
@@ -68,7 +74,7 @@ def settings_for(setup: str, repo: Path, state_dir: Path):
         state_dir=state_dir,
         single=single,
         health_port=health,
-        record=record_settings(mode, state_dir),
+        record=record,
     )
 
 

@@ -2,7 +2,9 @@
 the real Envoy), the access log's lines as recorded requests, and rotation under a cap."""
 
 import json
+import stat
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -70,7 +72,12 @@ def test_both_listeners_log(tmp_path):
 
 def test_shapes_stream_through_unbuffered_and_values_buffer_unary_calls_only(tmp_path):
     shapes = _grpc_manager(_recording_config(tmp_path))
-    assert [f["name"] for f in shapes["http_filters"]] == ["envoy.filters.http.lua", "envoy.filters.http.router"]
+    names = [f["name"] for f in shapes["http_filters"]]
+    assert names == ["envoy.filters.http.dynamic_modules", "envoy.filters.http.router"], "the native reader, no Lua"
+    module = shapes["http_filters"][0]["typed_config"]
+    assert module["filter_config"]["value"].startswith("head_bytes 65536\n")
+    library = Path(module["dynamic_module_config"]["module"]["local"]["filename"])
+    assert library.is_file() and stat.S_IMODE(library.parent.stat().st_mode) == 0o700, "code Envoy loads: ours alone"
     values = _grpc_manager(_recording_config(tmp_path, values=True))
     assert values["http_filters"][0]["name"] == "envoy.filters.http.buffer"
     routes = {r["match"].get("path"): r for r in values["route_config"]["virtual_hosts"][0]["routes"]}
@@ -145,7 +152,7 @@ def test_the_overhead_bench_runs_chosen_setups_beside_its_baseline():
     assert chosen_setups("2") == (BASELINE, SETUPS[1])  # the baseline is always measured beside
     assert chosen_setups("3 1") == (SETUPS[0], SETUPS[2])
     with pytest.raises(MeasurementError, match="1 edge; 2 edge, recording"):
-        chosen_setups("5")
+        chosen_setups("6")
 
 
 def test_the_overhead_bench_gives_cpu_a_request_from_two_readings():

@@ -1,0 +1,190 @@
+"""The native gRPC recorder (server/record_grpc.c) read through a stand-in for Envoy's side of the ABI
+(tests/fixtures/record_grpc/harness.c): what it records for each message, however the body is cut into chunks,
+and what it leaves unrecorded. Through the real Envoy: tests/functional/test_recording.py."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import random
+import struct
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from server.record_module import SOURCE, module_config
+from server.secret_args import _compiler
+
+HARNESS = Path(__file__).parent.parent / "fixtures" / "record_grpc" / "harness.c"
+INFER = b"/inference.GRPCInferenceService/ModelInfer"
+
+
+class Buffer(ctypes.Structure):
+    _fields_ = [("ptr", ctypes.c_void_p), ("length", ctypes.c_size_t)]
+
+
+@pytest.fixture(scope="module")
+def recorder(tmp_path_factory):
+    compiler = _compiler()
+    if compiler is None:
+        pytest.skip("no C compiler (cc/gcc): the recorder is built by make install")
+    folder = tmp_path_factory.mktemp("record_grpc")
+    harness, module = folder / "libharness.so", folder / "librecord_grpc.so"
+    for source, target in ((HARNESS, harness), (SOURCE, module)):
+        subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-Wall", "-o", str(target), str(source)], check=True)
+    envoy = ctypes.CDLL(str(harness), mode=ctypes.RTLD_GLOBAL)  # the callbacks the module binds to
+    lib = ctypes.CDLL(str(module))
+    lib.envoy_dynamic_module_on_http_filter_config_new.argtypes = [ctypes.c_void_p, Buffer, Buffer]
+    lib.envoy_dynamic_module_on_http_filter_config_new.restype = ctypes.c_void_p
+    lib.envoy_dynamic_module_on_http_filter_new.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.envoy_dynamic_module_on_http_filter_new.restype = ctypes.c_void_p
+    for hook in ("request_headers", "request_body"):
+        getattr(lib, f"envoy_dynamic_module_on_http_filter_{hook}").argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_bool,
+        ]
+    lib.envoy_dynamic_module_on_http_filter_destroy.argtypes = [ctypes.c_void_p]
+    lib.envoy_dynamic_module_on_http_filter_config_destroy.argtypes = [ctypes.c_void_p]
+    envoy.harness_set_chunks.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return lib, envoy
+
+
+def _buffer(data: bytes) -> tuple[Buffer, ctypes.Array]:
+    held = ctypes.create_string_buffer(data, len(data))
+    return Buffer(ctypes.cast(held, ctypes.c_void_p), len(data)), held
+
+
+def _config(lib, head_bytes=65536, models=None):
+    name, held_name = _buffer(b"record_grpc")
+    text, held_text = _buffer(module_config(models if models is not None else {"digits_cnn": 16}, head_bytes).encode())
+    return lib.envoy_dynamic_module_on_http_filter_config_new(None, name, text)
+
+
+def _record(recorder, body: bytes, cuts=(), path=INFER, config=None) -> str | None:
+    """Send body through one stream, cut into chunks at cuts (each call gets one chunk); the line, or None."""
+    lib, envoy = recorder
+    config = config or _config(lib)
+    held_path = ctypes.create_string_buffer(path, len(path))
+    envoy.harness_set_path(held_path, len(path))
+    envoy.harness_reset()
+    stream = lib.envoy_dynamic_module_on_http_filter_new(config, None)
+    lib.envoy_dynamic_module_on_http_filter_request_headers(None, stream, False)
+    edges = [0, *sorted(cuts), len(body)]
+    for i, (a, b) in enumerate(zip(edges, edges[1:])):
+        chunk, held = _buffer(body[a:b])
+        chunks = (Buffer * 1)(chunk)
+        envoy.harness_set_chunks(chunks, 1 if b > a else 0)
+        lib.envoy_dynamic_module_on_http_filter_request_body(None, stream, i == len(edges) - 2)
+    lib.envoy_dynamic_module_on_http_filter_destroy(stream)
+    out = ctypes.create_string_buffer(1 << 20)
+    n = envoy.harness_recorded(out, len(out))
+    assert envoy.harness_recorded_times() <= 1, "one line a request"
+    return out.raw[:n].decode("utf-8", "surrogateescape") if envoy.harness_recorded_times() else None
+
+
+def _framed(message) -> bytes:
+    body = message.SerializeToString()
+    return b"\0" + struct.pack(">I", len(body)) + body
+
+
+def _message(model="digits_cnn", version="", inputs=(("input", "FP32", (2, 1, 8, 8)),), raw=True):
+    from tritonclient.grpc import service_pb2
+
+    message = service_pb2.ModelInferRequest(model_name=model, model_version=version)
+    for name, datatype, shape in inputs:
+        message.inputs.add(name=name, datatype=datatype, shape=list(shape))
+    message.outputs.add(name="logits")
+    if raw:
+        message.raw_input_contents.append(np.zeros(2 * 64, np.float32).tobytes())
+    return message
+
+
+def _expected(model, version, inputs, batch) -> dict:
+    return {"model": model, "version": version, "inputs": [[n, d, list(s)] for n, d, s in inputs], "batch": batch}
+
+
+def test_a_request_is_recorded_however_its_body_is_cut(recorder):
+    inputs = (("input", "FP32", (2, 1, 8, 8)), ("mask", "INT64", (2, 7)))
+    body = _framed(_message(version="3", inputs=inputs))
+    want = _expected("digits_cnn", "3", inputs, 2)
+    for cut in range(1, 80):  # the frame's length prefix and the header split at every byte
+        assert json.loads(_record(recorder, body, cuts=(cut,))) == want, cut
+    assert json.loads(_record(recorder, body, cuts=range(1, 120))) == want  # a byte a chunk
+    assert json.loads(_record(recorder, body)) == want
+
+
+def test_batch_is_the_first_dim_only_for_a_batching_model(recorder):
+    lib, _ = recorder
+    inputs = (("input", "FP32", (5, 3)),)
+    unbatched = _config(lib, models={"digits_cnn": 0})
+    assert json.loads(_record(recorder, _framed(_message(inputs=inputs))))["batch"] == 5
+    assert json.loads(_record(recorder, _framed(_message(inputs=inputs)), config=unbatched))["batch"] == 1
+    other = _framed(_message(model="not_ours", inputs=inputs))
+    assert json.loads(_record(recorder, other)) == _expected("not_ours", "", inputs, 1)
+
+
+def test_names_are_escaped_as_json_and_negative_dims_read_as_int64(recorder):
+    inputs = (('in"p\\ut\x01\x7f', "FP32", (-1, 4)),)
+    assert json.loads(_record(recorder, _framed(_message(inputs=inputs)))) == _expected("digits_cnn", "", inputs, -1)
+
+
+def test_a_header_past_the_first_bytes_is_read_up_to_head_bytes(recorder):
+    lib, _ = recorder
+    message = _message()
+    message.parameters["note"].string_param = "n" * 1000  # field 4, ahead of the inputs
+    body = _framed(message)
+    want = _expected("digits_cnn", "", (("input", "FP32", (2, 1, 8, 8)),), 2)
+    assert json.loads(_record(recorder, body, cuts=(300, 700), config=_config(lib, head_bytes=2000))) == want
+    assert _record(recorder, body, config=_config(lib, head_bytes=600)) is None  # the inputs lie past what is read
+
+
+def test_what_cannot_be_read_goes_on_unrecorded(recorder):
+    good = _framed(_message())
+    assert _record(recorder, good, path=b"/inference.GRPCInferenceService/ModelStreamInfer") is None
+    assert _record(recorder, b"\1" + good[1:]) is None  # compressed
+    assert _record(recorder, _framed(_message(model=""))) is None  # no model named
+    too_many = tuple((f"i{i}", "FP32", (1,)) for i in range(65))
+    assert _record(recorder, _framed(_message(inputs=too_many))) is None
+    assert _record(recorder, _framed(_message(inputs=(("x" * 257, "FP32", (1,)),)))) is None
+    assert _record(recorder, _framed(_message(inputs=(("x", "FP32", (1,) * 65),)))) is None
+    body = good[5:]
+    truncated = b"\0" + struct.pack(">I", 40) + body[:40]  # a frame that ends inside an input
+    assert _record(recorder, truncated) is None
+
+
+def test_typed_contents_past_the_head_leave_the_request_unrecorded_and_raw_ones_do_not(recorder):
+    lib, _ = recorder
+    typed = _message(inputs=(("input", "FP32", (16, 64)),), raw=False)
+    typed.inputs[0].contents.fp32_contents.extend([0.0] * 1024)
+    assert _record(recorder, _framed(typed), config=_config(lib, head_bytes=2000)) is None
+    raw = _message(inputs=(("input", "FP32", (16, 64)),))
+    raw.raw_input_contents[0] = np.zeros(16 * 64, np.float32).tobytes()
+    assert json.loads(_record(recorder, _framed(raw), config=_config(lib, head_bytes=2000)))["batch"] == 16
+
+
+def test_random_bytes_never_crash_it(recorder):
+    rng = random.Random(7)
+    good = _framed(_message())
+    for _ in range(3000):
+        body = bytearray(good)
+        for _ in range(rng.randint(1, 8)):
+            body[rng.randrange(len(body))] = rng.randrange(256)
+        body = bytes(body[: rng.randint(0, len(body))])
+        cuts = sorted(rng.sample(range(1, max(len(body), 2)), min(3, max(len(body) - 1, 0))))
+        line = _record(recorder, body, cuts=cuts)
+        assert line is None or line.startswith('{"model":')
+
+
+def test_the_config_names_models_as_hex_and_a_bad_config_is_refused(recorder):
+    lib, _ = recorder
+    assert module_config({"a b\n": 4, "m": 0}, 100) == "head_bytes 100\n4 6120620a\n0 6d\n"
+    for text in (b"", b"head_bytes 0\n", b"head_bytes 9\n4 6\n", b"head_bytes 9\nx 6d\n"):
+        name, held_name = _buffer(b"record_grpc")
+        given, held_text = _buffer(text)
+        assert lib.envoy_dynamic_module_on_http_filter_config_new(None, name, given) is None, text
+    name, held_name = _buffer(b"something_else")
+    given, held_text = _buffer(b"head_bytes 9\n")
+    assert lib.envoy_dynamic_module_on_http_filter_config_new(None, name, given) is None
