@@ -519,9 +519,15 @@ def _show_report(path: Path) -> None:
     help="Start every setup's server once and alternate the points among them (no restarts between the points "
     "compared); default: each setup started and stopped round by round.",
 )
+@click.option(
+    "--one-server",
+    is_flag=True,
+    help="One server, with every setup's Envoy in front of it (implies --together): the points compared differ "
+    "in the edge alone, not also in the server.",
+)
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
-def record_bench(repo, models, protocols, concurrency, rounds, interval_ms, setups, together, out):
+def record_bench(repo, models, protocols, concurrency, rounds, interval_ms, setups, together, one_server, out):
     """What RECORD=1 and RECORD=values cost: perf_analyzer through the edge, recording off and on, alternated."""
     from builders.environment import host_info
     from loadtest.benches import record_bench as bench
@@ -529,13 +535,16 @@ def record_bench(repo, models, protocols, concurrency, rounds, interval_ms, setu
     out = (out or Path("reports") / time.strftime("record-%Y%m%d-%H%M%S")).absolute()
     names = _names(models)
     chosen = bench.chosen_setups(setups)
-    rows = bench.measure(repo, names, chosen, protocols.split(), concurrency, rounds, out, interval_ms, together)
+    rows = bench.measure(
+        repo, names, chosen, protocols.split(), concurrency, rounds, out, interval_ms, together, one_server
+    )
     header = (
         f"Models {', '.join(names)}, perf_analyzer concurrency {concurrency}, {interval_ms} ms windows, "
         f"{rounds} rounds alternated; command: `python -m loadtest record-bench --repo {repo} --models "
         f'"{models}" --protocols "{protocols}" --rounds {rounds} --interval-ms {interval_ms}'
         + (f' --setups "{setups}"' if setups else "")
         + (" --together" if together else "")
+        + (" --one-server" if one_server else "")
         + f"`. Host: {host_info()}"
     )
     click.echo(bench.write(bench.compare(rows), rows, out, header))

@@ -181,6 +181,42 @@ def start_cluster(settings: ClusterSettings) -> ClusterState:
     return state
 
 
+def start_edge_for(settings: ClusterSettings, running: Path) -> ClusterState:
+    """Envoy alone, with settings' ports, edge and recording, in front of the replicas of the cluster running from
+    the state folder `running` (record-bench compares edge setups on one server this way). Its state names no
+    replica, so stop_cluster(settings.state_dir) stops this Envoy only; admin calls use the cluster's key.
+
+    Raises:
+        ServerError: no cluster runs there, a port is taken, or Envoy did not come up.
+    """
+    base = read_cluster(running)
+    for label, port in (("http", settings.http_port), ("grpc", settings.grpc_port)):
+        launcher.check_port_free(settings.host, label, port)
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    key = launcher.admin_key(running)
+    shutil.copy2(key, settings.state_dir / key.name)
+    state = ClusterState(
+        host=settings.host,
+        http_port=settings.http_port,
+        grpc_port=settings.grpc_port,
+        admin_port=settings.admin_port,
+        stats_port=0,
+        repo=str(settings.repo.resolve()),
+        single=settings.single,
+        recording=str(settings.record.folder) if settings.record else "",
+    )
+    _write(settings.state_dir, state)
+    try:
+        state.envoy_pid = _start_envoy(settings, tuple(base.replicas))
+        _write(settings.state_dir, state)
+        await_routable(admin_socket(settings.state_dir), len(base.replicas), settings.startup_timeout)
+    except BaseException:
+        stop_cluster(settings.state_dir)
+        raise
+    _write_front(settings, state)
+    return state
+
+
 def _start_replica(settings: ClusterSettings, index: int, env: dict) -> Replica:
     folder = settings.state_dir / f"replica-{index}"
     folder.mkdir(parents=True, exist_ok=True)

@@ -79,23 +79,42 @@ def settings_for(setup: str, repo: Path, state_dir: Path):
 
 
 def measure(
-    repo: Path, models, setups, protocols, concurrency: int, rounds: int, out: Path, interval_ms: int, together=False
+    repo: Path,
+    models,
+    setups,
+    protocols,
+    concurrency: int,
+    rounds: int,
+    out: Path,
+    interval_ms: int,
+    together=False,
+    one_server=False,
 ):
     """Every setup, every round: one perf point per model and protocol; one row per point. Each model is measured
     as `loadtest perf` measures it (text models: lognormal lengths; pipelines: images).
     together=False: each setup is started for its points and stopped after them, round by round. together=True:
     every setup's server is started once, before the first round, and they all stay up while the points alternate
     among them (an idle server costs the host next to nothing): no restart between the points compared, and a
-    round takes seconds, not a minute, so the host's drift falls within a pair."""
-    from server.cluster import start_cluster, stop_cluster
+    round takes seconds, not a minute, so the host's drift falls within a pair.
+    one_server=True (implies together): one server, the baseline's, with every other setup's Envoy in front of it
+    too: what differs between two points is the edge alone, not also the server (two servers of the same build
+    differ: the Python backend's stub took 70 µs a request more in one than in the other)."""
+    from server.cluster import start_cluster, start_edge_for, stop_cluster
 
+    if one_server and "make serve default" in setups:
+        raise MeasurementError("--one-server compares edges in front of one server: leave out setup 4 (no edge)")
+    together = together or one_server
     state = {setup: out / "state" / setup.replace(" ", "_").replace(",", "") for setup in setups}
     rows, started = [], []
     try:
         if together:
             for setup in setups:
                 step(f"record-bench: starting {setup}")
-                start_cluster(settings_for(setup, repo, state[setup]))
+                settings = settings_for(setup, repo, state[setup])
+                if one_server and setup != BASELINE:
+                    start_edge_for(settings, state[BASELINE])
+                else:
+                    start_cluster(settings)
                 started.append(state[setup])
         for round_ in range(1, rounds + 1):
             for setup in setups:
@@ -117,7 +136,7 @@ def measure(
                 if not together:
                     stop_cluster(started.pop())
     finally:
-        for state_dir in started:
+        for state_dir in reversed(started):  # extra edges before the server they front
             stop_cluster(state_dir)
     return rows
 

@@ -155,6 +155,15 @@ def test_the_overhead_bench_runs_chosen_setups_beside_its_baseline():
         chosen_setups("6")
 
 
+def test_one_server_refuses_the_setup_without_an_edge_before_starting_anything(tmp_path):
+    from common.errors import MeasurementError
+    from loadtest.benches.record_bench import SETUPS, measure
+
+    with pytest.raises(MeasurementError, match="setup 4"):
+        measure(tmp_path, ["m"], SETUPS, ["grpc"], 4, 1, tmp_path / "out", 1000, one_server=True)
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_overhead_bench_gives_cpu_a_request_from_two_readings():
     from loadtest.benches.record_bench import _cpu_per_request, _host_busy_seconds, compare
 
