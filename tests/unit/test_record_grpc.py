@@ -188,3 +188,14 @@ def test_the_config_names_models_as_hex_and_a_bad_config_is_refused(recorder):
     name, held_name = _buffer(b"something_else")
     given, held_text = _buffer(b"head_bytes 9\n")
     assert lib.envoy_dynamic_module_on_http_filter_config_new(None, name, given) is None
+
+
+def test_the_module_is_used_only_with_the_envoy_it_is_built_for(tmp_path):
+    from server.cluster import envoy_binary
+    from server.record_module import runs_on
+
+    assert runs_on(envoy_binary())
+    other = tmp_path / "envoy"
+    other.write_text("#!/bin/sh\necho 'envoy  version: 0/1.33.2/Clean/RELEASE/BoringSSL'\n")
+    other.chmod(0o700)
+    assert not runs_on(other) and not runs_on(tmp_path / "missing")

@@ -32,8 +32,8 @@ def test_record_off_and_unknown_modes(tmp_path):
         record_settings("yes please", tmp_path)
 
 
-def _recording_config(tmp_path, values: bool = False) -> dict:
-    record = RecordSettings(tmp_path / "traffic", values=values)
+def _recording_config(tmp_path, values: bool = False, native: bool = True) -> dict:
+    record = RecordSettings(tmp_path / "traffic", values=values, native_grpc=native)
     settings = EnvoySettings(
         (Replica("replica-0", 9100, 9101, 9103),),
         8000,
@@ -47,10 +47,12 @@ def _recording_config(tmp_path, values: bool = False) -> dict:
     return envoy_config(settings)
 
 
-@pytest.mark.parametrize("values", [False, True], ids=["shapes", "values"])
-def test_the_real_envoy_accepts_the_recording_config(tmp_path, values):
+@pytest.mark.parametrize(
+    "values, native", [(False, True), (False, False), (True, True)], ids=["shapes", "shapes by Lua", "values"]
+)
+def test_the_real_envoy_accepts_the_recording_config(tmp_path, values, native):
     path = tmp_path / "envoy.json"
-    path.write_text(json.dumps(_recording_config(tmp_path, values)))
+    path.write_text(json.dumps(_recording_config(tmp_path, values, native)))
     prepare(RecordSettings(tmp_path / "traffic"))
     done = subprocess.run([str(envoy_binary()), "--mode", "validate", "-c", str(path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -78,6 +80,8 @@ def test_shapes_stream_through_unbuffered_and_values_buffer_unary_calls_only(tmp
     assert module["filter_config"]["value"].startswith("head_bytes 65536\n")
     library = Path(module["dynamic_module_config"]["module"]["local"]["filename"])
     assert library.is_file() and stat.S_IMODE(library.parent.stat().st_mode) == 0o700, "code Envoy loads: ours alone"
+    by_lua = _grpc_manager(_recording_config(tmp_path, native=False))
+    assert [f["name"] for f in by_lua["http_filters"]] == ["envoy.filters.http.lua", "envoy.filters.http.router"]
     values = _grpc_manager(_recording_config(tmp_path, values=True))
     assert values["http_filters"][0]["name"] == "envoy.filters.http.buffer"
     routes = {r["match"].get("path"): r for r in values["route_config"]["virtual_hosts"][0]["routes"]}
