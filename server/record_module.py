@@ -30,11 +30,11 @@ def build_module(force: bool = False) -> Path:
     Raises:
         ServerError: no C compiler, or the compile failed.
     """
-    from server.secret_args import _compiler
+    from server.secret_args import c_compiler
 
     if LIBRARY.exists() and not force and LIBRARY.stat().st_mtime >= SOURCE.stat().st_mtime:
         return LIBRARY
-    compiler = _compiler()
+    compiler = c_compiler()
     if compiler is None:
         raise ServerError(
             "no C compiler (cc/gcc) to build the gRPC recorder: install gcc (Debian: apt-get install gcc) and "

@@ -25,7 +25,8 @@ TOOLS_DIR = Path(__file__).resolve().parent.parent / ".tools" / "triton_shim"
 LIBRARY = TOOLS_DIR / "libtriton_shim.so"
 
 
-def _compiler() -> str | None:
+def c_compiler() -> str | None:
+    """The C compiler for the server's native parts ($CC, cc or gcc), None where there is none."""
     return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
 
 
@@ -59,7 +60,7 @@ def build_library(force: bool = False) -> Path:
     if LIBRARY.exists() and not force and LIBRARY.stat().st_mtime >= SOURCE.stat().st_mtime:
         write_refusal_models(TOOLS_DIR)
         return LIBRARY
-    compiler = _compiler()
+    compiler = c_compiler()
     if compiler is None:
         raise ServerError(
             "no C compiler (cc/gcc) to build the admin-key shim: install gcc (Debian: apt-get install "

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from server.record_module import SOURCE, module_config
-from server.secret_args import _compiler
+from server.secret_args import c_compiler
 
 HARNESS = Path(__file__).parent.parent / "fixtures" / "record_grpc" / "harness.c"
 INFER = b"/inference.GRPCInferenceService/ModelInfer"
@@ -27,7 +27,7 @@ class Buffer(ctypes.Structure):
 
 @pytest.fixture(scope="module")
 def recorder(tmp_path_factory):
-    compiler = _compiler()
+    compiler = c_compiler()
     if compiler is None:
         pytest.skip("no C compiler (cc/gcc): the recorder is built by make install")
     folder = tmp_path_factory.mktemp("record_grpc")
