@@ -155,16 +155,7 @@ def start_cluster(settings: ClusterSettings) -> ClusterState:
         launcher.check_port_free(settings.host, label, port)
     envoy_binary()  # installed, or say how before starting anything
     settings.state_dir.mkdir(parents=True, exist_ok=True)
-    state = ClusterState(
-        host=settings.host,
-        http_port=settings.http_port,
-        grpc_port=settings.grpc_port,
-        admin_port=settings.admin_port,
-        stats_port=0 if settings.single else settings.admin_port,
-        repo=str(settings.repo.resolve()),
-        single=settings.single,
-        recording=str(settings.record.folder) if settings.record else "",
-    )
+    state = _new_state(settings, stats_port=0 if settings.single else settings.admin_port)
     try:
         for index in range(settings.replicas):
             env = {"CUDA_VISIBLE_DEVICES": str(index)} if settings.gpu_per_replica else {}
@@ -181,6 +172,20 @@ def start_cluster(settings: ClusterSettings) -> ClusterState:
     return state
 
 
+def _new_state(settings: ClusterSettings, stats_port: int) -> ClusterState:
+    """cluster.json's record of what settings start, before anything has started."""
+    return ClusterState(
+        host=settings.host,
+        http_port=settings.http_port,
+        grpc_port=settings.grpc_port,
+        admin_port=settings.admin_port,
+        stats_port=stats_port,
+        repo=str(settings.repo.resolve()),
+        single=settings.single,
+        recording=str(settings.record.folder) if settings.record else "",
+    )
+
+
 def start_edge_for(settings: ClusterSettings, running: Path) -> ClusterState:
     """Envoy alone, with settings' ports, edge and recording, in front of the replicas of the cluster running from
     the state folder `running` (record-bench compares edge setups on one server this way). Its state names no
@@ -195,16 +200,7 @@ def start_edge_for(settings: ClusterSettings, running: Path) -> ClusterState:
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     key = launcher.admin_key(running)
     shutil.copy2(key, settings.state_dir / key.name)
-    state = ClusterState(
-        host=settings.host,
-        http_port=settings.http_port,
-        grpc_port=settings.grpc_port,
-        admin_port=settings.admin_port,
-        stats_port=0,
-        repo=str(settings.repo.resolve()),
-        single=settings.single,
-        recording=str(settings.record.folder) if settings.record else "",
-    )
+    state = _new_state(settings, stats_port=0)
     _write(settings.state_dir, state)
     try:
         state.envoy_pid = _start_envoy(settings, tuple(base.replicas))

@@ -100,6 +100,7 @@ static config *parse_config(const char *text, size_t length) {
     size_t n = strlen(hex);
     model_rule *rule = &c->models[c->count];
     rule->name = malloc(n / 2 + 1);
+    if (rule->name) c->count++; /* owned by the config from here: freed with it */
     if (!rule->name || n % 2) { ok = false; break; }
     for (size_t i = 0; i < n / 2; i++) {
       int hi = hex_value(hex[2 * i]), lo = hex_value(hex[2 * i + 1]);
@@ -108,7 +109,6 @@ static config *parse_config(const char *text, size_t length) {
     }
     rule->length = n / 2;
     rule->max_batch_size = batch;
-    c->count++;
   }
   free(copy);
   if (!ok) return free_config(c), NULL;
@@ -154,7 +154,7 @@ static bool varint(const uint8_t *s, size_t *pos, size_t end, uint64_t *value) {
   return false;
 }
 
-typedef int (*visit_fn)(void *into, uint64_t number, int wire, uint64_t value, size_t a, size_t b);
+typedef int (*visit_fn)(const uint8_t *s, void *into, uint64_t number, int wire, uint64_t value, size_t a, size_t b);
 
 /* Walk [pos, stop). cut: the bytes end at stop although the message goes on; a length-delimited field running
  * past stop ends the walk and its number goes to *stopped_at (0: the whole span was read). */
@@ -168,14 +168,14 @@ static int each_field(const uint8_t *s, size_t pos, size_t stop, bool cut, visit
     int wire = (int)(key & 7);
     if (wire == 0) {
       if (!varint(s, &pos, stop, &value)) return READ_ERROR;
-      if (visit(into, number, 0, value, 0, 0) < 0) return READ_ERROR;
+      if (visit(s, into, number, 0, value, 0, 0) < 0) return READ_ERROR;
     } else if (wire == 2) {
       if (!varint(s, &pos, stop, &value)) return READ_ERROR;
       if (value > stop - pos) {
         if (cut && stopped_at) return *stopped_at = number, READ_DONE;
         return READ_ERROR;
       }
-      if (visit(into, number, 2, 0, pos, pos + value) < 0) return READ_ERROR;
+      if (visit(s, into, number, 2, 0, pos, pos + value) < 0) return READ_ERROR;
       pos += value;
     } else if (wire == 1 || wire == 5) {
       pos += wire == 1 ? 8 : 4;
@@ -198,11 +198,8 @@ static int add_dim(tensor *t, uint64_t value) {
   return 0;
 }
 
-static __thread const uint8_t *message_bytes;
-
-static int visit_tensor(void *into, uint64_t number, int wire, uint64_t value, size_t a, size_t b) {
+static int visit_tensor(const uint8_t *s, void *into, uint64_t number, int wire, uint64_t value, size_t a, size_t b) {
   tensor *t = into;
-  const uint8_t *s = message_bytes;
   if (number == 1 && wire == 2) return text(&t->name, s, a, b);
   if (number == 2 && wire == 2) return text(&t->datatype, s, a, b);
   if (number == 3 && wire == 0) return add_dim(t, value);
@@ -216,10 +213,9 @@ static int visit_tensor(void *into, uint64_t number, int wire, uint64_t value, s
   return 0;
 }
 
-static int visit_infer(void *into, uint64_t number, int wire, uint64_t value, size_t a, size_t b) {
+static int visit_infer(const uint8_t *s, void *into, uint64_t number, int wire, uint64_t value, size_t a, size_t b) {
   (void)value;
   infer *r = into;
-  const uint8_t *s = message_bytes;
   if (number == 1 && wire == 2) return text(&r->model, s, a, b);
   if (number == 2 && wire == 2) return text(&r->version, s, a, b);
   if (number == 5 && wire == 2) {
@@ -307,7 +303,6 @@ static int record_message(void *filter, const stream *st, const uint8_t *message
   infer r;
   memset(&r, 0, sizeof(r));
   r.model.s = r.version.s = message;
-  message_bytes = message;
   uint64_t stopped_at = 0;
   if (each_field(message, 0, length, cut, visit_infer, &r, &stopped_at) != READ_DONE) return READ_ERROR;
   if (stopped_at && stopped_at < 6) return READ_MORE;
