@@ -511,7 +511,8 @@ def _show_report(path: Path) -> None:
     "--setups",
     default=None,
     help="Only some setups, by number: 1 edge (the baseline), 2 recording, 3 recording values, 4 make serve default, "
-    '5 recording with gRPC read by the Lua, as before the native reader (e.g. "1 2"). Default: all.',
+    "5 recording with gRPC read by the Lua, as before the native reader, 6 a second edge like the first (the "
+    'control: the noise alone) (e.g. "1 2 6"). Default: all.',
 )
 @click.option(
     "--together",

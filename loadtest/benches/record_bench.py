@@ -6,10 +6,14 @@ round (off, on, values, `make serve`'s default, then again) so that a host's dri
 - "edge, recording": the same, RECORD=1 (shapes);
 - "edge, recording values": RECORD=values (each body, base64);
 - "make serve default": HTTP through the edge, gRPC straight to the server (what RECORD=1 changes for gRPC);
-- "edge, recording, gRPC by Lua": RECORD=1 with gRPC read by record.lua, as before the native reader.
-Each figure is the median of the rounds; the ratio compares it with the baseline's median. The paired ratio
-is the median over rounds of each round's figure against the baseline's in the same round: a host whose speed
-drifts between rounds moves both sides of a pair alike.
+- "edge, recording, gRPC by Lua": RECORD=1 with gRPC read by record.lua, as before the native reader;
+- "edge, again": a second edge exactly like the baseline (the control): what two identical setups differ by
+  on this host, the noise any other setup's ratio carries.
+The setups run in one order in odd rounds and in the reverse order in even ones, so that no setup always
+follows the same one. Each figure is the median of the rounds; the ratio compares it with the baseline's
+median. The paired ratio is each round's figure against the baseline's in the same round (a host whose speed
+drifts between rounds moves both sides of a pair alike): its mean over the rounds, with a 95% bootstrap
+interval, and the verdict on the 5% floor that the interval allows (shown, missed, or not resolved).
 CPU a request: over each point, Envoy's own CPU time (its process) and the host's busy time (all processes,
 perf_analyzer included; stolen time not), divided by the requests the server counted. At concurrency 4 a small
 model keeps a 2-core host busy, so throughput follows the host's CPU a request; Envoy's figure moves far less
@@ -20,6 +24,7 @@ ratios are not.
 from __future__ import annotations
 
 import csv
+import math
 import os
 import statistics
 from pathlib import Path
@@ -31,7 +36,16 @@ from common.errors import MeasurementError
 from loadtest.perf.sweep import run_sweep
 
 BASELINE = "edge"
-SETUPS = ("edge", "edge, recording", "edge, recording values", "make serve default", "edge, recording, gRPC by Lua")
+CONTROL = "edge, again"
+SETUPS = (
+    BASELINE,
+    "edge, recording",
+    "edge, recording values",
+    "make serve default",
+    "edge, recording, gRPC by Lua",
+    CONTROL,
+)
+FLOOR = 0.95  # the issue's floor: recording costs at most 5% of throughput
 
 
 def chosen_setups(numbers: str | None) -> tuple[str, ...]:
@@ -61,7 +75,7 @@ def settings_for(setup: str, repo: Path, state_dir: Path):
     from dataclasses import replace
 
     mode = {"edge, recording": "1", "edge, recording values": "values", "edge, recording, gRPC by Lua": "1"}
-    single = setup != BASELINE  # a cluster of one replica routes gRPC through Envoy without recording
+    single = setup not in (BASELINE, CONTROL)  # a cluster of one replica routes gRPC through Envoy, not recording
     record = record_settings(mode.get(setup, "0"), state_dir)
     if setup == "edge, recording, gRPC by Lua":
         record = replace(record, native_grpc=False)
@@ -117,7 +131,7 @@ def measure(
                     start_cluster(settings)
                 started.append(state[setup])
         for round_ in range(1, rounds + 1):
-            for setup in setups:
+            for setup in in_order(setups, round_):
                 step(f"record-bench round {round_}/{rounds}: {setup}")
                 state_dir = state[setup] if together else state[setup].with_name(f"{state[setup].name}-{round_}")
                 if not together:
@@ -139,6 +153,11 @@ def measure(
         for state_dir in reversed(started):  # extra edges before the server they front
             stop_cluster(state_dir)
     return rows
+
+
+def in_order(setups, round_: int) -> list:
+    """The setups of one round: as given in odd rounds, reversed in even ones (ABC, CBA, ABC...)."""
+    return list(setups) if round_ % 2 else list(reversed(setups))
 
 
 def _points(repo: Path, models, protocols, concurrency: int, interval_ms: int, state_dir: Path, work: Path):
@@ -254,7 +273,8 @@ def compare(rows: list[dict]) -> list[dict]:
                     "setup": setup,
                     "infer_s": round(throughput, 1),
                     "ratio": ratio,
-                    "paired_ratio": paired,
+                    **paired,
+                    "verdict": None if setup == BASELINE else paired["verdict"],
                     "envoy_cpu_us": envoy_us,
                     "host_cpu_us": host_us,
                     "mean_batch": batch,
@@ -265,10 +285,45 @@ def compare(rows: list[dict]) -> list[dict]:
     return table
 
 
-def _paired(points: list[dict], base_by_round: dict):
-    """The median over rounds of throughput / the baseline's throughput in the same round; None without pairs."""
+def _paired(points: list[dict], base_by_round: dict) -> dict:
+    """Each round's throughput / the baseline's in the same round: their geometric mean, its 95% bootstrap
+    interval and what that interval says of the floor (all None without pairs)."""
     ratios = [p["throughput"] / base_by_round[p.get("round")] for p in points if base_by_round.get(p.get("round"))]
-    return round(statistics.median(ratios), 3) if ratios else None
+    if not ratios:
+        return {"paired_ratio": None, "paired_low": None, "paired_high": None, "verdict": None}
+    low, high = bootstrap_interval(ratios)
+    return {
+        "paired_ratio": round(_geometric_mean(ratios), 3),
+        "paired_low": round(low, 3),
+        "paired_high": round(high, 3),
+        "verdict": verdict(low, high, len(ratios)),
+    }
+
+
+def _geometric_mean(values) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def bootstrap_interval(ratios: list[float], level: float = 0.95, resamples: int = 4000) -> tuple[float, float]:
+    """The interval that holds the geometric mean of ratios at this level, by resampling the rounds (a fixed
+    seed: the same rounds give the same interval)."""
+    import random
+
+    draw = random.Random(0)
+    means = sorted(_geometric_mean(draw.choices(ratios, k=len(ratios))) for _ in range(resamples))
+    cut = int(resamples * (1 - level) / 2)
+    return means[cut], means[-cut - 1]
+
+
+def verdict(low: float, high: float, rounds: int) -> str:
+    """What a paired interval says of the floor (at most 5% less throughput than the edge)."""
+    if rounds < 5:
+        return f"not resolved ({rounds} rounds: run at least 5)"
+    if low >= FLOOR:
+        return "within 5%: shown"
+    if high < FLOOR:
+        return "over 5%: shown"
+    return "not resolved"
 
 
 def write(table: list[dict], rows: list[dict], out: Path, header: str) -> str:
@@ -280,20 +335,26 @@ def write(table: list[dict], rows: list[dict], out: Path, header: str) -> str:
             writer.writeheader()
             writer.writerows(data)
     lines = [
-        "| model | protocol | setup | infer/s (median) | ratio to the edge | paired ratio (median of rounds) "
-        "| Envoy CPU µs a request | host CPU µs a request | mean batch | p50 ms | each round (infer/s) |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| model | protocol | setup | infer/s (median) | ratio to the edge | paired ratio (mean of rounds) "
+        "| its 95% interval | the 5% floor | Envoy CPU µs a request | host CPU µs a request | mean batch | p50 ms "
+        "| each round (infer/s) |",
+        "|---|---|---|---:|---:|---:|---|---|---:|---:|---:|---:|---|",
     ]
     lines += [
         f"| {t['model']} | {t['protocol']} | {t['setup']} | {t['infer_s']:,.1f} | "
-        f"{t['ratio'] if t['ratio'] is not None else '—'} | "
-        f"{_or_dash(t['paired_ratio'])} | {_or_dash(t['envoy_cpu_us'])} | {_or_dash(t['host_cpu_us'])} | "
+        f"{t['ratio'] if t['ratio'] is not None else '—'} | {_or_dash(t['paired_ratio'])} | "
+        f"{_interval(t)} | {t.get('verdict') or '—'} | "
+        f"{_or_dash(t['envoy_cpu_us'])} | {_or_dash(t['host_cpu_us'])} | "
         f"{_or_dash(t.get('mean_batch'))} | "
         f"{t['p50_ms']:.3f} | {t['rounds']} |"
         for t in table
     ]
     text = "\n".join(lines)
     notes = (
+        "Paired ratio: each round's throughput over the edge's in the same round, the geometric mean over the "
+        "rounds; its interval comes from resampling the rounds (95%). The 5% floor is shown met where the whole "
+        "interval lies at or above 0.95, shown missed where it lies below, and not resolved where it holds 0.95. "
+        f"'{CONTROL}' is a second edge like the first: its interval is what this host's noise alone gives. "
         "Envoy CPU: its process over each point, per request the server answered; under `make serve default` "
         "gRPC goes straight to the server, so Envoy does no work for it there. Host CPU: every process, "
         "perf_analyzer included."
@@ -303,6 +364,11 @@ def write(table: list[dict], rows: list[dict], out: Path, header: str) -> str:
     )
     _plot(table, out / "record.png")
     return text
+
+
+def _interval(row: dict) -> str:
+    low, high = row.get("paired_low"), row.get("paired_high")
+    return "—" if low is None or row.get("setup") == BASELINE else f"{low:.3f}-{high:.3f}"
 
 
 def _or_dash(value) -> str:

@@ -144,8 +144,28 @@ def test_the_overhead_table_compares_medians_with_the_edge_per_model_and_protoco
     ]
     table = {(t["setup"]): t for t in compare(rows)}
     assert table["edge"]["ratio"] == 1.0 and table["edge, recording"]["ratio"] == 0.95
-    assert table["edge, recording"]["paired_ratio"] == 0.95  # median of 0.95, 1.1, 0.545
+    assert table["edge, recording"]["paired_ratio"] == 0.829  # geometric mean of 0.95, 1.1, 0.545
+    assert table["edge, recording"]["verdict"].startswith("not resolved (3 rounds")
     assert table["edge, recording"]["rounds"] == "95 99 60" and table["edge"]["model"] == "m"
+    assert table["edge"]["verdict"] is None  # the baseline against itself says nothing
+
+
+def test_the_floor_is_called_only_where_the_interval_of_the_paired_ratios_allows_it():
+    from loadtest.benches.record_bench import bootstrap_interval, verdict
+
+    steady = [0.97, 0.98, 0.99, 0.975, 0.985, 0.98, 0.97, 0.99]
+    low, high = bootstrap_interval(steady)
+    assert 0.95 < low <= high < 1.0 and (low, high) == bootstrap_interval(steady)  # the same rounds, same interval
+    assert verdict(low, high, len(steady)) == "within 5%: shown"
+    noisy = [0.8, 1.1, 0.9, 1.05, 0.85, 1.0, 0.92, 0.99]
+    assert verdict(*bootstrap_interval(noisy), len(noisy)) == "not resolved"
+    assert verdict(*bootstrap_interval([0.9, 0.91, 0.89, 0.9, 0.92]), 5) == "over 5%: shown"
+
+
+def test_the_setups_take_turns_in_both_orders():
+    from loadtest.benches.record_bench import in_order
+
+    assert in_order(("a", "b", "c"), 1) == ["a", "b", "c"] and in_order(("a", "b", "c"), 2) == ["c", "b", "a"]
 
 
 def test_the_overhead_bench_runs_chosen_setups_beside_its_baseline():
@@ -156,7 +176,8 @@ def test_the_overhead_bench_runs_chosen_setups_beside_its_baseline():
     assert chosen_setups("2") == (BASELINE, SETUPS[1])  # the baseline is always measured beside
     assert chosen_setups("3 1") == (SETUPS[0], SETUPS[2])
     with pytest.raises(MeasurementError, match="1 edge; 2 edge, recording"):
-        chosen_setups("6")
+        chosen_setups("7")
+    assert chosen_setups("6") == (BASELINE, "edge, again")  # the control: a second edge like the first
 
 
 def test_one_server_refuses_the_setup_without_an_edge_before_starting_anything(tmp_path):
