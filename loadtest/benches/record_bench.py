@@ -194,19 +194,42 @@ def _cpu_reading(ep, model: str, state_dir: Path) -> tuple:
         stats = inference_statistics(ep, client, model)
     served = sum(int(m.get("inference_stats", {}).get("success", {}).get("count", 0)) for m in stats)
     executions = sum(int(m.get("execution_count", 0)) for m in stats)
-    return _process_seconds(_envoy_pid(state_dir)), _host_busy_seconds(), served, executions
+    return _process_seconds(_envoy_pid(state_dir)), _host_busy_seconds(), served, executions, _server_seconds()
 
 
 def _cpu_per_request(before: tuple, after: tuple) -> dict:
-    """µs of Envoy's CPU and of the host's a request between two readings (None where unreadable), and the mean
-    batch the server ran (requests / executions): a slower path can change how requests meet in the batcher."""
+    """µs of Envoy's CPU, the servers' (tritonserver and its Python-backend stubs) and the host's a request
+    between two readings (None where unreadable), and the mean batch the server ran (requests / executions): a
+    slower path can change how requests meet in the batcher."""
     requests = after[2] - before[2]
     if requests <= 0:
-        return {"envoy_cpu_us": None, "host_cpu_us": None, "mean_batch": None}
+        return {"envoy_cpu_us": None, "server_cpu_us": None, "host_cpu_us": None, "mean_batch": None}
     envoy = (after[0] - before[0]) / requests * 1e6 if before[0] is not None and after[0] is not None else None
     executions = after[3] - before[3]
     batch = round(requests / executions, 2) if executions > 0 else None
-    return {"envoy_cpu_us": envoy, "host_cpu_us": (after[1] - before[1]) / requests * 1e6, "mean_batch": batch}
+    server = (after[4] - before[4]) / requests * 1e6 if len(before) > 4 and len(after) > 4 else None
+    host = (after[1] - before[1]) / requests * 1e6
+    return {"envoy_cpu_us": envoy, "server_cpu_us": server, "host_cpu_us": host, "mean_batch": batch}
+
+
+SERVER_COMMANDS = ("tritonserver", "triton_python_b")  # /proc/<pid>/comm: 15 characters of the stub's name
+
+
+def _server_seconds() -> float:
+    """User + system CPU seconds of every tritonserver and Python-backend stub process now (one server under
+    --one-server; the idle ones of other setups add next to nothing)."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            name, fields = (entry / "stat").read_text().split(" (", 1)[1].rsplit(")", 1)
+        except (OSError, ValueError, IndexError):
+            continue
+        if name.startswith(SERVER_COMMANDS):
+            parts = fields.split()
+            total += (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def _envoy_pid(state_dir: Path) -> int | None:
@@ -260,11 +283,12 @@ def compare(rows: list[dict]) -> list[dict]:
                     [round(p["throughput"]) for p in points],
                     _paired(points, base_by_round),
                     _median_of(points, "envoy_cpu_us"),
+                    _median_of(points, "server_cpu_us"),
                     _median_of(points, "host_cpu_us"),
                     _median_of(points, "mean_batch"),
                 )
         base = medians.get(BASELINE, (0.0,))[0]
-        for setup, (throughput, p50, each, paired, envoy_us, host_us, batch) in medians.items():
+        for setup, (throughput, p50, each, paired, envoy_us, server_us, host_us, batch) in medians.items():
             ratio = round(throughput / base, 3) if base else None
             table.append(
                 {
@@ -276,6 +300,7 @@ def compare(rows: list[dict]) -> list[dict]:
                     **paired,
                     "verdict": None if setup == BASELINE else paired["verdict"],
                     "envoy_cpu_us": envoy_us,
+                    "server_cpu_us": server_us,
                     "host_cpu_us": host_us,
                     "mean_batch": batch,
                     "p50_ms": p50,
@@ -336,15 +361,15 @@ def write(table: list[dict], rows: list[dict], out: Path, header: str) -> str:
             writer.writerows(data)
     lines = [
         "| model | protocol | setup | infer/s (median) | ratio to the edge | paired ratio (mean of rounds) "
-        "| its 95% interval | the 5% floor | Envoy CPU µs a request | host CPU µs a request | mean batch | p50 ms "
-        "| each round (infer/s) |",
-        "|---|---|---|---:|---:|---:|---|---|---:|---:|---:|---:|---|",
+        "| its 95% interval | the 5% floor | Envoy CPU µs a request | server CPU µs a request | host CPU µs a request "
+        "| mean batch | p50 ms | each round (infer/s) |",
+        "|---|---|---|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---|",
     ]
     lines += [
         f"| {t['model']} | {t['protocol']} | {t['setup']} | {t['infer_s']:,.1f} | "
         f"{t['ratio'] if t['ratio'] is not None else '—'} | {_or_dash(t['paired_ratio'])} | "
         f"{_interval(t)} | {t.get('verdict') or '—'} | "
-        f"{_or_dash(t['envoy_cpu_us'])} | {_or_dash(t['host_cpu_us'])} | "
+        f"{_or_dash(t['envoy_cpu_us'])} | {_or_dash(t.get('server_cpu_us'))} | {_or_dash(t['host_cpu_us'])} | "
         f"{_or_dash(t.get('mean_batch'))} | "
         f"{t['p50_ms']:.3f} | {t['rounds']} |"
         for t in table
@@ -356,8 +381,8 @@ def write(table: list[dict], rows: list[dict], out: Path, header: str) -> str:
         "interval lies at or above 0.95, shown missed where it lies below, and not resolved where it holds 0.95. "
         f"'{CONTROL}' is a second edge like the first: its interval is what this host's noise alone gives. "
         "Envoy CPU: its process over each point, per request the server answered; under `make serve default` "
-        "gRPC goes straight to the server, so Envoy does no work for it there. Host CPU: every process, "
-        "perf_analyzer included."
+        "gRPC goes straight to the server, so Envoy does no work for it there. Server CPU: tritonserver and "
+        "its Python-backend stubs. Host CPU: every process, perf_analyzer included."
     )
     (out / "record.md").write_text(
         f"# What recording the traffic costs\n\n{header}\n\n{text}\n\n{notes}\n\n![throughput](record.png)\n"

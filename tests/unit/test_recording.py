@@ -190,15 +190,17 @@ def test_one_server_refuses_the_setup_without_an_edge_before_starting_anything(t
 
 
 def test_the_overhead_bench_gives_cpu_a_request_from_two_readings():
-    from loadtest.benches.record_bench import _cpu_per_request, _host_busy_seconds, compare
+    from loadtest.benches.record_bench import _cpu_per_request, _host_busy_seconds, _server_seconds, compare
 
-    assert _cpu_per_request((1.0, 10.0, 100, 50), (1.5, 12.0, 1100, 450)) == {
+    assert _cpu_per_request((1.0, 10.0, 100, 50, 3.0), (1.5, 12.0, 1100, 450, 4.0)) == {
         "envoy_cpu_us": 500.0,
+        "server_cpu_us": 1000.0,
         "host_cpu_us": 2000.0,
         "mean_batch": 2.5,
     }
     assert _cpu_per_request((None, 10.0, 100, 0), (None, 11.0, 200, 0))["envoy_cpu_us"] is None  # no Envoy: none
     assert _cpu_per_request((1.0, 10.0, 100, 9), (1.0, 10.0, 100, 9))["host_cpu_us"] is None
+    assert _server_seconds() >= 0.0  # no server running: nothing, and no error
     first = _host_busy_seconds()
     assert 0 < first <= _host_busy_seconds()
     rows = [
