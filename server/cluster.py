@@ -26,7 +26,7 @@ from server import launcher
 from server.edge import EdgeLimits, http_filters, model_rules
 from server.envoy_config import Balancing, EnvoySettings, Replica, envoy_config
 from server.processes import terminate_group
-from server.recording import RecordSettings, access_log, grpc_filters, prepare
+from server.recording import RecordSettings, access_logs, grpc_filters, prepare
 from server.supervisor import HEALTH_SOCKET
 from server.supervisor_process import start_supervised, stop_supervisor
 
@@ -292,9 +292,8 @@ def _recording(settings: ClusterSettings, rules: dict) -> dict:
         step(f"recording gRPC with the Lua reader: the native one is built for Envoy {ENVOY_VERSION.strip('/.')}")
         record = replace(record, native_grpc=False)
     prepare(record)
-    logs = {protocol: (access_log(record, protocol),) for protocol in ("http", "grpc")}
     filters = grpc_filters(record, rules, settings.edge.max_request_bytes)
-    return {"grpc_filters": tuple(filters), "access_logs": logs}
+    return {"grpc_filters": tuple(filters), "access_logs": access_logs(record)}
 
 
 def admin_socket(state_dir: Path) -> Path:

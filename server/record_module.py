@@ -70,21 +70,25 @@ def runs_on(binary: Path) -> bool:
     return ENVOY_VERSION in done.stdout
 
 
-def module_config(max_batch_sizes: dict[str, int], head_bytes: int) -> str:
-    """The module's configuration text: "head_bytes N", then "max_batch_size hex(name)" a model."""
+def module_config(max_batch_sizes: dict[str, int], head_bytes: int, log: Path | None = None) -> str:
+    """The module's configuration text: "head_bytes N", then "log hex(path)" where it writes the lines itself
+    (None: the access log writes them), then "max_batch_size hex(name)" a model."""
     lines = [f"head_bytes {int(head_bytes)}"]
+    if log is not None:
+        lines.append(f"log {str(Path(log).absolute()).encode().hex()}")
     lines += [f"{int(size)} {name.encode().hex()}" for name, size in sorted(max_batch_sizes.items())]
     return "\n".join(lines) + "\n"
 
 
-def module_filter(max_batch_sizes: dict[str, int], head_bytes: int) -> dict:
-    """The gRPC listener's HTTP filter that records through the module (built first where it is not)."""
+def module_filter(max_batch_sizes: dict[str, int], head_bytes: int, log: Path | None = None) -> dict:
+    """The gRPC listener's HTTP filter that records through the module (built first where it is not); with log,
+    the module writes each request's line to that file itself, in place of an access log."""
     return {
         "name": FILTER,
         "typed_config": {
             "@type": MODULE_FILTER,
             "dynamic_module_config": {"module": {"local": {"filename": str(build_module())}}},
             "filter_name": FILTER_NAME,
-            "filter_config": {"@type": STRING_VALUE, "value": module_config(max_batch_sizes, head_bytes)},
+            "filter_config": {"@type": STRING_VALUE, "value": module_config(max_batch_sizes, head_bytes, log)},
         },
     }

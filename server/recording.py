@@ -1,9 +1,10 @@
 """Recording the traffic a server sees, at the edge (`make serve RECORD=1`, `make cluster RECORD=1`).
 
-Envoy does the work: its Lua on HTTP (server/edge.lua) and a native module on gRPC (server/record_grpc.c;
-server/record.lua where values are kept) put what each inference request carried into dynamic metadata, and a
-file access log writes one JSON line per request, in the format of common/traffic.py, to
-STATE_DIR/traffic/traffic-current.jsonl. Envoy's keeper
+Envoy does the work. On HTTP its Lua (server/edge.lua) puts what each inference request carried into dynamic
+metadata, and a file access log writes one JSON line per request, in the format of common/traffic.py, to
+STATE_DIR/traffic/traffic-current.jsonl. On gRPC a native module (server/record_grpc.c) reads each request as
+it passes and writes its line to the same file itself; where values are kept, server/record.lua reads it and
+the access log writes it, as on HTTP. Envoy's keeper
 (server/envoy_process.py) rotates that file past a size and removes the oldest past a count.
 Values are not recorded unless asked (values=True): then each request's body, up to max_value_bytes.
 """
@@ -85,6 +86,19 @@ def prepare(settings: RecordSettings) -> None:
     os.chmod(settings.folder, 0o700)
 
 
+def module_writes(settings: RecordSettings) -> bool:
+    """Whether the native module reads gRPC and writes its lines itself (shapes only): then the gRPC listener
+    has no access log (it cost about 15 µs of Envoy's CPU a request; docs/measuring.md)."""
+    return settings.native_grpc and not settings.values
+
+
+def access_logs(settings: RecordSettings) -> dict:
+    """Each listener's access logs while recording: HTTP's always, gRPC's where the module does not write."""
+    logs = {"http": (access_log(settings, "http"),)}
+    logs["grpc"] = () if module_writes(settings) else (access_log(settings, "grpc"),)
+    return logs
+
+
 def access_log(settings: RecordSettings, protocol: str) -> dict:
     """Envoy's file access log of one listener: a line per request that record.lua named a model for."""
     status = "%RESPONSE_CODE%" if protocol == "http" else "%GRPC_STATUS_NUMBER%"
@@ -114,10 +128,10 @@ def grpc_filters(settings: RecordSettings, rules: dict, max_request_bytes: int) 
     0.3 ms model, 2 cores)."""
     from dataclasses import asdict
 
-    if settings.native_grpc and not settings.values:
+    if module_writes(settings):
         from server.record_module import module_filter
 
-        return [module_filter({n: r.max_batch_size for n, r in rules.items()}, settings.head_bytes)]
+        return [module_filter({n: r.max_batch_size for n, r in rules.items()}, settings.head_bytes, settings.current)]
 
     from server.edge import BUFFER, LUA, RECORD_LUA, lua_literal
     from server.envoy_config import BUFFER_FILTER

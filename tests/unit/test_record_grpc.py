@@ -7,8 +7,10 @@ from __future__ import annotations
 import ctypes
 import json
 import random
+import stat
 import struct
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +49,8 @@ def recorder(tmp_path_factory):
             ctypes.c_bool,
         ]
     lib.envoy_dynamic_module_on_http_filter_destroy.argtypes = [ctypes.c_void_p]
+    lib.envoy_dynamic_module_on_http_filter_stream_complete.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    envoy.harness_set_status.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
     lib.envoy_dynamic_module_on_http_filter_config_destroy.argtypes = [ctypes.c_void_p]
     envoy.harness_set_chunks.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     return lib, envoy
@@ -57,14 +61,16 @@ def _buffer(data: bytes) -> tuple[Buffer, ctypes.Array]:
     return Buffer(ctypes.cast(held, ctypes.c_void_p), len(data)), held
 
 
-def _config(lib, head_bytes=65536, models=None):
+def _config(lib, head_bytes=65536, models=None, log=None):
     name, held_name = _buffer(b"record_grpc")
-    text, held_text = _buffer(module_config(models if models is not None else {"digits_cnn": 16}, head_bytes).encode())
+    models = models if models is not None else {"digits_cnn": 16}
+    text, held_text = _buffer(module_config(models, head_bytes, log).encode())
     return lib.envoy_dynamic_module_on_http_filter_config_new(None, name, text)
 
 
-def _record(recorder, body: bytes, cuts=(), path=INFER, config=None) -> str | None:
-    """Send body through one stream, cut into chunks at cuts (each call gets one chunk); the line, or None."""
+def _record(recorder, body: bytes, cuts=(), path=INFER, config=None, complete=False) -> str | None:
+    """Send body through one stream, cut into chunks at cuts (each call gets one chunk); the line, or None.
+    complete: the stream completes (the module writes its own line there, where it has a log) before it goes."""
     lib, envoy = recorder
     config = config or _config(lib)
     held_path = ctypes.create_string_buffer(path, len(path))
@@ -78,6 +84,8 @@ def _record(recorder, body: bytes, cuts=(), path=INFER, config=None) -> str | No
         chunks = (Buffer * 1)(chunk)
         envoy.harness_set_chunks(chunks, 1 if b > a else 0)
         lib.envoy_dynamic_module_on_http_filter_request_body(None, stream, i == len(edges) - 2)
+    if complete:
+        lib.envoy_dynamic_module_on_http_filter_stream_complete(None, stream)
     lib.envoy_dynamic_module_on_http_filter_destroy(stream)
     out = ctypes.create_string_buffer(1 << 20)
     n = envoy.harness_recorded(out, len(out))
@@ -129,6 +137,25 @@ def test_batch_is_the_first_dim_only_for_a_batching_model(recorder):
 def test_names_are_escaped_as_json_and_negative_dims_read_as_int64(recorder):
     inputs = (('in"p\\ut\x01\x7f', "FP32", (-1, 4)),)
     assert json.loads(_record(recorder, _framed(_message(inputs=inputs)))) == _expected("digits_cnn", "", inputs, -1)
+
+
+@pytest.mark.parametrize(
+    "raw, read",
+    [
+        ("é日本🙂".encode(), "é日本🙂"),  # well-formed UTF-8 as it is
+        (b"in\xffput", "in\xffput"),  # a byte of no sequence: the character of its number, as Envoy wrote it
+        (b"a\xc3", "a\xc3"),  # a sequence cut short
+        (b"\xc0\x80", "\xc0\x80"),  # overlong
+        (b"\xed\xa0\x80", "\xed\xa0\x80"),  # a surrogate
+        (b"\xf4\x90\x80\x80", "\xf4\x90\x80\x80"),  # past U+10FFFF
+    ],
+)
+def test_a_name_that_is_not_utf8_is_escaped_a_byte_a_character_and_the_line_stays_utf8(recorder, raw, read):
+    placeholder = "P" * len(raw)
+    body = _framed(_message(inputs=((placeholder, "FP32", (1, 4)),))).replace(placeholder.encode(), raw)
+    line = _record(recorder, body)
+    line.encode("utf-8")  # no lone surrogate from undecodable bytes: the text is well-formed
+    assert json.loads(line)["inputs"][0][0] == read
 
 
 def test_a_header_past_the_first_bytes_is_read_up_to_head_bytes(recorder):
@@ -188,6 +215,66 @@ def test_the_config_names_models_as_hex_and_a_bad_config_is_refused(recorder):
     name, held_name = _buffer(b"something_else")
     given, held_text = _buffer(b"head_bytes 9\n")
     assert lib.envoy_dynamic_module_on_http_filter_config_new(None, name, given) is None
+
+
+def _logged(path: Path) -> list:
+    from common.traffic import RecordedRequest
+
+    return [RecordedRequest.from_line(line) for line in path.read_text().splitlines()]
+
+
+def test_with_a_log_the_module_writes_each_request_line_itself(recorder, tmp_path):
+    lib, envoy = recorder
+    log = tmp_path / "traffic-current.jsonl"
+    config = _config(lib, log=log)
+    assert config and log.exists() and stat.S_IMODE(log.stat().st_mode) == 0o600
+    inputs = (("input", "FP32", (2, 1, 8, 8)),)
+    body = _framed(_message(version="3", inputs=inputs))
+    began = time.time_ns() // 1000
+    outcomes = [("0", None), (None, "5"), (None, None)]  # trailers; a trailers-only answer; none (a reset)
+    for trailer, header in outcomes:
+        envoy.harness_set_status(trailer and trailer.encode(), header and header.encode())
+        assert _record(recorder, body, cuts=(3, 40, 200), config=config, complete=True) is None, "no metadata"
+    envoy.harness_set_status(None, None)
+    _record(recorder, body, config=config)  # destroyed without completing: still one line, no status
+    _record(recorder, body, config=config, path=b"/inference.GRPCInferenceService/ModelReady", complete=True)
+    lib.envoy_dynamic_module_on_http_filter_config_destroy(config)  # the writer writes what is pending, ends
+    lines = _logged(log)
+    assert [r.status for r in lines] == [0, 5, -1, -1], "one line a ModelInfer call, none for another call"
+    for r in lines:
+        assert (r.model, r.version, r.protocol, r.batch, r.bytes) == ("digits_cnn", "3", "grpc", 2, len(body))
+        assert r.signature() == (("input", "FP32", (2, 1, 8, 8)),)
+        assert began <= r.arrival_us <= time.time_ns() // 1000 and 0 <= r.duration_us < 60_000_000
+
+
+def test_the_module_writes_on_after_the_file_is_rotated_and_refuses_a_bad_log_line(recorder, tmp_path):
+    lib, envoy = recorder
+    log = tmp_path / "traffic-current.jsonl"
+    config = _config(lib, log=log)
+    body = _framed(_message())
+    envoy.harness_set_status(b"0", None)
+    _record(recorder, body, config=config, complete=True)
+    deadline = time.monotonic() + 10
+    while not log.read_text() and time.monotonic() < deadline:  # written within a second, unasked
+        time.sleep(0.05)
+    log.rename(tmp_path / "traffic-000001.jsonl")  # the keeper's rotation
+    for _ in range(3):
+        _record(recorder, body, config=config, complete=True)
+    lib.envoy_dynamic_module_on_http_filter_config_destroy(config)
+    assert len(_logged(tmp_path / "traffic-000001.jsonl")) == 1 and len(_logged(log)) == 3
+    name, _ = _buffer(b"record_grpc")
+    twice = str(tmp_path / "twice.jsonl").encode().hex()
+    for text in (
+        "head_bytes 10\nlog 7265\n",  # not absolute
+        f"head_bytes 10\nlog {twice}\nlog {twice}\n",  # twice
+        "head_bytes 10\nlog 2f6e6f2f73756368\n",  # /no/such: cannot be opened
+        "head_bytes 10\nlog 2f00\n",  # a NUL
+    ):
+        held = ctypes.create_string_buffer(text.encode())
+        assert not lib.envoy_dynamic_module_on_http_filter_config_new(
+            None, name, Buffer(ctypes.cast(held, ctypes.c_void_p), len(text))
+        ), text
+    envoy.harness_set_status(None, None)
 
 
 def test_the_module_is_used_only_with_the_envoy_it_is_built_for(tmp_path):

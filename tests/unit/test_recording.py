@@ -13,7 +13,7 @@ from common.traffic import CURRENT, RecordedRequest, read_recording, recording_f
 from server.cluster import envoy_binary
 from server.edge import EdgeLimits, ModelRules, http_filters
 from server.envoy_config import EnvoySettings, Replica, envoy_config
-from server.recording import RecordSettings, access_log, grpc_filters, prepare, record_settings, rotate
+from server.recording import RecordSettings, access_logs, grpc_filters, prepare, record_settings, rotate
 
 RULES = {"digits_cnn": ModelRules(8, {"input": {"datatype": "FP32", "dims": [1, 8, 8]}})}
 
@@ -42,7 +42,7 @@ def _recording_config(tmp_path, values: bool = False, native: bool = True) -> di
         str(tmp_path / "envoy-admin.sock"),
         edge_filters=tuple(http_filters(RULES, EdgeLimits(), record)),
         grpc_filters=tuple(grpc_filters(record, RULES, EdgeLimits().max_request_bytes)),
-        access_logs={p: (access_log(record, p),) for p in ("http", "grpc")},
+        access_logs=access_logs(record),
     )
     return envoy_config(settings)
 
@@ -63,13 +63,20 @@ def _grpc_manager(config: dict) -> dict:
     return listeners["triton_grpc"]["filter_chains"][0]["filters"][0]["typed_config"]
 
 
-def test_both_listeners_log(tmp_path):
-    listeners = {item["name"]: item for item in _recording_config(tmp_path)["static_resources"]["listeners"]}
-    for name, status in (("triton_http", "%RESPONSE_CODE%"), ("triton_grpc", "%GRPC_STATUS_NUMBER%")):
+@pytest.mark.parametrize("native", [False, True], ids=["gRPC by Lua", "gRPC by the module"])
+def test_every_listener_records_to_one_file_by_access_log_or_by_the_module(tmp_path, native):
+    config = _recording_config(tmp_path, native=native)
+    listeners = {item["name"]: item for item in config["static_resources"]["listeners"]}
+    logged = (("triton_http", "%RESPONSE_CODE%"),) + ((("triton_grpc", "%GRPC_STATUS_NUMBER%"),) if not native else ())
+    for name, status in logged:
         manager = listeners[name]["filter_chains"][0]["filters"][0]["typed_config"]
         line = manager["access_log"][0]["typed_config"]["log_format"]["json_format"]
         assert line["status"] == status and line["protocol"] == name.removeprefix("triton_")
         assert manager["access_log"][0]["typed_config"]["path"] == str(tmp_path / "traffic" / CURRENT)
+    if native:  # the module writes gRPC's lines to the same file, and no access log does
+        assert "access_log" not in _grpc_manager(config)
+        text = _grpc_manager(config)["http_filters"][0]["typed_config"]["filter_config"]["value"]
+        assert text.splitlines()[1] == "log " + str(tmp_path / "traffic" / CURRENT).encode().hex()
 
 
 def test_shapes_stream_through_unbuffered_and_values_buffer_unary_calls_only(tmp_path):
