@@ -25,6 +25,8 @@ from common.errors import RecordingError
 PROTOCOLS = ("http", "grpc")
 PREFIX, SUFFIX = "traffic-", ".jsonl"
 CURRENT = "traffic-current.jsonl"  # the file a live recording appends to (the edge's access log)
+CURRENT_GRPC = "traffic-current-grpc.jsonl"  # gRPC's lines, where the edge's native reader writes them itself
+CURRENTS = (CURRENT, CURRENT_GRPC)  # two writers, two files: Envoy may write one line in several pieces
 
 
 @dataclass(frozen=True)
@@ -169,9 +171,8 @@ def rotated_name(folder: Path) -> str:
 
 
 def recording_files(folder: Path) -> list[Path]:
-    """The recording's files, oldest first: the rotated ones, then the one being written."""
-    current = Path(folder) / CURRENT
-    return _rotated(folder) + ([current] if current.exists() else [])
+    """The recording's files, oldest first: the rotated ones, then those being written."""
+    return _rotated(folder) + [Path(folder) / name for name in CURRENTS if (Path(folder) / name).exists()]
 
 
 def read_recording(folder: Path) -> Iterator[RecordedRequest]:

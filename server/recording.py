@@ -3,8 +3,8 @@
 Envoy does the work. On HTTP its Lua (server/edge.lua) puts what each inference request carried into dynamic
 metadata, and a file access log writes one JSON line per request, in the format of common/traffic.py, to
 STATE_DIR/traffic/traffic-current.jsonl. On gRPC a native module (server/record_grpc.c) reads each request as
-it passes and writes its line to the same file itself; where values are kept, server/record.lua reads it and
-the access log writes it, as on HTTP. Envoy's keeper
+it passes and writes its line itself, to traffic-current-grpc.jsonl; where values are kept, server/record.lua
+reads it and the access log writes it, as on HTTP. Envoy's keeper
 (server/envoy_process.py) rotates that file past a size and removes the oldest past a count.
 Values are not recorded unless asked (values=True): then each request's body, up to max_value_bytes.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.errors import ServerError
-from common.traffic import CURRENT, recording_files, rotated_name
+from common.traffic import CURRENT, CURRENT_GRPC, CURRENTS, recording_files, rotated_name
 
 FILE_LOG = "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog"
 MODES = ("off", "shapes", "values")
@@ -43,6 +43,11 @@ class RecordSettings:
     @property
     def current(self) -> Path:
         return self.folder / CURRENT
+
+    @property
+    def current_grpc(self) -> Path:
+        """Where the native gRPC reader writes its lines (a file of its own: see common.traffic.CURRENTS)."""
+        return self.folder / CURRENT_GRPC
 
     def lua_config(self) -> dict:
         """The keys record.lua reads from the edge's CONFIG."""
@@ -131,7 +136,8 @@ def grpc_filters(settings: RecordSettings, rules: dict, max_request_bytes: int) 
     if module_writes(settings):
         from server.record_module import module_filter
 
-        return [module_filter({n: r.max_batch_size for n, r in rules.items()}, settings.head_bytes, settings.current)]
+        sizes = {n: r.max_batch_size for n, r in rules.items()}
+        return [module_filter(sizes, settings.head_bytes, settings.current_grpc)]
 
     from server.edge import BUFFER, LUA, RECORD_LUA, lua_literal
     from server.envoy_config import BUFFER_FILTER
@@ -151,19 +157,23 @@ def grpc_filters(settings: RecordSettings, rules: dict, max_request_bytes: int) 
 
 
 def rotate(settings: RecordSettings, reopen) -> Path | None:
-    """Past max_file_mb, rename the current file to the next traffic-NNNNNN.jsonl, have Envoy reopen its log
-    (reopen(): POST /reopen_logs), and remove the oldest rotated files past max_files; the rotated path."""
-    current = settings.current
-    try:
-        size = current.stat().st_size
-    except FileNotFoundError:
-        return None
-    if size < settings.max_file_mb * (1 << 20):
-        return None
-    target = settings.folder / rotated_name(settings.folder)
-    os.replace(current, target)
-    reopen()
-    rotated = [p for p in recording_files(settings.folder) if p.name != CURRENT]
-    for old in rotated[: -settings.max_files]:
-        old.unlink(missing_ok=True)
+    """Past max_file_mb, rename a current file to the next traffic-NNNNNN.jsonl and have its writer reopen it
+    (the access log's: reopen(), POST /reopen_logs; the gRPC reader's sees the rename at its next write), then
+    remove the oldest rotated files past max_files; the last path rotated to (None: none)."""
+    target = None
+    for current in (settings.folder / name for name in CURRENTS):
+        try:
+            size = current.stat().st_size
+        except FileNotFoundError:
+            continue
+        if size < settings.max_file_mb * (1 << 20):
+            continue
+        target = settings.folder / rotated_name(settings.folder)
+        os.replace(current, target)
+        if current.name == CURRENT:
+            reopen()
+    if target is not None:
+        rotated = [p for p in recording_files(settings.folder) if p.name not in CURRENTS]
+        for old in rotated[: -settings.max_files]:
+            old.unlink(missing_ok=True)
     return target

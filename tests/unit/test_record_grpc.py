@@ -225,7 +225,7 @@ def _logged(path: Path) -> list:
 
 def test_with_a_log_the_module_writes_each_request_line_itself(recorder, tmp_path):
     lib, envoy = recorder
-    log = tmp_path / "traffic-current.jsonl"
+    log = tmp_path / "traffic-current-grpc.jsonl"
     config = _config(lib, log=log)
     assert config and log.exists() and stat.S_IMODE(log.stat().st_mode) == 0o600
     inputs = (("input", "FP32", (2, 1, 8, 8)),)
@@ -249,7 +249,7 @@ def test_with_a_log_the_module_writes_each_request_line_itself(recorder, tmp_pat
 
 def test_the_module_writes_on_after_the_file_is_rotated_and_refuses_a_bad_log_line(recorder, tmp_path):
     lib, envoy = recorder
-    log = tmp_path / "traffic-current.jsonl"
+    log = tmp_path / "traffic-current-grpc.jsonl"
     config = _config(lib, log=log)
     body = _framed(_message())
     envoy.harness_set_status(b"0", None)

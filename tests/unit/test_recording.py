@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from common.errors import ServerError
-from common.traffic import CURRENT, RecordedRequest, read_recording, recording_files
+from common.traffic import CURRENT, CURRENT_GRPC, RecordedRequest, read_recording, recording_files
 from server.cluster import envoy_binary
 from server.edge import EdgeLimits, ModelRules, http_filters
 from server.envoy_config import EnvoySettings, Replica, envoy_config
@@ -73,10 +73,10 @@ def test_every_listener_records_to_one_file_by_access_log_or_by_the_module(tmp_p
         line = manager["access_log"][0]["typed_config"]["log_format"]["json_format"]
         assert line["status"] == status and line["protocol"] == name.removeprefix("triton_")
         assert manager["access_log"][0]["typed_config"]["path"] == str(tmp_path / "traffic" / CURRENT)
-    if native:  # the module writes gRPC's lines to the same file, and no access log does
+    if native:  # the module writes gRPC's lines to a file of its own, and no access log does
         assert "access_log" not in _grpc_manager(config)
         text = _grpc_manager(config)["http_filters"][0]["typed_config"]["filter_config"]["value"]
-        assert text.splitlines()[1] == "log " + str(tmp_path / "traffic" / CURRENT).encode().hex()
+        assert text.splitlines()[1] == "log " + str(tmp_path / "traffic" / CURRENT_GRPC).encode().hex()
 
 
 def test_shapes_stream_through_unbuffered_and_values_buffer_unary_calls_only(tmp_path):
@@ -139,6 +139,12 @@ def test_rotation_past_the_size_renames_reopens_and_keeps_the_newest(tmp_path):
     assert len(list(read_recording(settings.folder))) == 210
     settings.current.unlink()
     assert rotate(settings, lambda: reopened.append(1)) is None  # nothing current: nothing to do
+    settings.current_grpc.write_text(line * 100)  # the gRPC reader's file: renamed, no reopen asked
+    assert rotate(settings, lambda: reopened.append(1)).name == "traffic-000004.jsonl" and len(reopened) == 3
+    settings.current_grpc.write_text(line * 5)
+    settings.current.write_text(line * 7)
+    assert [p.name for p in recording_files(settings.folder)][-2:] == [CURRENT, CURRENT_GRPC]
+    assert len(list(read_recording(settings.folder))) == 200 + 5 + 7  # two rotated files kept, both current
 
 
 def test_the_overhead_table_compares_medians_with_the_edge_per_model_and_protocol():
