@@ -552,6 +552,22 @@ def record_bench(repo, models, protocols, concurrency, rounds, interval_ms, setu
     click.echo(f"report: {out}/record.md")
 
 
+@cli.command("record-bench-report")
+@click.argument("points", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), required=True)
+@click.option("--title", default="", help="A line on how the points were measured (the runs' commands).")
+@user_errors
+def record_bench_report(points, out, title):
+    """The record-bench table again from saved record_points.csv files: several runs of one command pooled,
+    each round kept with its own run."""
+    from loadtest.benches import record_bench as bench
+
+    rows = bench.read_points(points)
+    header = title or f"Pooled from {len(points)} run(s): {', '.join(str(p) for p in points)}."
+    click.echo(bench.write(bench.compare(rows), rows, out.absolute(), header))
+    click.echo(f"report: {out.absolute()}/record.md")
+
+
 @cli.command("kubernetes-monitoring")
 @click.option("--folder", type=click.Path(path_type=Path, file_okay=False), default=Path("kubernetes"))
 def kubernetes_monitoring(folder):

@@ -160,6 +160,37 @@ def in_order(setups, round_: int) -> list:
     return list(setups) if round_ % 2 else list(reversed(setups))
 
 
+def read_points(paths) -> list[dict]:
+    """The points of one or more runs' record_points.csv, their rounds numbered on from run to run (pooled:
+    a pair stays within its run and round).
+
+    Raises:
+        MeasurementError: a file that is not a run's points.
+    """
+    rows, offset = [], 0
+    for path in paths:
+        try:
+            with open(path, newline="") as handle:
+                found = list(csv.DictReader(handle))
+        except OSError as err:
+            raise MeasurementError(f"{path}: cannot read the points ({err.strerror})") from None
+        if not found or not {"setup", "round", "throughput", "protocol", "model", "p50_ms"} <= set(found[0]):
+            raise MeasurementError(f"{path}: not a record-bench run's record_points.csv")
+        for row in found:
+            rows.append({**{k: _number(v) for k, v in row.items()}, "round": offset + int(row["round"])})
+        offset = max(r["round"] for r in rows)
+    return rows
+
+
+def _number(text: str):
+    if text in ("", "None"):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def _points(repo: Path, models, protocols, concurrency: int, interval_ms: int, state_dir: Path, work: Path):
     """One perf point per model and protocol against the server of state_dir, with its CPU a request."""
     from clients.served import served_spec
@@ -274,6 +305,7 @@ def compare(rows: list[dict]) -> list[dict]:
         medians = {}
         mine = [r for r in rows if r["protocol"] == protocol and r["model"] == model]
         base_by_round = {r.get("round"): r["throughput"] for r in mine if r["setup"] == BASELINE}
+        control_by_round = {r.get("round"): r["throughput"] for r in mine if r["setup"] == CONTROL}
         for setup in dict.fromkeys(r["setup"] for r in rows):
             points = [r for r in mine if r["setup"] == setup]
             if points:
@@ -282,13 +314,14 @@ def compare(rows: list[dict]) -> list[dict]:
                     statistics.median(p["p50_ms"] for p in points),
                     [round(p["throughput"]) for p in points],
                     _paired(points, base_by_round),
+                    _paired(points, control_by_round) if setup not in (BASELINE, CONTROL) else _paired([], {}),
                     _median_of(points, "envoy_cpu_us"),
                     _median_of(points, "server_cpu_us"),
                     _median_of(points, "host_cpu_us"),
                     _median_of(points, "mean_batch"),
                 )
         base = medians.get(BASELINE, (0.0,))[0]
-        for setup, (throughput, p50, each, paired, envoy_us, server_us, host_us, batch) in medians.items():
+        for setup, (throughput, p50, each, paired, to_control, envoy_us, server_us, host_us, batch) in medians.items():
             ratio = round(throughput / base, 3) if base else None
             table.append(
                 {
@@ -299,6 +332,7 @@ def compare(rows: list[dict]) -> list[dict]:
                     "ratio": ratio,
                     **paired,
                     "verdict": None if setup == BASELINE else paired["verdict"],
+                    **{f"control_{k}": v for k, v in to_control.items()},
                     "envoy_cpu_us": envoy_us,
                     "server_cpu_us": server_us,
                     "host_cpu_us": host_us,
@@ -361,14 +395,15 @@ def write(table: list[dict], rows: list[dict], out: Path, header: str) -> str:
             writer.writerows(data)
     lines = [
         "| model | protocol | setup | infer/s (median) | ratio to the edge | paired ratio (mean of rounds) "
-        "| its 95% interval | the 5% floor | Envoy CPU µs a request | server CPU µs a request | host CPU µs a request "
-        "| mean batch | p50 ms | each round (infer/s) |",
-        "|---|---|---|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---|",
+        "| its 95% interval | the 5% floor | paired ratio to the control (95% interval): the 5% floor "
+        "| Envoy CPU µs a request | server CPU µs a request | host CPU µs a request | mean batch | p50 ms "
+        "| each round (infer/s) |",
+        "|---|---|---|---:|---:|---:|---|---|---|---:|---:|---:|---:|---:|---|",
     ]
     lines += [
         f"| {t['model']} | {t['protocol']} | {t['setup']} | {t['infer_s']:,.1f} | "
         f"{t['ratio'] if t['ratio'] is not None else '—'} | {_or_dash(t['paired_ratio'])} | "
-        f"{_interval(t)} | {t.get('verdict') or '—'} | "
+        f"{_interval(t)} | {t.get('verdict') or '—'} | {_to_control(t)} | "
         f"{_or_dash(t['envoy_cpu_us'])} | {_or_dash(t.get('server_cpu_us'))} | {_or_dash(t['host_cpu_us'])} | "
         f"{_or_dash(t.get('mean_batch'))} | "
         f"{t['p50_ms']:.3f} | {t['rounds']} |"
@@ -379,7 +414,9 @@ def write(table: list[dict], rows: list[dict], out: Path, header: str) -> str:
         "Paired ratio: each round's throughput over the edge's in the same round, the geometric mean over the "
         "rounds; its interval comes from resampling the rounds (95%). The 5% floor is shown met where the whole "
         "interval lies at or above 0.95, shown missed where it lies below, and not resolved where it holds 0.95. "
-        f"'{CONTROL}' is a second edge like the first: its interval is what this host's noise alone gives. "
+        f"'{CONTROL}' is a second edge like the first: its interval is what this host's noise alone gives. Under "
+        "--one-server the control is started as every other setup's edge is (a second Envoy in front of the "
+        "running server), so a setup's ratio to the control differs from it in that setup alone. "
         "Envoy CPU: its process over each point, per request the server answered; under `make serve default` "
         "gRPC goes straight to the server, so Envoy does no work for it there. Server CPU: tritonserver and "
         "its Python-backend stubs. Host CPU: every process, perf_analyzer included."
@@ -394,6 +431,15 @@ def write(table: list[dict], rows: list[dict], out: Path, header: str) -> str:
 def _interval(row: dict) -> str:
     low, high = row.get("paired_low"), row.get("paired_high")
     return "—" if low is None or row.get("setup") == BASELINE else f"{low:.3f}-{high:.3f}"
+
+
+def _to_control(row: dict) -> str:
+    if row.get("control_paired_ratio") is None:
+        return "—"
+    return (
+        f"{row['control_paired_ratio']} ({row['control_paired_low']:.3f}-{row['control_paired_high']:.3f}): "
+        f"{row['control_verdict']}"
+    )
 
 
 def _or_dash(value) -> str:

@@ -230,3 +230,27 @@ def test_the_overhead_bench_gives_cpu_a_request_from_two_readings():
         for i, us in enumerate((140.0, 150.0, None), 1)
     ]
     assert compare(rows)[0]["envoy_cpu_us"] == 145.0 and compare(rows)[0]["host_cpu_us"] == 900.0
+
+
+def test_each_setup_is_also_compared_with_the_control_and_runs_pool_from_their_points(tmp_path):
+    from common.errors import MeasurementError
+    from loadtest.benches.record_bench import CONTROL, compare, read_points, write
+
+    rows = [
+        {"model": "m", "protocol": "grpc", "setup": setup, "throughput": t, "p50_ms": 1.0, "round": i}
+        for setup, values in (("edge", (100, 100)), ("edge, recording", (90, 99)), (CONTROL, (90, 100)))
+        for i, t in enumerate(values, 1)
+    ]
+    table = {t["setup"]: t for t in compare(rows)}
+    assert table["edge, recording"]["control_paired_ratio"] == 0.995  # 1.0 and 0.99: against the control
+    assert table["edge, recording"]["paired_ratio"] == 0.944 and table[CONTROL]["control_paired_ratio"] is None
+    first, second = tmp_path / "a", tmp_path / "b"
+    write(compare(rows), rows, first, "one")
+    write(compare(rows), rows, second, "two")
+    pooled = read_points([first / "record_points.csv", second / "record_points.csv"])
+    assert sorted({r["round"] for r in pooled}) == [1, 2, 3, 4], "the second run's rounds follow the first's"
+    again = {t["setup"]: t for t in compare(pooled)}
+    assert again["edge, recording"]["control_paired_ratio"] == 0.995 and again["edge"]["rounds"].count(" ") == 3
+    (tmp_path / "x.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(MeasurementError, match="not a record-bench run"):
+        read_points([tmp_path / "x.csv"])
