@@ -8,8 +8,6 @@ libpython: what torch.compile needs on a GPU host already.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -63,10 +61,12 @@ def build_inprocess(backends: Path) -> Path:
 
 
 def _toolchain() -> tuple[str, str, Path]:
-    compiler = shutil.which(os.environ.get("CC", "cc"))
+    from server.secret_args import c_compiler
+
+    compiler = c_compiler()
     if compiler is None:
         raise ServerError(
-            f"the in-process backend ({BACKEND}) is built on this host and no C compiler was found (cc, or $CC): "
+            f"the in-process backend ({BACKEND}) is built on this host and no C compiler was found ($CC, cc or gcc): "
             "install gcc, or serve the model with the Python backend (build it without --inprocess)"
         )
     version = sysconfig.get_config_var("VERSION")

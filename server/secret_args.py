@@ -26,8 +26,11 @@ LIBRARY = TOOLS_DIR / "libtriton_shim.so"
 
 
 def c_compiler() -> str | None:
-    """The C compiler for the server's native parts ($CC, cc or gcc), None where there is none."""
-    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    """The C compiler for the server's native parts ($CC, cc or gcc) as a path, None where there is none ($CC
+    naming no program is None too: the one asked for is missing, not replaced)."""
+    if os.environ.get("CC"):
+        return shutil.which(os.environ["CC"])
+    return shutil.which("cc") or shutil.which("gcc")
 
 
 REFUSAL = """# Started by triton_shim in place of a model file it refused: the load fails at once with why.

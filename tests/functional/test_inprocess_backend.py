@@ -27,12 +27,13 @@ THREADED = "resnet18_64_threaded_inproc"  # STAGED with inline_rows 0: every bat
 
 
 def _toolchain_missing() -> str:
-    import shutil
     import sysconfig
     from pathlib import Path
 
-    if shutil.which(os.environ.get("CC", "cc")) is None:
-        return "no C compiler (cc): the in-process backend is built on the serving host"
+    from server.secret_args import c_compiler
+
+    if c_compiler() is None:
+        return "no C compiler ($CC, cc or gcc): the in-process backend is built on the serving host"
     if not (Path(sysconfig.get_config_var("INCLUDEPY") or "") / "Python.h").exists():
         return "no Python headers: the in-process backend is built on the serving host"
     return ""
