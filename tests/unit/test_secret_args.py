@@ -65,3 +65,16 @@ def test_serve_sh_reads_the_key_file(shim, tmp_path):
     assert "--http-restricted-api=model-repository" in out and "admin-key=file-key" in out
     assert out.count("file-key") == 2 and "--model-repository=/m" in out
     assert b"file-key" not in cmdline + environ
+
+
+def test_the_c_compiler_is_the_one_cc_names_or_none(monkeypatch, tmp_path):
+    import shutil
+
+    from server.secret_args import c_compiler
+
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    assert c_compiler() is None, "the compiler asked for is missing: not silently replaced"
+    monkeypatch.delenv("CC")
+    assert c_compiler() == (shutil.which("cc") or shutil.which("gcc"))
+    monkeypatch.setenv("CC", "gcc")
+    assert c_compiler() == shutil.which("gcc")
