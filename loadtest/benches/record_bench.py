@@ -251,15 +251,11 @@ def _server_seconds() -> float:
     --one-server; the idle ones of other setups add next to nothing)."""
     total = 0.0
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
         try:
-            name, fields = (entry / "stat").read_text().split(" (", 1)[1].rsplit(")", 1)
-        except (OSError, ValueError, IndexError):
+            ours = entry.name.isdigit() and (entry / "comm").read_text().startswith(SERVER_COMMANDS)
+        except OSError:  # gone meanwhile
             continue
-        if name.startswith(SERVER_COMMANDS):
-            parts = fields.split()
-            total += (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+        total += (_process_seconds(int(entry.name)) or 0.0) if ours else 0.0
     return total
 
 
@@ -314,7 +310,7 @@ def compare(rows: list[dict]) -> list[dict]:
                     statistics.median(p["p50_ms"] for p in points),
                     [round(p["throughput"]) for p in points],
                     _paired(points, base_by_round),
-                    _paired(points, control_by_round) if setup not in (BASELINE, CONTROL) else _paired([], {}),
+                    _paired(points, {} if setup in (BASELINE, CONTROL) else control_by_round),
                     _median_of(points, "envoy_cpu_us"),
                     _median_of(points, "server_cpu_us"),
                     _median_of(points, "host_cpu_us"),
