@@ -147,12 +147,28 @@ def measure(
                     out / "raw" / f"{state_dir.name}-r{round_}",
                 )
                 rows += [{**row, "setup": setup, "round": round_} for row in points]
+                save_points(rows, out)
                 if not together:
                     stop_cluster(started.pop())
     finally:
         for state_dir in reversed(started):  # extra edges before the server they front
             stop_cluster(state_dir)
     return rows
+
+
+def save_points(rows: list[dict], out: Path) -> None:
+    """record_points.csv with every point so far, rewritten after each one: a run cut short keeps its points,
+    and record-bench-report reads them."""
+    if not rows:
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    fields = list(dict.fromkeys(key for row in rows for key in row))
+    partial = out / "record_points.csv.partial"
+    with open(partial, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    partial.replace(out / "record_points.csv")
 
 
 def in_order(setups, round_: int) -> list:
@@ -384,11 +400,11 @@ def verdict(low: float, high: float, rounds: int) -> str:
 def write(table: list[dict], rows: list[dict], out: Path, header: str) -> str:
     """record.csv, record_points.csv, record.md and record.png; returns the markdown table."""
     out.mkdir(parents=True, exist_ok=True)
-    for name, data in (("record.csv", table), ("record_points.csv", rows)):
-        with open(out / name, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(data[0]))
-            writer.writeheader()
-            writer.writerows(data)
+    with open(out / "record.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(table[0]))
+        writer.writeheader()
+        writer.writerows(table)
+    save_points(rows, out)
     lines = [
         "| model | protocol | setup | infer/s (median) | ratio to the edge | paired ratio (mean of rounds) "
         "| its 95% interval | the 5% floor | paired ratio to the control (95% interval): the 5% floor "

@@ -254,3 +254,17 @@ def test_each_setup_is_also_compared_with_the_control_and_runs_pool_from_their_p
     (tmp_path / "x.csv").write_text("a,b\n1,2\n")
     with pytest.raises(MeasurementError, match="not a record-bench run"):
         read_points([tmp_path / "x.csv"])
+
+
+def test_points_are_saved_as_they_come_so_a_run_cut_short_keeps_them(tmp_path):
+    from loadtest.benches.record_bench import compare, read_points, save_points
+
+    first = {"model": "m", "protocol": "grpc", "setup": "edge", "throughput": 100, "p50_ms": 1.0, "round": 1}
+    save_points([first], tmp_path)
+    later = {**first, "setup": "edge, recording", "throughput": 98, "envoy_cpu_us": 12.0}
+    save_points([first, later, {**first, "round": 2}], tmp_path)  # round 2 cut short: no recording point
+    rows = read_points([tmp_path / "record_points.csv"])
+    assert [r["envoy_cpu_us"] for r in rows] == [None, 12.0, None], "a column a later point brings is kept"
+    table = {t["setup"]: t for t in compare(rows)}
+    assert table["edge, recording"]["paired_ratio"] == 0.98, "the half round pairs nothing"
+    assert not list(tmp_path.glob("*.partial"))
