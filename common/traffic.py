@@ -27,6 +27,7 @@ PREFIX, SUFFIX = "traffic-", ".jsonl"
 CURRENT = "traffic-current.jsonl"  # the file a live recording appends to (the edge's access log)
 CURRENT_GRPC = "traffic-current-grpc.jsonl"  # gRPC's lines, where the edge's native reader writes them itself
 CURRENTS = (CURRENT, CURRENT_GRPC)  # two writers, two files: Envoy may write one line in several pieces
+REPLAY_HEADER = "x-traffic-replay"  # `make replay` sends it; a recording marks such requests "replayed"
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class RecordedRequest:
     status: int = 200
     duration_us: int = 0
     values: dict | None = field(default=None, compare=False)  # {"body": base64, "header_length": n}, where asked
+    replayed: bool = False  # sent by a replay (it carried REPLAY_HEADER), not by the traffic itself
 
     def __post_init__(self):
         if self.protocol not in PROTOCOLS:
@@ -87,6 +89,8 @@ class RecordedRequest:
         }
         if self.values is not None:
             data["values"] = self.values
+        if self.replayed:
+            data["replayed"] = True
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
@@ -106,6 +110,7 @@ class RecordedRequest:
             int(_given(data, "status", -1)),
             int(_given(data, "duration_us", 0)),
             data.get("values"),
+            data.get("replayed") is True,
         )
 
 
@@ -175,12 +180,14 @@ def recording_files(folder: Path) -> list[Path]:
     return _rotated(folder) + [Path(folder) / name for name in CURRENTS if (Path(folder) / name).exists()]
 
 
-def read_recording(folder: Path) -> Iterator[RecordedRequest]:
+def read_recording(folder: Path, replayed: bool = False) -> Iterator[RecordedRequest]:
     """Every recorded request of a recording's folder (or of one of its files), in the order written (the edge
-    writes a line when its request ends: sort by arrival where order matters).
+    writes a line when its request ends: sort by arrival where order matters). Requests a replay sent are left
+    out (replayed=True: they are read too): a replay into a server that records is not its traffic.
 
     Raises:
-        RecordingError: no recording there, or a line that is not a recorded request (file and line named).
+        RecordingError: no recording there, a line that is not a recorded request (file and line named), or
+            nothing but a replay's requests where those are left out.
     """
     if Path(folder).is_file() and Path(folder).suffix == ".json":
         raise RecordingError(f"{folder} is a workload file, not a recording (a folder or a .jsonl file of one)")
@@ -189,15 +196,26 @@ def read_recording(folder: Path) -> Iterator[RecordedRequest]:
         raise RecordingError(
             f"no recording in {folder}: expected traffic-*.jsonl files (STATE_DIR/traffic after `make serve RECORD=1`)"
         )
+    kept = skipped = 0
     for path in files:
         with open(path) as handle:
             for number, line in enumerate(handle, 1):
                 if not line.strip():
                     continue
                 try:
-                    yield RecordedRequest.from_line(line)
+                    request = RecordedRequest.from_line(line)
                 except (ValueError, KeyError, TypeError) as err:
                     raise RecordingError(f"{path}:{number}: not a recorded request ({err})") from None
+                if request.replayed and not replayed:
+                    skipped += 1
+                    continue
+                kept += 1
+                yield request
+    if skipped and not kept:
+        raise RecordingError(
+            f"every request in {folder} ({skipped}) was sent by a replay (marked replayed): it records a replay, "
+            "not the traffic; use the recording that was replayed"
+        )
 
 
 def shape_histogram(requests) -> dict[str, Counter]:

@@ -485,7 +485,7 @@ def compare_recordings(recorded, replayed, speed, out):
     from loadtest.reporting.replay_report import compare_recordings as compare
     from loadtest.reporting.replay_report import write_comparison
 
-    found = compare(list(read_recording(recorded)), list(read_recording(replayed)), speed)
+    found = compare(list(read_recording(recorded)), list(read_recording(replayed, replayed=True)), speed)
     out = out or Path("reports") / time.strftime("recordings-%Y%m%d-%H%M%S")
     header = (
         f"Recorded: {recorded}; replayed at speed {speed:g}, recorded again by the server: {replayed}. Command: "

@@ -53,13 +53,16 @@ local function dims_text(dims)
   return table.concat(out, ",")
 end
 
-local function request_line(model, version, inputs, batch)
+local REPLAY_HEADER = "x-traffic-replay" -- a replay's requests carry it (common/traffic.py: REPLAY_HEADER)
+
+local function request_line(handle, model, version, inputs, batch)
   local parts = {}
   for i, input in ipairs(inputs) do
     parts[i] = "[" .. json_string(input[1]) .. "," .. json_string(input[2]) .. ",[" .. dims_text(input[3]) .. "]]"
   end
   return '{"model":' .. json_string(model) .. ',"version":' .. json_string(version or "") .. ',"inputs":['
-    .. table.concat(parts, ",") .. '],"batch":' .. string.format("%d", batch) .. "}"
+    .. table.concat(parts, ",") .. '],"batch":' .. string.format("%d", batch)
+    .. (handle:headers():get(REPLAY_HEADER) and ',"replayed":true}' or "}")
 end
 
 function record_start(handle, model, version)
@@ -74,7 +77,7 @@ function record_inputs(handle, model, inputs, body, header_length, version)
   if known and known.max_batch_size > 0 and inputs[1] and #inputs[1][3] > 0 then batch = inputs[1][3][1] end
   local start = started[handle]
   started[handle] = nil
-  md:set(TRAFFIC, "request", request_line(model, version or (start and start[2]), inputs, batch))
+  md:set(TRAFFIC, "request", request_line(handle, model, version or (start and start[2]), inputs, batch))
   if CONFIG.record_values and body and #body <= CONFIG.record_value_bytes then
     md:set(TRAFFIC, "values", {body = base64(body), header_length = header_length or 0})
   end
@@ -85,7 +88,7 @@ function record_end(handle)
   local start = started[handle]
   if not start then return end
   started[handle] = nil
-  handle:streamInfo():dynamicMetadata():set(TRAFFIC, "request", request_line(start[1], start[2], {}, 1))
+  handle:streamInfo():dynamicMetadata():set(TRAFFIC, "request", request_line(handle, start[1], start[2], {}, 1))
 end
 
 -- Protocol buffers: just enough to read ModelInferRequest (inference.proto) without its tensor contents.

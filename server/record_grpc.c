@@ -64,6 +64,7 @@ extern void envoy_dynamic_module_callback_http_set_dynamic_metadata_string(void 
 #define MAX_ITEMS 64
 #define MAX_NAME 256
 #define GRPC_INFER "/inference.GRPCInferenceService/ModelInfer"
+#define REPLAY_HEADER "x-traffic-replay" /* a replay's requests carry it (common/traffic.py: REPLAY_HEADER) */
 
 typedef struct {
   char *name;
@@ -328,7 +329,7 @@ static bool put_number(text_buffer *t, long long value) {
   return put(t, digits, (size_t)n);
 }
 
-static bool request_line(text_buffer *t, const infer *r, long long batch) {
+static bool request_line(text_buffer *t, const infer *r, long long batch, bool replayed) {
   bool ok = put(t, "{\"model\":", 9) && put_json_string(t, r->model) && put(t, ",\"version\":", 11) &&
             put_json_string(t, r->version) && put(t, ",\"inputs\":[", 11);
   for (int i = 0; ok && i < r->ninputs; i++) {
@@ -338,7 +339,8 @@ static bool request_line(text_buffer *t, const infer *r, long long batch) {
     for (int d = 0; ok && d < in->ndims; d++) ok = (d == 0 || put(t, ",", 1)) && put_number(t, in->dims[d]);
     ok = ok && put(t, "]]", 2);
   }
-  return ok && put(t, "],\"batch\":", 10) && put_number(t, batch) && put(t, "}", 1);
+  ok = ok && put(t, "],\"batch\":", 10) && put_number(t, batch);
+  return ok && (!replayed || put(t, ",\"replayed\":true", 16)) && put(t, "}", 1);
 }
 
 /* ---- the module's own lines: a buffer the worker threads fill, a thread of its own that writes it out ---- */
@@ -474,6 +476,7 @@ typedef struct {
   uint64_t received;              /* body bytes received */
   text_buffer request;            /* the request's JSON text, for the module's own line */
   bool logged;
+  bool replayed; /* sent by a replay (REPLAY_HEADER): its line says so */
   uint8_t first[5 + HEAD_FIRST];
 } stream;
 
@@ -492,7 +495,7 @@ static int record_message(void *filter, stream *st, const uint8_t *message, size
   long long batch = 1;
   if (max_batch > 0 && r.ninputs > 0 && r.inputs[0].ndims > 0) batch = r.inputs[0].dims[0];
   text_buffer line = {0};
-  if (!request_line(&line, &r, batch)) {
+  if (!request_line(&line, &r, batch, st->replayed)) {
     free(line.data);
   } else if (st->config->log) {
     st->request = line; /* written when the stream completes, with its status and duration */
@@ -596,7 +599,7 @@ void *envoy_dynamic_module_on_http_filter_new(void *c, void *filter) {
   st->arrival_us = st->began_us = 0;
   st->received = 0;
   st->request = (text_buffer){0};
-  st->logged = false;
+  st->logged = st->replayed = false;
   return st;
 }
 
@@ -607,6 +610,10 @@ int envoy_dynamic_module_on_http_filter_request_headers(void *filter, void *modu
   size_t n = sizeof(GRPC_INFER) - 1;
   if (end_of_stream || !found || path.length != n || memcmp(path.ptr, GRPC_INFER, n) != 0) st->done = true;
   if (!st->done && st->config->log) st->arrival_us = now_us(CLOCK_REALTIME), st->began_us = now_us(CLOCK_MONOTONIC);
+  if (!st->done) {
+    dm_buffer mark = {0}, replay = {REPLAY_HEADER, sizeof(REPLAY_HEADER) - 1};
+    st->replayed = envoy_dynamic_module_callback_http_get_header(filter, HEADER_REQUEST, replay, &mark, 0, NULL);
+  }
   return CONTINUE; /* streams and other calls pass untouched */
 }
 

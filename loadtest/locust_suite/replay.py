@@ -13,7 +13,7 @@ from pathlib import Path
 
 from common.cli import step
 from common.errors import MeasurementError, RecordingError
-from common.traffic import read_recording
+from common.traffic import REPLAY_HEADER, read_recording
 from loadtest.locust_suite.run import forget_headers, log_tail, pass_headers
 from loadtest.workloads.recorded import schedule, write_schedule
 
@@ -105,7 +105,7 @@ def _environment(replay: Replay, http_url, grpc_url, repo, schedule_path, result
         TRITON_CA_FILE=replay.ca_file,
         TRITON_REPLAY_CONNECTIONS=str(replay.connections),
     )
-    pass_headers(env, replay.headers, out)
+    pass_headers(env, {**replay.headers, REPLAY_HEADER: "1"}, out)  # a recording server marks them replayed
     return env
 
 

@@ -7,6 +7,7 @@ import pytest
 from builders.build import build_model
 from builders.request import BuildRequest
 from common import endpoints
+from common.errors import RecordingError
 from common.traffic import RecordedInput, RecordedRequest, RecordingWriter, read_recording
 from loadtest.locust_suite.replay import Replay, run_replay
 from loadtest.reporting.replay_report import compare_recordings, summarize, write_report
@@ -49,7 +50,11 @@ def test_a_replay_reaches_the_server_as_recorded(digits_build, tmp_path):
         "no inputs read (status 400: refused before the server)": 1
     }
     assert {s["status"] for s in summary["statuses"]} == {"ok"}
-    seen = compare_recordings(original, list(read_recording(settings.record.folder)))
+    as_seen = list(read_recording(settings.record.folder, replayed=True))
+    assert as_seen and all(r.replayed for r in as_seen), "the server's recording marks a replay's requests"
+    with pytest.raises(RecordingError, match="sent by a replay"):  # not its traffic: fit and tune leave them out
+        list(read_recording(settings.record.folder))
+    seen = compare_recordings(original, as_seen)
     assert seen["replayed_total"] == 40 and seen["shapes_identical"]
     assert seen["replayed_protocols"] == {"http": 20, "grpc": 20}
     assert write_report(summary, tmp_path / "out", "test").exists() and (tmp_path / "out" / "replay.png").exists()

@@ -53,6 +53,7 @@ def recorder(tmp_path_factory):
     envoy.harness_set_status.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
     lib.envoy_dynamic_module_on_http_filter_config_destroy.argtypes = [ctypes.c_void_p]
     envoy.harness_set_chunks.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    envoy.harness_set_replay.argtypes = [ctypes.c_char_p]
     return lib, envoy
 
 
@@ -245,6 +246,29 @@ def test_with_a_log_the_module_writes_each_request_line_itself(recorder, tmp_pat
         assert (r.model, r.version, r.protocol, r.batch, r.bytes) == ("digits_cnn", "3", "grpc", 2, len(body))
         assert r.signature() == (("input", "FP32", (2, 1, 8, 8)),)
         assert began <= r.arrival_us <= time.time_ns() // 1000 and 0 <= r.duration_us < 60_000_000
+
+
+def test_a_request_a_replay_sent_is_marked_replayed_in_the_line_and_the_metadata(recorder, tmp_path):
+    from common.traffic import REPLAY_HEADER, RecordedRequest
+
+    assert REPLAY_HEADER == "x-traffic-replay"  # the header the module looks for (harness.c answers it)
+    lib, envoy = recorder
+    log = tmp_path / "traffic-current-grpc.jsonl"
+    config = _config(lib, log=log)
+    body = _framed(_message())
+    envoy.harness_set_status(b"0", None)
+    for mark in (b"1", None):
+        envoy.harness_set_replay(mark)
+        _record(recorder, body, config=config, complete=True)
+    envoy.harness_set_replay(b"1")
+    as_metadata = _record(recorder, body)  # no log: the access log writes the metadata's JSON text
+    envoy.harness_set_replay(None)
+    envoy.harness_set_status(None, None)
+    lib.envoy_dynamic_module_on_http_filter_config_destroy(config)
+    assert [r.replayed for r in _logged(log)] == [True, False]
+    assert json.loads(as_metadata)["replayed"] is True
+    line = {"t": 1, "protocol": "grpc", "request": as_metadata}
+    assert RecordedRequest.from_line(json.dumps(line)).replayed
 
 
 def test_the_module_writes_on_after_the_file_is_rotated_and_refuses_a_bad_log_line(recorder, tmp_path):

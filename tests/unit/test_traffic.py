@@ -1,6 +1,7 @@
 """The traffic recording's format (common/traffic.py): lines that read back as written, rotation under a size
 cap, private files, and a bad line named by file and number."""
 
+import json
 import stat
 
 import pytest
@@ -82,3 +83,21 @@ def test_no_recording_and_a_bad_cap_say_what_to_do(tmp_path):
         list(read_recording(tmp_path))
     with pytest.raises(RecordingError, match="KiB"):
         RecordingWriter(tmp_path / "t", max_file_bytes=10)
+
+
+def test_a_replays_requests_are_marked_and_left_out_unless_asked_for(tmp_path):
+    own = RecordedRequest(1, "m", "http", (RecordedInput("x", "FP32", (1, 4)),))
+    sent_by_replay = RecordedRequest(2, "m", "grpc", (RecordedInput("x", "FP32", (1, 8)),), status=0, replayed=True)
+    assert RecordedRequest.from_line(sent_by_replay.to_line()).replayed
+    assert "replayed" not in own.to_line(), "a line of the traffic itself is as before"
+    with RecordingWriter(tmp_path / "both") as writer:
+        writer.write(own)
+        writer.write(sent_by_replay)
+    assert [r.arrival_us for r in read_recording(tmp_path / "both")] == [1]
+    assert [r.arrival_us for r in read_recording(tmp_path / "both", replayed=True)] == [1, 2]
+    with RecordingWriter(tmp_path / "replay") as writer:
+        writer.write(sent_by_replay)
+    with pytest.raises(RecordingError, match=r"every request .* \(1\) was sent by a replay"):
+        list(read_recording(tmp_path / "replay"))
+    not_true = json.loads(sent_by_replay.to_line()) | {"replayed": "yes"}
+    assert not RecordedRequest.from_line(json.dumps(not_true)).replayed, "only true marks a replay"
