@@ -526,9 +526,18 @@ def _show_report(path: Path) -> None:
     help="One server, with every setup's Envoy in front of it (implies --together): the points compared differ "
     "in the edge alone, not also in the server.",
 )
+@click.option(
+    "--fresh-edges",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Every setup, the edge too, through Envoys of its own in front of one server, new ones every this many "
+    "rounds (an Envoy keeps a speed of its own while it runs); 0: off.",
+)
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
-def record_bench(repo, models, protocols, concurrency, rounds, interval_ms, setups, together, one_server, out):
+def record_bench(
+    repo, models, protocols, concurrency, rounds, interval_ms, setups, together, one_server, fresh_edges, out
+):
     """What RECORD=1 and RECORD=values cost: perf_analyzer through the edge, recording off and on, alternated."""
     from builders.environment import host_info
     from loadtest.benches import record_bench as bench
@@ -537,7 +546,7 @@ def record_bench(repo, models, protocols, concurrency, rounds, interval_ms, setu
     names = _names(models)
     chosen = bench.chosen_setups(setups)
     rows = bench.measure(
-        repo, names, chosen, protocols.split(), concurrency, rounds, out, interval_ms, together, one_server
+        repo, names, chosen, protocols.split(), concurrency, rounds, out, interval_ms, together, one_server, fresh_edges
     )
     header = (
         f"Models {', '.join(names)}, perf_analyzer concurrency {concurrency}, {interval_ms} ms windows, "
@@ -546,6 +555,7 @@ def record_bench(repo, models, protocols, concurrency, rounds, interval_ms, setu
         + (f' --setups "{setups}"' if setups else "")
         + (" --together" if together else "")
         + (" --one-server" if one_server else "")
+        + (f" --fresh-edges {fresh_edges}" if fresh_edges else "")
         + f"`. Host: {host_info()}"
     )
     click.echo(bench.write(bench.compare(rows), rows, out, header))

@@ -103,6 +103,7 @@ def measure(
     interval_ms: int,
     together=False,
     one_server=False,
+    fresh_every=0,
 ):
     """Every setup, every round: one perf point per model and protocol; one row per point. Each model is measured
     as `loadtest perf` measures it (text models: lognormal lengths; pipelines: images).
@@ -112,8 +113,15 @@ def measure(
     round takes seconds, not a minute, so the host's drift falls within a pair.
     one_server=True (implies together): one server, the baseline's, with every other setup's Envoy in front of it
     too: what differs between two points is the edge alone, not also the server (two servers of the same build
-    differ: the Python backend's stub took 70 µs a request more in one than in the other)."""
+    differ: the Python backend's stub took 70 µs a request more in one than in the other).
+    fresh_every=K (implies one_server): every setup, the baseline too, through an Envoy of its own in front of the
+    one server, and every K rounds those Envoys are stopped and new ones started: an Envoy process keeps a speed
+    of its own for as long as it runs (two identical edges differed by 2.7% over 100 rounds), so each setup is
+    measured over many processes, not one."""
     from server.cluster import start_cluster, start_edge_for, stop_cluster
+
+    if fresh_every:
+        return _measure_fresh(repo, models, setups, protocols, concurrency, rounds, out, interval_ms, fresh_every)
 
     if one_server and "make serve default" in setups:
         raise MeasurementError("--one-server compares edges in front of one server: leave out setup 4 (no edge)")
@@ -156,6 +164,47 @@ def measure(
     return rows
 
 
+def _measure_fresh(repo, models, setups, protocols, concurrency, rounds, out, interval_ms, every: int) -> list:
+    """measure(fresh_every=every): one server; the setups' Envoys in front of it, new ones every `every` rounds."""
+    from server.cluster import start_cluster, start_edge_for, stop_cluster
+
+    if "make serve default" in setups:
+        raise MeasurementError("--fresh-edges compares edges in front of one server: leave out setup 4 (no edge)")
+    server = out / "state" / "server"
+    rows, edges = [], []
+    step("record-bench: starting the server")
+    start_cluster(settings_for(BASELINE, repo, server))
+    try:
+        for round_ in range(1, rounds + 1):
+            block = (round_ - 1) // every + 1
+            if (round_ - 1) % every == 0:
+                _stop_all(edges, stop_cluster)
+                for setup in setups:
+                    step(f"record-bench: block {block}, a new Envoy for {setup}")
+                    edges.append(out / "state" / f"{_folder(setup)}-b{block}")
+                    start_edge_for(settings_for(setup, repo, edges[-1]), server)
+            for setup in in_order(setups, round_):
+                step(f"record-bench round {round_}/{rounds} (block {block}): {setup}")
+                state_dir = out / "state" / f"{_folder(setup)}-b{block}"
+                work = out / "raw" / f"{state_dir.name}-r{round_}"
+                points = _points(repo, models, protocols, concurrency, interval_ms, state_dir, work)
+                rows += [{**row, "setup": setup, "round": round_, "block": block} for row in points]
+                save_points(rows, out)
+    finally:
+        _stop_all(edges, stop_cluster)
+        stop_cluster(server)
+    return rows
+
+
+def _stop_all(edges: list, stop) -> None:
+    while edges:
+        stop(edges.pop())
+
+
+def _folder(setup: str) -> str:
+    return setup.replace(" ", "_").replace(",", "")
+
+
 def save_points(rows: list[dict], out: Path) -> None:
     """record_points.csv with every point so far, rewritten after each one: a run cut short keeps its points,
     and record-bench-report reads them."""
@@ -192,8 +241,12 @@ def read_points(paths) -> list[dict]:
             raise MeasurementError(f"{path}: cannot read the points ({err.strerror})") from None
         if not found or not {"setup", "round", "throughput", "protocol", "model", "p50_ms"} <= set(found[0]):
             raise MeasurementError(f"{path}: not a record-bench run's record_points.csv")
+        blocks = max((r["block"] for r in rows if r.get("block") is not None), default=0)
         for row in found:
-            rows.append({**{k: _number(v) for k, v in row.items()}, "round": offset + int(row["round"])})
+            read = {**{k: _number(v) for k, v in row.items()}, "round": offset + int(row["round"])}
+            if read.get("block") is not None:  # blocks too are numbered on: a block stays within its run
+                read["block"] = blocks + int(read["block"])
+            rows.append(read)
         offset = max(r["round"] for r in rows)
     return rows
 
@@ -318,6 +371,9 @@ def compare(rows: list[dict]) -> list[dict]:
         mine = [r for r in rows if r["protocol"] == protocol and r["model"] == model]
         base_by_round = {r.get("round"): r["throughput"] for r in mine if r["setup"] == BASELINE}
         control_by_round = {r.get("round"): r["throughput"] for r in mine if r["setup"] == CONTROL}
+        both_by_round = {  # the two plain edges of a round together: their geometric mean
+            k: math.sqrt(v * control_by_round[k]) for k, v in base_by_round.items() if control_by_round.get(k)
+        }
         for setup in dict.fromkeys(r["setup"] for r in rows):
             points = [r for r in mine if r["setup"] == setup]
             if points:
@@ -327,13 +383,25 @@ def compare(rows: list[dict]) -> list[dict]:
                     [round(p["throughput"]) for p in points],
                     _paired(points, base_by_round),
                     _paired(points, {} if setup in (BASELINE, CONTROL) else control_by_round),
+                    _paired(points, {} if setup in (BASELINE, CONTROL) else both_by_round),
                     _median_of(points, "envoy_cpu_us"),
                     _median_of(points, "server_cpu_us"),
                     _median_of(points, "host_cpu_us"),
                     _median_of(points, "mean_batch"),
                 )
         base = medians.get(BASELINE, (0.0,))[0]
-        for setup, (throughput, p50, each, paired, to_control, envoy_us, server_us, host_us, batch) in medians.items():
+        for setup, (
+            throughput,
+            p50,
+            each,
+            paired,
+            to_control,
+            to_both,
+            envoy_us,
+            server_us,
+            host_us,
+            batch,
+        ) in medians.items():
             ratio = round(throughput / base, 3) if base else None
             table.append(
                 {
@@ -345,6 +413,7 @@ def compare(rows: list[dict]) -> list[dict]:
                     **paired,
                     "verdict": None if setup == BASELINE else paired["verdict"],
                     **{f"control_{k}": v for k, v in to_control.items()},
+                    **{f"both_{k}": v for k, v in to_both.items()},
                     "envoy_cpu_us": envoy_us,
                     "server_cpu_us": server_us,
                     "host_cpu_us": host_us,
@@ -359,10 +428,12 @@ def compare(rows: list[dict]) -> list[dict]:
 def _paired(points: list[dict], base_by_round: dict) -> dict:
     """Each round's throughput / the baseline's in the same round: their geometric mean, its 95% bootstrap
     interval and what that interval says of the floor (all None without pairs)."""
-    ratios = [p["throughput"] / base_by_round[p.get("round")] for p in points if base_by_round.get(p.get("round"))]
+    paired = [p for p in points if base_by_round.get(p.get("round"))]
+    ratios = [p["throughput"] / base_by_round[p.get("round")] for p in paired]
     if not ratios:
         return {"paired_ratio": None, "paired_low": None, "paired_high": None, "verdict": None}
-    low, high = bootstrap_interval(ratios)
+    blocks = [p.get("block") for p in paired]
+    low, high = bootstrap_interval(ratios, blocks if None not in blocks else None)
     return {
         "paired_ratio": round(_geometric_mean(ratios), 3),
         "paired_low": round(low, 3),
@@ -375,13 +446,22 @@ def _geometric_mean(values) -> float:
     return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
-def bootstrap_interval(ratios: list[float], level: float = 0.95, resamples: int = 4000) -> tuple[float, float]:
+def bootstrap_interval(
+    ratios: list[float], blocks: list | None = None, level: float = 0.95, resamples: int = 4000
+) -> tuple[float, float]:
     """The interval that holds the geometric mean of ratios at this level, by resampling the rounds (a fixed
-    seed: the same rounds give the same interval)."""
+    seed: the same rounds give the same interval). blocks (one a ratio, --fresh-edges): whole blocks are
+    resampled, each with all its rounds, since the rounds of one block share their Envoys' speed."""
     import random
 
     draw = random.Random(0)
-    means = sorted(_geometric_mean(draw.choices(ratios, k=len(ratios))) for _ in range(resamples))
+    groups: dict = {}
+    for ratio, block in zip(ratios, blocks or range(len(ratios))):
+        groups.setdefault(block, []).append(ratio)
+    units = list(groups.values())
+    means = sorted(
+        _geometric_mean([r for unit in draw.choices(units, k=len(units)) for r in unit]) for _ in range(resamples)
+    )
     cut = int(resamples * (1 - level) / 2)
     return means[cut], means[-cut - 1]
 
@@ -408,14 +488,15 @@ def write(table: list[dict], rows: list[dict], out: Path, header: str) -> str:
     lines = [
         "| model | protocol | setup | infer/s (median) | ratio to the edge | paired ratio (mean of rounds) "
         "| its 95% interval | the 5% floor | paired ratio to the control (95% interval): the 5% floor "
+        "| paired ratio to both plain edges (95% interval): the 5% floor "
         "| Envoy CPU µs a request | server CPU µs a request | host CPU µs a request | mean batch | p50 ms "
         "| each round (infer/s) |",
-        "|---|---|---|---:|---:|---:|---|---|---|---:|---:|---:|---:|---:|---|",
+        "|---|---|---|---:|---:|---:|---|---|---|---|---:|---:|---:|---:|---:|---|",
     ]
     lines += [
         f"| {t['model']} | {t['protocol']} | {t['setup']} | {t['infer_s']:,.1f} | "
         f"{t['ratio'] if t['ratio'] is not None else '—'} | {_or_dash(t['paired_ratio'])} | "
-        f"{_interval(t)} | {t.get('verdict') or '—'} | {_to_control(t)} | "
+        f"{_interval(t)} | {t.get('verdict') or '—'} | {_to_control(t)} | {_to_control(t, 'both')} | "
         f"{_or_dash(t['envoy_cpu_us'])} | {_or_dash(t.get('server_cpu_us'))} | {_or_dash(t['host_cpu_us'])} | "
         f"{_or_dash(t.get('mean_batch'))} | "
         f"{t['p50_ms']:.3f} | {t['rounds']} |"
@@ -428,7 +509,9 @@ def write(table: list[dict], rows: list[dict], out: Path, header: str) -> str:
         "interval lies at or above 0.95, shown missed where it lies below, and not resolved where it holds 0.95. "
         f"'{CONTROL}' is a second edge like the first: its interval is what this host's noise alone gives. Under "
         "--one-server the control is started as every other setup's edge is (a second Envoy in front of the "
-        "running server), so a setup's ratio to the control differs from it in that setup alone. "
+        "running server), so a setup's ratio to the control differs from it in that setup alone. Both plain "
+        "edges: each round's throughput over the geometric mean of the edge's and the control's in that round. "
+        "Under --fresh-edges every setup, the edge too, goes through Envoys of its own, new ones every few rounds. "
         "Envoy CPU: its process over each point, per request the server answered; under `make serve default` "
         "gRPC goes straight to the server, so Envoy does no work for it there. Server CPU: tritonserver and "
         "its Python-backend stubs. Host CPU: every process, perf_analyzer included."
@@ -445,12 +528,12 @@ def _interval(row: dict) -> str:
     return "—" if low is None or row.get("setup") == BASELINE else f"{low:.3f}-{high:.3f}"
 
 
-def _to_control(row: dict) -> str:
-    if row.get("control_paired_ratio") is None:
+def _to_control(row: dict, which: str = "control") -> str:
+    if row.get(f"{which}_paired_ratio") is None:
         return "—"
     return (
-        f"{row['control_paired_ratio']} ({row['control_paired_low']:.3f}-{row['control_paired_high']:.3f}): "
-        f"{row['control_verdict']}"
+        f"{row[f'{which}_paired_ratio']} ({row[f'{which}_paired_low']:.3f}-{row[f'{which}_paired_high']:.3f}): "
+        f"{row[f'{which}_verdict']}"
     )
 
 

@@ -199,6 +199,8 @@ def test_one_server_refuses_the_setup_without_an_edge_before_starting_anything(t
 
     with pytest.raises(MeasurementError, match="setup 4"):
         measure(tmp_path, ["m"], SETUPS, ["grpc"], 4, 1, tmp_path / "out", 1000, one_server=True)
+    with pytest.raises(MeasurementError, match="setup 4"):
+        measure(tmp_path, ["m"], SETUPS, ["grpc"], 4, 1, tmp_path / "out", 1000, fresh_every=5)
     assert not (tmp_path / "out").exists()
 
 
@@ -244,6 +246,8 @@ def test_each_setup_is_also_compared_with_the_control_and_runs_pool_from_their_p
     table = {t["setup"]: t for t in compare(rows)}
     assert table["edge, recording"]["control_paired_ratio"] == 0.995  # 1.0 and 0.99: against the control
     assert table["edge, recording"]["paired_ratio"] == 0.944 and table[CONTROL]["control_paired_ratio"] is None
+    # against both plain edges of each round (their geometric mean): 90 / 94.87 and 99 / 100
+    assert table["edge, recording"]["both_paired_ratio"] == 0.969 and table["edge"]["both_paired_ratio"] is None
     first, second = tmp_path / "a", tmp_path / "b"
     write(compare(rows), rows, first, "one")
     write(compare(rows), rows, second, "two")
@@ -268,3 +272,19 @@ def test_points_are_saved_as_they_come_so_a_run_cut_short_keeps_them(tmp_path):
     table = {t["setup"]: t for t in compare(rows)}
     assert table["edge, recording"]["paired_ratio"] == 0.98, "the half round pairs nothing"
     assert not list(tmp_path.glob("*.partial"))
+
+
+def test_with_fresh_edges_whole_blocks_are_resampled_and_pooled_runs_keep_their_blocks_apart(tmp_path):
+    from loadtest.benches.record_bench import bootstrap_interval, read_points, save_points
+
+    # two blocks whose Envoys differ: each block's rounds agree, the blocks do not
+    ratios = [0.9] * 10 + [1.1] * 10
+    by_round = bootstrap_interval(ratios)
+    by_block = bootstrap_interval(ratios, [1] * 10 + [2] * 10)
+    assert by_block[0] < by_round[0] and by_block[1] > by_round[1], "the rounds of a block are not independent"
+    assert bootstrap_interval(ratios, list(range(20))) == by_round, "a block a round is the rounds' interval"
+    point = {"model": "m", "protocol": "grpc", "setup": "edge", "throughput": 1, "p50_ms": 1, "round": 1, "block": 1}
+    save_points([point, {**point, "round": 2, "block": 2}], tmp_path / "a")
+    save_points([point], tmp_path / "b")
+    pooled = read_points([tmp_path / "a" / "record_points.csv", tmp_path / "b" / "record_points.csv"])
+    assert [(r["round"], r["block"]) for r in pooled] == [(1, 1), (2, 2), (3, 3)]
