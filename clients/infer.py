@@ -91,7 +91,7 @@ def infer(
         with refused_as_client_error(model):
             seq = dict(zip(("sequence_id", "sequence_start", "sequence_end"), sequence)) if sequence else {}
             result = client.infer(
-                model, inputs, model_version=version, outputs=requested, headers=ep.headers or None, **seq
+                model, inputs, model_version=version, outputs=requested, headers=ep.request_headers(), **seq
             )
         latency = (time.perf_counter() - start) * 1e3
     finally:

@@ -40,7 +40,8 @@ def stream_infer(ep, model: str, arrays: dict, timeout: float = 60.0, client=Non
     try:
         inputs, _ = build_request(ep.module(), arrays, [])
         client.start_stream(
-            callback=lambda result, error: answers.put((time.perf_counter(), result, error)), headers=ep.headers or None
+            callback=lambda result, error: answers.put((time.perf_counter(), result, error)),
+            headers=ep.request_headers(),
         )
         started = time.perf_counter()
         client.async_stream_infer(model, inputs, enable_empty_final_response=True)

@@ -36,6 +36,11 @@ class Endpoint:
         if self.protocol not in PROTOCOLS:
             raise ClientError(f"protocol {self.protocol!r} is unknown; expected one of {PROTOCOLS}")
 
+    def request_headers(self) -> dict | None:
+        """The headers for one call, a copy (None: none): tritonclient.http writes its Inference-Header-Content-Length,
+        an int, into the dict it is given, and the same dict sent over gRPC then fails ("Expected str")."""
+        return dict(self.headers) or None
+
     def client(self, **kwargs):
         """A new tritonclient client (tritonclient.http or tritonclient.grpc) for this endpoint."""
         if self.tls and self.protocol == "http":

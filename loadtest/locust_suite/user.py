@@ -86,7 +86,7 @@ class TritonUser(User):
         start, error = time.perf_counter(), None
         try:
             self.triton.infer(
-                self.model, inputs, outputs=outputs, headers=self.endpoint.headers or None, **self._sequence_flags()
+                self.model, inputs, outputs=outputs, headers=self.endpoint.request_headers(), **self._sequence_flags()
             )
         except Exception as err:  # reported to Locust as a failure, never raised into gevent
             error = err

@@ -70,7 +70,7 @@ class Senders:
         module = self.endpoints[item.protocol].module()
         inputs, outputs = build_request(module, self.arrays[key], [])
         self.client(item.protocol).infer(
-            item.model, inputs, model_version=item.version, outputs=outputs or None, headers=self.headers or None
+            item.model, inputs, model_version=item.version, outputs=outputs or None, headers=dict(self.headers) or None
         )
         return "ok"
 
