@@ -4,7 +4,7 @@
  * datatype and shape, and its batch. With a "log" line in its configuration it writes each request's line to
  * the recording itself when the stream completes (common/traffic.py's format: the request, its arrival in µs,
  * bytes received, gRPC status and duration), through a buffer that a thread of its own writes out every second
- * or every 64 KB, reopening the file where the keeper has rotated it. That costs Envoy 10-18 µs a gRPC
+ * or every 64 KB, reopening the file where the keeper has rotated it. That costs Envoy 10-20 µs a gRPC
  * request where the metadata and the access log cost 41-44 (docs/measuring.md). Without it, the request goes
  * as one JSON text under the dynamic metadata key traffic/request, for the access log to write.
  * Shapes only; RECORD=values keeps the Lua, which keeps the body too.
