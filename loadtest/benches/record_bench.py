@@ -120,13 +120,14 @@ def measure(
     measured over many processes, not one."""
     from server.cluster import start_cluster, start_edge_for, stop_cluster
 
+    if (one_server or fresh_every) and "make serve default" in setups:
+        raise MeasurementError(
+            "--one-server and --fresh-edges compare edges in front of one server: leave out setup 4 (no edge)"
+        )
     if fresh_every:
         return _measure_fresh(repo, models, setups, protocols, concurrency, rounds, out, interval_ms, fresh_every)
-
-    if one_server and "make serve default" in setups:
-        raise MeasurementError("--one-server compares edges in front of one server: leave out setup 4 (no edge)")
     together = together or one_server
-    state = {setup: out / "state" / setup.replace(" ", "_").replace(",", "") for setup in setups}
+    state = {setup: out / "state" / _folder(setup) for setup in setups}
     rows, started = [], []
     try:
         if together:
@@ -168,37 +169,31 @@ def _measure_fresh(repo, models, setups, protocols, concurrency, rounds, out, in
     """measure(fresh_every=every): one server; the setups' Envoys in front of it, new ones every `every` rounds."""
     from server.cluster import start_cluster, start_edge_for, stop_cluster
 
-    if "make serve default" in setups:
-        raise MeasurementError("--fresh-edges compares edges in front of one server: leave out setup 4 (no edge)")
     server = out / "state" / "server"
-    rows, edges = [], []
+    rows, edges = [], {}  # setup -> the state folder of its Envoy now
     step("record-bench: starting the server")
     start_cluster(settings_for(BASELINE, repo, server))
     try:
         for round_ in range(1, rounds + 1):
             block = (round_ - 1) // every + 1
             if (round_ - 1) % every == 0:
-                _stop_all(edges, stop_cluster)
-                for setup in setups:
+                for state_dir in edges.values():
+                    stop_cluster(state_dir)
+                edges = {setup: out / "state" / f"{_folder(setup)}-b{block}" for setup in setups}
+                for setup, state_dir in edges.items():
                     step(f"record-bench: block {block}, a new Envoy for {setup}")
-                    edges.append(out / "state" / f"{_folder(setup)}-b{block}")
-                    start_edge_for(settings_for(setup, repo, edges[-1]), server)
+                    start_edge_for(settings_for(setup, repo, state_dir), server)
             for setup in in_order(setups, round_):
                 step(f"record-bench round {round_}/{rounds} (block {block}): {setup}")
-                state_dir = out / "state" / f"{_folder(setup)}-b{block}"
-                work = out / "raw" / f"{state_dir.name}-r{round_}"
-                points = _points(repo, models, protocols, concurrency, interval_ms, state_dir, work)
+                work = out / "raw" / f"{edges[setup].name}-r{round_}"
+                points = _points(repo, models, protocols, concurrency, interval_ms, edges[setup], work)
                 rows += [{**row, "setup": setup, "round": round_, "block": block} for row in points]
                 save_points(rows, out)
     finally:
-        _stop_all(edges, stop_cluster)
+        for state_dir in edges.values():
+            stop_cluster(state_dir)
         stop_cluster(server)
     return rows
-
-
-def _stop_all(edges: list, stop) -> None:
-    while edges:
-        stop(edges.pop())
 
 
 def _folder(setup: str) -> str:
@@ -496,7 +491,7 @@ def write(table: list[dict], rows: list[dict], out: Path, header: str) -> str:
     lines += [
         f"| {t['model']} | {t['protocol']} | {t['setup']} | {t['infer_s']:,.1f} | "
         f"{t['ratio'] if t['ratio'] is not None else '—'} | {_or_dash(t['paired_ratio'])} | "
-        f"{_interval(t)} | {t.get('verdict') or '—'} | {_to_control(t)} | {_to_control(t, 'both')} | "
+        f"{_interval(t)} | {t.get('verdict') or '—'} | {_against(t, 'control')} | {_against(t, 'both')} | "
         f"{_or_dash(t['envoy_cpu_us'])} | {_or_dash(t.get('server_cpu_us'))} | {_or_dash(t['host_cpu_us'])} | "
         f"{_or_dash(t.get('mean_batch'))} | "
         f"{t['p50_ms']:.3f} | {t['rounds']} |"
@@ -528,7 +523,8 @@ def _interval(row: dict) -> str:
     return "—" if low is None or row.get("setup") == BASELINE else f"{low:.3f}-{high:.3f}"
 
 
-def _to_control(row: dict, which: str = "control") -> str:
+def _against(row: dict, which: str) -> str:
+    """A setup's paired ratio against the control ('control') or both plain edges ('both'), with its interval."""
     if row.get(f"{which}_paired_ratio") is None:
         return "—"
     return (

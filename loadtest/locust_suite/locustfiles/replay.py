@@ -69,8 +69,9 @@ class Senders:
             self.arrays[key] = synthetic_inputs(item, served_spec(REPO, item.model))
         module = self.endpoints[item.protocol].module()
         inputs, outputs = build_request(module, self.arrays[key], [])
+        headers = self.endpoints[item.protocol].request_headers()
         self.client(item.protocol).infer(
-            item.model, inputs, model_version=item.version, outputs=outputs or None, headers=dict(self.headers) or None
+            item.model, inputs, model_version=item.version, outputs=outputs or None, headers=headers
         )
         return "ok"
 
