@@ -323,10 +323,20 @@ static bool put_json_string(text_buffer *t, span value) {
   return put(t, "\"", 1);
 }
 
+/* A number's decimal digits, without printf's machinery (a few per request, on Envoy's worker thread). */
+static size_t decimal(char *out, long long value) {
+  char digits[24];
+  size_t n = 0, length = 0;
+  unsigned long long v = value < 0 ? 0ULL - (unsigned long long)value : (unsigned long long)value;
+  do digits[n++] = (char)('0' + v % 10); while (v /= 10);
+  if (value < 0) out[length++] = '-';
+  while (n) out[length++] = digits[--n];
+  return length;
+}
+
 static bool put_number(text_buffer *t, long long value) {
-  char digits[32];
-  int n = snprintf(digits, sizeof(digits), "%lld", value);
-  return put(t, digits, (size_t)n);
+  char digits[24];
+  return put(t, digits, decimal(digits, value));
 }
 
 static bool request_line(text_buffer *t, const infer *r, long long batch, bool replayed) {
@@ -484,9 +494,9 @@ static size_t min_size(size_t a, uint64_t b) { return b < a ? (size_t)b : a; }
 
 /* READ_MORE: the inputs run past the bytes copied; READ_DONE: recorded or nothing to record */
 static int record_message(void *filter, stream *st, const uint8_t *message, size_t length, bool cut) {
-  infer r;
-  memset(&r, 0, sizeof(r));
-  r.model.s = r.version.s = message;
+  infer r; /* 36 KB: only what is read before an input is added is cleared (visit_infer clears each input) */
+  r.model = r.version = (span){message, 0, 0};
+  r.ninputs = 0;
   uint64_t stopped_at = 0;
   if (each_field(message, 0, length, cut, visit_infer, &r, &stopped_at) != READ_DONE) return READ_ERROR;
   if (stopped_at && stopped_at < 6) return READ_MORE;
@@ -527,16 +537,14 @@ static void write_line(void *filter, stream *st, bool complete) {
   if (st->logged || !st->request.data || !st->config->log) return;
   st->logged = true;
   long status = complete ? grpc_status(filter) : -1;
-  char tail[160];
-  int n = snprintf(tail, sizeof(tail), ",\"t\":%lld,\"protocol\":\"grpc\",\"bytes\":%llu,\"status\":",
-                   st->arrival_us, (unsigned long long)st->received);
-  n += status < 0 ? snprintf(tail + n, sizeof(tail) - (size_t)n, "null")
-                  : snprintf(tail + n, sizeof(tail) - (size_t)n, "%ld", status);
-  n += snprintf(tail + n, sizeof(tail) - (size_t)n, ",\"duration_us\":%lld}\n",
-                now_us(CLOCK_MONOTONIC) - st->began_us);
   text_buffer *line = &st->request;
   line->length--; /* the request's closing brace */
-  if (put(line, tail, (size_t)n)) writer_add(st->config->log, line->data, line->length);
+  bool ok = put(line, ",\"t\":", 5) && put_number(line, st->arrival_us) &&
+            put(line, ",\"protocol\":\"grpc\",\"bytes\":", 27) && put_number(line, (long long)st->received) &&
+            put(line, ",\"status\":", 10) && (status < 0 ? put(line, "null", 4) : put_number(line, status)) &&
+            put(line, ",\"duration_us\":", 15) && put_number(line, now_us(CLOCK_MONOTONIC) - st->began_us) &&
+            put(line, "}\n", 2);
+  if (ok) writer_add(st->config->log, line->data, line->length);
 }
 
 static bool reserve(stream *st, size_t needed) {
