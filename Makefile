@@ -54,6 +54,9 @@ export TRITON_LATENCY_SUMMARIES = $(LATENCY_SUMMARIES)
 # the quantiles they keep, "q:error,...": each one more costs every request (default 0.5:0.05,0.9:0.01,0.99:0.001)
 LATENCY_QUANTILES ?=
 export TRITON_LATENCY_QUANTILES = $(LATENCY_QUANTILES)
+# tritonserver tuning flags, "--flag=value ...": pools and thread counts only (server/launcher.py: TUNING_FLAGS)
+SERVER_ARGS ?=
+export TRITON_SERVER_ARGS = $(SERVER_ARGS)
 NGC_RELEASE ?= $(shell sed -n 's/^NGC_RELEASE=//p' docker/.env)
 COMPOSE := docker compose --env-file docker/.env -f docker/compose.yaml
 # the admin key's file (created on first use, mode 600): Docker reads it as a secret, nothing passes the key itself

@@ -811,6 +811,13 @@ def gpu_bench(
     help="Also measure those points on a server started with this variable set, VAR=VALUE (repeatable: a server "
     "each), e.g. OMP_NUM_THREADS=4.",
 )
+@click.option(
+    "--client-cores",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Single sentences also with the client on this many cores of its own and the server's threads on the "
+    "rest, alternated with the shared way twice on the same server (a client on another machine); 0: off.",
+)
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
 def text_bench(
@@ -832,6 +839,7 @@ def text_bench(
     summaries_off_too,
     quantiles_too,
     server_env_too,
+    client_cores,
     out,
 ):
     """A text model in-process and served (ids and raw text), over length distributions, in one run."""
@@ -857,6 +865,7 @@ def text_bench(
         summaries_off=summaries_off_too,
         quantiles_too=quantiles_too,
         server_env_too=bench.server_variables(server_env_too),
+        client_cores=client_cores,
     )
     bench.run(settings, out)
     click.echo((out / "text_bench.md").read_text())

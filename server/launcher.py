@@ -104,8 +104,43 @@ def server_command(settings: ServerSettings, binary: Path, backends: Path, key: 
         "--exit-timeout-secs=10",
         f"--metrics-config=summary_latencies={str(latency_summaries()).lower()}",
         *([f"--metrics-config=summary_quantiles={latency_quantiles()}"] if latency_summaries() else []),
+        *tuning_args(),
         *settings.extra_args,
     ]
+
+
+ARGS_VARIABLE = "TRITON_SERVER_ARGS"
+# tritonserver's flags that tune how it serves and nothing it guards: no address, port, repository, backend
+# folder, restricted API or log, which stay ours to set
+TUNING_FLAGS = (
+    "--grpc-infer-allocation-pool-size",
+    "--grpc-max-response-pool-size",
+    "--http-thread-count",
+    "--buffer-manager-thread-count",
+    "--pinned-memory-pool-byte-size",
+    "--cuda-memory-pool-byte-size",
+    "--model-load-thread-count",
+)
+
+
+def tuning_args() -> list[str]:
+    """tritonserver tuning flags from TRITON_SERVER_ARGS (`make serve SERVER_ARGS="--flag=value ..."`), each one
+    of TUNING_FLAGS with a plain value.
+
+    Raises:
+        ConfigError: a word that is not --flag=value, a flag not in TUNING_FLAGS, or a value with other than
+            letters, digits and ':._-'.
+    """
+    words = os.environ.get(ARGS_VARIABLE, "").split()
+    for word in words:
+        flag, sep, value = word.partition("=")
+        plain = value and all(c.isalnum() or c in ":._-" for c in value)
+        if not sep or flag not in TUNING_FLAGS or not plain:
+            raise ConfigError(
+                f"{ARGS_VARIABLE}: {word!r} is not one of tritonserver's tuning flags as --flag=value; "
+                f"allowed: {', '.join(TUNING_FLAGS)} (e.g. --grpc-infer-allocation-pool-size=256)"
+            )
+    return words
 
 
 SUMMARIES_VARIABLE = "TRITON_LATENCY_SUMMARIES"
@@ -124,9 +159,11 @@ def latency_summaries() -> bool:
 
 
 def check_metrics_config() -> None:
-    """Raises ConfigError where the environment asks tritonserver for metrics it would not keep."""
+    """Raises ConfigError where the environment asks tritonserver for metrics it would not keep, or passes it a
+    flag that is not one of TUNING_FLAGS."""
     if latency_summaries():
         latency_quantiles()
+    tuning_args()
 
 
 def latency_quantiles() -> str:

@@ -57,6 +57,7 @@ class TextBenchSettings:
     summaries_off: bool = False  # also: a second server without Triton's latency summaries, single-sentence points
     quantiles_too: str = ""  # also: a server whose summaries keep these quantiles ("q:error,..."), same points
     server_env_too: tuple[tuple[str, str], ...] = ()  # also: a server with each (variable, value) set, same points
+    client_cores: int = 0  # >0: single sentences also with the client on this many cores of its own (cpu_split)
 
 
 def for_device(settings: TextBenchSettings, gpu: bool) -> TextBenchSettings:
@@ -420,6 +421,7 @@ class Point:
     concurrency: int
     words: tuple[str, ...] = tw.WORDS  # served text: the words its texts are made of
     zipf: float = 0.0  # ... drawn uniformly (0) or with weight 1 / rank**zipf
+    client_cores: int = 0  # >0: the client on this many cores of its own, the server's threads on the rest
 
 
 def describe_words(words: tuple[str, ...], zipf: float) -> str:
@@ -433,7 +435,9 @@ def served_point(point: Point, ep, analyzer, lengths: np.ndarray, label: str, st
     """One point on input data of the workload's shapes; the batch, padding and memory the server saw."""
     before, padding = _stats(ep, point.encoder), stats.read(point.encoder)
     steps_before = _step_stats(ep, point)
-    tool = "perf_analyzer" if perf_can_send(point, lengths) else "our gRPC client (requests made once)"
+    tool = "our gRPC client (requests made once)"  # cores of its own are ours to set, not perf_analyzer's
+    if perf_can_send(point, lengths) and not point.client_cores:
+        tool = "perf_analyzer"
     what = f"{point.path} {point.model}, {point.per_request} per request, c{point.concurrency}"
     step(f"text-bench: {what} ({label}; {tool})")
     if tool == "perf_analyzer":
@@ -555,8 +559,18 @@ def _client_point(point: Point, ep, lengths) -> dict:
         made = [tw.token_arrays(names, ids, mask) for ids, mask in tw.requests(lengths, point.per_request)]
     payloads = ragged_load.serialize(point.model, made, [o["name"] for o in meta["outputs"]])
     seconds = _interval() / 1000 * 3
-    result = ragged_load.run(ep.url, payloads, [point.per_request] * len(payloads), point.concurrency, seconds)
-    note = f"{result.requests} requests in {result.seconds:g} s, {result.errors} failed"
+    rows = [point.per_request] * len(payloads)
+    if not point.client_cores:
+        result = ragged_load.run(ep.url, payloads, rows, point.concurrency, seconds)
+        note = ""
+    else:
+        from loadtest.benches import cpu_split
+
+        with cpu_split.client_on_own_cores(_SERVER_PID[0], point.client_cores) as cores:
+            result = ragged_load.run(ep.url, payloads, rows, point.concurrency, seconds, cores=cores)
+            server = set(os.sched_getaffinity(0)) - cores
+        note = f"client on cores {cpu_split.describe(cores)}, the server's threads on {cpu_split.describe(server)}; "
+    note += f"{result.requests} requests in {result.seconds:g} s, {result.errors} failed"
     return {"throughput": result.rows_per_s, "p50_ms": result.p50_ms, "p99_ms": result.p99_ms, "note": note}
 
 
@@ -568,6 +582,7 @@ def _metadata(client, model: str) -> dict:
 
 
 _INTERVAL_MS = [3000]
+_SERVER_PID = [0]  # the server measured now (client_cores pins its threads)
 
 
 def _interval() -> int:
@@ -581,7 +596,7 @@ def served_rows(
     points = [
         Point("served ids", models["engine"], models["engine"], settings.per_request, c) for c in settings.concurrency
     ]
-    points += [Point("served ids", models["engine"], models["engine"], 1, c) for c in settings.single_concurrency]
+    points += single_points(settings, models["engine"])
     if models.get("pipeline"):
         points += [
             Point("served text", models["pipeline"], models["engine"], settings.per_request, c, *text_words(settings))
@@ -591,6 +606,17 @@ def served_rows(
         if models.get(key):
             points += [Point(path, models[key], models[key], 1, c) for c in settings.single_concurrency[:1]]
     return [_safe_point(p, ep, analyzer, lengths, label, stats, raw) for p in points]
+
+
+def single_points(settings, engine: str) -> list[Point]:
+    """Single sentences from ids at each concurrency; with client_cores, the client on cores of its own and
+    shared, alternated twice (shared, own, shared, own): the same server both ways."""
+    points = []
+    for c in settings.single_concurrency:
+        shared = Point("served ids", engine, engine, 1, c)
+        split = [shared, dataclasses.replace(shared, client_cores=settings.client_cores)]
+        points += split * 2 if settings.client_cores else [shared]
+    return points
 
 
 def _safe_point(point, ep, analyzer, lengths, label, stats, raw) -> TextRow:
@@ -680,6 +706,7 @@ def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
     os.environ["TRITON_RAGGED_STATS"] = str(stats.folder)
     analyzer = find_perf_analyzer()
     with running(repo, out / "state", startup_timeout=900) as state:
+        _SERVER_PID[0] = state.pid
         ep = state.endpoint("grpc", repo)
         reference = _reference(work / spec.name / "model.pt2")
         rows += accuracy_rows(ep, models, reference, settings.tokenizer or _default_tokenizer(), "")
@@ -738,6 +765,7 @@ def with_summaries(
     os.environ[variable] = value
     try:
         with running(repo, state_dir, startup_timeout=900) as state:
+            _SERVER_PID[0] = state.pid
             ep = state.endpoint("grpc", repo)
             raw = state_dir.parent / "raw"
             rows = latency_rows(settings, state, repo, analyzer, engine_only, stats, raw)

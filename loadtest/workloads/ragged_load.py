@@ -70,9 +70,12 @@ def _raw(array: np.ndarray) -> bytes:
     return np.ascontiguousarray(array).tobytes()
 
 
-def _worker(url, payloads, rows, concurrency, warmup_s, seconds, headers, queue) -> None:
+def _worker(url, payloads, rows, concurrency, warmup_s, seconds, headers, queue, cores=None) -> None:
     import asyncio
+    import os
 
+    if cores:
+        os.sched_setaffinity(0, cores)
     queue.put(asyncio.run(_closed_loop(url, payloads, rows, concurrency, warmup_s, seconds, headers)))
 
 
@@ -121,13 +124,16 @@ def run(
     processes: int = 0,
     warmup_s: float = 1.0,
     headers: dict | None = None,
+    cores: set[int] | None = None,
 ) -> LoadResult:
-    """`concurrency` requests in flight (spread over worker processes) for `seconds` after a warm-up.
+    """`concurrency` requests in flight (spread over worker processes) for `seconds` after a warm-up; cores: the
+    workers run on those alone (one process a core, up to 8).
 
     Raises:
         MeasurementError: no request succeeded (the first error says why).
     """
-    processes = processes or max(1, min(8, concurrency // 16 or 1, (multiprocessing.cpu_count() or 2) // 2))
+    available = len(cores) if cores else (multiprocessing.cpu_count() or 2) // 2
+    processes = processes or max(1, min(8, concurrency // 16 or 1, available))
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     shares = [concurrency // processes + (1 if i < concurrency % processes else 0) for i in range(processes)]
@@ -143,6 +149,7 @@ def run(
                 seconds,
                 headers or {},
                 queue,
+                cores,
             ),
             daemon=True,
         )

@@ -2,6 +2,7 @@
 
 import socket
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -67,6 +68,25 @@ def test_a_quantile_tritonserver_would_drop_is_refused(monkeypatch, text):
         launcher.check_metrics_config()  # what `make serve` and `make cluster` call before they start anything
     monkeypatch.setenv(launcher.SUMMARIES_VARIABLE, "0")
     launcher.check_metrics_config()  # no summaries: their quantiles are not read
+
+
+def test_tuning_flags_reach_tritonserver_and_nothing_else_does(monkeypatch, tmp_path):
+    settings = launcher.ServerSettings(tmp_path, http_port=1, grpc_port=2, metrics_port=3, state_dir=tmp_path)
+    command = lambda: launcher.server_command(settings, Path("tritonserver"), tmp_path, "k")  # noqa: E731
+    monkeypatch.setenv(launcher.ARGS_VARIABLE, " --grpc-infer-allocation-pool-size=256  --http-thread-count=16 ")
+    assert command()[-2:] == ["--grpc-infer-allocation-pool-size=256", "--http-thread-count=16"]
+    for word in (
+        "--http-address=0.0.0.0",  # not a tuning flag: where it listens stays ours
+        "--grpc-restricted-protocol=admin:k=v",
+        "--http-thread-count",  # no value
+        "--http-thread-count=16;rm",  # a value of other characters
+        "--model-repository=/elsewhere",
+    ):
+        monkeypatch.setenv(launcher.ARGS_VARIABLE, word)
+        with pytest.raises(ConfigError, match="TRITON_SERVER_ARGS.*tuning flags"):
+            launcher.check_metrics_config()
+        with pytest.raises(ConfigError):
+            command()
 
 
 def test_stop_without_a_server_says_so(tmp_path):
