@@ -138,6 +138,9 @@ def test_batch_is_the_first_dim_only_for_a_batching_model(recorder):
 def test_names_are_escaped_as_json_and_negative_dims_read_as_int64(recorder):
     inputs = (('in"p\\ut\x01\x7f', "FP32", (-1, 4)),)
     assert json.loads(_record(recorder, _framed(_message(inputs=inputs)))) == _expected("digits_cnn", "", inputs, -1)
+    extremes = (("x", "INT64", (-(2**63), 2**63 - 1, 0, 10, -10)),)  # the module's own digits, not printf's
+    line = _record(recorder, _framed(_message(inputs=extremes)))
+    assert json.loads(line) == _expected("digits_cnn", "", extremes, -(2**63))
 
 
 @pytest.mark.parametrize(
