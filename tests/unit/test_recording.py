@@ -288,3 +288,26 @@ def test_with_fresh_edges_whole_blocks_are_resampled_and_pooled_runs_keep_their_
     save_points([point], tmp_path / "b")
     pooled = read_points([tmp_path / "a" / "record_points.csv", tmp_path / "b" / "record_points.csv"])
     assert [(r["round"], r["block"]) for r in pooled] == [(1, 1), (2, 2), (3, 3)]
+
+
+def test_a_point_that_fails_is_measured_once_more_after_the_edge_routes_and_says_so(tmp_path, monkeypatch):
+    from common.errors import MeasurementError
+    from loadtest.benches import record_bench
+    from server import cluster
+
+    calls, waited = [], []
+
+    def points(*args):
+        calls.append(args[-1])
+        if len(calls) in (1, 4, 5):  # the first point once, the third twice
+            raise MeasurementError("perf_analyzer failed (exit 99):\nThread [0] had error: no healthy upstream\n")
+        return [{"throughput": 1.0}]
+
+    monkeypatch.setattr(record_bench, "_points", points)
+    monkeypatch.setattr(cluster, "await_routable", lambda socket, replicas, timeout: waited.append(replicas))
+    args = (tmp_path, ("m",), ("grpc",), 4, 3000, tmp_path / "edge", tmp_path / "raw" / "r1")
+    assert record_bench._points_again_once(*args) == [{"throughput": 1.0, "again": 1}]
+    assert calls[1].name == "r1-again" and waited == [1]  # its own raw folder, once the edge routes again
+    assert record_bench._points_again_once(*args) == [{"throughput": 1.0}]  # a point that did not fail
+    with pytest.raises(MeasurementError, match="no healthy upstream"):  # failing twice ends the run
+        record_bench._points_again_once(*args)
