@@ -17,13 +17,13 @@ from pathlib import Path
 from common.errors import MeasurementError
 
 
-def split_cores(client: int, cores: set[int] | None = None) -> tuple[set[int], set[int]]:
-    """(server cores, client cores): the last `client` of the cores this process may use, and the rest.
+def split_cores(client: int, cores: set[int]) -> tuple[set[int], set[int]]:
+    """(server cores, client cores): the last `client` of cores, and the rest.
 
     Raises:
         MeasurementError: fewer than client + 1 cores.
     """
-    cores = sorted(cores if cores is not None else os.sched_getaffinity(0))
+    cores = sorted(cores)
     if client < 1 or client >= len(cores):
         raise MeasurementError(f"--client-cores {client}: this host gives {len(cores)} cores; leave the server one")
     return set(cores[:-client]), set(cores[-client:])
@@ -52,14 +52,14 @@ def pin(tasks: list[int], cores: set[int]) -> None:
 
 
 @contextlib.contextmanager
-def client_on_own_cores(server_pid: int, client: int) -> Iterator[set[int]]:
-    """The server's session on the first cores, the client's set (yielded) for the caller's load generator;
-    every thread back on all of this process's cores afterwards."""
+def client_on_own_cores(server_pid: int, client: int) -> Iterator[tuple[set[int], set[int]]]:
+    """The server's session on the first of this process's cores; yields (the server's cores, the client's) for
+    the caller's load generator; every thread back on all of them afterwards."""
     everything = set(os.sched_getaffinity(0))
     server, mine = split_cores(client, everything)
     pin(session_tasks(server_pid), server)
     try:
-        yield mine
+        yield server, mine
     finally:
         pin(session_tasks(server_pid), everything)
 

@@ -566,9 +566,8 @@ def _client_point(point: Point, ep, lengths) -> dict:
     else:
         from loadtest.benches import cpu_split
 
-        with cpu_split.client_on_own_cores(_SERVER_PID[0], point.client_cores) as cores:
+        with cpu_split.client_on_own_cores(_SERVER_PID[0], point.client_cores) as (server, cores):
             result = ragged_load.run(ep.url, payloads, rows, point.concurrency, seconds, cores=cores)
-            server = set(os.sched_getaffinity(0)) - cores
         note = f"client on cores {cpu_split.describe(cores)}, the server's threads on {cpu_split.describe(server)}; "
     note += f"{result.requests} requests in {result.seconds:g} s, {result.errors} failed"
     return {"throughput": result.rows_per_s, "p50_ms": result.p50_ms, "p99_ms": result.p99_ms, "note": note}

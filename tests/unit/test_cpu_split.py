@@ -33,7 +33,7 @@ def test_every_thread_of_the_servers_session_is_pinned_then_put_back():
             subprocess.run(["sleep", "0.1"])
         assert len(tasks) >= 2 and os.getpid() not in tasks  # its session, not ours
         everything = set(os.sched_getaffinity(0))
-        with cpu_split.client_on_own_cores(server.pid, 1) as client:
+        with cpu_split.client_on_own_cores(server.pid, 1) as (_, client):
             assert len(client) == 1 and client <= everything
             assert all(os.sched_getaffinity(t) == everything - client for t in tasks)
         assert all(os.sched_getaffinity(t) == everything for t in tasks)
