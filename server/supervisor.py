@@ -207,10 +207,16 @@ class Supervisor:
         self.stubs = stub_pids(self.state.pid, self.settings.repo)
         self.misses.count = 0
         steps = ensemble_steps(self.settings.repo)
+        loaded = set(self._loaded())
         with self.health.lock:
-            self.health.server_up, self.health.live, self.health.models = True, True, set(self._loaded())
+            self.health.server_up, self.health.live, self.health.models = True, True, loaded
             self.health.unloaded.clear()
             self.health.steps = steps
+            # Marks against the dead server are stale: this one loaded its models itself. Retrying them would
+            # unload a healthy model (a reload is an unload and a load) and fail requests for seconds.
+            for model in loaded:
+                self.health.broken.pop(model, None)
+                self.health.healing.discard(model)
 
     def _loaded(self) -> list[str]:
         found = self._index().items()  # models of the repository only: a name like ".." is no folder of it
@@ -365,9 +371,10 @@ class Supervisor:
         with self.health.lock:
             self.health.healing.add(model)
         self.health.record(f"{model}: {why}; reloading")
-        started, old = time.monotonic(), stub_pids(self.state.pid, self.settings.repo).get(model, set())
+        state = self.state  # the server this reload is for: a restart replaces it
+        started, old = time.monotonic(), stub_pids(state.pid, self.settings.repo).get(model, set())
         try:
-            with http.InferenceServerClient(self.state.http_url, network_timeout=120.0) as client:
+            with http.InferenceServerClient(state.http_url, network_timeout=120.0) as client:
                 # A load of an unchanged, loaded model is a no-op for Triton, even with a dead stub: unload first.
                 client.unload_model(model, headers=self.state.admin_headers())
                 client.load_model(model, headers=self.state.admin_headers())
@@ -378,6 +385,9 @@ class Supervisor:
             self.stubs[model] = stub_pids(self.state.pid, self.settings.repo).get(model, set())
             self.health.record(f"{model}: reloaded in {time.monotonic() - started:.2f} s")
         except Exception as err:  # tried again with backoff; this model reads not ready meanwhile
+            if self._server_gone(state):  # its stubs died with it: the restart loads every model again
+                self._leave_to_restart(model, state)
+                return
             if not (self.settings.repo / model).is_dir():
                 self._forget(model)
                 return
@@ -387,6 +397,14 @@ class Supervisor:
             self.health.healing.discard(model)
             self.health.broken.pop(model, None)
             self.health.models.add(model)
+
+    def _server_gone(self, state: endpoints.ServerState) -> bool:
+        return state is not self.state or not is_tritonserver(state.pid)
+
+    def _leave_to_restart(self, model: str, state: endpoints.ServerState) -> None:
+        with self.health.lock:
+            self.health.healing.discard(model)
+        self.health.record(f"{model}: not reloaded, tritonserver (pid {state.pid}) is gone; the restart loads it")
 
     def _mark_broken(self, model: str, reason: str) -> None:
         self.stubs[model] = set()
