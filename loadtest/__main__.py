@@ -642,7 +642,8 @@ def multi_gpu_bench(model, gpus, instances_per_gpu, batch, concurrency_per_gpu, 
 @options.STATE_DIR
 @user_errors
 def cluster_faults(model, protocol, users, seconds, out, state_dir):
-    """Locust through Envoy while a replica is SIGKILLed, then during a rolling restart (after `make cluster`)."""
+    """Locust through Envoy while a replica is SIGKILLed, while a model's stub is, then during a rolling restart
+    (after `make cluster`)."""
     from loadtest.benches.cluster_faults import run
     from server.cluster import read_cluster
 

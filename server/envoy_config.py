@@ -26,6 +26,7 @@ STATS_PATH = "/stats/prometheus"
 HTTP_INFER = r"^/v2/models/[A-Za-z0-9_.-]+(/versions/[0-9]+)?/infer$"
 GRPC_STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
 GRPC_INFER = ("/inference.GRPCInferenceService/ModelInfer", GRPC_STREAM)
+GRPC_NOT_FOUND = 5  # Triton's answer for a model with no version loaded (being reloaded there)
 BEFORE_ANSWER = "connect-failure,refused-stream,reset-before-request"  # retried: failed before a replica answered
 CANARY_TIME = r"^vhost\..+\.route\.canary-.+\.upstream_rq_time$"  # Envoy records it in whole milliseconds
 CANARY_BUCKETS_MS = (0.5, 1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 65, 80, 100, 130, 160, 200, 250)
@@ -174,10 +175,14 @@ def upstream(name: str, s: EnvoySettings, protocol: str) -> dict:
     return cluster
 
 
-def _retry_policy(b: Balancing, retry_on: str, codes: tuple[int, ...] = ()) -> dict:
+def _retry_policy(b: Balancing, retry_on: str, codes: tuple[int, ...] = (), grpc_codes: tuple[int, ...] = ()) -> dict:
     return {
-        "retry_on": retry_on + (",retriable-status-codes" if codes else ""),
+        "retry_on": retry_on
+        + (",retriable-status-codes" if codes else "")
+        + (",retriable-headers" if grpc_codes else ""),
         **({"retriable_status_codes": list(codes)} if codes else {}),
+        # a gRPC error without messages comes back trailers-only: its grpc-status is a response header
+        **({"retriable_headers": [_grpc_status(grpc_codes)]} if grpc_codes else {}),
         "num_retries": b.retries,
         "retry_host_predicate": [
             {"name": "envoy.retry_host_predicates.previous_hosts", "typed_config": {"@type": PREVIOUS_HOSTS}}
@@ -186,8 +191,19 @@ def _retry_policy(b: Balancing, retry_on: str, codes: tuple[int, ...] = ()) -> d
     }
 
 
-def _route(cluster: str, b: Balancing, match: dict, retry_on: str, codes: tuple[int, ...] = ()) -> dict:
-    policy = _retry_policy(b, retry_on, codes)
+def _grpc_status(codes: tuple[int, ...]) -> dict:
+    return {"name": "grpc-status", "string_match": {"safe_regex": {"regex": "|".join(str(c) for c in codes)}}}
+
+
+def _route(
+    cluster: str,
+    b: Balancing,
+    match: dict,
+    retry_on: str,
+    codes: tuple[int, ...] = (),
+    grpc_codes: tuple[int, ...] = (),
+) -> dict:
+    policy = _retry_policy(b, retry_on, codes, grpc_codes)
     action = {"cluster": cluster, "timeout": _duration(b.request_timeout), "retry_policy": policy}
     return {"match": match, "route": action}
 
@@ -195,10 +211,20 @@ def _route(cluster: str, b: Balancing, match: dict, retry_on: str, codes: tuple[
 def routes(cluster: str, b: Balancing, protocol: str, stream_config: dict | None = None) -> list[dict]:
     """Every request to cluster, retried on another replica when it failed before a replica answered;
     gRPC inference also on UNAVAILABLE (a replica going away), other gRPC calls not (a refused admin call);
-    HTTP inference also on 404 (the model is being reloaded on that replica: its readiness stays up, since one
-    model must not take the others out; inference has no side effects)."""
+    inference also on HTTP 404 and, unary gRPC, NOT_FOUND (the model is being reloaded on that replica: its
+    readiness stays up, since one model must not take the others out; inference has no side effects). Never on
+    an internal error: a request that crashes a model would crash it on every replica."""
     if protocol == "grpc":
-        found = [_route(cluster, b, {"path": path}, BEFORE_ANSWER + ",unavailable") for path in GRPC_INFER]
+        found = [
+            _route(
+                cluster,
+                b,
+                {"path": path},
+                BEFORE_ANSWER + ",unavailable",
+                grpc_codes=() if path == GRPC_STREAM else (GRPC_NOT_FOUND,),
+            )
+            for path in GRPC_INFER
+        ]
         for route in found:
             if stream_config and route["match"]["path"] == GRPC_STREAM:  # streams flow through the filters unbuffered
                 route["typed_per_filter_config"] = stream_config

@@ -1,5 +1,7 @@
-"""Faults under load on a cluster (`make cluster`): Locust through Envoy while a replica is SIGKILLed,
-then while every replica is restarted one by one. Locust counts the failures; the figures go to faults.md."""
+"""Faults under load on a cluster (`make cluster`): Locust through Envoy while a replica is SIGKILLed, while
+the model's Python-backend stub on one replica is SIGKILLed (its supervisor reloads the model there while the
+replica stays in rotation), then while every replica is restarted one by one. Locust counts the failures; the
+figures go to faults.md."""
 
 from __future__ import annotations
 
@@ -46,6 +48,38 @@ def kill_replica(state_dir: Path, replicas: int, name: str = "replica-0") -> dic
     return {"marked_down_s": round(down - killed, 2), "back_in_rotation_s": round(back - killed, 1)}
 
 
+def kill_stub(state_dir: Path, model: str, name: str = "replica-0") -> dict:
+    """SIGKILL model's stub on one replica; seconds until its supervisor calls the model ready again."""
+    from common.endpoints import read_state
+    from server.processes import stubs
+
+    server = read_state(state_dir / name).pid
+    victims = [pid for found, _, pid in stubs(server) if found == model]
+    if not victims:
+        return {"skipped": f"{model} has no Python-backend stub on {name}"}
+    killed = time.monotonic()
+    os.kill(victims[0], signal.SIGKILL)
+    step(f"killed {model}'s stub on {name} (pid {victims[0]})")
+    healing = _wait(lambda: not _model_ready(state_dir, name, model), 10)
+    back = _wait(lambda: _model_ready(state_dir, name, model), 120)
+    return {"healing_seen_s": round(healing - killed, 2), "model_ready_again_s": round(back - killed, 1)}
+
+
+def _model_ready(state_dir: Path, name: str, model: str) -> bool:
+    """The replica's supervisor on one model: loaded, not being healed (GET /v2/models/<model>/ready)."""
+    import urllib.request
+
+    from server.cluster import read_cluster
+
+    replica = read_cluster(state_dir).replica(name)
+    try:
+        url = f"http://{replica.host}:{replica.health_port}/v2/models/{model}/ready"
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
 def rolling_restart(state_dir: Path) -> dict:
     from server.cluster import restart_replicas
 
@@ -69,11 +103,12 @@ def run(state_dir: Path, model: str, protocol: str, users: int, seconds: int, ou
     locust = LocustRun(models=((model, 1),), protocol=protocol, users=users, spawn_rate=users, run_time_s=seconds)
     experiments = {
         "SIGKILL of replica-0's tritonserver": (lambda: kill_replica(state_dir, replicas), seconds / 4),
+        f"SIGKILL of {model}'s stub on replica-0": (lambda: kill_stub(state_dir, model), seconds / 4),
         "rolling restart of every replica": (lambda: rolling_restart(state_dir), 3.0),
     }
     rows = []
     for name, (fault, delay) in experiments.items():
-        slug = "kill" if "SIGKILL" in name else "rolling"
+        slug = "stub" if "stub" in name else "kill" if "SIGKILL" in name else "rolling"
         result, figures = _during_locust(locust, state_dir, out / slug, fault, delay)
         total = next(r for r in result["rows"] if r["name"] == "Aggregated")
         rows.append({"experiment": name, "requests": total["requests"], "failed": total["failures"], **figures})

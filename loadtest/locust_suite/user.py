@@ -24,6 +24,7 @@ from clients.model_plan import plan  # noqa: E402
 from clients.served import served_spec  # noqa: E402
 from clients.streaming import sequence_ids, stream_infer  # noqa: E402
 from common.endpoints import GRPC_PORT, HTTP_PORT, Endpoint  # noqa: E402
+from loadtest.locust_suite.failures import RequestFailed  # noqa: E402
 
 PROTOCOL = os.environ.get("TRITON_PROTOCOL", "http")
 HTTP_URL = os.environ.get("TRITON_HTTP_URL", f"127.0.0.1:{HTTP_PORT}")
@@ -128,7 +129,7 @@ class TritonUser(User):
             name=name,
             response_time=ms,
             response_length=self.request_bytes if length is None else length,
-            exception=error,
+            exception=None if error is None else RequestFailed.of(error),
             context={},
         )
 

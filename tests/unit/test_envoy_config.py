@@ -137,3 +137,16 @@ def test_http_inference_is_retried_on_another_replica_while_its_model_reloads():
     first = http["route_config"]["virtual_hosts"][0]["routes"][0]
     assert first["match"]["safe_regex"]["regex"].endswith("/infer$")
     assert first["route"]["retry_policy"]["retriable_status_codes"] == [404]
+
+
+def test_unary_grpc_inference_is_retried_on_not_found_and_nothing_else_is():
+    config = envoy_config(EnvoySettings(REPLICAS, 8000, 8001, 8002, "/tmp/t/envoy-admin.sock"))
+    (grpc,) = [item for item in config["static_resources"]["listeners"] if item["name"] == "triton_grpc"]
+    routes = grpc["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
+    policies = {r["match"].get("path", "catch-all"): r["route"]["retry_policy"] for r in routes}
+    unary = policies["/inference.GRPCInferenceService/ModelInfer"]
+    assert "retriable-headers" in unary["retry_on"]
+    (header,) = unary["retriable_headers"]
+    assert header["name"] == "grpc-status" and header["string_match"]["safe_regex"]["regex"] == "5"  # NOT_FOUND only
+    for path in ("/inference.GRPCInferenceService/ModelStreamInfer", "catch-all"):  # a stream; a refused admin call
+        assert "retriable_headers" not in policies[path] and "retriable-headers" not in policies[path]["retry_on"]
