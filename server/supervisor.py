@@ -266,8 +266,11 @@ class Supervisor:
         for model in due:
             if self.stopping.is_set():
                 return
-            attempts = self.health.broken.get(model, {}).get("attempts", 0)
-            self._reload(model, f"retry {attempts} after a failed reload")
+            with self.health.lock:
+                mark = self.health.broken.get(model)
+            if mark is None:  # cleared meanwhile (a restarted server loaded it): a reload would only unload it
+                continue
+            self._reload(model, f"retry {mark['attempts']} after a failed reload")
 
     def _check_stubs(self) -> None:
         current = stub_pids(self.state.pid, self.settings.repo)

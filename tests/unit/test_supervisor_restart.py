@@ -49,3 +49,27 @@ def test_a_restarted_server_clears_the_dead_servers_marks(tmp_path, monkeypatch)
     sup._start_server()
     assert sup.health.broken == {} and sup.health.healing == set()
     assert sup.health.ready("a")
+
+
+def test_a_retry_skips_a_model_whose_mark_was_cleared(tmp_path, monkeypatch):
+    sup = _supervisor(tmp_path)
+    sup.health.broken = {"a": {"reason": "x", "attempts": 1, "retry_at": 0.0}}
+    reloaded = []
+    monkeypatch.setattr(Supervisor, "_reload", lambda self, model, why: reloaded.append(model))
+    real_lock = sup.health.lock
+
+    class ClearsOnSecondUse:  # the restart clears the mark between the retry's look and its reload
+        uses = 0
+
+        def __enter__(self):
+            real_lock.acquire()
+            ClearsOnSecondUse.uses += 1
+            if ClearsOnSecondUse.uses == 2:
+                sup.health.broken.clear()
+
+        def __exit__(self, *exc):
+            real_lock.release()
+
+    sup.health.lock = ClearsOnSecondUse()
+    sup._retry_broken()
+    assert reloaded == []
