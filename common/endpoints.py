@@ -4,6 +4,7 @@ clients use, the admin headers, the default ports, and free ports for tests and 
 from __future__ import annotations
 
 import json
+import os
 import socket
 from dataclasses import KW_ONLY, asdict, dataclass, field
 from pathlib import Path
@@ -103,8 +104,13 @@ def read_state(state_dir: Path) -> ServerState:
 
 
 def write_state(state_dir: Path, state: ServerState) -> None:
-    """Leave state in state_dir for read_state (our clients, `make stop`)."""
-    (state_dir / STATE).write_text(json.dumps(asdict(state), indent=2))
+    """Leave state in state_dir for read_state (our clients, `make stop`): written whole, then renamed into
+    place, so that a reader never sees a half-written record (a supervisor rewrites it on every restart)."""
+    partial = state_dir / f".{STATE}.{os.getpid()}"
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(json.dumps(asdict(state), indent=2))
+    os.replace(partial, state_dir / STATE)
 
 
 def free_ports(count: int) -> list[int]:

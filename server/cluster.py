@@ -332,11 +332,13 @@ def host_health(socket_path: Path) -> dict[str, dict[str, str]]:
     return view
 
 
-def replica_ready(state_dir: Path, name: str) -> bool:
-    """Whether a replica's supervisor says it is ready (its server up, no model healing)."""
+def replica_ready(state_dir: Path, name: str, model: str | None = None) -> bool:
+    """Whether a replica's supervisor says it is ready (its server up and answering), or, given a model, that
+    the model is ready there (loaded, not being healed)."""
     replica = read_cluster(state_dir).replica(name)
+    path = f"/v2/models/{model}/ready" if model else "/v2/health/ready"
     try:
-        url = f"http://{replica.host}:{replica.health_port}/v2/health/ready"
+        url = f"http://{replica.host}:{replica.health_port}{path}"
         with urllib.request.urlopen(url, timeout=2) as response:
             return response.status == 200
     except OSError:

@@ -379,13 +379,13 @@ class Supervisor:
         try:
             with http.InferenceServerClient(state.http_url, network_timeout=120.0) as client:
                 # A load of an unchanged, loaded model is a no-op for Triton, even with a dead stub: unload first.
-                client.unload_model(model, headers=self.state.admin_headers())
-                client.load_model(model, headers=self.state.admin_headers())
+                client.unload_model(model, headers=state.admin_headers())
+                client.load_model(model, headers=state.admin_headers())
             # The old instances' surviving stubs may still be exiting: were they in the next snapshot, their
             # exit would read as another crash and trigger a second reload (a second outage). A wedged stub
             # that Triton gave up on never exits: it is ended here.
             _retire(old, timeout=3.0)
-            self.stubs[model] = stub_pids(self.state.pid, self.settings.repo).get(model, set())
+            self.stubs[model] = stub_pids(state.pid, self.settings.repo).get(model, set())
             self.health.record(f"{model}: reloaded in {time.monotonic() - started:.2f} s")
         except Exception as err:  # tried again with backoff; this model reads not ready meanwhile
             if self._server_gone(state):  # its stubs died with it: the restart loads every model again

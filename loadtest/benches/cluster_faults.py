@@ -37,20 +37,33 @@ def _during_locust(run: LocustRun, state_dir: Path, out: Path, fault, delay: flo
 def kill_replica(state_dir: Path, replicas: int, name: str = "replica-0") -> dict:
     """SIGKILL a replica's tritonserver; seconds until Envoy saw it down and until it routes to it again."""
     from common.endpoints import read_state
-    from server.cluster import replica_ready
 
     victim, killed = read_state(state_dir / name).pid, time.monotonic()
     os.kill(victim, signal.SIGKILL)
     step(f"killed {name}'s tritonserver (pid {victim})")
     down = _wait(lambda: not _healthy(state_dir, replicas), 30)
-    restarted = lambda: read_state(state_dir / name).pid != victim and replica_ready(state_dir, name)  # noqa: E731
+    restarted = lambda: _restarted(state_dir, name, victim)  # noqa: E731
     back = _wait(lambda: restarted() and _healthy(state_dir, replicas), 120)
     return {"marked_down_s": round(down - killed, 2), "back_in_rotation_s": round(back - killed, 1)}
+
+
+def _restarted(state_dir: Path, name: str, victim: int) -> bool:
+    """Whether the replica runs a server other than victim and is ready (no record yet: not restarted; a
+    restart that failed, e.g. on a port the dying server still held, removes the record before it tries again)."""
+    from common.endpoints import read_state
+    from common.errors import ServerError
+    from server.cluster import replica_ready
+
+    try:
+        return read_state(state_dir / name).pid != victim and replica_ready(state_dir, name)
+    except ServerError:
+        return False
 
 
 def kill_stub(state_dir: Path, model: str, name: str = "replica-0") -> dict:
     """SIGKILL model's stub on one replica; seconds until its supervisor calls the model ready again."""
     from common.endpoints import read_state
+    from server.cluster import replica_ready
     from server.processes import stubs
 
     server = read_state(state_dir / name).pid
@@ -60,24 +73,9 @@ def kill_stub(state_dir: Path, model: str, name: str = "replica-0") -> dict:
     killed = time.monotonic()
     os.kill(victims[0], signal.SIGKILL)
     step(f"killed {model}'s stub on {name} (pid {victims[0]})")
-    healing = _wait(lambda: not _model_ready(state_dir, name, model), 10)
-    back = _wait(lambda: _model_ready(state_dir, name, model), 120)
+    healing = _wait(lambda: not replica_ready(state_dir, name, model), 10)
+    back = _wait(lambda: replica_ready(state_dir, name, model), 120)
     return {"healing_seen_s": round(healing - killed, 2), "model_ready_again_s": round(back - killed, 1)}
-
-
-def _model_ready(state_dir: Path, name: str, model: str) -> bool:
-    """The replica's supervisor on one model: loaded, not being healed (GET /v2/models/<model>/ready)."""
-    import urllib.request
-
-    from server.cluster import read_cluster
-
-    replica = read_cluster(state_dir).replica(name)
-    try:
-        url = f"http://{replica.host}:{replica.health_port}/v2/models/{model}/ready"
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 def rolling_restart(state_dir: Path) -> dict:
