@@ -345,6 +345,15 @@ def replica_ready(state_dir: Path, name: str, model: str | None = None) -> bool:
         return False
 
 
+def replica_restarted(state_dir: Path, name: str, old_pid: int) -> bool:
+    """Whether a replica runs a server other than old_pid and is ready. No record reads as not yet: a restart
+    that failed (a port the dying server still held) removes it before it tries again."""
+    try:
+        return endpoints.read_state(state_dir / name).pid != old_pid and replica_ready(state_dir, name)
+    except ServerError:
+        return False
+
+
 def routable(socket_path: Path, replicas: int) -> bool:
     """Whether both upstream clusters (HTTP, gRPC) see `replicas` healthy hosts."""
     try:

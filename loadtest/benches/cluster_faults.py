@@ -37,27 +37,14 @@ def _during_locust(run: LocustRun, state_dir: Path, out: Path, fault, delay: flo
 def kill_replica(state_dir: Path, replicas: int, name: str = "replica-0") -> dict:
     """SIGKILL a replica's tritonserver; seconds until Envoy saw it down and until it routes to it again."""
     from common.endpoints import read_state
+    from server.cluster import replica_restarted
 
     victim, killed = read_state(state_dir / name).pid, time.monotonic()
     os.kill(victim, signal.SIGKILL)
     step(f"killed {name}'s tritonserver (pid {victim})")
     down = _wait(lambda: not _healthy(state_dir, replicas), 30)
-    restarted = lambda: _restarted(state_dir, name, victim)  # noqa: E731
-    back = _wait(lambda: restarted() and _healthy(state_dir, replicas), 120)
+    back = _wait(lambda: replica_restarted(state_dir, name, victim) and _healthy(state_dir, replicas), 120)
     return {"marked_down_s": round(down - killed, 2), "back_in_rotation_s": round(back - killed, 1)}
-
-
-def _restarted(state_dir: Path, name: str, victim: int) -> bool:
-    """Whether the replica runs a server other than victim and is ready (no record yet: not restarted; a
-    restart that failed, e.g. on a port the dying server still held, removes the record before it tries again)."""
-    from common.endpoints import read_state
-    from common.errors import ServerError
-    from server.cluster import replica_ready
-
-    try:
-        return read_state(state_dir / name).pid != victim and replica_ready(state_dir, name)
-    except ServerError:
-        return False
 
 
 def kill_stub(state_dir: Path, model: str, name: str = "replica-0") -> dict:
@@ -94,19 +81,18 @@ def _wait(condition, timeout: float) -> float:
 
 
 def run(state_dir: Path, model: str, protocol: str, users: int, seconds: int, out: Path) -> list[dict]:
-    """Both experiments, one Locust run each; rows with requests, failures and the fault's figures."""
+    """Every experiment, one Locust run each; rows with requests, failures and the fault's figures."""
     from server.cluster import read_cluster
 
     replicas = len(read_cluster(state_dir).replicas)
     locust = LocustRun(models=((model, 1),), protocol=protocol, users=users, spawn_rate=users, run_time_s=seconds)
-    experiments = {
-        "SIGKILL of replica-0's tritonserver": (lambda: kill_replica(state_dir, replicas), seconds / 4),
-        f"SIGKILL of {model}'s stub on replica-0": (lambda: kill_stub(state_dir, model), seconds / 4),
-        "rolling restart of every replica": (lambda: rolling_restart(state_dir), 3.0),
-    }
+    experiments = [  # (name, folder of its Locust run, fault, seconds into the run)
+        ("SIGKILL of replica-0's tritonserver", "kill", lambda: kill_replica(state_dir, replicas), seconds / 4),
+        (f"SIGKILL of {model}'s stub on replica-0", "stub", lambda: kill_stub(state_dir, model), seconds / 4),
+        ("rolling restart of every replica", "rolling", lambda: rolling_restart(state_dir), 3.0),
+    ]
     rows = []
-    for name, (fault, delay) in experiments.items():
-        slug = "stub" if "stub" in name else "kill" if "SIGKILL" in name else "rolling"
+    for name, slug, fault, delay in experiments:
         result, figures = _during_locust(locust, state_dir, out / slug, fault, delay)
         total = next(r for r in result["rows"] if r["name"] == "Aggregated")
         rows.append({"experiment": name, "requests": total["requests"], "failed": total["failures"], **figures})

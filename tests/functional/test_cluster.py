@@ -16,14 +16,13 @@ from builders.repository.writer import ServingOptions
 from builders.request import BuildRequest
 from clients.infer import infer
 from common import endpoints
-from common.errors import ServerError
 from server import launcher
 from server.cluster import (
     ClusterSettings,
     admin_socket,
     host_health,
     read_cluster,
-    replica_ready,
+    replica_restarted,
     restart_replicas,
     start_cluster,
     stop_cluster,
@@ -125,17 +124,10 @@ def test_a_replica_killed_under_load_costs_at_most_the_requests_in_flight(cluste
     with _load(cluster) as load:
         killed = time.monotonic()
         os.kill(victim, signal.SIGKILL)
-        _await(lambda: set(_flags(cluster)) != {"healthy"}, 10)  # Envoy saw it go
+        _await(lambda: not _all_healthy(cluster), 10)  # Envoy saw it go
         down_seen = time.monotonic()
 
-        def restarted():
-            try:  # a restart that failed (a port still held) removes the record before it tries again
-                pid = endpoints.read_state(cluster.state_dir / "replica-0").pid
-            except ServerError:
-                return False
-            return pid != victim and replica_ready(cluster.state_dir, "replica-0")
-
-        _await(lambda: restarted() and set(_flags(cluster)) == {"healthy"}, 60)
+        _await(lambda: replica_restarted(cluster.state_dir, "replica-0", victim) and _all_healthy(cluster), 60)
         back = time.monotonic()
     failures = load.failures()
     print(
@@ -145,6 +137,10 @@ def test_a_replica_killed_under_load_costs_at_most_the_requests_in_flight(cluste
     assert len(load.log) > 50
     assert len(failures) <= 2, failures  # one request in flight per client at most
     assert all(start <= killed + 0.05 for _, start, _, _ in failures), (failures, killed, down_seen)
+
+
+def _all_healthy(cluster) -> bool:
+    return set(_flags(cluster)) == {"healthy"}
 
 
 def _flags(cluster) -> list[str]:
