@@ -441,8 +441,8 @@ def stop_cluster(state_dir: Path) -> bool:
     if not path.exists():
         return False
     state = ClusterState.from_dict(json.loads(path.read_text() or "{}"))
-    if state.envoy_pid:
-        terminate_group(state.envoy_pid)
+    if state.envoy_pid:  # its keeper alone: it gives Envoy one SIGTERM (server/envoy_process.py says why)
+        terminate_group(state.envoy_pid, leader_only=True)
     for replica in state.replicas:
         folder = state_dir / replica.name
         stop_supervisor(folder)

@@ -33,10 +33,14 @@ def alive(pid: int) -> bool:
     return bool(cmdline(pid))
 
 
-def terminate_group(pid: int, timeout: float = 10.0) -> bool:
-    """SIGTERM the process group led by pid, SIGKILL it after timeout; return whether it was running."""
+def terminate_group(pid: int, timeout: float = 10.0, leader_only: bool = False) -> bool:
+    """SIGTERM the process group led by pid (leader_only: its leader alone, which stops the rest itself), SIGKILL
+    the group if the leader outlives timeout; return whether it was running."""
     try:
-        os.killpg(pid, signal.SIGTERM)
+        if leader_only:
+            os.kill(pid, signal.SIGTERM)
+        else:
+            os.killpg(pid, signal.SIGTERM)
     except ProcessLookupError:
         return False
     deadline = time.monotonic() + timeout

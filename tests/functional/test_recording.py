@@ -92,6 +92,12 @@ def test_each_request_is_a_line_with_its_shapes_protocol_and_status(recorded):
     assert len(lines) == 3, "streams and unreadable or oversized messages pass unrecorded"
 
 
+def test_the_edge_stopped_cleanly_so_it_wrote_every_line_it_held(recorded):
+    settings, _ = recorded
+    log = (settings.state_dir / "envoy.log").read_text()
+    assert "envoy stopped with code 0" in log and "restarting" not in log, log[-2000:]
+
+
 def test_values_are_the_bodies_as_sent(recorded):
     _, lines = recorded
     by_protocol = {r.protocol: r for r in lines if r.inputs}
