@@ -28,7 +28,7 @@ from server.envoy_config import Balancing, EnvoySettings, Replica, envoy_config
 from server.processes import terminate_group
 from server.recording import RecordSettings, access_logs, grpc_filters, prepare
 from server.supervisor import HEALTH_SOCKET
-from server.supervisor_process import start_supervised, stop_supervisor
+from server.supervisor_process import await_supervisor, signal_supervisor, start_supervised, stop_supervisor
 
 CLUSTER = "cluster.json"
 ADMIN_SOCKET = "envoy-admin.sock"
@@ -443,9 +443,12 @@ def stop_cluster(state_dir: Path) -> bool:
     state = ClusterState.from_dict(json.loads(path.read_text() or "{}"))
     if state.envoy_pid:  # its keeper alone: it gives Envoy one SIGTERM (server/envoy_process.py says why)
         terminate_group(state.envoy_pid, leader_only=True)
-    for replica in state.replicas:
-        folder = state_dir / replica.name
-        stop_supervisor(folder)
+    # with Envoy gone nothing routes to a replica: each stops at once (no drain), all of them together
+    folders = [state_dir / replica.name for replica in state.replicas]
+    signalled = [(folder, signal_supervisor(folder, drain=False)) for folder in folders]
+    for folder, pid in signalled:
+        if pid is not None:
+            await_supervisor(folder, pid)
         launcher.stop(folder)
     path.unlink(missing_ok=True)
     (state_dir / endpoints.STATE).unlink(missing_ok=True)

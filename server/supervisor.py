@@ -481,12 +481,13 @@ def _answer(health: Health):
 def serve(
     settings: launcher.ServerSettings, health_port: int, drain: float = 0.0, probes: ProbeSettings = DEFAULT_PROBES
 ) -> None:
-    """Run a supervisor in this process until SIGTERM/SIGINT; its state goes to <state_dir>/supervisor.json."""
+    """Run a supervisor in this process until SIGTERM (it drains first) or SIGINT (it stops at once: nothing
+    routes to it any more, or a person pressed Ctrl-C); its state goes to <state_dir>/supervisor.json."""
     supervisor = Supervisor(settings, health_port, drain=drain, probes=probes)
     path = settings.state_dir / STATE
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, lambda *_: supervisor.stopping.set())
-    signal.signal(signal.SIGINT, lambda *_: supervisor.stopping.set())
+    signal.signal(signal.SIGINT, lambda *_: (setattr(supervisor, "drain", 0.0), supervisor.stopping.set()))
     try:
         supervisor.start()
     except Exception as err:

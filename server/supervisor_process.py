@@ -83,19 +83,34 @@ def _await(process: subprocess.Popen, path: Path, timeout: float) -> dict:
     raise ServerError(f"the supervised server was not ready after {timeout:.0f} s; see {path.parent}/supervisor.log")
 
 
-def stop_supervisor(state_dir: Path, timeout: float = 60.0) -> bool:
-    """SIGTERM the supervisor of state_dir (it stops its server) and wait; return whether one ran."""
+def stop_supervisor(state_dir: Path, timeout: float = 60.0, drain: bool = True) -> bool:
+    """Stop the supervisor of state_dir (it stops its server) and wait; return whether one ran.
+    drain=False: stop now, without answering "not ready" first (nothing routes to it any more)."""
+    pid = signal_supervisor(state_dir, drain)
+    if pid is None:
+        return False
+    await_supervisor(state_dir, pid, timeout)
+    return True
+
+
+def signal_supervisor(state_dir: Path, drain: bool = True) -> int | None:
+    """SIGTERM the supervisor of state_dir (it drains, then stops its server), or SIGINT (drain=False: it stops
+    at once); its pid, None if none ran."""
     path = state_dir / STATE
     if not path.exists():
-        return False
+        return None
     pid = json.loads(path.read_text() or "{}").get("pid")
     try:
-        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, signal.SIGTERM if drain else signal.SIGINT)
     except (ProcessLookupError, TypeError):
         path.unlink(missing_ok=True)
-        return False
+        return None
+    return pid
+
+
+def await_supervisor(state_dir: Path, pid: int, timeout: float = 60.0) -> None:
+    """Wait for a signalled supervisor to exit (up to timeout), then forget its record."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and alive(pid):
         time.sleep(0.1)
-    path.unlink(missing_ok=True)
-    return True
+    (state_dir / STATE).unlink(missing_ok=True)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import csv
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,23 +137,42 @@ def run_locust(run: LocustRun, state: ServerState, out_dir: Path) -> dict:
     started = time.time()
     with open(log, "w") as handle:
         try:
-            done = subprocess.run(
-                locust_command(run, prefix),
-                env=env,
-                stdout=handle,
-                stderr=subprocess.STDOUT,
-                timeout=run.run_time_s + 120,
-            )
+            code = _run_to_end(locust_command(run, prefix), env, handle, run.run_time_s + 120)
         except subprocess.TimeoutExpired as err:
             raise MeasurementError(f"locust ran past {run.run_time_s + 120} s; its log ends:\n{log_tail(log)}") from err
         finally:
             forget_headers(out_dir)
-    record_window(out_dir, started, time.time())
+    ended = time.time()
+    record_window(out_dir, started, ended)
+    if ended - started < run.run_time_s - 1:
+        step(f"locust: stopped after {ended - started:.0f} s of {run.run_time_s} s (SIGTERM); the report covers that")
     rows = read_stats(Path(f"{prefix}_stats.csv"))
-    if done.returncode not in (0, 1, SLO_EXIT) or not rows:
-        raise MeasurementError(f"locust failed (exit {done.returncode}); its log ({log}) ends:\n{log_tail(log)}")
+    if code not in (0, 1, SLO_EXIT) or not rows:
+        raise MeasurementError(f"locust failed (exit {code}); its log ({log}) ends:\n{log_tail(log)}")
     history_plot(Path(f"{prefix}_stats_history.csv"), out_dir / "locust_history.png")
-    return {"rows": rows, "slo_ok": done.returncode != SLO_EXIT, "exit_code": done.returncode, "log": str(log)}
+    return {"rows": rows, "slo_ok": code != SLO_EXIT, "exit_code": code, "log": str(log)}
+
+
+def _run_to_end(command: list[str], env: dict, handle, timeout: float) -> int:
+    """Locust's exit code. A SIGTERM to this process is passed on to Locust, which stops its users and still
+    writes its statistics: a run stopped early (a load held while something else happens) keeps its report.
+
+    Raises:
+        subprocess.TimeoutExpired: Locust ran past timeout (it is killed).
+    """
+    process = subprocess.Popen(command, env=env, stdout=handle, stderr=subprocess.STDOUT)
+    forwarding = threading.current_thread() is threading.main_thread()
+    if forwarding:
+        before = signal.signal(signal.SIGTERM, lambda *_: process.send_signal(signal.SIGTERM))
+    try:
+        return process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        raise
+    finally:
+        if forwarding:
+            signal.signal(signal.SIGTERM, before)
 
 
 def pass_headers(env: dict, headers: dict, out_dir: Path) -> None:

@@ -15,6 +15,7 @@ import html
 import json
 from pathlib import Path
 
+from common.cli import step
 from loadtest.reporting.perf_rows import read_csv as read_perf
 from loadtest.reporting.plots import pyplot, save, throughput_vs_latency
 
@@ -267,6 +268,10 @@ def build_report(run: Path, repo: Path | None, earlier: Path | None = None, prom
                 None,
             )
         )
+    unreachable = environment.get("server", {}).get("unreachable")
+    if unreachable:
+        url = environment["server"].get("url", "?")
+        sections.append((f"Server: {url} did not answer after the run ({unreachable})", None, None))
     skipped = _json(run / "skipped.json")
     if skipped:
         sections.append(("Not measured, and why", (["model", "why"], [[m, w] for m, w in skipped.items()]), None))
@@ -356,10 +361,15 @@ def write_context(run: Path, ep, models: list[str]) -> None:
     from clients.connection import as_dict
 
     headers = ep.headers or None
-    with ep.client() as client:
-        server = as_dict(client.get_server_metadata(headers=headers))
-        described = {m: _describe_model(client, m, headers) for m in models}
-        ensembles = [m for m in models if ensemble_steps(client, m)]
+    try:
+        with ep.client() as client:
+            server = as_dict(client.get_server_metadata(headers=headers))
+            described = {m: _describe_model(client, m, headers) for m in models}
+            ensembles = [m for m in models if ensemble_steps(client, m)]
+    except Exception as err:  # the server went away during the run: the report still comes, saying so
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        step(f"the server at {ep.url} did not answer after the run ({reason}): the report has no server description")
+        server, described, ensembles = {"unreachable": reason}, {}, []
     environment = {
         "versions": tool_versions(),
         "host": host_info(),
@@ -370,6 +380,7 @@ def write_context(run: Path, ep, models: list[str]) -> None:
             "name": server.get("name"),
             "version": server.get("version"),
             "extensions": server.get("extensions", []),
+            **({"unreachable": server["unreachable"]} if "unreachable" in server else {}),
         },
         "models": described,
     }

@@ -22,6 +22,7 @@ from tests.functional.test_rollout import _rotate_classes, _variant
 
 pytestmark = pytest.mark.functional
 ROOT = Path(__file__).resolve().parents[2]
+HELD_S = 600  # a load held through the rollouts: stopped when they are done, long before this
 
 
 def make(*args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
@@ -49,7 +50,11 @@ class Journey:
         ]
 
     def make(self, target: str, *args: str, **kw) -> subprocess.CompletedProcess:
-        return make(target, *self.vars, *args, **kw)
+        started = time.monotonic()
+        try:
+            return make(target, *self.vars, *args, **kw)
+        finally:
+            print(f"make {target} {' '.join(args)}: {time.monotonic() - started:.1f} s")  # where a journey spent it
 
     def locust(self, protocol: str, seconds: int, out: str) -> subprocess.Popen:
         """Locust on digits_cnn in the background (what `make loadtest` runs, for a set time)."""
@@ -73,24 +78,29 @@ def bad_build(digits_build, tmp_path_factory):
 
 
 def _rollouts_under_load(journey: Journey, bad_build: Path) -> None:
-    """A good build and a bad one rolled out while Locust drives HTTP and gRPC: 0 failed requests."""
+    """A good build and a bad one rolled out while Locust drives HTTP and gRPC: 0 failed requests.
+    The loads are held until the rollouts are done, then stopped by SIGTERM (each still writes its report): a
+    fixed run time either ended before a slow host's last rollout step (which then failed for lack of traffic,
+    as it should) or outlasted a quick one."""
     journey.make("build-engines", "MODELS=digits_cnn", f"REPO={journey.root / 'next'}")
-    runs = [journey.locust(p, 45, f"rollout_{p}") for p in ("http", "grpc")]
+    runs = [journey.locust(p, HELD_S, f"rollout_{p}") for p in ("http", "grpc")]
     time.sleep(6)
     good = journey.make("rollout", "MODEL=digits_cnn", f"FROM={journey.root / 'next'}")
     assert "serving (was v1)" in good.stdout, good.stdout
     bad = journey.make("rollout", "MODEL=digits_cnn", f"FROM={bad_build}", check=False)
     assert bad.returncode != 0 and "rejected" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
-    # by traffic share, under a load of its own: the edge sends the build 10%, then all, of the HTTP requests.
-    # The load outlasts the rollout: on a busy host, loading the build on two replicas and warming it took long
-    # enough that a 30 s run had ended by the 100% step, which then failed for lack of traffic (as it should)
-    runs += [journey.locust("http", 75, "rollout_share_http")]
+    # by traffic share, under a load of its own: the edge sends the build 10%, then all, of the HTTP requests
+    runs += [journey.locust("http", HELD_S, "rollout_share_http")]
     time.sleep(4)
     shared = journey.make("rollout", "MODEL=digits_cnn", f"FROM={journey.root / 'next'}", "CANARY=10 100", "HOLD=2")
     assert "serving (was v2)" in shared.stdout and "  10%: " in shared.stdout, shared.stdout + shared.stderr
+    time.sleep(2)  # the load goes on past the last step
+    for run in runs:
+        run.terminate()
     for run in runs:
         output, _ = run.communicate(timeout=180)
         assert run.returncode == 0, f"requests failed during the rollouts:\n{output[-3000:]}"
+        assert "report:" in output and "(SIGTERM)" in output, output[-3000:]
         print(output.split("report:")[0][-700:])
 
 

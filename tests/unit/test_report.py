@@ -122,3 +122,15 @@ def test_locust_history_becomes_a_png_of_percentiles_and_rate(tmp_path):
     assert [p["t"] for p in points] == [0, 1, 2] and points[2]["p99"] == 6.0 and points[2]["fails"] == 1.0
     assert history_plot(tmp_path / "h.csv", tmp_path / "h.png").stat().st_size > 10_000
     assert history_plot(tmp_path / "missing.csv", tmp_path / "x.png") is None
+
+
+def test_a_server_gone_after_the_run_still_gives_a_report_that_says_so(tmp_path):
+    from common.endpoints import Endpoint, free_ports
+    from loadtest.reporting.report import write_context
+
+    (port,) = free_ports(1)
+    write_context(tmp_path, Endpoint("http", f"127.0.0.1:{port}"), ["digits_cnn"])
+    environment = json.loads((tmp_path / "environment.json").read_text())
+    assert environment["server"]["unreachable"] and environment["models"] == {}
+    report = build_report(tmp_path, None).read_text()
+    assert f"127.0.0.1:{port} did not answer after the run" in report
