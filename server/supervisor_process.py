@@ -83,10 +83,9 @@ def _await(process: subprocess.Popen, path: Path, timeout: float) -> dict:
     raise ServerError(f"the supervised server was not ready after {timeout:.0f} s; see {path.parent}/supervisor.log")
 
 
-def stop_supervisor(state_dir: Path, timeout: float = 60.0, drain: bool = True) -> bool:
-    """Stop the supervisor of state_dir (it stops its server) and wait; return whether one ran.
-    drain=False: stop now, without answering "not ready" first (nothing routes to it any more)."""
-    pid = signal_supervisor(state_dir, drain)
+def stop_supervisor(state_dir: Path, timeout: float = 60.0) -> bool:
+    """Stop the supervisor of state_dir (it drains, then stops its server) and wait; return whether one ran."""
+    pid = signal_supervisor(state_dir)
     if pid is None:
         return False
     await_supervisor(state_dir, pid, timeout)
