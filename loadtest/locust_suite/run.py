@@ -20,6 +20,7 @@ from loadtest.reporting.server_view import record_window
 
 LOCUSTFILE = Path(__file__).with_name("locustfiles") / "models.py"
 SLO_EXIT = 3
+HUNG = -1000  # _run_to_end's answer for a Locust that did not exit STOP_GRACE_S after a SIGTERM (it was killed)
 HEADERS_FILE = ".headers.json"
 
 
@@ -69,6 +70,7 @@ class Target:
 
 
 STOP_TIMEOUT_S = 10
+STOP_GRACE_S = STOP_TIMEOUT_S + 30  # from a SIGTERM passed on to Locust to its exit, at most (then it is killed)
 
 
 def locust_command(run: LocustRun, prefix: Path) -> list[str]:
@@ -147,32 +149,61 @@ def run_locust(run: LocustRun, state: ServerState, out_dir: Path) -> dict:
     if ended - started < run.run_time_s - 1:
         step(f"locust: stopped after {ended - started:.0f} s of {run.run_time_s} s (SIGTERM); the report covers that")
     rows = read_stats(Path(f"{prefix}_stats.csv"))
-    if code not in (0, 1, SLO_EXIT) or not rows:
+    if code == HUNG:
+        code = 1 if any(r["failures"] for r in rows) else 0
+        step(
+            f"locust: did not exit {STOP_GRACE_S} s after it was stopped, so it was killed; its statistics (written "
+            "each second) are read, and its exit code is taken from their failures"
+        )
+    if code in (0, 1, SLO_EXIT) and not rows:
+        raise MeasurementError(
+            f"locust completed no request in {ended - started:.0f} s (a slow start, or a run stopped early); its "
+            f"log ({log}) ends:\n{log_tail(log)}"
+        )
+    if code not in (0, 1, SLO_EXIT):
         raise MeasurementError(f"locust failed (exit {code}); its log ({log}) ends:\n{log_tail(log)}")
     history_plot(Path(f"{prefix}_stats_history.csv"), out_dir / "locust_history.png")
     return {"rows": rows, "slo_ok": code != SLO_EXIT, "exit_code": code, "log": str(log)}
 
 
-def _run_to_end(command: list[str], env: dict, handle, timeout: float) -> int:
+def _run_to_end(command: list[str], env: dict, handle, timeout: float, grace: float = STOP_GRACE_S) -> int:
     """Locust's exit code. A SIGTERM to this process is passed on to Locust, which stops its users and still
     writes its statistics: a run stopped early (a load held while something else happens) keeps its report.
+    A Locust that has not exited `grace` seconds after that is killed, and HUNG comes back.
 
     Raises:
         subprocess.TimeoutExpired: Locust ran past timeout (it is killed).
     """
     process = subprocess.Popen(command, env=env, stdout=handle, stderr=subprocess.STDOUT)
+    asked: list[float] = []  # when a SIGTERM was passed on
+
+    def stop(*_):
+        asked.append(time.monotonic())
+        process.send_signal(signal.SIGTERM)
+
     forwarding = threading.current_thread() is threading.main_thread()
     if forwarding:
-        before = signal.signal(signal.SIGTERM, lambda *_: process.send_signal(signal.SIGTERM))
+        before = signal.signal(signal.SIGTERM, stop)
+    deadline = time.monotonic() + timeout
     try:
-        return process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-        raise
+        while True:
+            try:
+                return process.wait(0.5)
+            except subprocess.TimeoutExpired:
+                if asked and time.monotonic() - asked[0] > grace:
+                    _kill(process)
+                    return HUNG
+                if time.monotonic() > deadline:
+                    _kill(process)
+                    raise
     finally:
         if forwarding:
             signal.signal(signal.SIGTERM, before)
+
+
+def _kill(process: subprocess.Popen) -> None:
+    process.kill()
+    process.wait()
 
 
 def pass_headers(env: dict, headers: dict, out_dir: Path) -> None:

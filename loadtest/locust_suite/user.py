@@ -41,8 +41,25 @@ CA_FILE = os.environ.get("TRITON_CA_FILE") or None
 HEADERS_FILE = os.environ.get("TRITON_HEADERS_FILE")  # a file (0600), never the environment: headers may be secret
 
 
+OPEN_CLIENTS: list = []  # every client a user opened and has not closed: closed at Locust's quit, below
+
+
 def _headers() -> dict:
     return json.loads(Path(HEADERS_FILE).read_text()) if HEADERS_FILE else {}
+
+
+@events.quit.add_listener
+def _close_clients(**_) -> None:
+    """Close the clients users left open, once they have all stopped (Locust fires quit after stopping them and
+    before it exits). A user stopped in its on_start, or killed after the stop timeout, never closes its client,
+    and a gRPC client left to the interpreter's exit is closed from __del__ as gevent goes away: that close can
+    block for good (seen: Locust printed its summary and never exited, stuck in grpc's Channel._close)."""
+    while OPEN_CLIENTS:
+        client = OPEN_CLIENTS.pop()
+        try:
+            client.close()
+        except Exception:  # closing is all that is left to do; one that fails must not keep the others open
+            pass
 
 
 class TritonUser(User):
@@ -59,6 +76,7 @@ class TritonUser(User):
         url = HTTP_URL if self.protocol == "http" else GRPC_URL
         self.endpoint = Endpoint(self.protocol, url, headers=_headers(), tls=TLS, ca_file=CA_FILE)
         self.triton = self.endpoint.client()
+        OPEN_CLIENTS.append(self.triton)
         self.plan = plan(self.triton, self.model, self.endpoint.headers)
         self.output_names = list(self.plan.outputs)
         self.workload = text_requests(self.plan, self.batch) if not (INPUT_DATA or SHAPES) else None
@@ -74,7 +92,9 @@ class TritonUser(User):
         self.sequence, self.in_sequence = sequence_ids(), 0
 
     def on_stop(self):
-        self.triton.close()
+        if getattr(self, "triton", None) in OPEN_CLIENTS:  # stopped before on_start opened it: nothing to close
+            OPEN_CLIENTS.remove(self.triton)
+            self.triton.close()
 
     @task
     def infer(self):

@@ -6,7 +6,7 @@ workload. LOAD_SHAPE=step adds users in steps; TRITON_RATE_PER_USER>0 makes it o
 
 import os
 
-from loadtest.locust_suite import slo  # noqa: F401  (registers the SLO watchdog)
+from loadtest.locust_suite import loop_time, slo  # noqa: F401  (the run's clock; the SLO watchdog)
 from loadtest.locust_suite.shapes import BurstLoad, StepLoad  # noqa: F401
 from loadtest.locust_suite.user import user_for
 

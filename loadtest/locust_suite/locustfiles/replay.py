@@ -26,6 +26,7 @@ from clients.infer import build_request  # noqa: E402
 from clients.served import served_spec  # noqa: E402
 from common.endpoints import Endpoint  # noqa: E402
 from common.errors import RecordingError  # noqa: E402
+from loadtest.locust_suite import loop_time  # noqa: E402, F401  (the run's clock)
 from loadtest.workloads.recorded import dispatch, read_schedule, synthetic_inputs  # noqa: E402
 
 SCHEDULE = os.environ.get("TRITON_REPLAY_SCHEDULE", "")
@@ -54,11 +55,27 @@ class Senders:
         return self.clients[protocol]
 
     def close(self) -> None:
-        """Every client and channel closed: an open gRPC channel keeps the process from exiting."""
-        for client in self.clients.values():
+        """Every client and channel closed: an open gRPC channel keeps the process from exiting. Once: a second
+        call (Locust's quit, below, after the replay closed them itself) has nothing left to close."""
+        clients, raw, self.clients, self.raw = self.clients, self.raw, {}, {}
+        for client in clients.values():
             client.close()
-        for name, raw in self.raw.items():
-            (raw.close if name == "http" else self.channel.close)()
+        for name, sender in raw.items():
+            (sender.close if name == "http" else self.channel.close)()
+
+
+OPEN_SENDERS: list[Senders] = []  # closed at Locust's quit too: a replay stopped early (SIGTERM) never closes them
+
+
+@events.quit.add_listener
+def _close_senders(**_) -> None:
+    """After the users have stopped, before Locust exits: a gRPC channel left to the interpreter's exit can block
+    it for good (loadtest/locust_suite/user.py says how)."""
+    while OPEN_SENDERS:
+        try:
+            OPEN_SENDERS.pop().close()
+        except Exception:  # closing is all that is left to do
+            pass
 
     def send(self, item) -> str:
         """Send one item; 'ok' or what went wrong."""
@@ -131,6 +148,7 @@ class ReplayUser(User):
     def on_start(self):
         self.items = read_schedule(SCHEDULE)
         self.senders, self.results, self.done = Senders(), [], 0
+        OPEN_SENDERS.append(self.senders)
         self.greenlets = []
 
     @task
