@@ -63,20 +63,6 @@ class Senders:
         for name, sender in raw.items():
             (sender.close if name == "http" else self.channel.close)()
 
-
-OPEN_SENDERS: list[Senders] = []  # closed at Locust's quit too: a replay stopped early (SIGTERM) never closes them
-
-
-@events.quit.add_listener
-def _close_senders(**_) -> None:
-    """After the users have stopped, before Locust exits: a gRPC channel left to the interpreter's exit can block
-    it for good (loadtest/locust_suite/user.py says how)."""
-    while OPEN_SENDERS:
-        try:
-            OPEN_SENDERS.pop().close()
-        except Exception:  # closing is all that is left to do
-            pass
-
     def send(self, item) -> str:
         """Send one item; 'ok' or what went wrong."""
         if item.values and item.values.get("body"):
@@ -129,6 +115,20 @@ def _close_senders(**_) -> None:
         answer = self.raw["http"].post(f"/v2/models/{item.model}{version}/infer", body=body, headers=headers)
         answer.read()
         return "ok" if answer.status_code == 200 else f"http {answer.status_code}"
+
+
+OPEN_SENDERS: list[Senders] = []  # closed at Locust's quit too: a replay stopped early (SIGTERM) never closes them
+
+
+@events.quit.add_listener
+def _close_senders(**_) -> None:
+    """After the users have stopped, before Locust exits: a gRPC channel left to the interpreter's exit can block
+    it for good (loadtest/locust_suite/user.py says how)."""
+    while OPEN_SENDERS:
+        try:
+            OPEN_SENDERS.pop().close()
+        except Exception:  # closing is all that is left to do
+            pass
 
 
 def _status(err: Exception) -> str:
