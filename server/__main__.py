@@ -154,8 +154,9 @@ def _start_behind_edge(
     start_cluster(cluster)
     state = read_state(settings.state_dir / "replica-0")
     click.echo(
-        f"edge: http {settings.host}:{settings.http_port} checked by Envoy before tritonserver "
-        f"(body cap {max_request_mb:g} MB; its http {state.http_url} is internal)"
+        f"edge: http {settings.host}:{settings.http_port} and grpc {settings.host}:{settings.grpc_port} through Envoy "
+        f"(body cap {max_request_mb:g} MB; tritonserver's own http {state.http_url} and grpc {state.grpc_url} are "
+        "internal: only this user's processes connect)"
     )
     if record is not None:
         kept = "shapes and bodies" if record.values else "shapes, no values"
@@ -171,8 +172,9 @@ def _start_behind_edge(
 @click.option("--timeout", type=float, default=180.0)
 @click.option("--drain", type=float, default=0.0, help="Seconds of 'not ready' before stopping the server.")
 @click.option("--probes", nargs=3, type=float, default=(10.0, 5.0, 3), help="interval timeout threshold")
+@click.option("--internal", default="", help="Comma-separated ports behind the edge: http, grpc, metrics.")
 @STATE_DIR
-def supervise(repo, ports, host, timeout, drain, probes, state_dir):
+def supervise(repo, ports, host, timeout, drain, probes, internal, state_dir):
     """Run the supervisor in the foreground (what `start --supervise` spawns)."""
     from server.launcher import ServerSettings
     from server.probes import ProbeSettings
@@ -180,7 +182,8 @@ def supervise(repo, ports, host, timeout, drain, probes, state_dir):
 
     http_port, grpc_port, metrics_port, health_port = ports
     ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
-    settings = ServerSettings(repo, **ports, host=host, state_dir=state_dir, startup_timeout=timeout)
+    behind = tuple(name for name in internal.split(",") if name)
+    settings = ServerSettings(repo, **ports, host=host, state_dir=state_dir, startup_timeout=timeout, internal=behind)
     serve(settings, health_port, drain, ProbeSettings(probes[0], probes[1], int(probes[2])))
 
 
@@ -339,7 +342,7 @@ def status(state_dir):
         return
     cluster = read_cluster(state_dir)
     front = (
-        ("edge (Envoy, HTTP and gRPC)" if cluster.recording else "edge (Envoy, HTTP)") if cluster.single else "Envoy"
+        "edge (Envoy, HTTP and gRPC)" if cluster.single else "Envoy"
     )
     click.echo(
         f"{front}: pid {state.pid}, http {state.http_url}, grpc {state.grpc_url}, repo {state.repo}, log {state.log}"

@@ -50,8 +50,8 @@ class ClusterSettings:
     gpu_per_replica: bool = False  # replica i sees GPU i only (CUDA_VISIBLE_DEVICES=i)
     replica_base_port: int = 0  # replica i takes the 4 ports from base + 4i (http, grpc, metrics, readiness); 0: free
     edge: EdgeLimits | None = EdgeLimits()  # Envoy checks HTTP requests before a replica sees them (None: off)
-    # One server behind the edge (`make serve`): Envoy serves HTTP only; gRPC, metrics and readiness are the
-    # server's own ports (grpc_port, admin_port, health_port), its HTTP port a free one behind Envoy.
+    # One server behind the edge (`make serve`): Envoy serves HTTP and gRPC; metrics and readiness are the
+    # server's own ports (admin_port, health_port), its HTTP and gRPC ports free ones behind Envoy.
     single: bool = False
     health_port: int = endpoints.HEALTH_PORT
     tls: tuple[str, str] | None = None  # (certificate chain, private key): Envoy's listeners speak TLS
@@ -60,7 +60,14 @@ class ClusterSettings:
 
     @property
     def grpc_through_envoy(self) -> bool:
-        return not self.single or self.record is not None
+        """Always: tritonserver 2.51's own gRPC port crashes when a client cancels calls (server/triton_guard.c)."""
+        return True
+
+    @property
+    def internal(self) -> tuple[str, ...]:
+        """The replicas' ports that only the edge (and our own user's tools) reach: HTTP and gRPC; in a cluster
+        also metrics (Envoy serves the cluster's stats; Prometheus, started by this user, scrapes replicas)."""
+        return ("http", "grpc") if self.single else ("http", "grpc", "metrics")
 
     def __post_init__(self):
         if self.record is not None and self.edge is None:
@@ -230,6 +237,7 @@ def _start_replica(settings: ClusterSettings, index: int, env: dict) -> Replica:
         host=settings.host,
         state_dir=folder,
         startup_timeout=settings.startup_timeout,
+        internal=settings.internal,
     )
     start_supervised(replica_settings, health, drain=settings.balancing.drain_seconds, env=env)
     return Replica(f"replica-{index}", http, grpc, health, settings.host, str(folder.absolute() / HEALTH_SOCKET))

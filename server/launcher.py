@@ -32,6 +32,7 @@ from server.secret_args import PLACEHOLDER, pass_secret
 from triton_models.private_dirs import UnsafeFolderError, kernel_cache_env
 
 CHILDREN: dict[int, subprocess.Popen] = {}  # servers started by this process, kept to read their exit status
+INTERNAL_PORTS = ("http", "grpc", "metrics")
 RESTRICTED = ("model-repository", "shared-memory", "statistics", "trace", "logging")
 CACHE_BYTES = 32 << 20  # the response cache, for models that enable it
 
@@ -50,6 +51,21 @@ class ServerSettings:
     startup_timeout: float = 180.0
     model_control: str = "none"
     extra_args: tuple[str, ...] = field(default_factory=tuple)
+    # ports behind the edge ("http", "grpc", "metrics"): only processes of this user connect (Envoy, the
+    # supervisor); gRPC's stream resets are never seen as cancellations there (server/triton_guard.c)
+    internal: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        unknown = set(self.internal) - set(INTERNAL_PORTS)
+        if unknown:
+            raise ConfigError(f"internal ports {sorted(unknown)}: expected some of {', '.join(INTERNAL_PORTS)}")
+
+    def guard_environment(self) -> dict[str, str]:
+        """What tells the guard (server/triton_guard.c) which ports are the edge's and which speak gRPC there."""
+        ports = {"http": self.http_port, "grpc": self.grpc_port, "metrics": self.metrics_port}
+        own = ",".join(str(ports[name]) for name in self.internal)
+        h2 = str(self.grpc_port) if "grpc" in self.internal else ""
+        return {"TRITON_GUARD_OWN_PORTS": own, "TRITON_GUARD_H2_PORTS": h2}
 
 
 def admin_key(state_dir: Path) -> Path:
@@ -214,6 +230,7 @@ def start(settings: ServerSettings) -> ServerState:
     log = settings.state_dir / "tritonserver.log"
     try:
         env = {**server_environment(install), **kernel_cache_env(settings.state_dir)}  # kernels: never /tmp's
+        env.update(settings.guard_environment())
     except UnsafeFolderError as err:
         raise ServerError(str(err)) from None
     env, secret_fd = pass_secret(env, key_file.read_text().strip())

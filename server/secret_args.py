@@ -21,6 +21,8 @@ from common.errors import ServerError
 PLACEHOLDER = "@TRITON_ADMIN_KEY@"
 FD_VARIABLE = "TRITON_SECRET_FD"
 SOURCE = Path(__file__).with_name("triton_shim.c")
+GUARD_SOURCE = Path(__file__).with_name("triton_guard.c")  # tritonserver 2.51's internal ports, gRPC resets, shm
+SOURCES = (SOURCE, GUARD_SOURCE)
 TOOLS_DIR = Path(__file__).resolve().parent.parent / ".tools" / "triton_shim"
 LIBRARY = TOOLS_DIR / "libtriton_shim.so"
 
@@ -55,12 +57,13 @@ def write_refusal_models(folder: Path) -> None:
 
 
 def build_library(force: bool = False) -> Path:
-    """Compile triton_shim.c into .tools/triton_shim/ (idempotent: rebuilt when the source is newer).
+    """Compile triton_shim.c and triton_guard.c into .tools/triton_shim/ (idempotent: rebuilt when a source is
+    newer).
 
     Raises:
         ServerError: no C compiler, or the compile failed.
     """
-    if LIBRARY.exists() and not force and LIBRARY.stat().st_mtime >= SOURCE.stat().st_mtime:
+    if LIBRARY.exists() and not force and LIBRARY.stat().st_mtime >= max(s.stat().st_mtime for s in SOURCES):
         write_refusal_models(TOOLS_DIR)
         return LIBRARY
     compiler = c_compiler()
@@ -71,15 +74,15 @@ def build_library(force: bool = False) -> Path:
         )
     TOOLS_DIR.mkdir(parents=True, exist_ok=True)
     partial = LIBRARY.with_suffix(".partial")
-    step(f"admin-key shim: compiling {SOURCE.name} into {LIBRARY}")
+    step(f"admin-key shim: compiling {' and '.join(s.name for s in SOURCES)} into {LIBRARY}")
     done = subprocess.run(
-        [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-o", str(partial), str(SOURCE), "-ldl"],
+        [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-o", str(partial), *map(str, SOURCES), "-ldl"],
         capture_output=True,
         text=True,
         timeout=120,
     )
     if done.returncode != 0:
-        raise ServerError(f"compiling {SOURCE} failed:\n{done.stderr.strip()[-800:]}")
+        raise ServerError(f"compiling {' and '.join(map(str, SOURCES))} failed:\n{done.stderr.strip()[-800:]}")
     partial.replace(LIBRARY)
     write_refusal_models(TOOLS_DIR)
     return LIBRARY

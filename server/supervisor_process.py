@@ -58,6 +58,8 @@ def start_supervised(
         str(probes.interval),
         str(probes.timeout),
         str(probes.threshold),
+        "--internal",
+        ",".join(settings.internal),
     ]
     log = open(settings.state_dir / "supervisor.log", "a")
     process = subprocess.Popen(
