@@ -480,6 +480,21 @@ local function check_load(handle)
   return check_override(params.config)
 end
 
+local RESERVED_REGIONS = "triton_python_backend" -- the Python backend's IPC regions (server/triton_guard.c)
+
+local function check_shm_register(handle)
+  -- a system shared-memory region is the client's own: never one the server created for itself
+  local text = body_text(handle)
+  if text:find("[^ \t\r\n]") == nil then return nil end
+  local request = read_json(text, "the registration")
+  local key = kind(request) == "object" and request.key or nil
+  if kind(key) == "string" and key:gsub("^/+", ""):sub(1, #RESERVED_REGIONS) == RESERVED_REGIONS then
+    return 403, "shared-memory names beginning '" .. RESERVED_REGIONS .. "' are the server's own memory " ..
+      "(the Python backend's); register a region your client created"
+  end
+  return nil
+end
+
 local function check_body(handle)
   -- any other POST: its JSON body (if any) must be one the edge accepts
   local text = body_text(handle)
@@ -503,7 +518,7 @@ local ROUTES = {
   {"POST", "^/v2/repository/models/" .. N .. "/load$", check_load},
   {"POST", "^/v2/repository/models/" .. N .. "/unload$", check_body},
   {"GET", "^/v2/systemsharedmemory/status$"}, {"GET", "^/v2/systemsharedmemory/region/" .. N .. "/status$"},
-  {"POST", "^/v2/systemsharedmemory/region/" .. N .. "/register$", check_body},
+  {"POST", "^/v2/systemsharedmemory/region/" .. N .. "/register$", check_shm_register},
   {"POST", "^/v2/systemsharedmemory/region/" .. N .. "/unregister$", check_body},
   {"POST", "^/v2/systemsharedmemory/unregister$", check_body},
   {"GET", "^/v2/cudasharedmemory/status$"}, {"GET", "^/v2/cudasharedmemory/region/" .. N .. "/status$"},

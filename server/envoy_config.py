@@ -26,6 +26,10 @@ STATS_PATH = "/stats/prometheus"
 HTTP_INFER = r"^/v2/models/[A-Za-z0-9_.-]+(/versions/[0-9]+)?/infer$"
 GRPC_STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
 GRPC_INFER = ("/inference.GRPCInferenceService/ModelInfer", GRPC_STREAM)
+GRPC_SHM_REGISTER = "/inference.GRPCInferenceService/SystemSharedMemoryRegister"
+GRPC_ERRORS_FILTER = "edge.grpc_errors"  # Lua on gRPC answers, on the register route only (server/grpc_errors.lua)
+LUA = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"
+LUA_PER_ROUTE = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.LuaPerRoute"
 GRPC_NOT_FOUND = 5  # Triton's answer for a model with no version loaded (being reloaded there)
 BEFORE_ANSWER = "connect-failure,refused-stream,reset-before-request"  # retried: failed before a replica answered
 CANARY_TIME = r"^vhost\..+\.route\.canary-.+\.upstream_rq_time$"  # Envoy records it in whole milliseconds
@@ -246,7 +250,7 @@ def listener(name: str, s: EnvoySettings, port: int, cluster: str, protocol: str
             **({"request_headers_to_remove": ["grpc-timeout"]} if protocol == "grpc" else {}),
         },
         "http_filters": [
-            *(s.edge_filters if protocol == "http" else s.grpc_filters),
+            *(s.edge_filters if protocol == "http" else (*s.grpc_filters, grpc_errors_filter())),
             {"name": "envoy.filters.http.router", "typed_config": {"@type": ROUTER}},
         ],
         "stream_idle_timeout": _duration(s.balancing.request_timeout),
@@ -261,6 +265,24 @@ def listener(name: str, s: EnvoySettings, port: int, cluster: str, protocol: str
     if s.tls:
         chain["transport_socket"] = _tls(s.tls, "h2" if protocol == "grpc" else "http/1.1")
     return {"name": name, "address": _address(s.host, port), "filter_chains": [chain]}
+
+
+def grpc_errors_filter() -> dict:
+    """The gRPC listener's Lua that makes a refused registration of the server's own shared memory say so
+    (tritonserver answers it "Unable to open shared memory region"; server/triton_guard.c refuses it). It reads
+    Triton's answer only, never a request, and runs on the register route alone."""
+    from pathlib import Path
+
+    source = (Path(__file__).with_name("grpc_errors.lua")).read_text()
+    return {"name": GRPC_ERRORS_FILTER, "typed_config": {"@type": LUA, "default_source_code": {"inline_string": source}}}
+
+
+def _grpc_errors_only_on_register(found: list[dict]) -> list[dict]:
+    """Routes for the gRPC listener: the register route first (its Lua on), every other with that Lua off."""
+    off = {GRPC_ERRORS_FILTER: {"@type": LUA_PER_ROUTE, "disabled": True}}
+    for route in found:
+        route["typed_per_filter_config"] = {**route.get("typed_per_filter_config", {}), **off}
+    return found
 
 
 def canary_key(model: str) -> str:
@@ -301,9 +323,11 @@ def canary_routes(cluster: str, b: Balancing, models: tuple[str, ...]) -> list[d
 def _routes(cluster: str, s: EnvoySettings, protocol: str) -> list[dict]:
     if protocol == "http" and s.canary_models:
         return canary_routes(cluster, s.balancing, s.canary_models) + routes(cluster, s.balancing, protocol)
-    if protocol == "grpc" and any(f["name"] == BUFFER_FILTER for f in s.grpc_filters):  # streams must flow
-        unbuffered = {BUFFER_FILTER: {"@type": BUFFER_PER_ROUTE, "disabled": True}}
-        return routes(cluster, s.balancing, protocol, unbuffered)
+    if protocol == "grpc":
+        register = _route(cluster, s.balancing, {"path": GRPC_SHM_REGISTER}, BEFORE_ANSWER)
+        buffered = any(f["name"] == BUFFER_FILTER for f in s.grpc_filters)  # streams must flow
+        unbuffered = {BUFFER_FILTER: {"@type": BUFFER_PER_ROUTE, "disabled": True}} if buffered else None
+        return [register, *_grpc_errors_only_on_register(routes(cluster, s.balancing, protocol, unbuffered))]
     return routes(cluster, s.balancing, protocol)
 
 
