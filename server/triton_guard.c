@@ -33,6 +33,7 @@
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -315,6 +316,13 @@ static size_t look_ahead(int fd, const struct received *in, size_t from, uint8_t
         for (size_t k = from > start ? from - start : 0; k < length && have < want; k++)
             out[have++] = ((const uint8_t *)in->iov[p].iov_base)[k];
         start += length;
+    }
+    /* a frame header split between TCP segments: its rest is peeked, waiting for it up to 100 ms */
+    for (int tries = 0; have < want && tries < 10; tries++) {
+        ssize_t got = real_recv(fd, out + have, want - have, MSG_PEEK | MSG_DONTWAIT);
+        if (got >= (ssize_t)(want - have)) return want;
+        struct pollfd wait = {fd, POLLIN, 0};
+        if (got == 0 || poll(&wait, 1, 10) < 0) break;
     }
     if (have < want) {
         ssize_t got = real_recv(fd, out + have, want - have, MSG_PEEK | MSG_DONTWAIT);

@@ -150,3 +150,24 @@ def test_unary_grpc_inference_is_retried_on_not_found_and_nothing_else_is():
     assert header["name"] == "grpc-status" and header["string_match"]["safe_regex"]["regex"] == "5"  # NOT_FOUND only
     for path in ("/inference.GRPCInferenceService/ModelStreamInfer", "catch-all"):  # a stream; a refused admin call
         assert "retriable_headers" not in policies[path] and "retriable-headers" not in policies[path]["retry_on"]
+
+
+def test_grpc_deadlines_stay_with_the_client_and_the_answer_lua_runs_on_registration_only():
+    from server.envoy_config import GRPC_ERRORS_FILTER, GRPC_SHM_REGISTER
+
+    config = envoy_config(EnvoySettings(REPLICAS, 8000, 8001, 8002, "/tmp/t/envoy-admin.sock"))
+    listeners = {item["name"]: item for item in config["static_resources"]["listeners"]}
+    grpc = listeners["triton_grpc"]["filter_chains"][0]["filters"][0]["typed_config"]
+    http = listeners["triton_http"]["filter_chains"][0]["filters"][0]["typed_config"]
+    assert grpc["route_config"]["request_headers_to_remove"] == ["grpc-timeout"]  # 2.51 crashes on cancelled calls
+    assert "request_headers_to_remove" not in http["route_config"]
+    assert [f["name"] for f in grpc["http_filters"]] == [GRPC_ERRORS_FILTER, "envoy.filters.http.router"]
+    routes = grpc["route_config"]["virtual_hosts"][0]["routes"]
+    lua_on = [r["match"] for r in routes if GRPC_ERRORS_FILTER not in r.get("typed_per_filter_config", {})]
+    assert lua_on == [{"path": GRPC_SHM_REGISTER}] and routes[0]["match"] == {"path": GRPC_SHM_REGISTER}
+
+
+def test_the_generated_config_with_the_answer_lua_is_valid(tmp_path):
+    config = envoy_config(EnvoySettings(REPLICAS, 8000, 8001, 0, "/tmp/t/envoy-admin.sock"))
+    done = _validate(config, tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

@@ -121,7 +121,19 @@ def test_the_internal_http_port_behind_the_edge_can_be_chosen(tmp_path):
     settings = ClusterSettings(
         tmp_path, 1, 1, grpc, metrics, single=True, health_port=health, internal_http_port=internal
     )
-    assert settings.replica_ports(0) == [internal, grpc, metrics, health]
+    http, inner_grpc, *rest = settings.replica_ports(0)
+    assert [http, *rest] == [internal, metrics, health]
+    assert inner_grpc != grpc  # GRPC_PORT is Envoy's: tritonserver's own gRPC port is a free one behind it
+    assert settings.grpc_through_envoy and settings.internal == ("http", "grpc")
+
+
+def test_internal_ports_reach_the_guard_as_port_numbers(tmp_path):
+    settings = launcher.ServerSettings(tmp_path, http_port=9001, grpc_port=9002, metrics_port=9003)
+    assert settings.guard_environment() == {"TRITON_GUARD_OWN_PORTS": "", "TRITON_GUARD_H2_PORTS": ""}
+    behind = launcher.ServerSettings(tmp_path, http_port=9001, grpc_port=9002, metrics_port=9003, internal=("http", "grpc"))
+    assert behind.guard_environment() == {"TRITON_GUARD_OWN_PORTS": "9001,9002", "TRITON_GUARD_H2_PORTS": "9002"}
+    with pytest.raises(ConfigError, match="internal ports \\['health'\\]"):
+        launcher.ServerSettings(tmp_path, internal=("health",))
 
 
 def test_a_crash_cause_is_read_without_the_backtrace(tmp_path):

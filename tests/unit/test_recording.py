@@ -12,7 +12,9 @@ from common.errors import ServerError
 from common.traffic import CURRENT, CURRENT_GRPC, RecordedRequest, read_recording, recording_files
 from server.cluster import envoy_binary
 from server.edge import EdgeLimits, ModelRules, http_filters
-from server.envoy_config import EnvoySettings, Replica, envoy_config
+from server.envoy_config import GRPC_ERRORS_FILTER, EnvoySettings, Replica, envoy_config
+
+ROUTER = "envoy.filters.http.router"
 from server.recording import RecordSettings, access_logs, grpc_filters, prepare, record_settings, rotate
 
 RULES = {"digits_cnn": ModelRules(8, {"input": {"datatype": "FP32", "dims": [1, 8, 8]}})}
@@ -82,19 +84,19 @@ def test_every_listener_records_to_one_file_by_access_log_or_by_the_module(tmp_p
 def test_shapes_stream_through_unbuffered_and_values_buffer_unary_calls_only(tmp_path):
     shapes = _grpc_manager(_recording_config(tmp_path))
     names = [f["name"] for f in shapes["http_filters"]]
-    assert names == ["envoy.filters.http.dynamic_modules", "envoy.filters.http.router"], "the native reader, no Lua"
+    assert names == ["envoy.filters.http.dynamic_modules", GRPC_ERRORS_FILTER, "envoy.filters.http.router"]
     module = shapes["http_filters"][0]["typed_config"]
     assert module["filter_config"]["value"].startswith("head_bytes 65536\n")
     library = Path(module["dynamic_module_config"]["module"]["local"]["filename"])
     assert library.is_file() and stat.S_IMODE(library.parent.stat().st_mode) == 0o700, "code Envoy loads: ours alone"
     by_lua = _grpc_manager(_recording_config(tmp_path, native=False))
-    assert [f["name"] for f in by_lua["http_filters"]] == ["envoy.filters.http.lua", "envoy.filters.http.router"]
+    assert [f["name"] for f in by_lua["http_filters"]] == ["envoy.filters.http.lua", GRPC_ERRORS_FILTER, ROUTER]
     values = _grpc_manager(_recording_config(tmp_path, values=True))
     assert values["http_filters"][0]["name"] == "envoy.filters.http.buffer"
     routes = {r["match"].get("path"): r for r in values["route_config"]["virtual_hosts"][0]["routes"]}
     stream = routes["/inference.GRPCInferenceService/ModelStreamInfer"]["typed_per_filter_config"]
     assert stream["envoy.filters.http.buffer"]["disabled"] is True
-    assert "typed_per_filter_config" not in routes["/inference.GRPCInferenceService/ModelInfer"]
+    assert "envoy.filters.http.buffer" not in routes["/inference.GRPCInferenceService/ModelInfer"]["typed_per_filter_config"]
 
 
 def test_an_access_log_line_reads_as_a_recorded_request():

@@ -1,0 +1,118 @@
+"""The guard (server/triton_guard.c) for real, loaded into a stand-in program that listens as tritonserver does:
+a connection of another user to an internal port is closed before the program reads a byte, and the HTTP/2 bytes
+a program reads on a guarded gRPC port carry no RST_STREAM, each rewritten in place as the stream's state asks."""
+
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+
+from common.endpoints import free_ports
+from server.secret_args import build_library
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+END_STREAM, END_HEADERS, PADDED = 0x1, 0x4, 0x8
+DATA, HEADERS, RST_STREAM, SETTINGS, WINDOW_UPDATE = 0x0, 0x1, 0x3, 0x4, 0x8
+CANCEL = struct.pack(">I", 8)
+
+# accepts one connection on the port in argv[1] and writes every byte it read, until the peer closes
+STAND_IN = """
+import socket, sys
+server = socket.socket(); server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("127.0.0.1", int(sys.argv[1]))); server.listen(8); print("listening", flush=True)
+conn, _ = server.accept()
+read = b""
+while chunk := conn.recv(65536):
+    read += chunk
+sys.stdout.buffer.write(read)
+"""
+
+
+def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + struct.pack(">I", stream) + payload
+
+
+@pytest.fixture(scope="module")
+def shim():
+    try:
+        return build_library()
+    except Exception as err:  # no C compiler on this host
+        pytest.skip(f"the shim cannot be built here: {err}")
+
+
+def _stand_in(shim, port: int, **guard) -> subprocess.Popen:
+    env = {**os.environ, "LD_PRELOAD": str(shim), **guard}
+    process = subprocess.Popen([sys.executable, "-c", STAND_IN, str(port)], env=env, stdout=subprocess.PIPE)
+    assert process.stdout.readline() == b"listening\n"
+    return process
+
+
+def _read_through_guard(shim, pieces: list[bytes]) -> bytes:
+    (port,) = free_ports(1)
+    process = _stand_in(shim, port, TRITON_GUARD_H2_PORTS=str(port))
+    with socket.create_connection(("127.0.0.1", port)) as client:
+        for piece in pieces:
+            client.sendall(piece)
+            time.sleep(0.02)
+    out, _ = process.communicate(timeout=30)
+    return out
+
+
+def test_each_rst_stream_becomes_what_the_stream_state_allows(shim):
+    look_alike = frame(RST_STREAM, 0, 1, CANCEL)  # inside a DATA payload: a message's bytes, never a frame
+    sent = [
+        PREFACE + frame(SETTINGS, 0, 0),
+        frame(HEADERS, END_HEADERS, 1, b"\x82") + frame(RST_STREAM, 0, 1, CANCEL),  # open: a stream
+        frame(HEADERS, END_HEADERS | END_STREAM, 3, b"\x82") + frame(RST_STREAM, 0, 3, CANCEL),  # half-closed
+        frame(HEADERS, END_HEADERS, 5, b"\x82") + frame(DATA, END_STREAM, 5, look_alike),
+        frame(RST_STREAM, 0, 5, CANCEL),
+        frame(HEADERS, END_HEADERS, 7, b"\x82"),
+    ]
+    split = frame(RST_STREAM, 0, 7, CANCEL)
+    out = _read_through_guard(shim, [*sent, split[:5], split[5:]])
+    ended = frame(DATA, END_STREAM | PADDED, 1, b"\x03\x00\x00\x00")  # an empty DATA that half-closes the stream
+    expected = [
+        sent[0],
+        frame(HEADERS, END_HEADERS, 1, b"\x82") + ended,
+        frame(HEADERS, END_HEADERS | END_STREAM, 3, b"\x82") + frame(WINDOW_UPDATE, 0, 3, struct.pack(">I", 1)),
+        sent[3],
+        frame(WINDOW_UPDATE, 0, 5, struct.pack(">I", 1)),
+        sent[5],
+        frame(DATA, END_STREAM | PADDED, 7, b"\x03\x00\x00\x00"),
+    ]
+    assert out == b"".join(expected)
+
+
+def test_a_port_that_is_not_guarded_reads_every_byte_as_sent(shim):
+    (port,) = free_ports(1)
+    process = _stand_in(shim, port, TRITON_GUARD_H2_PORTS=str(port + 1 if port < 65535 else port - 1))
+    sent = PREFACE + frame(HEADERS, END_HEADERS, 1, b"\x82") + frame(RST_STREAM, 0, 1, CANCEL)
+    with socket.create_connection(("127.0.0.1", port)) as client:
+        client.sendall(sent)
+    assert process.communicate(timeout=30)[0] == sent
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another local user (setpriv)")
+def test_another_user_is_closed_before_the_program_reads_and_the_owner_gets_in(shim):
+    (port,) = free_ports(1)
+    process = _stand_in(shim, port, TRITON_GUARD_OWN_PORTS=str(port))
+    script = (
+        "import socket, sys\n"
+        f"s = socket.create_connection(('127.0.0.1', {port}))\n"
+        "s.sendall(b'from another user')\n"
+        "try:\n    print(repr(s.recv(100)))\nexcept OSError as e:\n    print(type(e).__name__)\n"
+    )
+    other = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert other.stdout.strip() in ("b''", "ConnectionResetError"), other.stdout + other.stderr
+    with socket.create_connection(("127.0.0.1", port)) as client:
+        client.sendall(b"from the owner")
+    assert process.communicate(timeout=30)[0] == b"from the owner"
