@@ -341,9 +341,7 @@ def status(state_dir):
         click.echo(f"pid {state.pid}, http {state.http_url}, grpc {state.grpc_url}, repo {state.repo}, log {state.log}")
         return
     cluster = read_cluster(state_dir)
-    front = (
-        "edge (Envoy, HTTP and gRPC)" if cluster.single else "Envoy"
-    )
+    front = "edge (Envoy, HTTP and gRPC)" if cluster.single else "Envoy"
     click.echo(
         f"{front}: pid {state.pid}, http {state.http_url}, grpc {state.grpc_url}, repo {state.repo}, log {state.log}"
     )

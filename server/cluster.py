@@ -161,7 +161,7 @@ def start_cluster(settings: ClusterSettings) -> ClusterState:
     for label, port in front:
         launcher.check_port_free(settings.host, label, port)
     envoy_binary()  # installed, or say how before starting anything
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    launcher.private_state(settings.state_dir)
     state = _new_state(settings, stats_port=0 if settings.single else settings.admin_port)
     try:
         for index in range(settings.replicas):
@@ -204,7 +204,7 @@ def start_edge_for(settings: ClusterSettings, running: Path) -> ClusterState:
     base = read_cluster(running)
     for label, port in (("http", settings.http_port), ("grpc", settings.grpc_port)):
         launcher.check_port_free(settings.host, label, port)
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    launcher.private_state(settings.state_dir)
     key = launcher.admin_key(running)
     shutil.copy2(key, settings.state_dir / key.name)
     state = _new_state(settings, stats_port=0)

@@ -274,7 +274,10 @@ def grpc_errors_filter() -> dict:
     from pathlib import Path
 
     source = (Path(__file__).with_name("grpc_errors.lua")).read_text()
-    return {"name": GRPC_ERRORS_FILTER, "typed_config": {"@type": LUA, "default_source_code": {"inline_string": source}}}
+    return {
+        "name": GRPC_ERRORS_FILTER,
+        "typed_config": {"@type": LUA, "default_source_code": {"inline_string": source}},
+    }
 
 
 def _grpc_errors_only_on_register(found: list[dict]) -> list[dict]:

@@ -29,7 +29,7 @@ from server.inprocess_build import build_inprocess, uses_inprocess
 from server.install import find_install, prepare_backends, server_environment
 from server.processes import is_tritonserver, regions_of, remember_regions, remove_regions, terminate_group
 from server.secret_args import PLACEHOLDER, pass_secret
-from triton_models.private_dirs import UnsafeFolderError, kernel_cache_env
+from triton_models.private_dirs import UnsafeFolderError, check_private, kernel_cache_env
 
 CHILDREN: dict[int, subprocess.Popen] = {}  # servers started by this process, kept to read their exit status
 INTERNAL_PORTS = ("http", "grpc", "metrics")
@@ -68,11 +68,29 @@ class ServerSettings:
         return {"TRITON_GUARD_OWN_PORTS": own, "TRITON_GUARD_H2_PORTS": h2}
 
 
+def private_state(state_dir: Path) -> Path:
+    """state_dir created with mode 0700 or, when it is ours already, closed to others (chmod 700): its logs,
+    records, sockets and key are then this user's alone, whatever the caller's umask.
+
+    Raises:
+        ServerError: the folder is a link, not a folder, or another user's.
+    """
+    path = Path(state_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.mkdir(mode=0o700, exist_ok=True)
+    if not path.is_symlink() and path.is_dir() and path.stat().st_uid == os.geteuid():
+        path.chmod(0o700)
+    try:
+        return check_private(path)
+    except UnsafeFolderError as err:
+        raise ServerError(f"state folder: {err}") from None
+
+
 def admin_key(state_dir: Path) -> Path:
     """The admin key file of a state folder, created (mode 600) on first use."""
     path = state_dir / "admin_key"
     if not path.exists():
-        state_dir.mkdir(parents=True, exist_ok=True)
+        private_state(state_dir)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:
             handle.write(secrets.token_hex(24) + "\n")
@@ -220,7 +238,7 @@ def start(settings: ServerSettings) -> ServerState:
     if problem:
         raise ServerError(problem)
     install = find_install()
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    private_state(settings.state_dir)
     key_file = admin_key(settings.state_dir)
     backends = prepare_backends(install, settings.state_dir)
     if uses_inprocess(settings.repo):

@@ -132,7 +132,7 @@ class Supervisor:
         self.recorded_stubs: frozenset[int] = frozenset()  # the stubs whose regions remember_regions holds
 
     def start(self) -> None:
-        self.settings.state_dir.mkdir(parents=True, exist_ok=True)
+        launcher.private_state(self.settings.state_dir)
         self.http.start()
         remove_regions(self.settings.state_dir)  # regions an earlier crash of this server left behind
         self._start_server()
@@ -485,7 +485,7 @@ def serve(
     routes to it any more, or a person pressed Ctrl-C); its state goes to <state_dir>/supervisor.json."""
     supervisor = Supervisor(settings, health_port, drain=drain, probes=probes)
     path = settings.state_dir / STATE
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    launcher.private_state(settings.state_dir)
     signal.signal(signal.SIGTERM, lambda *_: supervisor.stopping.set())
     signal.signal(signal.SIGINT, lambda *_: (setattr(supervisor, "drain", 0.0), supervisor.stopping.set()))
     try:

@@ -33,7 +33,7 @@ def start_supervised(
     """
     launcher.check_ports_free(settings)
     launcher.check_port_free(settings.host, "health", health_port)
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    launcher.private_state(settings.state_dir)
     path = settings.state_dir / STATE
     path.unlink(missing_ok=True)
     ports = [settings.http_port, settings.grpc_port, settings.metrics_port, health_port]

@@ -155,11 +155,11 @@ def test_the_backend_ipc_memory_cannot_be_registered_or_written(guarded):
         for protocol, client, key in _clients(guarded, where):
             for name in (region, "/" + region):
                 with pytest.raises(InferenceServerException) as refused:
-                    client.register_system_shared_memory("stolen", name, 4096, offset=1024, headers=key)
+                    client.register_system_shared_memory("stolen", name, 4096, headers=key)
                 if where.http_port == endpoints.read_state(guarded.state_dir).http_port:  # the edge says why
                     assert "the server's own memory" in str(refused.value) and region not in str(refused.value)
             tensor = (httpclient if protocol == "http" else grpcclient).InferRequestedOutput("READ")
-            tensor.set_shared_memory("stolen", 40)
+            tensor.set_shared_memory("stolen", 40, offset=1024)  # where the reproduction wrote 40 bytes
             with pytest.raises(InferenceServerException):
                 client.infer("echo", [], outputs=[tensor])
             client.close()
@@ -192,3 +192,35 @@ def test_the_internal_ports_are_listed_as_internal(guarded):
     for port in (inner.http_port, inner.grpc_port):
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass  # this user (the edge's, the supervisor's) still connects
+
+
+METRICS_CHUNKS = """
+import socket
+s = socket.create_connection(("127.0.0.1", {port}), timeout=30)
+s.sendall(b"{method} /metrics HTTP/1.1\\r\\nHost: x\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n")
+for _ in range(200):
+    s.sendall(b"1\\r\\n \\r\\n" * 10000)
+s.sendall(b"0\\r\\n\\r\\n")
+print(s.recv(12).decode())
+"""
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_the_public_metrics_port_takes_a_chunk_bomb_without_crashing(guarded, method):
+    pid, metrics = _inner(guarded).pid, _inner(guarded).metrics_port
+    said = subprocess.run(
+        ["/usr/bin/python3", "-c", METRICS_CHUNKS.format(port=metrics, method=method)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    assert said.startswith("HTTP/1.1 " + ("200" if method == "GET" else "405")), said
+    _serves(guarded, pid)
+
+
+def test_the_state_folder_is_the_servers_alone(guarded):
+    """Started from a library call under pytest's umask 022, the state folder is still 0700: its logs, records,
+    sockets and key are reachable by this user only, whatever their own modes."""
+    info = guarded.state_dir.stat()
+    assert info.st_uid == os.geteuid() and info.st_mode & 0o777 == 0o700
+    assert (guarded.state_dir / "admin_key").stat().st_mode & 0o777 == 0o600

@@ -130,7 +130,9 @@ def test_the_internal_http_port_behind_the_edge_can_be_chosen(tmp_path):
 def test_internal_ports_reach_the_guard_as_port_numbers(tmp_path):
     settings = launcher.ServerSettings(tmp_path, http_port=9001, grpc_port=9002, metrics_port=9003)
     assert settings.guard_environment() == {"TRITON_GUARD_OWN_PORTS": "", "TRITON_GUARD_H2_PORTS": ""}
-    behind = launcher.ServerSettings(tmp_path, http_port=9001, grpc_port=9002, metrics_port=9003, internal=("http", "grpc"))
+    behind = launcher.ServerSettings(
+        tmp_path, http_port=9001, grpc_port=9002, metrics_port=9003, internal=("http", "grpc")
+    )
     assert behind.guard_environment() == {"TRITON_GUARD_OWN_PORTS": "9001,9002", "TRITON_GUARD_H2_PORTS": "9002"}
     with pytest.raises(ConfigError, match="internal ports \\['health'\\]"):
         launcher.ServerSettings(tmp_path, internal=("health",))

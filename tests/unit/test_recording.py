@@ -13,10 +13,9 @@ from common.traffic import CURRENT, CURRENT_GRPC, RecordedRequest, read_recordin
 from server.cluster import envoy_binary
 from server.edge import EdgeLimits, ModelRules, http_filters
 from server.envoy_config import GRPC_ERRORS_FILTER, EnvoySettings, Replica, envoy_config
-
-ROUTER = "envoy.filters.http.router"
 from server.recording import RecordSettings, access_logs, grpc_filters, prepare, record_settings, rotate
 
+ROUTER = "envoy.filters.http.router"
 RULES = {"digits_cnn": ModelRules(8, {"input": {"datatype": "FP32", "dims": [1, 8, 8]}})}
 
 
@@ -96,7 +95,8 @@ def test_shapes_stream_through_unbuffered_and_values_buffer_unary_calls_only(tmp
     routes = {r["match"].get("path"): r for r in values["route_config"]["virtual_hosts"][0]["routes"]}
     stream = routes["/inference.GRPCInferenceService/ModelStreamInfer"]["typed_per_filter_config"]
     assert stream["envoy.filters.http.buffer"]["disabled"] is True
-    assert "envoy.filters.http.buffer" not in routes["/inference.GRPCInferenceService/ModelInfer"]["typed_per_filter_config"]
+    unary = routes["/inference.GRPCInferenceService/ModelInfer"]["typed_per_filter_config"]
+    assert "envoy.filters.http.buffer" not in unary
 
 
 def test_an_access_log_line_reads_as_a_recorded_request():

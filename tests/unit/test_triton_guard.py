@@ -102,9 +102,9 @@ def test_another_user_is_closed_before_the_program_reads_and_the_owner_gets_in(s
     process = _stand_in(shim, port, TRITON_GUARD_OWN_PORTS=str(port))
     script = (
         "import socket, sys\n"
-        f"s = socket.create_connection(('127.0.0.1', {port}))\n"
+        f"s = socket.create_connection(('127.0.0.1', {port}), timeout=5)\n"
         "s.sendall(b'from another user')\n"
-        "try:\n    print(repr(s.recv(100)))\nexcept OSError as e:\n    print(type(e).__name__)\n"
+        "try:\n    print(repr(s.recv(100)))\nexcept OSError as e:\n    print(type(e).__name__)\ns.close()\n"
     )
     other = subprocess.run(
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", script],
