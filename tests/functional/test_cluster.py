@@ -29,7 +29,7 @@ from server.cluster import (
 )
 from server.envoy_config import Balancing
 from tests.functional.conftest import endpoint_of
-from tests.functional.load import ClosedLoop
+from tests.functional.load import ClosedLoop, cancel_storm
 
 pytestmark = pytest.mark.functional
 X = np.zeros((1, 1, 8, 8), np.float32)
@@ -117,6 +117,17 @@ def test_admin_apis_stay_locked_through_envoy(cluster):
         request = urllib.request.Request(url, method="POST", headers={"admin-key": key})
         with urllib.request.urlopen(request, timeout=5) as response:
             assert response.status == 200
+
+
+def test_cancelled_grpc_calls_through_envoy_crash_no_replica(cluster):
+    """Envoy passes each cancellation on as a stream reset; the guard keeps tritonserver from seeing one."""
+    servers = {r: endpoints.read_state(cluster.state_dir / r).pid for r in ("replica-0", "replica-1")}
+    made = cancel_storm(endpoints.read_state(cluster.state_dir).grpc_url, "digits_cnn", {"input": X}, seconds=20)
+    print(f"cancelled gRPC calls through the cluster's Envoy: {made}")
+    assert made > 1000
+    assert {r: endpoints.read_state(cluster.state_dir / r).pid for r in servers} == servers, "a replica restarted"
+    for protocol in ("http", "grpc"):  # served, once the cancelled calls (computed all the same) are done
+        assert infer(_front(cluster, protocol), "digits_cnn", {"input": X}).outputs["logits"].shape == (1, 10)
 
 
 def test_a_replica_killed_under_load_costs_at_most_the_requests_in_flight(cluster):
