@@ -176,7 +176,11 @@ def _start_behind_edge(
 @STATE_DIR
 def supervise(repo, ports, host, timeout, drain, probes, internal, state_dir):
     """Run the supervisor in the foreground (what `start --supervise` spawns)."""
+    import logging
+
     from server.launcher import ServerSettings
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from server.probes import ProbeSettings
     from server.supervisor import serve
 

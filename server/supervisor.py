@@ -17,8 +17,10 @@ being healed or broken, and, for an ensemble, every step is ready too; GET /stat
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
+import logging
 import os
 import signal
 import threading
@@ -46,6 +48,12 @@ from server.rollout_lock import paused_models
 STATE = "supervisor.json"
 HEALTH_SOCKET = "health.sock"  # readiness for Envoy, mode 0600
 RETRY_S, RETRY_MAX_S = 1.0, 30.0  # a failed reload is tried again after 1, 2, 4 ... 30 s
+KEEP_EVENTS, KEEP_RESTARTS = 200, 20  # what /status and memory hold; the log keeps everything, with its time
+LOG = logging.getLogger("supervisor")
+
+
+def _bounded(keep: int):
+    return dataclasses.field(default_factory=lambda: collections.deque(maxlen=keep))
 
 
 @dataclasses.dataclass
@@ -56,17 +64,20 @@ class Health:
     live: bool = True  # the server answered its last liveness checks
     healing: set = dataclasses.field(default_factory=set)  # models being reloaded
     unloaded: set = dataclasses.field(default_factory=set)  # unloaded through the API: not healed until loaded
-    restarts: list = dataclasses.field(default_factory=list)  # per restart: time, pid, exit, reason, log tail
+    restarts: collections.deque = _bounded(KEEP_RESTARTS)  # the last restarts: time, pid, exit, reason, log tail
     models: set = dataclasses.field(default_factory=set)
     broken: dict = dataclasses.field(default_factory=dict)  # model -> {reason, attempts, retry_at}: reload failed
     steps: dict = dataclasses.field(default_factory=dict)  # ensemble -> the models it calls
-    events: list = dataclasses.field(default_factory=list)  # (time, what) of every heal and restart
+    events: collections.deque = _bounded(KEEP_EVENTS)  # (time, what) of the last heals and restarts
+    counts: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # events, restarts: all
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
-    def record(self, what: str) -> None:
+    def record(self, what: str, level: int = logging.INFO) -> None:
+        """An event: kept in /status (the last KEEP_EVENTS), counted, and logged with its level and time."""
         with self.lock:
             self.events.append((round(time.time(), 3), what))
-        print(f"supervisor: {what}", flush=True)
+            self.counts["events"] += 1
+        LOG.log(level, what)
 
     def ready(self, model: str | None = None) -> bool:
         """The server (model None): up and answering. A model: loaded, not healing or broken, its steps ready."""
@@ -102,6 +113,8 @@ class Health:
                 "unloaded": sorted(self.unloaded),
                 "events": list(self.events),
                 "restarts": list(self.restarts),
+                "events_total": self.counts["events"],
+                "restarts_total": self.counts["restarts"],
             }
 
 
@@ -153,14 +166,14 @@ class Supervisor:
             with self.health.lock:
                 self.health.live = misses < self.liveness.not_ready_after
             if misses == self.liveness.not_ready_after:
-                self.health.record(f"tritonserver (pid {state.pid}) did not answer /v2/health/live; not ready")
+                self.health.record(f"tritonserver (pid {state.pid}) did not answer /v2/health/live; not ready", logging.WARNING)
             if self.liveness.kill_after and misses >= self.liveness.kill_after:
                 self._kill_frozen(state, misses)
 
     def _kill_frozen(self, state: endpoints.ServerState, misses: int) -> None:
         waited = misses * (self.liveness.interval + self.liveness.timeout)
         self.kill_reason = f"frozen: no answer to {misses} liveness checks (about {waited:.1f} s)"
-        self.health.record(f"tritonserver (pid {state.pid}) {self.kill_reason}; killing it to restart")
+        self.health.record(f"tritonserver (pid {state.pid}) {self.kill_reason}; killing it to restart", logging.WARNING)
         self.misses.count = 0
         try:
             os.killpg(state.pid, signal.SIGKILL)  # SIGKILL ends a stopped process too
@@ -347,7 +360,7 @@ class Supervisor:
                 remove_regions(self.settings.state_dir, dead_regions)  # the dead server's, now unmapped
                 return
             except ServerError as err:  # e.g. a port still held by the dying server: try again
-                self.health.record(f"restart failed ({str(err).splitlines()[0]}); retrying")
+                self.health.record(f"restart failed ({str(err).splitlines()[0]}); retrying", logging.WARNING)
                 time.sleep(1.0)
 
     def _record_exit(self) -> None:
@@ -359,9 +372,11 @@ class Supervisor:
         with self.health.lock:
             record = {"time": round(time.time(), 3), "pid": old.pid, "exit": exit_text, "reason": reason}
             self.health.restarts.append({**record, "cause": cause, "log_tail": tail})
+            self.health.counts["restarts"] += 1
         self.health.record(
             f"tritonserver (pid {old.pid}) is gone: {exit_text} ({reason}); restarting on the same ports; "
-            f"cause in its log: {' | '.join(cause) or 'none found'}; its log ends:\n    " + "\n    ".join(tail)
+            f"cause in its log: {' | '.join(cause) or 'none found'}; its log ends:\n    " + "\n    ".join(tail),
+            logging.ERROR,
         )
 
     def _reload(self, model: str, why: str) -> None:
@@ -373,7 +388,7 @@ class Supervisor:
 
         with self.health.lock:
             self.health.healing.add(model)
-        self.health.record(f"{model}: {why}; reloading")
+        self.health.record(f"{model}: {why}; reloading", logging.WARNING)
         state = self.state  # the server this reload is for: a restart replaces it
         started, old = time.monotonic(), stub_pids(state.pid, self.settings.repo).get(model, set())
         try:
@@ -420,7 +435,7 @@ class Supervisor:
                 "attempts": attempts,
                 "retry_at": time.monotonic() + wait,
             }
-        self.health.record(f"{model}: reload failed ({reason[:300]}); trying again in {wait:.0f} s")
+        self.health.record(f"{model}: reload failed ({reason[:300]}); trying again in {wait:.0f} s", logging.WARNING)
 
     def _forget(self, model: str) -> None:
         """A model whose folder left the repository is no longer ours to heal."""

@@ -40,3 +40,26 @@ def test_ensemble_steps_are_read_from_the_repository(tmp_path):
     write_image_pipelines(tmp_path, zoo.get_spec("digits_cnn"), top_k=3)
     steps = ensemble_steps(tmp_path)
     assert steps["digits_cnn_pipeline"] == ["digits_cnn_preprocess", "digits_cnn", "digits_cnn_postprocess"]
+
+
+def test_a_model_broken_for_months_keeps_status_and_memory_bounded(caplog):
+    """A broken model retried every 30 s for a week: 20,160 events (memory grows with them, not with time). /status keeps the last KEEP_EVENTS and the
+    totals; every event goes to the log with its level."""
+    import json
+    import logging
+
+    from server.supervisor import KEEP_EVENTS, KEEP_RESTARTS, Health
+
+    health = Health()
+    with caplog.at_level(logging.WARNING, logger="supervisor"):
+        for attempt in range(20_160):
+            health.record(f"digits_cnn: reload failed (attempt {attempt}); trying again in 30 s", logging.WARNING)
+    for index in range(1000):
+        health.restarts.append({"pid": index})
+        health.counts["restarts"] += 1
+    status = health.snapshot()
+    assert len(status["events"]) == KEEP_EVENTS and len(status["restarts"]) == KEEP_RESTARTS
+    assert status["events"][-1][1].startswith("digits_cnn: reload failed (attempt 20159)")
+    assert status["events_total"] == 20_160 and status["restarts_total"] == 1000
+    assert len(json.dumps(status)) < 64 * 1024
+    assert len(caplog.records) == 20_160 and caplog.records[0].levelname == "WARNING"
