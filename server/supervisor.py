@@ -166,7 +166,9 @@ class Supervisor:
             with self.health.lock:
                 self.health.live = misses < self.liveness.not_ready_after
             if misses == self.liveness.not_ready_after:
-                self.health.record(f"tritonserver (pid {state.pid}) did not answer /v2/health/live; not ready", logging.WARNING)
+                self.health.record(
+                    f"tritonserver (pid {state.pid}) did not answer /v2/health/live; not ready", logging.WARNING
+                )
             if self.liveness.kill_after and misses >= self.liveness.kill_after:
                 self._kill_frozen(state, misses)
 

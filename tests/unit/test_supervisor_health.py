@@ -43,7 +43,7 @@ def test_ensemble_steps_are_read_from_the_repository(tmp_path):
 
 
 def test_a_model_broken_for_months_keeps_status_and_memory_bounded(caplog):
-    """A broken model retried every 30 s for a week: 20,160 events (memory grows with them, not with time). /status keeps the last KEEP_EVENTS and the
+    """A broken model retried every 30 s for a week: 20,160 events. /status keeps the last KEEP_EVENTS and the
     totals; every event goes to the log with its level."""
     import json
     import logging
