@@ -330,10 +330,10 @@ def reconcile(models, protocol, concurrency, seconds, out, url, headers, state_d
 @options.STATE_DIR
 @user_errors
 def soak(model, minutes, interval, clients, protocols, warmup, max_growth, out, url, headers, state_dir):
-    """Bounded load for MINUTES with RSS of tritonserver and each stub sampled; exits 1 if the goal is missed."""
+    """Bounded load for MINUTES with RSS of tritonserver, each stub, the supervisor and Envoy sampled; exits 1 if
+    the goal is missed."""
     from clients.connection import endpoint, parse_headers
-    from common.endpoints import read_state
-    from loadtest.benches.soak import SoakSettings, run
+    from loadtest.benches.soak import SoakSettings, run, served_processes
 
     names = tuple(protocols.split())
     if url and len(names) != 1:
@@ -341,8 +341,9 @@ def soak(model, minutes, interval, clients, protocols, warmup, max_growth, out, 
     settings = SoakSettings(model, minutes * 60, interval, clients, names, warmup, max_growth)
     out = out or Path("reports") / time.strftime("soak-%Y%m%d-%H%M%S")
     endpoints = [endpoint(p, url, state_dir, parse_headers(headers)) for p in names]
-    pid = (lambda: None) if url else (lambda: read_state(state_dir).pid)  # a server not ours: RSS not sampled
-    summary = run(settings, endpoints, pid, out)
+    # tritonserver, its stubs, the supervisor and Envoy, as the state folder names them; a server not ours: none
+    sampled = (lambda: None) if url else (lambda: served_processes(state_dir))
+    summary = run(settings, endpoints, sampled, out)
     click.echo((out / "soak.md").read_text())
     click.echo(f"report: {out}/soak.md")
     sys.exit(0 if summary["goal_met"] else 1)

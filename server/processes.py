@@ -68,6 +68,11 @@ def _processes():
         yield int(entry.name), argv, stat
 
 
+def children(pid: int) -> list[int]:
+    """The pids whose parent is pid."""
+    return sorted(child for child, _, stat in _processes() if stat[1] == str(pid))
+
+
 def stubs(server_pid: int, repo: Path | None = None) -> list[tuple[str, str, int]]:
     """(model, version, pid) of every Python-backend stub that server_pid started (under repo, if given)."""
     found, root = [], repo.resolve().parts if repo is not None else ()

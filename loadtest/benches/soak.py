@@ -14,7 +14,7 @@ from pathlib import Path
 
 from common.cli import step
 from common.endpoints import Endpoint
-from common.errors import MeasurementError
+from common.errors import MeasurementError, ServerError
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,41 @@ def rss_mib(pid: int) -> float | None:
     return None
 
 
+def served_processes(state_dir: Path) -> dict[str, int]:
+    """Label -> pid of every process that `make serve` or `make cluster` runs from state_dir: each tritonserver
+    and its stubs, each supervisor, Envoy and its keeper (labels name the replica where there are several). A
+    record missing while a supervisor restarts its server leaves that server out of this sample."""
+    import json
+
+    from common.endpoints import read_state
+    from server.processes import children
+
+    folders = sorted(p.parent for p in state_dir.glob("replica-*/server.json")) or [state_dir]
+    found: dict[str, int] = {}
+    for folder in folders:
+        prefix = f"{folder.name} " if len(folders) > 1 else ""
+        try:
+            found.update({prefix + label: pid for label, pid in processes(read_state(folder).pid).items()})
+            found[prefix + "supervisor"] = int(json.loads((folder / "supervisor.json").read_text())["pid"])
+        except (OSError, ValueError, KeyError, TypeError, ServerError):
+            continue
+    keeper = _envoy_keeper(state_dir)
+    if keeper:
+        found["envoy keeper"] = keeper
+        for n, child in enumerate(children(keeper)):  # one Envoy; a second while the keeper restarts it
+            found["envoy" if n == 0 else f"envoy #{n}"] = child
+    return found
+
+
+def _envoy_keeper(state_dir: Path) -> int | None:
+    import json
+
+    try:
+        return json.loads((state_dir / "cluster.json").read_text()).get("envoy_pid")
+    except (OSError, ValueError):
+        return None
+
+
 def processes(server_pid: int) -> dict[str, int]:
     """Label -> pid of tritonserver and each of its stubs ('<model> #<n>', by pid order)."""
     from server.processes import stubs
@@ -95,10 +130,11 @@ def _arrays(ep: Endpoint, model: str) -> dict:
         return plan_inputs(plan(client, model, ep.headers), 1, None, served_spec(ep.repo, model))
 
 
-def run(settings: SoakSettings, endpoints: list[Endpoint], server_pid, out: Path) -> dict:
+def run(settings: SoakSettings, endpoints: list[Endpoint], sampled, out: Path) -> dict:
     """Load with settings.clients closed-loop clients per endpoint; sample RSS; write the run folder.
 
-    server_pid: a callable returning the server's current pid (a supervisor may restart it).
+    sampled: a callable returning label -> pid of the processes to sample now (served_processes: a supervisor may
+    restart the server), or None for a server that is not ours.
     """
     out.mkdir(parents=True, exist_ok=True)
     arrays, counts, stop = _arrays(endpoints[0], settings.model), Counts(), threading.Event()
@@ -110,7 +146,7 @@ def run(settings: SoakSettings, endpoints: list[Endpoint], server_pid, out: Path
     for thread in threads:
         thread.start()
     try:
-        rows = _sample(settings, server_pid, counts)
+        rows = _sample(settings, sampled, counts)
     finally:
         stop.set()
         for thread in threads:
@@ -118,14 +154,14 @@ def run(settings: SoakSettings, endpoints: list[Endpoint], server_pid, out: Path
     return _write(settings, rows, counts, out)
 
 
-def _sample(settings: SoakSettings, server_pid, counts: Counts) -> list[dict]:
-    """RSS rows per process (a server we did not start, server_pid() None: one row of request counts per sample,
+def _sample(settings: SoakSettings, sampled, counts: Counts) -> list[dict]:
+    """RSS rows per process (a server we did not start, sampled() None: one row of request counts per sample,
     RSS not sampled)."""
     rows, started = [], time.monotonic()
     while True:
         elapsed = time.monotonic() - started
-        pid_now = server_pid()
-        if pid_now is None:
+        found = sampled()
+        if found is None:
             rows.append(
                 {
                     "t_s": round(elapsed, 1),
@@ -136,7 +172,7 @@ def _sample(settings: SoakSettings, server_pid, counts: Counts) -> list[dict]:
                     "failed": counts.failed,
                 }
             )
-        for label, pid in processes(pid_now).items() if pid_now is not None else ():
+        for label, pid in (found or {}).items():
             rss = rss_mib(pid)
             if rss is not None:
                 rows.append(

@@ -130,6 +130,16 @@ def test_cancelled_grpc_calls_through_envoy_crash_no_replica(cluster):
         assert infer(_front(cluster, protocol), "digits_cnn", {"input": X}).outputs["logits"].shape == (1, 10)
 
 
+def test_make_soak_samples_every_replica_and_envoy(cluster):
+    from loadtest.benches.soak import served_processes
+
+    found = served_processes(cluster.state_dir)
+    for replica in ("replica-0", "replica-1"):
+        assert found[f"{replica} tritonserver"] == endpoints.read_state(cluster.state_dir / replica).pid
+        assert f"{replica} digits_cnn #0" in found and f"{replica} supervisor" in found
+    assert found["envoy keeper"] == read_cluster(cluster.state_dir).envoy_pid and "envoy" in found
+
+
 def test_a_replica_killed_under_load_costs_at_most_the_requests_in_flight(cluster):
     victim = endpoints.read_state(cluster.state_dir / "replica-0").pid
     with _load(cluster) as load:

@@ -224,3 +224,15 @@ def test_the_state_folder_is_the_servers_alone(guarded):
     info = guarded.state_dir.stat()
     assert info.st_uid == os.geteuid() and info.st_mode & 0o777 == 0o700
     assert (guarded.state_dir / "admin_key").stat().st_mode & 0o777 == 0o600
+
+
+def test_make_soak_samples_the_server_its_stubs_its_supervisor_and_envoy(guarded):
+    """STATE_DIR/server.json names the edge's ports; the soak samples the processes behind them."""
+    from loadtest.benches.soak import served_processes
+
+    found, inner = served_processes(guarded.state_dir), _inner(guarded)
+    cluster = json.loads((guarded.state_dir / "cluster.json").read_text())
+    supervisor = json.loads((guarded.state_dir / "replica-0" / "supervisor.json").read_text())["pid"]
+    assert found["tritonserver"] == inner.pid and found["echo #0"] != inner.pid
+    assert found["supervisor"] == supervisor and found["envoy keeper"] == cluster["envoy_pid"]
+    assert b"envoy" in Path(f"/proc/{found['envoy']}/cmdline").read_bytes()

@@ -4,7 +4,7 @@ import csv
 
 import pytest
 
-from loadtest.benches.soak import SoakSettings, run
+from loadtest.benches.soak import SoakSettings, processes, run
 
 pytestmark = pytest.mark.functional
 
@@ -12,7 +12,7 @@ pytestmark = pytest.mark.functional
 def test_a_short_soak_samples_every_process_and_writes_its_report(served, tmp_path):
     settings = SoakSettings("digits_cnn_pipeline", seconds=12, interval=2, warmup=4, protocols=("http", "grpc"))
     endpoints = [served.endpoint(p) for p in settings.protocols]
-    summary = run(settings, endpoints, lambda: served.state.pid, tmp_path)
+    summary = run(settings, endpoints, lambda: processes(served.state.pid), tmp_path)
     rows = list(csv.DictReader(open(tmp_path / "soak.csv")))
     labels = {r["process"] for r in rows}
     assert "tritonserver" in labels
