@@ -17,7 +17,8 @@
  *    becomes a WINDOW_UPDATE of 1 on that stream, which the server ignores; for a stream still open (a
  *    ModelStreamInfer stream) it becomes an empty DATA frame ending the stream, so the server finishes the
  *    stream's requests as if the client had closed its side. Either way the server completes the call and
- *    Envoy drops the answer. Only HTTP/2 framing is read (9-byte frame headers after the 24-byte preface),
+ *    Envoy drops the answer (the padding counts against the server's receive window, not Envoy's: 4 bytes of
+ *    credit per rewritten open stream; docs/security/red_team.md). Only HTTP/2 framing is read (9-byte frame headers after the 24-byte preface),
  *    which has one reading; nothing of a header block or message is touched.
  *
  * 3. Clients register only their own shared memory. A system shared-memory registration makes tritonserver
