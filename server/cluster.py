@@ -59,11 +59,6 @@ class ClusterSettings:
     record: RecordSettings | None = None  # record the traffic at the edge (HTTP and gRPC both go through Envoy)
 
     @property
-    def grpc_through_envoy(self) -> bool:
-        """Always: tritonserver 2.51's own gRPC port crashes when a client cancels calls (server/triton_guard.c)."""
-        return True
-
-    @property
     def internal(self) -> tuple[str, ...]:
         """The replicas' ports that only the edge (and our own user's tools) reach: HTTP and gRPC; in a cluster
         also metrics (Envoy serves the cluster's stats; Prometheus, started by this user, scrapes replicas)."""
@@ -87,7 +82,7 @@ class ClusterSettings:
         """http, grpc, metrics and readiness ports of replica index."""
         if self.single:
             internal = self.internal_http_port or endpoints.free_ports(1)[0]
-            grpc = endpoints.free_ports(1)[0] if self.grpc_through_envoy else self.grpc_port
+            grpc = endpoints.free_ports(1)[0]  # GRPC_PORT is Envoy's: 2.51's own port crashed on cancelled calls
             named = (("internal http", internal), ("grpc", grpc), ("metrics", self.admin_port))
             for label, port in (*named, ("health", self.health_port)):
                 launcher.check_port_free(self.host, label, port)
@@ -156,7 +151,7 @@ def start_cluster(settings: ClusterSettings) -> ClusterState:
     Raises:
         ServerError: a port is taken, a replica or Envoy did not come up (everything started is stopped).
     """
-    front = (("http", settings.http_port),) + ((("grpc", settings.grpc_port),) if settings.grpc_through_envoy else ())
+    front = (("http", settings.http_port), ("grpc", settings.grpc_port))
     front += () if settings.single else (("metrics", settings.admin_port),)
     for label, port in front:
         launcher.check_port_free(settings.host, label, port)
@@ -258,7 +253,6 @@ def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> in
         settings.host,
         settings.balancing,
         edge,
-        grpc=settings.grpc_through_envoy,
         tls=settings.tls,
         **(
             {"max_header_kb": settings.edge.max_header_kb, "max_connections": settings.edge.max_connections}
@@ -270,7 +264,7 @@ def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> in
     )
     config = settings.state_dir / "envoy.json"
     config.write_text(json.dumps(envoy_config(envoy), indent=2))
-    ports = f"http {settings.http_port}" + (f", grpc {settings.grpc_port}" if settings.grpc_through_envoy else "")
+    ports = f"http {settings.http_port}, grpc {settings.grpc_port}"
     ports += "" if settings.single else f", stats {settings.admin_port}"
     step(f"envoy: {ports} -> {len(replicas)} replicas")
     log = settings.state_dir / "envoy.log"

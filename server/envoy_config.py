@@ -93,7 +93,6 @@ class EnvoySettings:
     host: str = "127.0.0.1"
     balancing: Balancing = field(default_factory=Balancing)
     edge_filters: tuple = ()  # HTTP filters before the router (server/edge.py: size cap, request checks)
-    grpc: bool = True  # a gRPC listener (False: clients reach the replica's gRPC port directly)
     tls: tuple[str, str] | None = None  # (certificate chain, private key) PEM files: the listeners speak TLS
     max_header_kb: int = 60  # request line + headers per request (431 beyond)
     max_connections: int = 0  # downstream connections at once, all listeners together (0: Envoy's default, none)
@@ -395,11 +394,11 @@ def admin_cluster(s: EnvoySettings) -> dict:
 
 def envoy_config(s: EnvoySettings) -> dict:
     """The whole bootstrap configuration (write it as JSON; Envoy reads JSON as YAML)."""
-    listeners = [listener("triton_http", s, s.http_port, "replicas_http", "http")]
-    clusters = [upstream("replicas_http", s, "http")]
-    if s.grpc:
-        listeners.append(listener("triton_grpc", s, s.grpc_port, "replicas_grpc", "grpc"))
-        clusters.append(upstream("replicas_grpc", s, "grpc"))
+    listeners = [
+        listener(f"triton_{p}", s, port, f"replicas_{p}", p)
+        for p, port in (("http", s.http_port), ("grpc", s.grpc_port))
+    ]
+    clusters = [upstream(f"replicas_{p}", s, p) for p in ("http", "grpc")]
     if s.stats_port:
         listeners.append(stats_listener(s))
         clusters.append(admin_cluster(s))

@@ -124,7 +124,7 @@ def test_the_internal_http_port_behind_the_edge_can_be_chosen(tmp_path):
     http, inner_grpc, *rest = settings.replica_ports(0)
     assert [http, *rest] == [internal, metrics, health]
     assert inner_grpc != grpc  # GRPC_PORT is Envoy's: tritonserver's own gRPC port is a free one behind it
-    assert settings.grpc_through_envoy and settings.internal == ("http", "grpc")
+    assert settings.internal == ("http", "grpc")
 
 
 def test_internal_ports_reach_the_guard_as_port_numbers(tmp_path):
