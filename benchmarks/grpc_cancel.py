@@ -21,26 +21,25 @@ from pathlib import Path
 import numpy as np
 import tritonclient.grpc as grpcclient
 
+from clients.infer import build_request
 from common import endpoints
+from loadtest.benches.soak import rss_mib, served_processes
 
 
 def servers(state_dir: Path) -> dict[str, int]:
-    """replica name -> tritonserver pid."""
-    return {p.parent.name: endpoints.read_state(p.parent).pid for p in sorted(state_dir.glob("replica-*/server.json"))}
+    """'tritonserver' (or 'replica-N tritonserver') -> pid, as the soak finds them."""
+    return {label: pid for label, pid in served_processes(state_dir).items() if label.endswith("tritonserver")}
 
 
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def storm(url: str, model: str, inputs, seconds: float, threads: int) -> int:
+def storm(url: str, model: str, arrays: dict, seconds: float, threads: int = 16) -> int:
+    """threads gRPC clients each sending async_infer of arrays to url and cancelling it within 0-2 ms, for seconds;
+    the calls made. What crashed tritonserver 2.51 (triton-inference-server/server#8034): a call cancelled as it
+    completes. The tests' storms run this too."""
     made = [0] * threads
 
     def run(index: int) -> None:
         with grpcclient.InferenceServerClient(url) as client:
+            inputs, _ = build_request(grpcclient, arrays, [])
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 call = client.async_infer(model, inputs, callback=lambda result, error: None)
@@ -56,11 +55,11 @@ def storm(url: str, model: str, inputs, seconds: float, threads: int) -> int:
     return sum(made)
 
 
-def first_answer_s(url: str, model: str, inputs) -> float:
+def first_answer_s(url: str, model: str, arrays: dict) -> float:
     """Seconds until one fresh request is answered (it queues behind what the storm left)."""
     started = time.monotonic()
     with grpcclient.InferenceServerClient(url) as client:
-        client.infer(model, inputs, client_timeout=600)
+        client.infer(model, build_request(grpcclient, arrays, [])[0], client_timeout=600)
     return time.monotonic() - started
 
 
@@ -74,13 +73,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=16)
     args = parser.parse_args()
     front = endpoints.read_state(args.state_dir)
-    tensor = grpcclient.InferInput(args.input, [int(d) for d in args.shape.split(",")], "FP32")
-    tensor.set_data_from_numpy(np.zeros([int(d) for d in args.shape.split(",")], np.float32))
+    arrays = {args.input: np.zeros([int(d) for d in args.shape.split(",")], np.float32)}
     before = servers(args.state_dir)
     rss_before = {name: rss_mib(pid) for name, pid in before.items()}
-    made = storm(front.grpc_url, args.model, [tensor], args.seconds, args.threads)
+    made = storm(front.grpc_url, args.model, arrays, args.seconds, args.threads)
     rss_after = {name: rss_mib(pid) for name, pid in before.items()}
-    waited = first_answer_s(front.grpc_url, args.model, [tensor])
+    waited = first_answer_s(front.grpc_url, args.model, arrays)
     after = servers(args.state_dir)
     print(
         json.dumps(

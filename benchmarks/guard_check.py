@@ -13,17 +13,16 @@ import argparse
 import hashlib
 import json
 import os
-import random
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from grpc_cancel import storm  # beside this file: `python benchmarks/guard_check.py`
 
 from server import launcher
 from server.processes import regions_of
@@ -47,28 +46,6 @@ def other_user(port: int) -> str:
         return "not run (needs root and setpriv)"
     command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c"]
     return subprocess.run([*command, CHUNKS.format(port=port)], capture_output=True, text=True, timeout=120).stdout
-
-
-def storm(url: str, seconds: float, threads: int = 16) -> int:
-    made = [0] * threads
-    tensor = grpcclient.InferInput("A", [1, 4], "FP32")
-    tensor.set_data_from_numpy(np.ones((1, 4), np.float32))
-
-    def run(index: int) -> None:
-        with grpcclient.InferenceServerClient(url) as client:
-            end = time.monotonic() + seconds
-            while time.monotonic() < end:
-                call = client.async_infer("echo", [tensor], callback=lambda result, error: None)
-                time.sleep(random.random() * 0.002)
-                call.cancel()
-                made[index] += 1
-
-    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    return sum(made)
 
 
 def register(state, region: str) -> dict:
@@ -99,7 +76,7 @@ def main() -> None:
         with launcher.running(repo, Path(root) / "state", internal=("http", "grpc")) as state:
             region = sorted(r for r in regions_of(state.pid) if r.startswith("triton_python_backend"))[0]
             record = {"pid": state.pid, "other_user_chunk_bomb": other_user(state.http_port).strip()}
-            record["cancelled_calls"] = storm(state.grpc_url, args.seconds)
+            record["cancelled_calls"] = storm(state.grpc_url, "echo", {"A": np.ones((1, 4), np.float32)}, args.seconds)
             time.sleep(2)  # the cancelled calls are computed all the same: the region settles once they are done
             before = hashlib.sha256(Path("/dev/shm", region).read_bytes()).hexdigest()
             record["register_backend_region"] = register(state, region)

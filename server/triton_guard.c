@@ -80,7 +80,6 @@ static ssize_t (*real_recvmsg)(int, struct msghdr *, int);
 static ssize_t (*real_recv)(int, void *, size_t, int);
 static ssize_t (*real_read)(int, void *, size_t);
 static ssize_t (*real_readv)(int, const struct iovec *, int);
-static int (*real_accept)(int, struct sockaddr *, socklen_t *);
 static int (*real_accept4)(int, struct sockaddr *, socklen_t *, int);
 static int (*real_close)(int);
 static int (*real_shm_open)(const char *, int, mode_t);
@@ -116,7 +115,6 @@ static void resolve(void) {
     real_recv = dlsym(RTLD_NEXT, "recv");
     real_read = dlsym(RTLD_NEXT, "read");
     real_readv = dlsym(RTLD_NEXT, "readv");
-    real_accept = dlsym(RTLD_NEXT, "accept");
     real_accept4 = dlsym(RTLD_NEXT, "accept4");
     real_shm_open = dlsym(RTLD_NEXT, "shm_open");
     real_close = dlsym(RTLD_NEXT, "close");
@@ -257,15 +255,7 @@ int accept4(int fd, struct sockaddr *address, socklen_t *length, int flags) {
 }
 
 int accept(int fd, struct sockaddr *address, socklen_t *length) {
-    resolve();
-    socklen_t given = length ? *length : 0;
-    for (;;) {
-        int got = real_accept(fd, address, length);
-        if (got < 0) return got;
-        int conn = admit(fd, got);
-        if (conn >= 0) return conn;
-        if (length) *length = given;
-    }
+    return accept4(fd, address, length, 0);
 }
 
 int close(int fd) {

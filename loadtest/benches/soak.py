@@ -87,11 +87,11 @@ def served_processes(state_dir: Path) -> dict[str, int]:
 
 
 def _envoy_keeper(state_dir: Path) -> int | None:
-    import json
+    from server.cluster import read_cluster
 
     try:
-        return json.loads((state_dir / "cluster.json").read_text()).get("envoy_pid")
-    except (OSError, ValueError):
+        return read_cluster(state_dir).envoy_pid
+    except (OSError, ValueError, ServerError):  # no edge, or its record half-written
         return None
 
 

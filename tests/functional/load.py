@@ -49,32 +49,3 @@ class ClosedLoop:
             p: (sum(e[0] == p for e in self.log), sum(e[0] == p for e in self.failures()))
             for p in {e[0] for e in self.log}
         }
-
-
-def cancel_storm(url: str, model: str, arrays: dict, seconds: float, threads: int = 16) -> int:
-    """threads gRPC clients each sending async_infer to url and cancelling it within 0-2 ms, for seconds; the calls
-    made. What crashed tritonserver 2.51 (triton-inference-server/server#8034): a call cancelled as it completes."""
-    import random
-
-    import tritonclient.grpc as grpcclient
-
-    from clients.infer import build_request
-
-    made = [0] * threads
-
-    def run(index: int) -> None:
-        with grpcclient.InferenceServerClient(url) as client:
-            inputs, _ = build_request(grpcclient, arrays, [])
-            end = time.monotonic() + seconds
-            while time.monotonic() < end:
-                call = client.async_infer(model, inputs, callback=lambda result, error: None)
-                time.sleep(random.random() * 0.002)
-                call.cancel()
-                made[index] += 1
-
-    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    return sum(made)

@@ -11,6 +11,7 @@ import urllib.request
 import numpy as np
 import pytest
 
+from benchmarks.grpc_cancel import storm as cancel_storm
 from builders.build import build_model
 from builders.repository.writer import ServingOptions
 from builders.request import BuildRequest
@@ -29,7 +30,7 @@ from server.cluster import (
 )
 from server.envoy_config import Balancing
 from tests.functional.conftest import endpoint_of
-from tests.functional.load import ClosedLoop, cancel_storm
+from tests.functional.load import ClosedLoop
 
 pytestmark = pytest.mark.functional
 X = np.zeros((1, 1, 8, 8), np.float32)

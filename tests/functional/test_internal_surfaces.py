@@ -20,11 +20,11 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as system_shm
 from tritonclient.utils import InferenceServerException
 
+from benchmarks.grpc_cancel import storm as cancel_storm
 from common import endpoints
 from server.cluster import start_cluster, stop_cluster
 from server.processes import regions_of
 from tests.functional.conftest import behind_edge
-from tests.functional.load import cancel_storm
 
 pytestmark = pytest.mark.functional
 ECHO = Path(__file__).parents[1] / "fixtures" / "edge_echo"

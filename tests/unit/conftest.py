@@ -26,3 +26,14 @@ def digits_build(tmp_path_factory):
     result = export.export_onnx(built.module, spec, out_dir, "session-hash", built.metrics)
     validate.validate(built.module, result.path, spec, sample_data=built.sample_data)
     return spec, built, result
+
+
+@pytest.fixture(scope="module")
+def shim():
+    """The shim's library (server/triton_shim.c and triton_guard.c), built as `make install` builds it."""
+    from server.secret_args import build_library
+
+    try:
+        return build_library()
+    except Exception as err:  # no C compiler on this host
+        pytest.skip(f"the shim cannot be built here: {err}")

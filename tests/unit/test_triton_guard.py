@@ -12,7 +12,6 @@ import time
 import pytest
 
 from common.endpoints import free_ports
-from server.secret_args import build_library
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 END_STREAM, END_HEADERS, PADDED = 0x1, 0x4, 0x8
@@ -34,14 +33,6 @@ sys.stdout.buffer.write(read)
 
 def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
     return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + struct.pack(">I", stream) + payload
-
-
-@pytest.fixture(scope="module")
-def shim():
-    try:
-        return build_library()
-    except Exception as err:  # no C compiler on this host
-        pytest.skip(f"the shim cannot be built here: {err}")
 
 
 def _stand_in(shim, port: int, **guard) -> subprocess.Popen:
