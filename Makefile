@@ -50,13 +50,13 @@ SERVER_PORTS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port
 HEALTH_PORT ?= 8003
 # Triton's per-model latency summaries (p50/p90/p99 in /metrics): 0 saves a server thread ~10-30 us per request
 LATENCY_SUMMARIES ?= 1
-export TRITON_LATENCY_SUMMARIES = $(LATENCY_SUMMARIES)
 # the quantiles they keep, "q:error,...": each one more costs every request (default 0.5:0.05,0.9:0.01,0.99:0.001)
 LATENCY_QUANTILES ?=
-export TRITON_LATENCY_QUANTILES = $(LATENCY_QUANTILES)
 # tritonserver tuning flags, "--flag=value ...": pools and thread counts only (server/launcher.py: TUNING_FLAGS)
 SERVER_ARGS ?=
-export TRITON_SERVER_ARGS = $(SERVER_ARGS)
+SERVER_TUNING = $(if $(SERVER_ARGS),--server-args "$(SERVER_ARGS)") \
+	$(if $(filter 0 false no off,$(LATENCY_SUMMARIES)),--no-latency-summaries) \
+	$(if $(LATENCY_QUANTILES),--latency-quantiles "$(LATENCY_QUANTILES)")
 NGC_RELEASE ?= $(shell sed -n 's/^NGC_RELEASE=//p' docker/.env)
 COMPOSE := docker compose --env-file docker/.env -f docker/compose.yaml
 # the admin key's file (created on first use, mode 600): Docker reads it as a secret, nothing passes the key itself
@@ -89,7 +89,7 @@ build-engines: install ## Export, validate, quantize, write the repository: MODE
 
 serve: install ## Start the embedded tritonserver on REPO, supervised (HEALTH_PORT: readiness for load balancers; LATENCY_SUMMARIES=0: no p99 summaries; RECORD=1|values: record the traffic)
 	$(PY) -m server start --repo $(REPO) $(SERVER_PORTS) --health-port $(HEALTH_PORT) --state-dir $(STATE_DIR) $(SERVER_TLS) \
-		$(if $(INTERNAL_HTTP_PORT),--internal-http-port $(INTERNAL_HTTP_PORT)) $(RECORDING)
+		$(if $(INTERNAL_HTTP_PORT),--internal-http-port $(INTERNAL_HTTP_PORT)) $(RECORDING) $(SERVER_TUNING)
 
 stop: ## Stop what `make serve`, `make cluster` or `make monitor` started in STATE_DIR
 	@if [ -x $(PY) ]; then $(PY) -m loadtest prometheus stop --state-dir $(STATE_DIR) >/dev/null; \
@@ -99,7 +99,7 @@ REPLICAS ?= 2
 cluster: install ## REPLICAS supervised tritonservers on REPO behind Envoy on HTTP_PORT/GRPC_PORT (stats: METRICS_PORT); GPU_PER_REPLICA=1 REPLICA_BASE_PORT=9100 RECORD=1; `make stop` ends all
 	$(PY) -m server cluster --replicas $(REPLICAS) --repo $(REPO) $(SERVER_PORTS) --state-dir $(STATE_DIR) \
 		$(if $(GPU_PER_REPLICA),--gpu-per-replica) $(if $(REPLICA_BASE_PORT),--replica-base-port $(REPLICA_BASE_PORT)) \
-		$(SERVER_TLS) $(RECORDING)
+		$(SERVER_TLS) $(RECORDING) $(SERVER_TUNING)
 
 cluster-restart: install ## Rolling restart of the cluster's replicas (each back in Envoy before the next)
 	$(PY) -m server cluster-restart --state-dir $(STATE_DIR)
@@ -167,7 +167,7 @@ lint: install ## ruff check and format check
 
 demo: install ## Build DEMO_MODELS, serve them, measure with perf_analyzer, print the table, stop
 	$(MAKE) --no-print-directory build-engines MODELS="$(DEMO_MODELS)" TARGET=embedded
-	$(PY) -m server start --repo $(REPO) $(SERVER_PORTS) --health-port $(HEALTH_PORT) --state-dir $(STATE_DIR)
+	$(PY) -m server start --repo $(REPO) $(SERVER_PORTS) --health-port $(HEALTH_PORT) --state-dir $(STATE_DIR) $(SERVER_TUNING)
 	@status=0; \
 	$(PY) -m loadtest perf --models "$(DEMO_MODELS)" --protocol grpc --concurrency "1 4" --interval-ms $(INTERVAL_MS) \
 		--state-dir $(STATE_DIR) || status=$$?; \

@@ -1,6 +1,7 @@
 """Command line of the builders: `python -m builders build ...`."""
 
 import dataclasses
+import logging
 from pathlib import Path
 
 import click
@@ -143,31 +144,32 @@ def build(
     from builders.spec import spec_file as spec_files
     from builders.spec import zoo
 
-    export.VERBOSE = verbose
+    if verbose:  # the exporter's warnings and log lines too
+        logging.getLogger(export.LOG_NAME).setLevel(logging.DEBUG)
     target = default_target() if target == "auto" else target
     _check_compiled(_split(compiled))
     preferred = tuple(int(b) for b in _split(preferred_batch))
     options = ServingOptions(
-        instances,
-        kind,
-        max_queue_delay_us,
-        preferred,
-        not no_dynamic_batching,
-        intra_op_threads,
+        instances=instances,
+        kind=kind,
+        max_queue_delay_us=max_queue_delay_us,
+        preferred_batch_sizes=preferred,
+        dynamic_batching=not no_dynamic_batching,
+        intra_op_threads=intra_op_threads,
         ragged_batching=not no_ragged_batching,
     )
     names = _split(models) or ([] if spec_file else ["digits_cnn"])
     requests = [
         (
             BuildRequest(
-                zoo.get_spec(n, weights=weights, max_batch_size=max_batch),
-                target,
-                repo,
-                work_dir,
-                options,
-                force,
-                tuple(_split(precisions)),
-                calibration,
+                spec=zoo.get_spec(n, weights=weights, max_batch_size=max_batch),
+                target=target,
+                repo=repo,
+                work_dir=work_dir,
+                options=options,
+                force=force,
+                precisions=tuple(_split(precisions)),
+                calibration=calibration,
             ),
             pipelines,
         )
@@ -176,15 +178,15 @@ def build(
     given = _given_serving(click.get_current_context(), options)
     for user in spec_files.load(spec_file) if spec_file else []:
         request = BuildRequest(
-            _with_max_batch(user.spec, max_batch),
-            target,
-            repo,
-            work_dir,
-            dataclasses.replace(user.serving, **given),
-            force,
-            user.precisions,
-            user.calibration or calibration,
-            user.eval_data,
+            spec=_with_max_batch(user.spec, max_batch),
+            target=target,
+            repo=repo,
+            work_dir=work_dir,
+            options=dataclasses.replace(user.serving, **given),
+            force=force,
+            precisions=user.precisions,
+            calibration=user.calibration or calibration,
+            eval_data=user.eval_data,
         )
         requests.append((request, pipelines and user.pipelines))
     if _split(compiled):
@@ -310,7 +312,7 @@ def _build_compiled(request, precision: str, uint8_input: bool, inprocess: bool 
     gpu = torch.cuda.is_available()
     options = dataclasses.replace(request.options, kind="KIND_GPU" if gpu else "KIND_CPU")
     runtime = TorchRuntime(
-        precision,
+        precision=precision,
         channels_last=gpu,
         cuda_graphs=gpu,
         uint8_input=uint8_input,
@@ -381,10 +383,10 @@ def engines(
         spec = zoo.get_spec(name)
         for precision in _split(precisions):
             options = EngineOptions(
-                precision,
-                max_batch,
-                opt_batch,
-                static_batch,
+                precision=precision,
+                max_batch=max_batch,
+                opt_batch=opt_batch,
+                static_batch=static_batch,
                 optimization_level=optimization_level,
                 workspace_mib=workspace_mib,
                 hardware_compatible=hardware_compatible,

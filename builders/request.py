@@ -10,7 +10,7 @@ from builders.spec.model_spec import ModelSpec
 from common.errors import SpecError
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BuildRequest:
     """What to build, where, and how to serve it."""
 

@@ -27,7 +27,7 @@ class TensorPlan:
     optional: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelPlan:
     """A model as the server describes it."""
 
@@ -119,13 +119,13 @@ def plan(client, model: str, headers: dict | None = None) -> ModelPlan:
         for i in meta["inputs"]
     )
     return ModelPlan(
-        model,
-        batching,
-        inputs,
-        tuple(o["name"] for o in meta["outputs"]),
-        config.get("platform") or config.get("backend", ""),
-        bool(config.get("model_transaction_policy", {}).get("decoupled")),
-        "sequence_batching" in config,
+        name=model,
+        max_batch_size=batching,
+        inputs=inputs,
+        outputs=tuple(o["name"] for o in meta["outputs"]),
+        platform=config.get("platform") or config.get("backend", ""),
+        decoupled=bool(config.get("model_transaction_policy", {}).get("decoupled")),
+        sequence="sequence_batching" in config,
     )
 
 

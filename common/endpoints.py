@@ -59,7 +59,7 @@ class Endpoint:
         return module
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ServerState:
     """What a running server left in its state folder, for our clients and `make stop`."""
 

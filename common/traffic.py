@@ -44,7 +44,7 @@ class RecordedInput:
             raise ValueError(f"input {self.name!r}: a name and a shape of non-negative dims, got {list(self.shape)}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RecordedRequest:
     """One request as the server saw it."""
 
@@ -100,17 +100,17 @@ class RecordedRequest:
             data = {**json.loads(data["request"]), **{k: v for k, v in data.items() if k != "request"}}
         inputs = tuple(RecordedInput(n, d, tuple(shape)) for n, d, shape in data.get("inputs") or ())
         return cls(
-            int(data["t"]),
-            data["model"],
-            data["protocol"],
-            inputs,
-            str(data.get("version") or ""),
-            int(_given(data, "batch", 1)),
-            int(_given(data, "bytes", 0)),
-            int(_given(data, "status", -1)),
-            int(_given(data, "duration_us", 0)),
-            data.get("values"),
-            data.get("replayed") is True,
+            arrival_us=int(data["t"]),
+            model=data["model"],
+            protocol=data["protocol"],
+            inputs=inputs,
+            version=str(data.get("version") or ""),
+            batch=int(_given(data, "batch", 1)),
+            bytes=int(_given(data, "bytes", 0)),
+            status=int(_given(data, "status", -1)),
+            duration_us=int(_given(data, "duration_us", 0)),
+            values=data.get("values"),
+            replayed=data.get("replayed") is True,
         )
 
 

@@ -288,35 +288,6 @@ def search(
 
 
 @cli.command()
-@click.option("--models", default="", help="Models to reconcile on (p50 >> 1 ms); default: every ready model.")
-@options.URL
-@options.HEADER
-@click.option("--protocol", type=click.Choice(["http", "grpc"]), default="grpc", show_default=True)
-@click.option("--concurrency", type=int, default=4, show_default=True)
-@click.option("--seconds", type=int, default=12, show_default=True, help="Per tool and model.")
-@click.option("--out", type=click.Path(path_type=Path), default=None)
-@options.STATE_DIR
-@user_errors
-def reconcile(models, protocol, concurrency, seconds, out, url, headers, state_dir):
-    """Locust vs perf_analyzer p50 at matched load on the server of `make serve` or any Triton (agree within 15%?)."""
-    from clients.connection import endpoint, parse_headers
-    from loadtest.benches import reconcile as rec
-    from loadtest.locust_suite.run import Target
-    from loadtest.perf.run import served_or_given
-    from loadtest.perf.tools import find_perf_analyzer
-
-    out = out or Path("reports") / time.strftime("reconcile-%Y%m%d-%H%M%S")
-    ep, analyzer = endpoint(protocol, url, state_dir, parse_headers(headers)), find_perf_analyzer()
-    state = Target.of(ep)
-    names = served_or_given(_names(models), ep).names
-    results = [rec.reconcile(state, ep, analyzer, m, concurrency, seconds, out / m) for m in names]
-    text = rec.markdown(results)
-    (out / "reconcile.md").write_text(f"# Locust vs perf_analyzer\n\n{text}\n")
-    click.echo(text)
-    click.echo(f"report: {out}/reconcile.md")
-
-
-@cli.command()
 @click.option("--model", default="digits_cnn_pipeline", show_default=True, help="Model or pipeline to load.")
 @click.option("--minutes", type=float, default=10.0, show_default=True)
 @click.option("--interval", type=float, default=10.0, show_default=True, help="Seconds between RSS samples.")
@@ -338,7 +309,15 @@ def soak(model, minutes, interval, clients, protocols, warmup, max_growth, out, 
     names = tuple(protocols.split())
     if url and len(names) != 1:
         raise MeasurementError("--url is one port: give the one protocol it speaks (--protocols http or grpc)")
-    settings = SoakSettings(model, minutes * 60, interval, clients, names, warmup, max_growth)
+    settings = SoakSettings(
+        model=model,
+        seconds=minutes * 60,
+        interval=interval,
+        clients=clients,
+        protocols=names,
+        warmup=warmup,
+        max_growth_pct=max_growth,
+    )
     out = out or Path("reports") / time.strftime("soak-%Y%m%d-%H%M%S")
     endpoints = [endpoint(p, url, state_dir, parse_headers(headers)) for p in names]
     # tritonserver, its stubs, the supervisor and Envoy, as the state folder names them; a server not ours: none
@@ -347,37 +326,6 @@ def soak(model, minutes, interval, clients, protocols, warmup, max_growth, out, 
     click.echo((out / "soak.md").read_text())
     click.echo(f"report: {out}/soak.md")
     sys.exit(0 if summary["goal_met"] else 1)
-
-
-@cli.command("envoy-bench")
-@click.option("--model", default="digits_cnn", show_default=True)
-@click.option("--protocols", default="http grpc", show_default=True)
-@click.option("--concurrency", default="1 4", show_default=True)
-@click.option("--interval-ms", type=int, default=3000, show_default=True, help="perf_analyzer measurement window.")
-@click.option("--out", type=click.Path(path_type=Path), default=None)
-@options.STATE_DIR
-@user_errors
-def envoy_bench(model, protocols, concurrency, interval_ms, out, state_dir):
-    """perf_analyzer through Envoy vs straight to replica-0 of `make cluster` (REPLICAS=1 isolates Envoy)."""
-    from loadtest.benches import envoy_bench as bench
-    from loadtest.perf.tools import find_perf_analyzer
-    from server.cluster import read_cluster
-
-    read_cluster(state_dir)  # a cluster runs there, or say how to start one
-    out = out or Path("reports") / time.strftime("envoy-%Y%m%d-%H%M%S")
-    rows = bench.measure(
-        state_dir,
-        model,
-        protocols.split(),
-        _numbers(concurrency),
-        find_perf_analyzer(),
-        out,
-        measurement_ms=interval_ms,
-        stability_percent=50.0,
-        max_trials=10,
-    )
-    click.echo(bench.write(bench.compare(rows), rows, out))
-    click.echo(f"report: {out}/envoy.md")
 
 
 @cli.command()
@@ -501,84 +449,6 @@ def _show_report(path: Path) -> None:
     click.echo(f"report: {path}")
 
 
-@cli.command("record-bench")
-@options.REPO
-@click.option("--models", default="digits_cnn", show_default=True, help="Measured as `loadtest perf` measures them.")
-@click.option("--protocols", default="http grpc", show_default=True)
-@click.option("--concurrency", type=int, default=4, show_default=True)
-@click.option("--rounds", type=int, default=3, show_default=True, help="Each setup this many times, alternated.")
-@click.option("--interval-ms", type=int, default=3000, show_default=True, help="perf_analyzer measurement window.")
-@click.option(
-    "--setups",
-    default=None,
-    help="Only some setups, by number: 1 edge (the baseline), 2 recording, 3 recording values, 4 make serve default, "
-    "5 recording with gRPC read by the Lua, as before the native reader, 6 a second edge like the first (the "
-    'control: the noise alone) (e.g. "1 2 6"). Default: all.',
-)
-@click.option(
-    "--together",
-    is_flag=True,
-    help="Start every setup's server once and alternate the points among them (no restarts between the points "
-    "compared); default: each setup started and stopped round by round.",
-)
-@click.option(
-    "--one-server",
-    is_flag=True,
-    help="One server, with every setup's Envoy in front of it (implies --together): the points compared differ "
-    "in the edge alone, not also in the server.",
-)
-@click.option(
-    "--fresh-edges",
-    type=click.IntRange(min=0),
-    default=0,
-    help="Every setup, the edge too, through Envoys of its own in front of one server, new ones every this many "
-    "rounds (an Envoy keeps a speed of its own while it runs); 0: off.",
-)
-@click.option("--out", type=click.Path(path_type=Path), default=None)
-@user_errors
-def record_bench(
-    repo, models, protocols, concurrency, rounds, interval_ms, setups, together, one_server, fresh_edges, out
-):
-    """What RECORD=1 and RECORD=values cost: perf_analyzer through the edge, recording off and on, alternated."""
-    from builders.environment import host_info
-    from loadtest.benches import record_bench as bench
-
-    out = (out or Path("reports") / time.strftime("record-%Y%m%d-%H%M%S")).absolute()
-    names = _names(models)
-    chosen = bench.chosen_setups(setups)
-    rows = bench.measure(
-        repo, names, chosen, protocols.split(), concurrency, rounds, out, interval_ms, together, one_server, fresh_edges
-    )
-    header = (
-        f"Models {', '.join(names)}, perf_analyzer concurrency {concurrency}, {interval_ms} ms windows, "
-        f"{rounds} rounds alternated; command: `python -m loadtest record-bench --repo {repo} --models "
-        f'"{models}" --protocols "{protocols}" --rounds {rounds} --interval-ms {interval_ms}'
-        + (f' --setups "{setups}"' if setups else "")
-        + (" --together" if together else "")
-        + (" --one-server" if one_server else "")
-        + (f" --fresh-edges {fresh_edges}" if fresh_edges else "")
-        + f"`. Host: {host_info()}"
-    )
-    click.echo(bench.write(bench.compare(rows), rows, out, header))
-    click.echo(f"report: {out}/record.md")
-
-
-@cli.command("record-bench-report")
-@click.argument("points", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--out", type=click.Path(path_type=Path), required=True)
-@click.option("--title", default="", help="A line on how the points were measured (the runs' commands).")
-@user_errors
-def record_bench_report(points, out, title):
-    """The record-bench table again from saved record_points.csv files: several runs of one command pooled,
-    each round kept with its own run."""
-    from loadtest.benches import record_bench as bench
-
-    rows = bench.read_points(points)
-    header = title or f"Pooled from {len(points)} run(s): {', '.join(str(p) for p in points)}."
-    click.echo(bench.write(bench.compare(rows), rows, out.absolute(), header))
-    click.echo(f"report: {out.absolute()}/record.md")
-
-
 @cli.command("kubernetes-monitoring")
 @click.option("--folder", type=click.Path(path_type=Path, file_okay=False), default=Path("kubernetes"))
 def kubernetes_monitoring(folder):
@@ -607,31 +477,6 @@ def prometheus(action, port, interval, state_dir):
     check_port_free("127.0.0.1", "prometheus", port)
     state = prom.start(state_dir, port, interval)
     click.echo(f"prometheus: {state['url']} (config and rules in {state['folder']})")
-
-
-@cli.command("multi-gpu-bench")
-@click.option("--model", default="resnet50", show_default=True)
-@click.option("--gpus", type=int, default=2, show_default=True)
-@click.option("--instances-per-gpu", type=int, default=2, show_default=True)
-@click.option("--batch", type=int, default=512, show_default=True)
-@click.option("--concurrency-per-gpu", type=int, default=4, show_default=True)
-@click.option("--work", type=click.Path(path_type=Path), default=Path("build/multi_gpu"), show_default=True)
-@click.option("--build-only", is_flag=True, help="Build the engine into WORK and stop (a later run reuses it).")
-@click.option("--envoy", is_flag=True, help="Also: one replica per GPU behind Envoy vs direct, over the wire.")
-@click.option("--out", type=click.Path(path_type=Path), default=None)
-@user_errors
-def multi_gpu_bench(model, gpus, instances_per_gpu, batch, concurrency_per_gpu, work, build_only, envoy, out):
-    """1 GPU vs 1 server on every GPU vs 1 replica per GPU, compiled ResNet-50, side by side (needs CUDA GPUs)."""
-    from loadtest.benches.multi_gpu_bench import MultiGpuSettings, build, run
-
-    settings = MultiGpuSettings(model, gpus, instances_per_gpu, batch, concurrency_per_gpu, envoy=envoy)
-    if build_only:
-        click.echo(f"built {build(settings, work)[1]} in {work}")
-        return
-    out = out or Path("reports") / time.strftime("multi-gpu-%Y%m%d-%H%M%S")
-    rows = run(settings, work, out)
-    click.echo((out / "multi_gpu.md").read_text())
-    click.echo(f"report: {out}/multi_gpu.md ({len(rows)} layouts)")
 
 
 @cli.command("cluster-faults")
@@ -682,25 +527,6 @@ def report(run, compare, repo, prometheus_url, state_dir):
     click.echo(f"report: {build_report(run, repo if repo.exists() else None, compare, prometheus_url)}")
 
 
-@cli.command("batching-bench")
-@click.option("--models", default="digits_cnn resnet18", show_default=True)
-@click.option("--concurrency", default="1 4 16", show_default=True)
-@click.option("--max-queue-delay-us", type=int, default=1000, show_default=True)
-@click.option("--interval-ms", type=int, default=2000, show_default=True)
-@click.option("--gpu", is_flag=True, help="Serve with the torch runtime (fp16, CUDA graphs) on KIND_GPU instances.")
-@click.option("--host-outputs", is_flag=True, help="GPU: return outputs from host memory instead of CUDA IPC.")
-@click.option("--out", type=click.Path(path_type=Path), default=None)
-@user_errors
-def batching_bench(models, concurrency, max_queue_delay_us, interval_ms, gpu, host_outputs, out):
-    """Throughput and latency for {no batching, dynamic batching} x {1, 2 instances} x concurrency."""
-    from loadtest.benches import batching_bench as bench
-
-    out = out or Path("reports") / time.strftime("batching-%Y%m%d-%H%M%S")
-    text = bench.run(models.split(), out, _numbers(concurrency), interval_ms, max_queue_delay_us, gpu, host_outputs)
-    click.echo(text)
-    click.echo(f"report: {out}/batching.md")
-
-
 @cli.command("gpu-bench")
 @click.option("--model", default="resnet50", show_default=True)
 @click.option("--gpu-batch", type=int, default=256, show_default=True, help="In-process GPU batch and max batch.")
@@ -731,13 +557,10 @@ def batching_bench(models, concurrency, max_queue_delay_us, interval_ms, gpu, ho
     help="Served rows only these (default: all): onnx fp32 graphs graphs_u8 inductor inductor_u8 "
     "inductor_u8_unstaged inductor_u8_inproc.",
 )
-@click.option("--profile", is_flag=True, help="Also time each step of single requests through execute.")
 @click.option("--quick", is_flag=True, help="Compiled fp16 and served rows only (no CPU/eager rows, bf16, cold start).")
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
-def gpu_bench(
-    model, gpu_batch, cpu_batch, served_points, instances, interval_ms, max_batch, served, profile, quick, out
-):
+def gpu_bench(model, gpu_batch, cpu_batch, served_points, instances, interval_ms, max_batch, served, quick, out):
     """CPU vs GPU vs TensorRT vs compiled engines for MODEL, in-process and served, in one run."""
     from loadtest.benches import gpu_bench as bench
 
@@ -746,7 +569,15 @@ def gpu_bench(
     points = tuple(tuple(int(v) for v in p.split("x")) for p in served_points.split())
     rows = bench.served_rows(served.replace(",", " ").split())
     settings = bench.BenchSettings(
-        model, gpu_batch, cpu_batch, points, instances, interval_ms, max_batch, rows, profile, quick
+        model=model,
+        gpu_batch=gpu_batch,
+        cpu_batch=cpu_batch,
+        served_points=points,
+        instances=instances,
+        measurement_ms=interval_ms,
+        max_batch=max_batch,
+        served=rows,
+        quick=quick,
     )
     bench.run(settings, out)
     click.echo((out / "gpu_bench.md").read_text())
@@ -796,30 +627,6 @@ def gpu_bench(
     show_default=True,
     help="max_queue_delay of the served engine and the tokenize step (the CPU's ONNX rows use 500).",
 )
-@click.option(
-    "--summaries-off-too",
-    is_flag=True,
-    help="Also measure the single-sentence and latency points on a server without Triton's latency summaries.",
-)
-@click.option(
-    "--quantiles-too",
-    default="",
-    help="Also measure those points on a server whose summaries keep these quantiles ('q:error,...', e.g. "
-    "tritonserver's own 0.5:0.05,0.9:0.01,0.95:0.001,0.99:0.001,0.999:0.001).",
-)
-@click.option(
-    "--server-env-too",
-    multiple=True,
-    help="Also measure those points on a server started with this variable set, VAR=VALUE (repeatable: a server "
-    "each), e.g. OMP_NUM_THREADS=4.",
-)
-@click.option(
-    "--client-cores",
-    type=click.IntRange(min=0),
-    default=0,
-    help="Single sentences also with the client on this many cores of its own and the server's threads on the "
-    "rest, alternated with the shared way twice on the same server (a client on another machine); 0: off.",
-)
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
 def text_bench(
@@ -838,10 +645,6 @@ def text_bench(
     instances,
     no_before,
     queue_delay_us,
-    summaries_off_too,
-    quantiles_too,
-    server_env_too,
-    client_cores,
     out,
 ):
     """A text model in-process and served (ids and raw text), over length distributions, in one run."""
@@ -849,25 +652,21 @@ def text_bench(
 
     out = out or Path("reports") / time.strftime("text-%Y%m%d-%H%M%S")
     settings = bench.TextBenchSettings(
-        spec_file,
-        model,
-        tuple(lengths.split()),
-        sentences,
-        batch,
-        per_request,
-        _numbers(concurrency),
-        _numbers(single_concurrency),
-        interval_ms,
-        precision,
-        tokenizer,
+        spec_file=spec_file,
+        model=model,
+        lengths=tuple(lengths.split()),
+        sentences=sentences,
+        batch=batch,
+        per_request=per_request,
+        concurrency=_numbers(concurrency),
+        single_concurrency=_numbers(single_concurrency),
+        interval_ms=interval_ms,
+        precision=precision,
+        tokenizer=tokenizer,
         instances=instances,
         max_batch=max_batch,
         before=not no_before,
         queue_delay_us=queue_delay_us,
-        summaries_off=summaries_off_too,
-        quantiles_too=quantiles_too,
-        server_env_too=bench.server_variables(server_env_too),
-        client_cores=client_cores,
     )
     bench.run(settings, out)
     click.echo((out / "text_bench.md").read_text())

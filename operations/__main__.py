@@ -65,8 +65,10 @@ def rollout(model, source, repo, http_port, canary, accuracy_tolerance, accuracy
 
     _check_same_server(read_state(state_dir), repo, http_port, state_dir)
     gate = Gate(accuracy_tolerance, accuracy_budget)
-    plan = CanaryPlan(_percents(share), hold) if share.strip() else None
-    event = rollout(RolloutRequest(model, source, state_dir, canary, gate, keep, share=plan))
+    plan = CanaryPlan(steps=_percents(share), hold_s=hold) if share.strip() else None
+    event = rollout(
+        RolloutRequest(model=model, source=source, state_dir=state_dir, canary=canary, gate=gate, keep=keep, share=plan)
+    )
     for done in event.get("checks", {}).get("steps", []):
         click.echo(f"  {done['percent']}%: {done['seconds']} s, new {done['candidate']}, old {done['old']}")
     click.echo(f"{model}: v{event['version']} serving (was v{event['previous']}); history in the manifest")

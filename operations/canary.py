@@ -33,7 +33,7 @@ from common.errors import ServerError
 TAIL = 5  # a window's p99 rests on at least this many requests (p99_ms)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CanaryPlan:
     """The steps (percent of the model's HTTP traffic), how long each is held, and the gate."""
 

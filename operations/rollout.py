@@ -43,7 +43,7 @@ class RolloutError(ServerError):
     """A rollout was refused, rejected or rolled back; the version serving before still serves."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RolloutRequest:
     """Roll the build of `model` in `source` (a repository written by make build-engines) into the server."""
 
@@ -68,7 +68,7 @@ class Target:
     metrics_url: str = ""  # its Triton metrics (a canary by traffic share reads them)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Plan:
     """What preflight found: the build, the served model, and every server that serves it."""
 
@@ -202,7 +202,17 @@ def preflight(req: RolloutRequest) -> Plan:
     served_entry = read_manifest(repo)["models"].get(req.model, {})
     files = mv.ModelFiles.read(build_model_dir)
     build_dir = mv.newest_version(build_model_dir)
-    return Plan(req, targets, repo, build_dir, files, config, entry, serving, served_entry)
+    return Plan(
+        req=req,
+        targets=targets,
+        repo=repo,
+        build_dir=build_dir,
+        files=files,
+        config=config,
+        entry=entry,
+        serving=serving,
+        served_entry=served_entry,
+    )
 
 
 def server_targets(state_dir: Path) -> list[Target]:

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import KW_ONLY, asdict, dataclass, field, fields
 from pathlib import Path
 
 from common import endpoints
@@ -39,6 +39,7 @@ class ClusterSettings:
     """A cluster: the repository every replica serves, Envoy's ports (admin: its /stats/prometheus)."""
 
     repo: Path
+    _: KW_ONLY
     replicas: int = 2
     http_port: int = endpoints.HTTP_PORT
     grpc_port: int = endpoints.GRPC_PORT
@@ -57,6 +58,7 @@ class ClusterSettings:
     tls: tuple[str, str] | None = None  # (certificate chain, private key): Envoy's listeners speak TLS
     internal_http_port: int = 0  # single: tritonserver's own HTTP port behind Envoy (0: a free one)
     record: RecordSettings | None = None  # record the traffic at the edge (HTTP and gRPC both go through Envoy)
+    tuning: launcher.TritonTuning = launcher.TritonTuning()  # every replica's tritonserver knobs
 
     @property
     def internal(self) -> tuple[str, ...]:
@@ -128,6 +130,8 @@ class ClusterState:
     replicas: list[Replica] = field(default_factory=list)
     envoy_pid: int | None = None  # Envoy's keeper (python -m server envoy-run)
     env: dict[str, dict] = field(default_factory=dict)  # per replica: its environment (CUDA_VISIBLE_DEVICES)
+    internal: list[str] = field(default_factory=list)  # the replicas' ports only the edge reaches (the guard's)
+    tuning: dict = field(default_factory=dict)  # the replicas' TritonTuning, as started (a restart keeps it)
     format_version: int = 1
 
     def to_dict(self) -> dict:
@@ -185,34 +189,9 @@ def _new_state(settings: ClusterSettings, stats_port: int) -> ClusterState:
         repo=str(settings.repo.resolve()),
         single=settings.single,
         recording=str(settings.record.folder) if settings.record else "",
+        internal=list(settings.internal),
+        tuning=asdict(settings.tuning),
     )
-
-
-def start_edge_for(settings: ClusterSettings, running: Path) -> ClusterState:
-    """Envoy alone, with settings' ports, edge and recording, in front of the replicas of the cluster running from
-    the state folder `running` (record-bench compares edge setups on one server this way). Its state names no
-    replica, so stop_cluster(settings.state_dir) stops this Envoy only; admin calls use the cluster's key.
-
-    Raises:
-        ServerError: no cluster runs there, a port is taken, or Envoy did not come up.
-    """
-    base = read_cluster(running)
-    for label, port in (("http", settings.http_port), ("grpc", settings.grpc_port)):
-        launcher.check_port_free(settings.host, label, port)
-    launcher.private_state(settings.state_dir)
-    key = launcher.admin_key(running)
-    shutil.copy2(key, settings.state_dir / key.name)
-    state = _new_state(settings, stats_port=0)
-    _write(settings.state_dir, state)
-    try:
-        state.envoy_pid = _start_envoy(settings, tuple(base.replicas))
-        _write(settings.state_dir, state)
-        await_routable(admin_socket(settings.state_dir), len(base.replicas), settings.startup_timeout)
-    except BaseException:
-        stop_cluster(settings.state_dir)
-        raise
-    _write_front(settings, state)
-    return state
 
 
 def _start_replica(settings: ClusterSettings, index: int, env: dict) -> Replica:
@@ -233,6 +212,7 @@ def _start_replica(settings: ClusterSettings, index: int, env: dict) -> Replica:
         state_dir=folder,
         startup_timeout=settings.startup_timeout,
         internal=settings.internal,
+        tuning=settings.tuning,
     )
     start_supervised(replica_settings, health, drain=settings.balancing.drain_seconds, env=env)
     return Replica(f"replica-{index}", http, grpc, health, settings.host, str(folder.absolute() / HEALTH_SOCKET))
@@ -245,14 +225,14 @@ def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> in
     stats = 0 if settings.single else settings.admin_port
     socket_path = str(admin_socket(settings.state_dir))
     envoy = EnvoySettings(
-        replicas,
-        settings.http_port,
-        settings.grpc_port,
-        stats,
-        socket_path,
-        settings.host,
-        settings.balancing,
-        edge,
+        replicas=replicas,
+        http_port=settings.http_port,
+        grpc_port=settings.grpc_port,
+        stats_port=stats,
+        admin_socket=socket_path,
+        host=settings.host,
+        balancing=settings.balancing,
+        edge_filters=edge,
         tls=settings.tls,
         **(
             {"max_header_kb": settings.edge.max_header_kb, "max_connections": settings.edge.max_connections}
@@ -290,12 +270,12 @@ def _recording(settings: ClusterSettings, rules: dict) -> dict:
     from server.record_module import ENVOY_VERSION, runs_on
 
     record = settings.record
-    if record.native_grpc and not record.values and not runs_on(envoy_binary()):
+    native = record.values or runs_on(envoy_binary())
+    if not native:
         step(f"recording gRPC with the Lua reader: the native one is built for Envoy {ENVOY_VERSION.strip('/.')}")
-        record = replace(record, native_grpc=False)
     prepare(record)
-    filters = grpc_filters(record, rules, settings.edge.max_request_bytes)
-    return {"grpc_filters": tuple(filters), "access_logs": access_logs(record)}
+    filters = grpc_filters(record, rules, settings.edge.max_request_bytes, native)
+    return {"grpc_filters": tuple(filters), "access_logs": access_logs(record, native)}
 
 
 def admin_socket(state_dir: Path) -> Path:
@@ -386,14 +366,14 @@ def _write(state_dir: Path, state: ClusterState) -> None:
 def _write_front(settings: ClusterSettings, state: ClusterState) -> None:
     """server.json of the state folder, pointing at Envoy, for the clients and measurement commands."""
     front = endpoints.ServerState(
-        state.envoy_pid,
-        settings.host,
-        settings.http_port,
-        settings.grpc_port,
-        settings.admin_port,
-        str(settings.repo.resolve()),
-        str((settings.state_dir / "envoy.log").resolve()),
-        str(launcher.admin_key(settings.state_dir).resolve()),
+        pid=state.envoy_pid,
+        host=settings.host,
+        http_port=settings.http_port,
+        grpc_port=settings.grpc_port,
+        metrics_port=settings.admin_port,
+        repo=str(settings.repo.resolve()),
+        log=str((settings.state_dir / "envoy.log").resolve()),
+        admin_key_file=str(launcher.admin_key(settings.state_dir).resolve()),
     )
     endpoints.write_state(settings.state_dir, front)
 
@@ -429,6 +409,8 @@ def restart_replicas(state_dir: Path, timeout: float = 180.0) -> list[dict]:
             host=replica.host,
             state_dir=folder,
             startup_timeout=timeout,
+            internal=tuple(state.internal),
+            tuning=launcher.TritonTuning(**{k: tuple(v) if k == "args" else v for k, v in state.tuning.items()}),
         )
         env = state.env.get(replica.name, {})
         start_supervised(settings, replica.health_port, drain=Balancing().drain_seconds, env=env)

@@ -32,7 +32,7 @@ REFUSED_OVERRIDE_KEYS = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EdgeLimits:
     """Limits the edge enforces on every HTTP request (bytes; depth in JSON levels; counts)."""
 

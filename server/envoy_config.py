@@ -55,7 +55,7 @@ class Replica:
     health_socket: str = ""  # the supervisor's readiness on a Unix socket (0600): Envoy checks it, not the port
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Balancing:
     """How Envoy spreads and protects: health checks, outlier ejection, retries, timeouts (seconds)."""
 
@@ -81,7 +81,7 @@ class Balancing:
             raise ValueError("thresholds must be >= 1 and retries >= 0")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EnvoySettings:
     """Envoy's listeners, its admin socket and stats port, and the replicas behind it."""
 

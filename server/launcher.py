@@ -37,6 +37,95 @@ RESTRICTED = ("model-repository", "shared-memory", "statistics", "trace", "loggi
 CACHE_BYTES = 32 << 20  # the response cache, for models that enable it
 
 
+TUNING_FLAGS = (
+    "--grpc-infer-allocation-pool-size",
+    "--grpc-max-response-pool-size",
+    "--http-thread-count",
+    "--buffer-manager-thread-count",
+    "--pinned-memory-pool-byte-size",
+    "--cuda-memory-pool-byte-size",
+    "--model-load-thread-count",
+)
+DEFAULT_QUANTILES = "0.5:0.05,0.9:0.01,0.99:0.001"  # p50, p90, p99; tritonserver 2.51 also keeps 0.95 and 0.999
+
+
+def check_tuning_args(words: tuple[str, ...]) -> None:
+    """Raises ConfigError for a word that is not --flag=value, a flag not in TUNING_FLAGS, or a value with other
+    than letters, digits and ':._-'."""
+    for word in words:
+        flag, sep, value = word.partition("=")
+        plain = value and all(c.isalnum() or c in ":._-" for c in value)
+        if not sep or flag not in TUNING_FLAGS or not plain:
+            raise ConfigError(
+                f"SERVER_ARGS: {word!r} is not one of tritonserver's tuning flags as --flag=value; "
+                f"allowed: {', '.join(TUNING_FLAGS)} (e.g. --grpc-infer-allocation-pool-size=256)"
+            )
+
+
+def check_quantiles(text: str) -> None:
+    """Raises ConfigError for a pair of text ("q:error,q:error") that is not two numbers strictly between 0 and
+    1. Checked here, because tritonserver logs a bad pair and goes on without it: a typo would silently drop the
+    p99 the alert rules read."""
+    for pair in text.split(","):
+        quantile, _, error = pair.partition(":")
+        try:
+            ok = 0 < float(quantile) < 1 and 0 < float(error) < 1
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ConfigError(
+                f"LATENCY_QUANTILES={text!r}: {pair!r} is not 'quantile:error' with both between 0 and 1; "
+                f"for example {DEFAULT_QUANTILES!r}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TritonTuning:
+    """tritonserver's own knobs, checked when the record is made (before anything starts).
+
+    args: tuning flags, each one of TUNING_FLAGS as --flag=value (`make serve SERVER_ARGS="..."`): pools and
+        thread counts only.
+    latency_summaries: whether tritonserver keeps p50/p90/p99 summaries per model (`LATENCY_SUMMARIES=0`: off;
+        2.51 has summaries, not histograms). They cost a server thread per request: five summaries updated under
+        the model's statistics lock, each over five age buckets; counters and the statistics API stay either way.
+    latency_quantiles: the quantiles they keep, "q:error,..." (`LATENCY_QUANTILES=`). Triton's five default
+        quantiles cost twice what our three do (23 against 11 us a request on a 2-core host, 60 against 31 us at
+        20,000 requests/s: docs/cpu/latency_quantiles_2core.md).
+    """
+
+    args: tuple[str, ...] = ()
+    latency_summaries: bool = True
+    latency_quantiles: str = DEFAULT_QUANTILES
+
+    def __post_init__(self):
+        check_tuning_args(self.args)
+        if self.latency_summaries:
+            check_quantiles(self.latency_quantiles)
+
+    def flags(self) -> list[str]:
+        """Its part of the tritonserver command line."""
+        summaries = [f"--metrics-config=summary_latencies={str(self.latency_summaries).lower()}"]
+        if self.latency_summaries:
+            summaries.append(f"--metrics-config=summary_quantiles={self.latency_quantiles}")
+        return [*summaries, *self.args]
+
+    def cli_args(self) -> list[str]:
+        """The same settings as `python -m server supervise` options (what the supervisor is started with)."""
+        summaries = "--latency-summaries" if self.latency_summaries else "--no-latency-summaries"
+        return ["--server-args", " ".join(self.args), summaries, "--latency-quantiles", self.latency_quantiles]
+
+    @classmethod
+    def parse(cls, args: str = "", summaries: bool = True, quantiles: str = "") -> TritonTuning:
+        """From the command line's words (SERVER_ARGS, LATENCY_SUMMARIES, LATENCY_QUANTILES).
+
+        Raises:
+            ConfigError: a flag or quantile that tritonserver would not take as meant.
+        """
+        return cls(
+            args=tuple(args.split()), latency_summaries=summaries, latency_quantiles=quantiles or DEFAULT_QUANTILES
+        )
+
+
 @dataclass(frozen=True)
 class ServerSettings:
     """How to run the server. Ports bind to host (127.0.0.1 unless told otherwise)."""
@@ -51,6 +140,8 @@ class ServerSettings:
     startup_timeout: float = 180.0
     model_control: str = "none"
     extra_args: tuple[str, ...] = field(default_factory=tuple)
+    tuning: TritonTuning = TritonTuning()
+    ragged_stats: Path | None = None  # where ragged models write their per-batch statistics (text-bench reads them)
     # ports behind the edge ("http", "grpc", "metrics"): only processes of this user connect (Envoy, the
     # supervisor); gRPC's stream resets are never seen as cancellations there (server/triton_guard.c)
     internal: tuple[str, ...] = ()
@@ -136,91 +227,9 @@ def server_command(settings: ServerSettings, binary: Path, backends: Path, key: 
         "--exit-on-error=false",
         "--log-verbose=0",
         "--exit-timeout-secs=10",
-        f"--metrics-config=summary_latencies={str(latency_summaries()).lower()}",
-        *([f"--metrics-config=summary_quantiles={latency_quantiles()}"] if latency_summaries() else []),
-        *tuning_args(),
+        *settings.tuning.flags(),
         *settings.extra_args,
     ]
-
-
-ARGS_VARIABLE = "TRITON_SERVER_ARGS"
-# tritonserver's flags that tune how it serves and nothing it guards: no address, port, repository, backend
-# folder, restricted API or log, which stay ours to set
-TUNING_FLAGS = (
-    "--grpc-infer-allocation-pool-size",
-    "--grpc-max-response-pool-size",
-    "--http-thread-count",
-    "--buffer-manager-thread-count",
-    "--pinned-memory-pool-byte-size",
-    "--cuda-memory-pool-byte-size",
-    "--model-load-thread-count",
-)
-
-
-def tuning_args() -> list[str]:
-    """tritonserver tuning flags from TRITON_SERVER_ARGS (`make serve SERVER_ARGS="--flag=value ..."`), each one
-    of TUNING_FLAGS with a plain value.
-
-    Raises:
-        ConfigError: a word that is not --flag=value, a flag not in TUNING_FLAGS, or a value with other than
-            letters, digits and ':._-'.
-    """
-    words = os.environ.get(ARGS_VARIABLE, "").split()
-    for word in words:
-        flag, sep, value = word.partition("=")
-        plain = value and all(c.isalnum() or c in ":._-" for c in value)
-        if not sep or flag not in TUNING_FLAGS or not plain:
-            raise ConfigError(
-                f"{ARGS_VARIABLE}: {word!r} is not one of tritonserver's tuning flags as --flag=value; "
-                f"allowed: {', '.join(TUNING_FLAGS)} (e.g. --grpc-infer-allocation-pool-size=256)"
-            )
-    return words
-
-
-SUMMARIES_VARIABLE = "TRITON_LATENCY_SUMMARIES"
-QUANTILES_VARIABLE = "TRITON_LATENCY_QUANTILES"
-DEFAULT_QUANTILES = "0.5:0.05,0.9:0.01,0.99:0.001"  # p50, p90, p99; tritonserver 2.51 also keeps 0.95 and 0.999
-
-
-def latency_summaries() -> bool:
-    """Whether tritonserver keeps p50/p90/p99 summaries per model (2.51 has summaries, not histograms): on unless
-    TRITON_LATENCY_SUMMARIES=0 (`make serve LATENCY_SUMMARIES=0`). They cost a server thread per request: five
-    summaries updated under the model's statistics lock, each over five age buckets. Triton's five default
-    quantiles cost twice what our three do (latency_quantiles: 23 against 11 us a request on a 2-core host, 60
-    against 31 us at 20,000 requests/s: docs/cpu/latency_quantiles_2core.md); counters and the statistics API
-    stay either way."""
-    return os.environ.get(SUMMARIES_VARIABLE, "1").strip() not in ("0", "false", "no", "off")
-
-
-def check_metrics_config() -> None:
-    """Raises ConfigError where the environment asks tritonserver for metrics it would not keep, or passes it a
-    flag that is not one of TUNING_FLAGS."""
-    if latency_summaries():
-        latency_quantiles()
-    tuning_args()
-
-
-def latency_quantiles() -> str:
-    """The quantiles the summaries keep, as tritonserver reads them ("q:error,q:error"), from
-    TRITON_LATENCY_QUANTILES (`make serve LATENCY_QUANTILES=...`). Checked here, because tritonserver logs a bad
-    pair and goes on without it: a typo would silently drop the p99 the alert rules read.
-
-    Raises:
-        ConfigError: a pair that is not two numbers strictly between 0 and 1.
-    """
-    text = os.environ.get(QUANTILES_VARIABLE, "").strip() or DEFAULT_QUANTILES
-    for pair in text.split(","):
-        quantile, _, error = pair.partition(":")
-        try:
-            ok = 0 < float(quantile) < 1 and 0 < float(error) < 1
-        except ValueError:
-            ok = False
-        if not ok:
-            raise ConfigError(
-                f"{QUANTILES_VARIABLE}={text!r}: {pair!r} is not 'quantile:error' with both between 0 and 1; "
-                f"for example {DEFAULT_QUANTILES!r}"
-            )
-    return text
 
 
 def start(settings: ServerSettings) -> ServerState:
@@ -249,6 +258,8 @@ def start(settings: ServerSettings) -> ServerState:
     try:
         env = {**server_environment(install), **kernel_cache_env(settings.state_dir)}  # kernels: never /tmp's
         env.update(settings.guard_environment())
+        if settings.ragged_stats is not None:
+            env["TRITON_RAGGED_STATS"] = str(settings.ragged_stats)  # triton_models.ragged_runner.STATS_VARIABLE
     except UnsafeFolderError as err:
         raise ServerError(str(err)) from None
     env, secret_fd = pass_secret(env, key_file.read_text().strip())
@@ -269,14 +280,14 @@ def start(settings: ServerSettings) -> ServerState:
         os.close(secret_fd)
     CHILDREN[process.pid] = process
     state = ServerState(
-        process.pid,
-        settings.host,
-        settings.http_port,
-        settings.grpc_port,
-        settings.metrics_port,
-        str(settings.repo.resolve()),
-        str(log.resolve()),
-        str(key_file.resolve()),
+        pid=process.pid,
+        host=settings.host,
+        http_port=settings.http_port,
+        grpc_port=settings.grpc_port,
+        metrics_port=settings.metrics_port,
+        repo=str(settings.repo.resolve()),
+        log=str(log.resolve()),
+        admin_key_file=str(key_file.resolve()),
     )
     write_state(settings.state_dir, state)
     try:

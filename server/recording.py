@@ -32,7 +32,6 @@ class RecordSettings:
     max_files: int = 8  # rotated files kept (oldest removed first): the cap is about max_files x max_file_mb
     max_value_bytes: int = 1 << 20
     head_bytes: int = 1 << 16  # gRPC, shapes only: a message's header is read from its first bytes, these many
-    native_grpc: bool = True  # gRPC, shapes only: read by server/record_grpc.c (False: by record.lua, as before)
 
     def __post_init__(self):
         if self.max_file_mb <= 0 or self.max_files < 1 or self.max_value_bytes < 0:
@@ -91,17 +90,17 @@ def prepare(settings: RecordSettings) -> None:
     os.chmod(settings.folder, 0o700)
 
 
-def module_writes(settings: RecordSettings) -> bool:
-    """Whether the native module reads gRPC and writes its lines itself (shapes only): then the gRPC listener
-    has no access log (the log and the metadata it read cost about 30 µs of Envoy's CPU a gRPC request;
-    docs/measuring.md)."""
-    return settings.native_grpc and not settings.values
+def module_writes(settings: RecordSettings, native: bool = True) -> bool:
+    """Whether the native module reads gRPC and writes its lines itself (shapes only, and an Envoy it was built
+    for: native): then the gRPC listener has no access log (the log and the metadata it read cost about 30 µs of
+    Envoy's CPU a gRPC request; docs/measuring.md)."""
+    return native and not settings.values
 
 
-def access_logs(settings: RecordSettings) -> dict:
+def access_logs(settings: RecordSettings, native: bool = True) -> dict:
     """Each listener's access logs while recording: HTTP's always, gRPC's where the module does not write."""
     logs = {"http": (access_log(settings, "http"),)}
-    logs["grpc"] = () if module_writes(settings) else (access_log(settings, "grpc"),)
+    logs["grpc"] = () if module_writes(settings, native) else (access_log(settings, "grpc"),)
     return logs
 
 
@@ -125,16 +124,17 @@ def access_log(settings: RecordSettings, protocol: str) -> dict:
     }
 
 
-def grpc_filters(settings: RecordSettings, rules: dict, max_request_bytes: int) -> list[dict]:
+def grpc_filters(settings: RecordSettings, rules: dict, max_request_bytes: int, native: bool = True) -> list[dict]:
     """The gRPC listener's filters while recording (rules: server.edge.model_rules).
 
-    Shapes only: the native recorder (server/record_grpc.c) reads ModelInfer as its bytes pass and holds nothing.
+    Shapes only: the native recorder (server/record_grpc.c) reads ModelInfer as its bytes pass and holds nothing
+    (record.lua where the Envoy binary is not the one it was built for: native False).
     With values: a buffer, then record.lua, which keeps a unary request whole, up to the edge's body cap.
     Buffering costs: it holds each request back until its last byte (9% of gRPC throughput at concurrency 4 on a
     0.3 ms model, 2 cores)."""
     from dataclasses import asdict
 
-    if module_writes(settings):
+    if module_writes(settings, native):
         from server.record_module import module_filter
 
         sizes = {n: r.max_batch_size for n, r in rules.items()}

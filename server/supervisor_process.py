@@ -60,6 +60,7 @@ def start_supervised(
         str(probes.threshold),
         "--internal",
         ",".join(settings.internal),
+        *settings.tuning.cli_args(),
     ]
     log = open(settings.state_dir / "supervisor.log", "a")
     process = subprocess.Popen(

@@ -123,6 +123,7 @@ class Instance:
     SLOTS = 2
 
     def __init__(self, handle: int, model: dict, device):
+        from triton_models.ragged_runner import STATS_VARIABLE
         from triton_models.tokenize_serving import TokenizeServing, is_tokenize
         from triton_models.torch_serving import TorchServing
 
@@ -130,7 +131,8 @@ class Instance:
         if is_tokenize(model["config"]):  # the text pipeline's first step: no torch module
             self.serving = TokenizeServing(model["config"], model["folder"])
         else:
-            self.serving = TorchServing(model["config"], model["folder"], device, slots=self.SLOTS)
+            stats = os.environ.get(STATS_VARIABLE)  # the server's environment is how the launcher passes it
+            self.serving = TorchServing(model["config"], model["folder"], device, slots=self.SLOTS, stats_folder=stats)
         if self.serving.staged and device.type == "cuda":
             with self.serving.on_stream():
                 self.serving.runner.use_driver_copies()
@@ -151,12 +153,6 @@ class Instance:
             from triton_models.inprocess_tokenize import TokenizeBatch
 
             self.tokenize = TokenizeBatch(self, CALLS, API)
-        from triton_models.torch_runtime import StepTimes
-
-        self.unprofiled = StepTimes.NONE
-
-        # host-side spans only (no GPU synchronize between steps: the overlap stays as served)
-        self.profile = StepTimes(os.environ.get("TRITON_TORCH_PROFILE"), self.name, self.serving.staged)
         self.thread = threading.local()
         self.free = queue.Queue()
         for slot in range(self.SLOTS):
@@ -178,7 +174,7 @@ class Instance:
     def execute(self, requests: list[int]) -> None:
         if self.ragged is not None:
             return self.ragged.execute(requests)
-        start, steps = time.monotonic_ns(), self.profile.start()
+        start = time.monotonic_ns()
         views, kept = [], []
         for request in requests:
             try:
@@ -192,18 +188,16 @@ class Instance:
             return self.tokenize.execute(kept, views, start)
         if not self.serving.staged:
             return self._run_now(kept, views, start)
-        steps.mark("inputs: Triton's buffers located")
         slot = self.free.get()  # two batches in flight at most: the third waits for the first's responses
         alone = self.free.qsize() == self.SLOTS - 1  # the other slots are free: nothing else is in flight
-        steps.mark("wait for a free slot")
         try:
-            pending = self._submit([v[0] for v in views], slot, alone, steps)
+            pending = self._submit([v[0] for v in views], slot, alone)
         except Exception as err:  # the requests are ours now: each one hears why
             self.free.put(slot)
             for request in kept:
                 self._fail(request, err, start)
             return
-        job = (kept, [v[0].shape[0] for v in views], pending, start, time.monotonic_ns(), steps)
+        job = (kept, [v[0].shape[0] for v in views], pending, start, time.monotonic_ns())
         if alone and pending.count <= self.inline_rows:  # nothing to overlap: answer here, no hand-over
             return self._finish(job)
         self.done.put(job)
@@ -219,7 +213,7 @@ class Instance:
                 )
         return views
 
-    def _submit(self, views: list, slot: int, alone: bool, steps):
+    def _submit(self, views: list, slot: int, alone: bool):
         """Host rows are copied straight from Triton's buffers into the slot's pinned staging (one memmove per
         buffer, no tensor made); rows in device memory are wrapped and copied device to device."""
         import torch
@@ -247,14 +241,13 @@ class Instance:
             else:
                 parts.append(as_tensor(view, self.device))
             offset += rows
-        steps.mark("submit: rows into staging")
         if runner.shortest(parts, alone):  # no torch context managers: the instance's stream, set once a thread
             if not getattr(self.thread, "stream_set", False):
                 torch.cuda.set_stream(self.serving.stream)
                 self.thread.stream_set = True
-            return runner.submit(parts, slot, alone=True, steps=steps)
+            return runner.submit(parts, slot, alone=True)
         with self.serving.on_stream(), torch.inference_mode():
-            return runner.submit(parts, slot, alone=alone, steps=steps)
+            return runner.submit(parts, slot, alone=alone)
 
     def _run_now(self, requests, views, start) -> None:
         """The general path (no CUDA graphs: several inputs, dynamic axes, CPU; the tokenize step): run, then
@@ -309,21 +302,18 @@ class Instance:
             self._finish(job)
 
     def _finish(self, job) -> None:
-        requests, sizes, pending, start, compute, steps = job
+        requests, sizes, pending, start, compute = job
         try:
             outputs = self.serving.runner.collect(pending)
             ended = time.monotonic_ns()
-            steps.mark("wait for the GPU (event)")
             rows_bytes = self.serving.runner.output_row_bytes
             bases = [(o.data_ptr(), row, tuple(o.shape[1:])) for o, row in zip(outputs, rows_bytes)]
             offset = 0
             for request, size in zip(requests, sizes):
                 rows = [HostRows(base + offset * row, (size, *dims), size * row) for base, row, dims in bases]
-                self._answer(request, rows, (start, compute, ended), steps)
+                self._answer(request, rows, (start, compute, ended))
                 offset += size
             API.report_batch(self.handle, offset, (start, compute, ended, time.monotonic_ns()))
-            steps.mark("responses: statistics reported")
-            self.profile.write(steps, offset)
         except Exception as err:  # the batch failed on the device: every request of it hears why
             for request in requests:
                 self._fail(request, err, start)
@@ -331,8 +321,7 @@ class Instance:
             self.free.put(pending.slot)
 
     # --- responses
-    def _answer(self, request: int, outputs: list, times: tuple, steps=None) -> None:
-        steps = steps or self.unprofiled
+    def _answer(self, request: int, outputs: list, times: tuple) -> None:
         response = API.response_new(request)
         try:
             asked = set(API.requested_outputs(request)) if len(self.outputs) > 1 else None  # one output: no query
@@ -343,11 +332,8 @@ class Instance:
         except Exception as err:
             API.send(response, API.error(ERROR_INVALID_ARG, f"{self.name}: {err}"))
             return self._release(request, False, times)
-        steps.mark("responses: outputs written")
         API.send(response)
-        steps.mark("responses: sent")
         self._release(request, True, times)
-        steps.mark("responses: requests released")
 
     def _fail(self, request: int, err: Exception, start: int) -> None:
         """The request hears why it failed, and is released whatever happens on the way."""

@@ -23,6 +23,8 @@ import torch
 
 from triton_models import ragged
 
+STATS_VARIABLE = "TRITON_RAGGED_STATS"  # the folder of the runners' statistics, as the server passes it
+
 
 class RaggedRunner:
     """fn(*inputs) -> outputs, run over ragged batches.
@@ -38,15 +40,25 @@ class RaggedRunner:
         name: the model's name, for the statistics file.
         slots: batches that may be in flight at once (submit/collect); each slot has its own host buffers.
 
-    With TRITON_RAGGED_STATS=<folder> in the environment, a thread writes describe() to
-    <folder>/<name>-<pid>-<id>.json every second (padding efficiency, runs, graph memory: what Triton's statistics
-    cannot say).
+        stats_folder: where a thread writes describe() to <folder>/<name>-<pid>-<id>.json every second (padding
+            efficiency, runs, graph memory: what Triton's statistics cannot say); None: nowhere. The server's
+            processes are given it as STATS_VARIABLE (server.launcher.ServerSettings.ragged_stats).
     """
 
     STATS_EVERY_S = 1.0
 
     def __init__(
-        self, fn, inputs, per_token, grid, device, mask="", graphs: bool = True, name: str = "model", slots: int = 1
+        self,
+        fn,
+        inputs,
+        per_token,
+        grid,
+        device,
+        mask="",
+        graphs: bool = True,
+        name: str = "model",
+        slots: int = 1,
+        stats_folder: str | None = None,
     ):
         self.fn, self.grid, self.device, self.per_token = fn, grid, torch.device(device), list(per_token)
         self.names, self.dtypes = [n for n, _ in inputs], [d for _, d in inputs]
@@ -58,7 +70,7 @@ class RaggedRunner:
         self.slots = slots
         self.staging = [[torch.empty(0, dtype=d) for d in self.dtypes] for _ in range(slots)]
         self.host: list[list[torch.Tensor]] = []  # per slot, per output
-        folder = os.environ.get("TRITON_RAGGED_STATS")
+        folder = stats_folder
         self.stats_path = os.path.join(folder, f"{name}-{os.getpid()}-{id(self):x}.json") if folder else None
         if self.cuda:
             self._capture_all()
@@ -288,7 +300,15 @@ class Pending:
 
 
 def for_spec(
-    module, spec: dict, grid, device, out_dtypes, graphs: bool, name: str = "model", slots: int = 1
+    module,
+    spec: dict,
+    grid,
+    device,
+    out_dtypes,
+    graphs: bool,
+    name: str = "model",
+    slots: int = 1,
+    stats_folder: str | None = None,
 ) -> RaggedRunner:
     """The runner of a sequence model's module: its inputs in the spec's order and dtypes (spec.json's form), the
     mask found by name, its outputs cast to out_dtypes; what the server runs and what the build gates."""
@@ -303,7 +323,18 @@ def for_spec(
         return [o.to(d) for o, d in zip(out if isinstance(out, (tuple, list)) else [out], out_dtypes)]
 
     with torch.inference_mode():
-        return RaggedRunner(whole, inputs, per_token, grid, device, mask, graphs=graphs, name=name, slots=slots)
+        return RaggedRunner(
+            whole,
+            inputs,
+            per_token,
+            grid,
+            device,
+            mask,
+            graphs=graphs,
+            name=name,
+            slots=slots,
+            stats_folder=stats_folder,
+        )
 
 
 def _stats_loop(runner_ref) -> None:

@@ -53,7 +53,7 @@ class TokenizeServing:
         raw = b"".join(ctypes.string_at(address, size) for address, size, _, _ in view.chunks)
         return raw, int(np.prod(view.shape))
 
-    def run(self, feeds: list, steps=None) -> list:
+    def run(self, feeds: list) -> list:
         """Each request's (ids, mask) as int64 arrays (written into the responses as they lie), or the error that
         refuses it alone."""
         requests = [feed[0] for feed in feeds]

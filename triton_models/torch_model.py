@@ -7,8 +7,6 @@ backend's face of it: on a KIND_GPU instance inputs arrive through DLPack (on th
 client used CUDA shared memory, with FORCE_CPU_ONLY_INPUT_TENSORS=no) and outputs leave through
 DLPack (from host memory with host_outputs=1, cheaper than handing GPU tensors back through CUDA IPC).
 
-TRITON_TORCH_PROFILE=<file> appends each execute's per-step microseconds to that file (JSON lines;
-the GPU is synchronized between steps while profiling, so time it apart from throughput runs).
 The in-process backend (inprocess_backend.py) serves the same folders without this file's stub process.
 """
 
@@ -23,6 +21,7 @@ import torch  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
 from triton_models import torch_runtime as rt  # noqa: E402
+from triton_models.ragged_runner import STATS_VARIABLE  # noqa: E402
 from triton_models.torch_serving import TorchServing  # noqa: E402
 
 
@@ -32,20 +31,14 @@ class TritonPythonModel:
         folder = os.path.join(args["model_repository"], args["model_version"])
         gpu = args["model_instance_kind"] == "GPU"
         device = torch.device(f"cuda:{args['model_instance_device_id']}" if gpu else "cpu")
-        self.serving = TorchServing(config, folder, device)
-        self.profile = rt.StepTimes(
-            os.environ.get("TRITON_TORCH_PROFILE"), args["model_name"], self.serving.staged, device if gpu else None
-        )
+        stats = os.environ.get(STATS_VARIABLE)  # the stub's environment is how the server passes it
+        self.serving = TorchServing(config, folder, device, stats_folder=stats)
 
     def execute(self, requests):
         names = self.serving.input_names
-        steps = self.profile.start()
         feeds = [[rt.from_triton(pb_utils.get_input_tensor_by_name(r, n)) for n in names] for r in requests]
-        steps.mark("inputs from Triton (DLPack)")
-        results = self.serving.run(feeds, steps)
+        results = self.serving.run(feeds)
         responses = [self._response(r) for r in results]
-        steps.mark("responses (DLPack out)")
-        self.profile.write(steps, sum(f[0].shape[0] for f in feeds))
         return responses
 
     def _response(self, result):

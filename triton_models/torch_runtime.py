@@ -132,31 +132,27 @@ class StagedRunner:
         """Run the requests' inputs (one tensor each, host or device) as one batch; host outputs of the batch."""
         return [out.clone() for out in self.collect(self.submit(parts, 0, alone=True))]  # the slot is reused
 
-    def submit(self, parts: list, slot: int, alone: bool = False, steps=None) -> "Pending":
+    def submit(self, parts: list, slot: int, alone: bool = False) -> "Pending":
         """Queue one batch on the current stream through slot `slot` (free: its last batch was collected).
 
         alone: no other batch is in flight, so host rows may go straight into the graph's input (no copy
         stream, no landing buffer: the shortest path for a lone small request)."""
         count = sum(p.shape[0] for p in parts)
         size, where = pick_bucket(count, self.buckets), self.slots[slot]
-        steps = steps or StepTimes.NONE
         if self.shortest(parts, alone):
-            return self._submit_raw(parts, count, size, where, slot, steps)
+            return self._submit_raw(parts, count, size, where, slot)
         static = self.inputs[size]
         self._land(parts, where, static, self.copy_stream if not alone else None)
-        steps.mark("submit: copies in queued")
         if size in self.graphs:
             self.graphs[size].replay()
             outputs = self.outputs[size]
         else:
             with torch.inference_mode():
                 outputs = self._call(static)
-        steps.mark("submit: graph launched")
         for host, out in zip(where.host, outputs):
             host[:count].copy_(out[:count], non_blocking=True)
         if where.done is not None:
             where.done.record()
-        steps.mark("submit: copies out queued")
         return Pending(slot, count)
 
     def shortest(self, parts: list, alone: bool) -> bool:
@@ -164,7 +160,7 @@ class StagedRunner:
         FromHost), on a runner that uses driver copies."""
         return self.raw and alone and all(isinstance(p, (Staged, FromHost)) for p in parts)
 
-    def _submit_raw(self, parts: list, count: int, size: int, where: "_Slot", slot: int, steps) -> "Pending":
+    def _submit_raw(self, parts: list, count: int, size: int, where: "_Slot", slot: int) -> "Pending":
         """A lone batch whose rows are in the staging or at host addresses (FromHost): copies and the closing
         event as driver calls."""
         from triton_models import cuda_driver
@@ -177,13 +173,10 @@ class StagedRunner:
             source = part.address if isinstance(part, FromHost) else staging + offset
             cuda_driver.host_to_device(static + offset, source, nbytes, stream)
             offset += nbytes
-        steps.mark("submit: copies in queued")
         self.graphs[size].replay()
-        steps.mark("submit: graph launched")
         for host, out, row in zip(where.host, self.outputs[size], self.output_row_bytes):
             cuda_driver.device_to_host(host.data_ptr(), out.data_ptr(), count * row, stream)
         cuda_driver.record(where.done.cuda_event, stream)
-        steps.mark("submit: copies out queued")
         return Pending(slot, count)
 
     def use_driver_copies(self) -> bool:
@@ -428,51 +421,3 @@ def from_triton(tensor) -> torch.Tensor:
 def to_dlpack(tensor: torch.Tensor):
     """A torch tensor as a DLPack capsule for pb_utils.Tensor.from_dlpack (zero-copy)."""
     return torch.utils.dlpack.to_dlpack(tensor.contiguous())
-
-
-class StepTimes:
-    """Per-step wall time of one execute, written as a JSON line when profiling is on (a file path given).
-
-    While profiling, the GPU is synchronized at each mark so that a step's time includes its GPU work.
-    Off (no path), start() returns a recorder whose marks cost one attribute lookup.
-    """
-
-    NONE = None  # set below: the recorder that records nothing
-
-    def __init__(self, path: str | None, model: str = "", staged: bool = False, device=None):
-        self.path, self.model, self.staged, self.device = path, model, staged, device
-
-    def start(self) -> "_Steps":
-        return _Steps(self.device) if self.path else StepTimes.NONE
-
-    def write(self, steps: "_Steps", batch: int) -> None:
-        if not self.path or steps is StepTimes.NONE:
-            return
-        import json
-
-        record = {"model": self.model, "staged": self.staged, "batch": batch, "steps_us": steps.spans}
-        with open(self.path, "a") as handle:
-            handle.write(json.dumps(record) + "\n")
-
-
-class _Steps:
-    def __init__(self, device=None):
-        import time
-
-        self.device, self.clock, self.spans = device, time.perf_counter_ns, {}
-        self.last = self.clock()
-
-    def mark(self, name: str) -> None:
-        if self.device is not None:
-            torch.cuda.synchronize(self.device)
-        now = self.clock()
-        self.spans[name] = round((now - self.last) / 1000, 1)
-        self.last = now
-
-
-class _NoSteps:
-    def mark(self, name: str) -> None:
-        pass
-
-
-StepTimes.NONE = _NoSteps()

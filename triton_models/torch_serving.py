@@ -40,9 +40,12 @@ class TorchServing:
 
     Args:
         slots: staged requests that may be in flight at once (the in-process backend overlaps two).
+        stats_folder: where a ragged runner writes its statistics (ragged_runner.RaggedRunner); None: nowhere.
     """
 
-    def __init__(self, config: dict, folder: str, device: torch.device, slots: int = 1):
+    def __init__(
+        self, config: dict, folder: str, device: torch.device, slots: int = 1, stats_folder: str | None = None
+    ):
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         with open(os.path.join(folder, "spec.json")) as handle:
             self.spec = json.load(handle)
@@ -55,6 +58,7 @@ class TorchServing:
         self.outputs = [(o["name"], TORCH_DTYPES.get(o["data_type"], torch.float32)) for o in config["output"]]
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.staged = self.ragged = False
+        self.stats_folder = stats_folder
         self.runner = self._runner(folder, params, config["max_batch_size"])
 
     def on_stream(self):
@@ -123,7 +127,17 @@ class TorchServing:
         grid = ragged.grid_from_params(params, max_length(self.spec), max_batch)
         graphs = params.get("cuda_graphs") == "1"
         dtypes = [dtype for _, dtype in self.outputs]
-        return for_spec(module, self.spec, grid, self.device, dtypes, graphs, self.name, slots=self.slots)
+        return for_spec(
+            module,
+            self.spec,
+            grid,
+            self.device,
+            dtypes,
+            graphs,
+            self.name,
+            slots=self.slots,
+            stats_folder=self.stats_folder,
+        )
 
     def _run_ragged(self, feeds: list[list[torch.Tensor]]) -> list:
         """Requests of any lengths as one batch (torch tensors in and out: the Python backend's face)."""
@@ -165,23 +179,18 @@ class TorchServing:
             for batch in sorted({1, min(2, max_batch)}):
                 module(self._formatted(torch.zeros((batch, *first["dims"]), dtype=dtype, device=self.device)))
 
-    def run(self, feeds: list[list[torch.Tensor]], steps=None) -> list:
+    def run(self, feeds: list[list[torch.Tensor]]) -> list:
         """Each request's outputs (a list of tensors) or, where that request failed alone, its exception."""
-        steps = steps or rt.StepTimes.NONE
         if self.ragged:
-            results = self._run_ragged(feeds)
-            steps.mark("ragged: grouped by length, run, split")
-            return results
+            return self._run_ragged(feeds)
         sizes = [f[0].shape[0] for f in feeds]
         if self.staged:
             with self.on_stream(), torch.inference_mode():
                 outputs = self.runner([f[0] for f in feeds])
-            steps.mark("staged: copies in, graph, copies out, one sync")
             return split(outputs, sizes)
         try:
             merged = [torch.cat(parts) if len(parts) > 1 else parts[0] for parts in zip(*feeds)]
-            steps.mark("merge (torch.cat)")
-            return split(self._run(merged, steps), sizes)
+            return split(self._run(merged), sizes)
         except Exception:  # e.g. requests with different lengths on a dynamic axis: run them one by one
             return [self._alone(f) for f in feeds]
 
@@ -191,25 +200,17 @@ class TorchServing:
         except Exception as err:  # one error per request, the server stays up
             return err
 
-    def _run(self, inputs, steps=None):
-        steps = steps or rt.StepTimes.NONE
+    def _run(self, inputs):
         with self.on_stream(), torch.inference_mode():
             moved = [x.to(self.device, non_blocking=True) for x in inputs]
-            steps.mark("to device")
             ready = [self._prepare(i, x) for i, x in enumerate(moved)]
-            steps.mark("normalize / cast")
             out = self.runner(*ready)
             out = list(out) if isinstance(out, (tuple, list)) else [out]
-            steps.mark("module (graph replay, clone)")
             out = [o.to(dtype) for o, (_, dtype) in zip(out, self.outputs)]
-            steps.mark("output casts")
             if self.host_outputs:  # one device-to-host copy per execute
-                out = [o.cpu() for o in out]
-                steps.mark("to host (.cpu)")
-                return out
+                return [o.cpu() for o in out]
         if self.stream is not None:
             self.stream.synchronize()
-        steps.mark("synchronize")
         return out
 
     def _prepare(self, index, tensor):

@@ -149,17 +149,18 @@ def export_onnx(module, spec: ModelSpec, out_dir: Path, build_hash: str, metrics
     return ExportResult(final, sha, reused=False, metrics=metrics or {})
 
 
-VERBOSE = False  # the builder CLI's -v: show the exporter's warnings
+LOG_NAME = "builders.export"  # at DEBUG (the builder CLI's -v) the exporter's warnings show
 
 
 @contextlib.contextmanager
 def exporter_output():
-    """Hide the exporter's warnings and log lines unless VERBOSE (a user rarely can act on them);
-    errors still raise."""
-    if VERBOSE:
+    """Hide the exporter's warnings and log lines unless the LOG_NAME logger is at DEBUG (a user rarely can act
+    on them); errors still raise."""
+    import logging
+
+    if logging.getLogger(LOG_NAME).isEnabledFor(logging.DEBUG):
         yield
         return
-    import logging
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -11,7 +11,7 @@ from common.errors import ConfigError
 ENGINE_PRECISIONS = ("fp32", "fp16", "int8")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EngineOptions:
     """How to build one plan.
 

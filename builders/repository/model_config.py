@@ -128,7 +128,7 @@ class EnsembleStep:
     output_map: dict  # the step model's output name -> ensemble tensor name
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelConfig:
     """A Triton model configuration.
 

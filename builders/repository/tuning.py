@@ -21,7 +21,7 @@ MIN_DELAY_US, MAX_DELAY_US = 100, 5000
 LENGTH_STEP = 8
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Tuning:
     """What the traffic says to build for one model."""
 
@@ -62,7 +62,15 @@ def tune(spec, histogram: Counter, peak_rate: float, buckets: int = 15) -> Tunin
             "default_length_buckets": list(default),
         }
     graphs = tuple(b for b in _batch_steps(2 * batch_rows) if b <= max(1, spec.max_batch_size))  # bursts: 2x
-    return Tuning(spec.name, total, delay, preferred, graphs, chosen, figures)
+    return Tuning(
+        model=spec.name,
+        requests=total,
+        max_queue_delay_us=delay,
+        preferred_batch_sizes=preferred,
+        graph_batch_sizes=graphs,
+        length_buckets=chosen,
+        figures=figures,
+    )
 
 
 def _rows_per_request(spec, histogram: Counter) -> Counter:

@@ -25,7 +25,7 @@ TARGETS = ("embedded", "ngc")
 LABELS = "labels.txt"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ServingOptions:
     """Repository-level knobs that do not change the artifact."""
 
@@ -124,7 +124,7 @@ def _backend_fields(target: str, options: ServingOptions) -> dict:
     return {"platform": "onnxruntime_onnx", "backend": None, "default_model_filename": "model.onnx"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TorchRuntime:
     """The torch runtime of the embedded target (GPU or CPU instances)."""
 

@@ -142,7 +142,7 @@ class Preprocessing:
             raise SpecError(f"preprocessing std {list(self.std)} must be > 0")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     """A model as the build sees it.
 

@@ -24,7 +24,7 @@ from loadtest.reporting.perf_rows import markdown_table as perf_markdown
 from loadtest.reporting.plots import pyplot, save
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BenchRow:
     """One runtime: in-process and served figures (None where not measured)."""
 
@@ -101,17 +101,17 @@ def compiled_rows(spec, program: Path, gpu_batch: int, precisions=("fp16", "bf16
     batches = [b for b in (gpu_batch, 2 * gpu_batch, 4 * gpu_batch) if b <= spec.max_batch_size]
     for precision, name in [(p, n) for p, n in (("fp16", COMPILED), ("bf16", COMPILED_BF16)) if p in precisions]:
         step(f"gpu-bench: in-process {name} (compiling)")
-        runtime = TorchRuntime(precision, channels_last=True, cuda_graphs=True, compiler="inductor")
+        runtime = TorchRuntime(precision=precision, channels_last=True, cuda_graphs=True, compiler="inductor")
         engine, seconds = compile_engine(program, spec, runtime, "cuda")
         runner = _torch_fn(engine)  # its static buffers are inference tensors
         by_batch = {b: throughput(runner, _images(b, shape, DTYPES[precision])) for b in batches}
         b1 = latency_ms(runner, _images(1, shape, DTYPES[precision]))
         rows.append(
             BenchRow(
-                name,
-                b1,
-                by_batch[gpu_batch],
-                gpu_batch,
+                runtime=name,
+                inproc_b1_ms=b1,
+                inproc_tput=by_batch[gpu_batch],
+                inproc_batch=gpu_batch,
                 extra={"inproc_by_batch": by_batch, "compile_seconds": seconds},
             )
         )
@@ -145,7 +145,7 @@ def inprocess_rows(spec, onnx_path: Path, weights: Path, gpu_batch: int, cpu_bat
     module.load_state_dict(torch.load(weights, map_location="cpu"))
     rows.append(_row("torch CPU fp32", _torch_fn(module), torch.from_numpy(x1), torch.from_numpy(xb)))
     if not torch.cuda.is_available():
-        return rows + [BenchRow(r, note="no CUDA GPU here") for r in GPU_RUNTIMES] + [tensorrt_row()]
+        return rows + [BenchRow(runtime=r, note="no CUDA GPU here") for r in GPU_RUNTIMES] + [tensorrt_row()]
     x1g, xbg = (torch.randn(b, *shape, device="cuda") for b in (1, gpu_batch))
     fp32 = module.cuda()
     rows.append(_row("torch CUDA fp32 eager", _torch_fn(fp32), x1g, xbg))
@@ -192,7 +192,7 @@ def served_rows(keys: list[str]) -> tuple[str, ...]:
 
 def _row(name, fn, x1, xb) -> BenchRow:
     step(f"gpu-bench: in-process {name}")
-    return BenchRow(name, latency_ms(fn, x1), throughput(fn, xb), len(xb))
+    return BenchRow(runtime=name, inproc_b1_ms=latency_ms(fn, x1), inproc_tput=throughput(fn, xb), inproc_batch=len(xb))
 
 
 def tensorrt_row() -> BenchRow:
@@ -203,11 +203,13 @@ def tensorrt_row() -> BenchRow:
         require_tensorrt()
     except TensorRTUnavailable as err:
         return BenchRow(
-            "TensorRT fp16",
+            runtime="TensorRT fp16",
             note=f"unavailable: {str(err).split(':')[0]} (no wheel reachable here); "
             "measure with make build-engines-docker + make perf-docker",
         )
-    return BenchRow("TensorRT fp16", note="tensorrt imports: time plans with `python -m builders engines` (trtexec)")
+    return BenchRow(
+        runtime="TensorRT fp16", note="tensorrt imports: time plans with `python -m builders engines` (trtexec)"
+    )
 
 
 def rows_from_csv(path: Path) -> list[BenchRow]:
@@ -261,7 +263,7 @@ def plot(rows: list[BenchRow], path: Path) -> Path:
     return save(fig, path)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BenchSettings:
     """What gpu-bench builds, serves and how hard it pushes."""
 
@@ -273,7 +275,6 @@ class BenchSettings:
     measurement_ms: int = 3000
     max_batch: int = 0  # the served models' max batch (0: gpu_batch); the compiled rows measure up to it
     served: tuple[str, ...] = ()  # served rows (runtime names); empty: every servable one
-    profile: bool = False  # also: per-step µs of single requests through execute (request_profile.md)
     quick: bool = False  # only the compiled fp16 rows and the served ones: no CPU/eager rows, no bf16, no cold start
 
 
@@ -286,7 +287,15 @@ def _served_variants(spec, work: Path, repo: Path, settings: BenchSettings) -> d
     from builders.request import BuildRequest
 
     serve_onnx = not settings.served or "onnxruntime CPU fp32" in settings.served
-    build_model(BuildRequest(spec, "embedded", repo if serve_onnx else work / "scratch_repo", work, ServingOptions()))
+    build_model(
+        BuildRequest(
+            spec=spec,
+            target="embedded",
+            repo=repo if serve_onnx else work / "scratch_repo",
+            work_dir=work,
+            options=ServingOptions(),
+        )
+    )
     variants = {"onnxruntime CPU fp32": spec.name} if serve_onnx else {}
     if not torch.cuda.is_available():
         return variants
@@ -299,17 +308,19 @@ def _served_variants(spec, work: Path, repo: Path, settings: BenchSettings) -> d
     compiled = dict(graphs, compiler="inductor", host_outputs=True)
     unstaged = dict(compiled, uint8_input=True, staged=False)
     for runtime, name in (
-        (TorchRuntime("fp32"), "torch CUDA fp32 eager"),
-        (TorchRuntime("fp16", **graphs), GRAPHS),
-        (TorchRuntime("fp16", uint8_input=True, **graphs), GRAPHS_U8),
-        (TorchRuntime("fp16", **compiled), COMPILED),
-        (TorchRuntime("fp16", uint8_input=True, **compiled), COMPILED_U8),
-        (TorchRuntime("fp16", **unstaged), COMPILED_U8_UNSTAGED),
-        (TorchRuntime("fp16", uint8_input=True, inprocess=True, **compiled), COMPILED_U8_INPROC),
+        (TorchRuntime(precision="fp32"), "torch CUDA fp32 eager"),
+        (TorchRuntime(precision="fp16", **graphs), GRAPHS),
+        (TorchRuntime(precision="fp16", uint8_input=True, **graphs), GRAPHS_U8),
+        (TorchRuntime(precision="fp16", **compiled), COMPILED),
+        (TorchRuntime(precision="fp16", uint8_input=True, **compiled), COMPILED_U8),
+        (TorchRuntime(precision="fp16", **unstaged), COMPILED_U8_UNSTAGED),
+        (TorchRuntime(precision="fp16", uint8_input=True, inprocess=True, **compiled), COMPILED_U8_INPROC),
     ):
         if settings.served and name not in settings.served:
             continue
-        variants[name] = build_torch_variant(BuildRequest(spec, "embedded", repo, work, gpu), runtime)["name"]
+        variants[name] = build_torch_variant(
+            BuildRequest(spec=spec, target="embedded", repo=repo, work_dir=work, options=gpu), runtime
+        )["name"]
     return variants
 
 
@@ -419,13 +430,15 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
         compiled = compiled_rows(spec, work / spec.name / "model.pt2", settings.gpu_batch, precisions)
         at = rows.index(next(r for r in rows if r.runtime.startswith("TensorRT")))
         same = [
-            BenchRow(name, note="in-process figures: the row above") for name in COMPILED_VARIANTS if name in variants
+            BenchRow(runtime=name, note="in-process figures: the row above")
+            for name in COMPILED_VARIANTS
+            if name in variants
         ]
         rows[at:at] = compiled[:1] + same + compiled[1:]
     if GRAPHS_U8 in variants:  # served only: same in-process runtime as GRAPHS
         graphs = next(r for r in rows if r.runtime == GRAPHS)
         extra_row = BenchRow(
-            GRAPHS_U8,
+            runtime=GRAPHS_U8,
             inproc_tput=graphs.inproc_tput,
             inproc_batch=graphs.inproc_batch,
             note="in-process figures: the row above",
@@ -445,11 +458,6 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
                 row.extra["points"] = points
                 _same_batch(row, rows, batch)
                 _write(rows, out, settings, csv)  # as results come: a run cut short keeps what it measured
-    if settings.profile:
-        from loadtest.benches.request_profile import profile_requests
-
-        profiled = {name: variants[name] for name in COMPILED_VARIANTS if name in variants}
-        profile_requests(repo, profiled, (1, spec.max_batch_size), out)
     for name in () if settings.quick else (COMPILED_U8, COMPILED):
         if name in variants:
             _cold_starts(next(r for r in rows if r.runtime == name), repo, variants[name], out)

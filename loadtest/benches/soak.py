@@ -17,7 +17,7 @@ from common.endpoints import Endpoint
 from common.errors import MeasurementError, ServerError
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SoakSettings:
     """What to load, for how long, and how often to sample."""
 

@@ -34,7 +34,7 @@ from loadtest.workloads import text as tw
 ONNX_QUEUE_DELAY_US = 500  # the CPU's ONNX rows
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TextBenchSettings:
     """What the text bench builds and how hard it pushes."""
 
@@ -54,10 +54,6 @@ class TextBenchSettings:
     queue_delay_us: int = 0  # the served engine's and tokenize step's max_queue_delay (the ONNX rows: 500)
     before: bool = True  # CPU: also serve the model as it was before ragged batching
     text: bool = True  # the rows served from raw text
-    summaries_off: bool = False  # also: a second server without Triton's latency summaries, single-sentence points
-    quantiles_too: str = ""  # also: a server whose summaries keep these quantiles ("q:error,..."), same points
-    server_env_too: tuple[tuple[str, str], ...] = ()  # also: a server with each (variable, value) set, same points
-    client_cores: int = 0  # >0: single sentences also with the client on this many cores of its own (cpu_split)
 
 
 def for_device(settings: TextBenchSettings, gpu: bool) -> TextBenchSettings:
@@ -70,7 +66,7 @@ def for_device(settings: TextBenchSettings, gpu: bool) -> TextBenchSettings:
     return dataclasses.replace(settings, **filled)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TextRow:
     """One measured point."""
 
@@ -171,9 +167,9 @@ def _computed_tokens(lengths, order, batch, width) -> int:
 
 def _inproc_row(name, label, count, real, seconds, efficiency, note="") -> TextRow:
     return TextRow(
-        "in-process",
-        name,
-        label,
+        path="in-process",
+        runtime=name,
+        lengths=label,
         sentences_s=count / seconds,
         tokens_s=real / seconds,
         padding_efficiency=efficiency,
@@ -302,13 +298,19 @@ def build(settings: TextBenchSettings, work: Path, repo: Path, gpu: bool):
         spec = dataclasses.replace(spec, max_batch_size=settings.max_batch)
     cpu = ServingOptions(max_queue_delay_us=ONNX_QUEUE_DELAY_US)
     # on a GPU host the ONNX variant stays out of the served repository (numpy 2 there: launcher.numpy_problem)
-    build_model(BuildRequest(spec, "embedded", work / "scratch_repo" if gpu else repo, work, cpu))
+    build_model(
+        BuildRequest(
+            spec=spec, target="embedded", repo=work / "scratch_repo" if gpu else repo, work_dir=work, options=cpu
+        )
+    )
     precision = settings.precision or ("fp16" if gpu else "fp32")
     options = ServingOptions(
         instances=settings.instances, kind="KIND_GPU" if gpu else "KIND_CPU", max_queue_delay_us=settings.queue_delay_us
     )
-    runtime = TorchRuntime(precision, cuda_graphs=gpu, compiler="inductor", host_outputs=gpu, inprocess=True)
-    engine = build_torch_variant(BuildRequest(spec, "embedded", repo, work, options), runtime)["name"]
+    runtime = TorchRuntime(precision=precision, cuda_graphs=gpu, compiler="inductor", host_outputs=gpu, inprocess=True)
+    engine = build_torch_variant(
+        BuildRequest(spec=spec, target="embedded", repo=repo, work_dir=work, options=options), runtime
+    )["name"]
     tokenizer = settings.tokenizer or _default_tokenizer()
     pipeline = ""
     if settings.text and tokenizer is not None:
@@ -410,7 +412,7 @@ def gpu_memory_mib() -> float | None:
     return float(done.stdout.split()[0]) if done.returncode == 0 and done.stdout.strip() else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Point:
     """One served point: which model, how many sentences per request, at which concurrency."""
 
@@ -421,7 +423,7 @@ class Point:
     concurrency: int
     words: tuple[str, ...] = tw.WORDS  # served text: the words its texts are made of
     zipf: float = 0.0  # ... drawn uniformly (0) or with weight 1 / rank**zipf
-    client_cores: int = 0  # >0: the client on this many cores of its own, the server's threads on the rest
+    interval_ms: int = 3000  # perf_analyzer's window; the client's runs last three of them
 
 
 def describe_words(words: tuple[str, ...], zipf: float) -> str:
@@ -436,7 +438,7 @@ def served_point(point: Point, ep, analyzer, lengths: np.ndarray, label: str, st
     before, padding = _stats(ep, point.encoder), stats.read(point.encoder)
     steps_before = _step_stats(ep, point)
     tool = "our gRPC client (requests made once)"  # cores of its own are ours to set, not perf_analyzer's
-    if perf_can_send(point, lengths) and not point.client_cores:
+    if perf_can_send(point, lengths):
         tool = "perf_analyzer"
     what = f"{point.path} {point.model}, {point.per_request} per request, c{point.concurrency}"
     step(f"text-bench: {what} ({label}; {tool})")
@@ -452,18 +454,18 @@ def served_point(point: Point, ep, analyzer, lengths: np.ndarray, label: str, st
     seen += _tokenize_step(steps_before, _step_stats(ep, point))
     words = f"; {describe_words(point.words, point.zipf)}" if point.path == "served text" else ""
     return TextRow(
-        point.path,
-        point.model,
-        label,
-        point.per_request,
-        point.concurrency,
-        measured["throughput"],
-        measured["throughput"] * float(np.mean(lengths)),
-        measured["p50_ms"],
-        measured["p99_ms"],
-        _mean_batch(before, after),
-        delta["real_tokens"] / delta["computed_tokens"] if delta.get("computed_tokens") else None,
-        gpu_memory_mib(),
+        path=point.path,
+        runtime=point.model,
+        lengths=label,
+        per_request=point.per_request,
+        concurrency=point.concurrency,
+        sentences_s=measured["throughput"],
+        tokens_s=measured["throughput"] * float(np.mean(lengths)),
+        p50_ms=measured["p50_ms"],
+        p99_ms=measured["p99_ms"],
+        mean_batch=_mean_batch(before, after),
+        padding_efficiency=delta["real_tokens"] / delta["computed_tokens"] if delta.get("computed_tokens") else None,
+        gpu_mib=gpu_memory_mib(),
         note=f"{ep.protocol}, {tool}; {measured['note']}{seen}{words}",
         extra={"measured": measured},
     )
@@ -529,7 +531,7 @@ def _perf_point(point: Point, ep, analyzer, lengths, label, raw: Path) -> dict:
         point.model,
         concurrency=(point.concurrency,),
         batch_sizes=(point.per_request,),
-        measurement_ms=_interval(),
+        measurement_ms=point.interval_ms,
         max_trials=6,
         stability_percent=25,
         input_data=data,
@@ -558,18 +560,10 @@ def _client_point(point: Point, ep, lengths) -> dict:
         names = [i["name"] for i in meta["inputs"]]
         made = [tw.token_arrays(names, ids, mask) for ids, mask in tw.requests(lengths, point.per_request)]
     payloads = ragged_load.serialize(point.model, made, [o["name"] for o in meta["outputs"]])
-    seconds = _interval() / 1000 * 3
+    seconds = point.interval_ms / 1000 * 3
     rows = [point.per_request] * len(payloads)
-    if not point.client_cores:
-        result = ragged_load.run(ep.url, payloads, rows, point.concurrency, seconds)
-        note = ""
-    else:
-        from loadtest.benches import cpu_split
-
-        with cpu_split.client_on_own_cores(_SERVER_PID[0], point.client_cores) as (server, cores):
-            result = ragged_load.run(ep.url, payloads, rows, point.concurrency, seconds, cores=cores)
-        note = f"client on cores {cpu_split.describe(cores)}, the server's threads on {cpu_split.describe(server)}; "
-    note += f"{result.requests} requests in {result.seconds:g} s, {result.errors} failed"
+    result = ragged_load.run(ep.url, payloads, rows, point.concurrency, seconds)
+    note = f"{result.requests} requests in {result.seconds:g} s, {result.errors} failed"
     return {"throughput": result.rows_per_s, "p50_ms": result.p50_ms, "p99_ms": result.p99_ms, "note": note}
 
 
@@ -580,42 +574,51 @@ def _metadata(client, model: str) -> dict:
     return meta if isinstance(meta, dict) else as_dict(meta)
 
 
-_INTERVAL_MS = [3000]
-_SERVER_PID = [0]  # the server measured now (client_cores pins its threads)
-
-
-def _interval() -> int:
-    return _INTERVAL_MS[0]
-
-
 def served_rows(
     settings, ep, analyzer, models: dict, lengths: np.ndarray, label: str, stats, raw: Path
 ) -> list[TextRow]:
     """Every served point of one length distribution: ids (per_request and single sentences), text, before."""
+    window = settings.interval_ms
+    engine = models["engine"]
     points = [
-        Point("served ids", models["engine"], models["engine"], settings.per_request, c) for c in settings.concurrency
+        Point(
+            path="served ids",
+            model=engine,
+            encoder=engine,
+            per_request=settings.per_request,
+            concurrency=c,
+            interval_ms=window,
+        )
+        for c in settings.concurrency
     ]
-    points += single_points(settings, models["engine"])
+    points += [
+        Point(path="served ids", model=engine, encoder=engine, per_request=1, concurrency=c, interval_ms=window)
+        for c in settings.single_concurrency
+    ]
     if models.get("pipeline"):
+        words, zipf = text_words(settings)
         points += [
-            Point("served text", models["pipeline"], models["engine"], settings.per_request, c, *text_words(settings))
+            Point(
+                path="served text",
+                model=models["pipeline"],
+                encoder=engine,
+                per_request=settings.per_request,
+                concurrency=c,
+                words=words,
+                zipf=zipf,
+                interval_ms=window,
+            )
             for c in settings.concurrency[-1:]
         ]
     for key, path in LAYOUT_ROWS:
         if models.get(key):
-            points += [Point(path, models[key], models[key], 1, c) for c in settings.single_concurrency[:1]]
+            points += [
+                Point(
+                    path=path, model=models[key], encoder=models[key], per_request=1, concurrency=c, interval_ms=window
+                )
+                for c in settings.single_concurrency[:1]
+            ]
     return [_safe_point(p, ep, analyzer, lengths, label, stats, raw) for p in points]
-
-
-def single_points(settings, engine: str) -> list[Point]:
-    """Single sentences from ids at each concurrency; with client_cores, the client on cores of its own and
-    shared, alternated twice (shared, own, shared, own): the same server both ways."""
-    points = []
-    for c in settings.single_concurrency:
-        shared = Point("served ids", engine, engine, 1, c)
-        split = [shared, dataclasses.replace(shared, client_cores=settings.client_cores)]
-        points += split * 2 if settings.client_cores else [shared]
-    return points
 
 
 def _safe_point(point, ep, analyzer, lengths, label, stats, raw) -> TextRow:
@@ -626,7 +629,12 @@ def _safe_point(point, ep, analyzer, lengths, label, stats, raw) -> TextRow:
         first = str(err).strip().splitlines()
         reason = next((line for line in first if "rror" in line), first[0] if first else type(err).__name__)
         return TextRow(
-            point.path, point.model, label, point.per_request, point.concurrency, note=f"failed: {reason[:300]}"
+            path=point.path,
+            runtime=point.model,
+            lengths=label,
+            per_request=point.per_request,
+            concurrency=point.concurrency,
+            note=f"failed: {reason[:300]}",
         )
 
 
@@ -640,7 +648,9 @@ def accuracy_rows(ep, models: dict, reference, tokenizer: Path | None, label: st
     from clients.infer import infer
 
     if tokenizer is None:
-        return [TextRow("accuracy", models["engine"], label, note="no tokenizer.json: not checked")]
+        return [
+            TextRow(path="accuracy", runtime=models["engine"], lengths=label, note="no tokenizer.json: not checked")
+        ]
     tok = Tokenizer.from_file(str(tokenizer))
     tok.enable_truncation(256)
     tok.enable_padding()
@@ -659,9 +669,9 @@ def accuracy_rows(ep, models: dict, reference, tokenizer: Path | None, label: st
         cosine = np.sum(got * expected, axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(expected, axis=1)
         rows.append(
             TextRow(
-                "accuracy",
-                models["engine"] if path == "served ids" else models["pipeline"],
-                f"{len(SENTENCES)} sentences of builders/spec/zoo/text.py",
+                path="accuracy",
+                runtime=models["engine"] if path == "served ids" else models["pipeline"],
+                lengths=f"{len(SENTENCES)} sentences of builders/spec/zoo/text.py",
                 note=f"{path} vs the fp32 eager module on the CPU: min cosine {cosine.min():.5f}, "
                 f"mean {cosine.mean():.5f}",
                 extra={"min_cosine": float(cosine.min())},
@@ -674,9 +684,31 @@ def latency_rows(settings, state, repo: Path, analyzer, models: dict, stats, raw
     """One 32-token sentence per request, concurrency 1: p50 from ids and from text, over gRPC and over HTTP."""
     one = tw.Lengths(fixed=32).sample(256)
     label = "one sentence of 32 tokens"
-    points = [Point("served ids", models["engine"], models["engine"], 1, 1)]
+    window = settings.interval_ms
+    points = [
+        Point(
+            path="served ids",
+            model=models["engine"],
+            encoder=models["engine"],
+            per_request=1,
+            concurrency=1,
+            interval_ms=window,
+        )
+    ]
     if models.get("pipeline"):
-        points.append(Point("served text", models["pipeline"], models["engine"], 1, 1, *text_words(settings)))
+        words, zipf = text_words(settings)
+        points.append(
+            Point(
+                path="served text",
+                model=models["pipeline"],
+                encoder=models["engine"],
+                per_request=1,
+                concurrency=1,
+                words=words,
+                zipf=zipf,
+                interval_ms=window,
+            )
+        )
     endpoints = [state.endpoint(protocol, repo) for protocol in ("grpc", "http")]
     return [_safe_point(p, ep, analyzer, one, label, stats, raw) for p in points for ep in endpoints]
 
@@ -688,7 +720,6 @@ def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
     from loadtest.perf.tools import find_perf_analyzer
     from server.launcher import running
 
-    _INTERVAL_MS[0] = settings.interval_ms
     gpu = torch.cuda.is_available()
     settings = for_device(settings, gpu)
     work, repo = out / "work", out / "repo"
@@ -702,10 +733,8 @@ def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
     rows = inprocess(settings, spec, work, gpu, workloads)
     _write(rows, out, settings, spec)
     stats = RaggedStats(out / "ragged_stats")
-    os.environ["TRITON_RAGGED_STATS"] = str(stats.folder)
     analyzer = find_perf_analyzer()
-    with running(repo, out / "state", startup_timeout=900) as state:
-        _SERVER_PID[0] = state.pid
+    with running(repo, out / "state", startup_timeout=900, ragged_stats=stats.folder) as state:
         ep = state.endpoint("grpc", repo)
         reference = _reference(work / spec.name / "model.pt2")
         rows += accuracy_rows(ep, models, reference, settings.tokenizer or _default_tokenizer(), "")
@@ -715,66 +744,6 @@ def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
             lengths = workload.sample(settings.sentences)
             rows += served_rows(settings, ep, analyzer, models, lengths, workload.describe(), stats, out / "raw")
             _write(rows, out, settings, spec)  # as results come: a run cut short keeps what it measured
-    for k, setup in enumerate(other_summaries(settings)):
-        rows += with_summaries(settings, repo, out / f"state_summaries{k}", models, workloads, stats, analyzer, setup)
-        _write(rows, out, settings, spec)
-    return rows
-
-
-def other_summaries(settings) -> list[tuple[str, str, str]]:
-    """The servers measured again for what Triton's latency summaries cost: (note, variable, value) each."""
-    from server.launcher import QUANTILES_VARIABLE, SUMMARIES_VARIABLE
-
-    others = [("Triton's latency summaries off", SUMMARIES_VARIABLE, "0")] if settings.summaries_off else []
-    if settings.quantiles_too:
-        others.append(
-            (f"latency summaries of quantiles {settings.quantiles_too}", QUANTILES_VARIABLE, settings.quantiles_too)
-        )
-    others += [(f"server with {name}={value}", name, value) for name, value in settings.server_env_too]
-    return others
-
-
-def server_variables(given) -> tuple[tuple[str, str], ...]:
-    """--server-env-too's VAR=VALUE texts as (variable, value) pairs.
-
-    Raises:
-        MeasurementError: a text without '=' or with an empty name.
-    """
-    from common.errors import MeasurementError
-
-    pairs = []
-    for text in given:
-        name, sep, value = text.partition("=")
-        if not sep or not name.strip():
-            raise MeasurementError(f"--server-env-too {text!r}: write VARIABLE=VALUE, e.g. OMP_NUM_THREADS=4")
-        pairs.append((name.strip(), value))
-    return tuple(pairs)
-
-
-def with_summaries(
-    settings, repo: Path, state_dir: Path, models: dict, workloads, stats, analyzer, setup
-) -> list[TextRow]:
-    """The latency and single-sentence points again, on a server (its state in state_dir) started with other latency
-    summaries (off, or other quantiles): what they cost per request."""
-    from server.launcher import running
-
-    label, variable, value = setup
-    engine_only = {"engine": models["engine"], "pipeline": models.get("pipeline")}
-    single = dataclasses.replace(settings, concurrency=())
-    os.environ[variable] = value
-    try:
-        with running(repo, state_dir, startup_timeout=900) as state:
-            _SERVER_PID[0] = state.pid
-            ep = state.endpoint("grpc", repo)
-            raw = state_dir.parent / "raw"
-            rows = latency_rows(settings, state, repo, analyzer, engine_only, stats, raw)
-            for workload in workloads:
-                lengths = workload.sample(settings.sentences)
-                rows += served_rows(single, ep, analyzer, engine_only, lengths, workload.describe(), stats, raw)
-    finally:
-        os.environ.pop(variable, None)
-    for row in rows:
-        row.note = f"{label}; {row.note}"
     return rows
 
 
@@ -797,7 +766,7 @@ def inprocess(settings, spec, work: Path, gpu: bool, workloads) -> list[TextRow]
     precision = settings.precision or ("fp16" if gpu else "fp32")
     program = work / spec.name / "model.pt2"
     module = rt.load_program(program, device).to(device, dtype=rt.DTYPES[precision])
-    runtime = TorchRuntime(precision, cuda_graphs=gpu, compiler="inductor")
+    runtime = TorchRuntime(precision=precision, cuda_graphs=gpu, compiler="inductor")
     step(f"text-bench: compiling the served engine in-process ({precision}, {device})")
     runner = ragged_engine(
         rt.compiled(rt.load_program(program, device).to(device, dtype=rt.DTYPES[precision])), spec, runtime, device
@@ -812,8 +781,10 @@ def inprocess(settings, spec, work: Path, gpu: bool, workloads) -> list[TextRow]
     rows += tokenizer_rows(settings, workloads)
     eager_ms, engine_ms = single_sentence_ms(runner, module, device)
     label = "one sentence of 32 tokens"
-    rows.append(TextRow("in-process", "eager", label, 1, p50_ms=eager_ms))
-    rows.append(TextRow("in-process", "served engine (runner)", label, 1, p50_ms=engine_ms))
+    rows.append(TextRow(path="in-process", runtime="eager", lengths=label, per_request=1, p50_ms=eager_ms))
+    rows.append(
+        TextRow(path="in-process", runtime="served engine (runner)", lengths=label, per_request=1, p50_ms=engine_ms)
+    )
     del runner, module
     if gpu:
         torch.cuda.empty_cache()

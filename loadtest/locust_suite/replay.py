@@ -73,7 +73,13 @@ def _requests(replay: Replay) -> tuple[list, list, Counter]:
     if not items:
         raise RecordingError(f"the workload {replay.workload} generates no request (models {replay.models or 'all'})")
     as_recorded = [
-        RecordedRequest(int(i.offset_s * 1e6), i.model, i.protocol, i.inputs, status=200 if i.protocol == "http" else 0)
+        RecordedRequest(
+            arrival_us=int(i.offset_s * 1e6),
+            model=i.model,
+            protocol=i.protocol,
+            inputs=i.inputs,
+            status=200 if i.protocol == "http" else 0,
+        )
         for i in items
     ]
     return as_recorded, items, Counter()

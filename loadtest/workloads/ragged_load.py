@@ -23,7 +23,7 @@ from common.errors import MeasurementError
 INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LoadResult:
     """What one closed-loop run measured."""
 
@@ -166,11 +166,11 @@ def run(
     if not len(latencies):
         raise MeasurementError(f"no request succeeded at {url} ({errors} failed): {first or 'no answer in time'}")
     return LoadResult(
-        len(latencies),
-        sum(r[1] for r in results),
-        seconds,
-        float(np.percentile(latencies, 50)),
-        float(np.percentile(latencies, 99)),
-        errors,
-        first,
+        requests=len(latencies),
+        rows=sum(r[1] for r in results),
+        seconds=seconds,
+        p50_ms=float(np.percentile(latencies, 50)),
+        p99_ms=float(np.percentile(latencies, 99)),
+        errors=errors,
+        first_error=first,
     )

@@ -38,7 +38,10 @@ def endpoint_of(state: endpoints.ServerState, repo: Path, protocol: str) -> Endp
 
 
 def _build(repo, work, spec, built, options, precisions=("fp32",)):
-    build_model(BuildRequest(spec, "embedded", repo, work, options, precisions=precisions), built)
+    build_model(
+        BuildRequest(spec=spec, target="embedded", repo=repo, work_dir=work, options=options, precisions=precisions),
+        built,
+    )
     return spec.name, (spec, built)
 
 
@@ -61,11 +64,11 @@ def served(tmp_path_factory, digits_build):
             _build(repo, work, resnet_spec, zoo.build_module(resnet_spec), ServingOptions()),
         ]
     )
-    for runtime in (TorchRuntime("fp32"), TorchRuntime("fp32", uint8_input=True)):
-        build_torch_variant(BuildRequest(resnet_spec, "embedded", repo, work), runtime)
+    for runtime in (TorchRuntime(precision="fp32"), TorchRuntime(precision="fp32", uint8_input=True)):
+        build_torch_variant(BuildRequest(spec=resnet_spec, target="embedded", repo=repo, work_dir=work), runtime)
     write_image_pipelines(repo, digits_spec, top_k=3)
     minilm = zoo.get_spec("minilm", max_batch_size=8)
-    build_model(BuildRequest(minilm, "embedded", repo, work, ServingOptions()))
+    build_model(BuildRequest(spec=minilm, target="embedded", repo=repo, work_dir=work, options=ServingOptions()))
     write_text_pipeline(repo, minilm, text.model_dir() / "tokenizer.json")
     with launcher.running(repo, root / "state") as state:
         yield Served(state, repo, models)
@@ -80,10 +83,10 @@ def behind_edge(repo: Path, state_dir: Path, record=None, **edge):
     http_port, grpc_port, metrics_port, health_port = endpoints.free_ports(4)
     return ClusterSettings(
         repo,
-        1,
-        http_port,
-        grpc_port,
-        metrics_port,
+        replicas=1,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        admin_port=metrics_port,
         state_dir=state_dir,
         single=True,
         health_port=health_port,

@@ -221,7 +221,13 @@ def behind_tls(foreign, tmp_path_factory):
     shutil.copytree(FIXTURE, root / "repo", ignore=shutil.ignore_patterns("__pycache__"))
     http_port, grpc_port, stats_port = endpoints.free_ports(3)
     settings = ClusterSettings(
-        root / "repo", 1, http_port, grpc_port, stats_port, state_dir=root / "state", tls=(str(cert), str(key))
+        root / "repo",
+        replicas=1,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        admin_port=stats_port,
+        state_dir=root / "state",
+        tls=(str(cert), str(key)),
     )
     start_cluster(settings)
     yield settings, cert, root

@@ -52,7 +52,9 @@ def _settings(replicas: int, repo, state_dir):
     from server.cluster import ClusterSettings
 
     http, grpc, metrics = endpoints.free_ports(3)
-    return ClusterSettings(repo, replicas, http, grpc, metrics, state_dir=state_dir)
+    return ClusterSettings(
+        repo, replicas=replicas, http_port=http, grpc_port=grpc, admin_port=metrics, state_dir=state_dir
+    )
 
 
 @pytest.fixture(scope="module", params=[1, 2], ids=["one server", "two replicas"])
@@ -60,7 +62,7 @@ def canary_server(request, digits_build, tmp_path_factory):
     spec, built, _ = digits_build
     root = tmp_path_factory.mktemp("canary")
     for name in ("repo", "good", "slow", "faulty"):
-        build_model(BuildRequest(spec, "embedded", root / name, root / "work"), built)
+        build_model(BuildRequest(spec=spec, target="embedded", repo=root / name, work_dir=root / "work"), built)
     with open(root / "faulty" / "digits_cnn" / "1" / "model.py", "a") as model_py:
         model_py.write(FAULT)
     config_path = root / "slow" / "digits_cnn" / "config.pbtxt"
@@ -85,7 +87,7 @@ def _load(settings):
 def test_a_slow_build_is_rolled_back_at_its_first_step_and_nothing_fails(canary_server):
     root, settings = canary_server
     with _load(settings) as load, pytest.raises(RolloutError, match="rolled back.*latency"):
-        rollout(RolloutRequest("digits_cnn", root / "slow", settings.state_dir, share=PLAN))
+        rollout(RolloutRequest(model="digits_cnn", source=root / "slow", state_dir=settings.state_dir, share=PLAN))
     assert load.failures() == [], load.failures()[:3]
     event = read_manifest(root / "repo")["models"]["digits_cnn"]["history"][-1]
     assert event["status"] == "rolled back" and event["steps"][-1]["percent"] == 10
@@ -96,7 +98,9 @@ def test_a_slow_build_is_rolled_back_at_its_first_step_and_nothing_fails(canary_
 def test_a_good_build_goes_step_by_step_to_all_traffic_with_nothing_failed(canary_server):
     root, settings = canary_server
     with _load(settings) as load:
-        event = rollout(RolloutRequest("digits_cnn", root / "good", settings.state_dir, share=PLAN))
+        event = rollout(
+            RolloutRequest(model="digits_cnn", source=root / "good", state_dir=settings.state_dir, share=PLAN)
+        )
     assert load.failures() == [], load.failures()[:3]
     steps = event["checks"]["steps"]
     assert [s["percent"] for s in steps] == [10, 50, 100] and all(s["breach"] is None for s in steps)
@@ -107,7 +111,7 @@ def test_a_good_build_goes_step_by_step_to_all_traffic_with_nothing_failed(canar
 def test_a_build_failing_5_percent_is_rolled_back_and_only_its_own_answers_failed(canary_server):
     root, settings = canary_server
     with _load(settings) as load, pytest.raises(RolloutError, match="rolled back.*errors"):
-        rollout(RolloutRequest("digits_cnn", root / "faulty", settings.state_dir, share=PLAN))
+        rollout(RolloutRequest(model="digits_cnn", source=root / "faulty", state_dir=settings.state_dir, share=PLAN))
     event = read_manifest(root / "repo")["models"]["digits_cnn"]["history"][-1]
     last = event["steps"][-1]
     assert event["status"] == "rolled back" and last["percent"] == 10 and last["seconds"] <= 10

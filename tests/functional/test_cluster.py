@@ -40,10 +40,21 @@ X = np.zeros((1, 1, 8, 8), np.float32)
 def cluster(digits_build, tmp_path_factory):
     spec, built, _ = digits_build
     root = tmp_path_factory.mktemp("cluster")
-    build_model(BuildRequest(spec, "embedded", root / "repo", root / "work", ServingOptions()), built)
+    build_model(
+        BuildRequest(
+            spec=spec, target="embedded", repo=root / "repo", work_dir=root / "work", options=ServingOptions()
+        ),
+        built,
+    )
     http_port, grpc_port, admin_port = endpoints.free_ports(3)
     settings = ClusterSettings(
-        root / "repo", 2, http_port, grpc_port, admin_port, state_dir=root / "state", balancing=Balancing()
+        root / "repo",
+        replicas=2,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        admin_port=admin_port,
+        state_dir=root / "state",
+        balancing=Balancing(),
     )
     start_cluster(settings)
     yield settings

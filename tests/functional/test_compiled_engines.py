@@ -29,9 +29,9 @@ ENGINE = "digits_cnn_inductor_fp32_nographs"
 def compiled_repo(digits_build, tmp_path_factory):
     spec, built, _ = digits_build
     root = tmp_path_factory.mktemp("compiled")
-    request = BuildRequest(spec, "embedded", root / "repo", root / "work")
+    request = BuildRequest(spec=spec, target="embedded", repo=root / "repo", work_dir=root / "work")
     build_model(request, built)
-    entry = build_torch_variant(request, TorchRuntime("fp32", compiler="inductor"))
+    entry = build_torch_variant(request, TorchRuntime(precision="fp32", compiler="inductor"))
     return spec, built, root, entry
 
 
@@ -81,9 +81,9 @@ def test_an_engine_compiled_by_another_torch_is_refused_before_the_server_starts
 def test_an_engine_that_fails_the_gate_is_not_written(compiled_repo):
     spec, _, root, _ = compiled_repo
     strict = dataclasses.replace(spec, tolerances={**spec.tolerances, "bf16": (1e-7, 0.0)})
-    request = BuildRequest(strict, "embedded", root / "repo", root / "work")
+    request = BuildRequest(spec=strict, target="embedded", repo=root / "repo", work_dir=root / "work")
     with pytest.raises(ValidationError, match=r"inductor bf16 engine of 'digits_cnn' failed validation .* max abs"):
-        build_torch_variant(request, TorchRuntime("bf16", compiler="inductor"))
+        build_torch_variant(request, TorchRuntime(precision="bf16", compiler="inductor"))
     assert not (root / "repo" / "digits_cnn_inductor_bf16_nographs").exists()
     assert "digits_cnn_inductor_bf16_nographs" not in read_manifest(root / "repo")["models"]
     assert (root / "work" / spec.name / "digits_cnn_inductor_bf16_nographs.validation.compiled.json").exists()

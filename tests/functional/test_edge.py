@@ -29,7 +29,7 @@ HUGE = [1, 1, 8, 2147483648]  # 64 GiB of FP32 declared in ~100 bytes
 def edged(digits_build, tmp_path_factory):
     spec, built, _ = digits_build
     root = tmp_path_factory.mktemp("edged")
-    build_model(BuildRequest(spec, "embedded", root / "repo", root / "work"), built)
+    build_model(BuildRequest(spec=spec, target="embedded", repo=root / "repo", work_dir=root / "work"), built)
     settings = behind_edge(root / "repo", root / "state")
     start_cluster(settings)
     yield settings
@@ -186,7 +186,7 @@ def _as_nobody(script: str) -> bytes:
 def test_make_serve_style_start_returns_with_output_captured(digits_build, tmp_path):
     """`python -m server start | tail` must end: nothing it leaves running holds the caller's output."""
     spec, built, _ = digits_build
-    build_model(BuildRequest(spec, "embedded", tmp_path / "repo", tmp_path / "work"), built)
+    build_model(BuildRequest(spec=spec, target="embedded", repo=tmp_path / "repo", work_dir=tmp_path / "work"), built)
     ports = [str(p) for p in endpoints.free_ports(4)]
     command = [
         sys.executable,

@@ -46,14 +46,19 @@ def served(tmp_path_factory):
     root = tmp_path_factory.mktemp("inprocess")
     spec = zoo.get_spec("resnet18", **SPEC)
     repo, work = root / "repo", root / "work"
-    build_model(BuildRequest(spec, "embedded", root / "scratch", work), zoo.build_module(spec))
+    build_model(
+        BuildRequest(spec=spec, target="embedded", repo=root / "scratch", work_dir=work), zoo.build_module(spec)
+    )
     for runtime in (
-        TorchRuntime("fp32", uint8_input=True),
-        TorchRuntime("fp32", uint8_input=True, cuda_graphs=True, inprocess=True),
-        TorchRuntime("fp32", inprocess=True),
+        TorchRuntime(precision="fp32", uint8_input=True),
+        TorchRuntime(precision="fp32", uint8_input=True, cuda_graphs=True, inprocess=True),
+        TorchRuntime(precision="fp32", inprocess=True),
     ):
         build_torch_variant(
-            BuildRequest(spec, "embedded", repo, work, ServingOptions(max_queue_delay_us=5000)), runtime
+            BuildRequest(
+                spec=spec, target="embedded", repo=repo, work_dir=work, options=ServingOptions(max_queue_delay_us=5000)
+            ),
+            runtime,
         )
     _copy_with_inline_rows_0(repo / STAGED, repo / THREADED)
     with launcher.running(repo, root / "state") as state:

@@ -71,7 +71,9 @@ def bad_build(digits_build, tmp_path_factory):
     spec = zoo.get_spec("digits_cnn")  # what make build-engines builds (max_batch_size 64), trained as the session's
     root = tmp_path_factory.mktemp("bad_build")
     build_model(
-        BuildRequest(spec, "embedded", root, root.parent / "bad_work", ServingOptions()),
+        BuildRequest(
+            spec=spec, target="embedded", repo=root, work_dir=root.parent / "bad_work", options=ServingOptions()
+        ),
         _variant(built, _rotate_classes),
     )
     return root

@@ -83,7 +83,7 @@ def test_locust_counts_server_errors_as_failures(served, tmp_path):
 
 
 def test_reconciliation_measures_both_tools_at_the_same_load(served, tmp_path):
-    from loadtest.benches import reconcile
+    from benchmarks import reconcile
 
     ep = served.endpoint("grpc")
     result = reconcile.reconcile(served.state, ep, find_perf_analyzer(), "resnet18_64", 2, 4, tmp_path)

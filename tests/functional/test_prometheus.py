@@ -29,9 +29,21 @@ RULES = RuleSettings(window="10s")
 def monitored(digits_build, tmp_path_factory):
     spec, built, _ = digits_build
     root = tmp_path_factory.mktemp("monitored")
-    build_model(BuildRequest(spec, "embedded", root / "repo", root / "work", ServingOptions()), built)
+    build_model(
+        BuildRequest(
+            spec=spec, target="embedded", repo=root / "repo", work_dir=root / "work", options=ServingOptions()
+        ),
+        built,
+    )
     http_port, grpc_port, admin_port, prom_port = endpoints.free_ports(4)
-    settings = ClusterSettings(root / "repo", 2, http_port, grpc_port, admin_port, state_dir=root / "state")
+    settings = ClusterSettings(
+        root / "repo",
+        replicas=2,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        admin_port=admin_port,
+        state_dir=root / "state",
+    )
     start_cluster(settings)
     try:
         state = prom.start(settings.state_dir, prom_port, interval="1s", rules=RULES)

@@ -65,11 +65,13 @@ def ragged_served(tmp_path_factory):
     shutil.copy(model_dir() / "tokenizer.json", root / "tokenizer.json")
     (model,) = spec_file.load(root / "models.toml")
     repo, work = root / "repo", root / "work"
-    build_model(BuildRequest(model.spec, "embedded", repo, work, WAIT))
+    build_model(BuildRequest(spec=model.spec, target="embedded", repo=repo, work_dir=work, options=WAIT))
     _write_same_length(repo, model.spec, work / ONNX / "model.onnx")
     _write_pipelines(repo, model.spec, WAIT)  # what make build-engines does: the spec names a tokenizer
-    runtime = TorchRuntime("fp32", compiler="inductor", inprocess=True)
-    build_torch_variant(BuildRequest(model.spec, "embedded", repo, work, WAIT), runtime)
+    runtime = TorchRuntime(precision="fp32", compiler="inductor", inprocess=True)
+    build_torch_variant(
+        BuildRequest(spec=model.spec, target="embedded", repo=repo, work_dir=work, options=WAIT), runtime
+    )
     engine_spec = dataclasses.replace(model.spec, name=ENGINE)
     pipelines.write_text_pipeline(repo, engine_spec, model_dir() / "tokenizer.json", WAIT, inprocess=True)
     from triton_models.torch_runtime import load_program

@@ -25,8 +25,14 @@ def _synthetic(folder) -> list[RecordedRequest]:
             batch = 1 + i % 3
             inputs = (RecordedInput("input", "FP32", (batch, 1, 8, 8)),)
             protocol = "grpc" if i % 2 else "http"
-            written.append(RecordedRequest(1_000_000 + i * 50_000, "digits_cnn", protocol, inputs, batch=batch))
-        written.append(RecordedRequest(1_500_000, "digits_cnn", "http", (), status=400))
+            written.append(
+                RecordedRequest(
+                    arrival_us=1_000_000 + i * 50_000, model="digits_cnn", protocol=protocol, inputs=inputs, batch=batch
+                )
+            )
+        written.append(
+            RecordedRequest(arrival_us=1_500_000, model="digits_cnn", protocol="http", inputs=(), status=400)
+        )
         for request in written:
             writer.write(request)
     return written
@@ -34,7 +40,7 @@ def _synthetic(folder) -> list[RecordedRequest]:
 
 def test_a_replay_reaches_the_server_as_recorded(digits_build, tmp_path):
     spec, built, _ = digits_build
-    build_model(BuildRequest(spec, "embedded", tmp_path / "repo", tmp_path / "work"), built)
+    build_model(BuildRequest(spec=spec, target="embedded", repo=tmp_path / "repo", work_dir=tmp_path / "work"), built)
     original = _synthetic(tmp_path / "recording")
     settings = behind_edge(tmp_path / "repo", tmp_path / "state", record=record_settings("1", tmp_path / "state"))
     start_cluster(settings)

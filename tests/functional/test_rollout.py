@@ -62,7 +62,12 @@ def builds(digits_build, tmp_path_factory):
     repos = {}
     for name, module in variants.items():
         repos[name] = root / name
-        build_model(BuildRequest(spec, "embedded", repos[name], root / f"work_{name}", ServingOptions()), module)
+        build_model(
+            BuildRequest(
+                spec=spec, target="embedded", repo=repos[name], work_dir=root / f"work_{name}", options=ServingOptions()
+            ),
+            module,
+        )
     repos["corrupt"] = _copy_with(root, repos["shifted"], "corrupt", "1/model.onnx", b"not an onnx model")
     config = (repos["shifted"] / "digits_cnn" / "config.pbtxt").read_text()
     repos["interface"] = _copy_with(
@@ -129,7 +134,7 @@ def _served_version(settings) -> int:
 def test_a_good_build_rolls_in_without_a_failed_request(server, builds):
     before, serving = _logits(server), _served_version(server)
     with Load(server) as load:
-        event = rollout(RolloutRequest("digits_cnn", builds["shifted"], server.state_dir))
+        event = rollout(RolloutRequest(model="digits_cnn", source=builds["shifted"], state_dir=server.state_dir))
     load.assert_no_failures()
     assert event["version"] == serving + 1 and event["previous"] == serving
     assert _ready_versions(server) == [str(serving + 1)], "the old version was not retired"
@@ -148,7 +153,7 @@ def test_a_build_that_answers_wrongly_is_rejected_before_it_takes_traffic(server
     serving, before = _served_version(server), _logits(server)
     with Load(server) as load:
         with pytest.raises(RolloutError, match=r"rejected: served accuracy 0\.\d+ is .* below the serving version"):
-            rollout(RolloutRequest("digits_cnn", builds["wrong"], server.state_dir))
+            rollout(RolloutRequest(model="digits_cnn", source=builds["wrong"], state_dir=server.state_dir))
     load.assert_no_failures()
     assert _ready_versions(server) == [str(serving)]
     np.testing.assert_allclose(_logits(server), before, atol=1e-5)
@@ -161,7 +166,9 @@ def test_without_the_canary_a_wrong_build_is_rolled_back(server, builds):
     serving, before = _served_version(server), _logits(server)
     with Load(server) as load:
         with pytest.raises(RolloutError, match="rolled back: served accuracy"):
-            rollout(RolloutRequest("digits_cnn", builds["wrong"], server.state_dir, canary=False))
+            rollout(
+                RolloutRequest(model="digits_cnn", source=builds["wrong"], state_dir=server.state_dir, canary=False)
+            )
     load.assert_no_failures()  # the wrong version answered for a moment: wrongly, but without an error
     _await(lambda: _ready_versions(server) == [str(serving)])
     np.testing.assert_allclose(_logits(server), before, atol=1e-5)
@@ -198,16 +205,16 @@ def test_a_corrupt_build_is_rejected_with_the_servers_reason_and_the_cli_exits_n
 def test_refusals_before_anything_changes(server, builds, tmp_path):
     files = sorted(str(p) for p in server.repo.rglob("*"))
     with pytest.raises(RolloutError, match="changes the model's interface"):
-        rollout(RolloutRequest("digits_cnn", builds["interface"], server.state_dir))
+        rollout(RolloutRequest(model="digits_cnn", source=builds["interface"], state_dir=server.state_dir))
     with pytest.raises(RolloutError, match="not in the served repository"):
         shutil.copytree(builds["shifted"] / "digits_cnn", tmp_path / "other" / "digits_cnn_b")
         (tmp_path / "other" / "manifest.json").write_text(json.dumps({"models": {"digits_cnn_b": {}}}))
-        rollout(RolloutRequest("digits_cnn_b", tmp_path / "other", server.state_dir))
+        rollout(RolloutRequest(model="digits_cnn_b", source=tmp_path / "other", state_dir=server.state_dir))
     with pytest.raises(RolloutError, match="make build-engines MODELS=digits_cnn REPO="):
-        rollout(RolloutRequest("digits_cnn", tmp_path / "missing", server.state_dir))
+        rollout(RolloutRequest(model="digits_cnn", source=tmp_path / "missing", state_dir=server.state_dir))
     with rollout_lock(server.state_dir, ["digits_cnn"]):
         with pytest.raises(Exception, match="another rollout"):
-            rollout(RolloutRequest("digits_cnn", builds["shifted"], server.state_dir))
+            rollout(RolloutRequest(model="digits_cnn", source=builds["shifted"], state_dir=server.state_dir))
     assert sorted(str(p) for p in server.repo.rglob("*")) == files
 
 

@@ -71,8 +71,14 @@ def test_a_search_on_replayed_traffic_ranks_by_p99_from_the_config_as_built(serv
             rows = 1 + i % 3
             inputs = (RecordedInput("input", "FP32", (rows, 1, 8, 8)),)
             protocol = "grpc" if i % 2 else "http"
-            writer.write(RecordedRequest(1_000_000 + i * 50_000, "digits_cnn", protocol, inputs, batch=rows))
-        writer.write(RecordedRequest(1_200_000, "other_model", "http", inputs, batch=1))  # not this model's
+            writer.write(
+                RecordedRequest(
+                    arrival_us=1_000_000 + i * 50_000, model="digits_cnn", protocol=protocol, inputs=inputs, batch=rows
+                )
+            )
+        writer.write(
+            RecordedRequest(arrival_us=1_200_000, model="other_model", protocol="http", inputs=inputs, batch=1)
+        )  # not this model's
     request = search.SearchRun(
         repo=repo,
         out=tmp_path / "out",

@@ -10,7 +10,7 @@ pytestmark = pytest.mark.functional
 
 
 def test_a_short_soak_samples_every_process_and_writes_its_report(served, tmp_path):
-    settings = SoakSettings("digits_cnn_pipeline", seconds=12, interval=2, warmup=4, protocols=("http", "grpc"))
+    settings = SoakSettings(model="digits_cnn_pipeline", seconds=12, interval=2, warmup=4, protocols=("http", "grpc"))
     endpoints = [served.endpoint(p) for p in settings.protocols]
     summary = run(settings, endpoints, lambda: processes(served.state.pid), tmp_path)
     rows = list(csv.DictReader(open(tmp_path / "soak.csv")))

@@ -32,7 +32,10 @@ PROBES = ProbeSettings(interval=1.0, timeout=2.0, threshold=3)
 def supervised(digits_build, tmp_path, request):
     spec, built, _ = digits_build
     options = ServingOptions(instances=getattr(request, "param", 2))
-    build_model(BuildRequest(spec, "embedded", tmp_path / "repo", tmp_path / "work", options), built)
+    build_model(
+        BuildRequest(spec=spec, target="embedded", repo=tmp_path / "repo", work_dir=tmp_path / "work", options=options),
+        built,
+    )
     http_port, grpc_port, metrics_port, health_port = endpoints.free_ports(4)
     settings = launcher.ServerSettings(
         tmp_path / "repo",

@@ -110,13 +110,21 @@ def user_served(tmp_path_factory):
     repo, work = folder / "repo", folder / "build"
     for user in spec_file.load(folder / "models.toml"):
         request = BuildRequest(
-            user.spec, "embedded", repo, work, user.serving, precisions=user.precisions, calibration=user.calibration
+            spec=user.spec,
+            target="embedded",
+            repo=repo,
+            work_dir=work,
+            options=user.serving,
+            precisions=user.precisions,
+            calibration=user.calibration,
         )
         build_model(request)
         if user.pipelines:
             _write_pipelines(repo, user.spec, user.serving)
     acme_spec = spec_file.load(folder / "models.toml")[0].spec
-    build_torch_variant(BuildRequest(acme_spec, "embedded", repo, work), TorchRuntime("fp32"))
+    build_torch_variant(
+        BuildRequest(spec=acme_spec, target="embedded", repo=repo, work_dir=work), TorchRuntime(precision="fp32")
+    )
     modules = {"acme_classifier": build_reference(folder), "tiny_exported": tiny, "tiny_onnx": tiny}
     with launcher.running(repo, folder / "state") as state:
         yield UserServed(state, repo, folder, modules)

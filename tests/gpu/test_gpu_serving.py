@@ -31,17 +31,19 @@ def gpu_served(tmp_path_factory):
     spec = zoo.get_spec("resnet18", **SPEC)
     built = zoo.build_module(spec)
     # the ONNX build stays out of the served repository: a host with numpy 2 cannot serve it (launcher.numpy_problem)
-    build_model(BuildRequest(spec, "embedded", root / "scratch", root / "work"), built)
+    build_model(BuildRequest(spec=spec, target="embedded", repo=root / "scratch", work_dir=root / "work"), built)
     gpu = ServingOptions(instances=2, kind="KIND_GPU", dynamic_batching=False)  # 2 instances: no batcher
     compiled = dict(channels_last=True, cuda_graphs=True, compiler="inductor", host_outputs=True)
     for runtime in (
-        TorchRuntime("fp16", channels_last=True, cuda_graphs=True),
-        TorchRuntime("fp16", channels_last=True, cuda_graphs=True, uint8_input=True),
-        TorchRuntime("fp16", uint8_input=True, **compiled),
-        TorchRuntime("bf16", **compiled),
-        TorchRuntime("fp16", uint8_input=True, inprocess=True, **compiled),
+        TorchRuntime(precision="fp16", channels_last=True, cuda_graphs=True),
+        TorchRuntime(precision="fp16", channels_last=True, cuda_graphs=True, uint8_input=True),
+        TorchRuntime(precision="fp16", uint8_input=True, **compiled),
+        TorchRuntime(precision="bf16", **compiled),
+        TorchRuntime(precision="fp16", uint8_input=True, inprocess=True, **compiled),
     ):
-        build_torch_variant(BuildRequest(spec, "embedded", root / "repo", root / "work", gpu), runtime)
+        build_torch_variant(
+            BuildRequest(spec=spec, target="embedded", repo=root / "repo", work_dir=root / "work", options=gpu), runtime
+        )
     with launcher.running(root / "repo", root / "state") as state:
         yield spec, built, state
 

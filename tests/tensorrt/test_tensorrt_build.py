@@ -20,7 +20,7 @@ pytestmark = pytest.mark.tensorrt
 def built_repo(digits_build, tmp_path_factory):
     spec, built, _ = digits_build
     root = tmp_path_factory.mktemp("trt")
-    build_model(BuildRequest(spec, "ngc", root / "repo", root / "work"), built)
+    build_model(BuildRequest(spec=spec, target="ngc", repo=root / "repo", work_dir=root / "work"), built)
     return spec, root
 
 
@@ -28,7 +28,7 @@ def built_repo(digits_build, tmp_path_factory):
 def test_plans_build_compare_and_fit_this_host(built_repo, precision):
     spec, root = built_repo
     entry = build_plan_variant(
-        spec, root / "repo", root / "work", EngineOptions(precision), repository.ServingOptions()
+        spec, root / "repo", root / "work", EngineOptions(precision=precision), repository.ServingOptions()
     )
     assert entry["validation"]["passed"] and entry["timing"]["throughput_qps"] > 0
     config = parse_pbtxt((root / "repo" / entry["name"] / "config.pbtxt").read_text())
@@ -40,6 +40,6 @@ def test_plans_build_compare_and_fit_this_host(built_repo, precision):
 def test_static_and_dynamic_engines_both_build(built_repo):
     spec, root = built_repo
     static = build_plan_variant(
-        spec, root / "repo", root / "work", EngineOptions("fp16", static_batch=8), repository.ServingOptions()
+        spec, root / "repo", root / "work", EngineOptions(precision="fp16", static_batch=8), repository.ServingOptions()
     )
     assert static["max_batch_size"] == 0 and static["timing"]["gpu_compute_mean_ms"] > 0

@@ -23,7 +23,13 @@ def test_static_profile_has_one_shape():
 
 
 def test_sequence_axes_take_the_seq_len_range():
-    spec = ModelSpec("enc", "x", [TensorSpec("ids", "INT64", (-1,))], [TensorSpec("h", "FP32", (-1, 384))], 16)
+    spec = ModelSpec(
+        name="enc",
+        builder="x",
+        inputs=[TensorSpec("ids", "INT64", (-1,))],
+        outputs=[TensorSpec("h", "FP32", (-1, 384))],
+        max_batch_size=16,
+    )
     shapes = profile_shapes(spec, EngineOptions(seq_len=(4, 64, 256)))
     assert shapes["ids"] == ((1, 4), (8, 64), (16, 256))
 
@@ -54,8 +60,8 @@ def test_plan_config_runs_on_the_gpu_with_per_architecture_files():
 
 def test_static_and_dynamic_variants_have_distinct_names():
     spec = zoo.get_spec("resnet50")
-    assert variant_name(spec, EngineOptions("fp16")) == "resnet50_trt_fp16"
-    assert variant_name(spec, EngineOptions("fp16", static_batch=8)) == "resnet50_trt_fp16_static8"
+    assert variant_name(spec, EngineOptions(precision="fp16")) == "resnet50_trt_fp16"
+    assert variant_name(spec, EngineOptions(precision="fp16", static_batch=8)) == "resnet50_trt_fp16_static8"
 
 
 def test_static_plan_config_fixes_the_batch_in_the_dims():

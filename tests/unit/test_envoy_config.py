@@ -19,18 +19,37 @@ def _validate(config: dict, tmp_path) -> subprocess.CompletedProcess:
 
 
 def test_the_real_envoy_accepts_the_generated_config(tmp_path):
-    done = _validate(envoy_config(EnvoySettings(REPLICAS, 8000, 8001, 8002, "/tmp/t/envoy-admin.sock")), tmp_path)
+    done = _validate(
+        envoy_config(
+            EnvoySettings(
+                replicas=REPLICAS,
+                http_port=8000,
+                grpc_port=8001,
+                stats_port=8002,
+                admin_socket="/tmp/t/envoy-admin.sock",
+            )
+        ),
+        tmp_path,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
 
 def test_the_real_envoy_rejects_a_broken_config(tmp_path):
-    config = envoy_config(EnvoySettings(REPLICAS, 8000, 8001, 8002, "/tmp/t/envoy-admin.sock"))
+    config = envoy_config(
+        EnvoySettings(
+            replicas=REPLICAS, http_port=8000, grpc_port=8001, stats_port=8002, admin_socket="/tmp/t/envoy-admin.sock"
+        )
+    )
     config["static_resources"]["clusters"][0]["lb_policy"] = "FASTEST_PLEASE"
     assert _validate(config, tmp_path).returncode != 0
 
 
 def test_routing_health_checks_and_protocols():
-    config = envoy_config(EnvoySettings(REPLICAS, 8000, 8001, 8002, "/tmp/t/envoy-admin.sock"))
+    config = envoy_config(
+        EnvoySettings(
+            replicas=REPLICAS, http_port=8000, grpc_port=8001, stats_port=8002, admin_socket="/tmp/t/envoy-admin.sock"
+        )
+    )
     listeners = {item["name"]: item for item in config["static_resources"]["listeners"]}
     clusters = {item["name"]: item for item in config["static_resources"]["clusters"]}
     assert {item["address"]["socket_address"]["address"] for item in listeners.values()} == {"127.0.0.1"}
@@ -54,7 +73,11 @@ def test_routing_health_checks_and_protocols():
 
 
 def test_the_stats_port_serves_prometheus_stats_and_nothing_else():
-    config = envoy_config(EnvoySettings(REPLICAS, 8000, 8001, 8002, "/tmp/t/envoy-admin.sock"))
+    config = envoy_config(
+        EnvoySettings(
+            replicas=REPLICAS, http_port=8000, grpc_port=8001, stats_port=8002, admin_socket="/tmp/t/envoy-admin.sock"
+        )
+    )
     (stats,) = [item for item in config["static_resources"]["listeners"] if item["name"] == "envoy_stats"]
     routes = stats["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
     assert routes[0]["match"]["path"] == "/stats/prometheus" and routes[0]["route"]["cluster"] == "envoy_admin"
@@ -64,8 +87,10 @@ def test_the_stats_port_serves_prometheus_stats_and_nothing_else():
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: EnvoySettings((), 1, 2, 3, "/s"),
-        lambda: EnvoySettings((REPLICAS[0], REPLICAS[0]), 1, 2, 3, "/s"),
+        lambda: EnvoySettings(replicas=(), http_port=1, grpc_port=2, stats_port=3, admin_socket="/s"),
+        lambda: EnvoySettings(
+            replicas=(REPLICAS[0], REPLICAS[0]), http_port=1, grpc_port=2, stats_port=3, admin_socket="/s"
+        ),
         lambda: Balancing(health_interval=0),
         lambda: Balancing(retries=-1),
     ],
@@ -87,13 +112,13 @@ def test_replica_ports_can_be_given_as_a_base():
     from server.cluster import ClusterSettings
 
     base = free_ports(1)[0] // 8 * 8  # a block near a free port; check_port_free refuses a taken one
-    settings = ClusterSettings(Path("repo"), 2, replica_base_port=base)
+    settings = ClusterSettings(Path("repo"), replicas=2, replica_base_port=base)
     try:
         assert settings.replica_ports(1) == [base + 4, base + 5, base + 6, base + 7]
     except ServerError as err:  # another process holds one of them right now: the message names it
         assert "in use" in str(err)
     with pytest.raises(ServerError, match="REPLICA_BASE_PORT"):
-        ClusterSettings(Path("repo"), 2, replica_base_port=65534)
+        ClusterSettings(Path("repo"), replicas=2, replica_base_port=65534)
 
 
 def test_cluster_state_is_a_typed_record_and_old_files_still_read():
@@ -111,7 +136,13 @@ def test_cluster_state_is_a_typed_record_and_old_files_still_read():
 
 def test_headers_and_connections_are_bounded(tmp_path):
     settings = EnvoySettings(
-        REPLICAS, 8000, 8001, 8002, "/tmp/t/envoy-admin.sock", max_header_kb=16, max_connections=1024
+        replicas=REPLICAS,
+        http_port=8000,
+        grpc_port=8001,
+        stats_port=8002,
+        admin_socket="/tmp/t/envoy-admin.sock",
+        max_header_kb=16,
+        max_connections=1024,
     )
     config = envoy_config(settings)
     monitor = config["overload_manager"]["resource_monitors"][0]
@@ -126,13 +157,19 @@ def test_headers_and_connections_are_bounded(tmp_path):
 
 def test_envoy_health_checks_a_private_socket_when_given():
     replica = Replica("replica-0", 9100, 9101, 9103, health_socket="/tmp/t/replica-0/health.sock")
-    cluster = envoy_config(EnvoySettings((replica,), 8000, 8001, 0, "/tmp/t/a.sock"))["static_resources"]["clusters"][0]
+    cluster = envoy_config(
+        EnvoySettings(replicas=(replica,), http_port=8000, grpc_port=8001, stats_port=0, admin_socket="/tmp/t/a.sock")
+    )["static_resources"]["clusters"][0]
     endpoint = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
     assert endpoint["health_check_config"] == {"address": {"pipe": {"path": "/tmp/t/replica-0/health.sock"}}}
 
 
 def test_http_inference_is_retried_on_another_replica_while_its_model_reloads():
-    config = envoy_config(EnvoySettings(REPLICAS, 8000, 8001, 8002, "/tmp/t/envoy-admin.sock"))
+    config = envoy_config(
+        EnvoySettings(
+            replicas=REPLICAS, http_port=8000, grpc_port=8001, stats_port=8002, admin_socket="/tmp/t/envoy-admin.sock"
+        )
+    )
     http = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     first = http["route_config"]["virtual_hosts"][0]["routes"][0]
     assert first["match"]["safe_regex"]["regex"].endswith("/infer$")
@@ -140,7 +177,11 @@ def test_http_inference_is_retried_on_another_replica_while_its_model_reloads():
 
 
 def test_unary_grpc_inference_is_retried_on_not_found_and_nothing_else_is():
-    config = envoy_config(EnvoySettings(REPLICAS, 8000, 8001, 8002, "/tmp/t/envoy-admin.sock"))
+    config = envoy_config(
+        EnvoySettings(
+            replicas=REPLICAS, http_port=8000, grpc_port=8001, stats_port=8002, admin_socket="/tmp/t/envoy-admin.sock"
+        )
+    )
     (grpc,) = [item for item in config["static_resources"]["listeners"] if item["name"] == "triton_grpc"]
     routes = grpc["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
     policies = {r["match"].get("path", "catch-all"): r["route"]["retry_policy"] for r in routes}
@@ -155,7 +196,11 @@ def test_unary_grpc_inference_is_retried_on_not_found_and_nothing_else_is():
 def test_grpc_deadlines_stay_with_the_client_and_the_answer_lua_runs_on_registration_only():
     from server.envoy_config import GRPC_ERRORS_FILTER, GRPC_SHM_REGISTER
 
-    config = envoy_config(EnvoySettings(REPLICAS, 8000, 8001, 8002, "/tmp/t/envoy-admin.sock"))
+    config = envoy_config(
+        EnvoySettings(
+            replicas=REPLICAS, http_port=8000, grpc_port=8001, stats_port=8002, admin_socket="/tmp/t/envoy-admin.sock"
+        )
+    )
     listeners = {item["name"]: item for item in config["static_resources"]["listeners"]}
     grpc = listeners["triton_grpc"]["filter_chains"][0]["filters"][0]["typed_config"]
     http = listeners["triton_http"]["filter_chains"][0]["filters"][0]["typed_config"]
@@ -168,6 +213,10 @@ def test_grpc_deadlines_stay_with_the_client_and_the_answer_lua_runs_on_registra
 
 
 def test_the_generated_config_with_the_answer_lua_is_valid(tmp_path):
-    config = envoy_config(EnvoySettings(REPLICAS, 8000, 8001, 0, "/tmp/t/envoy-admin.sock"))
+    config = envoy_config(
+        EnvoySettings(
+            replicas=REPLICAS, http_port=8000, grpc_port=8001, stats_port=0, admin_socket="/tmp/t/envoy-admin.sock"
+        )
+    )
     done = _validate(config, tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

@@ -1,6 +1,7 @@
 """ONNX export (dynamic batch, checks, cache) and the Polygraphy validation gate."""
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -93,7 +94,7 @@ def test_exporter_warnings_show_only_with_verbose(monkeypatch):
         with export.exporter_output():
             warnings.warn("the exporter talks", UserWarning, stacklevel=1)
         assert seen == []
-        monkeypatch.setattr(export, "VERBOSE", True)
+        monkeypatch.setattr(logging.getLogger(export.LOG_NAME), "level", logging.DEBUG)
         with export.exporter_output():
             warnings.warn("the exporter talks", UserWarning, stacklevel=1)
         assert [str(w.message) for w in seen] == ["the exporter talks"]

@@ -20,7 +20,7 @@ def _engine(trt="10.13.3", cc="9.0", gpu="NVIDIA H100 80GB HBM3", **flags):
 def repo(digits_build, tmp_path):
     """A real manifest (digits_cnn as built) to which plan entries are added."""
     spec, built, _ = digits_build
-    build_model(BuildRequest(spec, "ngc", tmp_path / "repo", tmp_path / "work"), built)
+    build_model(BuildRequest(spec=spec, target="ngc", repo=tmp_path / "repo", work_dir=tmp_path / "work"), built)
     return tmp_path / "repo"
 
 

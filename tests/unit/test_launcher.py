@@ -3,6 +3,7 @@
 import socket
 import stat
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -43,38 +44,33 @@ def test_command_binds_loopback_and_restricts_admin_apis(tmp_path):
     assert f"--grpc-restricted-protocol={restricted}" in command
 
 
-def test_latency_summaries_are_on_unless_turned_off(tmp_path, monkeypatch):
+def test_latency_summaries_are_on_unless_turned_off(tmp_path):
     install = find_install()
 
-    def command():
-        return launcher.server_command(launcher.ServerSettings(tmp_path), install.binary, tmp_path, "k")
+    def command(**tuning):
+        settings = launcher.ServerSettings(tmp_path, tuning=launcher.TritonTuning(**tuning))
+        return launcher.server_command(settings, install.binary, tmp_path, "k")
 
-    monkeypatch.delenv(launcher.SUMMARIES_VARIABLE, raising=False)
     assert "--metrics-config=summary_latencies=true" in command()
     assert f"--metrics-config=summary_quantiles={launcher.DEFAULT_QUANTILES}" in command()
-    monkeypatch.setenv(launcher.QUANTILES_VARIABLE, "0.99:0.001")
-    assert "--metrics-config=summary_quantiles=0.99:0.001" in command()
-    monkeypatch.setenv(launcher.SUMMARIES_VARIABLE, "0")
-    assert "--metrics-config=summary_latencies=false" in command()
-    assert not any("summary_quantiles" in word for word in command())
+    assert "--metrics-config=summary_quantiles=0.99:0.001" in command(latency_quantiles="0.99:0.001")
+    off = command(latency_summaries=False)
+    assert "--metrics-config=summary_latencies=false" in off
+    assert not any("summary_quantiles" in word for word in off)
 
 
 @pytest.mark.parametrize("text", ["0.99", "0.99:0", "p99:0.001", "0.5:0.05,,0.99:0.001", "1:0.001"])
-def test_a_quantile_tritonserver_would_drop_is_refused(monkeypatch, text):
-    monkeypatch.setenv(launcher.QUANTILES_VARIABLE, text)
-    with pytest.raises(ConfigError, match="TRITON_LATENCY_QUANTILES.*quantile:error"):
-        launcher.latency_quantiles()
-    with pytest.raises(ConfigError):
-        launcher.check_metrics_config()  # what `make serve` and `make cluster` call before they start anything
-    monkeypatch.setenv(launcher.SUMMARIES_VARIABLE, "0")
-    launcher.check_metrics_config()  # no summaries: their quantiles are not read
+def test_a_quantile_tritonserver_would_drop_is_refused(text):
+    with pytest.raises(ConfigError, match="LATENCY_QUANTILES.*quantile:error"):
+        launcher.TritonTuning.parse(quantiles=text)  # what `make serve` and `make cluster` do before they start
+    launcher.TritonTuning.parse(summaries=False, quantiles=text)  # no summaries: their quantiles are not read
 
 
-def test_tuning_flags_reach_tritonserver_and_nothing_else_does(monkeypatch, tmp_path):
-    settings = launcher.ServerSettings(tmp_path, http_port=1, grpc_port=2, metrics_port=3, state_dir=tmp_path)
-    command = lambda: launcher.server_command(settings, Path("tritonserver"), tmp_path, "k")  # noqa: E731
-    monkeypatch.setenv(launcher.ARGS_VARIABLE, " --grpc-infer-allocation-pool-size=256  --http-thread-count=16 ")
-    assert command()[-2:] == ["--grpc-infer-allocation-pool-size=256", "--http-thread-count=16"]
+def test_tuning_flags_reach_tritonserver_and_nothing_else_does(tmp_path):
+    tuning = launcher.TritonTuning.parse(" --grpc-infer-allocation-pool-size=256  --http-thread-count=16 ")
+    settings = launcher.ServerSettings(tmp_path, http_port=1, grpc_port=2, metrics_port=3, tuning=tuning)
+    command = launcher.server_command(settings, Path("tritonserver"), tmp_path, "k")
+    assert command[-2:] == ["--grpc-infer-allocation-pool-size=256", "--http-thread-count=16"]
     for word in (
         "--http-address=0.0.0.0",  # not a tuning flag: where it listens stays ours
         "--grpc-restricted-protocol=admin:k=v",
@@ -82,11 +78,23 @@ def test_tuning_flags_reach_tritonserver_and_nothing_else_does(monkeypatch, tmp_
         "--http-thread-count=16;rm",  # a value of other characters
         "--model-repository=/elsewhere",
     ):
-        monkeypatch.setenv(launcher.ARGS_VARIABLE, word)
-        with pytest.raises(ConfigError, match="TRITON_SERVER_ARGS.*tuning flags"):
-            launcher.check_metrics_config()
-        with pytest.raises(ConfigError):
-            command()
+        with pytest.raises(ConfigError, match="SERVER_ARGS.*tuning flags"):
+            launcher.TritonTuning.parse(word)
+
+
+def test_the_supervisor_is_started_with_the_same_tuning(tmp_path):
+    """start_supervised passes the record on as `server supervise` options: parsed back, it is the same record."""
+    from click.testing import CliRunner
+
+    from server.__main__ import supervise
+
+    tuning = launcher.TritonTuning.parse("--http-thread-count=16", False, "0.9:0.01")
+    seen = {}
+    with mock.patch("server.supervisor.serve", lambda settings, *rest: seen.update(settings=settings)):
+        words = ["--repo", str(tmp_path), "--ports", "1", "2", "3", "4", "--internal", "http", *tuning.cli_args()]
+        result = CliRunner().invoke(supervise, [*words, "--state-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert seen["settings"].tuning == tuning and seen["settings"].internal == ("http",)
 
 
 def test_stop_without_a_server_says_so(tmp_path):
@@ -103,7 +111,7 @@ def test_numpy_2_is_refused_only_for_models_that_answer_with_numpy_arrays(tmp_pa
     spec = zoo.get_spec("digits_cnn")
     for name, config in (
         ("onnx", model_config(spec, "embedded")),
-        ("torch", torch_config(spec, TorchRuntime("fp32"), ServingOptions())),
+        ("torch", torch_config(spec, TorchRuntime(precision="fp32"), ServingOptions())),
     ):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.pbtxt").write_text(config.to_pbtxt())
@@ -119,7 +127,14 @@ def test_the_internal_http_port_behind_the_edge_can_be_chosen(tmp_path):
 
     internal, grpc, metrics, health = endpoints.free_ports(4)
     settings = ClusterSettings(
-        tmp_path, 1, 1, grpc, metrics, single=True, health_port=health, internal_http_port=internal
+        tmp_path,
+        replicas=1,
+        http_port=1,
+        grpc_port=grpc,
+        admin_port=metrics,
+        single=True,
+        health_port=health,
+        internal_http_port=internal,
     )
     http, inner_grpc, *rest = settings.replica_ports(0)
     assert [http, *rest] == [internal, metrics, health]

@@ -6,7 +6,8 @@
     server         launching, supervising, the edge and the cluster
     clients        requests to any Triton: inference, model plans, answer checks
     operations     what needs both the server's files and its API: rollouts
-    loadtest       measurement: perf_analyzer, Locust, benchmarks, reports
+    loadtest       measurement: perf_analyzer, Locust, soak, gpu/text benches, reports
+    benchmarks     the project's own instruments: not packaged; imports the product, never imported by it
 
 No exemption: a command line lives in the layer of the work it does. And no two modules import each other,
 directly or around a circle."""
@@ -17,7 +18,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[2]
-LAYERS = ("common", "builders", "server", "clients", "operations", "loadtest")
+LAYERS = ("common", "builders", "server", "clients", "operations", "loadtest", "benchmarks")
+PRODUCT = ("common", "triton_models", *LAYERS[1:-1])  # what the wheel installs
 # package -> project packages it must never import (at module level or inside functions)
 FORBIDDEN = {layer: set(LAYERS[i + 1 :]) for i, layer in enumerate(LAYERS)}
 FORBIDDEN["common"].add("triton_models")
@@ -44,7 +46,7 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-@pytest.mark.parametrize("package", sorted(p for p in FORBIDDEN if FORBIDDEN[p]))  # loadtest: top
+@pytest.mark.parametrize("package", sorted(p for p in FORBIDDEN if FORBIDDEN[p]))  # benchmarks: top
 def test_a_layer_never_imports_the_layers_above_it(package):
     offenders = {
         str(path.relative_to(ROOT)): sorted({n.split(".")[0] for n in _imported_modules(path)} & FORBIDDEN[package])
@@ -68,3 +70,30 @@ def test_no_module_imports_itself_around_a_circle():
                     seen.add(nxt)
                     stack.append((nxt, trail + (nxt,)))
     assert sorted({tuple(sorted(c)) for c in circles}) == []
+
+
+def test_the_product_never_imports_the_instruments():
+    """benchmarks/ is not installed: a product module importing it would work in a checkout and fail for users."""
+    offenders = {
+        str(path.relative_to(ROOT))
+        for package in PRODUCT
+        for path in (ROOT / package).rglob("*.py")
+        if any(name.split(".")[0] == "benchmarks" for name in _imported_modules(path))
+    }
+    assert offenders == set()
+
+
+def test_the_wheel_holds_the_product_and_no_instrument(tmp_path):
+    """The wheel pyproject builds (what `make bundle` ships) holds every product package and nothing of benchmarks/."""
+    import subprocess
+    import sys
+    import zipfile
+
+    command = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(ROOT)]
+    subprocess.run([*command, "-w", str(tmp_path)], check=True, capture_output=True, cwd=tmp_path, timeout=300)
+    (wheel,) = tmp_path.glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert tops == set(PRODUCT)
+    assert "loadtest/benches/soak.py" in names and "server/triton_guard.c" in names
+    assert not [name for name in names if "record_bench" in name or "reconcile" in name]

@@ -81,7 +81,7 @@ def test_instances_default_to_two_for_a_sequence_model_on_the_cpu(model, target,
 
 
 def test_the_torch_runtimes_cpu_default_stays_one_instance():
-    runtime = repository.TorchRuntime("fp32", cuda_graphs=False, compiler="inductor", inprocess=True)
+    runtime = repository.TorchRuntime(precision="fp32", cuda_graphs=False, compiler="inductor", inprocess=True)
     config = repository.torch_config(zoo.get_spec("minilm"), runtime, repository.ServingOptions())
     assert parse_pbtxt(config.to_pbtxt()).instance_group[0].count == 1
 
@@ -94,6 +94,6 @@ def test_ragged_batching_can_be_turned_off_for_the_onnx_model_only():
     same_shapes = parse_pbtxt(repository.model_config(spec, "embedded", off).to_pbtxt())
     assert not any(i.allow_ragged_batch for i in same_shapes.input)
     assert same_shapes.instance_group[0].count == 2  # the instance layout stays
-    runtime = repository.TorchRuntime("fp32", cuda_graphs=False, compiler="inductor", inprocess=True)
+    runtime = repository.TorchRuntime(precision="fp32", cuda_graphs=False, compiler="inductor", inprocess=True)
     with pytest.raises(Exception, match="ragged_batching off applies to the ONNX Runtime model only"):
         repository.torch_config(spec, runtime, off)

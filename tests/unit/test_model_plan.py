@@ -7,8 +7,18 @@ from clients.inputs import data_inputs, plan_inputs
 from clients.model_plan import ModelPlan, NotMeasurable, TensorPlan, parse_shapes
 from common.errors import ClientError
 
-ADD_SUB = ModelPlan("add_sub", 0, (TensorPlan("A", "FP32", (4,)), TensorPlan("B", "FP32", (4,))), ("S",))
-DYNAMIC = ModelPlan("dyn", 8, (TensorPlan("X", "FP32", (-1,)), TensorPlan("M", "INT64", (2,), optional=True)), ("Y",))
+ADD_SUB = ModelPlan(
+    name="add_sub",
+    max_batch_size=0,
+    inputs=(TensorPlan("A", "FP32", (4,)), TensorPlan("B", "FP32", (4,))),
+    outputs=("S",),
+)
+DYNAMIC = ModelPlan(
+    name="dyn",
+    max_batch_size=8,
+    inputs=(TensorPlan("X", "FP32", (-1,)), TensorPlan("M", "INT64", (2,), optional=True)),
+    outputs=("Y",),
+)
 
 
 def test_no_batch_axis_where_max_batch_size_is_0():
@@ -26,7 +36,7 @@ def test_dynamic_dims_need_a_shape_and_optional_inputs_are_left_out():
 
 
 def test_bytes_without_data_is_not_made_up():
-    plan = ModelPlan("b", 8, (TensorPlan("PAYLOAD", "BYTES", (1,)),), ("L",))
+    plan = ModelPlan(name="b", max_batch_size=8, inputs=(TensorPlan("PAYLOAD", "BYTES", (1,)),), outputs=("L",))
     with pytest.raises(NotMeasurable, match="--input-data"):
         plan_inputs(plan, batch=1)
 
@@ -45,7 +55,7 @@ def test_a_folder_of_images_feeds_an_image_input(tmp_path, dims, dtype, expected
 
     for i in range(2):
         Image.fromarray(np.full((30, 40, 3), 200 * i, np.uint8)).save(tmp_path / f"{i}.png")
-    plan = ModelPlan("img", 4, (TensorPlan("image", dtype, dims),), ("logits",))
+    plan = ModelPlan(name="img", max_batch_size=4, inputs=(TensorPlan("image", dtype, dims),), outputs=("logits",))
     (array,) = data_inputs(tmp_path, plan).values()
     assert array.shape == expected and array.dtype == np.dtype("uint8" if dtype == "UINT8" else "float32")
     assert array.max() <= (255 if dtype == "UINT8" else 1.0) and array[1].min() > array[0].max()

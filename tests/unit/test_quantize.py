@@ -73,7 +73,10 @@ def test_calibration_sources(digits_build, tmp_path):
 def test_build_writes_the_int8_variant_with_its_accuracy(digits_build, tmp_path):
     spec, built, _ = digits_build
     repo = tmp_path / "repo"
-    build_model(BuildRequest(spec, "embedded", repo, tmp_path / "work", precisions=("fp32", "int8")), built)
+    build_model(
+        BuildRequest(spec=spec, target="embedded", repo=repo, work_dir=tmp_path / "work", precisions=("fp32", "int8")),
+        built,
+    )
     models = manifest.read_manifest(repo)["models"]
     assert set(models) == {"digits_cnn", "digits_cnn_int8"}
     int8 = models["digits_cnn_int8"]
@@ -86,4 +89,4 @@ def test_build_writes_the_int8_variant_with_its_accuracy(digits_build, tmp_path)
 def test_fp16_without_tensorrt_is_refused_with_the_way_to_get_it(digits_build, tmp_path):
     spec, _, _ = digits_build
     with pytest.raises(SpecError, match="fp16 needs TensorRT"):
-        BuildRequest(spec, "embedded", tmp_path, tmp_path, precisions=("fp32", "fp16"))
+        BuildRequest(spec=spec, target="embedded", repo=tmp_path, work_dir=tmp_path, precisions=("fp32", "fp16"))

@@ -12,7 +12,7 @@ README = (ROOT / "README.md").read_text()
 GUIDES = ("commands", "building", "serving", "measuring", "verified")
 DOCS = README + "".join((ROOT / "docs" / f"{name}.md").read_text() for name in GUIDES)
 TARGETS = set(re.findall(r"^([a-z][a-z-]*):", (ROOT / "Makefile").read_text(), re.M))
-PACKAGES = "builders|server|clients|operations|loadtest"
+PACKAGES = "builders|server|clients|operations|loadtest|benchmarks"
 COMMANDS = sorted(set(re.findall(rf"python -m ({PACKAGES}) ([a-z][a-z-]*)", DOCS)))
 
 

@@ -34,16 +34,16 @@ def test_record_off_and_unknown_modes(tmp_path):
 
 
 def _recording_config(tmp_path, values: bool = False, native: bool = True) -> dict:
-    record = RecordSettings(tmp_path / "traffic", values=values, native_grpc=native)
+    record = RecordSettings(tmp_path / "traffic", values=values)
     settings = EnvoySettings(
-        (Replica("replica-0", 9100, 9101, 9103),),
-        8000,
-        8001,
-        0,
-        str(tmp_path / "envoy-admin.sock"),
+        replicas=(Replica("replica-0", 9100, 9101, 9103),),
+        http_port=8000,
+        grpc_port=8001,
+        stats_port=0,
+        admin_socket=str(tmp_path / "envoy-admin.sock"),
         edge_filters=tuple(http_filters(RULES, EdgeLimits(), record)),
-        grpc_filters=tuple(grpc_filters(record, RULES, EdgeLimits().max_request_bytes)),
-        access_logs=access_logs(record),
+        grpc_filters=tuple(grpc_filters(record, RULES, EdgeLimits().max_request_bytes, native)),
+        access_logs=access_logs(record, native),
     )
     return envoy_config(settings)
 
@@ -150,7 +150,7 @@ def test_rotation_past_the_size_renames_reopens_and_keeps_the_newest(tmp_path):
 
 
 def test_the_overhead_table_compares_medians_with_the_edge_per_model_and_protocol():
-    from loadtest.benches.record_bench import compare
+    from benchmarks.record_bench import compare
 
     rows = [
         {"model": "m", "protocol": "http", "setup": setup, "throughput": t, "p50_ms": 1.0, "round": i}
@@ -166,7 +166,7 @@ def test_the_overhead_table_compares_medians_with_the_edge_per_model_and_protoco
 
 
 def test_the_floor_is_called_only_where_the_interval_of_the_paired_ratios_allows_it():
-    from loadtest.benches.record_bench import bootstrap_interval, verdict
+    from benchmarks.record_bench import bootstrap_interval, verdict
 
     steady = [0.97, 0.98, 0.99, 0.975, 0.985, 0.98, 0.97, 0.99]
     low, high = bootstrap_interval(steady)
@@ -178,36 +178,25 @@ def test_the_floor_is_called_only_where_the_interval_of_the_paired_ratios_allows
 
 
 def test_the_setups_take_turns_in_both_orders():
-    from loadtest.benches.record_bench import in_order
+    from benchmarks.record_bench import in_order
 
     assert in_order(("a", "b", "c"), 1) == ["a", "b", "c"] and in_order(("a", "b", "c"), 2) == ["c", "b", "a"]
 
 
 def test_the_overhead_bench_runs_chosen_setups_beside_its_baseline():
+    from benchmarks.record_bench import BASELINE, SETUPS, chosen_setups
     from common.errors import MeasurementError
-    from loadtest.benches.record_bench import BASELINE, SETUPS, chosen_setups
 
     assert chosen_setups(None) == SETUPS
     assert chosen_setups("2") == (BASELINE, SETUPS[1])  # the baseline is always measured beside
     assert chosen_setups("3 1") == (SETUPS[0], SETUPS[2])
     with pytest.raises(MeasurementError, match="1 edge; 2 edge, recording"):
-        chosen_setups("7")
-    assert chosen_setups("6") == (BASELINE, "edge, again")  # the control: a second edge like the first
-
-
-def test_one_server_refuses_the_setup_without_an_edge_before_starting_anything(tmp_path):
-    from common.errors import MeasurementError
-    from loadtest.benches.record_bench import SETUPS, measure
-
-    with pytest.raises(MeasurementError, match="setup 4"):
-        measure(tmp_path, ["m"], SETUPS, ["grpc"], 4, 1, tmp_path / "out", 1000, one_server=True)
-    with pytest.raises(MeasurementError, match="setup 4"):
-        measure(tmp_path, ["m"], SETUPS, ["grpc"], 4, 1, tmp_path / "out", 1000, fresh_every=5)
-    assert not (tmp_path / "out").exists()
+        chosen_setups("6")
+    assert chosen_setups("5") == (BASELINE, "edge, again")  # the control: a second edge like the first
 
 
 def test_the_overhead_bench_gives_cpu_a_request_from_two_readings():
-    from loadtest.benches.record_bench import _cpu_per_request, _host_busy_seconds, _server_seconds, compare
+    from benchmarks.record_bench import _cpu_per_request, _host_busy_seconds, _server_seconds, compare
 
     assert _cpu_per_request((1.0, 10.0, 100, 50, 3.0), (1.5, 12.0, 1100, 450, 4.0)) == {
         "envoy_cpu_us": 500.0,
@@ -237,8 +226,8 @@ def test_the_overhead_bench_gives_cpu_a_request_from_two_readings():
 
 
 def test_each_setup_is_also_compared_with_the_control_and_runs_pool_from_their_points(tmp_path):
+    from benchmarks.record_bench import CONTROL, compare, read_points, write
     from common.errors import MeasurementError
-    from loadtest.benches.record_bench import CONTROL, compare, read_points, write
 
     rows = [
         {"model": "m", "protocol": "grpc", "setup": setup, "throughput": t, "p50_ms": 1.0, "round": i}
@@ -263,7 +252,7 @@ def test_each_setup_is_also_compared_with_the_control_and_runs_pool_from_their_p
 
 
 def test_points_are_saved_as_they_come_so_a_run_cut_short_keeps_them(tmp_path):
-    from loadtest.benches.record_bench import compare, read_points, save_points
+    from benchmarks.record_bench import compare, read_points, save_points
 
     first = {"model": "m", "protocol": "grpc", "setup": "edge", "throughput": 100, "p50_ms": 1.0, "round": 1}
     save_points([first], tmp_path)
@@ -277,7 +266,7 @@ def test_points_are_saved_as_they_come_so_a_run_cut_short_keeps_them(tmp_path):
 
 
 def test_with_fresh_edges_whole_blocks_are_resampled_and_pooled_runs_keep_their_blocks_apart(tmp_path):
-    from loadtest.benches.record_bench import bootstrap_interval, read_points, save_points
+    from benchmarks.record_bench import bootstrap_interval, read_points, save_points
 
     # two blocks whose Envoys differ: each block's rounds agree, the blocks do not
     ratios = [0.9] * 10 + [1.1] * 10
@@ -293,8 +282,8 @@ def test_with_fresh_edges_whole_blocks_are_resampled_and_pooled_runs_keep_their_
 
 
 def test_a_point_that_fails_is_measured_once_more_after_the_edge_routes_and_says_so(tmp_path, monkeypatch):
+    from benchmarks import record_bench
     from common.errors import MeasurementError
-    from loadtest.benches import record_bench
     from server import cluster
 
     calls, waited = [], []

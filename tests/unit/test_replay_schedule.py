@@ -25,7 +25,9 @@ IMAGE = (RecordedInput("input", "FP32", (2, 1, 8, 8)),)
 
 
 def _request(t_us: int, model: str = "digits_cnn", **kw) -> RecordedRequest:
-    return RecordedRequest(t_us, model, kw.pop("protocol", "http"), kw.pop("inputs", IMAGE), **kw)
+    return RecordedRequest(
+        arrival_us=t_us, model=model, protocol=kw.pop("protocol", "http"), inputs=kw.pop("inputs", IMAGE), **kw
+    )
 
 
 def test_schedule_orders_by_arrival_divides_by_speed_and_says_what_it_left_out():

@@ -18,7 +18,7 @@ from common.errors import ConfigError
 def test_build_writes_a_complete_model_and_manifest(digits_build, tmp_path):
     spec, built, _ = digits_build
     repo = tmp_path / "repo"
-    entry = build_model(BuildRequest(spec, "embedded", repo, tmp_path / "work"), built)
+    entry = build_model(BuildRequest(spec=spec, target="embedded", repo=repo, work_dir=tmp_path / "work"), built)
     folder = repo / spec.name
     assert sorted(p.name for p in folder.iterdir()) == ["1", "config.pbtxt", "labels.txt"]
     assert sorted(p.name for p in (folder / "1").iterdir()) == ["model.onnx", "model.py"]
@@ -32,7 +32,7 @@ def test_build_writes_a_complete_model_and_manifest(digits_build, tmp_path):
 
 def test_ngc_target_has_no_python_model(digits_build, tmp_path):
     spec, built, _ = digits_build
-    build_model(BuildRequest(spec, "ngc", tmp_path / "repo", tmp_path / "work"), built)
+    build_model(BuildRequest(spec=spec, target="ngc", repo=tmp_path / "repo", work_dir=tmp_path / "work"), built)
     assert sorted(p.name for p in (tmp_path / "repo" / spec.name / "1").iterdir()) == ["model.onnx"]
 
 
@@ -66,18 +66,20 @@ def test_compiled_variants_are_named_and_configured_for_the_torch_runtime():
 
     spec = zoo.get_spec("resnet18", image_size=64, max_batch_size=8)
     gpu = repository.ServingOptions(kind="KIND_GPU")
-    runtime = repository.TorchRuntime("bf16", True, True, True, compiler="inductor", host_outputs=True)
+    runtime = repository.TorchRuntime(
+        precision="bf16", channels_last=True, cuda_graphs=True, uint8_input=True, compiler="inductor", host_outputs=True
+    )
     config = repository.torch_config(spec, runtime, gpu)
     assert config.name == "resnet18_64_inductor_bf16_u8"
     params = parse_pbtxt(config.to_pbtxt()).parameters
     values = {k: params[k].string_value for k in ("compiler", "precision", "host_outputs", "cuda_graphs")}
     assert values == {"compiler": "inductor", "precision": "bf16", "host_outputs": "1", "cuda_graphs": "1"}
-    assert repository.TorchRuntime("fp16", compiler="inductor").variant("m") == "m_inductor_fp16_nographs"
-    assert repository.TorchRuntime("fp16", cuda_graphs=True).variant("m") == "m_torch_fp16_graphs"
+    assert repository.TorchRuntime(precision="fp16", compiler="inductor").variant("m") == "m_inductor_fp16_nographs"
+    assert repository.TorchRuntime(precision="fp16", cuda_graphs=True).variant("m") == "m_torch_fp16_graphs"
     with pytest.raises(ConfigError, match="compiler 'xla': expected 'inductor'"):
-        repository.TorchRuntime("fp16", compiler="xla")
+        repository.TorchRuntime(precision="fp16", compiler="xla")
     with pytest.raises(ConfigError, match="precision 'int8'"):
-        repository.TorchRuntime("int8")
+        repository.TorchRuntime(precision="int8")
 
 
 def test_gpu_torch_runtime_refuses_several_instances_with_dynamic_batching():
@@ -85,7 +87,7 @@ def test_gpu_torch_runtime_refuses_several_instances_with_dynamic_batching():
     from common.errors import ConfigError
 
     spec = zoo.get_spec("digits_cnn")
-    runtime = repository.TorchRuntime("fp16")
+    runtime = repository.TorchRuntime(precision="fp16")
     with pytest.raises(ConfigError, match="Use 1 instance with dynamic batching"):
         repository.torch_config(spec, runtime, repository.ServingOptions(instances=2, kind="KIND_GPU"))
     unbatched = repository.ServingOptions(instances=2, kind="KIND_GPU", dynamic_batching=False)

@@ -61,8 +61,10 @@ def test_one_instance_only_flags_torch_runtime_on_gpu_not_onnx_or_cpu():
 
     spec = zoo.get_spec("digits_cnn")
     gpu = ServingOptions(kind="KIND_GPU")
-    assert one_instance_only(parse_pbtxt(torch_config(spec, TorchRuntime("fp16"), gpu).to_pbtxt()))
-    assert not one_instance_only(parse_pbtxt(torch_config(spec, TorchRuntime("fp32"), ServingOptions()).to_pbtxt()))
+    assert one_instance_only(parse_pbtxt(torch_config(spec, TorchRuntime(precision="fp16"), gpu).to_pbtxt()))
+    assert not one_instance_only(
+        parse_pbtxt(torch_config(spec, TorchRuntime(precision="fp32"), ServingOptions()).to_pbtxt())
+    )
     assert not one_instance_only(parse_pbtxt(model_config(spec, "embedded", gpu).to_pbtxt()))
 
 

@@ -10,7 +10,16 @@ from common.errors import ServerError
 
 
 def _state(pid: int) -> endpoints.ServerState:
-    return endpoints.ServerState(pid, "127.0.0.1", 1, 2, 3, "/repo", "/log", "/key")
+    return endpoints.ServerState(
+        pid=pid,
+        host="127.0.0.1",
+        http_port=1,
+        grpc_port=2,
+        metrics_port=3,
+        repo="/repo",
+        log="/log",
+        admin_key_file="/key",
+    )
 
 
 def test_the_record_is_private_and_replaced_whole(tmp_path):

@@ -25,11 +25,11 @@ def _build_all(path: Path, repo: Path, work: Path) -> None:
     for user in spec_file.load(path):
         build_model(
             BuildRequest(
-                user.spec,
-                "embedded",
-                repo,
-                work,
-                user.serving,
+                spec=user.spec,
+                target="embedded",
+                repo=repo,
+                work_dir=work,
+                options=user.serving,
                 precisions=user.precisions,
                 calibration=user.calibration,
             )

@@ -17,7 +17,16 @@ def _supervisor(tmp_path) -> Supervisor:
 def _state(tmp_path, pid: int) -> endpoints.ServerState:
     closed = endpoints.free_ports(1)[0]  # nothing listens: connection refused, as from a killed server
     key = launcher.admin_key(tmp_path / "state")
-    return endpoints.ServerState(pid, "127.0.0.1", closed, closed, closed, str(tmp_path / "repo"), "", str(key))
+    return endpoints.ServerState(
+        pid=pid,
+        host="127.0.0.1",
+        http_port=closed,
+        grpc_port=closed,
+        metrics_port=closed,
+        repo=str(tmp_path / "repo"),
+        log="",
+        admin_key_file=str(key),
+    )
 
 
 def test_a_reload_that_meets_a_dead_server_does_not_mark_the_model_broken(tmp_path):

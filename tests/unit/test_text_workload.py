@@ -96,46 +96,23 @@ def test_text_bench_fills_its_sizes_for_the_host_and_keeps_what_was_given():
     )
 
 
-def test_text_bench_measures_each_other_summaries_setup_it_is_given():
-    from loadtest.benches.text_bench import TextBenchSettings, other_summaries
-    from server.launcher import QUANTILES_VARIABLE, SUMMARIES_VARIABLE
-
-    assert other_summaries(TextBenchSettings()) == []
-    both = other_summaries(TextBenchSettings(summaries_off=True, quantiles_too="0.99:0.001"))
-    assert [(variable, value) for _, variable, value in both] == [
-        (SUMMARIES_VARIABLE, "0"),
-        (QUANTILES_VARIABLE, "0.99:0.001"),
-    ]
-
-
-def test_text_bench_starts_a_server_for_each_variable_it_is_given():
-    from common.errors import MeasurementError
-    from loadtest.benches.text_bench import TextBenchSettings, other_summaries, server_variables
-
-    pairs = server_variables(["TRITON_RAGGED_RELEASERS=1", "A=b=c"])
-    assert pairs == (("TRITON_RAGGED_RELEASERS", "1"), ("A", "b=c"))
-    setups = other_summaries(TextBenchSettings(server_env_too=pairs))
-    assert [(variable, value) for _, variable, value in setups] == list(pairs)
-    assert setups[0][0] == "server with TRITON_RAGGED_RELEASERS=1"
-    for bad in ("NOVALUE", "=1"):
-        with pytest.raises(MeasurementError, match="write VARIABLE=VALUE"):
-            server_variables([bad])
-
-
 def test_locust_requests_follow_the_distribution_for_token_and_text_models_only():
     from clients.model_plan import ModelPlan, TensorPlan
 
     tokens = ModelPlan(
-        "enc", 8, (TensorPlan("input_ids", "INT64", (-1,)), TensorPlan("attention_mask", "INT64", (-1,))), ("e",)
+        name="enc",
+        max_batch_size=8,
+        inputs=(TensorPlan("input_ids", "INT64", (-1,)), TensorPlan("attention_mask", "INT64", (-1,))),
+        outputs=("e",),
     )
     made = tw.workload_requests(tokens, None, "lognormal", 4, seed=3)
     assert len(made) == 256 and all(r["input_ids"].shape[0] == 4 for r in made)
     widths = {r["input_ids"].shape[1] for r in made}
     assert len(widths) > 10 and max(widths) <= 256  # each request its own longest
     assert all((r["attention_mask"].sum(axis=1) >= 3).all() for r in made)
-    text = ModelPlan("pipe", 8, (TensorPlan("TEXT", "BYTES", (1,)),), ("EMBEDDING",))
+    text = ModelPlan(name="pipe", max_batch_size=8, inputs=(TensorPlan("TEXT", "BYTES", (1,)),), outputs=("EMBEDDING",))
     assert tw.workload_requests(text, None, "fixed:10", 2, seed=0)[0]["TEXT"].shape == (2, 1)
-    image = ModelPlan("cnn", 8, (TensorPlan("x", "FP32", (3, 8, 8)),), ("y",))
+    image = ModelPlan(name="cnn", max_batch_size=8, inputs=(TensorPlan("x", "FP32", (3, 8, 8)),), outputs=("y",))
     assert tw.workload_requests(image, None, "lognormal", 1, seed=0) is None
 
 
@@ -146,9 +123,32 @@ def test_text_bench_rows_round_trip_through_csv_and_plot(tmp_path):
     from loadtest.benches.text_bench import TextRow, markdown, plot, rows_from_csv
 
     rows = [
-        TextRow("in-process", "eager", "all 32 tokens", sentences_s=1000.0, padding_efficiency=1.0),
-        TextRow("served ids", "m", "lognormal, median 40 tokens", 32, 64, 900.0, 48600.0, 2.0, 5.0, 100.0, 0.7, 4.0),
-        TextRow("served ids", "m", "all 32 tokens", 1, 1, 500.0, p50_ms=1.9),  # a latency row: not plotted
+        TextRow(
+            path="in-process", runtime="eager", lengths="all 32 tokens", sentences_s=1000.0, padding_efficiency=1.0
+        ),
+        TextRow(
+            path="served ids",
+            runtime="m",
+            lengths="lognormal, median 40 tokens",
+            per_request=32,
+            concurrency=64,
+            sentences_s=900.0,
+            tokens_s=48600.0,
+            p50_ms=2.0,
+            p99_ms=5.0,
+            mean_batch=100.0,
+            padding_efficiency=0.7,
+            gpu_mib=4.0,
+        ),
+        TextRow(
+            path="served ids",
+            runtime="m",
+            lengths="all 32 tokens",
+            per_request=1,
+            concurrency=1,
+            sentences_s=500.0,
+            p50_ms=1.9,
+        ),  # a latency row: not plotted
     ]
     path = tmp_path / "text_bench.csv"
     with open(path, "w", newline="") as handle:

@@ -80,29 +80,10 @@ def test_the_staged_runner_batches_requests_without_cat_and_answers_on_the_host(
 def test_the_unstaged_variant_has_a_name_of_its_own():
     from builders.repository.writer import TorchRuntime
 
-    staged = TorchRuntime("fp16", uint8_input=True, cuda_graphs=True, compiler="inductor")
-    earlier = TorchRuntime("fp16", uint8_input=True, cuda_graphs=True, compiler="inductor", staged=False)
+    staged = TorchRuntime(precision="fp16", uint8_input=True, cuda_graphs=True, compiler="inductor")
+    earlier = TorchRuntime(precision="fp16", uint8_input=True, cuda_graphs=True, compiler="inductor", staged=False)
     assert staged.variant("resnet50") == "resnet50_inductor_fp16_u8"
     assert earlier.variant("resnet50") == "resnet50_inductor_fp16_u8_unstaged"
-
-
-def test_the_request_profile_takes_the_median_of_each_step(tmp_path):
-    import json
-
-    from loadtest.benches.request_profile import markdown, summarize
-    from triton_models.torch_runtime import StepTimes
-
-    path = tmp_path / "p.jsonl"
-    profile = StepTimes(str(path), "m_u8", staged=True)
-    for _ in range(6):
-        steps = profile.start()
-        steps.mark("inputs")
-        steps.mark("graph")
-        profile.write(steps, 1)
-    assert StepTimes(None).start() is StepTimes.NONE  # off: nothing recorded
-    (row,) = summarize(path, {"m_u8": "staged"})
-    assert row["model"] == "staged" and row["executes"] == 3 and set(row["steps_us"]) == {"inputs", "graph"}
-    assert "**total in execute**" in markdown([row]) and json.loads(path.read_text().splitlines()[0])["staged"]
 
 
 def test_staged_slots_hold_two_batches_at_once_and_rows_written_by_the_caller():
@@ -128,13 +109,13 @@ def test_the_in_process_variant_names_its_backend():
     from builders.spec import zoo
 
     spec = zoo.get_spec("resnet18", image_size=64, max_batch_size=4)
-    runtime = TorchRuntime("fp16", uint8_input=True, cuda_graphs=True, compiler="inductor", inprocess=True)
+    runtime = TorchRuntime(precision="fp16", uint8_input=True, cuda_graphs=True, compiler="inductor", inprocess=True)
     assert runtime.variant("resnet18") == "resnet18_inductor_fp16_u8_inproc"
     config = torch_config(spec, runtime, ServingOptions(kind="KIND_GPU"))
     assert config.backend == INPROCESS_BACKEND == "torch_inprocess"
     assert 'backend: "torch_inprocess"' in config.to_pbtxt()
     assert config.parameters["runtime"] == "torch"
-    stub = torch_config(spec, TorchRuntime("fp16"), ServingOptions())
+    stub = torch_config(spec, TorchRuntime(precision="fp16"), ServingOptions())
     assert stub.backend == "python"
 
 

@@ -19,7 +19,7 @@ from common.traffic import (
 
 def _request(t: int, model: str = "minilm", length: int = 40, **kw) -> RecordedRequest:
     inputs = (RecordedInput("input_ids", "INT64", (1, length)), RecordedInput("attention_mask", "INT64", (1, length)))
-    return RecordedRequest(t, model, kw.pop("protocol", "grpc"), inputs, **kw)
+    return RecordedRequest(arrival_us=t, model=model, protocol=kw.pop("protocol", "grpc"), inputs=inputs, **kw)
 
 
 def test_requests_read_back_as_written_and_values_only_where_kept(tmp_path):
@@ -86,8 +86,10 @@ def test_no_recording_and_a_bad_cap_say_what_to_do(tmp_path):
 
 
 def test_a_replays_requests_are_marked_and_left_out_unless_asked_for(tmp_path):
-    own = RecordedRequest(1, "m", "http", (RecordedInput("x", "FP32", (1, 4)),))
-    sent_by_replay = RecordedRequest(2, "m", "grpc", (RecordedInput("x", "FP32", (1, 8)),), status=0, replayed=True)
+    own = RecordedRequest(arrival_us=1, model="m", protocol="http", inputs=(RecordedInput("x", "FP32", (1, 4)),))
+    sent_by_replay = RecordedRequest(
+        arrival_us=2, model="m", protocol="grpc", inputs=(RecordedInput("x", "FP32", (1, 8)),), status=0, replayed=True
+    )
     assert RecordedRequest.from_line(sent_by_replay.to_line()).replayed
     assert "replayed" not in own.to_line(), "a line of the traffic itself is as before"
     with RecordingWriter(tmp_path / "both") as writer:

@@ -33,10 +33,10 @@ def test_the_choice_is_the_best_one_on_a_small_case():
 def _sentences(lengths, rate_per_s: float, model="minilm") -> list[RecordedRequest]:
     return [
         RecordedRequest(
-            int(i * 1e6 / rate_per_s),
-            model,
-            "grpc",
-            (RecordedInput("input_ids", "INT64", (1, n)), RecordedInput("attention_mask", "INT64", (1, n))),
+            arrival_us=int(i * 1e6 / rate_per_s),
+            model=model,
+            protocol="grpc",
+            inputs=(RecordedInput("input_ids", "INT64", (1, n)), RecordedInput("attention_mask", "INT64", (1, n))),
         )
         for i, n in enumerate(lengths)
     ]

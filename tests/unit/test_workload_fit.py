@@ -22,9 +22,13 @@ def _recording(seed: int = 0) -> list[RecordedRequest]:
         while t < start + 30:
             shape = SMALL if rng.random() < 0.75 else LARGE
             protocol = "http" if rng.random() < 0.5 else "grpc"
-            found.append(RecordedRequest(int(t * 1e6), "enc", protocol, shape, values={"body": "secret"}))
+            found.append(
+                RecordedRequest(
+                    arrival_us=int(t * 1e6), model="enc", protocol=protocol, inputs=shape, values={"body": "secret"}
+                )
+            )
             t += rng.exponential(1 / rate)
-    return found + [RecordedRequest(1_000, "enc", "http", (), status=400)]
+    return found + [RecordedRequest(arrival_us=1_000, model="enc", protocol="http", inputs=(), status=400)]
 
 
 def test_the_fit_keeps_rates_burstiness_protocols_and_shapes_but_no_values(tmp_path):
@@ -57,4 +61,4 @@ def test_bad_workloads_and_scales_are_said(tmp_path):
     with pytest.raises(RecordingError, match="positive factor"):
         generate(fit(_recording()), scale=0)
     with pytest.raises(RecordingError, match="nothing to fit"):
-        fit([RecordedRequest(0, "m", "http", (), status=400)])
+        fit([RecordedRequest(arrival_us=0, model="m", protocol="http", inputs=(), status=400)])

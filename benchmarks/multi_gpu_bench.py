@@ -23,7 +23,7 @@ from common.cli import step
 from common.errors import MeasurementError
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MultiGpuSettings:
     model: str = "resnet50"
     gpus: int = 2
@@ -47,12 +47,18 @@ def build(settings: MultiGpuSettings, work: Path) -> tuple[Path, str]:
     repo, done = work / "repo", work / "built.json"
     if done.exists():  # built by an earlier call (--build-only): the compile takes minutes
         return repo, json.loads(done.read_text())["name"]
-    build_model(BuildRequest(spec, "embedded", work / "scratch_repo", work / "build", ServingOptions()))
+    build_model(
+        BuildRequest(
+            spec=spec, target="embedded", repo=work / "scratch_repo", work_dir=work / "build", options=ServingOptions()
+        )
+    )
     gpu = ServingOptions(instances=1, kind="KIND_GPU", dynamic_batching=False)
     runtime = TorchRuntime(
-        "fp16", channels_last=True, cuda_graphs=True, compiler="inductor", uint8_input=True, host_outputs=True
+        precision="fp16", channels_last=True, cuda_graphs=True, compiler="inductor", uint8_input=True, host_outputs=True
     )
-    name = build_torch_variant(BuildRequest(spec, "embedded", repo, work / "build", gpu), runtime)["name"]
+    name = build_torch_variant(
+        BuildRequest(spec=spec, target="embedded", repo=repo, work_dir=work / "build", options=gpu), runtime
+    )["name"]
     done.write_text(json.dumps({"name": name}))
     return repo, name
 
@@ -164,10 +170,13 @@ def envoy_rows(repo: Path, model: str, s: MultiGpuSettings, work: Path, out: Pat
     from server.cluster import ClusterSettings, start_cluster, stop_cluster
 
     target = placed(repo, model, [0], s.instances_per_gpu, work / "cluster_repo")
+    http, grpc, stats = endpoints.free_ports(3)
     settings = ClusterSettings(
         target,
-        s.gpus,
-        *endpoints.free_ports(3),
+        replicas=s.gpus,
+        http_port=http,
+        grpc_port=grpc,
+        admin_port=stats,
         state_dir=work / "cluster_state",
         startup_timeout=600,
         gpu_per_replica=True,

@@ -26,7 +26,7 @@ def build_variants(spec, repo: Path, work: Path, delay_us: int, gpu: bool = Fals
     from builders.repository import writer as repository
     from builders.request import BuildRequest
 
-    build_model(BuildRequest(spec, "embedded", work / "scratch_repo", work))
+    build_model(BuildRequest(spec=spec, target="embedded", repo=work / "scratch_repo", work_dir=work))
     cores, variants = os.cpu_count() or 1, {}
     for batching, instances in VARIANTS:
         variant = dataclasses.replace(spec, name=_variant_name(spec.name, batching, instances))
@@ -49,7 +49,7 @@ def _serving(spec, variant, options, work: Path, gpu: bool, host_outputs: bool):
 
     if not gpu:
         return repository.model_config(variant, "embedded", options), {"model.onnx": work / spec.name / "model.onnx"}
-    runtime = repository.TorchRuntime("fp16", channels_last=True, cuda_graphs=True, host_outputs=host_outputs)
+    runtime = repository.TorchRuntime(precision="fp16", channels_last=True, cuda_graphs=True, host_outputs=host_outputs)
     # This benchmark measures the configuration torch_config refuses (KIND_GPU instances > 1 with dynamic
     # batching): build it without the batcher, then add the batcher to the measured copy deliberately.
     unbatched = dataclasses.replace(options, dynamic_batching=False)

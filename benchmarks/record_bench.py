@@ -5,8 +5,7 @@ round (off, on, values, `make serve`'s default, then again) so that a host's dri
 - "edge": one replica behind Envoy, HTTP and gRPC both through it, not recording (the baseline);
 - "edge, recording": the same, RECORD=1 (shapes);
 - "edge, recording values": RECORD=values (each body, base64);
-- "make serve default": HTTP through the edge, gRPC straight to the server (what RECORD=1 changes for gRPC);
-- "edge, recording, gRPC by Lua": RECORD=1 with gRPC read by record.lua, as before the native reader;
+- "make serve default": `make serve` as it starts (HTTP and gRPC through the edge, not recording);
 - "edge, again": a second edge exactly like the baseline (the control): what two identical setups differ by
   on this host, the noise any other setup's ratio carries.
 The setups run in one order in odd rounds and in the reverse order in even ones, so that no setup always
@@ -42,7 +41,6 @@ SETUPS = (
     "edge, recording",
     "edge, recording values",
     "make serve default",
-    "edge, recording, gRPC by Lua",
     CONTROL,
 )
 FLOOR = 0.95  # the issue's floor: recording costs at most 5% of throughput
@@ -72,19 +70,15 @@ def settings_for(setup: str, repo: Path, state_dir: Path):
     from server.recording import record_settings
 
     http, grpc, metrics, health = endpoints.free_ports(4)
-    from dataclasses import replace
-
-    mode = {"edge, recording": "1", "edge, recording values": "values", "edge, recording, gRPC by Lua": "1"}
+    mode = {"edge, recording": "1", "edge, recording values": "values"}
     single = setup not in (BASELINE, CONTROL)  # a cluster of one replica routes gRPC through Envoy, not recording
     record = record_settings(mode.get(setup, "0"), state_dir)
-    if setup == "edge, recording, gRPC by Lua":
-        record = replace(record, native_grpc=False)
     return ClusterSettings(
         repo,
-        1,
-        http,
-        grpc,
-        metrics,
+        replicas=1,
+        http_port=http,
+        grpc_port=grpc,
+        admin_port=metrics,
         state_dir=state_dir,
         single=single,
         health_port=health,
@@ -102,42 +96,22 @@ def measure(
     out: Path,
     interval_ms: int,
     together=False,
-    one_server=False,
-    fresh_every=0,
 ):
     """Every setup, every round: one perf point per model and protocol; one row per point. Each model is measured
     as `loadtest perf` measures it (text models: lognormal lengths; pipelines: images).
     together=False: each setup is started for its points and stopped after them, round by round. together=True:
     every setup's server is started once, before the first round, and they all stay up while the points alternate
     among them (an idle server costs the host next to nothing): no restart between the points compared, and a
-    round takes seconds, not a minute, so the host's drift falls within a pair.
-    one_server=True (implies together): one server, the baseline's, with every other setup's Envoy in front of it
-    too: what differs between two points is the edge alone, not also the server (two servers of the same build
-    differ: the Python backend's stub took 70 µs a request more in one than in the other).
-    fresh_every=K (implies one_server): every setup, the baseline too, through an Envoy of its own in front of the
-    one server, and every K rounds those Envoys are stopped and new ones started: an Envoy process keeps a speed
-    of its own for as long as it runs (two identical edges differed by 2.7% over 100 rounds), so each setup is
-    measured over many processes, not one."""
-    from server.cluster import start_cluster, start_edge_for, stop_cluster
+    round takes seconds, not a minute, so the host's drift falls within a pair."""
+    from server.cluster import start_cluster, stop_cluster
 
-    if (one_server or fresh_every) and "make serve default" in setups:
-        raise MeasurementError(
-            "--one-server and --fresh-edges compare edges in front of one server: leave out setup 4 (no edge)"
-        )
-    if fresh_every:
-        return _measure_fresh(repo, models, setups, protocols, concurrency, rounds, out, interval_ms, fresh_every)
-    together = together or one_server
     state = {setup: out / "state" / _folder(setup) for setup in setups}
     rows, started = [], []
     try:
         if together:
             for setup in setups:
                 step(f"record-bench: starting {setup}")
-                settings = settings_for(setup, repo, state[setup])
-                if one_server and setup != BASELINE:
-                    start_edge_for(settings, state[BASELINE])
-                else:
-                    start_cluster(settings)
+                start_cluster(settings_for(setup, repo, state[setup]))
                 started.append(state[setup])
         for round_ in range(1, rounds + 1):
             for setup in in_order(setups, round_):
@@ -160,39 +134,8 @@ def measure(
                 if not together:
                     stop_cluster(started.pop())
     finally:
-        for state_dir in reversed(started):  # extra edges before the server they front
+        for state_dir in reversed(started):
             stop_cluster(state_dir)
-    return rows
-
-
-def _measure_fresh(repo, models, setups, protocols, concurrency, rounds, out, interval_ms, every: int) -> list:
-    """measure(fresh_every=every): one server; the setups' Envoys in front of it, new ones every `every` rounds."""
-    from server.cluster import start_cluster, start_edge_for, stop_cluster
-
-    server = out / "state" / "server"
-    rows, edges = [], {}  # setup -> the state folder of its Envoy now
-    step("record-bench: starting the server")
-    start_cluster(settings_for(BASELINE, repo, server))
-    try:
-        for round_ in range(1, rounds + 1):
-            block = (round_ - 1) // every + 1
-            if (round_ - 1) % every == 0:
-                for state_dir in edges.values():
-                    stop_cluster(state_dir)
-                edges = {setup: out / "state" / f"{_folder(setup)}-b{block}" for setup in setups}
-                for setup, state_dir in edges.items():
-                    step(f"record-bench: block {block}, a new Envoy for {setup}")
-                    start_edge_for(settings_for(setup, repo, state_dir), server)
-            for setup in in_order(setups, round_):
-                step(f"record-bench round {round_}/{rounds} (block {block}): {setup}")
-                work = out / "raw" / f"{edges[setup].name}-r{round_}"
-                points = _points_again_once(repo, models, protocols, concurrency, interval_ms, edges[setup], work)
-                rows += [{**row, "setup": setup, "round": round_, "block": block} for row in points]
-                save_points(rows, out)
-    finally:
-        for state_dir in edges.values():
-            stop_cluster(state_dir)
-        stop_cluster(server)
     return rows
 
 
@@ -328,8 +271,8 @@ SERVER_COMMANDS = ("tritonserver", "triton_python_b")  # /proc/<pid>/comm: 15 ch
 
 
 def _server_seconds() -> float:
-    """User + system CPU seconds of every tritonserver and Python-backend stub process now (one server under
-    --one-server; the idle ones of other setups add next to nothing)."""
+    """User + system CPU seconds of every tritonserver and Python-backend stub process now (the idle ones of
+    other setups add next to nothing)."""
     total = 0.0
     for entry in Path("/proc").iterdir():
         try:
@@ -462,8 +405,9 @@ def bootstrap_interval(
     ratios: list[float], blocks: list | None = None, level: float = 0.95, resamples: int = 4000
 ) -> tuple[float, float]:
     """The interval that holds the geometric mean of ratios at this level, by resampling the rounds (a fixed
-    seed: the same rounds give the same interval). blocks (one a ratio, --fresh-edges): whole blocks are
-    resampled, each with all its rounds, since the rounds of one block share their Envoys' speed."""
+    seed: the same rounds give the same interval). blocks (one a ratio, from runs that started new Envoys every
+    few rounds): whole blocks are resampled, each with all its rounds, since a block's rounds share their Envoys'
+    speed."""
     import random
 
     draw = random.Random(0)
@@ -519,13 +463,9 @@ def write(table: list[dict], rows: list[dict], out: Path, header: str) -> str:
         "Paired ratio: each round's throughput over the edge's in the same round, the geometric mean over the "
         "rounds; its interval comes from resampling the rounds (95%). The 5% floor is shown met where the whole "
         "interval lies at or above 0.95, shown missed where it lies below, and not resolved where it holds 0.95. "
-        f"'{CONTROL}' is a second edge like the first: its interval is what this host's noise alone gives. Under "
-        "--one-server the control is started as every other setup's edge is (a second Envoy in front of the "
-        "running server), so a setup's ratio to the control differs from it in that setup alone. Both plain "
-        "edges: each round's throughput over the geometric mean of the edge's and the control's in that round. "
-        "Under --fresh-edges every setup, the edge too, goes through Envoys of its own, new ones every few rounds. "
-        "Envoy CPU: its process over each point, per request the server answered; under `make serve default` "
-        "gRPC goes straight to the server, so Envoy does no work for it there. Server CPU: tritonserver and "
+        f"'{CONTROL}' is a second edge like the first: its interval is what this host's noise alone gives. Both "
+        "plain edges: each round's throughput over the geometric mean of the edge's and the control's in that round. "
+        "Envoy CPU: its process over each point, per request the server answered. Server CPU: tritonserver and "
         "its Python-backend stubs. Host CPU: every process, perf_analyzer included."
     )
     (out / "record.md").write_text(
