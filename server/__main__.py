@@ -354,14 +354,6 @@ def build_shim():
     click.echo(f"gRPC recorder: {build_module()}")
 
 
-@cli.command("k8s-shim", hidden=True)
-def k8s_shim():
-    """Print kubernetes/triton-shim.yaml (the shim's source and serve.sh as a ConfigMap)."""
-    from server.secret_args import kubernetes_configmap
-
-    click.echo(kubernetes_configmap(), nl=False)
-
-
 @cli.command()
 @STATE_DIR
 def stop(state_dir):

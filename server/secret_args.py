@@ -112,26 +112,3 @@ def pass_secret(env: dict, secret: str) -> tuple[dict, int]:
     with os.fdopen(write_end, "w") as pipe:
         pipe.write(secret)
     return {**env, "LD_PRELOAD": preload, FD_VARIABLE: str(read_end)}, read_end
-
-
-def kubernetes_configmap() -> str:
-    """kubernetes/triton-shim.yaml: the shim's source and serve.sh as a ConfigMap (built in the pod by an
-    init container). Regenerate with `python -m server k8s-shim > kubernetes/triton-shim.yaml`."""
-    import yaml
-
-    serve = SOURCE.parent.parent / "docker" / "serve.sh"
-    doc = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": "triton-shim", "labels": {"app.kubernetes.io/name": "triton"}},
-        "data": {"triton_shim.c": SOURCE.read_text(), "serve.sh": serve.read_text()},
-    }
-
-    class Literal(yaml.SafeDumper):  # multi-line text as | blocks, readable in review
-        pass
-
-    Literal.add_representer(
-        str, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v, style="|" if "\n" in v else None)
-    )
-    head = "# Generated from server/triton_shim.c and docker/serve.sh by `python -m server k8s-shim`: do not edit.\n"
-    return head + yaml.dump(doc, Dumper=Literal, sort_keys=False, width=120)

@@ -38,11 +38,20 @@
  * beside this library (refused/outside or refused/missing) whose initialize() raises why, so the load
  * fails at once with that message and nothing of the request runs.
  *
- * Build: cc -shared -fPIC -O2 -o libtriton_shim.so triton_shim.c -ldl
+ * 5. It runs only in the tritonserver it was tested with. Everything above leans on how 2.51 parses its command
+ * line, names its temporary folders and starts its stubs; another release may do any of it differently, and a
+ * shim that silently does nothing would leave the key on the command line or the stubs unchecked. Before main()
+ * it asks libtritonserver for its server API version (TRITONSERVER_ApiVersion) and stops the process, saying
+ * which version it found and which it was tested with, unless that version is one of TESTED_API, or the one
+ * TRITON_SHIM_ACCEPT_API names (an operator's explicit "I checked this release": the exact major.minor, so a
+ * later upgrade is refused again). A process without libtritonserver (a test program) is not checked.
+ *
+ * Build: cc -shared -fPIC -O2 -o libtriton_shim.so triton_shim.c triton_guard.c -ldl
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +59,11 @@
 #include <unistd.h>
 
 #define PLACEHOLDER "@TRITON_ADMIN_KEY@"
+#ifndef TESTED_API
+#define TESTED_API "1.34" /* tritonserver 2.51 (the nvidia-pytriton 0.7.0 wheel); space-separated major.minor */
+#endif
+#define TESTED_RELEASES "tritonserver 2.51"
+#define ACCEPT_VARIABLE "TRITON_SHIM_ACCEPT_API"
 #define MAX_REPOSITORIES 16
 #define STUB_NAME "triton_python_backend_stub"
 
@@ -122,8 +136,41 @@ static void remember_shim_folder(void) {
     else shim_folder[0] = '\0';
 }
 
+static int listed(const char *list, const char *word) {
+    size_t length = strlen(word);
+    for (const char *at = list; (at = strstr(at, word)) != NULL; at += length) {
+        int starts = at == list || at[-1] == ' ';
+        int ends = at[length] == '\0' || at[length] == ' ';
+        if (starts && ends) return 1;
+    }
+    return 0;
+}
+
+static void check_server_version(void) {
+    typedef void *(*api_version_fn)(uint32_t *, uint32_t *);
+    api_version_fn api_version = (api_version_fn)dlsym(RTLD_DEFAULT, "TRITONSERVER_ApiVersion");
+    if (api_version == NULL) return; /* not tritonserver */
+    uint32_t major = 0, minor = 0;
+    api_version(&major, &minor);
+    char found[32];
+    snprintf(found, sizeof found, "%u.%u", major, minor);
+    if (listed(TESTED_API, found)) return;
+    const char *accepted = getenv(ACCEPT_VARIABLE);
+    if (accepted != NULL && strcmp(accepted, found) == 0) {
+        fprintf(stderr, "triton_shim: running in a tritonserver of server API %s, accepted by %s=%s; tested with "
+                "%s (server API %s)\n", found, ACCEPT_VARIABLE, accepted, TESTED_RELEASES, TESTED_API);
+        return;
+    }
+    fprintf(stderr, "triton_shim: refusing to run in this tritonserver: its server API is %s, and the shim was tested "
+            "with %s (server API %s). The key filling, model-file and shared-memory checks lean on that release's "
+            "behaviour. Serve with %s, or, once you have checked this release, set %s=%s\n",
+            found, TESTED_RELEASES, TESTED_API, TESTED_RELEASES, ACCEPT_VARIABLE, found);
+    _exit(78); /* EX_CONFIG */
+}
+
 __attribute__((constructor)) static void fill_in_secret(int argc, char **argv, char **envp) {
     (void)envp;
+    check_server_version();
     remember_repositories(argc, argv);
     remember_shim_folder();
     const char *fd_text = getenv("TRITON_SECRET_FD");

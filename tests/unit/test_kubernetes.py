@@ -96,15 +96,14 @@ def test_probes_gpu_and_the_admin_key_secret():
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert "TRITON_ADMIN_KEY" not in env and not any("valueFrom" in e for e in container["env"])  # no key in env
-    assert not any("admin-key=" in a for a in container["args"] + container["command"])  # nor on a command line
-    assert container["command"] == ["/bin/sh", "/shim-src/serve.sh"]
+    assert not any("admin-key=" in a for a in container["args"])  # nor on a command line
+    assert "command" not in container  # the image's entrypoint: serve.sh with the shim built into the image
     volumes = {v["name"]: v for v in _docs("deployment.yaml")[0]["spec"]["template"]["spec"]["volumes"]}
     assert volumes["admin-key"]["secret"]["secretName"] == "triton-admin-key"
     assert volumes["admin-key"]["secret"]["defaultMode"] == 0o400
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert env["TRITON_ADMIN_KEY_FILE"] == f"{mounts['admin-key']}/admin-key"
-    (init,) = _docs("deployment.yaml")[0]["spec"]["template"]["spec"]["initContainers"]
-    assert f"{mounts['shim']}/libtriton_shim.so" == env["TRITON_SHIM"] and env["TRITON_SHIM"] in init["command"]
+    assert "initContainers" not in _docs("deployment.yaml")[0]["spec"]["template"]["spec"]  # nothing built per start
 
 
 def test_the_pods_keep_the_latency_quantiles_make_serve_keeps():
@@ -115,26 +114,23 @@ def test_the_pods_keep_the_latency_quantiles_make_serve_keeps():
     assert wanted in _docs("kserve/inferenceservice.yaml")[0]["spec"]["predictor"]["model"]["args"]
 
 
-def test_the_shim_configmap_is_what_the_repository_holds():
-    from server.secret_args import kubernetes_configmap
-
-    assert (FOLDER / "triton-shim.yaml").read_text() == kubernetes_configmap(), (
-        "kubernetes/triton-shim.yaml is stale: python -m server k8s-shim > kubernetes/triton-shim.yaml"
-    )
-    data = _docs("triton-shim.yaml")[0]["data"]
-    assert data["triton_shim.c"] == (ROOT / "server/triton_shim.c").read_text()
-    assert data["serve.sh"] == (ROOT / "docker/serve.sh").read_text()
-
-
 def test_the_image_is_the_ngc_release_of_docker_env():
     release = next(
         line.split("=", 1)[1]
         for line in (ROOT / "docker/.env").read_text().splitlines()
         if line.startswith("NGC_RELEASE=")
     )
-    image = f"nvcr.io/nvidia/tritonserver:{release}-py3"
+    image = f"triton-pytorch-serving-server:{release}"  # docker/Dockerfile.server FROM the NGC release, shim inside
     assert _container()["image"] == image
-    assert _docs("kserve/inferenceservice.yaml")[0]["spec"]["predictor"]["model"]["image"] == image
+    predictor = _docs("kserve/inferenceservice.yaml")[0]["spec"]["predictor"]
+    assert predictor["model"]["image"] == image and predictor["model"]["command"] == ["/opt/triton_shim/serve.sh"]
+    assert "initContainers" not in predictor
+    compose = yaml.safe_load((ROOT / "docker/compose.yaml").read_text())["services"]["tritonserver"]
+    assert compose["image"] == "triton-pytorch-serving-server:${NGC_RELEASE}" and compose["build"]["target"] == "server"
+    (entry,) = _docs("kustomization.yaml")[0]["images"]
+    assert entry["name"] == image.split(":")[0] and entry["newTag"] == release
+    dockerfile = (ROOT / "docker/Dockerfile.server").read_text()
+    assert "/src/triton_shim.c /src/triton_guard.c" in dockerfile  # the shim and the guard, compiled in the image
 
 
 def test_the_prometheus_rule_and_adapter_are_what_the_generator_writes(tmp_path):
@@ -172,5 +168,5 @@ def test_the_kserve_predictor_is_a_valid_container_spec():
         "spec": {"containers": [{"name": "kserve-container", **model}]},
     }
     _validate(pod)
-    assert model["command"] == _container()["command"] and model["env"] == _container()["env"]
+    assert model["image"] == _container()["image"] and model["env"] == _container()["env"]
     assert not any("admin-key=" in a for a in model["args"])
