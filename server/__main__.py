@@ -211,10 +211,22 @@ def _start_behind_edge(
 @click.option("--drain", type=float, default=0.0, help="Seconds of 'not ready' before stopping the server.")
 @click.option("--probes", nargs=3, type=float, default=(10.0, 5.0, 3), help="interval timeout threshold")
 @click.option("--internal", default="", help="Comma-separated ports behind the edge: http, grpc, metrics.")
+@click.option("--retry", nargs=2, type=float, default=(1.0, 30.0), help="A failed reload's first and longest wait.")
 @STATE_DIR
 @tuning_options
 def supervise(
-    repo, ports, host, timeout, drain, probes, internal, state_dir, server_args, latency_summaries, latency_quantiles
+    repo,
+    ports,
+    host,
+    timeout,
+    drain,
+    probes,
+    internal,
+    retry,
+    state_dir,
+    server_args,
+    latency_summaries,
+    latency_quantiles,
 ):
     """Run the supervisor in the foreground (what `start --supervise` spawns)."""
     import logging
@@ -223,7 +235,7 @@ def supervise(
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from server.probes import ProbeSettings
-    from server.supervisor import serve
+    from server.supervisor import RetrySettings, serve
 
     http_port, grpc_port, metrics_port, health_port = ports
     ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
@@ -232,7 +244,8 @@ def supervise(
     settings = ServerSettings(
         repo, **ports, host=host, state_dir=state_dir, startup_timeout=timeout, internal=behind, tuning=tuning
     )
-    serve(settings, health_port, drain, ProbeSettings(probes[0], probes[1], int(probes[2])))
+    probing = ProbeSettings(probes[0], probes[1], int(probes[2]))
+    serve(settings, health_port, drain, probing, RetrySettings(*retry))
 
 
 @cli.command()

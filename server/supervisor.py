@@ -8,7 +8,7 @@ The supervisor runs tritonserver in explicit model-control mode with every model
 - reloads a model when one of its Python-backend stub processes is gone (Triton keeps saying the
   model is ready while every request fails with "Stub process ... is not healthy"), except the
   models a rollout holds (server/rollout_lock.py).
-A reload that fails is tried again with backoff (RETRY_S, doubling up to RETRY_MAX_S) until it works.
+A reload that fails is tried again with backoff (RetrySettings: 1 s, doubling up to 30 s) until it works.
 It answers load balancers truthfully on its own port and on a private Unix socket (Envoy's):
 GET /v2/health/ready: 200 while the server is up and answering, whatever one model's state (the body names
 the models being healed or broken); GET /v2/models/<name>/ready: 200 only while the model is loaded, not
@@ -47,9 +47,23 @@ from server.rollout_lock import paused_models
 
 STATE = "supervisor.json"
 HEALTH_SOCKET = "health.sock"  # readiness for Envoy, mode 0600
-RETRY_S, RETRY_MAX_S = 1.0, 30.0  # a failed reload is tried again after 1, 2, 4 ... 30 s
 KEEP_EVENTS, KEEP_RESTARTS = 200, 20  # what /status and memory hold; the log keeps everything, with its time
 LOG = logging.getLogger("supervisor")
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrySettings:
+    """A failed reload is tried again after first_s, then twice as long each time, up to max_s."""
+
+    first_s: float = 1.0
+    max_s: float = 30.0
+
+    def wait(self, attempts: int) -> float:
+        """Seconds before the next try, after `attempts` failed ones."""
+        return min(self.first_s * 2 ** (attempts - 1), self.max_s)
+
+
+DEFAULT_RETRY = RetrySettings()
 
 
 def _bounded(keep: int):
@@ -129,6 +143,7 @@ class Supervisor:
         drain: float = 0.0,
         probes: ProbeSettings = DEFAULT_PROBES,
         liveness: LivenessSettings = DEFAULT_LIVENESS,
+        retry: RetrySettings = DEFAULT_RETRY,
     ):
         extra = tuple(a for a in settings.extra_args if not a.startswith("--load-model"))
         self.settings = dataclasses.replace(settings, model_control="explicit", extra_args=(*extra, "--load-model=*"))
@@ -140,7 +155,7 @@ class Supervisor:
         self.state: endpoints.ServerState | None = None
         self.stubs: dict[str, set[int]] = {}
         self.paused: set[str] = set()  # models a rollout held in the last round
-        self.probes, self.probed = probes, ProbeState()
+        self.probes, self.probed, self.retry = probes, ProbeState(), retry
         self.reloading = threading.RLock()  # one reload at a time (stub watch and probes)
         self.recorded_stubs: frozenset[int] = frozenset()  # the stubs whose regions remember_regions holds
 
@@ -431,7 +446,7 @@ class Supervisor:
         with self.health.lock:
             self.health.healing.discard(model)
             attempts = self.health.broken.get(model, {}).get("attempts", 0) + 1
-            wait = min(RETRY_S * 2 ** (attempts - 1), RETRY_MAX_S)
+            wait = self.retry.wait(attempts)
             self.health.broken[model] = {
                 "reason": reason[:300],
                 "attempts": attempts,
@@ -496,11 +511,15 @@ def _answer(health: Health):
 
 
 def serve(
-    settings: launcher.ServerSettings, health_port: int, drain: float = 0.0, probes: ProbeSettings = DEFAULT_PROBES
+    settings: launcher.ServerSettings,
+    health_port: int,
+    drain: float = 0.0,
+    probes: ProbeSettings = DEFAULT_PROBES,
+    retry: RetrySettings = DEFAULT_RETRY,
 ) -> None:
     """Run a supervisor in this process until SIGTERM (it drains first) or SIGINT (it stops at once: nothing
     routes to it any more, or a person pressed Ctrl-C); its state goes to <state_dir>/supervisor.json."""
-    supervisor = Supervisor(settings, health_port, drain=drain, probes=probes)
+    supervisor = Supervisor(settings, health_port, drain=drain, probes=probes, retry=retry)
     path = settings.state_dir / STATE
     launcher.private_state(settings.state_dir)
     signal.signal(signal.SIGTERM, lambda *_: supervisor.stopping.set())

@@ -14,7 +14,7 @@ from common.errors import ServerError
 from server import launcher
 from server.probes import DEFAULT_PROBES, ProbeSettings
 from server.processes import alive
-from server.supervisor import STATE
+from server.supervisor import DEFAULT_RETRY, STATE, RetrySettings
 
 
 def start_supervised(
@@ -23,6 +23,7 @@ def start_supervised(
     drain: float = 0.0,
     env: dict | None = None,
     probes: ProbeSettings = DEFAULT_PROBES,
+    retry: RetrySettings = DEFAULT_RETRY,
 ) -> dict:
     """Spawn `python -m server supervise` in its own session; return its state once the server is ready.
 
@@ -60,6 +61,9 @@ def start_supervised(
         str(probes.threshold),
         "--internal",
         ",".join(settings.internal),
+        "--retry",
+        str(retry.first_s),
+        str(retry.max_s),
         *settings.tuning.cli_args(),
     ]
     log = open(settings.state_dir / "supervisor.log", "a")

@@ -361,3 +361,40 @@ def test_slow_clients_cannot_hold_the_readiness_port(supervised):
     finally:
         for sock in held:
             sock.close()
+
+
+def test_a_model_that_stays_broken_for_many_retry_rounds_keeps_the_supervisor_bounded(digits_build, tmp_path):
+    """A model whose file raises at every load, retried every 0.05 s (a month of 30 s retries, compressed): the
+    supervisor keeps the last KEEP_EVENTS events, counts the rest, /status stays small, its memory flat, and the
+    other readiness answers stay true throughout."""
+    from loadtest.benches.soak import rss_mib
+    from server.supervisor import KEEP_EVENTS, STATE, RetrySettings
+
+    spec, built, _ = digits_build
+    request = BuildRequest(
+        spec=spec, target="embedded", repo=tmp_path / "repo", work_dir=tmp_path / "work", options=ServingOptions()
+    )
+    build_model(request, built)
+    http_port, grpc_port, metrics_port, health_port = endpoints.free_ports(4)
+    settings = launcher.ServerSettings(
+        tmp_path / "repo", http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port, state_dir=tmp_path / "s"
+    )
+    start_supervised(settings, health_port, probes=PROBES, retry=RetrySettings(first_s=0.05, max_s=0.05))
+    supervisor = json.loads((settings.state_dir / STATE).read_text())["pid"]
+    model_py = settings.repo / "digits_cnn" / "1" / "model.py"
+    model_py.write_text('raise RuntimeError("broken on purpose, for good")\n' + model_py.read_text())
+    try:
+        os.kill(min(stub_pids(endpoints.read_state(settings.state_dir).pid)["digits_cnn"]), signal.SIGKILL)
+        _await(lambda: _status(health_port)["broken"].get("digits_cnn", {}).get("attempts", 0) >= 20, 120)
+        early, rounds = rss_mib(supervisor), KEEP_EVENTS // 2 + 20  # two events a round: past the kept ones
+        _await(lambda: _status(health_port)["broken"]["digits_cnn"]["attempts"] >= rounds, 600)
+        status, late = _status(health_port), rss_mib(supervisor)
+        assert len(status["events"]) == KEEP_EVENTS and status["events_total"] >= 2 * rounds
+        assert len(json.dumps(status)) < 64 * 1024, "/status grew with the rounds"
+        assert late - early < 16, f"the supervisor grew {late - early:.1f} MiB over {rounds - 20} retry rounds"
+        assert _health(health_port) == 200 and _health(health_port, "/v2/models/digits_cnn/ready") == 503
+        size = len(json.dumps(status))
+        print(f"\n{rounds} retry rounds: supervisor RSS {early:.1f} -> {late:.1f} MiB, /status {size} B")
+    finally:
+        stop_supervisor(settings.state_dir)
+        launcher.stop(settings.state_dir)

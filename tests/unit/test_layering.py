@@ -85,11 +85,18 @@ def test_the_product_never_imports_the_instruments():
 
 def test_the_wheel_holds_the_product_and_no_instrument(tmp_path):
     """The wheel pyproject builds (what `make bundle` ships) holds every product package and nothing of benchmarks/."""
+    import shutil
     import subprocess
     import sys
     import zipfile
 
-    command = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(ROOT)]
+    source = tmp_path / "source"  # a copy: setuptools writes build/ beside pyproject.toml
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in (*PRODUCT, "benchmarks"):
+        shutil.copytree(ROOT / name, source / name, ignore=skip)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    command = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(source)]
     subprocess.run([*command, "-w", str(tmp_path)], check=True, capture_output=True, cwd=tmp_path, timeout=300)
     (wheel,) = tmp_path.glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
