@@ -58,7 +58,7 @@ def reconcile(state, ep, analyzer, model: str, concurrency: int, seconds: int, o
         run_time_s=seconds,
         headers=ep.headers,
     )
-    locust = next(r for r in run_locust(run, state, out / "locust")["rows"] if r["name"] != "Aggregated")
+    locust = next(r for r in run_locust(run, state, out / "locust").rows if r["name"] != "Aggregated")
     return Reconciliation(
         model=model,
         protocol=ep.protocol,

@@ -196,9 +196,9 @@ def locust(
     table, report, result = load_test(ep, run, out or Path("reports") / time.strftime("%Y%m%d-%H%M%S"))
     click.echo(table)
     click.echo(f"report: {report} (and report.html; Locust: locust_stats.csv, locust.html, locust.log)")
-    if not result["slo_ok"]:
+    if not result.slo_ok:
         raise SystemExit("SLO breached: see the log")
-    if result["exit_code"]:
+    if result.exit_code:
         raise SystemExit("some requests failed: see the table and the log")
 
 

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from common.cli import step
-from loadtest.locust_suite.run import LocustRun, run_locust
+from common.errors import MeasurementError
+from loadtest.locust_suite.run import LocustResult, LocustRun, run_locust
 
 
 def _healthy(state_dir: Path, replicas: int) -> bool:
@@ -21,17 +22,19 @@ def _healthy(state_dir: Path, replicas: int) -> bool:
     return routable(admin_socket(state_dir), replicas)
 
 
-def _during_locust(run: LocustRun, state_dir: Path, out: Path, fault, delay: float) -> tuple[dict, dict]:
+def _during_locust(run: LocustRun, state_dir: Path, out: Path, fault, delay: float) -> tuple[LocustResult, dict]:
     """Run Locust through Envoy; `delay` seconds in, call fault(); return (Locust's result, fault's figures)."""
     from common.endpoints import read_state
 
-    result, figures = {}, {}
-    thread = threading.Thread(target=lambda: result.update(run_locust(run, read_state(state_dir), out)))
+    results: list[LocustResult] = []
+    thread = threading.Thread(target=lambda: results.append(run_locust(run, read_state(state_dir), out)))
     thread.start()
     time.sleep(delay)
-    figures.update(fault())
+    figures = fault()
     thread.join()
-    return result, figures
+    if not results:
+        raise MeasurementError(f"Locust did not finish; see {out}/locust.log")
+    return results[0], figures
 
 
 def kill_replica(state_dir: Path, replicas: int, name: str = "replica-0") -> dict:
@@ -94,7 +97,7 @@ def run(state_dir: Path, model: str, protocol: str, users: int, seconds: int, ou
     rows = []
     for name, slug, fault, delay in experiments:
         result, figures = _during_locust(locust, state_dir, out / slug, fault, delay)
-        total = next(r for r in result["rows"] if r["name"] == "Aggregated")
+        total = result.row()
         rows.append({"experiment": name, "requests": total["requests"], "failed": total["failures"], **figures})
         step(f"{name}: {total['failures']} failed of {total['requests']}")
         _wait(lambda: _healthy(state_dir, replicas), 120)

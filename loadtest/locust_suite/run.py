@@ -12,9 +12,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from common.cli import step
-from common.endpoints import ServerState
 from common.errors import MeasurementError
 from loadtest.reporting.server_view import record_window
 
@@ -53,6 +53,37 @@ class LocustRun:
             raise MeasurementError(
                 f"a Locust run needs at least one user and one second, got {self.users} and {self.run_time_s}"
             )
+
+
+class Reachable(Protocol):
+    """What Locust needs of a server: its URLs and, where it is ours, its repository (a Target or a ServerState)."""
+
+    @property
+    def http_url(self) -> str: ...
+
+    @property
+    def grpc_url(self) -> str: ...
+
+    @property
+    def repo(self) -> str | Path | None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocustResult:
+    """One Locust run: its per-endpoint rows (read_stats: name, requests, failures, percentiles), whether the SLO
+    watchdog let it finish, Locust's exit code (1: some requests failed) and its log."""
+
+    rows: list[dict]
+    slo_ok: bool
+    exit_code: int
+    log: Path
+
+    def row(self, name: str = "Aggregated") -> dict:
+        """The row of one endpoint (by default the total); KeyError if Locust wrote none."""
+        found = next((r for r in self.rows if r["name"] == name), None)
+        if found is None:
+            raise KeyError(f"no Locust row named {name!r}: {[r['name'] for r in self.rows]}")
+        return found
 
 
 @dataclass(frozen=True)
@@ -99,7 +130,7 @@ def locust_command(run: LocustRun, prefix: Path) -> list[str]:
     return command
 
 
-def locust_environment(run: LocustRun, state: ServerState) -> dict:
+def locust_environment(run: LocustRun, state: Reachable) -> dict:
     """Environment variables the locustfile, the watchdog and the step shape read."""
     env = dict(os.environ)
     env.update(
@@ -124,8 +155,8 @@ def locust_environment(run: LocustRun, state: ServerState) -> dict:
     return env
 
 
-def run_locust(run: LocustRun, state: ServerState, out_dir: Path) -> dict:
-    """Run Locust; return {'rows': per-endpoint stats, 'slo_ok': bool, 'log': path}.
+def run_locust(run: LocustRun, state: Reachable, out_dir: Path) -> LocustResult:
+    """Run Locust against state (a Target, or a ServerState of ours); what it measured.
 
     Raises:
         MeasurementError: Locust failed for another reason than the SLO watchdog.
@@ -163,7 +194,7 @@ def run_locust(run: LocustRun, state: ServerState, out_dir: Path) -> dict:
     if code not in (0, 1, SLO_EXIT):
         raise MeasurementError(f"locust failed (exit {code}); its log ({log}) ends:\n{log_tail(log)}")
     history_plot(Path(f"{prefix}_stats_history.csv"), out_dir / "locust_history.png")
-    return {"rows": rows, "slo_ok": code != SLO_EXIT, "exit_code": code, "log": str(log)}
+    return LocustResult(rows=rows, slo_ok=code != SLO_EXIT, exit_code=code, log=log)
 
 
 def _run_to_end(command: list[str], env: dict, handle, timeout: float, grace: float = STOP_GRACE_S) -> int:
@@ -343,7 +374,7 @@ def unmeasurable(ep, run: LocustRun, served) -> dict[str, str]:
     return skipped
 
 
-def load_test(ep, run: LocustRun, out: Path) -> tuple[str, Path, dict]:
+def load_test(ep, run: LocustRun, out: Path) -> tuple[str, Path, LocustResult]:
     """Locust against ep on run.models (none: the served repository's ready models), those it cannot drive left
     out with why; writes locust.md, skipped.json, the context and the report. Returns (table, report, result)."""
     import dataclasses
@@ -362,7 +393,7 @@ def load_test(ep, run: LocustRun, out: Path) -> tuple[str, Path, dict]:
     if not models:
         raise MeasurementError(f"no model can be load-tested: {skipped}")
     result = run_locust(dataclasses.replace(run, models=models), Target.of(ep), out)
-    table = markdown_table(result["rows"])
+    table = markdown_table(result.rows)
     (out / "locust.md").write_text(f"# Locust run\n\n{table}\n")
     write_context(out, ep, [m for m, _ in models])
     return table, build_report(out, ep.repo), result

@@ -50,9 +50,9 @@ def test_perf_analyzer_over_http_with_request_rate(served, tmp_path):
 def test_locust_with_two_worker_processes_over_http(served, tmp_path):
     run = locust_run.LocustRun(models=(("digits_cnn", 1),), protocol="http", users=4, run_time_s=4, processes=2)
     result = locust_run.run_locust(run, served.state, tmp_path)
-    (row, total) = result["rows"]
+    (row, total) = result.rows
     assert row["name"] == "digits_cnn b1" and row["type"] == "HTTP"
-    assert row["requests"] > 50 and row["failures"] == 0 and result["slo_ok"]
+    assert row["requests"] > 50 and row["failures"] == 0 and result.slo_ok
     assert (tmp_path / "locust.html").stat().st_size > 0
     assert "worker" in (tmp_path / "locust.log").read_text().lower()
 
@@ -61,7 +61,7 @@ def test_locust_mixed_workload_with_the_ensembles_over_grpc(served, tmp_path):
     models = (("digits_cnn", 3), ("resnet18_64", 1), ("digits_cnn_pipeline", 2), ("minilm_pipeline", 1))
     run = locust_run.LocustRun(models=models, protocol="grpc", users=6, run_time_s=5)
     result = locust_run.run_locust(run, served.state, tmp_path)
-    names = {r["name"]: r for r in result["rows"]}
+    names = {r["name"]: r for r in result.rows}
     assert set(names) == {f"{m} b1" for m, _ in models} | {"Aggregated"}
     assert all(r["failures"] == 0 and r["requests"] > 0 for r in names.values())
 
@@ -69,7 +69,7 @@ def test_locust_mixed_workload_with_the_ensembles_over_grpc(served, tmp_path):
 def test_the_slo_watchdog_fails_a_run_that_breaches_it(served, tmp_path):
     run = locust_run.LocustRun(models=(("digits_cnn", 1),), protocol="grpc", users=2, run_time_s=20, slo_p99_ms=0.01)
     result = locust_run.run_locust(run, served.state, tmp_path)
-    assert result["slo_ok"] is False
+    assert result.slo_ok is False
     assert "SLO breached" in (tmp_path / "locust.log").read_text()
 
 
@@ -78,8 +78,8 @@ def test_locust_counts_server_errors_as_failures(served, tmp_path):
         models=(("digits_cnn", 1),), protocol="http", users=2, run_time_s=3, batch=64
     )  # > max batch 16
     result = locust_run.run_locust(run, served.state, tmp_path)
-    row = result["rows"][0]
-    assert row["requests"] > 0 and row["failures"] == row["requests"] and result["exit_code"] == 1
+    row = result.rows[0]
+    assert row["requests"] > 0 and row["failures"] == row["requests"] and result.exit_code == 1
 
 
 def test_reconciliation_measures_both_tools_at_the_same_load(served, tmp_path):

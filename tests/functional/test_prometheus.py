@@ -79,7 +79,7 @@ def test_recorded_series_agree_with_locusts_count(monitored):
     run = LocustRun(models=(("digits_cnn", 1),), protocol="http", users=4, spawn_rate=4, run_time_s=15, processes=2)
     result = run_locust(run, endpoints.read_state(settings.state_dir), root / "locust")
     after = _await_scrape_after(url, time.time())
-    locust_ok = sum(r["requests"] - r["failures"] for r in result["rows"] if r["name"] != "Aggregated")
+    locust_ok = sum(r["requests"] - r["failures"] for r in result.rows if r["name"] != "Aggregated")
     served = _counter(url, after) - start_count
     print(f"locust (2 workers): {locust_ok} successful requests; prometheus: {served:.0f} (counter increase)")
     assert locust_ok > 100

@@ -248,5 +248,5 @@ def test_locust_drives_the_two_input_model(user_served, tmp_path):
 
     run = LocustRun(models=(("acme_classifier", 1),), protocol="grpc", users=2, spawn_rate=2, run_time_s=4)
     result = run_locust(run, user_served.state, tmp_path)
-    row = next(r for r in result["rows"] if r["name"].startswith("acme_classifier"))
-    assert row["requests"] > 0 and row["failures"] == 0 and result["exit_code"] == 0
+    row = next(r for r in result.rows if r["name"].startswith("acme_classifier"))
+    assert row["requests"] > 0 and row["failures"] == 0 and result.exit_code == 0
