@@ -162,8 +162,8 @@ fuzz-edge: install ## The edge's differential test, longer and with new seeds: F
 	EDGE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) EDGE_FUZZ_RANDOM=1 EDGE_FUZZ_REPORT=docs/security/edge_fuzz.md \
 		$(PY) -m pytest tests/functional/test_edge_differential.py -s -q $(PYTEST_ARGS)
 
-lint: install ## ruff check and format check
-	$(PY) -m ruff check . && $(PY) -m ruff format --check .
+lint: install ## ruff check and format check, and mypy over every package (settings in pyproject.toml)
+	$(PY) -m ruff check . && $(PY) -m ruff format --check . && $(PY) -m mypy
 
 demo: install ## Build DEMO_MODELS, serve them, measure with perf_analyzer, print the table, stop
 	$(MAKE) --no-print-directory build-engines MODELS="$(DEMO_MODELS)" TARGET=embedded

@@ -101,13 +101,14 @@ def measure_layout(name: str, servers: list[tuple[Path, int]], model: str, s: Mu
     from loadtest.benches.gpu_bench import check_outputs
     from server.launcher import running
 
+    started_eps: list = []
     with contextlib.ExitStack() as started:
-        for index, (repo, clients) in enumerate(servers):
+        for repo, clients in servers:
             state = started.enter_context(running(repo, repo / "state", startup_timeout=600))
             ep = state.endpoint("grpc", repo)
             check_outputs(ep, model)
-            servers[index] = (ep, clients)  # clients: the GPUs this server serves
-        return _row(name, servers, model, s, out)
+            started_eps.append((ep, clients))  # clients: the GPUs this server serves
+        return _row(name, started_eps, model, s, out)
 
 
 def _row(name: str, servers: list, model: str, s: MultiGpuSettings, out: Path, wire: bool = False) -> dict:

@@ -106,7 +106,8 @@ def measure(
     from server.cluster import start_cluster, stop_cluster
 
     state = {setup: out / "state" / _folder(setup) for setup in setups}
-    rows, started = [], []
+    rows: list[dict] = []
+    started: list[Path] = []
     try:
         if together:
             for setup in setups:
@@ -170,7 +171,8 @@ def read_points(paths) -> list[dict]:
     Raises:
         MeasurementError: a file that is not a run's points.
     """
-    rows, offset = [], 0
+    rows: list[dict] = []
+    offset = 0
     for path in paths:
         try:
             with open(path, newline="") as handle:

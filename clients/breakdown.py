@@ -21,7 +21,7 @@ def ensemble_steps(client, model: str) -> list[str]:
 def _row(name: str, stats: dict) -> dict:
     inference = stats.get("inference_stats", {})
     success = int(inference.get("success", {}).get("count", 0))
-    row = {
+    row: dict = {
         "model": name,
         "requests": success,
         "executions": int(stats.get("execution_count", 0)),

@@ -86,7 +86,7 @@ def plan_inputs(plan, batch: int, shapes: dict | None = None, spec: ModelSpec | 
     arrays = {}
     for i, tensor in enumerate(t for t in plan.inputs if not t.optional):
         ours = _tensor_of(spec, {"name": tensor.name, "datatype": tensor.datatype, "shape": [-1, *tensor.dims]})
-        lengths = (lambda name, pos, t=ours: spec.sample_length(t.dynamic_axes()[pos + 1])) if ours else None
+        lengths = (lambda name, pos, t=ours: spec.sample_length(t.dynamic_axes()[pos + 1])) if ours and spec else None
         shape = plan.shape(tensor, batch, shapes, lengths)
         if tensor.datatype == "BYTES":
             if tensor.name not in ("IMAGE", "TEXT"):

@@ -85,13 +85,14 @@ class ModelPlan:
                 raise ClientError(f"--shape {tensor.name}:{','.join(map(str, given))} does not fit its dims {dims}")
             dims = list(given)
         elif -1 in dims:
-            dims = [d if d != -1 else (lengths(tensor.name, i) if lengths else None) for i, d in enumerate(dims)]
-            if None in dims:
-                example = ",".join("8" if d is None else str(d) for d in dims)
+            found = [d if d != -1 else (lengths(tensor.name, i) if lengths else None) for i, d in enumerate(dims)]
+            if None in found:
+                example = ",".join("8" if d is None else str(d) for d in found)
                 raise NotMeasurable(
                     f"{self.name}: input '{tensor.name}' has dynamic dims {list(tensor.dims)}; "
                     f"give their lengths: --shape {tensor.name}:{example}"
                 )
+            dims = [int(d) for d in found if d is not None]
         return [batch, *dims] if self.batching else dims
 
 

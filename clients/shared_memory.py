@@ -22,7 +22,8 @@ def infer_cuda_shm(ep: Endpoint, model: str, arrays: dict, outputs: dict, device
     """
     import tritonclient.utils.cuda_shared_memory as cudashm
 
-    tag, regions = uuid.uuid4().hex[:8], []
+    tag = uuid.uuid4().hex[:8]
+    regions: list = []
     with ep.client() as client, refused_as_client_error(f"{model} (CUDA shared memory)"):
         try:
             inputs = [_input(ep, client, cudashm, tag, regions, n, a, device_id) for n, a in arrays.items()]

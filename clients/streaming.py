@@ -35,7 +35,8 @@ def stream_infer(ep, model: str, arrays: dict, timeout: float = 60.0, client=Non
         raise ClientError(f"{model} is decoupled: its responses come only over gRPC streaming (--protocol grpc)")
     from clients.infer import build_request
 
-    owned, answers = client is None, queue.Queue()
+    owned = client is None
+    answers: queue.Queue = queue.Queue()
     client = client or ep.client()
     try:
         inputs, _ = build_request(ep.module(), arrays, [])

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from common.errors import RecordingError
 
@@ -130,13 +131,15 @@ class RecordingWriter:
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.folder, 0o700)
         self.index = _last_index(self.folder)
-        self.handle, self.size = None, 0
+        self.handle: BinaryIO | None = None
+        self.size = 0
         self._next_file()
 
     def write(self, request: RecordedRequest) -> None:
         line = (request.to_line() + "\n").encode()
         if self.size and self.size + len(line) > self.max_file_bytes:
             self._next_file()
+        assert self.handle is not None  # opened by _next_file
         self.handle.write(line)
         self.size += len(line)
 
@@ -238,7 +241,8 @@ class TrafficShapes:
 
     def for_model(self, name: str) -> tuple[Counter, float]:
         """A model's histogram and peak rate, its served variants' (name_*) merged in."""
-        merged, rate = Counter(), 0.0
+        merged: Counter = Counter()
+        rate = 0.0
         for model, counts in self.histogram.items():
             if model == name or model.startswith(name + "_"):
                 merged.update(counts)

@@ -106,8 +106,8 @@ def make_bundle(out: Path, python: str) -> Path:
     """Write the bundle tarball (xz) for hosts running Python `python` (e.g. '3.12')."""
     site = _site_packages()
     binary = install_perf_analyzer().binary
-    with tempfile.TemporaryDirectory() as scratch:
-        scratch = Path(scratch)
+    with tempfile.TemporaryDirectory() as folder:
+        scratch = Path(folder)
         step(f"bundle: fetching wheels for Python {python}")
         _download_wheels(scratch / "wheels", python)
         (scratch / "install.sh").write_text(INSTALL_SH)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -74,14 +75,14 @@ class SearchSpace:
     def neighbours(self, c: Candidate) -> list[Candidate]:
         """Candidates one step away along one dimension."""
         out = []
-        axes = (
+        axes: tuple[tuple[str, Sequence], ...] = (
             ("variant", self.variants),
             ("instances", self.instance_counts(c.variant)),
             ("delay_us", self.delays_us),
             ("preferred", self.preferred_options(c.variant)),
         )
-        for axis, values in axes:
-            values = list(values)
+        for axis, given in axes:
+            values: list = list(given)
             if getattr(c, axis) not in values:  # a config as built, off the grid: between its grid neighbours
                 values = sorted(values + [getattr(c, axis)])
             index = values.index(getattr(c, axis))
@@ -149,7 +150,8 @@ class Searcher:
         self.repo, self.ep, self.analyzer, self.out, self.urls = repo, ep, analyzer, out, urls
         self.budgets, self.load = budgets, load
         self.manifest = read_manifest(repo)["models"]
-        self.base, self.parse = {}, parse_pbtxt
+        self.base: dict = {}
+        self.parse = parse_pbtxt
         self.results: dict[Candidate, Result] = {}
         self.data: dict[str, Path | None] = {}
 

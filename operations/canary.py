@@ -26,6 +26,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from common.cli import step
 from common.errors import ServerError
@@ -248,7 +249,7 @@ def run_steps(
         while True:
             sleep(plan.poll_s)
             now = read_counts(metrics_urls, (candidate, model)), read_edge(admin_socket, model)
-            figures = {
+            figures: dict[str, Any] = {
                 "percent": percent,
                 "candidate": window(base[0][candidate], now[0][candidate], base[1]["new"], now[1]["new"]),
                 "old": window(base[0][model], now[0][model], base[1]["old"], now[1]["old"]),

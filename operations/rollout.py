@@ -21,7 +21,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from builders.repository.manifest import read_manifest
 from builders.repository.model_config import parse_pbtxt, proto_to_pbtxt
@@ -77,7 +77,7 @@ class Plan:
     repo: Path
     build_dir: Path  # the build's newest version folder
     files: mv.ModelFiles  # the build's model-level files
-    config: object  # the build's parsed config.pbtxt
+    config: Any  # the build's parsed config.pbtxt (a model_config_pb2.ModelConfig)
     entry: dict  # the build's manifest entry
     serving: int  # the version serving now
     served_entry: dict
@@ -134,6 +134,7 @@ def _by_share(plan: Plan, candidate: str) -> int:
             _load(target.ep, candidate, plan.req.timeout)
         plan.checks = _checks(plan, candidate, "1", accuracy=True)
         plan.checks["warm-up"] = _warm(plan, candidate)
+        assert plan.req.share is not None  # _by_share runs for a canary by share only
         plan.checks["steps"] = run_steps(plan.req.share, plan.req.model, candidate, socket, urls)
         plan.candidate_serving = True
         return _promote(plan)
@@ -185,6 +186,10 @@ def preflight(req: RolloutRequest) -> Plan:
     """
     targets = server_targets(req.state_dir)
     repo = targets[0].ep.repo
+    if repo is None:
+        raise RolloutError(
+            f"the server of {req.state_dir} names no repository: start it with make serve or make cluster"
+        )
     build_model_dir = req.source / req.model
     if not (build_model_dir / mv.CONFIG).exists():
         raise RolloutError(

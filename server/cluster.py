@@ -18,6 +18,7 @@ import time
 import urllib.request
 from dataclasses import KW_ONLY, asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from common import endpoints
 from common.cli import step
@@ -155,7 +156,7 @@ def start_cluster(settings: ClusterSettings) -> ClusterState:
     Raises:
         ServerError: a port is taken, a replica or Envoy did not come up (everything started is stopped).
     """
-    front = (("http", settings.http_port), ("grpc", settings.grpc_port))
+    front: tuple[tuple[str, int], ...] = (("http", settings.http_port), ("grpc", settings.grpc_port))
     front += () if settings.single else (("metrics", settings.admin_port),)
     for label, port in front:
         launcher.check_port_free(settings.host, label, port)
@@ -234,11 +235,7 @@ def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> in
         balancing=settings.balancing,
         edge_filters=edge,
         tls=settings.tls,
-        **(
-            {"max_header_kb": settings.edge.max_header_kb, "max_connections": settings.edge.max_connections}
-            if settings.edge
-            else {}
-        ),
+        **_edge_bounds(settings.edge),
         **_recording(settings, rules),
         canary_models=tuple(sorted(rules)),
     )
@@ -263,6 +260,11 @@ def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> in
     return process.pid
 
 
+def _edge_bounds(edge: EdgeLimits | None) -> dict[str, Any]:
+    """EnvoySettings' header and connection bounds: the edge's, or Envoy's defaults where there is no edge."""
+    return {"max_header_kb": edge.max_header_kb, "max_connections": edge.max_connections} if edge else {}
+
+
 def _recording(settings: ClusterSettings, rules: dict) -> dict:
     """EnvoySettings' fields for a recording: the gRPC listener's Lua and both listeners' access logs."""
     if settings.record is None:
@@ -274,7 +276,8 @@ def _recording(settings: ClusterSettings, rules: dict) -> dict:
     if not native:
         step(f"recording gRPC with the Lua reader: the native one is built for Envoy {ENVOY_VERSION.strip('/.')}")
     prepare(record)
-    filters = grpc_filters(record, rules, settings.edge.max_request_bytes, native)
+    limits = settings.edge or EdgeLimits()  # ClusterSettings refuses a recording without the edge
+    filters = grpc_filters(record, rules, limits.max_request_bytes, native)
     return {"grpc_filters": tuple(filters), "access_logs": access_logs(record, native)}
 
 
@@ -365,6 +368,7 @@ def _write(state_dir: Path, state: ClusterState) -> None:
 
 def _write_front(settings: ClusterSettings, state: ClusterState) -> None:
     """server.json of the state folder, pointing at Envoy, for the clients and measurement commands."""
+    assert state.envoy_pid is not None, "written once Envoy runs"
     front = endpoints.ServerState(
         pid=state.envoy_pid,
         host=settings.host,
@@ -390,6 +394,16 @@ def read_cluster(state_dir: Path) -> ClusterState:
     return ClusterState.from_dict(json.loads(path.read_text()))
 
 
+def _tuning_of(state: ClusterState) -> launcher.TritonTuning:
+    """The replicas' tuning as cluster.json keeps it (none kept: the defaults)."""
+    kept = state.tuning
+    return launcher.TritonTuning(
+        args=tuple(kept.get("args", ())),
+        latency_summaries=bool(kept.get("latency_summaries", True)),
+        latency_quantiles=str(kept.get("latency_quantiles", launcher.DEFAULT_QUANTILES)),
+    )
+
+
 def restart_replicas(state_dir: Path, timeout: float = 180.0) -> list[dict]:
     """Rolling restart: each replica in turn is stopped (gracefully) and started on the same ports, and
     the next one waits until Envoy routes to it again. Returns (replica, seconds) per replica."""
@@ -410,7 +424,7 @@ def restart_replicas(state_dir: Path, timeout: float = 180.0) -> list[dict]:
             state_dir=folder,
             startup_timeout=timeout,
             internal=tuple(state.internal),
-            tuning=launcher.TritonTuning(**{k: tuple(v) if k == "args" else v for k, v in state.tuning.items()}),
+            tuning=_tuning_of(state),
         )
         env = state.env.get(replica.name, {})
         start_supervised(settings, replica.health_port, drain=Balancing().drain_seconds, env=env)

@@ -33,7 +33,8 @@ LUA_PER_ROUTE = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.LuaPer
 GRPC_NOT_FOUND = 5  # Triton's answer for a model with no version loaded (being reloaded there)
 BEFORE_ANSWER = "connect-failure,refused-stream,reset-before-request"  # retried: failed before a replica answered
 CANARY_TIME = r"^vhost\..+\.route\.canary-.+\.upstream_rq_time$"  # Envoy records it in whole milliseconds
-CANARY_BUCKETS_MS = (0.5, 1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 65, 80, 100, 130, 160, 200, 250)
+CANARY_BUCKETS_MS: tuple[float, ...] = (0.5, 1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 65, 80, 100, 130, 160)
+CANARY_BUCKETS_MS += (200, 250)
 CANARY_BUCKETS_MS += (320, 400, 500, 650, 800, 1000, 1300, 1600, 2000, 2500, 3200, 4000, 5000, 6500, 8000, 10000)
 CANARY_BUCKETS_MS += (15000, 20000, 30000, 60000)
 HTTP_OPTIONS = "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
@@ -260,7 +261,9 @@ def listener(name: str, s: EnvoySettings, port: int, cluster: str, protocol: str
         manager["http2_protocol_options"] = {}
     if s.access_logs.get(protocol):
         manager["access_log"] = list(s.access_logs[protocol])
-    chain = {"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}]}
+    chain: dict[str, object] = {
+        "filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}]
+    }
     if s.tls:
         chain["transport_socket"] = _tls(s.tls, "h2" if protocol == "grpc" else "http/1.1")
     return {"name": name, "address": _address(s.host, port), "filter_chains": [chain]}

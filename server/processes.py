@@ -177,7 +177,7 @@ def recorded_regions(state_dir: Path) -> set[str]:
         return set()
 
 
-def remove_regions(state_dir: Path, extra: set[str] = frozenset()) -> int:
+def remove_regions(state_dir: Path, extra: frozenset[str] | set[str] = frozenset()) -> int:
     """Remove this state folder's recorded regions (and extra) that no process maps any more; other
     servers' regions, of this user too, are never touched. Returns how many files went."""
     names, mapped, uid, removed = recorded_regions(state_dir) | set(extra), _mapped_shared_memory(), os.getuid(), 0

@@ -99,7 +99,7 @@ def module_writes(settings: RecordSettings, native: bool = True) -> bool:
 
 def access_logs(settings: RecordSettings, native: bool = True) -> dict:
     """Each listener's access logs while recording: HTTP's always, gRPC's where the module does not write."""
-    logs = {"http": (access_log(settings, "http"),)}
+    logs: dict[str, tuple[dict, ...]] = {"http": (access_log(settings, "http"),)}
     logs["grpc"] = () if module_writes(settings, native) else (access_log(settings, "grpc"),)
     return logs
 

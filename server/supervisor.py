@@ -159,6 +159,12 @@ class Supervisor:
         self.reloading = threading.RLock()  # one reload at a time (stub watch and probes)
         self.recorded_stubs: frozenset[int] = frozenset()  # the stubs whose regions remember_regions holds
 
+    @property
+    def server(self) -> endpoints.ServerState:
+        """The running tritonserver's state: set by _start_server, before any loop runs."""
+        assert self.state is not None, "the supervisor's server has not started"
+        return self.state
+
     def start(self) -> None:
         launcher.private_state(self.settings.state_dir)
         self.http.start()
@@ -175,7 +181,7 @@ class Supervisor:
             with self.health.lock:
                 if not self.health.server_up:
                     continue
-            state = self.state
+            state = self.server
             ok = live(state.http_url, self.liveness.timeout)
             misses = self.misses.add(ok)
             with self.health.lock:
@@ -209,7 +215,7 @@ class Supervisor:
                         continue
                     models = sorted(self.health.models - self.health.healing - self.paused - set(self.health.broken))
                 targets = [(m, inputs) for m in models if (inputs := self._probe_inputs(m))]
-                urls = [self.state.http_url] * len(targets)
+                urls = [self.server.http_url] * len(targets)
                 results = pool.map(self._probe_one, urls, targets)
                 for model, ok in list(results):
                     if record(self.probed, model, ok, self.probes.threshold) and not self.stopping.is_set():
@@ -225,7 +231,7 @@ class Supervisor:
             import tritonclient.http as http
 
             try:
-                with http.InferenceServerClient(self.state.http_url, network_timeout=self.probes.timeout) as client:
+                with http.InferenceServerClient(self.server.http_url, network_timeout=self.probes.timeout) as client:
                     metadata, config = client.get_model_metadata(model), client.get_model_config(model)
             except Exception:  # not answering: probe it next round
                 return []
@@ -233,8 +239,8 @@ class Supervisor:
         return self.probed.inputs[model]
 
     def _start_server(self) -> None:
-        self.state = launcher.start(self.settings)
-        self.stubs = stub_pids(self.state.pid, self.settings.repo)
+        self.state = state = launcher.start(self.settings)
+        self.stubs = stub_pids(state.pid, self.settings.repo)
         self.misses.count = 0
         steps = ensemble_steps(self.settings.repo)
         loaded = set(self._loaded())
@@ -262,7 +268,7 @@ class Supervisor:
 
     def check(self) -> None:
         """One round: restart a dead server, else reload models that lost a stub."""
-        if not is_tritonserver(self.state.pid):
+        if not is_tritonserver(self.server.pid):
             self._restart()
             return
         if self.reloading.acquire(blocking=False):  # a reload under way changes the stubs: look next round
@@ -277,7 +283,7 @@ class Supervisor:
         regions come and go with stubs, so an unchanged set of stubs needs no look at /proc."""
         seen = frozenset(pid for pids in self.stubs.values() for pid in pids)
         if seen != self.recorded_stubs:
-            remember_regions(self.settings.state_dir, regions_of(self.state.pid))
+            remember_regions(self.settings.state_dir, regions_of(self.server.pid))
             self.recorded_stubs = seen
 
     def _retry_loop(self) -> None:
@@ -303,7 +309,7 @@ class Supervisor:
             self._reload(model, f"retry {mark['attempts']} after a failed reload")
 
     def _check_stubs(self) -> None:
-        current = stub_pids(self.state.pid, self.settings.repo)
+        current = stub_pids(self.server.pid, self.settings.repo)
         # A rollout swaps stubs on purpose; one more round after it ends takes a fresh snapshot.
         # the lock lies in the server's folder, or in the cluster's above it (make serve, make cluster)
         held = paused_models(self.settings.state_dir) | paused_models(self.settings.state_dir.parent)
@@ -322,7 +328,7 @@ class Supervisor:
             else:  # READY with a dead stub (a crash), or the index did not answer
                 self._reload(model, f"{len(gone)} stub process(es) gone")
         self._adopt_loaded(current)
-        self.stubs = stub_pids(self.state.pid, self.settings.repo) if lost else current
+        self.stubs = stub_pids(self.server.pid, self.settings.repo) if lost else current
         for model, state in states.items():
             if state == "UNAVAILABLE":
                 self.stubs.pop(model, None)
@@ -331,8 +337,8 @@ class Supervisor:
         """Triton's repository index by model name (of several versions, a READY one)."""
         import tritonclient.http as http
 
-        with http.InferenceServerClient(self.state.http_url, network_timeout=5.0) as client:
-            index = client.get_model_repository_index(headers=self.state.admin_headers())
+        with http.InferenceServerClient(self.server.http_url, network_timeout=5.0) as client:
+            index = client.get_model_repository_index(headers=self.server.admin_headers())
         found: dict[str, dict] = {}
         for entry in index:  # one entry per version: READY wins
             if entry.get("state") == "READY" or entry["name"] not in found:
@@ -382,7 +388,7 @@ class Supervisor:
 
     def _record_exit(self) -> None:
         """The exit status or signal, the log's last lines and the time: in /status and the supervisor log."""
-        old, reason = self.state, self.kill_reason or "exited on its own"
+        old, reason = self.server, self.kill_reason or "exited on its own"
         self.kill_reason = ""
         exit_text = describe_exit(reap(old.pid))
         tail, cause = log_tail(Path(old.log)), crash_cause(Path(old.log))
@@ -406,7 +412,7 @@ class Supervisor:
         with self.health.lock:
             self.health.healing.add(model)
         self.health.record(f"{model}: {why}; reloading", logging.WARNING)
-        state = self.state  # the server this reload is for: a restart replaces it
+        state = self.server  # the server this reload is for: a restart replaces it
         started, old = time.monotonic(), stub_pids(state.pid, self.settings.repo).get(model, set())
         try:
             with http.InferenceServerClient(state.http_url, network_timeout=120.0) as client:
@@ -523,7 +529,12 @@ def serve(
     path = settings.state_dir / STATE
     launcher.private_state(settings.state_dir)
     signal.signal(signal.SIGTERM, lambda *_: supervisor.stopping.set())
-    signal.signal(signal.SIGINT, lambda *_: (setattr(supervisor, "drain", 0.0), supervisor.stopping.set()))
+
+    def stop_now(*_) -> None:
+        supervisor.drain = 0.0
+        supervisor.stopping.set()
+
+    signal.signal(signal.SIGINT, stop_now)
     try:
         supervisor.start()
     except Exception as err:

@@ -66,7 +66,7 @@ class BatchCalls:
         )
         self._answer = _bind(free.ipb_answer, [_P, ctypes.c_uint32, _P, _P, ctypes.c_uint32] + [_P] * 12)
         self._release = _bind(free.ipb_release, [_P, _P, ctypes.c_uint32, _P, _P, _P, _P])
-        self._names: dict[tuple, object] = {}
+        self._names: dict[tuple, tuple] = {}  # names -> (the C array, the encoded names it points at)
 
     def names(self, names: tuple[str, ...]):
         """A C array of the names (kept: the pointers must outlive every call)."""

@@ -25,16 +25,17 @@ import os
 import queue
 import threading
 import time
+from typing import Any
 
 from triton_models.buffers import BackendError, HostRows, as_array, as_tensor, device_bytes
 from triton_models.triton_api import ERROR_INVALID_ARG, ERROR_UNSUPPORTED, KIND_GPU, MEMORY_GPU, TritonApi
 
-API: TritonApi | None = None
+API: TritonApi = None  # type: ignore[assignment]  # set by TRITONBACKEND_Initialize, before any other call
 CALLS = None  # the shim's batch calls (triton_models/batch_calls.py), where the library has them
 _MODELS: dict[int, dict] = {}  # model handle -> {"config", "folder", "name"}
 _INSTANCES: dict[int, "Instance"] = {}
 _LOADING = threading.Lock()
-_DATATYPES = {}  # torch dtype -> Triton datatype, filled at the first instance
+_DATATYPES: dict = {}  # torch dtype -> Triton datatype, filled at the first instance
 
 
 def _entry(fn):
@@ -128,6 +129,7 @@ class Instance:
         from triton_models.torch_serving import TorchServing
 
         self.handle, self.name, self.device = handle, model["name"], device
+        self.serving: Any  # TorchServing, or TokenizeServing for the text pipeline's first step (duck-typed)
         if is_tokenize(model["config"]):  # the text pipeline's first step: no torch module
             self.serving = TokenizeServing(model["config"], model["folder"])
         else:
@@ -154,7 +156,7 @@ class Instance:
 
             self.tokenize = TokenizeBatch(self, CALLS, API)
         self.thread = threading.local()
-        self.free = queue.Queue()
+        self.free: queue.Queue = queue.Queue()
         for slot in range(self.SLOTS):
             self.free.put(slot)
         self.done: queue.Queue = queue.Queue()
@@ -223,7 +225,8 @@ class Instance:
         runner = self.serving.runner
         address, row_bytes = runner.staging(slot)
         direct = alone and runner.raw  # a lone batch's host rows go to the device as they lie in Triton's buffer
-        parts, offset, room = [], 0, runner.buckets[-1]
+        parts: list = []  # FromHost, Staged or a tensor each
+        offset, room = 0, runner.buckets[-1]
         for view in views:
             rows = view.shape[0]
             if view.nbytes != rows * row_bytes:
@@ -274,7 +277,8 @@ class Instance:
         run = self.serving.run
         if getattr(self.serving, "ragged", False):  # numpy views of Triton's buffers in, arrays out
             read, run = as_array, self.serving.run_arrays
-        results, feeds = [None] * len(views), []
+        results: list = [None] * len(views)
+        feeds = []
         for index, request_views in enumerate(views):
             try:
                 feeds.append((index, [read(v) for v in request_views]))

@@ -168,10 +168,10 @@ class RaggedPath:
             self.instance._fail(int(handles[index]), BackendError(reason), start)
         keep, rows = ~bad, np.repeat(~bad, sizes)
         combined = {name: np.ascontiguousarray(array[rows]) for name, array in batch.combined.items()}
-        widths = [w for w, k in zip(batch.widths, keep) if k]
-        sizes = sizes[keep]
-        first_row = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        kept = RaggedBatch.pooled(combined, sizes.tolist(), widths, batch.names, batch.mask)
+        kept_widths = [int(w) for w, k in zip(batch.widths, keep) if k]
+        kept_sizes = sizes[keep]
+        first_row = np.concatenate([[0], np.cumsum(kept_sizes)[:-1]]).astype(np.int64)
+        kept = RaggedBatch.pooled(combined, kept_sizes.tolist(), kept_widths, batch.names, batch.mask)
         return handles[keep], kept, first_row
 
     # --- run
@@ -261,7 +261,7 @@ class RaggedPath:
             self.runner.spent("release (backend)", time.perf_counter() - began)
 
     def _note_steps(self) -> None:
-        released = sum(self.release_ns)  # a new array: each releaser adds to its own
+        released = np.sum(self.release_ns, axis=0)  # a new array: each releaser adds to its own
         for step, ns in zip(ANSWER_STEPS, [*self.spent_ns[:2].tolist(), *released[2:].tolist()]):
             self.runner.timings[step] = ns / 1e9
 

@@ -87,6 +87,7 @@ def keep_inductor_headers_private(inductor_dir: str | Path) -> Path | None:
         codecache._HEADER_DIR = str(headers)
         codecache._HEADER_LOCK_DIR = str(private_dir(headers / "locks"))
         remembered = getattr(codecache, "_precompile_header", None)  # remembers each header's path in the old folder
-        if hasattr(remembered, "cache_clear"):  # (a build's folder is gone once it ends)
-            remembered.cache_clear()
+        clear = getattr(remembered, "cache_clear", None)  # (a build's folder is gone once it ends)
+        if clear is not None:
+            clear()
     return headers

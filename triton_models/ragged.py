@@ -220,13 +220,14 @@ def _cheapest_spans(present, counts, grid: LengthGrid, min_run_tokens: int) -> l
     size = len(present)
     if min_run_tokens <= 0:
         return [(k, k) for k in range(size)]
-    best, cut = [0] + [None] * size, [0] * (size + 1)
+    inf = float("inf")
+    best, cut = [0.0] + [inf] * size, [0] * (size + 1)
     before = [0, *np.cumsum(counts).tolist()]  # rows in the buckets before each
     for end in range(1, size + 1):
         length = grid.lengths[present[end - 1]]
         for start in range(end):
             cost = best[start] + run_cost(before[end] - before[start], length, grid, min_run_tokens)
-            if best[end] is None or cost < best[end]:
+            if cost < best[end]:
                 best[end], cut[end] = cost, start
     spans, end = [], size
     while end:

@@ -65,7 +65,9 @@ class RaggedRunner:
         self.mask, self.cuda = mask, self.device.type == "cuda" and graphs
         self.counters = ragged.Counters()
         self.timings: dict[str, float] = {}  # seconds per step, summed over calls (the backend adds its own)
-        self.graphs, self.static, self.outputs = {}, {}, {}
+        self.graphs: dict = {}
+        self.static: dict = {}
+        self.outputs: dict = {}
         self.graph_bytes, self.capture_seconds, self.min_run_tokens = 0, 0.0, 0
         self.slots = slots
         self.staging = [[torch.empty(0, dtype=d) for d in self.dtypes] for _ in range(slots)]
@@ -166,7 +168,7 @@ class RaggedRunner:
         # this thread's own CPU time in those two steps: the rest of their time it waited (the GIL, a lock, a page)
         self.spent("plan, stage and launch: CPU", time.thread_time() - start_cpu)
         self.spent("plan and stage: CPU", staged_cpu - start_cpu)
-        return Pending(batch, groups, host, flat, event, slot)
+        return Pending(batch=batch, groups=groups, host=host, flat=flat, event=event, slot=slot)
 
     def collect(self, pending: "Pending") -> list[np.ndarray]:
         """The batch's outputs in its row order, [rows, ...] (a per-token output [rows, widest, ...]), once its
@@ -189,9 +191,10 @@ class RaggedRunner:
         return results
 
     def _placed(self, batch, pending, k: int) -> np.ndarray:
-        result = None
+        result: np.ndarray | None = None
         for group, outputs in zip(pending.groups, pending.host):
             result = batch.place(None if result is None else [result], group, [outputs[k].numpy()], [True])[0]
+        assert result is not None, "a batch has at least one group"
         return result
 
     def spent(self, step: str, seconds: float) -> None:
@@ -267,6 +270,7 @@ class RaggedRunner:
                 host[k] = torch.empty(2 * need, dtype=host[k].dtype, pin_memory=True)
 
     def _write_stats(self) -> None:
+        assert self.stats_path is not None  # written only where a folder was given
         partial = self.stats_path + ".part"
         with open(partial, "w") as handle:
             json.dump(self.describe(), handle)
@@ -295,7 +299,7 @@ class Pending:
     groups: list
     host: list
     flat: list
-    event: object
+    event: torch.cuda.Event
     slot: int
 
 

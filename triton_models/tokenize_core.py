@@ -65,7 +65,8 @@ def encode(tokenizer: WordCache, per_request: list) -> list:
 def decode_requests(texts: list) -> tuple[list, list]:
     """Per request, its texts as a list of str, or why the request is refused. Python's own bytes.decode: numpy's
     char functions cost about 8 µs a text, a serial step in front of the tokenizer's threads."""
-    decoded, errors = [], []
+    decoded: list = []
+    errors: list = []
     for request in texts:
         try:
             mine = [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in request.tolist()]

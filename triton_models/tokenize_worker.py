@@ -75,16 +75,19 @@ class TokenizeWorker:
         self.args = [sys.executable, "-m", "triton_models.tokenize_worker", tokenizer_path, str(max_length)]
         self.lock = threading.Lock()
         self.child: subprocess.Popen | None = None
+        self.pipes = (-1, -1)  # the child's stdin and stdout descriptors (-1: none)
         self._start()
 
     def _start(self) -> None:
         root = str(Path(__file__).resolve().parent.parent)  # where triton_models is imported from
         paths = [root, *[p for p in sys.path if p and p != root]]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-        self.child = subprocess.Popen(
+        self.child = child = subprocess.Popen(
             self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True, bufsize=0
         )
-        if read_frame(self.child.stdout.fileno()) != "ready":
+        assert child.stdin is not None and child.stdout is not None  # pipes
+        self.pipes = (child.stdin.fileno(), child.stdout.fileno())
+        if read_frame(self.pipes[1]) != "ready":
             self.close()
             raise RuntimeError(f"the tokenize worker did not start ({' '.join(self.args)})")
 
@@ -93,8 +96,8 @@ class TokenizeWorker:
         with self.lock:
             for attempt in (0, 1):
                 try:
-                    write_frame(self.child.stdin.fileno(), requests)
-                    found = read_frame(self.child.stdout.fileno())
+                    write_frame(self.pipes[0], requests)
+                    found = read_frame(self.pipes[1])
                     if found is not None:
                         return found
                 except OSError:  # a broken pipe: the child died
@@ -105,16 +108,18 @@ class TokenizeWorker:
             raise RuntimeError("the tokenize worker ended while tokenizing")
 
     def close(self) -> None:
-        child, self.child = self.child, None
+        child, self.child, self.pipes = self.child, None, (-1, -1)
         if child is None:
             return
-        child.stdin.close()
+        if child.stdin is not None:
+            child.stdin.close()
         try:
             child.wait(timeout=5)
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
-        child.stdout.close()
+        if child.stdout is not None:
+            child.stdout.close()
 
 
 class TokenizePool:

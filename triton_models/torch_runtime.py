@@ -57,7 +57,8 @@ class GraphRunner:
         self.inputs = {
             b: torch.zeros((b, *sample_shape), dtype=dtype, device=device).to(memory_format=fmt) for b in buckets
         }
-        self.outputs, self.graphs = {}, {}
+        self.outputs: dict = {}
+        self.graphs: dict = {}
         for size in buckets:
             self._capture(size)
 
@@ -100,7 +101,8 @@ class StagedRunner:
         self.fn, self.buckets, self.device = fn, buckets, torch.device(device)
         cuda = self.device.type == "cuda"
         self.inputs = {b: torch.zeros((b, *wire_shape), dtype=wire_dtype, device=device) for b in buckets}
-        self.outputs, self.graphs = {}, {}
+        self.outputs: dict = {}
+        self.graphs: dict = {}
         for size in buckets:
             self._capture(size)
         largest, rows = self.outputs[buckets[-1]], (buckets[-1], *wire_shape)
@@ -307,16 +309,19 @@ def _retarget_node(node: torch.fx.Node, device: torch.device) -> bool:
     """The node's device argument, positional (aten.to.device) or keyword (factories, where absent means the
     CPU), set to `device`; whether it changed."""
     schema = getattr(node.target, "_schema", None)
-    at = next((i for i, a in enumerate(schema.arguments) if a.name == "device"), None) if schema else None
+    if schema is None:
+        return False
+    at = next((i for i, a in enumerate(schema.arguments) if a.name == "device"), None)
     if at is None:
         return False
     if at < len(node.args) and not schema.arguments[at].kwarg_only:
-        if node.args[at] is None or torch.device(node.args[at]) == device:
+        given = node.args[at]
+        if given is None or torch.device(given) == device:  # type: ignore[arg-type]  # an fx argument: a device
             return False
         node.update_arg(at, device)
         return True
     found = node.kwargs.get("device")
-    if found is not None and torch.device(found) == device:
+    if found is not None and torch.device(found) == device:  # type: ignore[arg-type]  # a device, as above
         return False
     node.update_kwarg("device", device)
     return True

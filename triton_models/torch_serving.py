@@ -151,7 +151,8 @@ class TorchServing:
         from triton_models.ragged import RaggedBatch
 
         names, longest = [i["name"] for i in self.spec["inputs"]], self.runner.grid.max_length
-        results, kept = [None] * len(feeds), []
+        results: list = [None] * len(feeds)
+        kept = []
         for index, feed in enumerate(feeds):
             width = feed[0].shape[-1]
             if width > longest:

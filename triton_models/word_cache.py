@@ -70,7 +70,7 @@ class WordCache:
 
     FEW = 4  # texts a batch up to which each is read word by word in Python (numpy's passes cost more for so few)
 
-    def _forget(self):
+    def _forget(self) -> None:
         self.index: dict[str, int] = {SEPARATOR.strip(): 0}  # word -> its number; 0: between texts (no ids)
         self.start, self.size = [0], [0]
         self.word_ids: list[tuple] = [()]  # by number: the word's ids, for the few-texts path

@@ -36,7 +36,10 @@ class Target:
 
 def _version(text: str) -> tuple[int, int, int]:
     match = _VERSION.search(text or "")
-    return tuple(int(g) for g in match.groups()) if match else (0, 0, 0)
+    if not match:
+        return (0, 0, 0)
+    major, minor, patch = (int(g) for g in match.groups())
+    return (major, minor, patch)
 
 
 def _cc(text: str) -> tuple[int, int]:

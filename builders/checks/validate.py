@@ -103,7 +103,7 @@ def validate(
     _quiet_polygraphy()
     tol = spec.tolerances[precision]
     cases = shape_cases(spec) if not (sample_data and "inputs" in sample_data) else _batches_only(spec)
-    batches = [
+    batches: list[dict] = [
         {
             "batch": b,
             "axes": lengths,
@@ -142,7 +142,7 @@ def validate_torch(reference, candidate, spec: ModelSpec, precision: str, report
 
     _quiet_polygraphy()
     tol, names = spec.tolerances[precision], [t.name for t in spec.outputs]
-    batches = []
+    batches: list[dict] = []
     for batch, lengths in shape_cases(spec):
         feeds = _feeds(spec, batch, None, lengths)
         runners = [

@@ -9,6 +9,7 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builders.spec.model_spec import ModelSpec, TensorSpec
 from common.errors import ExportError
@@ -87,7 +88,7 @@ def random_values(rng, tensor: TensorSpec, shape: tuple):
         return values.astype(dtype)
     if dtype.kind == "b":
         return rng.integers(0, 2, shape).astype(dtype)
-    low, high = (0, 100) if low is None else (int(low), int(high))
+    low, high = (0, 100) if low is None or high is None else (int(low), int(high))
     return rng.integers(low, high, shape).astype(dtype)
 
 
@@ -95,7 +96,7 @@ def dynamic_shapes(spec: ModelSpec) -> dict:
     import torch
 
     batch = torch.export.Dim("batch", min=1, max=max(spec.max_batch_size, 2))
-    axes = {}  # one torch Dim per axis name: inputs that share a name share the length
+    axes: dict = {}  # one torch Dim per axis name: inputs that share a name share the length
     for tensor in spec.inputs:
         for name in tensor.axes:
             low, high = spec.axis_range(name)
@@ -177,7 +178,7 @@ def _torch_export(module, spec: ModelSpec, example: dict, path: Path) -> None:
     import torch
 
     args = tuple(torch.from_numpy(example[t.name]) for t in spec.inputs)
-    kwargs = dict(
+    kwargs: dict[str, Any] = dict(
         input_names=[t.name for t in spec.inputs],
         opset_version=spec.opset,
         dynamo=True,

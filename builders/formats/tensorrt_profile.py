@@ -58,10 +58,10 @@ def batch_range(spec: ModelSpec, options: EngineOptions) -> tuple[int, int, int]
     return 1, opt, high
 
 
-def profile_shapes(spec: ModelSpec, options: EngineOptions) -> dict[str, tuple[tuple, tuple, tuple]]:
-    """Per input, the (min, opt, max) shapes of the optimization profile."""
+def profile_shapes(spec: ModelSpec, options: EngineOptions) -> dict[str, tuple[tuple[int, ...], ...]]:
+    """Per input, the (min, opt, max) shapes of the optimization profile (three shapes each)."""
     batches = batch_range(spec, options)
-    shapes = {}
+    shapes: dict[str, tuple[tuple[int, ...], ...]] = {}
     for tensor in spec.inputs:
         triple = []
         for i, batch in enumerate(batches):
@@ -71,7 +71,7 @@ def profile_shapes(spec: ModelSpec, options: EngineOptions) -> dict[str, tuple[t
     return shapes
 
 
-def length_profiles(spec: ModelSpec, options: EngineOptions) -> list[dict[str, tuple[tuple, tuple, tuple]]]:
+def length_profiles(spec: ModelSpec, options: EngineOptions) -> list[dict[str, tuple[tuple[int, ...], ...]]]:
     """Sequence models: one optimization profile per length bucket of the served engine's grid
     (triton_models/ragged.py), so each length band gets kernels tuned for it, as the CUDA graphs do: lengths
     (previous bucket, bucket], batches 1 .. the rows the token budget allows there (opt: half of that).
@@ -83,7 +83,8 @@ def length_profiles(spec: ModelSpec, options: EngineOptions) -> list[dict[str, t
         return [profile_shapes(spec, options)]
     high = options.max_batch or spec.max_batch_size
     grid = ragged.default_grid(options.seq_len[2], high)
-    profiles, shortest = [], options.seq_len[0]
+    profiles: list[dict[str, tuple[tuple[int, ...], ...]]] = []
+    shortest = options.seq_len[0]
     for length in grid.lengths:
         rows = min(grid.rows_for(length), high)
         triple = ((1, shortest), (max(1, rows // 2), length), (rows, length))

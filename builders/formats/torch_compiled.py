@@ -38,7 +38,7 @@ REPORT = "validation.compiled.json"
 
 def compiler_versions() -> dict:
     """What a compiled engine depends on: torch and triton-lang (the kernels' compiler)."""
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in ("torch", "triton"):
         try:
             versions[name] = metadata.version(name)
@@ -90,7 +90,7 @@ def compile_engine(program: Path, spec, runtime: repository.TorchRuntime, device
 
     dtype = rt.DTYPES[runtime.precision]
     fmt = torch.channels_last if runtime.channels_last else torch.contiguous_format
-    module = rt.load_program(program, device).to(device, dtype=dtype, memory_format=fmt)
+    module = rt.load_program(program, device).to(device, dtype=dtype, memory_format=fmt)  # type: ignore[call-overload]  # Module.to takes memory_format with the others
     started = time.time()
     engine = rt.compiled(module)
     first = spec.inputs[0]
@@ -146,7 +146,7 @@ def ragged_engine(engine, spec, runtime: repository.TorchRuntime, device: str):
         (outputs,) = runner(ragged.RaggedBatch([feed], names, runner.mask))
         return tuple(torch.from_numpy(o).to(device) for o in outputs)
 
-    run.describe, run.runner = runner.describe, runner
+    run.describe, run.runner = runner.describe, runner  # type: ignore[attr-defined]  # what the gate reports
     return run
 
 
@@ -219,7 +219,10 @@ def build_compiled_variant(req, runtime: repository.TorchRuntime) -> dict:
         runner, seconds = _compile_step(program, req.spec, runtime, device, name)
         step(f"{req.spec.name}: compiled in {seconds} s; validating against the fp32 eager module")
         report = _gate(runner, program, req.spec, runtime, device, out_dir / f"{name}.{REPORT}")
-        blob, _ = torch.compiler.save_cache_artifacts()
+        saved = torch.compiler.save_cache_artifacts()
+        if saved is None:
+            raise ExportError(f"{req.spec.name}: torch.compile saved no cache artifacts for {name}; build it again")
+        blob, _ = saved
     cache = out_dir / f"{name}.{CACHE}"
     cache.write_bytes(blob)
     compiled = {

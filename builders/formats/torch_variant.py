@@ -35,7 +35,7 @@ def write_torch_variant(req: BuildRequest, runtime: writer.TorchRuntime, extra: 
     return ManifestEntry(
         name=config.name,
         target=req.target,
-        backend=config.backend,
+        backend=config.backend or "",
         runtime="inductor" if runtime.compiler else "torch",
         kind=req.options.kind,
         precision=runtime.precision,

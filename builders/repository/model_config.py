@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from common.errors import ConfigError
 
@@ -111,7 +113,7 @@ class Warmup:
 
     name: str
     batch_size: int
-    inputs: tuple[TensorConfig, ...]
+    inputs: Sequence[TensorConfig]
 
     def __post_init__(self):
         object.__setattr__(self, "inputs", tuple(self.inputs))
@@ -138,18 +140,18 @@ class ModelConfig:
 
     name: str
     max_batch_size: int
-    inputs: tuple[TensorConfig, ...]
-    outputs: tuple[TensorConfig, ...]
+    inputs: Sequence[TensorConfig]
+    outputs: Sequence[TensorConfig]
     backend: str | None = None
     platform: str | None = None
     dynamic_batching: DynamicBatching | None = None
-    instance_groups: tuple[InstanceGroup, ...] = ()
+    instance_groups: Sequence[InstanceGroup] = ()
     latest_versions: int = 1
-    warmup: tuple[Warmup, ...] = ()
+    warmup: Sequence[Warmup] = ()
     parameters: dict = field(default_factory=dict)
     default_model_filename: str | None = None
     cc_model_filenames: dict = field(default_factory=dict)
-    ensemble_steps: tuple[EnsembleStep, ...] = ()
+    ensemble_steps: Sequence[EnsembleStep] = ()
     response_cache: bool = False
 
     def __post_init__(self):
@@ -299,7 +301,7 @@ def _warmup_proto(pb, warmup: Warmup):
     return msg
 
 
-def parse_pbtxt(text: str):
+def parse_pbtxt(text: str) -> Any:
     """Parse config.pbtxt text into a model_config_pb2.ModelConfig message.
 
     Raises:
@@ -335,7 +337,7 @@ def from_dict(data: dict) -> ModelConfig:
         raise ConfigError(f"model config is malformed: {err}") from err
 
 
-def repository_configs(repo) -> list[tuple[str, object]]:
+def repository_configs(repo) -> list[tuple[str, Any]]:
     """(model name, parsed config) of every model folder of a repository, in name order; a config that does
     not parse is left out (Triton refuses that model anyway)."""
     from pathlib import Path

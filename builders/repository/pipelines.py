@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 from builders.repository import writer as repository
 from builders.repository.model_config import DynamicBatching, EnsembleStep, InstanceGroup, ModelConfig, TensorConfig
@@ -27,6 +28,8 @@ def _check(spec: ModelSpec) -> None:
 def preprocess_config(spec: ModelSpec, raw: bool, options: repository.ServingOptions) -> ModelConfig:
     """The preprocess step: bytes (or uint8 NHWC pixels) in, the classifier's input out."""
     pre, image = spec.preprocessing, spec.image_input
+    if pre is None or image is None:
+        raise SpecError(f"{spec.name}: an image pipeline needs an image input with preprocessing")
     height, width = pre.image_size
     source = (
         TensorConfig("IMAGE", "TYPE_UINT8", (height, width, pre.channels), "FORMAT_NHWC")
@@ -120,7 +123,7 @@ def text_pipeline_configs(
     it runs in the in-process backend (triton_models/tokenize_serving.py) instead of a Python-backend stub."""
     ids, mask = (TensorConfig(t.name, f"TYPE_{t.dtype}", t.dims) for t in spec.inputs)
     hidden = spec.outputs[0].dims[-1]
-    common = dict(
+    common: dict[str, Any] = dict(
         backend="python",
         max_batch_size=spec.max_batch_size,
         instance_groups=[InstanceGroup(options.instances or 1, "KIND_CPU")],

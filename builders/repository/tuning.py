@@ -44,14 +44,14 @@ def tune(spec, histogram: Counter, peak_rate: float, buckets: int = 15) -> Tunin
     delay = int(min(MAX_DELAY_US, max(MIN_DELAY_US, 2 * gap_us)))
     batch_rows = _gathered_rows(rows, delay, peak_rate, spec.max_batch_size)
     preferred = (batch_rows,) if batch_rows > 1 else ()  # a preferred 1 would send every lone request at once
-    figures = {
+    figures: dict[str, object] = {
         "peak_requests_per_s": round(peak_rate, 2),
         "rows_per_request_p50": _quantile(rows, 0.5),
         "rows_per_request_p99": _quantile(rows, 0.99),
         "rows_per_batch_at_peak": batch_rows,
     }
     lengths = _lengths(spec, histogram)
-    chosen = ()
+    chosen: tuple[int, ...] = ()
     if lengths:
         longest = int(spec.longest_sequence())
         chosen = choose_length_buckets(lengths, longest, buckets)
@@ -74,7 +74,7 @@ def tune(spec, histogram: Counter, peak_rate: float, buckets: int = 15) -> Tunin
 
 
 def _rows_per_request(spec, histogram: Counter) -> Counter:
-    rows = Counter()
+    rows: Counter = Counter()
     for signature, count in histogram.items():
         shape = signature[0][2] if signature else ()
         rows[shape[0] if spec.max_batch_size > 0 and shape else 1] += count
@@ -115,7 +115,7 @@ def _lengths(spec, histogram: Counter) -> Counter:
     if dynamic is None:
         return Counter()
     axis = list(dynamic.dims).index(-1) + (1 if spec.max_batch_size > 0 else 0)
-    lengths = Counter()
+    lengths: Counter = Counter()
     for signature, count in histogram.items():
         for name, _, shape in signature:
             if name == dynamic.name and len(shape) > axis:
@@ -137,7 +137,7 @@ def _bucket(length: int, buckets: tuple[int, ...]) -> int:
 def choose_length_buckets(lengths: Counter, longest: int, count: int = 15) -> tuple[int, ...]:
     """At most `count` buckets (multiples of 8, and `longest` always, for lengths not recorded) that pad the
     recorded lengths least: dynamic programming over the candidate edges."""
-    steps = Counter()
+    steps: Counter = Counter()
     for length, n in lengths.items():
         steps[min(longest, max(LENGTH_STEP, math.ceil(length / LENGTH_STEP) * LENGTH_STEP))] += n
     edges = sorted(set(steps) | {longest})

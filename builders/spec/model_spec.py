@@ -340,5 +340,7 @@ class ModelSpec:
 
 def _split_image_dims(image: TensorSpec) -> tuple[int, tuple[int, int]]:
     if image.image_format == "NCHW":
-        return image.dims[0], tuple(image.dims[1:])
-    return image.dims[2], tuple(image.dims[:2])
+        channels, height, width = image.dims
+    else:
+        height, width, channels = image.dims
+    return channels, (height, width)

@@ -20,12 +20,21 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import tomllib
 
 from builders.repository.writer import ServingOptions
 from builders.spec import user_models
-from builders.spec.model_spec import DTYPES, IMAGE_FORMATS, PRECISIONS, ModelSpec, Preprocessing, TensorSpec
+from builders.spec.model_spec import (
+    DEFAULT_TOLERANCES,
+    DTYPES,
+    IMAGE_FORMATS,
+    PRECISIONS,
+    ModelSpec,
+    Preprocessing,
+    TensorSpec,
+)
 from common.errors import SpecError
 
 SOURCES = ("factory", "exported", "onnx")
@@ -283,7 +292,7 @@ def _spec(m: _Model, builder: str, args: dict) -> ModelSpec:
 
 
 def _checks(m: _Model) -> dict:
-    out = {}
+    out: dict[str, Any] = {}
     if "validation_batch_sizes" in m.table:
         sizes = m.get("validation_batch_sizes", list)
         if not sizes or not all(isinstance(b, int) and not isinstance(b, bool) for b in sizes):
@@ -303,7 +312,7 @@ def _checks(m: _Model) -> dict:
 
 def _tolerances(m: _Model) -> dict:
     table = m.get("tolerances", dict)
-    tolerances = dict(ModelSpec.__dataclass_fields__["tolerances"].default_factory())
+    tolerances = dict(DEFAULT_TOLERANCES)
     for precision, pair in table.items():
         ok = precision in PRECISIONS and isinstance(pair, list) and len(pair) == 2
         if not ok or not all(isinstance(v, (int, float)) and v >= 0 for v in pair):
@@ -413,7 +422,7 @@ def _serving(m: _Model) -> ServingOptions:
         raise m.fail(f"serving.{unknown[0]}", "is not a known field", f"known: {', '.join(sorted(SERVING_FIELDS))}")
     if table.get("kind", "KIND_CPU") not in KINDS:
         raise m.fail("serving.kind", f"{table['kind']!r} is unknown", f"use one of {KINDS}")
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in table.items()}
+    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in table.items()}
     switches = {f.name for f in dataclasses.fields(ServingOptions) if isinstance(f.default, bool)}
     for name in sorted(switches & set(values)):
         if not isinstance(values[name], bool):

@@ -17,6 +17,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from common.cli import step
 from common.errors import MeasurementError
@@ -221,7 +222,8 @@ def rows_from_csv(path: Path) -> list[BenchRow]:
     with open(path, newline="") as handle:
         records = list(csv.DictReader(handle))
     parse = lambda k, v: (float(v) if v else None) if k in numbers else v  # noqa: E731
-    return [BenchRow(**{k: parse(k, v) for k, v in r.items() if k != "efficiency"}) for r in records]
+    fields: list[dict[str, Any]] = [{k: parse(k, v) for k, v in r.items() if k != "efficiency"} for r in records]
+    return [BenchRow(**f) for f in fields]
 
 
 def markdown(rows: list[BenchRow], header: str) -> str:
@@ -304,9 +306,9 @@ def _served_variants(spec, work: Path, repo: Path, settings: BenchSettings) -> d
     gpu = ServingOptions(
         instances=settings.instances, kind="KIND_GPU", max_queue_delay_us=0, dynamic_batching=settings.instances == 1
     )
-    graphs = dict(channels_last=True, cuda_graphs=True)
-    compiled = dict(graphs, compiler="inductor", host_outputs=True)
-    unstaged = dict(compiled, uint8_input=True, staged=False)
+    graphs: dict[str, Any] = dict(channels_last=True, cuda_graphs=True)
+    compiled: dict[str, Any] = dict(graphs, compiler="inductor", host_outputs=True)
+    unstaged: dict[str, Any] = dict(compiled, uint8_input=True, staged=False)
     for runtime, name in (
         (TorchRuntime(precision="fp32"), "torch CUDA fp32 eager"),
         (TorchRuntime(precision="fp16", **graphs), GRAPHS),
@@ -349,8 +351,9 @@ def _describe(point: dict) -> str:
     from loadtest.reporting.perf_rows import stability
 
     flag = "" if point.get("stable", "yes") == "yes" else f", {stability(point)}"
+    protocol = _PROTOCOLS.get(point.get("protocol", "grpc"), "gRPC")
     return (
-        f"{_PROTOCOLS.get(point.get('protocol'), 'gRPC')} b{point['batch']} c{point['level']:g} shm={point['shm']} "
+        f"{protocol} b{point['batch']} c{point['level']:g} shm={point['shm']} "
         f"(queue {point['queue_us']:.0f} µs, "
         f"infer {point['compute_infer_us']:.0f} µs, in {point['compute_input_us']:.0f} µs, "
         f"out {point['compute_output_us']:.0f} µs{flag})"

@@ -24,6 +24,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -62,7 +63,7 @@ def for_device(settings: TextBenchSettings, gpu: bool) -> TextBenchSettings:
     defaults = dict(sentences=8192, concurrency=(16, 64, 128), single_concurrency=(256,), instances=1, max_batch=1024)
     if not gpu:
         defaults = dict(sentences=256, concurrency=(4,), single_concurrency=(16,), instances=1, max_batch=0)
-    filled = {k: v for k, v in defaults.items() if not getattr(settings, k)}
+    filled: dict[str, Any] = {k: v for k, v in defaults.items() if not getattr(settings, k)}
     return dataclasses.replace(settings, **filled)
 
 
@@ -847,7 +848,8 @@ def rows_from_csv(path: Path) -> list[TextRow]:
     with open(path, newline="") as handle:
         records = list(csv.DictReader(handle))
     parse = lambda k, v: (float(v) if v else None) if k in numbers else v  # noqa: E731
-    rows = [TextRow(**{k: parse(k, v) for k, v in r.items()}) for r in records]
+    fields: list[dict[str, Any]] = [{k: parse(k, v) for k, v in r.items()} for r in records]
+    rows = [TextRow(**f) for f in fields]
     for row in rows:
         row.per_request, row.concurrency = int(row.per_request or 0), int(row.concurrency or 0)
     return rows

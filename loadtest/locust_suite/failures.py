@@ -9,7 +9,8 @@ class RequestFailed(Exception):
 
     @classmethod
     def of(cls, error: BaseException) -> RequestFailed:
-        status = error.status() if callable(getattr(error, "status", None)) else None
-        message = error.message() if callable(getattr(error, "message", None)) else str(error)
+        status_of, message_of = getattr(error, "status", None), getattr(error, "message", None)
+        status = status_of() if callable(status_of) else None
+        message = message_of() if callable(message_of) else str(error)
         text = f"{status}: {message}" if status else f"{type(error).__name__}: {message}"
         return cls(" ".join(str(text).split())[:300])

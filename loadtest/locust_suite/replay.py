@@ -62,6 +62,7 @@ def run_replay(replay: Replay, http_url: str, grpc_url: str, repo: Path | None, 
 def _requests(replay: Replay) -> tuple[list, list, Counter]:
     """What was recorded (a workload: what it generated, as if recorded), the schedule, what was left out."""
     if replay.workload is None:
+        assert replay.recording is not None, "a replay has a recording or a workload"
         recorded = list(read_recording(replay.recording))
         return (recorded, *schedule(recorded, replay.speed, replay.protocol, replay.models))
     from common.traffic import RecordedRequest
@@ -123,6 +124,7 @@ def _run_locust(env: dict, out: Path, timeout: float) -> None:
     try:
         with open(log, "w") as handle:
             process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            assert process.stdout is not None  # a pipe
             for line in process.stdout:  # progress lines shown, everything kept
                 handle.write(line)
                 handle.flush()

@@ -31,7 +31,9 @@ HTTP_URL = os.environ.get("TRITON_HTTP_URL", f"127.0.0.1:{HTTP_PORT}")
 GRPC_URL = os.environ.get("TRITON_GRPC_URL", f"127.0.0.1:{GRPC_PORT}")
 BATCH = int(os.environ.get("TRITON_BATCH", "1"))
 RATE = float(os.environ.get("TRITON_RATE_PER_USER", "0"))  # requests/s per user; 0: closed loop
-REPO = os.environ.get("TRITON_REPO") or None  # the served repository: input shapes and values from its manifest
+REPO = (
+    Path(os.environ["TRITON_REPO"]) if os.environ.get("TRITON_REPO") else None
+)  # the served repository: input shapes and values from its manifest
 SHAPES = json.loads(os.environ.get("TRITON_SHAPES") or "{}")  # dynamic dims: {input: [d1, d2]}
 INPUT_DATA = os.environ.get("TRITON_INPUT_DATA") or None  # the user's data (.npz or perf_analyzer JSON)
 LENGTHS = os.environ.get("TRITON_LENGTHS", "lognormal")  # token and text models: sentence lengths per request

@@ -65,7 +65,10 @@ def run(request: PerfRequest, ep) -> PerfResult:
     from loadtest.reporting.server_view import record_window
 
     analyzer, out = find_perf_analyzer(), request.out
-    rows, failures, skipped, started = [], [], {}, time.time()
+    rows: list[dict] = []
+    failures: list = []
+    skipped: dict[str, str] = {}
+    started = time.time()
     served = served_or_given(request.models, ep)
     names = list(served.names)
     for model in names:

@@ -246,7 +246,7 @@ def _tail(done) -> str:
 
 
 def _row(record: dict, sweep: Sweep, batch: int, kind: str) -> dict:
-    level = record.get("Concurrency") or record.get("Request Rate")
+    level = record.get("Concurrency") or record.get("Request Rate") or 0
     ms = lambda key: round(float(record[key]) / 1000, 3)  # noqa: E731
     return {
         "model": sweep.model,

@@ -42,7 +42,8 @@ class PerfAnalyzer:
         Raises:
             MeasurementError: it ran past timeout (it was ended).
         """
-        env, fds = self.env, ()
+        env = self.env
+        fds: tuple[int, ...] = ()
         if secret is not None:
             from server.secret_args import pass_secret
 

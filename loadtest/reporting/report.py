@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import html
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from common.cli import step
@@ -36,7 +37,7 @@ def _num(row: dict, key: str) -> float:
 
 def best_per_model(perf_rows: list[dict]) -> dict[str, dict]:
     """Per model: the perf row with the highest throughput."""
-    best = {}
+    best: dict[str, dict] = {}
     for row in perf_rows:
         if row["model"] not in best or _num(row, "throughput") > _num(best[row["model"]], "throughput"):
             best[row["model"]] = row
@@ -55,7 +56,7 @@ def runtime_class(entry: dict | None) -> str:
 CLASSES = ("CPU", "GPU", "TensorRT")
 
 
-def runtime_table(perf_rows: list[dict], manifest: dict, environment: dict, others: list[Path] = ()) -> Table:
+def runtime_table(perf_rows: list[dict], manifest: dict, environment: dict, others: Sequence[Path] = ()) -> Table:
     """CPU vs GPU vs TensorRT rows (best measured variant of each). A class this run did not measure is
     taken from the latest other run folder that did (named in the row), or its row says why it is missing."""
     by_class = _best_by_class(perf_rows, manifest)
@@ -90,7 +91,7 @@ def _runtime_row(cls: str, row: dict, note: str) -> list[str]:
     ]
 
 
-def _from_other_run(cls: str, manifest: dict, others: list[Path]) -> list[tuple[str, dict]]:
+def _from_other_run(cls: str, manifest: dict, others: Sequence[Path]) -> list[tuple[str, dict]]:
     for folder in sorted(others, reverse=True):
         rows = _best_by_class(read_perf(folder / "perf.csv"), manifest).get(cls, [])
         if rows:

@@ -64,7 +64,8 @@ def schedule(
     ordered = sorted(requests, key=lambda r: r.arrival_us)
     if not ordered:
         raise RecordingError("the recording holds no requests")
-    start, items, left_out = ordered[0].arrival_us, [], Counter()
+    start, items = ordered[0].arrival_us, []
+    left_out: Counter = Counter()
     for r in ordered:
         if models and r.model not in models:
             left_out[f"model {r.model} not asked for"] += 1

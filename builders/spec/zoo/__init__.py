@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
+from typing import Any
 
 from builders.spec.model_spec import ModelSpec
 from builders.spec.zoo import digits, text, vision
@@ -35,9 +36,9 @@ _REFERENCE_DATA = {
 class BuiltModel:
     """A torch module in eval mode, with metrics the builder measured (e.g. accuracy)."""
 
-    module: object
+    module: Any  # a torch.nn.Module
     metrics: dict = field(default_factory=dict)
-    sample_data: object = None
+    sample_data: dict | None = None
 
 
 def available() -> list[str]:
@@ -91,5 +92,6 @@ def builder_source_hash(spec: ModelSpec) -> str:
     if spec.builder in user_models.USER_BUILDERS:
         return user_models.source_hash(spec)
     func = _BUILDERS.get(spec.builder)
-    source = inspect.getsource(inspect.getmodule(func)) if func else ""
+    module = inspect.getmodule(func) if func else None
+    source = inspect.getsource(module) if module else ""
     return hashlib.sha256(source.encode()).hexdigest()

@@ -38,6 +38,7 @@ def load_split(seed: int = SEED):
 def normalize(images, model_spec: ModelSpec):
     """Apply the spec's mean/std to images already scaled to [0, 1]."""
     pre = model_spec.preprocessing
+    assert pre is not None, "digits_cnn has preprocessing"
     return ((images - pre.mean[0]) / pre.std[0]).astype("float32")
 
 

@@ -78,6 +78,7 @@ def reference_data(model_spec: ModelSpec, samples: int = 64) -> dict:
     import numpy as np
 
     pre = model_spec.preprocessing
+    assert pre is not None, f"{model_spec.name}: an image model has preprocessing"
     rng = np.random.default_rng(0)
     pixels = rng.random((samples, pre.channels, *pre.image_size), dtype=np.float32)
     mean = np.array(pre.mean, np.float32)[:, None, None]

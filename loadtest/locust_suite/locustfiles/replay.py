@@ -17,6 +17,7 @@ import os  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 import gevent  # noqa: E402
 from locust import User, constant, events, task  # noqa: E402
@@ -32,7 +33,7 @@ from loadtest.workloads.recorded import dispatch, read_schedule, synthetic_input
 SCHEDULE = os.environ.get("TRITON_REPLAY_SCHEDULE", "")
 RESULTS = os.environ.get("TRITON_REPLAY_RESULTS", "")
 URLS = {"http": os.environ.get("TRITON_HTTP_URL", ""), "grpc": os.environ.get("TRITON_GRPC_URL", "")}
-REPO = os.environ.get("TRITON_REPO") or None
+REPO = Path(os.environ["TRITON_REPO"]) if os.environ.get("TRITON_REPO") else None
 TLS = os.environ.get("TRITON_TLS") == "1"
 CA_FILE = os.environ.get("TRITON_CA_FILE") or None
 HEADERS_FILE = os.environ.get("TRITON_HEADERS_FILE")  # a 0600 file, never the environment
@@ -106,7 +107,9 @@ class Senders:
         if "http" not in self.raw:
             url = self.endpoints["http"].url
             host, _, port = url.rpartition(":")
-            ssl = {"ssl": True, "ssl_options": {"ca_certs": CA_FILE} if CA_FILE else None} if TLS else {}
+            ssl: dict[str, Any] = (
+                {"ssl": True, "ssl_options": {"ca_certs": CA_FILE} if CA_FILE else None} if TLS else {}
+            )
             self.raw["http"] = HTTPClient(host, int(port), concurrency=CONNECTIONS, network_timeout=120, **ssl)
         version = f"/versions/{item.version}" if item.version else ""
         headers = dict(self.headers)
