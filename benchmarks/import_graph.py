@@ -60,7 +60,8 @@ def draw(out: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    places, rows = {}, [*LAYERS, (INSTRUMENTS,)]
+    places: dict[str, tuple[float, float]] = {}
+    rows = [*LAYERS, (INSTRUMENTS,)]
     for y, layer in enumerate(rows):
         for x, package in enumerate(layer):
             places[package] = ((x + 0.5) * 10 / len(layer), y * 2.2)
