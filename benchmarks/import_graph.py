@@ -62,9 +62,9 @@ def draw(out: Path) -> Path:
 
     places: dict[str, tuple[float, float]] = {}
     rows = [*LAYERS, (INSTRUMENTS,)]
-    for y, layer in enumerate(rows):
-        for x, package in enumerate(layer):
-            places[package] = ((x + 0.5) * 10 / len(layer), y * 2.2)
+    for row, layer in enumerate(rows):
+        for column, package in enumerate(layer):
+            places[package] = ((column + 0.5) * 10 / len(layer), row * 2.2)
     fig, ax = plt.subplots(figsize=(10, 7.5))
     for package, (x, y) in places.items():
         apart = package == INSTRUMENTS
