@@ -220,3 +220,38 @@ def test_the_generated_config_with_the_answer_lua_is_valid(tmp_path):
     )
     done = _validate(config, tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_a_rolling_restart_starts_each_replica_with_its_guard_and_tuning(tmp_path, monkeypatch):
+    """cluster-restart reads how the replicas were started from cluster.json: their internal ports (the guard's)
+    and tritonserver's tuning, not the defaults (it once restarted replicas without the guard)."""
+    from common import endpoints
+    from server import cluster, launcher
+
+    tuning = launcher.TritonTuning.parse("--http-thread-count=8", True, "0.9:0.01")
+    settings = cluster.ClusterSettings(tmp_path / "repo", replicas=2, state_dir=tmp_path, tuning=tuning)
+    state = cluster._new_state(settings, stats_port=0)
+    for index in range(2):
+        state.replicas.append(Replica(f"replica-{index}", 9100 + 4 * index, 9101 + 4 * index, 9103 + 4 * index))
+        (tmp_path / f"replica-{index}").mkdir()
+        server = endpoints.ServerState(
+            pid=1,
+            host="127.0.0.1",
+            http_port=1,
+            grpc_port=2,
+            metrics_port=9102 + 4 * index,
+            repo="r",
+            log="l",
+            admin_key_file="k",
+        )
+        endpoints.write_state(tmp_path / f"replica-{index}", server)
+    cluster._write(tmp_path, state)
+    started = []
+    monkeypatch.setattr(cluster, "stop_supervisor", lambda folder: None)
+    monkeypatch.setattr(launcher, "stop", lambda folder: None)
+    monkeypatch.setattr(cluster, "await_routable", lambda *args: None)
+    monkeypatch.setattr(cluster, "start_supervised", lambda settings, *args, **kw: started.append(settings))
+    cluster.restart_replicas(tmp_path)
+    assert [s.internal for s in started] == [settings.internal] * 2 == [("http", "grpc", "metrics")] * 2
+    assert [s.tuning for s in started] == [tuning] * 2
+    assert [s.metrics_port for s in started] == [9102, 9106]
