@@ -17,6 +17,7 @@ from builders.repository.manifest import read_manifest, update_manifest
 from common.errors import ServerError
 
 CONFIG = "config.pbtxt"
+WARMUP = "warmup"  # warmup data files (Triton reads <model>/warmup/<input_data_file>)
 
 
 def disk_versions(model_dir: Path) -> list[int]:
@@ -66,21 +67,31 @@ def remove(folder: Path) -> None:
 
 @dataclass(frozen=True)
 class ModelFiles:
-    """The model-level files (config.pbtxt, labels, ...) of a model folder: what a rollback restores."""
+    """The model-level files (config.pbtxt, labels, warmup/ data, ...) of a model folder: what a rollback
+    restores. Names are relative to the model folder ("warmup/random_input_ids")."""
 
     files: dict  # name -> bytes
 
     @classmethod
     def read(cls, model_dir: Path) -> ModelFiles:
-        return cls({p.name: p.read_bytes() for p in model_dir.iterdir() if p.is_file() and not p.name.startswith(".")})
+        return cls({name: (model_dir / name).read_bytes() for name in _model_level(model_dir)})
 
     def write(self, model_dir: Path, config: bytes | None = None) -> None:
         """Write every file (config.pbtxt replaced by config if given); remove model-level files not in it."""
-        for path in model_dir.iterdir():
-            if path.is_file() and not path.name.startswith(".") and path.name not in self.files:
-                path.unlink()
+        for name in _model_level(model_dir):
+            if name not in self.files:
+                (model_dir / name).unlink()
         for name, data in self.files.items():
+            (model_dir / name).parent.mkdir(exist_ok=True)
             write_file(model_dir / name, config if name == CONFIG and config is not None else data)
+
+
+def _model_level(model_dir: Path) -> list[str]:
+    """The model folder's own files and those of its warmup/ folder (Triton's input_data_file), as names."""
+    found = [p for p in model_dir.iterdir() if p.is_file() and not p.name.startswith(".")]
+    if (model_dir / WARMUP).is_dir():
+        found += [p for p in (model_dir / WARMUP).iterdir() if p.is_file() and not p.name.startswith(".")]
+    return [str(p.relative_to(model_dir)) for p in found]
 
 
 def prune(model_dir: Path, keep: int, serving: int) -> list[int]:

@@ -82,6 +82,10 @@ def random_values(rng, tensor: TensorSpec, shape: tuple):
     import numpy as np
 
     dtype = np.dtype(tensor.numpy_dtype)
+    if tensor.is_mask and len(shape) >= 2:  # each row: a prefix of ones (at least one real token), then zeros
+        width = shape[-1]
+        real = rng.integers(1, width + 1, shape[:-1]) if width else np.zeros(shape[:-1], np.int64)
+        return (np.arange(width) < real[..., None]).astype(dtype)
     low, high = tensor.value_range or (None, None)
     if dtype.kind == "f":
         values = rng.standard_normal(shape) if low is None else rng.uniform(low, high, shape)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +18,9 @@ def _data_types() -> set[str]:
     from tritonclient.grpc import model_config_pb2
 
     return set(model_config_pb2.DataType.keys()) - {"TYPE_INVALID"}
+
+
+NUMPY_TYPES = {"TYPE_INT64": "int64", "TYPE_INT32": "int32", "TYPE_UINT8": "uint8", "TYPE_BOOL": "bool"}  # warmup files
 
 
 @dataclass(frozen=True)
@@ -109,16 +112,38 @@ class InstanceGroup:
 
 @dataclass(frozen=True)
 class Warmup:
-    """One warmup sample set of the given batch size: random floats, zero integers, per input."""
+    """One warmup sample set of the given batch size: random floats, zero integers, per input; an integer input
+    whose zero the model refuses (token ids from 1000, a mask of real tokens) reads one value from a file instead:
+    fill, input -> that value (ModelSpec's TensorSpec.warm_value)."""
 
     name: str
     batch_size: int
     inputs: Sequence[TensorConfig]
+    fill: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self):
         object.__setattr__(self, "inputs", tuple(self.inputs))
+        object.__setattr__(self, "fill", dict(self.fill))
         if self.batch_size < 1:
             raise ConfigError(f"warmup {self.name!r}: batch_size {self.batch_size} must be >= 1")
+        unknown = set(self.fill) - {t.name for t in self.inputs}
+        if unknown:
+            raise ConfigError(f"warmup {self.name!r}: fill names unknown inputs {sorted(unknown)}")
+
+    def file_name(self, tensor: str) -> str:
+        """Its file under <model>/warmup/ for one filled input (Triton's input_data_file)."""
+        return f"{self.name}_{tensor}"
+
+    def data_files(self) -> dict[str, bytes]:
+        """file name -> the raw, row-major values of one sample (Triton repeats it to batch_size)."""
+        import numpy as np
+
+        files = {}
+        for tensor in self.inputs:
+            if tensor.name in self.fill:
+                dtype = np.dtype(NUMPY_TYPES[tensor.data_type])
+                files[self.file_name(tensor.name)] = np.full(tensor.dims, self.fill[tensor.name], dtype).tobytes()
+        return files
 
 
 @dataclass(frozen=True)
@@ -294,7 +319,9 @@ def _warmup_proto(pb, warmup: Warmup):
     for tensor in warmup.inputs:
         msg.inputs[tensor.name].data_type = pb.DataType.Value(tensor.data_type)
         msg.inputs[tensor.name].dims.extend(tensor.dims)
-        if tensor.data_type.startswith("TYPE_FP"):
+        if tensor.name in warmup.fill:
+            msg.inputs[tensor.name].input_data_file = warmup.file_name(tensor.name)
+        elif tensor.data_type.startswith("TYPE_FP"):
             msg.inputs[tensor.name].random_data = True
         else:  # random integers would be out-of-range ids, masks or indices
             msg.inputs[tensor.name].zero_data = True
@@ -330,7 +357,8 @@ def from_dict(data: dict) -> ModelConfig:
             data["dynamic_batching"] = DynamicBatching(**batching)
         data["ensemble_steps"] = [EnsembleStep(**s) for s in data.get("ensemble_steps", [])]
         data["warmup"] = [
-            Warmup(w["name"], w["batch_size"], [TensorConfig(**t) for t in w["inputs"]]) for w in data.get("warmup", [])
+            Warmup(w["name"], w["batch_size"], [TensorConfig(**t) for t in w["inputs"]], w.get("fill", {}))
+            for w in data.get("warmup", [])
         ]
         return ModelConfig(**data)
     except TypeError as err:

@@ -86,7 +86,12 @@ def model_config(spec: ModelSpec, target: str, options: ServingOptions = Serving
         dynamic_batching=batching,
         instance_groups=[InstanceGroup(instance_count(spec, target, options), options.kind)],
         warmup=[
-            Warmup(f"random_batch_{b}", b, [TensorConfig(t.name, t.data_type, _warm_dims(t)) for t in inputs])
+            Warmup(
+                f"random_batch_{b}",
+                b,
+                [TensorConfig(t.name, t.data_type, _warm_dims(t)) for t in inputs],
+                _warm_fill(spec, inputs),
+            )
             for b in options.warmup_batch_sizes
         ],
         response_cache=options.response_cache,
@@ -115,6 +120,19 @@ def ragged_inputs(spec: ModelSpec) -> bool:
 
 def _warm_dims(tensor: TensorConfig) -> tuple[int, ...]:
     return tuple(8 if d == -1 else d for d in tensor.dims)
+
+
+def _warm_fill(spec: ModelSpec, inputs) -> dict[str, int]:
+    """The config's integer inputs whose warmup sample cannot be zeros, with the value they get instead (a mask: 1;
+    a value_range that excludes 0: its low end)."""
+    ours = {t.name: t for t in spec.inputs}
+    fill = {}
+    for tensor in inputs:
+        spec_tensor = ours.get(tensor.name)
+        value = spec_tensor.warm_value() if spec_tensor and tensor.data_type == f"TYPE_{spec_tensor.dtype}" else None
+        if value is not None:
+            fill[tensor.name] = value
+    return fill
 
 
 def _backend_fields(target: str, options: ServingOptions) -> dict:
@@ -218,7 +236,8 @@ def torch_config(spec: ModelSpec, runtime: TorchRuntime, options: ServingOptions
         height, width = spec.preprocessing.image_size
         hwc = (height, width, spec.preprocessing.channels)
         inputs = (TensorConfig(image.name, "TYPE_UINT8", hwc, "FORMAT_NHWC"),)
-    warmup = [Warmup("random", 1, [TensorConfig(t.name, t.data_type, _warm_dims(t)) for t in inputs])]
+    warm = [TensorConfig(t.name, t.data_type, _warm_dims(t)) for t in inputs]
+    warmup = [Warmup("random", 1, warm, _warm_fill(spec, inputs))]
     backend = INPROCESS_BACKEND if runtime.inprocess else base.backend
     return dataclasses.replace(base, backend=backend, parameters=params, inputs=inputs, warmup=warmup)
 
@@ -256,6 +275,10 @@ def _fill_model_dir(folder: Path, spec: ModelSpec, config: ModelConfig, artifact
     if spec.labels:
         (folder / LABELS).write_text("\n".join(spec.labels) + "\n")
     (folder / "config.pbtxt").write_text(config.to_pbtxt())
+    for sample in config.warmup:  # the values an input's warmup reads where zeros would be refused
+        for name, data in sample.data_files().items():
+            (folder / "warmup").mkdir(exist_ok=True)
+            (folder / "warmup" / name).write_bytes(data)
     os.chmod(folder, 0o755)
 
 

@@ -40,8 +40,9 @@ class TensorSpec:
             same length in every input (e.g. the sequence of token ids and of their mask).
             Default: "dim<position>", so dynamic dims at the same position share a length.
         value_range: (low, high) of the values of generated sample data (validation, clients,
-            perf_analyzer, Locust): integers in [low, high), floats uniform in [low, high).
-            Default: integers in [0, 100), floats standard normal.
+            perf_analyzer, Locust, warmup): integers in [low, high), floats uniform in [low, high).
+            Default: integers in [0, 100), floats standard normal. A mask (is_mask) gets real masks instead:
+            each row a prefix of ones, at least one, then zeros.
     """
 
     name: str
@@ -92,6 +93,29 @@ class TensorSpec:
             )
         if not pair[0] < pair[1]:
             raise SpecError(f"tensor {self.name!r}: value_range {list(pair)} needs low < high")
+
+    @property
+    def is_mask(self) -> bool:
+        """An integer input named like a mask ("attention_mask") over a sequence, whose range holds 0 and 1: its
+        generated rows are a prefix of ones (real tokens, at least one) then zeros, as a tokenizer writes them."""
+        integer = self.dtype.startswith(("INT", "UINT")) or self.dtype == "BOOL"
+        low, high = self.value_range or (0, 2)
+        return integer and "mask" in self.name.lower() and len(self.dims) >= 1 and low <= 0 and high > 1
+
+    def warm_value(self) -> int | None:
+        """The value an integer input's warmup sample holds where zero is not one it accepts: 1 for a mask (a
+        row of real tokens), the lowest of its value_range otherwise; None where zeros serve (or not integer)."""
+        import math
+
+        if self.dtype not in ("INT64", "INT32", "UINT8", "BOOL"):
+            return None
+        if self.is_mask:
+            return 1
+        if self.value_range is None:
+            return None
+        low, high = self.value_range
+        lowest = math.ceil(low)
+        return None if lowest <= 0 < high else lowest
 
     def dynamic_axes(self) -> dict[int, str]:
         """Position in the per-sample dims (1-based, after the batch axis) -> axis name."""

@@ -39,7 +39,7 @@ python_path = ["."]
 max_batch_size = 16
 inputs = [
   { name = "input_ids", dtype = "INT64", dims = ["seq"], value_range = [0, 30522] },
-  { name = "attention_mask", dtype = "INT64", dims = ["seq"], value_range = [1, 2] },
+  { name = "attention_mask", dtype = "INT64", dims = ["seq"], value_range = [0, 2] },
 ]
 outputs = [ { name = "embedding", dtype = "FP32", dims = [64] } ]
 dynamic_axes = { seq = [1, 64] }

@@ -97,3 +97,41 @@ def test_ragged_batching_can_be_turned_off_for_the_onnx_model_only():
     runtime = repository.TorchRuntime(precision="fp32", cuda_graphs=False, compiler="inductor", inprocess=True)
     with pytest.raises(Exception, match="ragged_batching off applies to the ONNX Runtime model only"):
         repository.torch_config(spec, runtime, off)
+
+
+def test_warmup_honours_value_ranges_and_gives_masks_real_tokens(tmp_path):
+    """Token ids from 1000 and a 0/1 mask: the warmup reads ids of 1000 and a mask of ones from files under
+    warmup/ (zeros would be refused ids, and a mask of no real token), written beside the config."""
+    import dataclasses
+
+    import numpy as np
+
+    from builders.spec.model_spec import TensorSpec
+
+    spec = zoo.get_spec("minilm")
+    ids = TensorSpec("input_ids", "INT64", (-1,), axes=("seq",), value_range=(1000, 2000))
+    mask = TensorSpec("attention_mask", "INT64", (-1,), axes=("seq",), value_range=(0, 2))
+    spec = dataclasses.replace(spec, inputs=(ids, mask))
+    config = repository.model_config(spec, "embedded", repository.ServingOptions())
+    (warmup,) = config.warmup
+    assert warmup.fill == {"input_ids": 1000, "attention_mask": 1}
+    text = config.to_pbtxt()
+    assert 'input_data_file: "random_batch_1_input_ids"' in text and "zero_data" not in text
+    repository.write_model(tmp_path, spec, config, {}, "embedded")
+    data = np.frombuffer((tmp_path / spec.name / "warmup" / "random_batch_1_input_ids").read_bytes(), np.int64)
+    assert data.tolist() == [1000] * 8  # one sample of the 8 tokens the warmup sends; Triton repeats it per batch
+    assert parse_pbtxt((tmp_path / spec.name / "config.pbtxt").read_text()).model_warmup[0].inputs["input_ids"]
+
+
+def test_generated_masks_are_prefixes_of_real_tokens():
+    import numpy as np
+
+    from builders.formats.export import random_values
+    from builders.spec.model_spec import TensorSpec
+
+    mask = TensorSpec("attention_mask", "INT64", (-1,), value_range=(0, 2))
+    rows = random_values(np.random.default_rng(1), mask, (64, 12))
+    lengths = rows.sum(axis=1)
+    assert lengths.min() >= 1 and lengths.max() <= 12 and len(set(lengths.tolist())) > 3
+    assert all(row[:n].all() and not row[n:].any() for row, n in zip(rows, lengths))  # ones, then zeros
+    assert not TensorSpec("attention_mask", "INT64", (-1,), value_range=(5, 9)).is_mask  # a range without 0/1

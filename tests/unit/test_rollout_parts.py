@@ -62,11 +62,16 @@ def test_prune_keeps_the_serving_version_and_the_newest_retired(tmp_path):
 def test_model_files_restore_what_was_there(tmp_path):
     folder = _model_dir(tmp_path, [1])
     (folder / "labels.txt").write_text("a\nb\n")
+    (folder / "warmup").mkdir()
+    (folder / "warmup" / "random_input_ids").write_bytes(b"\x01" * 8)  # a warmup's data file goes with the config
     before = mv.ModelFiles.read(folder)
+    assert set(before.files) == {"config.pbtxt", "labels.txt", "warmup/random_input_ids"}
     mv.ModelFiles({"config.pbtxt": b"changed"}).write(folder)
     assert not (folder / "labels.txt").exists() and (folder / "config.pbtxt").read_bytes() == b"changed"
+    assert not (folder / "warmup" / "random_input_ids").exists()
     before.write(folder)
     assert (folder / "labels.txt").read_text() == "a\nb\n" and (folder / "config.pbtxt").read_text() == CONFIG
+    assert (folder / "warmup" / "random_input_ids").read_bytes() == b"\x01" * 8
 
 
 def test_history_starts_with_the_built_version_and_retires_the_serving_one(tmp_path):
