@@ -71,6 +71,7 @@ class ServerState:
     repo: str
     log: str
     admin_key_file: str
+    left_out: dict[str, str] = field(default_factory=dict)  # models of the repository not served here, and why
 
     @property
     def http_url(self) -> str:

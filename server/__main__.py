@@ -160,6 +160,8 @@ def start(
     if supervise:
         click.echo(f"supervisor: readiness for load balancers at http://{host}:{health_port}/v2/health/ready")
     click.echo(f"tritonserver ready: pid {state.pid}, http {state.http_url}, grpc {state.grpc_url}, log {state.log}")
+    for model, why in state.left_out.items():  # the rest serves; these could not here
+        click.echo(f"not served: {model}: {why}")
     click.echo(f"admin key (header '{'admin-key'}') in {state.admin_key_file}")
 
 
@@ -200,7 +202,7 @@ def _start_behind_edge(
         kept = "shapes and bodies" if record.values else "shapes, no values"
         click.echo(f"recording: http and grpc through the edge ({kept}) in {record.folder}")
     front = read_state(settings.state_dir)  # the ports clients use; pid and log of the server itself
-    return dataclasses.replace(front, pid=state.pid, log=state.log)
+    return dataclasses.replace(front, pid=state.pid, log=state.log, left_out=state.left_out)
 
 
 @cli.command(hidden=True)

@@ -243,9 +243,9 @@ def start(settings: ServerSettings) -> ServerState:
         raise ServerError(f"no model repository at {settings.repo}: build one first (`make build-engines`)")
     _guard_plans(settings.repo)
     check_ports_free(settings)
-    problem = numpy_problem(settings.repo)
-    if problem:
-        raise ServerError(problem)
+    left_out = numpy_left_out(settings.repo)
+    if left_out:
+        settings = _loading_only(settings, left_out)
     install = find_install()
     private_state(settings.state_dir)
     key_file = admin_key(settings.state_dir)
@@ -288,6 +288,7 @@ def start(settings: ServerSettings) -> ServerState:
         repo=str(settings.repo.resolve()),
         log=str(log.resolve()),
         admin_key_file=str(key_file.resolve()),
+        left_out=left_out,
     )
     write_state(settings.state_dir, state)
     try:
@@ -341,6 +342,56 @@ def check_admin_key(state: ServerState) -> None:
             f"the admin key did not reach tritonserver (key: {real}, placeholder: {placeholder}); "
             "rebuild the shim with `make install` (server/triton_shim.c)"
         )
+
+
+NUMPY_WHY = (
+    "numpy {version} is installed, but the embedded tritonserver's Python-backend stub was built for numpy 1: its "
+    "outputs made from numpy arrays would reach clients empty (pip install numpy==1.26.4 serves it)"
+)
+
+
+def numpy_left_out(repo: Path, version: str | None = None) -> dict[str, str]:
+    """The repository's models this environment's numpy cannot serve, each with why, and the ensembles that
+    call one of them (they could not load either); {} under numpy 1."""
+    if version is None:
+        import numpy
+
+        version = numpy.__version__
+    if int(version.split(".")[0]) < 2:
+        return {}
+    why = NUMPY_WHY.format(version=version)
+    left = {p.parent.name: why for p in repo.glob("*/config.pbtxt") if _answers_with_numpy(p)}
+    steps = _ensemble_steps(repo)
+    grew = True
+    while grew:  # an ensemble of an ensemble that lost a step loses it too
+        callers = {e: f"calls {s}, which is not served" for e, used in steps.items() for s in used if s in left}
+        grew = bool(set(callers) - set(left))
+        left = {**callers, **left}
+    return dict(sorted(left.items()))
+
+
+def _ensemble_steps(repo: Path) -> dict[str, list[str]]:
+    from builders.repository.model_config import repository_configs
+
+    found = ((n, c.ensemble_scheduling.step) for n, c in repository_configs(repo) if c.platform == "ensemble")
+    return {name: [s.model_name for s in used] for name, used in found}
+
+
+def _loading_only(settings: ServerSettings, left_out: dict[str, str]) -> ServerSettings:
+    """settings that load every model of the repository but those left out (explicit model control).
+
+    Raises:
+        ServerError: nothing would be left to serve.
+    """
+    import dataclasses
+
+    served = sorted(p.parent.name for p in settings.repo.glob("*/config.pbtxt") if p.parent.name not in left_out)
+    if not served:
+        detail = "; ".join(f"{m}: {why}" for m, why in left_out.items())
+        raise ServerError(f"no model of {settings.repo} can be served here: {detail}")
+    kept = tuple(a for a in settings.extra_args if not a.startswith("--load-model"))
+    loads = tuple(f"--load-model={m}" for m in served)
+    return dataclasses.replace(settings, model_control="explicit", extra_args=(*kept, *loads))
 
 
 def numpy_problem(repo: Path, version: str | None = None, models: list[str] | None = None) -> str | None:
@@ -435,7 +486,8 @@ def _is(probe) -> bool:
 def failed_models(client, state: ServerState) -> list[tuple[str, str]]:
     """(model, reason) for every model of the repository index that failed to load."""
     index = client.get_model_repository_index(headers=state.admin_headers())
-    return [(m["name"], m.get("reason", "")) for m in index if m.get("state") == "UNAVAILABLE"]
+    failed = [m for m in index if m.get("state") == "UNAVAILABLE" and m["name"] not in state.left_out]
+    return [(m["name"], m.get("reason", "")) for m in failed]
 
 
 def _raise_on_failed_models(client, state: ServerState) -> None:

@@ -122,6 +122,34 @@ def test_numpy_2_is_refused_only_for_models_that_answer_with_numpy_arrays(tmp_pa
     assert numpy_problem(tmp_path, "2.5.2") is None  # torch-runtime variants only
 
 
+def test_under_numpy_2_the_rest_is_served_and_what_is_left_out_says_why(tmp_path):
+    """A build wrote an ONNX Runtime variant (numpy answers) beside the torch engine, and pipelines over it: on a
+    host with numpy 2 the server loads the engine and leaves the ONNX model and the ensembles calling it out."""
+    from builders.repository.pipelines import write_image_pipelines
+    from builders.repository.writer import ServingOptions, TorchRuntime, model_config, torch_config
+    from builders.spec import zoo
+
+    spec = zoo.get_spec("digits_cnn")
+    for name, config in (
+        ("digits_cnn", model_config(spec, "embedded")),
+        ("digits_cnn_fp32", torch_config(spec, TorchRuntime(precision="fp32"), ServingOptions())),
+    ):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.pbtxt").write_text(config.to_pbtxt())
+    write_image_pipelines(tmp_path, spec)
+    assert launcher.numpy_left_out(tmp_path, "1.26.4") == {}
+    left = launcher.numpy_left_out(tmp_path, "2.5.2")
+    assert "numpy 2.5.2" in left["digits_cnn"] and left["digits_cnn_pipeline"].startswith("calls digits_cnn")
+    assert "digits_cnn_fp32" not in left
+    settings = launcher.ServerSettings(tmp_path, extra_args=("--load-model=*", "--log-verbose=1"))
+    loading = launcher._loading_only(settings, left)
+    loads = [a.split("=", 1)[1] for a in loading.extra_args if a.startswith("--load-model=")]
+    assert loading.model_control == "explicit" and "--log-verbose=1" in loading.extra_args
+    assert "digits_cnn_fp32" in loads and not set(loads) & set(left)
+    with pytest.raises(ServerError, match="no model of .* can be served here: .*digits_cnn: numpy 2.5.2"):
+        launcher._loading_only(settings, {p.parent.name: "why" for p in tmp_path.glob("*/config.pbtxt")} | left)
+
+
 def test_the_internal_http_port_behind_the_edge_can_be_chosen(tmp_path):
     from server.cluster import ClusterSettings
 
