@@ -682,9 +682,10 @@ def bundle(python_version, out):
     from loadtest.bundle import make_bundle
 
     out = out or Path("dist") / f"triton-bundle-py{python_version.replace('.', '')}.tar.xz"
-    path = make_bundle(out, python_version)
+    path, edge = make_bundle(out, python_version)
     click.echo(
-        f"bundle: {path} ({path.stat().st_size / 2**20:.1f} MiB); on the host: tar -xJf {path.name} && "
+        f"bundle: {path} ({path.stat().st_size / 2**20:.1f} MiB) and the edge's Envoy {edge} "
+        f"({edge.stat().st_size / 2**20:.1f} MiB); on the host: tar -xJf {path.name} && tar -xJf {edge.name} && "
         "sh triton-bundle/install.sh  (prints the environment to export)"
     )
 

