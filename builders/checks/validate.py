@@ -142,12 +142,14 @@ def validate_torch(reference, candidate, spec: ModelSpec, precision: str, report
 
     _quiet_polygraphy()
     tol, names = spec.tolerances[precision], [t.name for t in spec.outputs]
+    mask = next((t.name for t in spec.inputs if t.is_mask), None)  # per-token outputs: real tokens compared only
+    masked = dict(mask=mask, per_token=[-1 in t.dims for t in spec.outputs])
     batches: list[dict] = []
     for batch, lengths in shape_cases(spec):
         feeds = _feeds(spec, batch, None, lengths)
         runners = [
-            TorchFunctionRunner(reference, _metadata(feeds), names, name="pytorch fp32 eager"),
-            TorchFunctionRunner(candidate, _metadata(feeds), names, name=what),
+            TorchFunctionRunner(reference, _metadata(feeds), names, name="pytorch fp32 eager", **masked),
+            TorchFunctionRunner(candidate, _metadata(feeds), names, name=what, **masked),
         ]
         batches.append({"batch": batch, "axes": lengths, "outputs": _compare_runners(runners, feeds, tol)})
     failures = [(b["batch"], name, s) for b in batches for name, s in b["outputs"].items() if not s["passed"]]
