@@ -302,7 +302,6 @@ class Instance:
             if not isinstance(job, tuple):  # a ragged batch (inprocess_ragged._Job)
                 job.finish()
                 continue
-            job[-1].mark("hand-over to the completion thread")
             self._finish(job)
 
     def _finish(self, job) -> None:
