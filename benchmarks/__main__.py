@@ -8,21 +8,13 @@ from pathlib import Path
 import click
 
 from common import options
-from common.cli import private_files, user_errors
+from common.cli import numbers, private_files, user_errors, words
 
 
 @click.group()
 def cli():
     """Instruments of the project (not part of the product): `python -m benchmarks COMMAND --help`."""
     private_files()
-
-
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(text.replace(",", " ").split())
-
-
-def _numbers(text: str, kind=int) -> tuple:
-    return tuple(kind(x) for x in text.replace(",", " ").split())
 
 
 @cli.command()
@@ -46,7 +38,7 @@ def reconcile(models, protocol, concurrency, seconds, out, url, headers, state_d
     out = out or Path("reports") / time.strftime("reconcile-%Y%m%d-%H%M%S")
     ep, analyzer = endpoint(protocol, url, state_dir, parse_headers(headers)), find_perf_analyzer()
     state = Target.of(ep)
-    names = served_or_given(_names(models), ep).names
+    names = served_or_given(words(models), ep).names
     results = [rec.reconcile(state, ep, analyzer, m, concurrency, seconds, out / m) for m in names]
     text = rec.markdown(results)
     (out / "reconcile.md").write_text(f"# Locust vs perf_analyzer\n\n{text}\n")
@@ -74,7 +66,7 @@ def envoy_bench(model, protocols, concurrency, interval_ms, out, state_dir):
         state_dir,
         model,
         protocols.split(),
-        _numbers(concurrency),
+        numbers(concurrency),
         find_perf_analyzer(),
         out,
         measurement_ms=interval_ms,
@@ -112,7 +104,7 @@ def record_bench(repo, models, protocols, concurrency, rounds, interval_ms, setu
     from builders.environment import host_info
 
     out = (out or Path("reports") / time.strftime("record-%Y%m%d-%H%M%S")).absolute()
-    names = _names(models)
+    names = words(models)
     chosen = bench.chosen_setups(setups)
     rows = bench.measure(
         repo, names, chosen, protocols.split(), concurrency, rounds, out, interval_ms, together=together
@@ -184,7 +176,7 @@ def batching_bench(models, concurrency, max_queue_delay_us, interval_ms, gpu, ho
     from benchmarks import batching_bench as bench
 
     out = out or Path("reports") / time.strftime("batching-%Y%m%d-%H%M%S")
-    text = bench.run(models.split(), out, _numbers(concurrency), interval_ms, max_queue_delay_us, gpu, host_outputs)
+    text = bench.run(models.split(), out, numbers(concurrency), interval_ms, max_queue_delay_us, gpu, host_outputs)
     click.echo(text)
     click.echo(f"report: {out}/batching.md")
 

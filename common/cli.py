@@ -30,6 +30,16 @@ def private_files() -> None:
     os.umask(0o077)
 
 
+def words(text: str) -> tuple[str, ...]:
+    """A list option's words: 'a b,c' -> ('a', 'b', 'c')."""
+    return tuple(text.replace(",", " ").split())
+
+
+def numbers(text: str, kind=int) -> tuple:
+    """A list option's numbers: '1 4,16' -> (1, 4, 16)."""
+    return tuple(kind(v) for v in words(text))
+
+
 def step(message: str) -> None:
     """Print one progress line for a build or run step."""
     click.secho(f"==> {message}", fg="cyan", err=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from common import options
-from common.cli import private_files, user_errors
+from common.cli import numbers, private_files, user_errors, words
 from common.errors import MeasurementError
 
 
@@ -16,15 +16,6 @@ from common.errors import MeasurementError
 def cli():
     """Measure a running Triton server: perf_analyzer sweeps, reports."""
     private_files()
-
-
-def _names(text: str) -> tuple[str, ...]:
-    """'a b,c' -> ('a', 'b', 'c')."""
-    return tuple(text.replace(",", " ").split())
-
-
-def _numbers(text: str, kind=int) -> tuple:
-    return tuple(kind(v) for v in text.replace(",", " ").split())
 
 
 @cli.command("install-perf-analyzer")
@@ -96,11 +87,11 @@ def perf(
 
     ep = endpoint(protocol, url, state_dir, parse_headers(headers), tls, ca_file)
     request = PerfRequest(
-        models=_names(models),
+        models=words(models),
         protocol=protocol,
-        concurrency=_numbers(concurrency),
-        request_rate=_numbers(request_rate, float),
-        batches=_numbers(batch),
+        concurrency=numbers(concurrency),
+        request_rate=numbers(request_rate, float),
+        batches=numbers(batch),
         shared_memory=shared_memory,
         interval_ms=interval_ms,
         stability=stability,
@@ -175,7 +166,7 @@ def locust(
 
     ep = endpoint(protocol, url, state_dir, parse_headers(headers), tls, ca_file)
     run = LocustRun(
-        models=weighted(_names(models)),
+        models=weighted(words(models)),
         protocol=protocol,
         users=users,
         spawn_rate=spawn_rate,
@@ -271,7 +262,7 @@ def search(
     measure = {"concurrency": concurrency, "interval_ms": interval_ms}
     measure.update(shapes=parse_shapes(shapes), input_data=input_data)
     if replayed is not None:
-        measure["replay"] = s.replay_workload(replayed, speed, replay_seconds, replay_model or _names(variants)[:1])
+        measure["replay"] = s.replay_workload(replayed, speed, replay_seconds, replay_model or words(variants)[:1])
     request = s.SearchRun(
         repo=repo,
         out=out,
@@ -280,7 +271,7 @@ def search(
         budgets={"p99_ms": p99_ms, "accuracy": accuracy_budget},
         measure=measure,
         max_instances=max_instances,
-        delays_us=_numbers(delays_us),
+        delays_us=numbers(delays_us),
         write_back=write_back,
     )
     click.echo(s.run(request))
@@ -381,7 +372,7 @@ def replay(
         seed=seed,
         speed=speed,
         protocol=protocol,
-        models=tuple(_names(models)),
+        models=tuple(words(models)),
         headers=parse_headers(headers),
         tls=tls,
         ca_file=ca_file or "",
@@ -658,8 +649,8 @@ def text_bench(
         sentences=sentences,
         batch=batch,
         per_request=per_request,
-        concurrency=_numbers(concurrency),
-        single_concurrency=_numbers(single_concurrency),
+        concurrency=numbers(concurrency),
+        single_concurrency=numbers(single_concurrency),
         interval_ms=interval_ms,
         precision=precision,
         tokenizer=tokenizer,

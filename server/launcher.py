@@ -361,7 +361,7 @@ def numpy_left_out(repo: Path, version: str | None = None) -> dict[str, str]:
         return {}
     why = NUMPY_WHY.format(version=version)
     left = {p.parent.name: why for p in repo.glob("*/config.pbtxt") if _answers_with_numpy(p)}
-    steps = _ensemble_steps(repo)
+    steps = ensemble_steps(repo)
     grew = True
     while grew:  # an ensemble of an ensemble that lost a step loses it too
         callers = {e: f"calls {s}, which is not served" for e, used in steps.items() for s in used if s in left}
@@ -370,7 +370,8 @@ def numpy_left_out(repo: Path, version: str | None = None) -> dict[str, str]:
     return dict(sorted(left.items()))
 
 
-def _ensemble_steps(repo: Path) -> dict[str, list[str]]:
+def ensemble_steps(repo: Path) -> dict[str, list[str]]:
+    """Per ensemble of the repository, the models its steps call (from config.pbtxt, as Triton reads it)."""
     from builders.repository.model_config import repository_configs
 
     found = ((n, c.ensemble_scheduling.step) for n, c in repository_configs(repo) if c.platform == "ensemble")

@@ -242,7 +242,7 @@ class Supervisor:
         self.state = state = launcher.start(self.settings)
         self.stubs = stub_pids(state.pid, self.settings.repo)
         self.misses.count = 0
-        steps = ensemble_steps(self.settings.repo)
+        steps = launcher.ensemble_steps(self.settings.repo)
         loaded = set(self._loaded())
         with self.health.lock:
             self.health.server_up, self.health.live, self.health.models = True, True, loaded
@@ -487,14 +487,6 @@ def _retire(pids: set[int], timeout: float) -> None:
     for pid in pids:
         if STUB in cmdline(pid):
             os.kill(pid, signal.SIGKILL)
-
-
-def ensemble_steps(repo: Path) -> dict[str, list[str]]:
-    """Per ensemble of the repository, the models its steps call (from config.pbtxt, as Triton reads it)."""
-    from builders.repository.model_config import repository_configs
-
-    steps = ((name, c.ensemble_scheduling.step) for name, c in repository_configs(repo) if c.platform == "ensemble")
-    return {name: [s.model_name for s in chosen] for name, chosen in steps}
 
 
 def _answer(health: Health):

@@ -3,7 +3,8 @@ when loaded, not healing or broken, and, for an ensemble, when every step is rea
 
 from builders.repository.pipelines import write_image_pipelines
 from builders.spec import zoo
-from server.supervisor import Health, _answer, ensemble_steps
+from server.launcher import ensemble_steps
+from server.supervisor import Health, _answer
 
 
 def _health(**kw) -> Health:
