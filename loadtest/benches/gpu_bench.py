@@ -21,6 +21,7 @@ from typing import Any
 
 from common.cli import step
 from common.errors import MeasurementError
+from loadtest.reporting.html_page import write_html
 from loadtest.reporting.perf_rows import markdown_table as perf_markdown
 from loadtest.reporting.plots import pyplot, save
 
@@ -532,9 +533,17 @@ def _write(rows, out: Path, settings: BenchSettings, csv) -> None:
     )
     points = [p for r in rows for p in r.extra.get("points", [])]
     perf_table = "\n\n## Every served point\n\n" + perf_markdown(points) if points else ""
-    (out / "gpu_bench.md").write_text(markdown(rows, header) + perf_table + "\n")
     (out / "gpu_bench.json").write_text(json.dumps([dataclasses.asdict(r) for r in rows], indent=2, default=str))
+    write_report(rows, out, header, perf_table)
+
+
+def write_report(rows: list[BenchRow], out: Path, header: str, perf_table: str = "") -> Path:
+    """gpu_bench.png, gpu_bench.md and gpu_bench.html in out; returns the markdown's path."""
     try:
         plot(rows, out / "gpu_bench.png")
     except ImportError as err:
         step(f"gpu-bench: no plot ({err})")
+    figure = "\n\n![img/s by runtime](gpu_bench.png)" if (out / "gpu_bench.png").exists() else ""
+    (out / "gpu_bench.md").write_text(markdown(rows, header) + figure + perf_table + "\n")
+    write_html(out / "gpu_bench.md")
+    return out / "gpu_bench.md"

@@ -15,6 +15,7 @@ from pathlib import Path
 from common.cli import step
 from common.endpoints import Endpoint
 from common.errors import MeasurementError, ServerError
+from loadtest.reporting.html_page import write_html
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -251,6 +252,7 @@ def _write(settings: SoakSettings, rows: list[dict], counts: Counts, out: Path) 
     summary["goal_met"] = counts.failed == 0 and all(r["growth_pct"] < settings.max_growth_pct for r in table)
     plot(rows, settings.warmup, out / "soak.png")
     (out / "soak.md").write_text(markdown(summary, settings))
+    write_html(out / "soak.md")
     return summary
 
 

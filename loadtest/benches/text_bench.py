@@ -30,6 +30,7 @@ import numpy as np
 
 from clients.breakdown import PHASES, breakdown
 from common.cli import step
+from loadtest.reporting.html_page import write_html
 from loadtest.workloads import text as tw
 
 ONNX_QUEUE_DELAY_US = 500  # the CPU's ONNX rows
@@ -866,7 +867,6 @@ def _write(rows, out: Path, settings: TextBenchSettings, spec) -> None:
         f"# {spec.name}: text in-process and served\n\nHost: {host['gpu']}, {host['cpu']} ({host['cores']} cores); "
         f"versions {tool_versions()}; settings {dataclasses.asdict(settings)}"
     )
-    (out / "text_bench.md").write_text(markdown(rows, header) + "\n")
     (out / "text_bench.json").write_text(json.dumps([dataclasses.asdict(r) for r in rows], indent=2, default=str))
     with open(out / "text_bench.csv", "w", newline="") as handle:
         names = [f.name for f in dataclasses.fields(TextRow) if f.name != "extra"]
@@ -874,7 +874,16 @@ def _write(rows, out: Path, settings: TextBenchSettings, spec) -> None:
         writer.writeheader()
         for r in rows:
             writer.writerow({k: v for k, v in dataclasses.asdict(r).items() if k != "extra"})
+    write_report(rows, out, header)
+
+
+def write_report(rows: list[TextRow], out: Path, header: str) -> Path:
+    """text_bench.png, text_bench.md and text_bench.html in out; returns the markdown's path."""
     try:
         plot(rows, out / "text_bench.png")
     except (ImportError, ValueError) as err:
         step(f"text-bench: no plot ({err})")
+    figure = "\n\n![sentences/s by path and load](text_bench.png)" if (out / "text_bench.png").exists() else ""
+    (out / "text_bench.md").write_text(markdown(rows, header) + figure + "\n")
+    write_html(out / "text_bench.md")
+    return out / "text_bench.md"

@@ -1,8 +1,7 @@
 """Find or unpack Prometheus (prometheus + promtool) inside the checkout, without root.
 
-`python -m loadtest install-prometheus` fetches Debian's `prometheus` package with `apt-get download`
-(no root needed; where the host's package lists are missing it reads them into a private folder) and
-unpacks only its two binaries with `dpkg-deb -x` into .tools/prometheus/bin. Nothing is installed
+`python -m loadtest install-prometheus` fetches Debian's `prometheus` package (common.debian_packages: no
+root, no install) and copies only its two binaries into .tools/prometheus/bin. Nothing is installed
 system-wide and no service is started. Lookup order: $PROMETHEUS_BINARY, .tools/prometheus/bin, PATH.
 """
 
@@ -15,12 +14,11 @@ import tempfile
 from pathlib import Path
 
 from common.cli import step
-from common.errors import MeasurementError
+from common.errors import MeasurementError, ToolError
 
 TOOLS_DIR = Path(__file__).resolve().parents[2] / ".tools" / "prometheus"
 PACKAGE = "prometheus"
 BINARIES = ("prometheus", "promtool")
-APT_TIMEOUT_S = 300
 
 
 def _works(binary: Path) -> bool:
@@ -44,64 +42,22 @@ def find_tool(name: str) -> Path | None:
     return next((c for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
 
 
-def _apt(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    try:
-        return subprocess.run(
-            ["apt-get", "-q", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=APT_TIMEOUT_S
-        )
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(args, 124, "", f"apt-get ran past {APT_TIMEOUT_S} s")
-
-
-def _private_lists(scratch: Path) -> list[str]:
-    """apt options that keep package lists and caches in scratch (an unprivileged `apt-get update`)."""
-    for sub in ("lists/partial", "cache/archives/partial"):
-        (scratch / sub).mkdir(parents=True, exist_ok=True)
-    return [
-        "-o",
-        f"Dir::State::Lists={scratch / 'lists'}",
-        "-o",
-        f"Dir::Cache={scratch / 'cache'}",
-        "-o",
-        "Debug::NoLocking=1",
-        "-o",
-        "APT::Sandbox::User=" + _current_user(),
-    ]
-
-
-def _current_user() -> str:
-    import pwd
-
-    return pwd.getpwuid(os.getuid()).pw_name
-
-
 def _download(scratch: Path) -> Path:
-    """Debian's prometheus .deb in scratch: the host's lists first, else lists read into scratch."""
-    if not shutil.which("apt-get") or not shutil.which("dpkg-deb"):
-        raise MeasurementError(
-            "apt-get/dpkg-deb not found: put a Prometheus release's binaries on PATH "
-            "or set PROMETHEUS_BINARY (the Prometheus tests are skipped)"
-        )
-    done = _apt(["download", PACKAGE], scratch)
-    if done.returncode != 0:
-        options = _private_lists(scratch / "apt")
-        updated = _apt([*options, "update"], scratch)
-        done = _apt([*options, "download", PACKAGE], scratch) if updated.returncode == 0 else updated
-    debs = sorted(scratch.glob(f"{PACKAGE}_*.deb"))
-    if done.returncode != 0 or not debs:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-4:])
-        raise MeasurementError(
-            f"apt-get download {PACKAGE} failed (exit {done.returncode}):\n{tail}\n"
-            "set PROMETHEUS_BINARY to a Prometheus binary instead"
-        )
-    return debs[0]
+    """Debian's prometheus .deb in scratch (common.debian_packages: the host's lists, else private ones)."""
+    from common.debian_packages import Apt
+
+    try:
+        return Apt(scratch).download([PACKAGE])[0]
+    except ToolError as err:
+        raise MeasurementError(f"{err}\nput a Prometheus release's binaries on PATH or set PROMETHEUS_BINARY") from err
 
 
 def _unpack(deb: Path, scratch: Path) -> None:
     """Copy the package's binaries into TOOLS_DIR/bin (written beside, then renamed: never half a binary)."""
+    from common.debian_packages import unpack
+
     tree = scratch / "tree"
-    subprocess.run(["dpkg-deb", "-x", str(deb), str(tree)], check=True, timeout=APT_TIMEOUT_S)
+    unpack(deb, tree)
     (TOOLS_DIR / "bin").mkdir(parents=True, exist_ok=True)
     for name in BINARIES:
         partial = TOOLS_DIR / "bin" / f".{name}.partial"

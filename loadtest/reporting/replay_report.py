@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from loadtest.reporting.html_page import write_html
 from loadtest.workloads.recorded import correlation, per_second
 
 
@@ -113,6 +114,7 @@ def write_report(summary: dict, out: Path, header: str) -> Path:
     path = out / "replay.md"
     path.write_text("\n".join(lines))
     _plot(summary, out / "replay.png")
+    write_html(path)
     return path
 
 
