@@ -30,7 +30,7 @@ def build_inprocess(backends: Path) -> Path:
     Raises:
         ServerError: no C compiler, no Python headers, or no shared libpython (what to install is named).
     """
-    from triton_models import INPROCESS_SHIM
+    from triton_models import INPROCESS_NATIVE, INPROCESS_SHIM
 
     compiler, include, library = _toolchain()
     target = backends / BACKEND
@@ -44,11 +44,14 @@ def build_inprocess(backends: Path) -> Path:
         "-o",
         str(partial),
         str(INPROCESS_SHIM),
+        str(INPROCESS_NATIVE),
         f"-I{include}",
         str(library),
         f"-Wl,-rpath,{library.parent}",
         f'-DPYTHON_EXECUTABLE="{_plain(sys.executable)}"',
         f'-DPYTHON_LIBRARY="{library.name}"',
+        "-ldl",
+        "-lpthread",
     ]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:

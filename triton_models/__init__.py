@@ -14,3 +14,4 @@ CLASSIFY_POSTPROCESS = Path(__file__).with_name("classify_postprocess.py")
 TEXT_TOKENIZE = Path(__file__).with_name("text_tokenize.py")
 TEXT_POOL = Path(__file__).with_name("text_pool.py")
 INPROCESS_SHIM = Path(__file__).with_name("inprocess_shim.c")
+INPROCESS_NATIVE = Path(__file__).with_name("inprocess_native.c")  # compiled into the same library

@@ -67,6 +67,7 @@ class BatchCalls:
         self._answer = _bind(free.ipb_answer, [_P, ctypes.c_uint32, _P, _P, ctypes.c_uint32] + [_P] * 12)
         self._release = _bind(free.ipb_release, [_P, _P, ctypes.c_uint32, _P, _P, _P, _P])
         self._names: dict[tuple, tuple] = {}  # names -> (the C array, the encoded names it points at)
+        self.native = free  # inprocess_native.c's ipn_* (native_path.py binds them)
 
     def names(self, names: tuple[str, ...]):
         """A C array of the names (kept: the pointers must outlive every call)."""

@@ -23,6 +23,7 @@ import ctypes
 import json
 import os
 import queue
+import sys
 import threading
 import time
 from typing import Any
@@ -145,6 +146,8 @@ class Instance:
         params = model["config"].get("parameters", {})
         self.inline_rows = int(params.get("inline_rows", {}).get("string_value", INLINE_ROWS))
         self.outputs = [(o["name"], o["data_type"].removeprefix("TYPE_")) for o in model["config"]["output"]]
+        self.native = self._open_native(handle, device, params.get("native_path", {}).get("string_value") != "0")
+        self.python_executes = 0  # batches whose execute entered this module (the native path's: none)
         self.ragged = None  # sequence models: read, run and answered a batch at a time (inprocess_ragged.py)
         if getattr(self.serving, "ragged", False) and CALLS is not None:
             from triton_models.inprocess_ragged import RaggedPath
@@ -163,7 +166,29 @@ class Instance:
         self.worker = threading.Thread(target=self._complete, name=f"{self.name}-responses", daemon=True)
         self.worker.start()
 
+    def _open_native(self, handle: int, device, wanted: bool) -> bool:
+        """Whether every later batch is served by inprocess_native.c (no Python per batch); the load says which
+        path the instance took, and why not the native one."""
+        if not self.serving.staged or CALLS is None:
+            return False
+        from triton_models import native_path
+
+        reason = native_path.open_path(handle, self.serving, device, self.outputs, CALLS.native, wanted)
+        path = "native (no Python per batch)" if reason is None else f"Python ({reason})"
+        print(f"torch_inprocess: {self.name} instance on {device}: per-batch path {path}", file=sys.stderr, flush=True)
+        return reason is None
+
     def close(self) -> None:
+        if self.native and CALLS is not None:
+            from triton_models import native_path
+
+            native, requests, python = native_path.counts(self.handle, CALLS.native, close=True)
+            print(
+                f"torch_inprocess: {self.name}: {native} batches ({requests} requests) served natively, "
+                f"{python} handed to Python; {self.python_executes} executes entered Python",
+                file=sys.stderr,
+                flush=True,
+            )
         self.done.put(None)
         self.worker.join(timeout=30)
         if self.ragged is not None:
@@ -174,6 +199,7 @@ class Instance:
 
     # --- execute: read, queue on the GPU, hand over
     def execute(self, requests: list[int]) -> None:
+        self.python_executes += 1
         if self.ragged is not None:
             return self.ragged.execute(requests)
         start = time.monotonic_ns()

@@ -109,7 +109,11 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize(void* instance) {
   return forward("instance_finalize", 1, (uintptr_t)instance, 0, 0);
 }
 
+/* inprocess_native.c: a batch of an instance that took the native path is served there, without the GIL. */
+extern int ipn_execute(void* instance, void** requests, uint32_t count);
+
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(void* instance, void** requests, const uint32_t count) {
+  if (ipn_execute(instance, requests, count)) return NULL;
   return forward("instance_execute", 3, (uintptr_t)instance, (uintptr_t)requests, (uintptr_t)count);
 }
 

@@ -155,6 +155,7 @@ class TorchRuntime:
     host_outputs: bool = False  # outputs leave the stub from host memory instead of CUDA IPC
     staged: bool = True  # with CUDA graphs: the staged request path (torch_runtime.StagedRunner); False: earlier
     inprocess: bool = False  # served by the in-process backend (triton_models/inprocess_backend.py), not a stub
+    native: bool = True  # in-process with CUDA graphs: batches served by inprocess_native.c; False: by Python
     length_buckets: tuple[int, ...] = ()  # sequence models: the lengths rows are padded to (default 16, 32, ...)
     token_budget: int = 0  # sequence models: most rows x length per run (0: 16,384)
 
@@ -169,6 +170,7 @@ class TorchRuntime:
         <model>_inductor_<precision>[_nographs][_u8][_inproc]."""
         u8 = ("_u8" if self.uint8_input else "") + ("_unstaged" if self.cuda_graphs and not self.staged else "")
         u8 += "_inproc" if self.inprocess else ""
+        u8 += "_python" if self.inprocess and not self.native else ""
         if self.compiler:
             return f"{model}_{self.compiler}_{self.precision}{'' if self.cuda_graphs else '_nographs'}{u8}"
         return f"{model}_torch_{self.precision}{'_graphs' if self.cuda_graphs else ''}{u8}"
@@ -222,6 +224,7 @@ def torch_config(spec: ModelSpec, runtime: TorchRuntime, options: ServingOptions
         "compiler": runtime.compiler,
         "host_outputs": int(runtime.host_outputs),
         "staged": int(runtime.staged),
+        "native_path": int(runtime.native),
         "graph_batch_sizes": " ".join(map(str, runtime.graph_batch_sizes)),
         "FORCE_CPU_ONLY_INPUT_TENSORS": "no" if options.kind == "KIND_GPU" else "yes",
     }

@@ -167,10 +167,12 @@ COMPILED_U8 = COMPILED + ", uint8 input"
 COMPILED_BF16 = "torch.compile (inductor) bf16 channels_last + CUDA graphs"
 COMPILED_U8_UNSTAGED = COMPILED_U8 + ", earlier request path (unstaged)"
 COMPILED_U8_INPROC = COMPILED_U8 + ", in-process backend"
+COMPILED_U8_INPROC_PYTHON = COMPILED_U8_INPROC + ", batches through Python"
 COMPILED_VARIANTS = (
     COMPILED_U8,
     COMPILED_U8_UNSTAGED,
     COMPILED_U8_INPROC,
+    COMPILED_U8_INPROC_PYTHON,
 )  # served only: in-process figures are COMPILED's
 
 
@@ -185,6 +187,7 @@ def served_rows(keys: list[str]) -> tuple[str, ...]:
         "inductor_u8": COMPILED_U8,
         "inductor_u8_unstaged": COMPILED_U8_UNSTAGED,
         "inductor_u8_inproc": COMPILED_U8_INPROC,
+        "inductor_u8_inproc_python": COMPILED_U8_INPROC_PYTHON,
     }
     unknown = [k for k in keys if k not in names]
     if unknown:
@@ -318,6 +321,10 @@ def _served_variants(spec, work: Path, repo: Path, settings: BenchSettings) -> d
         (TorchRuntime(precision="fp16", uint8_input=True, **compiled), COMPILED_U8),
         (TorchRuntime(precision="fp16", **unstaged), COMPILED_U8_UNSTAGED),
         (TorchRuntime(precision="fp16", uint8_input=True, inprocess=True, **compiled), COMPILED_U8_INPROC),
+        (
+            TorchRuntime(precision="fp16", uint8_input=True, inprocess=True, native=False, **compiled),
+            COMPILED_U8_INPROC_PYTHON,
+        ),
     ):
         if settings.served and name not in settings.served:
             continue
