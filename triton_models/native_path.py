@@ -71,7 +71,7 @@ def why_not(serving, device, outputs: list[tuple[str, str]], library, wanted: bo
         return "one input and driver copies are needed"
     if len(runner.graphs) != len(runner.buckets) or len(runner.buckets) > MAX_BUCKETS:
         return "every bucket needs a captured graph"
-    if not 0 < len(outputs) <= MAX_OUTPUTS or any(len(o) > MAX_DIMS for o in runner.outputs[runner.buckets[-1]]):
+    if not 0 < len(outputs) <= MAX_OUTPUTS or any(o.dim() - 1 > MAX_DIMS for o in runner.outputs[runner.buckets[-1]]):
         return "too many outputs or dims"
     return None
 
