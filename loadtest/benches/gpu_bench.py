@@ -168,6 +168,7 @@ COMPILED_BF16 = "torch.compile (inductor) bf16 channels_last + CUDA graphs"
 COMPILED_U8_UNSTAGED = COMPILED_U8 + ", earlier request path (unstaged)"
 COMPILED_U8_INPROC = COMPILED_U8 + ", in-process backend"
 COMPILED_U8_INPROC_PYTHON = COMPILED_U8_INPROC + ", batches through Python"
+ECHO = "echo: an engine that does nothing, served as the in-process row above (what serving costs here)"
 COMPILED_VARIANTS = (
     COMPILED_U8,
     COMPILED_U8_UNSTAGED,
@@ -331,7 +332,23 @@ def _served_variants(spec, work: Path, repo: Path, settings: BenchSettings) -> d
         variants[name] = build_torch_variant(
             BuildRequest(spec=spec, target="embedded", repo=repo, work_dir=work, options=gpu), runtime
         )["name"]
+    if COMPILED_U8_INPROC in variants:  # beside it, what serving costs on this host
+        variants[ECHO] = _echo_variant(spec, work, repo, gpu, compiled)
     return variants
+
+
+def _echo_variant(spec, work: Path, repo: Path, options, compiled: dict) -> str:
+    """The echo of spec (builders/spec/zoo/echo.py) built and served like the in-process compiled variant."""
+    from builders.build import build_model, build_torch_variant
+    from builders.repository.writer import TorchRuntime
+    from builders.request import BuildRequest
+    from builders.spec.zoo import echo
+
+    twin = echo.spec_like(spec)
+    build_model(BuildRequest(spec=twin, target="embedded", repo=work / "scratch_repo", work_dir=work))
+    runtime = TorchRuntime(precision="fp16", uint8_input=True, inprocess=True, **compiled)
+    request = BuildRequest(spec=twin, target="embedded", repo=repo, work_dir=work, options=options)
+    return build_torch_variant(request, runtime)["name"]
 
 
 GRAPHS = "torch CUDA fp16 channels_last + CUDA graphs"
@@ -446,6 +463,9 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
             if name in variants
         ]
         rows[at:at] = compiled[:1] + same + compiled[1:]
+    if ECHO in variants:
+        at = rows.index(next(r for r in rows if r.runtime == COMPILED_U8_INPROC))
+        rows.insert(at + 1, BenchRow(runtime=ECHO, note="served batch-1 p50 minus this: what the engine adds"))
     if GRAPHS_U8 in variants:  # served only: same in-process runtime as GRAPHS
         graphs = next(r for r in rows if r.runtime == GRAPHS)
         extra_row = BenchRow(

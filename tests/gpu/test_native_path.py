@@ -41,9 +41,7 @@ def native_served(tmp_path_factory):
     names = {}
     for native in (True, False):
         runtime = TorchRuntime(precision="fp16", inprocess=True, native=native, **COMPILED)
-        request = BuildRequest(
-            spec=spec, target="embedded", repo=root / "repo", work_dir=root / "work", options=opts
-        )
+        request = BuildRequest(spec=spec, target="embedded", repo=root / "repo", work_dir=root / "work", options=opts)
         names[native] = build_torch_variant(request, runtime)["name"]
     return root, names
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from builders.spec.model_spec import ModelSpec
-from builders.spec.zoo import digits, text, vision
+from builders.spec.zoo import digits, echo, text, vision
 from common.errors import SpecError
 
 _SPECS = {
@@ -20,11 +20,13 @@ _BUILDERS = {
     "digits_cnn": digits.build,
     "torchvision_classifier": vision.build,
     "sentence_encoder": text.build,
+    "echo": echo.build,
 }
 _ARCHITECTURES = {
     "digits_cnn": digits.architecture,
     "torchvision_classifier": vision.architecture,
     "sentence_encoder": text.architecture,
+    "echo": echo.architecture,
 }
 _REFERENCE_DATA = {
     "digits_cnn": digits.reference_data,
