@@ -182,10 +182,10 @@ class Instance:
         if self.native and CALLS is not None:
             from triton_models import native_path
 
-            native, requests, python = native_path.counts(self.handle, CALLS.native, close=True)
+            native, requests = native_path.counts(self.handle, CALLS.native, close=True)
             print(
-                f"torch_inprocess: {self.name}: {native} batches ({requests} requests) served natively, "
-                f"{python} handed to Python; {self.python_executes} executes entered Python",
+                f"torch_inprocess: {self.name}: {native} batches ({requests} requests) served natively; "
+                f"{self.python_executes} executes entered Python",
                 file=sys.stderr,
                 flush=True,
             )

@@ -13,9 +13,9 @@
  *   completion thread: wait for the event, write each request's rows into its response, send it, report its
  *     statistics, release it, report the batch, free the slot.
  *
- * A request whose input is wrong hears why and is released here; the batch goes on without it. A batch with an
- * input in GPU memory (CUDA shared memory) is not taken: ipn_execute returns 0 and Python serves it. Nothing here
- * holds the GIL. The CUDA driver is reached through dlopen (libcuda.so.1), as the server's own libraries do.
+ * A request whose input is wrong hears why and is released here; the batch goes on without it. Inputs in GPU
+ * memory (the client's CUDA shared memory) are copied device to device, outputs Triton places there host to
+ * device. Nothing here holds the GIL. The CUDA driver is reached through dlopen (libcuda.so.1), as the server's own libraries do.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -83,6 +83,7 @@ static struct {
   int (*CtxSetCurrent)(void*);
   int (*MemcpyHtoDAsync)(uint64_t, const void*, size_t, void*);
   int (*MemcpyDtoHAsync)(void*, uint64_t, size_t, void*);
+  int (*MemcpyDtoDAsync)(uint64_t, uint64_t, size_t, void*);
   int (*GraphLaunch)(void*, void*);
   int (*EventCreate)(void**, unsigned);
   int (*EventRecord)(void*, void*);
@@ -105,6 +106,7 @@ static int load_driver(void) {
   BIND(CtxSetCurrent, "cuCtxSetCurrent");
   BIND(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
   BIND(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
+  BIND(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
   BIND(GraphLaunch, "cuGraphLaunch");
   BIND(EventCreate, "cuEventCreate");
   BIND(EventRecord, "cuEventRecord");
@@ -142,7 +144,7 @@ typedef struct {
   pthread_mutex_t lock;
   pthread_cond_t changed;
   pthread_t thread;
-  uint64_t native_batches, native_requests, python_batches;
+  uint64_t native_batches, native_requests;
 } ipn_state;
 
 static ipn_state* registry[IPN_MAX_INSTANCES];
@@ -192,8 +194,7 @@ static void describe_shape(char* out, size_t room, const int64_t* shape, uint32_
   if (used < room) snprintf(out + used, room - used, "]");
 }
 
-/* 1: the request's input is what the model takes (rows set); 0: why not is in message. -1: its input lies in GPU
- * memory (the batch goes to Python). */
+/* 1: the request's input is what the model takes (rows set); 0: why not is in message. */
 static int check_input(ipn_state* s, void* request, int64_t* rows, char* message, size_t room) {
   const ipn_spec* p = &s->spec;
   TRITONBACKEND_Input* input = NULL;
@@ -226,13 +227,29 @@ static int check_input(ipn_state* s, void* request, int64_t* rows, char* message
       snprintf(message, room, "input %s: buffer %u unreadable", p->input_name, b);
       return 0;
     }
-    if (memory == MEMORY_GPU) return -1;
   }
   *rows = shape[0];
   return 1;
 }
 
-static void gather(ipn_state* s, void* request, char* dest) {
+/* Where a batch's rows go: host rows into the slot's staging (then one host-to-device copy per run of them), rows
+ * in device memory straight into the bucket's static input; both at the same byte offset. */
+typedef struct {
+  char* staging;
+  uint64_t target; /* the bucket's static input */
+  uint64_t at, run; /* bytes placed so far; where the current run of host bytes began */
+  void* stream;
+  int failed;
+} ipn_cursor;
+
+static void flush_host(ipn_cursor* c) {
+  if (c->at > c->run && !c->failed) {
+    c->failed = cu.MemcpyHtoDAsync(c->target + c->run, c->staging + c->run, c->at - c->run, c->stream) != 0;
+  }
+  c->run = c->at;
+}
+
+static void gather(ipn_state* s, void* request, ipn_cursor* c) {
   TRITONBACKEND_Input* input = NULL;
   const char* name = NULL;
   const int64_t* shape = NULL;
@@ -249,8 +266,15 @@ static void gather(ipn_state* s, void* request, char* dest) {
     int memory = 0;
     int64_t device = 0;
     if (!deleted(TRITONBACKEND_InputBuffer(input, b, &base, &bytes, &memory, &device))) return;
-    memcpy(dest, base, bytes);
-    dest += bytes;
+    if (memory == MEMORY_GPU) {
+      flush_host(c);
+      if (!c->failed) c->failed = cu.MemcpyDtoDAsync(c->target + c->at, (uint64_t)(uintptr_t)base, bytes, c->stream);
+      c->at += bytes;
+      c->run = c->at;
+    } else {
+      memcpy(c->staging + c->at, base, bytes);
+      c->at += bytes;
+    }
   }
 }
 
@@ -406,8 +430,8 @@ int ipn_open(void* instance, const ipn_spec* spec) {
   return 0;
 }
 
-/* Stops the instance's completion thread (after the batches in flight) and forgets it; counts[0..2]: batches
- * served natively, their requests, batches handed to Python. */
+/* Stops the instance's completion thread (after the batches in flight) and forgets it; counts[0..1]: batches
+ * served natively, their requests. */
 void ipn_close(void* instance, uint64_t* counts) {
   pthread_mutex_lock(&registry_lock);
   ipn_state* s = NULL;
@@ -421,23 +445,17 @@ void ipn_close(void* instance, uint64_t* counts) {
   pthread_cond_broadcast(&s->changed);
   pthread_mutex_unlock(&s->lock);
   pthread_join(s->thread, NULL);
-  if (counts) counts[0] = s->native_batches, counts[1] = s->native_requests, counts[2] = s->python_batches;
+  if (counts) counts[0] = s->native_batches, counts[1] = s->native_requests;
   cu.CtxSetCurrent(s->context);
   release_memory(s);
 }
 
-/* How many batches ran natively and how many went to Python, so far (counts as in ipn_close). */
+/* How many batches and requests ran natively so far (counts as in ipn_close). */
 void ipn_counts(void* instance, uint64_t* counts) {
   pthread_mutex_lock(&registry_lock);
   ipn_state* s = find(instance);
-  if (s) counts[0] = s->native_batches, counts[1] = s->native_requests, counts[2] = s->python_batches;
+  if (s) counts[0] = s->native_batches, counts[1] = s->native_requests;
   pthread_mutex_unlock(&registry_lock);
-}
-
-static void drain(ipn_state* s) {
-  pthread_mutex_lock(&s->lock);
-  while (s->busy[0] || s->busy[1]) pthread_cond_wait(&s->changed, &s->lock);
-  pthread_mutex_unlock(&s->lock);
 }
 
 static int take_slot(ipn_state* s) {
@@ -462,8 +480,8 @@ static int grow(ipn_batch* b, uint32_t count) {
   return requests != NULL && rows != NULL;
 }
 
-/* Serves the batch natively and returns 1, or returns 0 without touching it (no native path for this instance,
- * or an input in GPU memory): the caller hands it to Python. */
+/* Serves the batch natively and returns 1, or returns 0 without touching it (no native path for this instance): the
+ * caller hands it to Python. */
 int ipn_execute(void* instance, void** requests, uint32_t count) {
   ipn_state* s = find(instance);
   if (s == NULL) return 0;
@@ -471,14 +489,6 @@ int ipn_execute(void* instance, void** requests, uint32_t count) {
   const ipn_spec* p = &s->spec;
   int64_t room = p->bucket_rows[p->buckets - 1];
   char message[512];
-  for (uint32_t r = 0; r < count; ++r) { /* any input in device memory: the whole batch is Python's */
-    int64_t rows = 0;
-    if (requests[r] != NULL && check_input(s, requests[r], &rows, message, sizeof message) < 0) {
-      drain(s); /* Python's path uses the same graphs: nothing of ours is in flight when it runs */
-      s->python_batches++;
-      return 0;
-    }
-  }
   int slot = take_slot(s);
   ipn_batch* b = &s->batches[slot];
   if (!grow(b, count)) {
@@ -491,8 +501,7 @@ int ipn_execute(void* instance, void** requests, uint32_t count) {
     return 1;
   }
   b->count = 0, b->total = 0, b->exec_start = started, b->launched = 0, b->failed = 0;
-  char* staging = s->staging[slot];
-  for (uint32_t r = 0; r < count; ++r) {
+  for (uint32_t r = 0; r < count; ++r) { /* first the checks: the batch's rows pick its bucket */
     if (requests[r] == NULL) continue;
     int64_t rows = 0;
     if (!check_input(s, requests[r], &rows, message, sizeof message)) {
@@ -505,7 +514,6 @@ int ipn_execute(void* instance, void** requests, uint32_t count) {
       refuse(s, requests[r], ERROR_INVALID_ARG, message, started);
       continue;
     }
-    gather(s, requests[r], staging + b->total * p->input_row_bytes);
     b->requests[b->count] = requests[r];
     b->rows[b->count++] = rows;
     b->total += rows;
@@ -516,7 +524,11 @@ int ipn_execute(void* instance, void** requests, uint32_t count) {
     while (p->bucket_rows[k] < b->total) k++;
     void* stream = (void*)(uintptr_t)p->stream;
     cu.CtxSetCurrent(s->context);
-    int failed = cu.MemcpyHtoDAsync(p->static_inputs[k], staging, (size_t)b->total * p->input_row_bytes, stream) ||
+    ipn_cursor c = {s->staging[slot], p->static_inputs[k], 0, 0, stream, 0};
+    for (uint32_t r = 0; r < b->count; ++r) gather(s, b->requests[r], &c);
+    flush_host(&c);
+    b->compute_start = ipn_now(); /* the input is read and on its way: the run's time starts */
+    int failed = c.failed || c.at != (uint64_t)b->total * p->input_row_bytes ||
                  cu.GraphLaunch((void*)(uintptr_t)p->graphs[k], stream);
     for (uint32_t o = 0; o < p->outputs && !failed; ++o) {
       failed = cu.MemcpyDtoHAsync(s->host_outputs[slot][o], p->static_outputs[k][o],

@@ -4,7 +4,7 @@ Python builds the engine, captures its CUDA graphs and knows their buffers; this
 what it needs to serve every later batch alone: each bucket's graph executable (torch's
 `CUDAGraph.raw_cuda_graph_exec()`), the device addresses of its static input and outputs, the instance's
 stream, and the input's and outputs' names, datatypes and shapes. From then on Triton's execute for that
-instance runs no Python (a batch with an input in GPU memory still comes to Python, which serves it).
+instance runs no Python, inputs in GPU memory (CUDA shared memory) included.
 
 Which models take it: a staged runner on a GPU (one fixed-shape input, a graph for every bucket, contiguous
 outputs): the image engines. Sequence models (batching across lengths) and the tokenize step stay on the
@@ -128,10 +128,10 @@ def open_path(handle: int, serving, device, outputs: list[tuple[str, str]], libr
     return None if code == 0 else REASONS.get(code, f"ipn_open returned {code}")
 
 
-def counts(handle: int, library, close: bool = False) -> tuple[int, int, int]:
-    """(batches served natively, their requests, batches handed to Python); close: stop the path too."""
-    found = (c_uint64 * 3)()
+def counts(handle: int, library, close: bool = False) -> tuple[int, int]:
+    """(batches served natively, their requests); close: stop the path too."""
+    found = (c_uint64 * 2)()
     function = library.ipn_close if close else library.ipn_counts
-    function.argtypes, function.restype = (ctypes.c_void_p, ctypes.POINTER(c_uint64 * 3)), None
+    function.argtypes, function.restype = (ctypes.c_void_p, ctypes.POINTER(c_uint64 * 2)), None
     function(handle, ctypes.byref(found))
-    return found[0], found[1], found[2]
+    return found[0], found[1]
