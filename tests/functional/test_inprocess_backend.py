@@ -7,6 +7,7 @@ and the general path (float input, no graphs)."""
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -138,3 +139,11 @@ def test_no_c_compiler_is_a_clear_error_before_the_server_starts(tmp_path, monke
     with pytest.raises(ServerError, match="C compiler"):
         build_inprocess(tmp_path / "backends")
     assert not (tmp_path / "backends" / "torch_inprocess" / "libtriton_torch_inprocess.so").exists()
+
+
+def test_the_load_says_which_per_batch_path_each_instance_took(served):
+    """On a CPU no instance takes the native path (it needs CUDA graphs); the log says so, with why."""
+    spec, state = served
+    log = Path(state.log).read_text(errors="replace")
+    for model in (STAGED, THREADED):
+        assert f"torch_inprocess: {model} instance on cpu: per-batch path Python (only staged engines on a GPU" in log
