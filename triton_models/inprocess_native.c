@@ -238,6 +238,7 @@ typedef struct {
   char* staging;
   uint64_t target; /* the bucket's static input */
   uint64_t at, run; /* bytes placed so far; where the current run of host bytes began */
+  uint64_t limit;   /* the batch's bytes: nothing is written past them */
   void* stream;
   int failed;
 } ipn_cursor;
@@ -266,6 +267,10 @@ static void gather(ipn_state* s, void* request, ipn_cursor* c) {
     int memory = 0;
     int64_t device = 0;
     if (!deleted(TRITONBACKEND_InputBuffer(input, b, &base, &bytes, &memory, &device))) return;
+    if (bytes > c->limit - c->at) { /* more bytes than the request's shape: never past the staging */
+      c->failed = 1;
+      return;
+    }
     if (memory == MEMORY_GPU) {
       flush_host(c);
       if (!c->failed) c->failed = cu.MemcpyDtoDAsync(c->target + c->at, (uint64_t)(uintptr_t)base, bytes, c->stream);
@@ -483,7 +488,9 @@ static int grow(ipn_batch* b, uint32_t count) {
 /* Serves the batch natively and returns 1, or returns 0 without touching it (no native path for this instance): the
  * caller hands it to Python. */
 int ipn_execute(void* instance, void** requests, uint32_t count) {
+  pthread_mutex_lock(&registry_lock); /* Triton finalizes an instance only once its executes have returned */
   ipn_state* s = find(instance);
+  pthread_mutex_unlock(&registry_lock);
   if (s == NULL) return 0;
   uint64_t started = ipn_now();
   const ipn_spec* p = &s->spec;
@@ -524,7 +531,7 @@ int ipn_execute(void* instance, void** requests, uint32_t count) {
     while (p->bucket_rows[k] < b->total) k++;
     void* stream = (void*)(uintptr_t)p->stream;
     cu.CtxSetCurrent(s->context);
-    ipn_cursor c = {s->staging[slot], p->static_inputs[k], 0, 0, stream, 0};
+    ipn_cursor c = {s->staging[slot], p->static_inputs[k], 0, 0, (uint64_t)b->total * p->input_row_bytes, stream, 0};
     for (uint32_t r = 0; r < b->count; ++r) gather(s, b->requests[r], &c);
     flush_host(&c);
     b->compute_start = ipn_now(); /* the input is read and on its way: the run's time starts */
