@@ -105,3 +105,18 @@ def test_a_locust_run_reads_in_the_browser(served, tmp_path):
     _readable(locust, tables=2, images=0)
     assert locust.drawn > 0, "Locust's charts were not drawn"
     _readable(open_page(tmp_path / "report.html"), tables=1, images=1)
+
+
+def test_the_docs_site_reads_offline(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).parents[2]
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    command = [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")]
+    subprocess.run(command, cwd=root, check=True, capture_output=True, timeout=300, env=env)
+    for page in ("index.html", "quickstart/index.html", "benchmarks/index.html"):
+        found = open_page(tmp_path / "site" / page)
+        assert found.console_errors == [] and found.failed_requests == [] and found.broken_links == [], found
+    assert open_page(tmp_path / "site" / "commands" / "index.html").tables >= 2
