@@ -30,7 +30,7 @@ def build_inprocess(backends: Path) -> Path:
     Raises:
         ServerError: no C compiler, no Python headers, or no shared libpython (what to install is named).
     """
-    from triton_models import INPROCESS_NATIVE, INPROCESS_SHIM
+    from triton_models import INPROCESS_NATIVE, INPROCESS_RAGGED, INPROCESS_SHIM
 
     compiler, include, library = _toolchain()
     target = backends / BACKEND
@@ -45,7 +45,9 @@ def build_inprocess(backends: Path) -> Path:
         str(partial),
         str(INPROCESS_SHIM),
         str(INPROCESS_NATIVE),
+        *(str(path) for path in INPROCESS_RAGGED),
         f"-I{include}",
+        f"-I{INPROCESS_SHIM.parent}",
         str(library),
         f"-Wl,-rpath,{library.parent}",
         f'-DPYTHON_EXECUTABLE="{_plain(sys.executable)}"',

@@ -149,7 +149,7 @@ class Instance:
         self.native = self._open_native(handle, device, params.get("native_path", {}).get("string_value") != "0")
         self.python_executes = 0  # batches whose execute entered this module (the native path's: none)
         self.ragged = None  # sequence models: read, run and answered a batch at a time (inprocess_ragged.py)
-        if getattr(self.serving, "ragged", False) and CALLS is not None:
+        if getattr(self.serving, "ragged", False) and CALLS is not None and not self.native:
             from triton_models.inprocess_ragged import RaggedPath
 
             self.ragged = RaggedPath(self, CALLS, API)
@@ -167,28 +167,27 @@ class Instance:
         self.worker.start()
 
     def _open_native(self, handle: int, device, wanted: bool) -> bool:
-        """Whether every later batch is served by inprocess_native.c (no Python per batch); the load says which
-        path the instance took, and why not the native one."""
-        if not self.serving.staged or CALLS is None:
+        """Whether every later batch is served natively, with no Python per batch (inprocess_native.c for the
+        image engines, inprocess_ragged_native.c for sequence models); the load says which path the instance
+        took, and why not the native one."""
+        ragged = getattr(self.serving, "ragged", False)
+        if not (self.serving.staged or ragged) or CALLS is None:
             return False
         from triton_models import native_path
 
-        reason = native_path.open_path(handle, self.serving, device, self.outputs, CALLS.native, wanted)
+        if ragged:
+            reason = native_path.open_ragged(handle, self.serving, device, self.outputs, CALLS.native, wanted)
+            if reason is None:  # the runner's statistics file counts what the native side ran
+                self.serving.runner.native_counts = lambda: native_path.ragged_counts(handle, CALLS.native)
+        else:
+            reason = native_path.open_path(handle, self.serving, device, self.outputs, CALLS.native, wanted)
         path = "native (no Python per batch)" if reason is None else f"Python ({reason})"
         print(f"torch_inprocess: {self.name} instance on {device}: per-batch path {path}", file=sys.stderr, flush=True)
         return reason is None
 
     def close(self) -> None:
         if self.native and CALLS is not None:
-            from triton_models import native_path
-
-            native, requests = native_path.counts(self.handle, CALLS.native, close=True)
-            print(
-                f"torch_inprocess: {self.name}: {native} batches ({requests} requests) served natively; "
-                f"{self.python_executes} executes entered Python",
-                file=sys.stderr,
-                flush=True,
-            )
+            self._close_native()
         self.done.put(None)
         self.worker.join(timeout=30)
         if self.ragged is not None:
@@ -196,6 +195,23 @@ class Instance:
         close = getattr(self.serving, "close", None)
         if close is not None:  # the tokenize step's child process
             close()
+
+    def _close_native(self) -> None:
+        from triton_models import native_path
+
+        assert CALLS is not None, "a native path opens only where the batch calls loaded"
+        if getattr(self.serving, "ragged", False):
+            counted = native_path.ragged_counts(self.handle, CALLS.native, close=True)
+            self.serving.runner.native_counts = lambda: counted  # the last statistics file keeps them
+            native, requests = counted["batches"], counted["requests"]
+        else:
+            native, requests = native_path.counts(self.handle, CALLS.native, close=True)
+        print(
+            f"torch_inprocess: {self.name}: {native} batches ({requests} requests) served natively; "
+            f"{self.python_executes} executes entered Python",
+            file=sys.stderr,
+            flush=True,
+        )
 
     # --- execute: read, queue on the GPU, hand over
     def execute(self, requests: list[int]) -> None:

@@ -25,34 +25,9 @@
 #include <string.h>
 #include <time.h>
 
-typedef struct TRITONSERVER_Error TRITONSERVER_Error;
-typedef struct TRITONBACKEND_Input TRITONBACKEND_Input;
-extern TRITONSERVER_Error* TRITONSERVER_ErrorNew(int code, const char* msg);
-extern void TRITONSERVER_ErrorDelete(TRITONSERVER_Error* error);
-extern TRITONSERVER_Error* TRITONBACKEND_RequestInput(void* request, const char* name, TRITONBACKEND_Input** input);
-extern TRITONSERVER_Error* TRITONBACKEND_InputProperties(TRITONBACKEND_Input* input, const char** name, int* datatype,
-                                                         const int64_t** shape, uint32_t* dims, uint64_t* byte_size,
-                                                         uint32_t* buffer_count);
-extern TRITONSERVER_Error* TRITONBACKEND_InputBuffer(TRITONBACKEND_Input* input, uint32_t index, const void** buffer,
-                                                     uint64_t* byte_size, int* memory_type, int64_t* memory_type_id);
-extern TRITONSERVER_Error* TRITONBACKEND_RequestOutputCount(void* request, uint32_t* count);
-extern TRITONSERVER_Error* TRITONBACKEND_RequestOutputName(void* request, uint32_t index, const char** name);
-extern TRITONSERVER_Error* TRITONBACKEND_ResponseNew(void** response, void* request);
-extern TRITONSERVER_Error* TRITONBACKEND_ResponseOutput(void* response, void** output, const char* name, int datatype,
-                                                        const int64_t* shape, uint32_t dims);
-extern TRITONSERVER_Error* TRITONBACKEND_OutputBuffer(void* output, void** buffer, uint64_t byte_size, int* memory_type,
-                                                      int64_t* memory_type_id);
-extern TRITONSERVER_Error* TRITONBACKEND_ResponseSend(void* response, uint32_t flags, TRITONSERVER_Error* error);
-extern TRITONSERVER_Error* TRITONBACKEND_RequestRelease(void* request, uint32_t flags);
-extern TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportStatistics(void* instance, void* request, _Bool ok,
-                                                                       uint64_t exec_start, uint64_t compute_start,
-                                                                       uint64_t compute_end, uint64_t exec_end);
-extern TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportBatchStatistics(void* instance, uint64_t batch_size,
-                                                                            uint64_t exec_start, uint64_t compute_start,
-                                                                            uint64_t compute_end, uint64_t exec_end);
+#include "inprocess_native.h"
 
 enum { IPN_MAX_DIMS = 8, IPN_MAX_OUTPUTS = 8, IPN_MAX_BUCKETS = 32, IPN_SLOTS = 2, IPN_MAX_INSTANCES = 64 };
-enum { MEMORY_GPU = 2, RELEASE_ALL = 1, COMPLETE_FINAL = 1, ERROR_INTERNAL = 1, ERROR_INVALID_ARG = 3 };
 
 /* What Python hands over (triton_models/native_path.py mirrors it field by field). */
 typedef struct {
@@ -76,26 +51,9 @@ typedef struct {
   uint64_t output_row_bytes[IPN_MAX_OUTPUTS];
 } ipn_spec;
 
-/* The driver calls used here (CUresult is an int; handles are pointers). */
-static struct {
-  int (*DeviceGet)(int*, int);
-  int (*DevicePrimaryCtxRetain)(void**, int);
-  int (*CtxSetCurrent)(void*);
-  int (*MemcpyHtoDAsync)(uint64_t, const void*, size_t, void*);
-  int (*MemcpyDtoHAsync)(void*, uint64_t, size_t, void*);
-  int (*MemcpyDtoDAsync)(uint64_t, uint64_t, size_t, void*);
-  int (*GraphLaunch)(void*, void*);
-  int (*EventCreate)(void**, unsigned);
-  int (*EventRecord)(void*, void*);
-  int (*EventSynchronize)(void*);
-  int (*EventDestroy)(void*);
-  int (*StreamSynchronize)(void*);
-  int (*MemAllocHost)(void**, size_t);
-  int (*MemFreeHost)(void*);
-  int loaded;
-} cu;
+ipn_driver cu;
 
-static int load_driver(void) {
+int ipn_load_driver(void) {
   if (cu.loaded) return 1;
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib == NULL) return 0;
@@ -122,6 +80,7 @@ static int load_driver(void) {
 
 typedef struct {
   void** requests; /* the batch's requests that run (others were answered at execute) */
+  TRITONBACKEND_Input** inputs; /* each one's input, as check_input found it */
   int64_t* rows;
   uint32_t count;
   int64_t total;
@@ -150,7 +109,7 @@ typedef struct {
 static ipn_state* registry[IPN_MAX_INSTANCES];
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static uint64_t ipn_now(void) {
+uint64_t ipn_now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
@@ -164,27 +123,40 @@ static ipn_state* find(void* instance) {
   return NULL;
 }
 
-static int deleted(TRITONSERVER_Error* err) {
+int ipn_ok(TRITONSERVER_Error* err) {
   if (err == NULL) return 1;
   TRITONSERVER_ErrorDelete(err);
   return 0;
 }
 
-/* The request hears why (code, message) and is released with failed statistics. */
-static void refuse(ipn_state* s, void* request, int code, const char* message, uint64_t started) {
+void ipn_refuse(void* instance, void* request, int code, const char* message, uint64_t started) {
   void* response = NULL;
-  if (deleted(TRITONBACKEND_ResponseNew(&response, request)) && response != NULL) {
-    deleted(TRITONBACKEND_ResponseSend(response, COMPLETE_FINAL, TRITONSERVER_ErrorNew(code, message)));
+  if (ipn_ok(TRITONBACKEND_ResponseNew(&response, request)) && response != NULL) {
+    ipn_ok(TRITONBACKEND_ResponseSend(response, COMPLETE_FINAL, TRITONSERVER_ErrorNew(code, message)));
   }
   uint64_t now = ipn_now();
-  deleted(TRITONBACKEND_ModelInstanceReportStatistics(s->instance, request, 0, started, now, now, now));
-  deleted(TRITONBACKEND_RequestRelease(request, RELEASE_ALL));
+  ipn_ok(TRITONBACKEND_ModelInstanceReportStatistics(instance, request, 0, started, now, now, now));
+  ipn_ok(TRITONBACKEND_RequestRelease(request, RELEASE_ALL));
 }
 
 static const char* DTYPE_NAMES[] = {"INVALID", "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16",
                                     "INT32",   "INT64", "FP16", "FP32", "FP64", "BYTES", "BF16"};
 
-static const char* dtype_name(int dtype) { return dtype >= 0 && dtype <= 14 ? DTYPE_NAMES[dtype] : "?"; }
+const char* ipn_dtype_name(int dtype) { return dtype >= 0 && dtype <= 14 ? DTYPE_NAMES[dtype] : "?"; }
+
+int ipn_pinned(char** buffer, uint64_t* room, uint64_t bytes) {
+  if (*buffer != NULL && *room >= bytes) return 1;
+  uint64_t size = *room ? *room : 4096;
+  while (size < bytes) size *= 2;
+  if (*buffer != NULL) cu.MemFreeHost(*buffer);
+  *buffer = NULL, *room = 0;
+  if (cu.MemAllocHost((void**)buffer, (size_t)size) != 0) {
+    *buffer = NULL;
+    return 0;
+  }
+  *room = size;
+  return 1;
+}
 
 static void describe_shape(char* out, size_t room, const int64_t* shape, uint32_t dims, int batch_axis) {
   size_t used = (size_t)snprintf(out, room, "[%s", batch_axis ? "-1" : "");
@@ -195,7 +167,8 @@ static void describe_shape(char* out, size_t room, const int64_t* shape, uint32_
 }
 
 /* 1: the request's input is what the model takes (rows set); 0: why not is in message. */
-static int check_input(ipn_state* s, void* request, int64_t* rows, char* message, size_t room) {
+static int check_input(ipn_state* s, void* request, int64_t* rows, TRITONBACKEND_Input** found, char* message,
+                       size_t room) {
   const ipn_spec* p = &s->spec;
   TRITONBACKEND_Input* input = NULL;
   const char* name = NULL;
@@ -203,8 +176,8 @@ static int check_input(ipn_state* s, void* request, int64_t* rows, char* message
   uint32_t dims = 0, buffers = 0;
   uint64_t size = 0;
   int dtype = 0;
-  if (!deleted(TRITONBACKEND_RequestInput(request, p->input_name, &input)) ||
-      !deleted(TRITONBACKEND_InputProperties(input, &name, &dtype, &shape, &dims, &size, &buffers))) {
+  if (!ipn_ok(TRITONBACKEND_RequestInput(request, p->input_name, &input)) ||
+      !ipn_ok(TRITONBACKEND_InputProperties(input, &name, &dtype, &shape, &dims, &size, &buffers))) {
     snprintf(message, room, "input %s is missing", p->input_name);
     return 0;
   }
@@ -214,8 +187,8 @@ static int check_input(ipn_state* s, void* request, int64_t* rows, char* message
     char got[160], wanted[160];
     describe_shape(got, sizeof got, shape, dims, 0);
     describe_shape(wanted, sizeof wanted, p->input_shape, p->input_dims, 1);
-    snprintf(message, room, "input %s: %s %s, expected %s %s", p->input_name, dtype_name(dtype), got,
-             dtype_name(p->input_dtype), wanted);
+    snprintf(message, room, "input %s: %s %s, expected %s %s", p->input_name, ipn_dtype_name(dtype), got,
+             ipn_dtype_name(p->input_dtype), wanted);
     return 0;
   }
   for (uint32_t b = 0; b < buffers; ++b) {
@@ -223,12 +196,13 @@ static int check_input(ipn_state* s, void* request, int64_t* rows, char* message
     uint64_t bytes = 0;
     int memory = 0;
     int64_t device = 0;
-    if (!deleted(TRITONBACKEND_InputBuffer(input, b, &base, &bytes, &memory, &device))) {
+    if (!ipn_ok(TRITONBACKEND_InputBuffer(input, b, &base, &bytes, &memory, &device))) {
       snprintf(message, room, "input %s: buffer %u unreadable", p->input_name, b);
       return 0;
     }
   }
   *rows = shape[0];
+  *found = input;
   return 1;
 }
 
@@ -250,15 +224,15 @@ static void flush_host(ipn_cursor* c) {
   c->run = c->at;
 }
 
-static void gather(ipn_state* s, void* request, ipn_cursor* c) {
-  TRITONBACKEND_Input* input = NULL;
+/* One request's input (checked: check_input) into the batch's rows at the cursor. */
+static void gather(TRITONBACKEND_Input* input, ipn_cursor* c) {
   const char* name = NULL;
   const int64_t* shape = NULL;
   uint32_t dims = 0, buffers = 0;
   uint64_t size = 0;
   int dtype = 0;
-  if (!deleted(TRITONBACKEND_RequestInput(request, s->spec.input_name, &input)) ||
-      !deleted(TRITONBACKEND_InputProperties(input, &name, &dtype, &shape, &dims, &size, &buffers))) {
+  if (!ipn_ok(TRITONBACKEND_InputProperties(input, &name, &dtype, &shape, &dims, &size, &buffers))) {
+    c->failed = 1;
     return;
   }
   for (uint32_t b = 0; b < buffers; ++b) {
@@ -266,7 +240,7 @@ static void gather(ipn_state* s, void* request, ipn_cursor* c) {
     uint64_t bytes = 0;
     int memory = 0;
     int64_t device = 0;
-    if (!deleted(TRITONBACKEND_InputBuffer(input, b, &base, &bytes, &memory, &device))) return;
+    if (!ipn_ok(TRITONBACKEND_InputBuffer(input, b, &base, &bytes, &memory, &device))) return;
     if (bytes > c->limit - c->at) { /* more bytes than the request's shape: never past the staging */
       c->failed = 1;
       return;
@@ -283,12 +257,12 @@ static void gather(ipn_state* s, void* request, ipn_cursor* c) {
   }
 }
 
-static int wanted_output(void* request, const char* name, uint32_t outputs) {
+int ipn_wanted_output(void* request, const char* name, uint32_t outputs) {
   uint32_t asked = 0;
-  if (outputs == 1 || !deleted(TRITONBACKEND_RequestOutputCount(request, &asked)) || asked == 0) return 1;
+  if (outputs == 1 || !ipn_ok(TRITONBACKEND_RequestOutputCount(request, &asked)) || asked == 0) return 1;
   for (uint32_t k = 0; k < asked; ++k) {
     const char* other = NULL;
-    if (deleted(TRITONBACKEND_RequestOutputName(request, k, &other)) && other && strcmp(other, name) == 0) return 1;
+    if (ipn_ok(TRITONBACKEND_RequestOutputName(request, k, &other)) && other && strcmp(other, name) == 0) return 1;
   }
   return 0;
 }
@@ -299,7 +273,7 @@ static int answer(ipn_state* s, int slot, void* request, int64_t first, int64_t 
   void* response = NULL;
   TRITONSERVER_Error* err = TRITONBACKEND_ResponseNew(&response, request);
   for (uint32_t k = 0; k < p->outputs && err == NULL; ++k) {
-    if (!wanted_output(request, p->output_names[k], p->outputs)) continue;
+    if (!ipn_wanted_output(request, p->output_names[k], p->outputs)) continue;
     int64_t shape[IPN_MAX_DIMS + 1];
     shape[0] = rows;
     for (uint32_t d = 0; d < p->output_dims[k]; ++d) shape[d + 1] = p->output_shapes[k][d];
@@ -321,7 +295,7 @@ static int answer(ipn_state* s, int slot, void* request, int64_t first, int64_t 
       memcpy(buffer, from, bytes);
     }
   }
-  if (response != NULL) deleted(TRITONBACKEND_ResponseSend(response, COMPLETE_FINAL, err));
+  if (response != NULL) ipn_ok(TRITONBACKEND_ResponseSend(response, COMPLETE_FINAL, err));
   if (err != NULL) TRITONSERVER_ErrorDelete(err);
   return err == NULL && response != NULL;
 }
@@ -334,16 +308,16 @@ static void finish(ipn_state* s, int slot) {
   for (uint32_t r = 0; r < b->count; ++r) {
     int sent = ran ? answer(s, slot, b->requests[r], first, b->rows[r]) : 0;
     if (!ran) {
-      refuse(s, b->requests[r], ERROR_INTERNAL, "the batch failed on the device", b->exec_start);
+      ipn_refuse(s->instance, b->requests[r], ERROR_INTERNAL, "the batch failed on the device", b->exec_start);
       continue;
     }
-    deleted(TRITONBACKEND_ModelInstanceReportStatistics(s->instance, b->requests[r], sent, b->exec_start,
+    ipn_ok(TRITONBACKEND_ModelInstanceReportStatistics(s->instance, b->requests[r], sent, b->exec_start,
                                                         b->compute_start, compute_end, ipn_now()));
-    deleted(TRITONBACKEND_RequestRelease(b->requests[r], RELEASE_ALL));
+    ipn_ok(TRITONBACKEND_RequestRelease(b->requests[r], RELEASE_ALL));
     first += b->rows[r];
   }
   if (b->count && ran) {
-    deleted(TRITONBACKEND_ModelInstanceReportBatchStatistics(s->instance, (uint64_t)b->total, b->exec_start,
+    ipn_ok(TRITONBACKEND_ModelInstanceReportBatchStatistics(s->instance, (uint64_t)b->total, b->exec_start,
                                                              b->compute_start, compute_end, ipn_now()));
   }
 }
@@ -356,6 +330,7 @@ static void release_memory(ipn_state* s) {
       if (s->host_outputs[i][k]) cu.MemFreeHost(s->host_outputs[i][k]);
     }
     free(s->batches[i].requests);
+    free(s->batches[i].inputs);
     free(s->batches[i].rows);
   }
   free(s);
@@ -384,7 +359,7 @@ static void* complete(void* arg) {
 /* Registers the native path for instance; 0 on success, else a reason code (1: no driver, 2: context,
  * 3: events, 4: no room, 5: thread, 6: a spec out of bounds). */
 int ipn_open(void* instance, const ipn_spec* spec) {
-  if (!load_driver()) return 1;
+  if (!ipn_load_driver()) return 1;
   if (spec->buckets == 0 || spec->buckets > IPN_MAX_BUCKETS || spec->outputs == 0 || spec->outputs > IPN_MAX_OUTPUTS ||
       spec->input_dims > IPN_MAX_DIMS) {
     return 6;
@@ -482,7 +457,9 @@ static int grow(ipn_batch* b, uint32_t count) {
   if (requests) b->requests = requests;
   int64_t* rows = realloc(b->rows, count * sizeof *rows);
   if (rows) b->rows = rows;
-  return requests != NULL && rows != NULL;
+  TRITONBACKEND_Input** inputs = realloc(b->inputs, count * sizeof *inputs);
+  if (inputs) b->inputs = inputs;
+  return requests != NULL && rows != NULL && inputs != NULL;
 }
 
 /* Serves the batch natively and returns 1, or returns 0 without touching it (no native path for this instance): the
@@ -503,7 +480,7 @@ int ipn_execute(void* instance, void** requests, uint32_t count) {
     s->busy[slot] = 0;
     pthread_mutex_unlock(&s->lock);
     for (uint32_t r = 0; r < count; ++r) {
-      if (requests[r]) refuse(s, requests[r], ERROR_INTERNAL, "out of memory", started);
+      if (requests[r]) ipn_refuse(s->instance, requests[r], ERROR_INTERNAL, "out of memory", started);
     }
     return 1;
   }
@@ -511,17 +488,19 @@ int ipn_execute(void* instance, void** requests, uint32_t count) {
   for (uint32_t r = 0; r < count; ++r) { /* first the checks: the batch's rows pick its bucket */
     if (requests[r] == NULL) continue;
     int64_t rows = 0;
-    if (!check_input(s, requests[r], &rows, message, sizeof message)) {
-      refuse(s, requests[r], ERROR_INVALID_ARG, message, started);
+    TRITONBACKEND_Input* input = NULL;
+    if (!check_input(s, requests[r], &rows, &input, message, sizeof message)) {
+      ipn_refuse(s->instance, requests[r], ERROR_INVALID_ARG, message, started);
       continue;
     }
     if (b->total + rows > room) { /* Triton keeps batches within max_batch_size: never write past the staging */
       snprintf(message, sizeof message, "a batch of %lld rows exceeds the model's largest batch %lld",
                (long long)(b->total + rows), (long long)room);
-      refuse(s, requests[r], ERROR_INVALID_ARG, message, started);
+      ipn_refuse(s->instance, requests[r], ERROR_INVALID_ARG, message, started);
       continue;
     }
     b->requests[b->count] = requests[r];
+    b->inputs[b->count] = input;
     b->rows[b->count++] = rows;
     b->total += rows;
   }
@@ -532,7 +511,7 @@ int ipn_execute(void* instance, void** requests, uint32_t count) {
     void* stream = (void*)(uintptr_t)p->stream;
     cu.CtxSetCurrent(s->context);
     ipn_cursor c = {s->staging[slot], p->static_inputs[k], 0, 0, (uint64_t)b->total * p->input_row_bytes, stream, 0};
-    for (uint32_t r = 0; r < b->count; ++r) gather(s, b->requests[r], &c);
+    for (uint32_t r = 0; r < b->count; ++r) gather(b->inputs[r], &c);
     flush_host(&c);
     b->compute_start = ipn_now(); /* the input is read and on its way: the run's time starts */
     int failed = c.failed || c.at != (uint64_t)b->total * p->input_row_bytes ||

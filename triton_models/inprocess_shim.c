@@ -14,9 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-typedef struct TRITONSERVER_Error TRITONSERVER_Error;
-extern TRITONSERVER_Error* TRITONSERVER_ErrorNew(int code, const char* msg);
-enum { ERROR_INTERNAL = 1 };
+#include "inprocess_native.h"
 
 static PyObject* backend_module = NULL;
 
@@ -109,11 +107,13 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize(void* instance) {
   return forward("instance_finalize", 1, (uintptr_t)instance, 0, 0);
 }
 
-/* inprocess_native.c: a batch of an instance that took the native path is served there, without the GIL. */
+/* inprocess_native.c (fixed-shape models) and inprocess_ragged_native.c (sequence models): a batch of an instance
+ * that took a native path is served there, without the GIL. */
 extern int ipn_execute(void* instance, void** requests, uint32_t count);
+extern int ipr_execute(void* instance, void** requests, uint32_t count);
 
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(void* instance, void** requests, const uint32_t count) {
-  if (ipn_execute(instance, requests, count)) return NULL;
+  if (ipn_execute(instance, requests, count) || ipr_execute(instance, requests, count)) return NULL;
   return forward("instance_execute", 3, (uintptr_t)instance, (uintptr_t)requests, (uintptr_t)count);
 }
 
@@ -124,28 +124,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(void* instance, void** re
 #include <string.h>
 #include <time.h>
 
-typedef struct TRITONBACKEND_Input TRITONBACKEND_Input;
-extern TRITONSERVER_Error* TRITONBACKEND_RequestInput(void* request, const char* name, TRITONBACKEND_Input** input);
-extern TRITONSERVER_Error* TRITONBACKEND_InputProperties(TRITONBACKEND_Input* input, const char** name, int* datatype,
-                                                         const int64_t** shape, uint32_t* dims, uint64_t* byte_size,
-                                                         uint32_t* buffer_count);
-extern TRITONSERVER_Error* TRITONBACKEND_InputBuffer(TRITONBACKEND_Input* input, uint32_t index, const void** buffer,
-                                                     uint64_t* byte_size, int* memory_type, int64_t* memory_type_id);
-extern TRITONSERVER_Error* TRITONBACKEND_RequestOutputCount(void* request, uint32_t* count);
-extern TRITONSERVER_Error* TRITONBACKEND_RequestOutputName(void* request, uint32_t index, const char** name);
-extern TRITONSERVER_Error* TRITONBACKEND_ResponseNew(void** response, void* request);
-extern TRITONSERVER_Error* TRITONBACKEND_ResponseOutput(void* response, void** output, const char* name, int datatype,
-                                                        const int64_t* shape, uint32_t dims);
-extern TRITONSERVER_Error* TRITONBACKEND_OutputBuffer(void* output, void** buffer, uint64_t byte_size, int* memory_type,
-                                                      int64_t* memory_type_id);
-extern TRITONSERVER_Error* TRITONBACKEND_ResponseSend(void* response, uint32_t flags, TRITONSERVER_Error* error);
-extern TRITONSERVER_Error* TRITONBACKEND_RequestRelease(void* request, uint32_t flags);
-extern TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportStatistics(void* instance, void* request, _Bool ok,
-                                                                       uint64_t exec_start, uint64_t compute_start,
-                                                                       uint64_t compute_end, uint64_t exec_end);
-extern void TRITONSERVER_ErrorDelete(TRITONSERVER_Error* error);
-
-enum { MEMORY_GPU = 2, RELEASE_ALL = 1, COMPLETE_FINAL = 1, MAX_DIMS = 8 };
+enum { MAX_DIMS = 8 };
 enum { READ_OK = 0, READ_BY_PYTHON = 1 };       /* status of a request's inputs */
 enum { SENT = 0, SENT_ERROR = 1, DEFERRED = 2 }; /* status of a request's answer */
 

@@ -7,8 +7,10 @@ stream, and the input's and outputs' names, datatypes and shapes. From then on T
 instance runs no Python, inputs in GPU memory (CUDA shared memory) included.
 
 Which models take it: a staged runner on a GPU (one fixed-shape input, a graph for every bucket, contiguous
-outputs): the image engines. Sequence models (batching across lengths) and the tokenize step stay on the
-Python path; `why_not` says why, and the instance's load says which path it took.
+outputs): the image engines (inprocess_native.c); and a ragged runner under CUDA graphs: sequence models, pooled
+or per-token outputs (inprocess_ragged_native.c, its plan ragged_plan.c). The tokenize step stays on the Python
+path; `why_not` and `ragged_why_not` say why a model cannot take it, and the instance's load says which path it
+took.
 """
 
 from __future__ import annotations
@@ -135,3 +137,155 @@ def counts(handle: int, library, close: bool = False) -> tuple[int, int]:
     function.argtypes, function.restype = (ctypes.c_void_p, ctypes.POINTER(c_uint64 * 2)), None
     function(handle, ctypes.byref(found))
     return found[0], found[1]
+
+
+# --- sequence models (inprocess_ragged_native.c): a dynamic batch of any lengths under the grid's CUDA graphs
+
+MAX_INPUTS, MAX_LENGTHS, MAX_BATCHES, MAX_CELLS = 4, 64, 64, 1024  # the C side's IPR_MAX_*
+
+
+class Grid(ctypes.Structure):
+    """ipr_grid (ragged_plan.h): ragged.LengthGrid as the native plan reads it."""
+
+    _fields_ = [
+        ("lengths", c_uint32),
+        ("length_buckets", c_int64 * MAX_LENGTHS),
+        ("rows_at", c_int64 * MAX_LENGTHS),
+        ("batches", c_uint32),
+        ("batch_buckets", c_int64 * MAX_BATCHES),
+        ("min_run_tokens", c_int64),
+    ]
+
+
+def grid_struct(grid, min_run_tokens: int) -> Grid:
+    """The native form of a ragged.LengthGrid (its buckets within MAX_LENGTHS and MAX_BATCHES)."""
+    found = Grid()
+    found.lengths, found.batches, found.min_run_tokens = len(grid.lengths), len(grid.batches), min_run_tokens
+    for k, length in enumerate(grid.lengths):
+        found.length_buckets[k], found.rows_at[k] = length, grid.rows_for(length)
+    for k, rows in enumerate(grid.batches):
+        found.batch_buckets[k] = rows
+    return found
+
+
+class RaggedSpec(ctypes.Structure):
+    """ipr_spec, field by field."""
+
+    _fields_ = [
+        ("device", c_int32),
+        ("stream", c_uint64),
+        ("grid", Grid),
+        ("inputs", c_uint32),
+        ("input_names", (c_char * 128) * MAX_INPUTS),
+        ("input_dtypes", c_int32 * MAX_INPUTS),
+        ("input_bytes", c_uint32 * MAX_INPUTS),
+        ("mask", c_int32),
+        ("bounded", c_int32 * MAX_INPUTS),
+        ("low", c_int64 * MAX_INPUTS),
+        ("high", c_int64 * MAX_INPUTS),
+        ("cell_of", (c_int32 * MAX_BATCHES) * MAX_LENGTHS),
+        ("cells", c_uint32),
+        ("graphs", c_uint64 * MAX_CELLS),
+        ("static_inputs", (c_uint64 * MAX_INPUTS) * MAX_CELLS),
+        ("static_outputs", (c_uint64 * MAX_OUTPUTS) * MAX_CELLS),
+        ("outputs", c_uint32),
+        ("output_names", (c_char * 128) * MAX_OUTPUTS),
+        ("output_dtypes", c_int32 * MAX_OUTPUTS),
+        ("per_token", c_int32 * MAX_OUTPUTS),
+        ("output_dims", c_uint32 * MAX_OUTPUTS),
+        ("output_shapes", (c_int64 * MAX_DIMS) * MAX_OUTPUTS),
+        ("output_unit_bytes", c_uint64 * MAX_OUTPUTS),
+    ]
+
+
+def ragged_why_not(serving, device, outputs: list[tuple[str, str]], library, wanted: bool = True) -> str | None:
+    """Why this sequence model's instance cannot take the native path (None: it can)."""
+    runner = getattr(serving, "runner", None)
+    if not wanted:
+        return "turned off by the model's config (native_path 0)"
+    if library is None or not hasattr(library, "ipr_open"):
+        return "the backend library has no native path for sequence models"
+    if device.type != "cuda" or runner is None or not getattr(runner, "cuda", False) or not runner.graphs:
+        return "only sequence models under CUDA graphs on a GPU take it (the config's cuda_graphs 1)"
+    grid = runner.grid
+    if len(grid.lengths) > MAX_LENGTHS or len(grid.batches) > MAX_BATCHES or len(runner.graphs) > MAX_CELLS:
+        return f"the grid is larger than the native path's bounds ({MAX_LENGTHS} lengths, {MAX_BATCHES} batches)"
+    if not 0 < len(runner.names) <= MAX_INPUTS or not 0 < len(outputs) <= MAX_OUTPUTS:
+        return f"at most {MAX_INPUTS} inputs and {MAX_OUTPUTS} outputs"
+    first = next(iter(runner.outputs.values()))
+    if any(o.dim() - 1 - tokens > MAX_DIMS for o, tokens in zip(first, runner.per_token)):
+        return "an output has too many dims"
+    return None
+
+
+def ragged_spec_for(serving, device, outputs: list[tuple[str, str]]) -> RaggedSpec:
+    """The spec of a ragged runner under graphs (ragged_why_not returned None for it)."""
+    from triton_models.inprocess_ragged import value_bounds
+
+    runner = serving.runner
+    spec = RaggedSpec()
+    spec.device, spec.stream = device.index or 0, serving.stream.cuda_stream
+    spec.grid = grid_struct(runner.grid, runner.min_run_tokens)
+    declared = {i["name"]: i["dtype"] for i in serving.spec["inputs"]}
+    bounds = {name: (low, high) for name, low, high in value_bounds(serving.spec, runner.mask)}
+    spec.inputs, spec.mask = len(runner.names), runner.names.index(runner.mask) if runner.mask else -1
+    for i, (name, dtype) in enumerate(zip(runner.names, runner.dtypes)):
+        spec.input_names[i].value = name.encode()
+        spec.input_dtypes[i] = DATATYPES.index(declared[name])
+        spec.input_bytes[i] = dtype.itemsize
+        if name in bounds:
+            spec.bounded[i], (spec.low[i], spec.high[i]) = 1, bounds[name]
+    _cells(spec, runner)
+    first = next(iter(runner.outputs.values()))
+    spec.outputs = len(outputs)
+    for o, ((name, datatype), tensor, tokens) in enumerate(zip(outputs, first, runner.per_token)):
+        inner = tensor.shape[2:] if tokens else tensor.shape[1:]
+        spec.output_names[o].value = name.encode()
+        spec.output_dtypes[o], spec.per_token[o], spec.output_dims[o] = DATATYPES.index(datatype), tokens, len(inner)
+        for d, size in enumerate(inner):
+            spec.output_shapes[o][d] = size
+        elements = 1
+        for size in inner:
+            elements *= size
+        spec.output_unit_bytes[o] = elements * tensor.element_size()
+    return spec
+
+
+def _cells(spec: RaggedSpec, runner) -> None:
+    """Every (length bucket, batch bucket) cell's graph and static buffers; -1 where the grid has none."""
+    grid = runner.grid
+    for k in range(MAX_LENGTHS):
+        for j in range(MAX_BATCHES):
+            spec.cell_of[k][j] = -1
+    for c, (rows, length) in enumerate(sorted(runner.graphs)):
+        spec.cell_of[grid.lengths.index(length)][grid.batches.index(rows)] = c
+        spec.graphs[c] = runner.graphs[(rows, length)].raw_cuda_graph_exec()
+        for i, tensor in enumerate(runner.static[(rows, length)]):
+            spec.static_inputs[c][i] = tensor.data_ptr()
+        for o, tensor in enumerate(runner.outputs[(rows, length)]):
+            spec.static_outputs[c][o] = tensor.data_ptr()
+    spec.cells = len(runner.graphs)
+
+
+def open_ragged(handle: int, serving, device, outputs, library, wanted: bool = True) -> str | None:
+    """Open the native path for a sequence model's instance; None when it serves from now on, else why not."""
+    reason = ragged_why_not(serving, device, outputs, library, wanted)
+    if reason is not None:
+        return reason
+    serving.stream.synchronize()
+    spec = ragged_spec_for(serving, device, outputs)
+    library.ipr_open.argtypes, library.ipr_open.restype = (ctypes.c_void_p, ctypes.POINTER(RaggedSpec)), ctypes.c_int
+    code = library.ipr_open(handle, ctypes.byref(spec))
+    return None if code == 0 else REASONS.get(code, f"ipr_open returned {code}")
+
+
+RAGGED_COUNTS = ("batches", "requests", "rows", "real_tokens", "computed_tokens", "runs")
+
+
+def ragged_counts(handle: int, library, close: bool = False) -> dict[str, int]:
+    """What a sequence model's instance served natively (RAGGED_COUNTS); close: stop the path too."""
+    found = (c_uint64 * len(RAGGED_COUNTS))()
+    function = library.ipr_close if close else library.ipr_counts
+    function.argtypes, function.restype = (ctypes.c_void_p, ctypes.POINTER(c_uint64 * len(RAGGED_COUNTS))), None
+    function(handle, ctypes.byref(found))
+    return dict(zip(RAGGED_COUNTS, found))

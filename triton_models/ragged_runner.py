@@ -16,6 +16,7 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,6 +65,8 @@ class RaggedRunner:
         self.names, self.dtypes = [n for n, _ in inputs], [d for _, d in inputs]
         self.mask, self.cuda = mask, self.device.type == "cuda" and graphs
         self.counters = ragged.Counters()
+        # where a native path serves the batches (inprocess_ragged_native.c), what it counted: rows, tokens, runs
+        self.native_counts: Callable[[], dict[str, int]] | None = None
         self.timings: dict[str, float] = {}  # seconds per step, summed over calls (the backend adds its own)
         self.graphs: dict = {}
         self.static: dict = {}
@@ -287,8 +290,16 @@ class RaggedRunner:
             "capture_seconds": self.capture_seconds,
             "min_run_tokens": self.min_run_tokens,
             "timings_s": dict(self.timings),
-            **self.counters.as_dict(),
+            **self._counted().as_dict(),
         }
+
+    def _counted(self) -> ragged.Counters:
+        """What the runs computed: this runner's own, and what a native path ran with its graphs."""
+        if self.native_counts is None:
+            return self.counters
+        native = self.native_counts()
+        fields = ("rows", "real_tokens", "computed_tokens", "runs", "batches")
+        return ragged.Counters(**{f: getattr(self.counters, f) + int(native.get(f, 0)) for f in fields})
 
 
 @dataclass

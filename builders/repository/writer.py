@@ -155,7 +155,7 @@ class TorchRuntime:
     host_outputs: bool = False  # outputs leave the stub from host memory instead of CUDA IPC
     staged: bool = True  # with CUDA graphs: the staged request path (torch_runtime.StagedRunner); False: earlier
     inprocess: bool = False  # served by the in-process backend (triton_models/inprocess_backend.py), not a stub
-    native: bool = True  # in-process with CUDA graphs: batches served by inprocess_native.c; False: by Python
+    native: bool = True  # in-process with CUDA graphs: batches served natively (no Python per batch); False: by Python
     length_buckets: tuple[int, ...] = ()  # sequence models: the lengths rows are padded to (default 16, 32, ...)
     token_budget: int = 0  # sequence models: most rows x length per run (0: 16,384)
 
