@@ -81,7 +81,7 @@ def _request(rows: int, width: int, lengths: list[int], seed: int) -> dict:
     rng = np.random.default_rng(seed)
     ids = rng.integers(1000, 2000, (rows, width)).astype(np.int64)
     mask = (np.arange(width)[None, :] < np.array(lengths)[:, None]).astype(np.int64)
-    return {"input_ids": ids * mask, "attention_mask": mask}  # padding: token 0, mask 0
+    return {"input_ids": ids, "attention_mask": mask}  # padding: ids within value_range (checked too), mask 0
 
 
 def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
