@@ -612,6 +612,12 @@ def gpu_bench(model, gpu_batch, cpu_batch, served_points, instances, interval_ms
 @click.option("--instances", type=int, default=0, help="Instances of the served engine (default: 1).")
 @click.option("--no-before", is_flag=True, help="CPU: skip the rows of the model served as before ragged batching.")
 @click.option(
+    "--python-path-too",
+    is_flag=True,
+    help="GPU: serve the same engine through Python's per-batch path (native_path 0) beside, measured at the "
+    "32-token latency point and the first single-sentence concurrency.",
+)
+@click.option(
     "--queue-delay-us",
     type=int,
     default=0,
@@ -635,6 +641,7 @@ def text_bench(
     max_batch,
     instances,
     no_before,
+    python_path_too,
     queue_delay_us,
     out,
 ):
@@ -657,6 +664,7 @@ def text_bench(
         instances=instances,
         max_batch=max_batch,
         before=not no_before,
+        python_too=python_path_too,
         queue_delay_us=queue_delay_us,
     )
     bench.run(settings, out)

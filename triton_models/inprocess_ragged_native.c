@@ -33,8 +33,19 @@ enum {
   IPR_MAX_DIMS = 8,
   IPR_MAX_CELLS = 1024,
   IPR_SLOTS = 2,
-  IPR_MAX_INSTANCES = 64
+  IPR_MAX_INSTANCES = 64,
+  IPR_SPLIT_AT = 8,  /* requests in a batch from which two threads send the answers */
+  IPR_RELEASERS = 2, /* threads that report statistics and release (Triton reports one request at a time) */
+  IPR_BACKLOG = 4    /* answered batches that may wait for their statistics and release */
 };
+
+/* An answered batch's requests, waiting for their statistics and release (the release threads'). */
+typedef struct {
+  void** requests;
+  uint8_t* sent;
+  uint32_t count;
+  uint64_t rows, exec_start, compute_start, compute_end;
+} ipr_release;
 
 /* What Python hands over (triton_models/native_path.py mirrors it field by field). */
 typedef struct {
@@ -98,10 +109,15 @@ typedef struct {
   ipr_batch batches[IPR_SLOTS];
   int busy[IPR_SLOTS];
   int queue[IPR_SLOTS], head, queued;
-  int stopping;
+  int stopping, helper_stopping, releases_stopping;
   pthread_mutex_t lock;
   pthread_cond_t changed;
-  pthread_t thread;
+  pthread_t thread, helper, releasers[IPR_RELEASERS];
+  int helpers_started, releasers_started;
+  ipr_batch* helper_batch; /* the helper answers requests [helper_from, helper_to) of it; NULL: nothing asked */
+  uint32_t helper_from, helper_to;
+  ipr_release releases[IPR_BACKLOG];
+  int release_head, releases_queued;
   uint64_t counters[6]; /* batches, requests, rows, real tokens, computed tokens, runs */
 } ipr_state;
 
@@ -414,31 +430,113 @@ static int answer(ipr_state* s, ipr_batch* b, const ipr_request* q) {
   return err == NULL && response != NULL;
 }
 
+static void answer_range(ipr_state* s, ipr_batch* b, uint32_t from, uint32_t to) {
+  for (uint32_t r = from; r < to; ++r) b->requests[r].sent = answer(s, b, &b->requests[r]);
+}
+
+/* Every request of the batch answered: a batch of many by two threads, half each (Triton's send costs about 20 µs
+ * a request over gRPC). */
+static void answer_all(ipr_state* s, ipr_batch* b) {
+  if (b->count < IPR_SPLIT_AT || !s->helpers_started) return answer_range(s, b, 0, b->count);
+  uint32_t half = b->count / 2;
+  pthread_mutex_lock(&s->lock);
+  s->helper_batch = b, s->helper_from = half, s->helper_to = b->count;
+  pthread_cond_broadcast(&s->changed);
+  pthread_mutex_unlock(&s->lock);
+  answer_range(s, b, 0, half);
+  pthread_mutex_lock(&s->lock);
+  while (s->helper_batch != NULL) pthread_cond_wait(&s->changed, &s->lock);
+  pthread_mutex_unlock(&s->lock);
+}
+
+static void* help(void* arg) {
+  ipr_state* s = arg;
+  cu.CtxSetCurrent(s->context);
+  pthread_mutex_lock(&s->lock);
+  for (;;) {
+    while (s->helper_batch == NULL && !s->helper_stopping) pthread_cond_wait(&s->changed, &s->lock);
+    if (s->helper_batch == NULL) break;
+    ipr_batch* b = s->helper_batch;
+    uint32_t from = s->helper_from, to = s->helper_to;
+    pthread_mutex_unlock(&s->lock);
+    answer_range(s, b, from, to);
+    pthread_mutex_lock(&s->lock);
+    s->helper_batch = NULL;
+    pthread_cond_broadcast(&s->changed);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return NULL;
+}
+
+static void release_now(ipr_state* s, const ipr_release* job) {
+  for (uint32_t r = 0; r < job->count; ++r) {
+    ipn_ok(TRITONBACKEND_ModelInstanceReportStatistics(s->instance, job->requests[r], job->sent[r], job->exec_start,
+                                                       job->compute_start, job->compute_end, ipn_now()));
+    ipn_ok(TRITONBACKEND_RequestRelease(job->requests[r], RELEASE_ALL));
+  }
+  if (job->count) {
+    ipn_ok(TRITONBACKEND_ModelInstanceReportBatchStatistics(s->instance, job->rows, job->exec_start,
+                                                            job->compute_start, job->compute_end, ipn_now()));
+  }
+  free(job->requests);
+  free(job->sent);
+}
+
+/* The answered batch's requests handed to the release threads (the client has its answer already; Triton's
+ * statistics cost more than the answer); where they fall behind, this waits (a bounded backlog). */
+static void hand_to_release(ipr_state* s, const ipr_batch* b, uint64_t compute_end) {
+  ipr_release job = {malloc(b->count * sizeof(void*)), malloc(b->count ? b->count : 1), b->count, (uint64_t)b->total,
+                     b->exec_start, b->compute_start, compute_end};
+  if (job.requests == NULL || job.sent == NULL || !s->releasers_started) { /* released here */
+    free(job.requests), free(job.sent);
+    for (uint32_t r = 0; r < b->count; ++r) {
+      ipn_ok(TRITONBACKEND_ModelInstanceReportStatistics(s->instance, b->requests[r].request, b->requests[r].sent,
+                                                         job.exec_start, job.compute_start, compute_end, ipn_now()));
+      ipn_ok(TRITONBACKEND_RequestRelease(b->requests[r].request, RELEASE_ALL));
+    }
+    return;
+  }
+  for (uint32_t r = 0; r < b->count; ++r) job.requests[r] = b->requests[r].request, job.sent[r] = b->requests[r].sent;
+  pthread_mutex_lock(&s->lock);
+  while (s->releases_queued == IPR_BACKLOG) pthread_cond_wait(&s->changed, &s->lock);
+  s->releases[(s->release_head + s->releases_queued) % IPR_BACKLOG] = job;
+  s->releases_queued++;
+  pthread_cond_broadcast(&s->changed);
+  pthread_mutex_unlock(&s->lock);
+}
+
+static void* release_loop(void* arg) {
+  ipr_state* s = arg;
+  pthread_mutex_lock(&s->lock);
+  for (;;) {
+    while (!s->releases_queued && !s->releases_stopping) pthread_cond_wait(&s->changed, &s->lock);
+    if (!s->releases_queued) break;
+    ipr_release job = s->releases[s->release_head];
+    s->release_head = (s->release_head + 1) % IPR_BACKLOG;
+    s->releases_queued--;
+    pthread_cond_broadcast(&s->changed);
+    pthread_mutex_unlock(&s->lock);
+    release_now(s, &job);
+    pthread_mutex_lock(&s->lock);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return NULL;
+}
+
 static void finish(ipr_state* s, int slot) {
   ipr_batch* b = &s->batches[slot];
   int ran = !b->failed && (!b->launched || cu.EventSynchronize(b->event) == 0);
   uint64_t compute_end = ipn_now();
-  for (uint32_t r = 0; r < b->count; ++r) { /* every answer first: the statistics can wait, a client cannot */
-    ipr_request* q = &b->requests[r];
-    if (!ran) {
-      ipn_refuse(s->instance, q->request, ERROR_INTERNAL, "the batch failed on the device", b->exec_start);
-      q->request = NULL;
-      continue;
+  if (!ran) {
+    for (uint32_t r = 0; r < b->count; ++r) {
+      ipn_refuse(s->instance, b->requests[r].request, ERROR_INTERNAL, "the batch failed on the device", b->exec_start);
+      free_owned(&b->requests[r]);
     }
-    q->sent = answer(s, b, q);
+    return;
   }
-  for (uint32_t r = 0; r < b->count; ++r) {
-    ipr_request* q = &b->requests[r];
-    free_owned(q);
-    if (q->request == NULL) continue;
-    ipn_ok(TRITONBACKEND_ModelInstanceReportStatistics(s->instance, q->request, q->sent, b->exec_start,
-                                                       b->compute_start, compute_end, ipn_now()));
-    ipn_ok(TRITONBACKEND_RequestRelease(q->request, RELEASE_ALL));
-  }
-  if (b->count && ran) {
-    ipn_ok(TRITONBACKEND_ModelInstanceReportBatchStatistics(s->instance, (uint64_t)b->total, b->exec_start,
-                                                            b->compute_start, compute_end, ipn_now()));
-  }
+  answer_all(s, b); /* every answer first: the statistics can wait, a client cannot */
+  for (uint32_t r = 0; r < b->count; ++r) free_owned(&b->requests[r]);
+  hand_to_release(s, b, compute_end);
 }
 
 static void release_memory(ipr_state* s) {
@@ -477,6 +575,26 @@ static void* complete(void* arg) {
   }
   pthread_mutex_unlock(&s->lock);
   return NULL;
+}
+
+/* Stops the threads in order, each after its work: the completion thread (the batches in flight), the helper,
+ * then the release threads (the batches answered). */
+static void stop_threads(ipr_state* s) {
+  pthread_mutex_lock(&s->lock);
+  s->stopping = 1;
+  pthread_cond_broadcast(&s->changed);
+  pthread_mutex_unlock(&s->lock);
+  pthread_join(s->thread, NULL);
+  pthread_mutex_lock(&s->lock);
+  s->helper_stopping = 1;
+  pthread_cond_broadcast(&s->changed);
+  pthread_mutex_unlock(&s->lock);
+  if (s->helpers_started) pthread_join(s->helper, NULL);
+  pthread_mutex_lock(&s->lock);
+  s->releases_stopping = 1;
+  pthread_cond_broadcast(&s->changed);
+  pthread_mutex_unlock(&s->lock);
+  for (int k = 0; k < s->releasers_started; ++k) pthread_join(s->releasers[k], NULL);
 }
 
 static int spec_fits(const ipr_spec* p) {
@@ -527,6 +645,10 @@ int ipr_open(void* instance, const ipr_spec* spec) {
     release_memory(s);
     return 5;
   }
+  s->helpers_started = pthread_create(&s->helper, NULL, help, s) == 0; /* without it: one thread answers */
+  for (int k = 0; k < IPR_RELEASERS; ++k) {
+    s->releasers_started += pthread_create(&s->releasers[s->releasers_started], NULL, release_loop, s) == 0;
+  }
   pthread_mutex_lock(&registry_lock);
   int placed = 0;
   for (int i = 0; i < IPR_MAX_INSTANCES && !placed; ++i) {
@@ -534,11 +656,7 @@ int ipr_open(void* instance, const ipr_spec* spec) {
   }
   pthread_mutex_unlock(&registry_lock);
   if (placed) return 0;
-  pthread_mutex_lock(&s->lock);
-  s->stopping = 1;
-  pthread_cond_broadcast(&s->changed);
-  pthread_mutex_unlock(&s->lock);
-  pthread_join(s->thread, NULL);
+  stop_threads(s);
   release_memory(s);
   return 4;
 }
@@ -557,11 +675,7 @@ void ipr_close(void* instance, uint64_t* counts) {
   }
   pthread_mutex_unlock(&registry_lock);
   if (s == NULL) return;
-  pthread_mutex_lock(&s->lock);
-  s->stopping = 1;
-  pthread_cond_broadcast(&s->changed);
-  pthread_mutex_unlock(&s->lock);
-  pthread_join(s->thread, NULL);
+  stop_threads(s);
   if (counts) copy_counts(s, counts);
   cu.CtxSetCurrent(s->context);
   release_memory(s);

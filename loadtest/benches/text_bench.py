@@ -56,6 +56,7 @@ class TextBenchSettings:
     queue_delay_us: int = 0  # the served engine's and tokenize step's max_queue_delay (the ONNX rows: 500)
     before: bool = True  # CPU: also serve the model as it was before ragged batching
     text: bool = True  # the rows served from raw text
+    python_too: bool = False  # GPU: the same engine through Python's per-batch path (native_path 0) served beside
 
 
 def for_device(settings: TextBenchSettings, gpu: bool) -> TextBenchSettings:
@@ -283,7 +284,8 @@ def single_sentence_ms(runner, module, device: str, length: int = 32) -> tuple[f
 # --- build
 def build(settings: TextBenchSettings, work: Path, repo: Path, gpu: bool):
     """The spec's model built into repo: the ONNX variant and the compiled engine (in-process backend), the text
-    pipeline where a tokenizer is found; returns (spec, engine name, pipeline name or "")."""
+    pipeline where a tokenizer is found, and with python_too on a GPU the engine through Python's per-batch path;
+    returns (spec, {"engine": name, "pipeline": name or "", "python": name or ""})."""
     from builders.build import build_model, build_torch_variant
     from builders.repository import pipelines
     from builders.repository.writer import ServingOptions, TorchRuntime
@@ -310,9 +312,11 @@ def build(settings: TextBenchSettings, work: Path, repo: Path, gpu: bool):
         instances=settings.instances, kind="KIND_GPU" if gpu else "KIND_CPU", max_queue_delay_us=settings.queue_delay_us
     )
     runtime = TorchRuntime(precision=precision, cuda_graphs=gpu, compiler="inductor", host_outputs=gpu, inprocess=True)
-    engine = build_torch_variant(
-        BuildRequest(spec=spec, target="embedded", repo=repo, work_dir=work, options=options), runtime
-    )["name"]
+    request = BuildRequest(spec=spec, target="embedded", repo=repo, work_dir=work, options=options)
+    engine = build_torch_variant(request, runtime)["name"]
+    python = ""
+    if settings.python_too and gpu:
+        python = build_torch_variant(request, dataclasses.replace(runtime, native=False))["name"]
     tokenizer = settings.tokenizer or _default_tokenizer()
     pipeline = ""
     if settings.text and tokenizer is not None:
@@ -325,7 +329,7 @@ def build(settings: TextBenchSettings, work: Path, repo: Path, gpu: bool):
             inprocess=True,
         )
         pipeline = next(n for n in names if n.endswith("_pipeline"))
-    return spec, engine, pipeline
+    return spec, {"engine": engine, "pipeline": pipeline, "python": python}
 
 
 def _default_tokenizer() -> Path | None:
@@ -360,11 +364,13 @@ def onnx_variant(spec, repo: Path, work: Path, ragged: bool, instances: int) -> 
 
 
 # --- served
+PYTHON_PATH = "served ids, Python's per-batch path (native_path 0)"
 LAYOUT_ROWS = (  # the CPU's "before and after" rows, the change in two parts: (models key, what the row says)
     ("before", "served ids, before (no batching across lengths, one instance)"),
     ("after", "served ids, after (same model, ONNX Runtime: batching across lengths, two instances)"),
     ("before_x2", "served ids, before, two instances (the instance layout alone)"),
     ("ragged_x1", "served ids, after, one instance (batching across lengths alone)"),
+    ("python", PYTHON_PATH),
 )
 
 
@@ -711,6 +717,11 @@ def latency_rows(settings, state, repo: Path, analyzer, models: dict, stats, raw
                 interval_ms=window,
             )
         )
+    if models.get("python"):
+        python = models["python"]
+        points.append(
+            Point(path=PYTHON_PATH, model=python, encoder=python, per_request=1, concurrency=1, interval_ms=window)
+        )
     endpoints = [state.endpoint(protocol, repo) for protocol in ("grpc", "http")]
     return [_safe_point(p, ep, analyzer, one, label, stats, raw) for p in points for ep in endpoints]
 
@@ -725,8 +736,7 @@ def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
     gpu = torch.cuda.is_available()
     settings = for_device(settings, gpu)
     work, repo = out / "work", out / "repo"
-    spec, engine, pipeline = build(settings, work, repo, gpu)
-    models = {"engine": engine, "pipeline": pipeline}
+    spec, models = build(settings, work, repo, gpu)
     if settings.before and not gpu:
         models.update(before=before_variant(spec, repo, work), after=spec.name)
         models["before_x2"] = onnx_variant(spec, repo, work, ragged=False, instances=2)
