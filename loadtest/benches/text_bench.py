@@ -317,6 +317,7 @@ def build(settings: TextBenchSettings, work: Path, repo: Path, gpu: bool):
     python = ""
     if settings.python_too and gpu:
         python = build_torch_variant(request, dataclasses.replace(runtime, native=False))["name"]
+    echo = _echo_variant(spec, work, repo, options, runtime)
     tokenizer = settings.tokenizer or _default_tokenizer()
     pipeline = ""
     if settings.text and tokenizer is not None:
@@ -329,7 +330,20 @@ def build(settings: TextBenchSettings, work: Path, repo: Path, gpu: bool):
             inprocess=True,
         )
         pipeline = next(n for n in names if n.endswith("_pipeline"))
-    return spec, {"engine": engine, "pipeline": pipeline, "python": python}
+    return spec, {"engine": engine, "pipeline": pipeline, "python": python, "echo": echo}
+
+
+def _echo_variant(spec, work: Path, repo: Path, options, runtime) -> str:
+    """The echo of spec (builders/spec/zoo/echo.py: each row's first token id, an engine that does nothing) built
+    and served like the engine: what serving a sentence costs on this host, beside the engine's own figure."""
+    from builders.build import build_model, build_torch_variant
+    from builders.request import BuildRequest
+    from builders.spec.zoo import echo
+
+    twin = echo.spec_like(spec)
+    build_model(BuildRequest(spec=twin, target="embedded", repo=work / "scratch_repo", work_dir=work))
+    request = BuildRequest(spec=twin, target="embedded", repo=repo, work_dir=work, options=options)
+    return build_torch_variant(request, runtime)["name"]
 
 
 def _default_tokenizer() -> Path | None:
@@ -365,6 +379,7 @@ def onnx_variant(spec, repo: Path, work: Path, ragged: bool, instances: int) -> 
 
 # --- served
 PYTHON_PATH = "served ids, Python's per-batch path (native_path 0)"
+ECHO = "served ids, echo: an engine that does nothing, served as the engine is (what serving costs here)"
 LAYOUT_ROWS = (  # the CPU's "before and after" rows, the change in two parts: (models key, what the row says)
     ("before", "served ids, before (no batching across lengths, one instance)"),
     ("after", "served ids, after (same model, ONNX Runtime: batching across lengths, two instances)"),
@@ -717,11 +732,11 @@ def latency_rows(settings, state, repo: Path, analyzer, models: dict, stats, raw
                 interval_ms=window,
             )
         )
-    if models.get("python"):
-        python = models["python"]
-        points.append(
-            Point(path=PYTHON_PATH, model=python, encoder=python, per_request=1, concurrency=1, interval_ms=window)
-        )
+    for key, path in (("echo", ECHO), ("python", PYTHON_PATH)):
+        if not models.get(key):
+            continue
+        other = models[key]
+        points.append(Point(path=path, model=other, encoder=other, per_request=1, concurrency=1, interval_ms=window))
     endpoints = [state.endpoint(protocol, repo) for protocol in ("grpc", "http")]
     return [_safe_point(p, ep, analyzer, one, label, stats, raw) for p in points for ep in endpoints]
 
