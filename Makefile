@@ -201,8 +201,9 @@ BUNDLE_PYTHON ?= 3.12
 bundle: install ## Offline tarball (tritonserver, perf_analyzer, wheels) for GPU hosts: BUNDLE_PYTHON=3.12
 	$(PY) -m loadtest bundle --python $(BUNDLE_PYTHON)
 
-text-bench: install ## A sentence encoder (SPEC_TEXT, TEXT_MODEL) in-process and served from ids and text, over LENGTHS workloads
-	$(PY) -m loadtest text-bench --spec $(SPEC_TEXT) --model $(TEXT_MODEL) --lengths "$(LENGTHS) fixed:32" --interval-ms $(INTERVAL_MS)
+text-bench: install ## A sentence encoder (SPEC_TEXT, TEXT_MODEL) in-process and served from ids and text, over LENGTHS workloads (LATENCY_SUMMARIES=0: no p99 summaries)
+	$(PY) -m loadtest text-bench --spec $(SPEC_TEXT) --model $(TEXT_MODEL) --lengths "$(LENGTHS) fixed:32" --interval-ms $(INTERVAL_MS) \
+	  $(if $(filter 0 false no off,$(LATENCY_SUMMARIES)),--no-latency-summaries)
 
 gpu-bench: install ## CPU vs GPU vs TensorRT for ResNet-50, in-process and served (needs a CUDA GPU for the GPU rows)
 	$(PY) -m loadtest gpu-bench --model resnet50

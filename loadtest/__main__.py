@@ -624,6 +624,13 @@ def gpu_bench(model, gpu_batch, cpu_batch, served_points, instances, interval_ms
     show_default=True,
     help="max_queue_delay of the served engine and the tokenize step (the CPU's ONNX rows use 500).",
 )
+@click.option(
+    "--latency-summaries/--no-latency-summaries",
+    default=True,
+    show_default=True,
+    help="Triton's p50/p90/p99 summaries per model (off: the p99 the alert rules read is the in-process backend's "
+    "own histogram).",
+)
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
 def text_bench(
@@ -643,6 +650,7 @@ def text_bench(
     no_before,
     python_path_too,
     queue_delay_us,
+    latency_summaries,
     out,
 ):
     """A text model in-process and served (ids and raw text), over length distributions, in one run."""
@@ -666,6 +674,7 @@ def text_bench(
         before=not no_before,
         python_too=python_path_too,
         queue_delay_us=queue_delay_us,
+        latency_summaries=latency_summaries,
     )
     bench.run(settings, out)
     click.echo((out / "text_bench.md").read_text())

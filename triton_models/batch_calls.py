@@ -66,6 +66,8 @@ class BatchCalls:
         )
         self._answer = _bind(free.ipb_answer, [_P, ctypes.c_uint32, _P, _P, ctypes.c_uint32] + [_P] * 12)
         self._release = _bind(free.ipb_release, [_P, _P, ctypes.c_uint32, _P, _P, _P, _P])
+        u64 = ctypes.c_uint64
+        self.report = _bind(free.ipn_report, [_P, _P, ctypes.c_int, u64, u64, u64, u64, u64])  # + the histogram
         self._names: dict[tuple, tuple] = {}  # names -> (the C array, the encoded names it points at)
         self.native = free  # inprocess_native.c's ipn_* (native_path.py binds them)
 

@@ -390,7 +390,10 @@ class Instance:
             self._release(request, False, (start, now, now))
 
     def _release(self, request: int, ok: bool, times: tuple) -> None:
-        API.report(self.handle, request, ok, (*times, time.monotonic_ns()))
+        if CALLS is not None:  # Triton's statistics and the backend's latency histogram (inprocess_metrics.c)
+            CALLS.report(self.handle, request, int(ok), *times, time.monotonic_ns(), 0)
+        else:
+            API.report(self.handle, request, ok, (*times, time.monotonic_ns()))
         API.release(request)
 
 

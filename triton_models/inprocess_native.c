@@ -135,7 +135,7 @@ void ipn_refuse(void* instance, void* request, int code, const char* message, ui
     ipn_ok(TRITONBACKEND_ResponseSend(response, COMPLETE_FINAL, TRITONSERVER_ErrorNew(code, message)));
   }
   uint64_t now = ipn_now();
-  ipn_ok(TRITONBACKEND_ModelInstanceReportStatistics(instance, request, 0, started, now, now, now));
+  ipn_report(instance, request, 0, started, now, now, now, 0);
   ipn_ok(TRITONBACKEND_RequestRelease(request, RELEASE_ALL));
 }
 
@@ -311,8 +311,7 @@ static void finish(ipn_state* s, int slot) {
       ipn_refuse(s->instance, b->requests[r], ERROR_INTERNAL, "the batch failed on the device", b->exec_start);
       continue;
     }
-    ipn_ok(TRITONBACKEND_ModelInstanceReportStatistics(s->instance, b->requests[r], sent, b->exec_start,
-                                                        b->compute_start, compute_end, ipn_now()));
+    ipn_report(s->instance, b->requests[r], sent, b->exec_start, b->compute_start, compute_end, ipn_now(), 0);
     ipn_ok(TRITONBACKEND_RequestRelease(b->requests[r], RELEASE_ALL));
     first += b->rows[r];
   }

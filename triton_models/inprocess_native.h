@@ -68,6 +68,15 @@ void ipn_refuse(void* instance, void* request, int code, const char* message, ui
 const char* ipn_dtype_name(int dtype);
 /* Whether the request asked for the output (a request that names none gets every one). */
 int ipn_wanted_output(void* request, const char* name, uint32_t outputs);
+/* Reports a request's statistics to Triton and, when it succeeded, observes its time (exec_start to answered, or
+ * to exec_end where answered is 0) in the instance's latency histogram (inprocess_metrics.c). */
+void ipn_report(void* instance, void* request, int ok, uint64_t exec_start, uint64_t compute_start,
+                uint64_t compute_end, uint64_t exec_end, uint64_t answered);
+/* The histogram's family (backend start and end) and each instance's metric (instance start and end). */
+void ipm_start(void);
+void ipm_stop(void);
+void ipm_instance_open(void* instance);
+void ipm_instance_close(void* instance);
 /* A pinned host buffer of at least `bytes` (grown by doubling; *room tracks its size); 0 when it failed. */
 int ipn_pinned(char** buffer, uint64_t* room, uint64_t bytes);
 

@@ -44,7 +44,7 @@ typedef struct {
   void** requests;
   uint8_t* sent;
   uint32_t count;
-  uint64_t rows, exec_start, compute_start, compute_end;
+  uint64_t rows, exec_start, compute_start, compute_end, answered; /* answered: every answer sent */
 } ipr_release;
 
 /* What Python hands over (triton_models/native_path.py mirrors it field by field). */
@@ -470,8 +470,8 @@ static void* help(void* arg) {
 
 static void release_now(ipr_state* s, const ipr_release* job) {
   for (uint32_t r = 0; r < job->count; ++r) {
-    ipn_ok(TRITONBACKEND_ModelInstanceReportStatistics(s->instance, job->requests[r], job->sent[r], job->exec_start,
-                                                       job->compute_start, job->compute_end, ipn_now()));
+    ipn_report(s->instance, job->requests[r], job->sent[r], job->exec_start, job->compute_start, job->compute_end,
+               ipn_now(), job->answered);
     ipn_ok(TRITONBACKEND_RequestRelease(job->requests[r], RELEASE_ALL));
   }
   if (job->count) {
@@ -486,12 +486,12 @@ static void release_now(ipr_state* s, const ipr_release* job) {
  * statistics cost more than the answer); where they fall behind, this waits (a bounded backlog). */
 static void hand_to_release(ipr_state* s, const ipr_batch* b, uint64_t compute_end) {
   ipr_release job = {malloc(b->count * sizeof(void*)), malloc(b->count ? b->count : 1), b->count, (uint64_t)b->total,
-                     b->exec_start, b->compute_start, compute_end};
+                     b->exec_start, b->compute_start, compute_end, ipn_now()};
   if (job.requests == NULL || job.sent == NULL || !s->releasers_started) { /* released here */
     free(job.requests), free(job.sent);
     for (uint32_t r = 0; r < b->count; ++r) {
-      ipn_ok(TRITONBACKEND_ModelInstanceReportStatistics(s->instance, b->requests[r].request, b->requests[r].sent,
-                                                         job.exec_start, job.compute_start, compute_end, ipn_now()));
+      ipn_report(s->instance, b->requests[r].request, b->requests[r].sent, job.exec_start, job.compute_start,
+                 compute_end, ipn_now(), job.answered);
       ipn_ok(TRITONBACKEND_RequestRelease(b->requests[r].request, RELEASE_ALL));
     }
     return;

@@ -84,11 +84,15 @@ static TRITONSERVER_Error* forward(const char* name, int count, uintptr_t a, uin
 
 TRITONSERVER_Error* TRITONBACKEND_Initialize(void* backend) {
   TRITONSERVER_Error* err = start_python();
-  return err ? err : forward("backend_initialize", 1, (uintptr_t)backend, 0, 0);
+  if (err == NULL) err = forward("backend_initialize", 1, (uintptr_t)backend, 0, 0);
+  if (err == NULL) ipm_start();
+  return err;
 }
 
 TRITONSERVER_Error* TRITONBACKEND_Finalize(void* backend) {
-  return forward("backend_finalize", 1, (uintptr_t)backend, 0, 0);
+  TRITONSERVER_Error* err = forward("backend_finalize", 1, (uintptr_t)backend, 0, 0);
+  ipm_stop();
+  return err;
 }
 
 TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(void* model) {
@@ -100,11 +104,15 @@ TRITONSERVER_Error* TRITONBACKEND_ModelFinalize(void* model) {
 }
 
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(void* instance) {
-  return forward("instance_initialize", 1, (uintptr_t)instance, 0, 0);
+  TRITONSERVER_Error* err = forward("instance_initialize", 1, (uintptr_t)instance, 0, 0);
+  if (err == NULL) ipm_instance_open(instance);
+  return err;
 }
 
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize(void* instance) {
-  return forward("instance_finalize", 1, (uintptr_t)instance, 0, 0);
+  TRITONSERVER_Error* err = forward("instance_finalize", 1, (uintptr_t)instance, 0, 0);
+  ipm_instance_close(instance); /* after: a native path's last batches report as it closes */
+  return err;
 }
 
 /* inprocess_native.c (fixed-shape models) and inprocess_ragged_native.c (sequence models): a batch of an instance
@@ -300,8 +308,7 @@ void ipb_release(void* instance, void** requests, uint32_t count, const uint8_t*
                  const uint64_t* sent_at, uint64_t* spent) {
   for (uint32_t r = 0; r < count; ++r) {
     uint64_t began = now_ns();
-    ok(TRITONBACKEND_ModelInstanceReportStatistics(instance, requests[r], status[r] == SENT, times[0], times[1],
-                                                   times[2], sent_at[r]));
+    ipn_report(instance, requests[r], status[r] == SENT, times[0], times[1], times[2], sent_at[r], 0);
     uint64_t reported = now_ns();
     ok(TRITONBACKEND_RequestRelease(requests[r], RELEASE_ALL));
     spent[2] += reported - began;

@@ -4,9 +4,10 @@ Selected by the config parameter runtime = "tokenize" on a `backend: "torch_inpr
 Triton's BYTES buffer and is parsed here (no numpy C-API in between, so any numpy serves it); the outputs are
 written straight into the responses. The work itself is tokenize_core's, in child processes by default
 (triton_models/tokenize_worker.py: outside the server's GIL, which the engine beside it needs). The config
-parameter tokenize_processes says how many (a batch is split between them; default 4 on 16 cores or more);
-"0" keeps the work in here. A batch of a few texts is tokenized here all the same: the pipe's two process
-wake-ups cost more than such a batch holds the GIL (about 8 µs a text with the word cache).
+parameter tokenize_processes says how many per instance (a batch is split between them; default 4 on 16 cores
+or more; the pipeline runs two instances, builders/repository/pipelines.py); "0" keeps the work in here. A
+batch of a few texts is tokenized here all the same: the pipe's two process wake-ups cost more than such a batch
+holds the GIL (about 8 µs a text with the word cache).
 """
 
 from __future__ import annotations

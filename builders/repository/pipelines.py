@@ -115,6 +115,9 @@ def write_image_pipelines(
     return written
 
 
+TOKENIZE_INSTANCES = 2  # instances of the in-process tokenize step
+
+
 def text_pipeline_configs(
     spec: ModelSpec, options: repository.ServingOptions, inprocess: bool = False
 ) -> list[ModelConfig]:
@@ -138,9 +141,12 @@ def text_pipeline_configs(
     )
     if inprocess:
         params = {"max_length": spec.longest_sequence(), "runtime": "tokenize"}
-        one = [InstanceGroup(1, "KIND_CPU")]  # its child processes work in parallel (tokenize_serving.py)
+        # each instance's child processes tokenize its batch in parallel (tokenize_serving.py); two instances keep
+        # the children busy while the other reads its batch and writes its answers (H200 host, 32 texts a request:
+        # 108,640 texts/s against 83,659 with one instance of four children and 101,493 with one of eight)
+        two = [InstanceGroup(TOKENIZE_INSTANCES, "KIND_CPU")]
         tokenize = dataclasses.replace(
-            tokenize, backend=repository.INPROCESS_BACKEND, parameters=params, instance_groups=one
+            tokenize, backend=repository.INPROCESS_BACKEND, parameters=params, instance_groups=two
         )
     embedding = [TensorConfig("EMBEDDING", "TYPE_FP32", (hidden,))]
     steps = [EnsembleStep(tokenize.name, {"TEXT": "TEXT"}, {ids.name: "ids", mask.name: "mask"})]

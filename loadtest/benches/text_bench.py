@@ -57,6 +57,7 @@ class TextBenchSettings:
     before: bool = True  # CPU: also serve the model as it was before ragged batching
     text: bool = True  # the rows served from raw text
     python_too: bool = False  # GPU: the same engine through Python's per-batch path (native_path 0) served beside
+    latency_summaries: bool = True  # Triton's p99 summaries (off: the alert rules' p99 is the backend's histogram)
 
 
 def for_device(settings: TextBenchSettings, gpu: bool) -> TextBenchSettings:
@@ -633,7 +634,7 @@ def served_rows(
             )
             for c in settings.concurrency[-1:]
         ]
-    for key, path in LAYOUT_ROWS:
+    for key, path in (*LAYOUT_ROWS, ("echo", ECHO)):
         if models.get(key):
             points += [
                 Point(
@@ -746,7 +747,7 @@ def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
     import torch
 
     from loadtest.perf.tools import find_perf_analyzer
-    from server.launcher import running
+    from server.launcher import TritonTuning, running
 
     gpu = torch.cuda.is_available()
     settings = for_device(settings, gpu)
@@ -761,7 +762,8 @@ def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
     _write(rows, out, settings, spec)
     stats = RaggedStats(out / "ragged_stats")
     analyzer = find_perf_analyzer()
-    with running(repo, out / "state", startup_timeout=900, ragged_stats=stats.folder) as state:
+    tuning = TritonTuning(latency_summaries=settings.latency_summaries)
+    with running(repo, out / "state", startup_timeout=900, ragged_stats=stats.folder, tuning=tuning) as state:
         ep = state.endpoint("grpc", repo)
         reference = _reference(work / spec.name / "model.pt2")
         rows += accuracy_rows(ep, models, reference, settings.tokenizer or _default_tokenizer(), "")
@@ -771,7 +773,20 @@ def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
             lengths = workload.sample(settings.sentences)
             rows += served_rows(settings, ep, analyzer, models, lengths, workload.describe(), stats, out / "raw")
             _write(rows, out, settings, spec)  # as results come: a run cut short keeps what it measured
+        _keep_metrics(state, out / "metrics.txt")
     return rows
+
+
+def _keep_metrics(state, path: Path) -> None:
+    """The server's Prometheus metrics as the run leaves them (counters, the backend's latency histogram, the
+    summaries where on), beside the report."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{state.host}:{state.metrics_port}/metrics", timeout=10) as answer:
+            path.write_bytes(answer.read())
+    except OSError as err:  # the report stands without them
+        path.write_text(f"# the metrics could not be read: {err}\n")
 
 
 def _reference(program: Path):

@@ -18,17 +18,21 @@ GPU_UTILIZATION = "triton:gpu_utilization"
 
 @dataclass(frozen=True)
 class RuleSettings:
-    """The rate window of every recording rule, and the queue-time budget of the scale-out alert."""
+    """The rate window of every recording rule, the queue-time budget of the scale-out alert and the p99 budget of
+    the latency alert."""
 
     window: str = "1m"
     queue_budget_us: float = 10_000.0  # 10 ms of queueing per request: add replicas
     alert_for: str = "2m"
+    p99_budget_ms: float = 1_000.0  # a model's p99 above a second: someone should look
 
     def __post_init__(self):
         if not self.window[:-1].isdigit() or self.window[-1] not in "smh":
             raise ValueError(f"window {self.window!r}: expected a Prometheus duration such as '30s' or '1m'")
         if self.queue_budget_us <= 0:
             raise ValueError("queue_budget_us must be positive")
+        if self.p99_budget_ms <= 0:
+            raise ValueError("p99_budget_ms must be positive")
 
 
 DEFAULT_RULES = RuleSettings()
@@ -89,14 +93,21 @@ def adapter_configmap(window: str = "1m") -> dict:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
 
 
+BACKEND_HISTOGRAM = "torch_inprocess_request_duration_ms"  # the in-process backend's own (inprocess_metrics.c)
+
+
 def p99_ms(window: str) -> str:
-    """p99 request latency (ms) per model: from the latency histograms where Triton exports them
-    (--metrics-config=histogram_latencies=true, newer releases), else the worst replica's p99 summary
-    (--metrics-config=summary_latencies=true, which 2.51 has and `make serve` turns on)."""
-    buckets = f"sum by (model, le) (rate(nv_inference_first_response_histogram_ms_bucket[{window}]))"
-    histogram = f"histogram_quantile(0.99, {buckets})"
+    """p99 request latency (ms) per model, from the first source a model has:
+    1. Triton's latency histograms (--metrics-config=histogram_latencies=true, newer releases);
+    2. the in-process backend's own histogram (torch_inprocess_request_duration_ms: a batch's start to the answer;
+       the queue before it is the scale-out rule's signal). It stays on with the summaries off, and costs no lock
+       that serializes requests: `LATENCY_SUMMARIES=0` keeps this p99 for in-process models;
+    3. the worst replica's p99 summary (--metrics-config=summary_latencies=true, which 2.51 has and `make serve`
+       turns on)."""
+    triton = f"sum by (model, le) (rate(nv_inference_first_response_histogram_ms_bucket[{window}]))"
+    backend = f"sum by (model, le) (rate({BACKEND_HISTOGRAM}_bucket[{window}]))"
     summary = 'max by (model) (nv_inference_request_summary_us{quantile="0.99"}) / 1000'
-    return f"{histogram} or {summary}"
+    return f"histogram_quantile(0.99, {triton}) or histogram_quantile(0.99, {backend}) or {summary}"
 
 
 def recording_rules(s: RuleSettings) -> list[dict]:
@@ -112,7 +123,8 @@ def recording_rules(s: RuleSettings) -> list[dict]:
 
 
 def alerting_rules(s: RuleSettings) -> list[dict]:
-    """'Scale out' when a model's requests queue longer than the budget for a while."""
+    """'Scale out' when a model's requests queue longer than the budget for a while; 'latency high' when its p99
+    stays above the budget."""
     return [
         {
             "alert": "TritonScaleOut",
@@ -124,7 +136,18 @@ def alerting_rules(s: RuleSettings) -> list[dict]:
                 "description": f"Mean queue time per request above {s.queue_budget_us:g} µs for {s.alert_for}: "
                 "add replicas (the HPA acts on the same signal).",
             },
-        }
+        },
+        {
+            "alert": "TritonLatencyHigh",
+            "expr": f"{P99}:rate{s.window} > {s.p99_budget_ms:g}",
+            "for": s.alert_for,
+            "labels": {"severity": "warning", "action": "investigate"},
+            "annotations": {
+                "summary": "{{ $labels.model }}: p99 {{ $value | humanize }} ms",
+                "description": f"p99 latency above {s.p99_budget_ms:g} ms for {s.alert_for} (Triton's histograms, "
+                "the in-process backend's, or the summaries: whichever the model has).",
+            },
+        },
     ]
 
 

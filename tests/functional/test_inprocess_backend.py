@@ -147,3 +147,52 @@ def test_the_load_says_which_per_batch_path_each_instance_took(served):
     log = Path(state.log).read_text(errors="replace")
     for model in (STAGED, THREADED):
         assert f"torch_inprocess: {model} instance on cpu: per-batch path Python (only staged engines on a GPU" in log
+
+
+def _scrape(state) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{state.metrics_port}/metrics", timeout=10) as answer:
+        return answer.read().decode()
+
+
+def _count(text: str, family: str, model: str) -> float:
+    """The sum over a model's series of one family (instances, for the histogram) in a scrape."""
+    pattern = re.compile(rf'^{family}\{{[^}}]*model="{re.escape(model)}"[^}}]*\}} (\S+)$', re.M)
+    return sum(float(v) for v in pattern.findall(text))
+
+
+def test_the_backend_histogram_counts_every_successful_request(served):
+    """torch_inprocess_request_duration_ms (inprocess_metrics.c): one observation per request answered, by every
+    path (Python's per request, the batch calls'); a refused request is not observed."""
+    import time
+
+    spec, state = served
+    ep = state.endpoint("grpc")
+    for model in (STAGED, THREADED, GENERAL):
+        shape = (1, 64, 64, 3) if model != GENERAL else (1, 3, 64, 64)
+        dtype = np.uint8 if model != GENERAL else np.float32
+        for _ in range(3):
+            infer(ep, model, {"input": np.zeros(shape, dtype)})
+    with pytest.raises(ClientError):
+        infer(ep, STAGED, {"input": np.zeros((1, 64, 64, 3), dtype=np.float32)})
+    deadline = time.monotonic() + 10
+    while True:  # statistics are reported just after the answer: wait for the counters to settle
+        text = _scrape(state)
+        pairs = {
+            m: (
+                _count(text, "torch_inprocess_request_duration_ms_count", m),
+                _count(text, "nv_inference_request_success", m),
+            )
+            for m in (STAGED, THREADED, GENERAL)
+        }
+        if all(h == s for h, s in pairs.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    for model, (observed, succeeded) in pairs.items():
+        assert observed == succeeded >= 3, (model, pairs)
+    buckets = re.findall(
+        rf'^torch_inprocess_request_duration_ms_bucket\{{[^}}]*model="{GENERAL}"[^}}]*le="(\S+)"\}}', text, re.M
+    )
+    assert "+Inf" in buckets and "0.1" in buckets and "10000" in buckets, buckets
+    assert _count(text, "torch_inprocess_request_duration_ms_sum", GENERAL) > 0

@@ -135,3 +135,18 @@ def test_generated_masks_are_prefixes_of_real_tokens():
     assert lengths.min() >= 1 and lengths.max() <= 12 and len(set(lengths.tolist())) > 3
     assert all(row[:n].all() and not row[n:].any() for row, n in zip(rows, lengths))  # ones, then zeros
     assert not TensorSpec("attention_mask", "INT64", (-1,), value_range=(5, 9)).is_mask  # a range without 0/1
+
+
+def test_the_in_process_tokenize_step_runs_two_instances_and_the_stub_its_options():
+    from builders.repository import pipelines
+
+    spec = zoo.get_spec("minilm")
+    inprocess = pipelines.text_pipeline_configs(spec, repository.ServingOptions(), inprocess=True)[0]
+    assert inprocess.name.endswith("_tokenize") and inprocess.backend == repository.INPROCESS_BACKEND
+    assert (
+        [(g.count, g.kind) for g in inprocess.instance_groups]
+        == [(pipelines.TOKENIZE_INSTANCES, "KIND_CPU")]
+        == [(2, "KIND_CPU")]
+    )
+    stub = pipelines.text_pipeline_configs(spec, repository.ServingOptions(instances=3), inprocess=False)[0]
+    assert [g.count for g in stub.instance_groups] == [3]
