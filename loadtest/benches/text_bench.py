@@ -877,7 +877,7 @@ def plot(rows: list[TextRow], path: Path) -> Path:
 def _label(row: TextRow) -> str:
     workload = "32 tokens" if row.lengths.startswith("all 32") else row.lengths.split(",")[0]
     served = f", {row.per_request}/request, c{row.concurrency}" if row.path != "in-process" else ""
-    runtime = row.runtime if row.path == "in-process" else row.path
+    runtime = row.runtime if row.path == "in-process" else row.path.split(":")[0].split(" (")[0]  # its short name
     return f"{runtime}{served} [{workload}]"
 
 
