@@ -29,8 +29,8 @@ def _relabel(repo: Path, source: str, target: str, edit) -> None:
 def _layout(instances: int, children: int):
     def edit(text: str) -> str:
         head = 'parameters {\n  key: "runtime"'
-        children_text = f'parameters {{\n  key: "tokenize_processes"\n  value {{\n    string_value: "{children}"\n  }}\n}}\n'
-        text = text.replace(head, children_text + head, 1)
+        value = f'  value {{\n    string_value: "{children}"\n  }}\n'
+        text = text.replace(head, 'parameters {\n  key: "tokenize_processes"\n' + value + "}\n" + head, 1)
         return text.replace("count: 2", f"count: {instances}", 1)
 
     return edit
