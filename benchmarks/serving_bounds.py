@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -31,7 +32,7 @@ def _layout(instances: int, children: int):
         head = 'parameters {\n  key: "runtime"'
         value = f'  value {{\n    string_value: "{children}"\n  }}\n'
         text = text.replace(head, 'parameters {\n  key: "tokenize_processes"\n' + value + "}\n" + head, 1)
-        return text.replace("count: 2", f"count: {instances}", 1)
+        return re.sub(r"count: \d+", f"count: {instances}", text, count=1)
 
     return edit
 

@@ -137,16 +137,17 @@ def test_generated_masks_are_prefixes_of_real_tokens():
     assert not TensorSpec("attention_mask", "INT64", (-1,), value_range=(5, 9)).is_mask  # a range without 0/1
 
 
-def test_the_in_process_tokenize_step_runs_two_instances_and_the_stub_its_options():
+def test_the_in_process_tokenize_step_runs_two_instances_beside_a_gpu_engine_and_one_beside_a_cpu_one(tmp_path):
     from builders.repository import pipelines
 
     spec = zoo.get_spec("minilm")
-    inprocess = pipelines.text_pipeline_configs(spec, repository.ServingOptions(), inprocess=True)[0]
-    assert inprocess.name.endswith("_tokenize") and inprocess.backend == repository.INPROCESS_BACKEND
-    assert (
-        [(g.count, g.kind) for g in inprocess.instance_groups]
-        == [(pipelines.TOKENIZE_INSTANCES, "KIND_CPU")]
-        == [(2, "KIND_CPU")]
-    )
+    for kind, count in (("KIND_GPU", 2), ("KIND_CPU", 1)):
+        text = f'name: "{spec.name}"\nbackend: "torch_inprocess"\ninstance_group {{\n  count: 1\n  kind: {kind}\n}}\n'
+        (tmp_path / "config.pbtxt").write_text(text)
+        instances = pipelines.tokenize_instances(tmp_path / "config.pbtxt")
+        assert instances == count, kind
+        step = pipelines.text_pipeline_configs(spec, repository.ServingOptions(), True, instances)[0]
+        assert step.name.endswith("_tokenize") and step.backend == repository.INPROCESS_BACKEND
+        assert [(g.count, g.kind) for g in step.instance_groups] == [(count, "KIND_CPU")]
     stub = pipelines.text_pipeline_configs(spec, repository.ServingOptions(instances=3), inprocess=False)[0]
     assert [g.count for g in stub.instance_groups] == [3]

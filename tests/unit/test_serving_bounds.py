@@ -10,7 +10,7 @@ from builders.spec import zoo
 
 def test_every_layout_is_a_tokenize_step_and_a_pipeline_of_its_own(tmp_path):
     spec = zoo.get_spec("minilm")
-    for config in pipelines.text_pipeline_configs(spec, repository.ServingOptions(), inprocess=True):
+    for config in pipelines.text_pipeline_configs(spec, repository.ServingOptions(), True, 2):  # as on a GPU
         (tmp_path / config.name).mkdir()
         (tmp_path / config.name / "config.pbtxt").write_text(config.to_pbtxt())
     names = add_layouts(tmp_path, spec.name, f"{spec.name}_pipeline")
