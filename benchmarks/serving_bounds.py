@@ -13,26 +13,36 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import re
 import shutil
 import time
 from pathlib import Path
+
+from builders.repository.model_config import parse_pbtxt, proto_to_pbtxt
 
 LAYOUTS = {"1x4": (1, 4), "1x8": (1, 8), "2x4": (2, 4)}  # tokenize step: instances x children
 
 
 def _relabel(repo: Path, source: str, target: str, edit) -> None:
+    """source's folder copied as target, its config parsed, renamed, changed by edit(message) and written back."""
     shutil.copytree(repo / source, repo / target)
-    config = repo / target / "config.pbtxt"
-    config.write_text(edit(config.read_text().replace(f'name: "{source}"', f'name: "{target}"', 1)))
+    path = repo / target / "config.pbtxt"
+    config = parse_pbtxt(path.read_text())
+    config.name = target
+    edit(config)
+    path.write_text(proto_to_pbtxt(config))
 
 
 def _layout(instances: int, children: int):
-    def edit(text: str) -> str:
-        head = 'parameters {\n  key: "runtime"'
-        value = f'  value {{\n    string_value: "{children}"\n  }}\n'
-        text = text.replace(head, 'parameters {\n  key: "tokenize_processes"\n' + value + "}\n" + head, 1)
-        return re.sub(r"count: \d+", f"count: {instances}", text, count=1)
+    def edit(config) -> None:
+        config.parameters["tokenize_processes"].string_value = str(children)
+        config.instance_group[0].count = instances
+
+    return edit
+
+
+def _step_to(model: str):
+    def edit(config) -> None:
+        config.ensemble_scheduling.step[0].model_name = model
 
     return edit
 
@@ -42,12 +52,7 @@ def add_layouts(repo: Path, engine: str, pipeline: str) -> dict[str, str]:
     tokenize, names = f"{engine}_tokenize", {}
     for label, (instances, children) in LAYOUTS.items():
         _relabel(repo, tokenize, f"{tokenize}_{label}", _layout(instances, children))
-        _relabel(
-            repo,
-            pipeline,
-            f"{pipeline}_{label}",
-            lambda t, label=label: t.replace(f'model_name: "{tokenize}"', f'model_name: "{tokenize}_{label}"'),
-        )
+        _relabel(repo, pipeline, f"{pipeline}_{label}", _step_to(f"{tokenize}_{label}"))
         names[label] = f"{pipeline}_{label}"
     return names
 

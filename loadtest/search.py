@@ -109,12 +109,10 @@ class Result:
 def one_instance_only(config) -> bool:
     """A torch-runtime variant on KIND_GPU: with dynamic batching, 2 instances collapse to 0.15-0.26x of
     no batching on the H100 (CUDA MPS does not help; docs/benchmarks.md), so the search keeps it at 1."""
-    from tritonclient.grpc import model_config_pb2
-
+    from builders.repository.model_config import on_gpu
     from builders.repository.writer import is_torch_runtime
 
-    gpu = any(g.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU for g in config.instance_group)
-    return gpu and is_torch_runtime(config)
+    return on_gpu(config) and is_torch_runtime(config)
 
 
 def as_built(base, variant: str) -> Candidate:

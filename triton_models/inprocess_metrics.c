@@ -138,10 +138,6 @@ static void observe(void* instance, uint64_t exec_start, uint64_t exec_end) {
   pthread_rwlock_unlock(&made_lock);
 }
 
-void ipm_observe(void* instance, uint64_t exec_start, uint64_t exec_end) {
-  if (family != NULL) observe(instance, exec_start, exec_end);
-}
-
 void ipn_report(void* instance, void* request, int ok, uint64_t exec_start, uint64_t compute_start,
                 uint64_t compute_end, uint64_t exec_end, uint64_t answered) {
   ipn_ok(TRITONBACKEND_ModelInstanceReportStatistics(instance, request, ok != 0, exec_start, compute_start,

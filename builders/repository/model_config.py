@@ -275,6 +275,13 @@ class ModelConfig:
         return proto_to_pbtxt(self.to_proto())
 
 
+def on_gpu(message) -> bool:
+    """Whether a model_config_pb2.ModelConfig puts an instance group on a GPU (KIND_GPU)."""
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    return any(g.kind == pb.ModelInstanceGroup.KIND_GPU for g in message.instance_group)
+
+
 def proto_to_pbtxt(message) -> str:
     """A model_config_pb2.ModelConfig in protobuf text format, as config.pbtxt holds it."""
     from google.protobuf import text_format

@@ -18,6 +18,7 @@ from builders.repository.model_config import (
     InstanceGroup,
     ModelConfig,
     TensorConfig,
+    on_gpu,
     parse_pbtxt,
 )
 from builders.spec.model_spec import ModelSpec
@@ -201,11 +202,7 @@ def tokenize_instances(engine_config: Path) -> int:
     108,640 sentences/s against 83,659 with one instance of four children and 101,493 with one of eight), one
     beside an engine on the CPU (the CPU host's cores are the engine's: two instances served raw text 75-85
     against 96-100 sentences/s on 2 cores)."""
-    from tritonclient.grpc import model_config_pb2 as pb
-
-    groups = parse_pbtxt(engine_config.read_text()).instance_group
-    on_gpu = any(pb.ModelInstanceGroup.Kind.Name(g.kind) == "KIND_GPU" for g in groups)
-    return 2 if on_gpu else 1
+    return 2 if on_gpu(parse_pbtxt(engine_config.read_text())) else 1
 
 
 def _write(repo: Path, spec: ModelSpec, config: ModelConfig, model_py: Path | None, extra: dict | None = None) -> str:
