@@ -204,11 +204,12 @@ class Instance:
             counted = native_path.ragged_counts(self.handle, CALLS.native, close=True)
             self.serving.runner.native_counts = lambda: counted  # the last statistics file keeps them
             native, requests = counted["batches"], counted["requests"]
+            steps = native_path.per_request_us(counted)
         else:
-            native, requests = native_path.counts(self.handle, CALLS.native, close=True)
+            (native, requests), steps = native_path.counts(self.handle, CALLS.native, close=True), ""
         print(
             f"torch_inprocess: {self.name}: {native} batches ({requests} requests) served natively; "
-            f"{self.python_executes} executes entered Python",
+            f"{self.python_executes} executes entered Python{steps}",
             file=sys.stderr,
             flush=True,
         )

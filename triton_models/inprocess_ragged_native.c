@@ -36,8 +36,12 @@ enum {
   IPR_MAX_INSTANCES = 64,
   IPR_SPLIT_AT = 8,  /* requests in a batch from which two threads send the answers */
   IPR_RELEASERS = 2, /* threads that report statistics and release (Triton reports one request at a time) */
-  IPR_BACKLOG = 4    /* answered batches that may wait for their statistics and release */
+  IPR_BACKLOG = 4,   /* answered batches that may wait for their statistics and release */
+  IPR_COUNTS = 6,    /* counters of work: batches, requests, rows, real tokens, computed tokens, runs */
+  IPR_TIMERS = 6,    /* counters of ns, after them: read, plan+stage+launch, slot wait, GPU wait, answer, release */
+  IPR_COUNTERS = IPR_COUNTS + IPR_TIMERS
 };
+enum { T_READ = IPR_COUNTS, T_LAUNCH, T_SLOT, T_GPU, T_ANSWER, T_RELEASE };
 
 /* An answered batch's requests, waiting for their statistics and release (the release threads'). */
 typedef struct {
@@ -118,10 +122,20 @@ typedef struct {
   uint32_t helper_from, helper_to;
   ipr_release releases[IPR_BACKLOG];
   int release_head, releases_queued;
-  uint64_t counters[6]; /* batches, requests, rows, real tokens, computed tokens, runs */
+  /* batches, requests, rows, real tokens, computed tokens, runs; then ns spent (IPR_TIMERS): reading and checking
+   * the requests, planning, staging and launching, waiting for a free slot, waiting for the GPU, answering,
+   * reporting statistics and releasing */
+  uint64_t counters[IPR_COUNTERS];
 } ipr_state;
 
 static ipr_state* registry[IPR_MAX_INSTANCES];
+
+/* ns since `from` added to a timer (release threads share theirs: atomic); returns now. */
+static uint64_t spent(ipr_state* s, int timer, uint64_t from) {
+  uint64_t now = ipn_now();
+  __atomic_fetch_add(&s->counters[timer], now - from, __ATOMIC_RELAXED);
+  return now;
+}
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static ipr_state* find(void* instance) {
@@ -469,6 +483,7 @@ static void* help(void* arg) {
 }
 
 static void release_now(ipr_state* s, const ipr_release* job) {
+  uint64_t began = ipn_now();
   for (uint32_t r = 0; r < job->count; ++r) {
     ipn_report(s->instance, job->requests[r], job->sent[r], job->exec_start, job->compute_start, job->compute_end,
                ipn_now(), job->answered);
@@ -480,6 +495,7 @@ static void release_now(ipr_state* s, const ipr_release* job) {
   }
   free(job->requests);
   free(job->sent);
+  spent(s, T_RELEASE, began);
 }
 
 /* The answered batch's requests handed to the release threads (the client has its answer already; Triton's
@@ -525,8 +541,9 @@ static void* release_loop(void* arg) {
 
 static void finish(ipr_state* s, int slot) {
   ipr_batch* b = &s->batches[slot];
+  uint64_t waited = ipn_now();
   int ran = !b->failed && (!b->launched || cu.EventSynchronize(b->event) == 0);
-  uint64_t compute_end = ipn_now();
+  uint64_t compute_end = spent(s, T_GPU, waited);
   if (!ran) {
     for (uint32_t r = 0; r < b->count; ++r) {
       ipn_refuse(s->instance, b->requests[r].request, ERROR_INTERNAL, "the batch failed on the device", b->exec_start);
@@ -535,6 +552,7 @@ static void finish(ipr_state* s, int slot) {
     return;
   }
   answer_all(s, b); /* every answer first: the statistics can wait, a client cannot */
+  spent(s, T_ANSWER, compute_end);
   for (uint32_t r = 0; r < b->count; ++r) free_owned(&b->requests[r]);
   hand_to_release(s, b, compute_end);
 }
@@ -661,9 +679,9 @@ int ipr_open(void* instance, const ipr_spec* spec) {
   return 4;
 }
 
-/* counts: batches, requests, rows, real tokens, computed tokens (with the padding), runs. */
+/* counts: batches, requests, rows, real tokens, computed tokens (with the padding), runs; then the timers' ns. */
 static void copy_counts(const ipr_state* s, uint64_t* counts) {
-  for (int k = 0; k < 6; ++k) counts[k] = s->counters[k];
+  for (int k = 0; k < IPR_COUNTERS; ++k) counts[k] = __atomic_load_n(&s->counters[k], __ATOMIC_RELAXED);
 }
 
 /* Stops the instance's completion thread (after the batches in flight) and forgets it; counts as ipr_counts. */
@@ -721,6 +739,7 @@ int ipr_execute(void* instance, void** requests, uint32_t count) {
   const ipr_spec* p = &s->spec;
   char message[512];
   int slot = take_slot(s);
+  uint64_t slotted = spent(s, T_SLOT, started); /* Triton's statistics count the wait as the batch's */
   ipr_batch* b = &s->batches[slot];
   b->count = 0, b->total = 0, b->groups = 0, b->exec_start = started, b->launched = 0, b->failed = 0;
   cu.CtxSetCurrent(s->context);
@@ -748,14 +767,14 @@ int ipr_execute(void* instance, void** requests, uint32_t count) {
     b->total += q->rows;
     b->count++;
   }
-  b->compute_start = ipn_now();
+  b->compute_start = spent(s, T_READ, slotted);
   if (b->total > 0) {
     int64_t groups = ipr_plan(&p->grid, b->lengths, b->total, b->order, b->length, b->in_group);
     b->groups = groups;
     b->failed = groups < 0 || !launch(s, b);
     b->launched = !b->failed;
     if (b->failed) cu.StreamSynchronize((void*)(uintptr_t)p->stream); /* nothing queued still reads the slot */
-    b->compute_start = ipn_now(); /* the inputs are read and on their way: the run's time starts */
+    b->compute_start = spent(s, T_LAUNCH, b->compute_start); /* the inputs are on their way: the run starts */
     uint64_t real = 0;
     for (int64_t r = 0; r < b->total; ++r) real += (uint64_t)b->lengths[r];
     s->counters[2] += (uint64_t)b->total, s->counters[3] += real;

@@ -280,12 +280,32 @@ def open_ragged(handle: int, serving, device, outputs, library, wanted: bool = T
 
 
 RAGGED_COUNTS = ("batches", "requests", "rows", "real_tokens", "computed_tokens", "runs")
+# where the native path's time went, ns summed over batches (inprocess_ragged_native.c's timers, in its order)
+RAGGED_TIMERS = (
+    "native: read and check",
+    "native: plan, stage and launch",
+    "native: wait for a slot",
+    "native: wait for the GPU",
+    "native: answer",
+    "native: statistics and release",
+)
 
 
 def ragged_counts(handle: int, library, close: bool = False) -> dict[str, int]:
-    """What a sequence model's instance served natively (RAGGED_COUNTS); close: stop the path too."""
-    found = (c_uint64 * len(RAGGED_COUNTS))()
+    """What a sequence model's instance served natively (RAGGED_COUNTS) and the ns of each step (RAGGED_TIMERS);
+    close: stop the path too."""
+    names = RAGGED_COUNTS + RAGGED_TIMERS
+    found = (c_uint64 * len(names))()
     function = library.ipr_close if close else library.ipr_counts
-    function.argtypes, function.restype = (ctypes.c_void_p, ctypes.POINTER(c_uint64 * len(RAGGED_COUNTS))), None
+    function.argtypes, function.restype = (ctypes.c_void_p, ctypes.POINTER(c_uint64 * len(names))), None
     function(handle, ctypes.byref(found))
-    return dict(zip(RAGGED_COUNTS, found))
+    return dict(zip(names, found))
+
+
+def per_request_us(counted: dict[str, int]) -> str:
+    """"; µs per request: read and check 4.1, ..." from ragged_counts, or "" before any request."""
+    requests = counted.get("requests", 0)
+    if not requests:
+        return ""
+    steps = [(name.removeprefix("native: "), counted.get(name, 0) / 1e3 / requests) for name in RAGGED_TIMERS]
+    return "; µs per request: " + ", ".join(f"{name} {us:.1f}" for name, us in steps)

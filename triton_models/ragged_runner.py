@@ -289,9 +289,15 @@ class RaggedRunner:
             "graph_bytes": self.graph_bytes,
             "capture_seconds": self.capture_seconds,
             "min_run_tokens": self.min_run_tokens,
-            "timings_s": dict(self.timings),
+            "timings_s": {**self.timings, **self._native_timings()},
+            "requests": int((self.native_counts() if self.native_counts else {}).get("requests", 0)),
             **self._counted().as_dict(),
         }
+
+    def _native_timings(self) -> dict[str, float]:
+        """Seconds per step of a native path (its timers, "native: ..." in native_path.RAGGED_TIMERS)."""
+        native = self.native_counts() if self.native_counts is not None else {}
+        return {name: ns / 1e9 for name, ns in native.items() if name.startswith("native: ")}
 
     def _counted(self) -> ragged.Counters:
         """What the runs computed: this runner's own, and what a native path ran with its graphs."""

@@ -407,7 +407,7 @@ class RaggedStats:
                 info = json.loads(path.read_text())
             except (OSError, ValueError):
                 continue
-            for key in ("rows", "real_tokens", "computed_tokens", "graph_bytes", "graphs", "batches"):
+            for key in ("rows", "real_tokens", "computed_tokens", "graph_bytes", "graphs", "batches", "requests"):
                 totals[key] = totals.get(key, 0) + info.get(key, 0)
             for phase, seconds in info.get("timings_s", {}).items():
                 totals[f"time:{phase}"] = totals.get(f"time:{phase}", 0.0) + seconds
@@ -525,12 +525,17 @@ def _phase_ms(old: dict, new: dict, phase: str) -> float:
 
 
 def _time_per_batch(delta: dict) -> str:
-    """Where a batch's time went in the server (ms per batch, summed over instances), from the runner's stats."""
-    batches = delta.get("batches", 0)
-    phases = {k.removeprefix("time:"): v for k, v in delta.items() if k.startswith("time:")}
+    """Where a batch's time went in the server (ms per batch, summed over instances), from the runner's stats;
+    the native path's steps in µs per request too."""
+    batches, requests = delta.get("batches", 0), delta.get("requests", 0)
+    phases = {k.removeprefix("time:"): v for k, v in delta.items() if k.startswith("time:") and v}
     if not batches or not phases:
         return ""
-    return "; ms per batch: " + ", ".join(f"{phase} {1e3 * v / batches:.2f}" for phase, v in phases.items())
+    said = "; ms per batch: " + ", ".join(f"{phase} {1e3 * v / batches:.2f}" for phase, v in phases.items())
+    native = {k.removeprefix("native: "): v for k, v in phases.items() if k.startswith("native: ")}
+    if requests and native:
+        said += "; native µs per request: " + ", ".join(f"{k} {1e6 * v / requests:.1f}" for k, v in native.items())
+    return said
 
 
 def perf_can_send(point: Point, lengths: np.ndarray) -> bool:

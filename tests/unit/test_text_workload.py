@@ -181,3 +181,33 @@ def test_the_tokenize_steps_note_is_its_batches_between_two_readings():
     assert "m_tokenize: 10.0 requests (320 texts) a batch" in note
     assert "compute_infer 0.21" in note  # (200 µs x 110 - 100 µs x 10) / 100 requests = 0.21 ms
     assert _tokenize_step([before], [before]) == ""
+
+
+def test_where_a_batch_went_names_the_native_steps_per_request():
+    from loadtest.benches.text_bench import _time_per_batch
+
+    delta = {
+        "batches": 10,
+        "requests": 40,
+        "time:native: read and check": 0.0004,
+        "time:native: answer": 0.0008,
+        "time:native: wait for a slot": 0.0,  # a step that took nothing is left out
+        "time:plan and stage": 0.001,
+    }
+    said = _time_per_batch(delta)
+    assert said.startswith("; ms per batch: ")
+    assert "native: read and check 0.04" in said and "plan and stage 0.10" in said and "slot" not in said
+    assert said.endswith("; native µs per request: read and check 10.0, answer 20.0")
+    assert _time_per_batch({"batches": 0}) == ""
+    assert "µs per request" not in _time_per_batch({"batches": 2, "time:plan and stage": 0.001})
+
+
+def test_the_native_paths_unload_line_gives_each_step_per_request():
+    from triton_models.native_path import RAGGED_COUNTS, RAGGED_TIMERS, per_request_us
+
+    counted = dict.fromkeys(RAGGED_COUNTS, 0) | {name: 0 for name in RAGGED_TIMERS}
+    assert per_request_us(counted) == ""
+    counted |= {"requests": 4, "native: answer": 80_000, "native: read and check": 2_000}
+    said = per_request_us(counted)
+    assert said.startswith("; µs per request: read and check 0.5, plan, stage and launch 0.0")
+    assert "answer 20.0" in said and said.count(",") == len(RAGGED_TIMERS) - 1 + 1  # "plan, stage and launch"
