@@ -129,6 +129,7 @@ typedef struct {
 } ipr_state;
 
 static ipr_state* registry[IPR_MAX_INSTANCES];
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ns since `from` added to a timer (release threads share theirs: atomic); returns now. */
 static uint64_t spent(ipr_state* s, int timer, uint64_t from) {
@@ -136,7 +137,6 @@ static uint64_t spent(ipr_state* s, int timer, uint64_t from) {
   __atomic_fetch_add(&s->counters[timer], now - from, __ATOMIC_RELAXED);
   return now;
 }
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static ipr_state* find(void* instance) {
   for (int i = 0; i < IPR_MAX_INSTANCES; ++i) {
