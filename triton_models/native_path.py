@@ -303,7 +303,7 @@ def ragged_counts(handle: int, library, close: bool = False) -> dict[str, int]:
 
 
 def per_request_us(counted: dict[str, int]) -> str:
-    """"; µs per request: read and check 4.1, ..." from ragged_counts, or "" before any request."""
+    """The note "; µs per request: read and check 4.1, ..." from ragged_counts, or "" before any request."""
     requests = counted.get("requests", 0)
     if not requests:
         return ""

@@ -15,11 +15,11 @@ int64_t ipr_bucket_at_least(const int64_t* buckets, uint32_t count, int64_t valu
 
 static int64_t run_cost(const ipr_grid* g, int64_t rows, uint32_t bucket) {
   int64_t length = g->length_buckets[bucket], cap = g->rows_at[bucket];
-  int64_t full = rows / cap, rest = rows % cap, floor = g->min_run_tokens;
-  int64_t cost = full * (cap * length > floor ? cap * length : floor);
+  int64_t full = rows / cap, rest = rows % cap;
+  int64_t cost = full * (g->min_run_tokens + cap * length); /* each run: its launch, then its tokens */
   if (rest) {
     int64_t rows_bucket = g->batch_buckets[ipr_bucket_at_least(g->batch_buckets, g->batches, rest)];
-    cost += rows_bucket * length > floor ? rows_bucket * length : floor;
+    cost += g->min_run_tokens + rows_bucket * length;
   }
   return cost;
 }

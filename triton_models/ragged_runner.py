@@ -104,7 +104,7 @@ class RaggedRunner:
 
     def _floor_tokens(self, replays: int = 20) -> int:
         """What the smallest run costs, in tokens of the largest one's rate: a replay of a few rows takes about
-        as long as this many tokens (launch-bound), so ragged.plan merges length buckets below it."""
+        as long as this many tokens (launch-bound): what ragged.plan adds to each run's tokens."""
         small = min(self.graphs, key=lambda c: c[0] * c[1])
         large = max(self.graphs, key=lambda c: c[0] * c[1])
         seconds = {}

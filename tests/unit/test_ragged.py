@@ -81,7 +81,15 @@ def test_run_cost_pads_rows_to_their_bucket_and_splits_by_the_budget():
     g = ragged.LengthGrid((8, 16), (1, 2, 4, 8), 64)
     assert ragged.run_cost(3, 16, g, 0) == 4 * 16  # 3 rows run as 4
     assert ragged.run_cost(9, 8, g, 0) == 8 * 8 + 1 * 8  # the budget holds 8 rows of 8
-    assert ragged.run_cost(1, 8, g, 100) == 100  # a floor per run
+    assert ragged.run_cost(1, 8, g, 100) == 100 + 8  # each run: its launch, then its tokens
+    assert ragged.run_cost(9, 8, g, 100) == 2 * 100 + 8 * 8 + 1 * 8  # two runs
+
+
+def test_a_run_cost_merges_buckets_where_a_launch_costs_more_than_the_padding():
+    g = ragged.LengthGrid((8, 16, 32, 64), (1, 2, 4, 8, 16, 32), 4096)
+    lengths = np.array([7, 15, 31, 63])  # one row per bucket: padding all to 64 computes 4 * 64 - 116 more tokens
+    assert len(ragged.plan(lengths, g, min_run_tokens=1)) == 4  # launches cheap: each bucket its own run
+    assert [x.length for x in ragged.plan(lengths, g, min_run_tokens=1000)] == [64]  # one run at the longest
 
 
 def _requests(rng, sizes_widths):
