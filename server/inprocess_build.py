@@ -30,7 +30,7 @@ def build_inprocess(backends: Path) -> Path:
     Raises:
         ServerError: no C compiler, no Python headers, or no shared libpython (what to install is named).
     """
-    from triton_models import INPROCESS_METRICS, INPROCESS_NATIVE, INPROCESS_RAGGED, INPROCESS_SHIM
+    from triton_models import INPROCESS_METRICS, INPROCESS_NATIVE, INPROCESS_RAGGED, INPROCESS_SHIM, INPROCESS_TOKENIZE
 
     compiler, include, library = _toolchain()
     target = backends / BACKEND
@@ -47,6 +47,7 @@ def build_inprocess(backends: Path) -> Path:
         str(INPROCESS_NATIVE),
         *(str(path) for path in INPROCESS_RAGGED),
         str(INPROCESS_METRICS),
+        *(str(path) for path in INPROCESS_TOKENIZE),
         f"-I{include}",
         f"-I{INPROCESS_SHIM.parent}",
         str(library),

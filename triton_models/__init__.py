@@ -18,3 +18,8 @@ INPROCESS_NATIVE = Path(__file__).with_name("inprocess_native.c")  # compiled in
 # the native path of sequence models and its plan, compiled into it too (headers: inprocess_native.h, ragged_plan.h)
 INPROCESS_RAGGED = (Path(__file__).with_name("inprocess_ragged_native.c"), Path(__file__).with_name("ragged_plan.c"))
 INPROCESS_METRICS = Path(__file__).with_name("inprocess_metrics.c")  # the backend's latency histogram, same library
+# the tokenize step's native path (BERT-style tokenizers, ASCII texts), same library
+INPROCESS_TOKENIZE = (
+    Path(__file__).with_name("inprocess_tokenize_native.c"),
+    Path(__file__).with_name("bert_tokenize.c"),
+)

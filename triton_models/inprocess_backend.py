@@ -167,23 +167,30 @@ class Instance:
         self.worker.start()
 
     def _open_native(self, handle: int, device, wanted: bool) -> bool:
-        """Whether every later batch is served natively, with no Python per batch (inprocess_native.c for the
-        image engines, inprocess_ragged_native.c for sequence models); the load says which path the instance
-        took, and why not the native one."""
+        """Whether later batches are served natively, with no Python per batch (inprocess_native.c for the
+        image engines, inprocess_ragged_native.c for sequence models, inprocess_tokenize_native.c for the text
+        pipeline's tokenize step); the load says which path the instance took, and why not the native one."""
         ragged = getattr(self.serving, "ragged", False)
-        if not (self.serving.staged or ragged) or CALLS is None:
+        tokenize = hasattr(self.serving, "tokenizer")  # the text pipeline's tokenize step (TokenizeServing)
+        if not (self.serving.staged or ragged or tokenize) or CALLS is None:
             return False
-        from triton_models import native_path
+        from triton_models import native_path, native_tokenize
 
-        if ragged:
+        if tokenize:
+            reason = native_tokenize.open_path(handle, self.serving.tokenizer, self.outputs, CALLS.native, wanted)
+            if reason is None:  # a batch with a text it does not read goes to Python, whole
+                reason = ""
+                path = "native for texts of printable ASCII, Python for a batch with any other"
+        elif ragged:
             reason = native_path.open_ragged(handle, self.serving, device, self.outputs, CALLS.native, wanted)
             if reason is None:  # the runner's statistics file counts what the native side ran
                 self.serving.runner.native_counts = lambda: native_path.ragged_counts(handle, CALLS.native)
         else:
             reason = native_path.open_path(handle, self.serving, device, self.outputs, CALLS.native, wanted)
-        path = "native (no Python per batch)" if reason is None else f"Python ({reason})"
+        if reason != "":
+            path = "native (no Python per batch)" if reason is None else f"Python ({reason})"
         print(f"torch_inprocess: {self.name} instance on {device}: per-batch path {path}", file=sys.stderr, flush=True)
-        return reason is None
+        return not reason
 
     def close(self) -> None:
         if self.native and CALLS is not None:
@@ -200,7 +207,13 @@ class Instance:
         from triton_models import native_path
 
         assert CALLS is not None, "a native path opens only where the batch calls loaded"
-        if getattr(self.serving, "ragged", False):
+        if hasattr(self.serving, "tokenizer"):
+            from triton_models import native_tokenize
+
+            counted = native_tokenize.counts(self.handle, CALLS.native, close=True)
+            native, requests = counted["batches"], counted["requests"]
+            steps = f"; {counted['texts']} texts tokenized natively, {counted['python_batches']} batches left to Python"
+        elif getattr(self.serving, "ragged", False):
             counted = native_path.ragged_counts(self.handle, CALLS.native, close=True)
             self.serving.runner.native_counts = lambda: counted  # the last statistics file keeps them
             native, requests = counted["batches"], counted["requests"]

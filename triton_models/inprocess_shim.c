@@ -115,13 +115,18 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize(void* instance) {
   return err;
 }
 
-/* inprocess_native.c (fixed-shape models) and inprocess_ragged_native.c (sequence models): a batch of an instance
+/* inprocess_native.c (fixed-shape models), inprocess_ragged_native.c (sequence models) and
+ * inprocess_tokenize_native.c (the tokenize step): a batch of an instance
  * that took a native path is served there, without the GIL. */
 extern int ipn_execute(void* instance, void** requests, uint32_t count);
 extern int ipr_execute(void* instance, void** requests, uint32_t count);
+extern int ipt_execute(void* instance, void** requests, uint32_t count);
 
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(void* instance, void** requests, const uint32_t count) {
-  if (ipn_execute(instance, requests, count) || ipr_execute(instance, requests, count)) return NULL;
+  if (ipn_execute(instance, requests, count) || ipr_execute(instance, requests, count) ||
+      ipt_execute(instance, requests, count)) {
+    return NULL;
+  }
   return forward("instance_execute", 3, (uintptr_t)instance, (uintptr_t)requests, (uintptr_t)count);
 }
 

@@ -260,3 +260,33 @@ def test_the_spec_files_tokenizer_gives_the_onnx_model_a_pipeline_equal_to_the_i
     stub = infer(ep, f"{ONNX}_pipeline", {"TEXT": texts}).outputs["EMBEDDING"]
     inprocess = infer(ep, f"{ENGINE}_pipeline", {"TEXT": texts}).outputs["EMBEDDING"]
     np.testing.assert_allclose(stub, inprocess, atol=1e-4, rtol=1e-4)
+
+
+def test_the_tokenize_step_reads_ascii_texts_natively_as_python_does(ragged_served, tmp_path_factory):
+    """Each request alone, so each batch is one request: printable ASCII takes the native path, a text with any
+    other character goes to Python whole; both answer exactly what the Python tokenize step gives."""
+    from builders.spec.zoo.text import SENTENCES, model_dir
+    from triton_models.tokenize_core import load_tokenizer, tokenize
+
+    ep, _ = ragged_served
+    tokenizer = load_tokenizer(str(model_dir() / "tokenizer.json"), 64)
+    ascii_texts = [s for s in SENTENCES if s.isascii()][:6]
+    requests = [
+        ["Hello, World!! It's 3.14 o'clock..."],
+        ["UPPER and lower\tcase,\nlines\r\nand " + "x" * 150 + " words"],
+        ascii_texts,
+        ["café au lait", "plain words"],  # not ASCII: Python's path
+        [" ".join(ascii_texts * 4)],  # truncated to max_length
+    ]
+    model = f"{ENGINE}_tokenize"
+    with ep.client() as client:
+        names = [o["name"] for o in client.get_model_metadata(model, as_json=True)["outputs"]]
+    for texts in requests:
+        payload = np.array([[t.encode()] for t in texts], dtype=object)
+        served = infer(ep, model, {"TEXT": payload}).outputs
+        ids, mask = tokenize(tokenizer, [payload.reshape(-1)])[0]
+        np.testing.assert_array_equal(served[names[0]], ids)
+        np.testing.assert_array_equal(served[names[1]], mask)
+    logs = [p.read_text(errors="replace") for p in tmp_path_factory.getbasetemp().glob("ragged*/state/*.log")]
+    line = f"{model} instance on cpu: per-batch path native for texts of printable ASCII"
+    assert any(line in text for text in logs), [text[-2000:] for text in logs]
