@@ -68,6 +68,7 @@ int64_t ipt_width(const ipt_vocab* v) { return v->spec.befores + v->spec.room + 
 
 int64_t ipt_encode(const ipt_vocab* v, const char* text, uint64_t n, char* lowered, int64_t* out) {
   const ipt_spec* p = &v->spec;
+  if (n > IPT_MAX_TEXT) return -1; /* a text this long is Python's: no scratch of its size kept here */
   int blank = 1;
   for (uint64_t i = 0; i < n; ++i) {
     unsigned char c = (unsigned char)text[i];

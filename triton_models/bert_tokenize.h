@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { IPT_NAME = 64, IPT_MAX_SPECIAL = 8, IPT_MAX_CHARS = 256 };
+enum { IPT_NAME = 64, IPT_MAX_SPECIAL = 8, IPT_MAX_CHARS = 256, IPT_MAX_TEXT = 1 << 20 };
 
 /* What Python hands over (triton_models/native_tokenize.py's TokenizeSpec; copied: Python's memory may go). */
 typedef struct {
@@ -52,7 +52,7 @@ void ipt_vocab_free(ipt_vocab* v);
 int64_t ipt_width(const ipt_vocab* v);
 /* A text's ids (the special tokens around its own) into out (ipt_width of room); lowered: n bytes of scratch.
  * Returns the count, or -1: the text is not read here (a byte outside printable ASCII, tab, newline and carriage
- * return; blank; an added token's text in it). */
+ * return; blank; an added token's text in it; over IPT_MAX_TEXT bytes). */
 int64_t ipt_encode(const ipt_vocab* v, const char* text, uint64_t n, char* lowered, int64_t* out);
 /* ipt_encode with a vocabulary built for the one text (the tests' view); -2: out of memory or settings refused. */
 int64_t ipt_encode_text(const ipt_spec* spec, const char* text, uint64_t n, int64_t* out);

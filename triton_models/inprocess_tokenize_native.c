@@ -162,7 +162,7 @@ static int tokenize_batch(ipt_state* s, void** requests, uint32_t count, uint64_
     for (uint64_t t = 0; t < q->texts; ++t) {
       uint32_t n;
       memcpy(&n, at, 4);
-      if (!grow((void**)&s->lowered, &s->lowered_room, n ? n : 1, 1)) return 0;
+      if (n > IPT_MAX_TEXT || !grow((void**)&s->lowered, &s->lowered_room, n ? n : 1, 1)) return 0;
       int64_t got = ipt_encode(&s->vocab, at + 4, n, s->lowered, s->ids + (q->first + t) * width);
       if (got < 0) return 0;
       s->lengths[q->first + t] = got;

@@ -112,6 +112,7 @@ def test_what_the_native_path_leaves_to_python(library, tokenizer_path):
         "a [MASK] b",
         "x [cls] y",
         "del\x7f",
+        "long " * 300_000,  # over a MiB: Python's
     ]:
         assert encode(text.encode()) is None, repr(text)
 
