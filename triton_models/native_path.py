@@ -8,9 +8,9 @@ instance runs no Python, inputs in GPU memory (CUDA shared memory) included.
 
 Which models take it: a staged runner on a GPU (one fixed-shape input, a graph for every bucket, contiguous
 outputs): the image engines (inprocess_native.c); and a ragged runner under CUDA graphs: sequence models, pooled
-or per-token outputs (inprocess_ragged_native.c, its plan ragged_plan.c). The tokenize step stays on the Python
-path; `why_not` and `ragged_why_not` say why a model cannot take it, and the instance's load says which path it
-took.
+or per-token outputs (inprocess_ragged_native.c, its plan ragged_plan.c). The tokenize step has a native path of
+its own for BERT-style tokenizers (native_tokenize.py); `why_not` and `ragged_why_not` say why a model cannot take
+this one, and the instance's load says which path it took.
 """
 
 from __future__ import annotations
