@@ -124,3 +124,25 @@ def library_with_open(library):
         ipt_open = None
 
     return Both()
+
+
+def test_a_tokenizer_read_otherwise_keeps_the_python_path_and_says_why(tmp_path, tokenizer_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    bpe = Tokenizer(models.BPE(vocab={"a": 0, "b": 1, "[UNK]": 2}, merges=[], unk_token="[UNK]"))
+    bpe.pre_tokenizer = pre_tokenizers.Whitespace()
+    bpe.save(str(tmp_path / "tokenizer.json"))
+    outputs = [("ids", "INT64"), ("mask", "INT64")]
+    reason = native_tokenize.why_not(
+        load_tokenizer(str(tmp_path / "tokenizer.json"), 64), outputs, library_with_open(None)
+    )
+    assert reason is not None and "not BERT-style" in reason
+    bert = load_tokenizer(tokenizer_path, 64)
+    assert "no native tokenize path" in native_tokenize.why_not(bert, outputs, None)
+    assert "INT64 or INT32" in native_tokenize.why_not(
+        bert, [("ids", "FP32"), ("mask", "INT64")], library_with_open(None)
+    )
+    assert (
+        native_tokenize.open_path(0, bert, outputs, library_with_open(None), wanted=False)
+        == "parameter native_path is 0"
+    )
