@@ -47,12 +47,11 @@ static void word_pieces(const ipt_vocab* v, const char* word, uint64_t n, int64_
   }
   int64_t pieces[IPT_MAX_CHARS]; /* a piece a character at most */
   int64_t found = 0;
-  uint64_t prefix_bytes = strlen(v->prefix);
   for (uint64_t start = 0; start < n;) {
     uint64_t end = n - start > v->longest_word ? start + v->longest_word : n;
     int64_t id = -1;
     for (; end > start && id < 0; --end) {
-      id = start ? lookup(v, v->prefix, prefix_bytes, word + start, end - start) : lookup(v, "", 0, word, end);
+      id = start ? lookup(v, v->prefix, v->prefix_bytes, word + start, end - start) : lookup(v, "", 0, word, end);
     }
     if (id < 0) { /* no reading: the whole word is the unknown token */
       out[(*count)++] = v->spec.unk_id;
@@ -133,6 +132,7 @@ int ipt_vocab_build(ipt_vocab* v, const ipt_spec* spec) {
   memcpy(v->pool, spec->words, bytes);
   memcpy(v->added, spec->added, added);
   snprintf(v->prefix, sizeof v->prefix, "%s", spec->prefix);
+  v->prefix_bytes = strlen(v->prefix);
   v->spec.words = NULL, v->spec.offsets = NULL, v->spec.lengths = NULL, v->spec.ids = NULL;
   v->spec.prefix = v->prefix, v->spec.added = v->added;
   v->mask = size - 1;

@@ -43,6 +43,7 @@ typedef struct {
   uint32_t longest_word;
   char* added;
   char prefix[17];
+  uint64_t prefix_bytes;
 } ipt_vocab;
 
 /* 0: built; 1: out of memory; 3: settings not read natively. ipt_vocab_free frees what was built either way. */

@@ -176,21 +176,19 @@ class Instance:
             return False
         from triton_models import native_path, native_tokenize
 
-        if tokenize:
+        native = "native (no Python per batch)"
+        if tokenize:  # a batch with a text it does not read goes to Python, whole
             reason = native_tokenize.open_path(handle, self.serving.tokenizer, self.outputs, CALLS.native, wanted)
-            if reason is None:  # a batch with a text it does not read goes to Python, whole
-                reason = ""
-                path = "native for texts of printable ASCII, Python for a batch with any other"
+            native = "native for texts of printable ASCII, Python for a batch with any other"
         elif ragged:
             reason = native_path.open_ragged(handle, self.serving, device, self.outputs, CALLS.native, wanted)
             if reason is None:  # the runner's statistics file counts what the native side ran
                 self.serving.runner.native_counts = lambda: native_path.ragged_counts(handle, CALLS.native)
         else:
             reason = native_path.open_path(handle, self.serving, device, self.outputs, CALLS.native, wanted)
-        if reason != "":
-            path = "native (no Python per batch)" if reason is None else f"Python ({reason})"
+        path = native if reason is None else f"Python ({reason})"
         print(f"torch_inprocess: {self.name} instance on {device}: per-batch path {path}", file=sys.stderr, flush=True)
-        return not reason
+        return reason is None
 
     def close(self) -> None:
         if self.native and CALLS is not None:

@@ -280,7 +280,9 @@ class RaggedRunner:
         os.replace(partial, self.stats_path)
 
     def describe(self) -> dict:
-        """The grid, the graphs and what the runs computed so far (padding efficiency among it)."""
+        """The grid, the graphs and what the runs computed so far (padding efficiency among it); a native path's
+        counts read once, so that its timings, requests and runs are one snapshot."""
+        native = self.native_counts() if self.native_counts is not None else {}
         return {
             "length_buckets": list(self.grid.lengths),
             "batch_buckets": list(self.grid.batches),
@@ -289,21 +291,16 @@ class RaggedRunner:
             "graph_bytes": self.graph_bytes,
             "capture_seconds": self.capture_seconds,
             "min_run_tokens": self.min_run_tokens,
-            "timings_s": {**self.timings, **self._native_timings()},
-            "requests": int((self.native_counts() if self.native_counts else {}).get("requests", 0)),
-            **self._counted().as_dict(),
+            # seconds per step of a native path (its timers, "native: ..." in native_path.RAGGED_TIMERS)
+            "timings_s": {**self.timings, **{k: ns / 1e9 for k, ns in native.items() if k.startswith("native: ")}},
+            "requests": int(native.get("requests", 0)),
+            **self._counted(native).as_dict(),
         }
 
-    def _native_timings(self) -> dict[str, float]:
-        """Seconds per step of a native path (its timers, "native: ..." in native_path.RAGGED_TIMERS)."""
-        native = self.native_counts() if self.native_counts is not None else {}
-        return {name: ns / 1e9 for name, ns in native.items() if name.startswith("native: ")}
-
-    def _counted(self) -> ragged.Counters:
-        """What the runs computed: this runner's own, and what a native path ran with its graphs."""
-        if self.native_counts is None:
+    def _counted(self, native: dict) -> ragged.Counters:
+        """What the runs computed: this runner's own, and what a native path ran with its graphs (its counts)."""
+        if not native:
             return self.counters
-        native = self.native_counts()
         fields = ("rows", "real_tokens", "computed_tokens", "runs", "batches")
         return ragged.Counters(**{f: getattr(self.counters, f) + int(native.get(f, 0)) for f in fields})
 

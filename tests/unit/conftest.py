@@ -37,3 +37,24 @@ def shim():
         return build_library()
     except Exception as err:  # no C compiler on this host
         pytest.skip(f"the shim cannot be built here: {err}")
+
+
+@pytest.fixture(scope="session")
+def c_library(tmp_path_factory):
+    """A function compiling one of the backend's C files alone into a library (warnings as errors), loaded; the
+    test skips, saying why, where there is no C compiler (the in-process backend is built where it serves)."""
+    import ctypes
+    import subprocess
+
+    from server.secret_args import c_compiler
+
+    def build(source, name: str) -> ctypes.CDLL:
+        compiler = c_compiler()
+        if compiler is None:
+            pytest.skip("no C compiler (cc/gcc): the in-process backend is built where it serves")
+        target = tmp_path_factory.mktemp(name) / f"{name}.so"
+        command = [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(target), str(source)]
+        subprocess.run(command, check=True)
+        return ctypes.CDLL(str(target))
+
+    return build

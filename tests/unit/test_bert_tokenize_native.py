@@ -4,13 +4,9 @@ must give exactly the ids tokenizer.encode gives, truncation included; every oth
 
 from __future__ import annotations
 
-import ctypes
-import subprocess
-
 import numpy as np
 import pytest
 
-from server.secret_args import c_compiler
 from triton_models import INPROCESS_TOKENIZE, native_tokenize
 from triton_models.tokenize_core import load_tokenizer
 
@@ -18,15 +14,8 @@ tokenizers = pytest.importorskip("tokenizers")
 
 
 @pytest.fixture(scope="module")
-def library(tmp_path_factory):
-    compiler = c_compiler()
-    if compiler is None:
-        pytest.skip("no C compiler (cc/gcc): the in-process backend is built where it serves")
-    source = INPROCESS_TOKENIZE[1]
-    target = tmp_path_factory.mktemp("bert") / "bert_tokenize.so"
-    command = [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(target), str(source)]
-    subprocess.run(command, check=True)
-    return ctypes.CDLL(str(target))
+def library(c_library):
+    return c_library(INPROCESS_TOKENIZE[1], "bert_tokenize")
 
 
 @pytest.fixture(scope="module")

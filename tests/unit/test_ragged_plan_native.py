@@ -4,26 +4,17 @@ group every batch's rows exactly as the Python path does (same rows, same order,
 from __future__ import annotations
 
 import ctypes
-import subprocess
 
 import numpy as np
 import pytest
 
-from server.secret_args import c_compiler
 from triton_models import INPROCESS_RAGGED, ragged
 from triton_models.native_path import MAX_BATCHES, MAX_LENGTHS, grid_struct
 
 
 @pytest.fixture(scope="module")
-def plan_library(tmp_path_factory):
-    compiler = c_compiler()
-    if compiler is None:
-        pytest.skip("no C compiler (cc/gcc): the in-process backend is built where it serves")
-    source = INPROCESS_RAGGED[1]
-    target = tmp_path_factory.mktemp("plan") / "ragged_plan.so"
-    command = [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(target), str(source)]
-    subprocess.run(command, check=True)
-    library = ctypes.CDLL(str(target))
+def plan_library(c_library):
+    library = c_library(INPROCESS_RAGGED[1], "ragged_plan")
     pointer = ctypes.POINTER(ctypes.c_int64)
     library.ipr_plan.argtypes = (ctypes.c_void_p, pointer, ctypes.c_int64, pointer, pointer, pointer)
     library.ipr_plan.restype = ctypes.c_int64
