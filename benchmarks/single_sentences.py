@@ -1,0 +1,124 @@
+"""Single sentences at one concurrency, in one server: the text bench's engine, a copy of it with two instances,
+and its echo, taking turns (our gRPC client, text-bench's lognormal lengths, Triton's summaries off).
+
+The bench of record (`python -m loadtest text-bench`) serves single sentences in a server that also holds the text
+pipeline, writes the runners' statistics every second, and is driven by a process that measured the engine
+in-process first, and served requests of 32 sentences before. Each of those can be added here (--text, --stats,
+--inprocess-first, --batches-first), so that what the bench of record's setting costs single sentences is a figure
+of one run on one host.
+
+    .venv/bin/python -m benchmarks.single_sentences --out reports/single_sentences [--concurrency 256] \
+        [--rounds 3] [--text] [--stats] [--inprocess-first] [--batches-first]
+
+Writes single_sentences.md under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import statistics
+from pathlib import Path
+
+TWIN = "_x2"  # the copy of the engine with two instances
+
+
+def twin_of(repo: Path, engine: str) -> str:
+    """A copy of the engine's model folder whose instance group counts two: returns its name."""
+    twin = engine + TWIN
+    shutil.copytree(repo / engine, repo / twin)
+    config = (repo / twin / "config.pbtxt").read_text()
+    config = config.replace(f'name: "{engine}"', f'name: "{twin}"', 1)
+    config, found = re.subn(r"\bcount: 1\b", "count: 2", config, count=1)
+    if not found:
+        raise SystemExit(f"{engine}'s config has no instance count of 1 to double")
+    (repo / twin / "config.pbtxt").write_text(config)
+    return twin
+
+
+def build(args, out: Path):
+    """The engine and its echo as text-bench builds them (and its text pipeline with --text)."""
+    import torch
+
+    from loadtest.benches import text_bench as tb
+
+    gpu = torch.cuda.is_available()
+    settings = tb.TextBenchSettings(text=args.text, lengths=("lognormal",), tokenizer=args.tokenizer)
+    settings = tb.for_device(settings, gpu)
+    spec, models = tb.build(settings, out / "work", out / "repo", gpu)
+    if args.inprocess_first:
+        workload = tb.tw.Lengths.parse("lognormal", longest=spec.longest_sequence())
+        tb.inprocess(settings, spec, out / "work", gpu, [workload])
+    names = {"engine": models["engine"], "two instances": twin_of(out / "repo", models["engine"])}
+    names["echo"] = models["echo"]
+    return spec, names
+
+
+def measure(args, out: Path) -> dict[str, list[float]]:
+    """Sentences/s per model, one figure a round, the models taking turns."""
+    from loadtest.benches import text_bench as tb
+    from server.launcher import TritonTuning, running
+
+    spec, names = build(args, out)
+    lengths = tb.tw.Lengths.parse("lognormal", longest=spec.longest_sequence()).sample(8192)
+    stats = out / "ragged_stats" if args.stats else None
+    if stats is not None:
+        stats.mkdir(parents=True, exist_ok=True)
+    got: dict[str, list[float]] = {label: [] for label in names}
+    tuning = TritonTuning(latency_summaries=False)
+    with running(out / "repo", out / "state", startup_timeout=900, tuning=tuning, ragged_stats=stats) as state:
+        ep = state.endpoint("grpc", out / "repo")
+        if args.batches_first:  # the bench of record's order: requests of 32 sentences at concurrency 128 first
+            point = tb.Point(
+                path="served ids", model=names["engine"], encoder=names["engine"], per_request=32, concurrency=128
+            )
+            print(f"32 sentences a request first: {tb._client_point(point, ep, lengths)['throughput']:,.0f}/s")
+        for round_ in range(args.rounds):
+            for label, model in names.items():
+                point = tb.Point(path="served ids", model=model, encoder=model, per_request=1, concurrency=args.c)
+                result = tb._client_point(point, ep, lengths)
+                got[label].append(result["throughput"])
+                print(f"round {round_ + 1} {label}: {result['throughput']:,.0f}/s, p50 {result['p50_ms']:.2f} ms")
+    return got
+
+
+def report(args, got: dict[str, list[float]]) -> str:
+    held = [name for name, on in (("text pipeline", args.text), ("runners' statistics", args.stats)) if on]
+    if args.inprocess_first:
+        held.append("in-process measurements first")
+    if args.batches_first:
+        held.append("requests of 32 sentences at concurrency 128 first")
+    lines = [
+        f"# Single sentences at concurrency {args.c}, one server, taking turns",
+        "",
+        f"Also held: {', '.join(held) or 'nothing else'}.",
+        "",
+        "| model | rounds (sentences/s) | median |",
+        "|---|---|---:|",
+    ]
+    for label, figures in got.items():
+        rounds = ", ".join(f"{f:,.0f}" for f in figures)
+        lines.append(f"| {label} | {rounds} | {statistics.median(figures):,.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("reports/single_sentences"))
+    parser.add_argument("--concurrency", dest="c", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tokenizer", type=Path, default=None, help="tokenizer.json (--text; default: the zoo's)")
+    parser.add_argument("--text", action="store_true", help="the server also holds the text pipeline")
+    parser.add_argument("--stats", action="store_true", help="the runners write their statistics every second")
+    parser.add_argument("--inprocess-first", action="store_true", help="measure the engine in-process first")
+    parser.add_argument("--batches-first", action="store_true", help="serve 32 sentences a request at c128 first")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    text = report(args, measure(args, args.out))
+    (args.out / "single_sentences.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
