@@ -52,7 +52,20 @@ def build(args, out: Path):
         tb.inprocess(settings, spec, out / "work", gpu, [workload])
     names = {"engine": models["engine"], "two instances": twin_of(out / "repo", models["engine"])}
     names["echo"] = models["echo"]
-    return spec, names
+    return spec, names, settings.concurrency[-1]
+
+
+def batches_first(tb, ep, engine: str, lengths, concurrency: int) -> None:
+    """The bench of record's order: requests of 32 sentences at its highest concurrency (128 on a GPU) first."""
+    from common.errors import MeasurementError
+
+    point = tb.Point(path="served ids", model=engine, encoder=engine, per_request=32, concurrency=concurrency)
+    try:
+        print(
+            f"32 sentences a request first, c{concurrency}: {tb._client_point(point, ep, lengths)['throughput']:,.0f}/s"
+        )
+    except MeasurementError as err:  # a slow host answers none in the window: the load was still sent
+        print(f"32 sentences a request first, c{concurrency}: sent, not measured ({err})")
 
 
 def measure(args, out: Path) -> dict[str, list[float]]:
@@ -60,7 +73,7 @@ def measure(args, out: Path) -> dict[str, list[float]]:
     from loadtest.benches import text_bench as tb
     from server.launcher import TritonTuning, running
 
-    spec, names = build(args, out)
+    spec, names, heavy = build(args, out)
     lengths = tb.tw.Lengths.parse("lognormal", longest=spec.longest_sequence()).sample(8192)
     stats = out / "ragged_stats" if args.stats else None
     if stats is not None:
@@ -69,12 +82,9 @@ def measure(args, out: Path) -> dict[str, list[float]]:
     tuning = TritonTuning(latency_summaries=False)
     with running(out / "repo", out / "state", startup_timeout=900, tuning=tuning, ragged_stats=stats) as state:
         ep = state.endpoint("grpc", out / "repo")
-        if args.batches_first:  # the bench of record's order: requests of 32 sentences at concurrency 128 first
-            point = tb.Point(
-                path="served ids", model=names["engine"], encoder=names["engine"], per_request=32, concurrency=128
-            )
-            print(f"32 sentences a request first: {tb._client_point(point, ep, lengths)['throughput']:,.0f}/s")
         for round_ in range(args.rounds):
+            if args.batches_first and round_ == min(1, args.rounds - 1):  # a round before them, where two or more
+                batches_first(tb, ep, names["engine"], lengths, heavy)
             for label, model in names.items():
                 point = tb.Point(path="served ids", model=model, encoder=model, per_request=1, concurrency=args.c)
                 result = tb._client_point(point, ep, lengths)
@@ -88,7 +98,7 @@ def report(args, got: dict[str, list[float]]) -> str:
     if args.inprocess_first:
         held.append("in-process measurements first")
     if args.batches_first:
-        held.append("requests of 32 sentences at concurrency 128 first")
+        held.append("requests of 32 sentences at the bench's highest concurrency after round 1 (before it: one round)")
     lines = [
         f"# Single sentences at concurrency {args.c}, one server, taking turns",
         "",
@@ -112,7 +122,9 @@ def main() -> None:
     parser.add_argument("--text", action="store_true", help="the server also holds the text pipeline")
     parser.add_argument("--stats", action="store_true", help="the runners write their statistics every second")
     parser.add_argument("--inprocess-first", action="store_true", help="measure the engine in-process first")
-    parser.add_argument("--batches-first", action="store_true", help="serve 32 sentences a request at c128 first")
+    parser.add_argument(
+        "--batches-first", action="store_true", help="32 sentences a request (c128 on a GPU) after round 1 of 2+"
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     text = report(args, measure(args, args.out))
