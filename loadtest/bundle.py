@@ -10,6 +10,7 @@ Layout of the tarball (one top folder, triton-bundle/):
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -108,10 +109,20 @@ def _download_wheels(dest: Path, python: str, names: list[str], project: bool = 
         check=True,
     )
     if project:
-        root = Path(__file__).resolve().parent.parent
-        subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), str(root)], check=True
-        )
+        _project_wheel(dest)
+
+
+def _project_wheel(dest: Path) -> None:
+    """This project's wheel into dest; the build/ folder setuptools leaves in the checkout goes, unless it was there."""
+    root = Path(__file__).resolve().parent.parent
+    left = root / "build"
+    existed = left.exists()
+    try:
+        pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), str(root)]
+        subprocess.run(pip, check=True)
+    finally:
+        if not existed:
+            shutil.rmtree(left, ignore_errors=True)
 
 
 def make_bundle(out: Path, python: str) -> tuple[Path, Path]:
