@@ -54,7 +54,8 @@ class Journey:
         try:
             return make(target, *self.vars, *args, **kw)
         finally:
-            print(f"make {target} {' '.join(args)}: {time.monotonic() - started:.1f} s")  # where a journey spent it
+            took = time.monotonic() - started  # when a step ended and how long it took: where a journey spent it
+            print(f"{time.strftime('%H:%M:%S')} make {target} {' '.join(args)}: {took:.1f} s")
 
     def locust(self, protocol: str, seconds: int, out: str) -> subprocess.Popen:
         """Locust on digits_cnn in the background (what `make loadtest` runs, for a set time)."""
@@ -101,9 +102,29 @@ def _rollouts_under_load(journey: Journey, bad_build: Path) -> None:
         run.terminate()
     for run in runs:
         output, _ = run.communicate(timeout=180)
-        assert run.returncode == 0, f"requests failed during the rollouts:\n{output[-3000:]}"
+        assert run.returncode == 0, f"requests failed during the rollouts:\n{output[-3000:]}{_why(journey, output)}"
         assert "report:" in output and "(SIGTERM)" in output, output[-3000:]
         print(output.split("report:")[0][-700:])
+
+
+def _why(journey: Journey, output: str) -> str:
+    """What a failed run's requests answered and when, beside what the servers did then (loads, unloads,
+    restarts): Locust's failures (first and last seen), each replica's supervisor log and Triton's model events."""
+    said = []
+    folder = output.split("report: ")[-1].split("/report.md")[0] if "report: " in output else ""
+    failures = Path(folder) / "locust_failures.csv"
+    if failures.exists():
+        said.append(f"\n{failures}:\n{failures.read_text()[-3000:]}")
+    for replica in sorted(journey.state.glob("replica-*")):
+        supervisor = replica / "supervisor.log"
+        if supervisor.exists() and supervisor.read_text().strip():
+            said.append(f"\n{supervisor}:\n{supervisor.read_text()[-2000:]}")
+        log = replica / "tritonserver.log"
+        if log.exists():
+            lines = log.read_text(errors="replace").splitlines()
+            events = [line for line in lines if "model_lifecycle" in line and "_pipeline" not in line]
+            said.append(f"\n{log}, model events:\n" + "\n".join(line[:160] for line in events[-40:]))
+    return "".join(said)
 
 
 def test_serve_infer_perf_loadtest_rollout_stop(digits_build, bad_build, tmp_path):
