@@ -592,8 +592,14 @@ def _client_point(point: Point, ep, lengths) -> dict:
     seconds = point.interval_ms / 1000 * 3
     rows = [point.per_request] * len(payloads)
     result = ragged_load.run(ep.url, payloads, rows, point.concurrency, seconds)
-    note = f"{result.requests} requests in {result.seconds:g} s, {result.errors} failed"
+    note = f"{result.requests} requests in {result.seconds:g} s, {result.errors} failed; {client_load(result)}"
     return {"throughput": result.rows_per_s, "p50_ms": result.p50_ms, "p99_ms": result.p99_ms, "note": note}
+
+
+def client_load(result) -> str:
+    """How busy the client was: its busiest process in cores, and whether that may have set the pace."""
+    said = f"the client's {result.processes} processes, the busiest {result.client_busy:.2f} of a core"
+    return said + (" (client-bound: the server may serve more)" if result.client_bound else "")
 
 
 def _metadata(client, model: str) -> dict:

@@ -21,6 +21,7 @@ import numpy as np
 from common.errors import MeasurementError
 
 INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
+CLIENT_BOUND = 0.9  # a client process this busy (cores) may set the pace itself
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,6 +35,13 @@ class LoadResult:
     p99_ms: float
     errors: int
     first_error: str = ""
+    processes: int = 1
+    client_busy: float = 0.0  # the busiest client process's CPU time over its run, in cores (1.0: one core, all along)
+
+    @property
+    def client_bound(self) -> bool:
+        """A client process was busy nearly all along: the figure may be the client's, not the server's."""
+        return self.client_busy >= CLIENT_BOUND
 
     @property
     def rows_per_s(self) -> float:
@@ -88,7 +96,7 @@ async def _closed_loop(url, payloads, rows, concurrency, warmup_s, seconds, head
     async with grpc.aio.insecure_channel(url, options=options) as channel:
         infer = channel.unary_unary(INFER_METHOD)  # bytes in, bytes out: nothing serialized per request
         metadata = tuple(headers.items()) or None
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         begin, end = start + warmup_s, start + warmup_s + seconds
         state = {"next": 0, "latencies": [], "rows": 0, "errors": 0, "first_error": ""}
 
@@ -112,7 +120,8 @@ async def _closed_loop(url, payloads, rows, concurrency, warmup_s, seconds, head
                 index += concurrency
 
         await asyncio.gather(*(one_user(i) for i in range(concurrency)))
-        return state["latencies"], state["rows"], state["errors"], state["first_error"]
+        busy = (time.process_time() - cpu) / max(time.perf_counter() - start, 1e-9)
+        return state["latencies"], state["rows"], state["errors"], state["first_error"], busy
 
 
 def run(
@@ -127,7 +136,8 @@ def run(
     cores: set[int] | None = None,
 ) -> LoadResult:
     """`concurrency` requests in flight (spread over worker processes) for `seconds` after a warm-up; cores: the
-    workers run on those alone (one process a core, up to 8).
+    workers run on those alone (one process a core, up to 8). Each process measures its own CPU time: a process
+    busy nearly all along (client_bound) may have set the pace, not the server.
 
     Raises:
         MeasurementError: no request succeeded (the first error says why).
@@ -173,4 +183,6 @@ def run(
         p99_ms=float(np.percentile(latencies, 99)),
         errors=errors,
         first_error=first,
+        processes=len(results),
+        client_busy=max(r[4] for r in results),
     )

@@ -119,3 +119,23 @@ def test_a_failed_point_keeps_the_finished_ones(served, tmp_path):
     )
     assert len(rows) == 1 and rows[0]["model"] == "digits_cnn"
     assert [f.model for f in failures] == ["no_such_model"] and "no_such_model" in perf.failures_table(failures)
+
+
+def test_the_closed_loop_client_answers_every_request_and_says_how_busy_it_was(served):
+    """Our gRPC client (what text-bench drives varied lengths with) against the real server: requests of 1 and 3
+    rows, every one answered, rows counted per request, and each process's CPU time reported (a process cannot
+    have been busier than the one core it runs on, and did some work)."""
+    import os
+
+    import numpy as np
+
+    from loadtest.workloads import ragged_load
+
+    made = [{"input": np.full((rows, 1, 8, 8), i, np.float32)} for i, rows in enumerate((1, 3, 1, 3))]
+    payloads = ragged_load.serialize("digits_cnn", made, ["logits"])
+    ep = served.endpoint("grpc")
+    result = ragged_load.run(ep.url, payloads, [1, 3, 1, 3], concurrency=4, seconds=2.0, processes=2, warmup_s=0.5)
+    assert result.errors == 0 and result.requests > 0 and result.processes == 2
+    assert result.requests <= result.rows <= 3 * result.requests
+    assert 0 < result.client_busy <= (os.cpu_count() or 1)
+    assert result.client_bound == (result.client_busy >= ragged_load.CLIENT_BOUND)
