@@ -33,6 +33,7 @@ from server.supervisor_process import await_supervisor, signal_supervisor, start
 
 CLUSTER = "cluster.json"
 ADMIN_SOCKET = "envoy-admin.sock"
+MAX_REPLICAS = 100  # on one host; the edge reads "none healthy" as below 1% of them (envoy_config.PANIC_PERCENT)
 
 
 @dataclass(frozen=True)
@@ -70,8 +71,11 @@ class ClusterSettings:
     def __post_init__(self):
         if self.record is not None and self.edge is None:
             raise ServerError("recording the traffic needs the edge (it reads each request there): turn the edge on")
-        if self.replicas < 1:
-            raise ServerError(f"REPLICAS={self.replicas}: a cluster needs at least one replica")
+        if not 1 <= self.replicas <= MAX_REPLICAS:
+            raise ServerError(
+                f"REPLICAS={self.replicas}: a cluster on one host runs 1 to {MAX_REPLICAS} replicas "
+                "(the edge's panic threshold, 1%, means 'none healthy' up to there)"
+            )
         if self.single and self.replicas != 1:
             raise ServerError("a single server behind the edge has one replica")
         top = self.replica_base_port + 4 * self.replicas - 1

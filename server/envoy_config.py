@@ -26,6 +26,12 @@ STATS_PATH = "/stats/prometheus"
 HTTP_INFER = r"^/v2/models/[A-Za-z0-9_.-]+(/versions/[0-9]+)?/infer$"
 GRPC_STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
 GRPC_INFER = ("/inference.GRPCInferenceService/ModelInfer", GRPC_STREAM)
+# Envoy's panic threshold (percent of replicas healthy): below it, Envoy sends to every replica, healthy or not.
+# At 1 (Envoy rounds it to a whole percent; 0 turns panic off), only where none is healthy (up to 100 replicas): a
+# single server that missed one liveness check on a busy host (a stall of a second) would otherwise have every
+# request refused "no healthy upstream" until its next check; sent to it anyway, they wait and are answered.
+# While one replica is healthy, those known bad get nothing.
+PANIC_PERCENT = 1
 GRPC_SHM_REGISTER = "/inference.GRPCInferenceService/SystemSharedMemoryRegister"
 GRPC_ERRORS_FILTER = "edge.grpc_errors"  # Lua on gRPC answers, on the register route only (server/grpc_errors.lua)
 LUA = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"
@@ -169,7 +175,7 @@ def upstream(name: str, s: EnvoySettings, protocol: str) -> dict:
         "circuit_breakers": {
             "thresholds": [{"max_requests": s.balancing.max_requests, "max_pending_requests": s.balancing.max_requests}]
         },
-        "common_lb_config": {"healthy_panic_threshold": {"value": 0}},  # never send to replicas known bad
+        "common_lb_config": {"healthy_panic_threshold": {"value": PANIC_PERCENT}},  # none healthy: send anyway
     }
     if protocol == "grpc":
         options = {"@type": HTTP_OPTIONS, "explicit_http_config": {"http2_protocol_options": {}}}

@@ -343,3 +343,28 @@ def test_a_config_override_cannot_name_code_or_files(edged, key):
     body = json.dumps({"parameters": {"config": config}}).encode()
     status, answer = _http(edged, "/v2/repository/models/digits_cnn/load", body, state.admin_headers())
     assert status == 403 and key in answer, answer
+
+
+def test_a_server_that_stalls_for_a_moment_loses_no_request_through_the_edge(edged):
+    """A single server that answers nothing for 1.6 s (SIGSTOP: a swap storm, a busy host) misses a liveness check,
+    so its supervisor says "not ready" for a moment. With no other replica to send them to, the edge keeps sending
+    requests there (they wait, then are answered) rather than failing every one with "no healthy upstream"."""
+    import signal
+    import time
+
+    from tests.functional.load import ClosedLoop
+
+    state = endpoints.read_state(edged.state_dir)
+    fronts = [endpoint_of(state, edged.repo, p) for p in ("http", "grpc")]
+    pid = _server_pid(edged)
+    with ClosedLoop(fronts, "digits_cnn", {"input": GOOD}, settle=1.0) as load:
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(1.6)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(2.0)  # readiness back, and Envoy's next health check sees it
+    counts = load.counts()
+    print(f"a 1.6 s stall under load: {counts} (protocol: requests, failed)")
+    assert _server_pid(edged) == pid and load.failures() == [], load.failures()[:5]
+    assert all(requests > 10 for requests, _ in counts.values())
