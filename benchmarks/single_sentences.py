@@ -89,9 +89,8 @@ def measure(args, out: Path) -> dict[str, list[float]]:
                 point = tb.Point(path="served ids", model=model, encoder=model, per_request=1, concurrency=args.c)
                 result = tb._client_point(point, ep, lengths)
                 got[label].append(result["throughput"])
-                client = result["note"].split("; ", 1)[-1]  # how busy the client was
                 figures = f"{result['throughput']:,.0f}/s, p50 {result['p50_ms']:.2f} ms"
-                print(f"round {round_ + 1} {label}: {figures}; {client}")
+                print(f"round {round_ + 1} {label}: {figures}; {result['client']}")
     return got
 
 

@@ -592,8 +592,10 @@ def _client_point(point: Point, ep, lengths) -> dict:
     seconds = point.interval_ms / 1000 * 3
     rows = [point.per_request] * len(payloads)
     result = ragged_load.run(ep.url, payloads, rows, point.concurrency, seconds)
-    note = f"{result.requests} requests in {result.seconds:g} s, {result.errors} failed; {client_load(result)}"
-    return {"throughput": result.rows_per_s, "p50_ms": result.p50_ms, "p99_ms": result.p99_ms, "note": note}
+    client = client_load(result)
+    note = f"{result.requests} requests in {result.seconds:g} s, {result.errors} failed; {client}"
+    figures = {"throughput": result.rows_per_s, "p50_ms": result.p50_ms, "p99_ms": result.p99_ms}
+    return {**figures, "note": note, "client": client}
 
 
 def client_load(result) -> str:

@@ -4,9 +4,11 @@ on HTTP through Envoy and on gRPC straight to the server; the server's pid never
 import http.client
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import grpc
 import numpy as np
@@ -19,6 +21,7 @@ from clients.infer import infer
 from common import endpoints
 from server.cluster import ADMIN_SOCKET, start_cluster, stop_cluster
 from tests.functional.conftest import behind_edge, endpoint_of
+from tests.functional.load import ClosedLoop
 
 pytestmark = pytest.mark.functional
 GOOD = np.zeros((1, 1, 8, 8), np.float32)
@@ -349,11 +352,6 @@ def test_a_server_that_stalls_for_a_moment_loses_no_request_through_the_edge(edg
     """A single server that answers nothing for 1.6 s (SIGSTOP: a swap storm, a busy host) misses a liveness check,
     so its supervisor says "not ready" for a moment. With no other replica to send them to, the edge keeps sending
     requests there (they wait, then are answered) rather than failing every one with "no healthy upstream"."""
-    import signal
-    import time
-
-    from tests.functional.load import ClosedLoop
-
     state = endpoints.read_state(edged.state_dir)
     fronts = [endpoint_of(state, edged.repo, p) for p in ("http", "grpc")]
     pid = _server_pid(edged)

@@ -86,33 +86,32 @@ def _rollouts_under_load(journey: Journey, bad_build: Path) -> None:
     fixed run time either ended before a slow host's last rollout step (which then failed for lack of traffic,
     as it should) or outlasted a quick one."""
     journey.make("build-engines", "MODELS=digits_cnn", f"REPO={journey.root / 'next'}")
-    runs = [journey.locust(p, HELD_S, f"rollout_{p}") for p in ("http", "grpc")]
+    runs = {f"rollout_{p}": journey.locust(p, HELD_S, f"rollout_{p}") for p in ("http", "grpc")}
     time.sleep(6)
     good = journey.make("rollout", "MODEL=digits_cnn", f"FROM={journey.root / 'next'}")
     assert "serving (was v1)" in good.stdout, good.stdout
     bad = journey.make("rollout", "MODEL=digits_cnn", f"FROM={bad_build}", check=False)
     assert bad.returncode != 0 and "rejected" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
     # by traffic share, under a load of its own: the edge sends the build 10%, then all, of the HTTP requests
-    runs += [journey.locust("http", HELD_S, "rollout_share_http")]
+    runs["rollout_share_http"] = journey.locust("http", HELD_S, "rollout_share_http")
     time.sleep(4)
     shared = journey.make("rollout", "MODEL=digits_cnn", f"FROM={journey.root / 'next'}", "CANARY=10 100", "HOLD=2")
     assert "serving (was v2)" in shared.stdout and "  10%: " in shared.stdout, shared.stdout + shared.stderr
     time.sleep(2)  # the load goes on past the last step
-    for run in runs:
+    for run in runs.values():
         run.terminate()
-    for run in runs:
+    for out, run in runs.items():
         output, _ = run.communicate(timeout=180)
-        assert run.returncode == 0, f"requests failed during the rollouts:\n{output[-3000:]}{_why(journey, output)}"
+        assert run.returncode == 0, f"requests failed during the rollouts:\n{output[-3000:]}{_why(journey, out)}"
         assert "report:" in output and "(SIGTERM)" in output, output[-3000:]
         print(output.split("report:")[0][-700:])
 
 
-def _why(journey: Journey, output: str) -> str:
+def _why(journey: Journey, out: str) -> str:
     """What a failed run's requests answered and when, beside what the servers did then (loads, unloads,
     restarts): Locust's failures (first and last seen), each replica's supervisor log and Triton's model events."""
     said = []
-    folder = output.split("report: ")[-1].split("/report.md")[0] if "report: " in output else ""
-    failures = Path(folder) / "locust_failures.csv"
+    failures = journey.root / out / "locust_failures.csv"
     if failures.exists():
         said.append(f"\n{failures}:\n{failures.read_text()[-3000:]}")
     for replica in sorted(journey.state.glob("replica-*")):

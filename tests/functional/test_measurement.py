@@ -123,8 +123,8 @@ def test_a_failed_point_keeps_the_finished_ones(served, tmp_path):
 
 def test_the_closed_loop_client_answers_every_request_and_says_how_busy_it_was(served):
     """Our gRPC client (what text-bench drives varied lengths with) against the real server: requests of 1 and 3
-    rows, every one answered, rows counted per request, and each process's CPU time reported (a process cannot
-    have been busier than the one core it runs on, and did some work)."""
+    rows, every one answered, rows counted per request, and each process's CPU time reported (some work, at most every
+    core of the host: gRPC's own threads count with the process's)."""
     import os
 
     import numpy as np
