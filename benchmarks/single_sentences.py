@@ -1,5 +1,5 @@
 """Single sentences at one concurrency, in one server: the text bench's engine, a copy of it with two instances,
-and its echo, taking turns (our gRPC client, text-bench's lognormal lengths, Triton's summaries off).
+and its echo, taking turns (our closed-loop client over gRPC or HTTP, text-bench's lognormal lengths, summaries off).
 
 The bench of record (`python -m loadtest text-bench`) serves single sentences in a server that also holds the text
 pipeline, writes the runners' statistics every second, and is driven by a process that measured the engine
@@ -8,7 +8,8 @@ in-process first, and served requests of 32 sentences before. Each of those can 
 of one run on one host.
 
     .venv/bin/python -m benchmarks.single_sentences --out reports/single_sentences [--concurrency 256] \
-        [--rounds 3] [--text] [--stats] [--inprocess-first] [--batches-first]
+        [--rounds 3] [--text] [--stats] [--inprocess-first] [--batches-first] [--processes 8,16] \
+        [--protocols grpc,http]
 
 Writes single_sentences.md under --out.
 """
@@ -16,6 +17,7 @@ Writes single_sentences.md under --out.
 from __future__ import annotations
 
 import argparse
+import itertools
 import re
 import shutil
 import statistics
@@ -78,19 +80,20 @@ def measure(args, out: Path) -> dict[str, list[float]]:
     stats = out / "ragged_stats" if args.stats else None
     if stats is not None:
         stats.mkdir(parents=True, exist_ok=True)
-    got: dict[str, list[float]] = {label: [] for label in names}
+    got: dict[str, list[float]] = {}
     tuning = TritonTuning(latency_summaries=False)
     with running(out / "repo", out / "state", startup_timeout=900, tuning=tuning, ragged_stats=stats) as state:
-        ep = state.endpoint("grpc", out / "repo")
+        eps = {protocol: state.endpoint(protocol, out / "repo") for protocol in ("grpc", "http")}
         for round_ in range(args.rounds):
             if args.batches_first and round_ == min(1, args.rounds - 1):  # a round before them, where two or more
-                batches_first(tb, ep, names["engine"], lengths, heavy)
-            for label, model in names.items():
+                batches_first(tb, eps["grpc"], names["engine"], lengths, heavy)
+            for (label, model), protocol, processes in itertools.product(names.items(), args.protocols, args.processes):
                 point = tb.Point(path="served ids", model=model, encoder=model, per_request=1, concurrency=args.c)
-                result = tb._client_point(point, ep, lengths)
-                got[label].append(result["throughput"])
+                result = tb._client_point(point, eps[protocol], lengths, processes)
+                key = f"{label}, {protocol}" + (f", {processes} client processes" if processes else "")
+                got.setdefault(key, []).append(result["throughput"])
                 figures = f"{result['throughput']:,.0f}/s, p50 {result['p50_ms']:.2f} ms"
-                print(f"round {round_ + 1} {label}: {figures}; {result['client']}")
+                print(f"round {round_ + 1} {key}: {figures}; {result['client']}", flush=True)
     return got
 
 
@@ -125,6 +128,15 @@ def main() -> None:
     parser.add_argument("--inprocess-first", action="store_true", help="measure the engine in-process first")
     parser.add_argument(
         "--batches-first", action="store_true", help="32 sentences a request (c128 on a GPU) after round 1 of 2+"
+    )
+    parser.add_argument(
+        "--processes",
+        type=lambda s: [int(n) for n in s.split(",")],
+        default=[0],
+        help="the client's processes, each a row (0: its own choice); e.g. 8,12,16",
+    )
+    parser.add_argument(
+        "--protocols", type=lambda s: s.split(","), default=["grpc"], help="grpc, http or both (grpc,http)"
     )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

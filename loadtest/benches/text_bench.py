@@ -6,8 +6,8 @@ distribution (seeded lognormal, and all sentences at 32 tokens):
   padded to its own longest (sentence-transformers' way), and the served engine's own runner (compiled, CUDA
   graphs over the same length and batch buckets on a GPU) on the same sentences;
 - served from token ids: perf_analyzer, 32 sentences per request over a concurrency sweep, and single-sentence
-  requests at high concurrency; the mean batch from Triton's statistics, padding efficiency and graph memory
-  from the runner's own statistics (TRITON_RAGGED_STATS);
+  requests at high concurrency over gRPC and over HTTP (our closed-loop client); the mean batch from Triton's
+  statistics, padding efficiency and graph memory from the runner's own statistics (TRITON_RAGGED_STATS);
 - served from raw text through <model>_pipeline (tokenize step batched, encoder pooled);
 - one 32-token sentence, batch 1: p50 from ids and from text.
 Every row names the shapes it was measured with. On a host without a GPU the same rows run on the CPU, with
@@ -34,6 +34,7 @@ from loadtest.reporting.html_page import write_html
 from loadtest.workloads import text as tw
 
 ONNX_QUEUE_DELAY_US = 500  # the CPU's ONNX rows
+SINGLE_PROTOCOLS = ("grpc", "http")  # single sentences at high concurrency, the engine and its echo, over each
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -448,6 +449,7 @@ class Point:
     words: tuple[str, ...] = tw.WORDS  # served text: the words its texts are made of
     zipf: float = 0.0  # ... drawn uniformly (0) or with weight 1 / rank**zipf
     interval_ms: int = 3000  # perf_analyzer's window; the client's runs last three of them
+    protocol: str = ""  # which of the server's endpoints ("": gRPC's, or the one given)
 
 
 def describe_words(words: tuple[str, ...], zipf: float) -> str:
@@ -461,7 +463,7 @@ def served_point(point: Point, ep, analyzer, lengths: np.ndarray, label: str, st
     """One point on input data of the workload's shapes; the batch, padding and memory the server saw."""
     before, padding = _stats(ep, point.encoder), stats.read(point.encoder)
     steps_before = _step_stats(ep, point)
-    tool = "our gRPC client (requests made once)"  # cores of its own are ours to set, not perf_analyzer's
+    tool = f"our {ep.protocol} client (requests made once)"  # cores of its own are ours to set
     if perf_can_send(point, lengths):
         tool = "perf_analyzer"
     what = f"{point.path} {point.model}, {point.per_request} per request, c{point.concurrency}"
@@ -570,7 +572,7 @@ def _perf_point(point: Point, ep, analyzer, lengths, label, raw: Path) -> dict:
     return {**row, "note": note}
 
 
-def _client_point(point: Point, ep, lengths) -> dict:
+def _client_point(point: Point, ep, lengths, processes: int = 0) -> dict:
     from loadtest.workloads import ragged_load
 
     with ep.client() as client:
@@ -588,10 +590,16 @@ def _client_point(point: Point, ep, lengths) -> dict:
     else:
         names = [i["name"] for i in meta["inputs"]]
         made = [tw.token_arrays(names, ids, mask) for ids, mask in tw.requests(lengths, point.per_request)]
-    payloads = ragged_load.serialize(point.model, made, [o["name"] for o in meta["outputs"]])
+    outputs = [o["name"] for o in meta["outputs"]]
+    if ep.protocol == "http":
+        payloads = ragged_load.serialize_http(point.model, made, outputs, ep.url, ep.headers)
+    else:
+        payloads = ragged_load.serialize(point.model, made, outputs)
     seconds = point.interval_ms / 1000 * 3
     rows = [point.per_request] * len(payloads)
-    result = ragged_load.run(ep.url, payloads, rows, point.concurrency, seconds)
+    result = ragged_load.run(
+        ep.url, payloads, rows, point.concurrency, seconds, processes=processes, protocol=ep.protocol
+    )
     client = client_load(result)
     note = f"{result.requests} requests in {result.seconds:g} s, {result.errors} failed; {client}"
     figures = {"throughput": result.rows_per_s, "p50_ms": result.p50_ms, "p99_ms": result.p99_ms}
@@ -600,7 +608,8 @@ def _client_point(point: Point, ep, lengths) -> dict:
 
 def client_load(result) -> str:
     """How busy the client was: its busiest process in cores, and whether that may have set the pace."""
-    said = f"the client's {result.processes} processes, the busiest {result.client_busy:.2f} of a core"
+    processes = f"{result.processes} process" + ("es" if result.processes > 1 else "")
+    said = f"the client's {processes}, the busiest {result.client_busy:.2f} of a core"
     return said + (" (client-bound: the server may serve more)" if result.client_bound else "")
 
 
@@ -612,9 +621,10 @@ def _metadata(client, model: str) -> dict:
 
 
 def served_rows(
-    settings, ep, analyzer, models: dict, lengths: np.ndarray, label: str, stats, raw: Path
+    settings, eps: dict, analyzer, models: dict, lengths: np.ndarray, label: str, stats, raw: Path
 ) -> list[TextRow]:
-    """Every served point of one length distribution: ids (per_request and single sentences), text, before."""
+    """Every served point of one length distribution: ids (per_request and single sentences, these over gRPC and
+    HTTP), text, before. eps: the server's Endpoint per protocol (gRPC's unless a point says)."""
     window = settings.interval_ms
     engine = models["engine"]
     points = [
@@ -629,8 +639,17 @@ def served_rows(
         for c in settings.concurrency
     ]
     points += [
-        Point(path="served ids", model=engine, encoder=engine, per_request=1, concurrency=c, interval_ms=window)
+        Point(
+            path="served ids",
+            model=engine,
+            encoder=engine,
+            per_request=1,
+            concurrency=c,
+            interval_ms=window,
+            protocol=protocol,
+        )
         for c in settings.single_concurrency
+        for protocol in SINGLE_PROTOCOLS
     ]
     if models.get("pipeline"):
         words, zipf = text_words(settings)
@@ -651,11 +670,18 @@ def served_rows(
         if models.get(key):
             points += [
                 Point(
-                    path=path, model=models[key], encoder=models[key], per_request=1, concurrency=c, interval_ms=window
+                    path=path,
+                    model=models[key],
+                    encoder=models[key],
+                    per_request=1,
+                    concurrency=c,
+                    interval_ms=window,
+                    protocol=protocol,
                 )
                 for c in settings.single_concurrency[:1]
+                for protocol in (SINGLE_PROTOCOLS if key == "echo" else ("grpc",))
             ]
-    return [_safe_point(p, ep, analyzer, lengths, label, stats, raw) for p in points]
+    return [_safe_point(p, eps[p.protocol or "grpc"], analyzer, lengths, label, stats, raw) for p in points]
 
 
 def _safe_point(point, ep, analyzer, lengths, label, stats, raw) -> TextRow:
@@ -777,14 +803,15 @@ def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
     analyzer = find_perf_analyzer()
     tuning = TritonTuning(latency_summaries=settings.latency_summaries)
     with running(repo, out / "state", startup_timeout=900, ragged_stats=stats.folder, tuning=tuning) as state:
-        ep = state.endpoint("grpc", repo)
+        eps = {protocol: state.endpoint(protocol, repo) for protocol in ("grpc", "http")}
+        ep = eps["grpc"]
         reference = _reference(work / spec.name / "model.pt2")
         rows += accuracy_rows(ep, models, reference, settings.tokenizer or _default_tokenizer(), "")
         rows += latency_rows(settings, state, repo, analyzer, models, stats, out / "raw")
         _write(rows, out, settings, spec)
         for workload in workloads:
             lengths = workload.sample(settings.sentences)
-            rows += served_rows(settings, ep, analyzer, models, lengths, workload.describe(), stats, out / "raw")
+            rows += served_rows(settings, eps, analyzer, models, lengths, workload.describe(), stats, out / "raw")
             _write(rows, out, settings, spec)  # as results come: a run cut short keeps what it measured
         _keep_metrics(state, out / "metrics.txt")
     return rows

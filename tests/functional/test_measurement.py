@@ -139,3 +139,36 @@ def test_the_closed_loop_client_answers_every_request_and_says_how_busy_it_was(s
     assert result.requests <= result.rows <= 3 * result.requests
     assert 0 < result.client_busy <= (os.cpu_count() or 1)
     assert result.client_bound == (result.client_busy >= ragged_load.CLIENT_BOUND)
+
+
+def test_the_closed_loop_client_over_http_counts_a_refused_request_and_the_others_succeed(served):
+    """The same client over HTTP (one keep-alive connection a user): a request the server refuses (a wrong
+    datatype) is an error with Triton's own message, and every other request on the same connections succeeds."""
+    import numpy as np
+
+    from loadtest.workloads import ragged_load
+
+    ep = served.endpoint("http")
+    made = [{"input": np.full((rows, 1, 8, 8), i, np.float32)} for i, rows in enumerate((1, 3, 1))]
+    made.append({"input": np.zeros((1, 1, 8, 8), np.float64)})  # FP64: digits_cnn takes FP32
+    payloads = ragged_load.serialize_http("digits_cnn", made, ["logits"], ep.url)
+    result = ragged_load.run(
+        ep.url, payloads, [1, 3, 1, 1], concurrency=4, seconds=2.0, processes=2, warmup_s=0.5, protocol="http"
+    )
+    assert result.requests > 0 and result.errors > 0 and result.processes == 2
+    assert result.first_error.startswith("HTTP 400") and "FP64" in result.first_error
+    # the 3-row requests were sent by the process whose other user sent only refused ones: they succeeded
+    assert result.requests < result.rows <= 3 * result.requests
+
+
+def test_text_bench_measures_single_sentences_over_http_with_its_own_client(served):
+    """text-bench's client point on the server's HTTP endpoint: every sentence answered, over HTTP."""
+    from loadtest.benches import text_bench
+    from loadtest.workloads import text as tw
+
+    point = text_bench.Point(
+        path="served ids", model="minilm", encoder="minilm", per_request=1, concurrency=4, interval_ms=500
+    )
+    measured = text_bench._client_point(point, served.endpoint("http"), tw.Lengths(longest=64).sample(64), processes=1)
+    assert measured["throughput"] > 0 and ", 0 failed" in measured["note"]
+    assert "the client's 1 process," in measured["client"]

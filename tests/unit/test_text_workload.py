@@ -76,6 +76,51 @@ def test_serialized_requests_carry_each_requests_shape():
     assert [o.name for o in message.outputs] == ["embedding"]
 
 
+def test_http_requests_carry_each_requests_shape_and_its_raw_contents():
+    made = [dict(zip(("input_ids", "attention_mask"), pair)) for pair in tw.requests(np.array([3, 9, 4, 4]), 2)]
+    payloads = ragged_load.serialize_http("m", made, ["embedding"], "127.0.0.1:8000", {"x-team": "a"})
+    head, _, body = payloads[1].partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    fields = dict(line.split(": ", 1) for line in lines[1:])
+    assert lines[0] == "POST /v2/models/m/infer HTTP/1.1" and fields["x-team"] == "a"
+    assert int(fields["Content-Length"]) == len(body)
+    size = int(fields["Inference-Header-Content-Length"])
+    header, raw = json.loads(body[:size]), body[size:]
+    assert [(i["name"], i["shape"], i["datatype"]) for i in header["inputs"]] == [
+        ("input_ids", [2, 4], "INT64"),
+        ("attention_mask", [2, 4], "INT64"),
+    ]
+    assert [i["parameters"]["binary_data_size"] for i in header["inputs"]] == [64, 64] and len(raw) == 128
+    assert raw[:64] == made[1]["input_ids"].tobytes()
+    assert header["outputs"] == [{"name": "embedding", "parameters": {"binary_data": True}}]
+
+
+@pytest.mark.parametrize(
+    "answer, expected",
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabcNEXT", (200, b"abc")),
+        (b"HTTP/1.1 400 Bad Request\r\ncontent-length: 2\r\n\r\n{}", (400, b"{}")),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc", ValueError),
+        (b"HTTP/1.1 200 OK\r\nServer: x\r\n\r\n", ValueError),
+        (b"SSH-2.0-OpenSSH\r\n\r\n", ValueError),
+    ],
+)
+def test_the_http_client_reads_an_answer_by_its_content_length_and_refuses_what_it_cannot_read(answer, expected):
+    import asyncio
+
+    async def read():
+        reader = asyncio.StreamReader()
+        reader.feed_data(answer)
+        reader.feed_eof()
+        return await ragged_load.read_answer(reader)
+
+    if expected is ValueError:
+        with pytest.raises(ValueError):
+            asyncio.run(read())
+    else:
+        assert asyncio.run(read()) == expected
+
+
 def test_text_bench_fills_its_sizes_for_the_host_and_keeps_what_was_given():
     from loadtest.benches.text_bench import TextBenchSettings, for_device
 
