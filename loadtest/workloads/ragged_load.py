@@ -24,6 +24,7 @@ from common.errors import MeasurementError
 
 INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 CLIENT_BOUND = 0.9  # a client process this busy (cores) may set the pace itself
+RECONNECT_S = 0.01  # HTTP: a user whose connection failed opens another this much later
 MAX_PROCESSES = 16  # at c256 on a 16-core H200 host, 16 gRPC processes served single sentences 1.09x what 8 did
 
 
@@ -152,8 +153,11 @@ async def _grpc_loop(url, payloads, rows, concurrency, warmup_s, seconds, header
         return await _closed_loop(send, payloads, rows, concurrency, warmup_s, seconds)
 
 
-async def _http_loop(url, payloads, rows, concurrency, warmup_s, seconds, headers):
-    """One keep-alive connection a user, opened again after an error; the answer read by its Content-Length."""
+async def _http_loop(
+    url: str, payloads: list[bytes], rows: list[int], concurrency: int, warmup_s: float, seconds: float, headers: dict
+):
+    """One keep-alive connection a user, opened again after an error (a moment later: a server that refuses
+    connections is not spun on); the answer read by its Content-Length. headers: already in the payloads."""
     import asyncio
 
     host, port = url.rsplit(":", 1)
@@ -168,6 +172,7 @@ async def _http_loop(url, payloads, rows, concurrency, warmup_s, seconds, header
             status, body = await read_answer(reader)
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as err:
             _close(connections.pop(user, None))
+            await asyncio.sleep(RECONNECT_S)
             return f"{type(err).__name__}: {err}"
         return "" if status == 200 else f"HTTP {status}: {_error_text(body)}"
 

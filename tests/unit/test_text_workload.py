@@ -256,3 +256,25 @@ def test_the_native_paths_unload_line_gives_each_step_per_request():
     said = per_request_us(counted)
     assert said.startswith("; µs per request: read and check 0.5, plan, stage and launch 0.0")
     assert "answer 20.0" in said and said.count(",") == len(RAGGED_TIMERS) - 1 + 1  # "plan, stage and launch"
+
+
+def test_the_http_client_says_why_no_request_succeeded_where_nothing_listens():
+    from common.endpoints import free_ports
+
+    url = f"127.0.0.1:{free_ports(1)[0]}"
+    payloads = ragged_load.serialize_http("m", [{"x": np.zeros((1, 2), np.float32)}], ["y"], url)
+    with pytest.raises(MeasurementError, match="ConnectionRefusedError"):
+        ragged_load.run(url, payloads, [1], concurrency=2, seconds=0.3, processes=1, warmup_s=0.1, protocol="http")
+    with pytest.raises(MeasurementError, match="grpc or http"):
+        ragged_load.run(url, payloads, [1], concurrency=2, protocol="websocket")
+
+
+@pytest.mark.parametrize("busy, bound", [(0.5, False), (0.89, False), (0.9, True), (1.7, True)])
+def test_a_client_process_busy_nearly_all_along_marks_the_figure_as_possibly_the_clients(busy, bound):
+    from loadtest.benches.text_bench import client_load
+
+    result = ragged_load.LoadResult(
+        requests=10, rows=10, seconds=1.0, p50_ms=1.0, p99_ms=2.0, errors=0, processes=2, client_busy=busy
+    )
+    assert result.client_bound is bound
+    assert ("client-bound" in client_load(result)) is bound and "the client's 2 processes" in client_load(result)
