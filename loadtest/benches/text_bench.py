@@ -34,6 +34,7 @@ from loadtest.reporting.html_page import write_html
 from loadtest.workloads import text as tw
 
 ONNX_QUEUE_DELAY_US = 500  # the CPU's ONNX rows
+TRANSPORTS = {"grpc": "gRPC", "http": "HTTP"}  # as a row's note names them
 SINGLE_PROTOCOLS = ("grpc", "http")  # single sentences at high concurrency, the engine and its echo, over each
 
 
@@ -463,7 +464,7 @@ def served_point(point: Point, ep, analyzer, lengths: np.ndarray, label: str, st
     """One point on input data of the workload's shapes; the batch, padding and memory the server saw."""
     before, padding = _stats(ep, point.encoder), stats.read(point.encoder)
     steps_before = _step_stats(ep, point)
-    tool = f"our {ep.protocol} client (requests made once)"  # cores of its own are ours to set
+    tool = f"our {TRANSPORTS[ep.protocol]} client (requests made once)"  # cores of its own are ours to set
     if perf_can_send(point, lengths):
         tool = "perf_analyzer"
     what = f"{point.path} {point.model}, {point.per_request} per request, c{point.concurrency}"
