@@ -72,6 +72,7 @@ def batches_first(tb, ep, engine: str, lengths, concurrency: int) -> None:
 
 def measure(args, out: Path) -> dict[str, list[float]]:
     """Sentences/s per model, one figure a round, the models taking turns."""
+    from common.endpoints import PROTOCOLS
     from loadtest.benches import text_bench as tb
     from server.launcher import TritonTuning, running
 
@@ -83,7 +84,7 @@ def measure(args, out: Path) -> dict[str, list[float]]:
     got: dict[str, list[float]] = {}
     tuning = TritonTuning(latency_summaries=False)
     with running(out / "repo", out / "state", startup_timeout=900, tuning=tuning, ragged_stats=stats) as state:
-        eps = {protocol: state.endpoint(protocol, out / "repo") for protocol in ("grpc", "http")}
+        eps = {protocol: state.endpoint(protocol, out / "repo") for protocol in PROTOCOLS}
         for round_ in range(args.rounds):
             if args.batches_first and round_ == min(1, args.rounds - 1):  # a round before them, where two or more
                 batches_first(tb, eps["grpc"], names["engine"], lengths, heavy)

@@ -30,6 +30,7 @@ import numpy as np
 
 from clients.breakdown import PHASES, breakdown
 from common.cli import step
+from common.endpoints import PROTOCOLS
 from loadtest.reporting.html_page import write_html
 from loadtest.workloads import text as tw
 
@@ -804,7 +805,7 @@ def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
     analyzer = find_perf_analyzer()
     tuning = TritonTuning(latency_summaries=settings.latency_summaries)
     with running(repo, out / "state", startup_timeout=900, ragged_stats=stats.folder, tuning=tuning) as state:
-        eps = {protocol: state.endpoint(protocol, repo) for protocol in ("grpc", "http")}
+        eps = {protocol: state.endpoint(protocol, repo) for protocol in PROTOCOLS}
         ep = eps["grpc"]
         reference = _reference(work / spec.name / "model.pt2")
         rows += accuracy_rows(ep, models, reference, settings.tokenizer or _default_tokenizer(), "")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common.endpoints import PROTOCOLS
 from common.errors import MeasurementError
 
 INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
@@ -59,13 +60,12 @@ class LoadResult:
 def serialize(model: str, requests: list[dict], outputs: list[str]) -> list[bytes]:
     """Each request (input name -> array [rows, ...]) as ModelInferRequest bytes."""
     from tritonclient.grpc import service_pb2
-    from tritonclient.utils import np_to_triton_dtype
 
     made = []
     for arrays in requests:
         message = service_pb2.ModelInferRequest(model_name=model)
         for name, array in arrays.items():
-            tensor = message.inputs.add(name=name, datatype=np_to_triton_dtype(array.dtype))
+            tensor = message.inputs.add(name=name, datatype=_datatype(array))
             tensor.shape.extend(array.shape)
             message.raw_input_contents.append(_raw(array))
         for name in outputs:
@@ -266,7 +266,7 @@ def run(
     Raises:
         MeasurementError: no request succeeded (the first error says why).
     """
-    if protocol not in ("grpc", "http"):
+    if protocol not in PROTOCOLS:
         raise MeasurementError(f"protocol {protocol!r}: the closed-loop client speaks grpc or http")
     available = len(cores) if cores else (multiprocessing.cpu_count() or 2)
     processes = processes or max(1, min(MAX_PROCESSES, concurrency // 16 or 1, available))
