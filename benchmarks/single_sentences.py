@@ -89,7 +89,9 @@ def measure(args, out: Path) -> dict[str, list[float]]:
             if args.batches_first and round_ == min(1, args.rounds - 1):  # a round before them, where two or more
                 batches_first(tb, eps["grpc"], names["engine"], lengths, heavy)
             for (label, model), protocol, processes in itertools.product(names.items(), args.protocols, args.processes):
-                point = tb.Point(path="served ids", model=model, encoder=model, per_request=1, concurrency=args.c)
+                point = tb.Point(
+                    path="served ids", model=model, encoder=model, per_request=1, concurrency=args.c, protocol=protocol
+                )
                 result = tb._client_point(point, eps[protocol], lengths, processes)
                 key = f"{label}, {protocol}" + (f", {processes} client processes" if processes else "")
                 got.setdefault(key, []).append(result["throughput"])

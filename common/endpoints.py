@@ -14,6 +14,7 @@ from common.errors import ClientError, ServerError
 ADMIN_HEADER = "admin-key"
 GRPC_ADMIN_HEADER = f"triton-grpc-protocol-{ADMIN_HEADER}"  # gRPC prefixes restricted-protocol keys
 PROTOCOLS = ("http", "grpc")
+PROTOCOL_NAMES = {"grpc": "gRPC", "http": "HTTP"}  # as reports name them
 STATE = "server.json"  # a running server's record in its state folder
 STATE_DIR = Path(".triton")  # the default state folder
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002  # Triton's defaults, ours too

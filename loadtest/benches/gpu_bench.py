@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from common.cli import step
+from common.endpoints import PROTOCOL_NAMES
 from common.errors import MeasurementError
 from loadtest.reporting.html_page import write_html
 from loadtest.reporting.perf_rows import markdown_table as perf_markdown
@@ -376,16 +377,13 @@ def _describe(point: dict) -> str:
     from loadtest.reporting.perf_rows import stability
 
     flag = "" if point.get("stable", "yes") == "yes" else f", {stability(point)}"
-    protocol = _PROTOCOLS.get(point.get("protocol", "grpc"), "gRPC")
+    protocol = PROTOCOL_NAMES.get(point.get("protocol", "grpc"), "gRPC")
     return (
         f"{protocol} b{point['batch']} c{point['level']:g} shm={point['shm']} "
         f"(queue {point['queue_us']:.0f} µs, "
         f"infer {point['compute_infer_us']:.0f} µs, in {point['compute_input_us']:.0f} µs, "
         f"out {point['compute_output_us']:.0f} µs{flag})"
     )
-
-
-_PROTOCOLS = {"grpc": "gRPC", "http": "HTTP"}
 
 
 def _measure_served(eps: dict, analyzer, model: str, gpu: bool, settings: BenchSettings, raw: Path) -> tuple:

@@ -30,12 +30,11 @@ import numpy as np
 
 from clients.breakdown import PHASES, breakdown
 from common.cli import step
-from common.endpoints import PROTOCOLS
+from common.endpoints import PROTOCOL_NAMES, PROTOCOLS
 from loadtest.reporting.html_page import write_html
 from loadtest.workloads import text as tw
 
 ONNX_QUEUE_DELAY_US = 500  # the CPU's ONNX rows
-TRANSPORTS = {"grpc": "gRPC", "http": "HTTP"}  # as a row's note names them
 SINGLE_PROTOCOLS = ("grpc", "http")  # single sentences at high concurrency, the engine and its echo, over each
 
 
@@ -451,7 +450,7 @@ class Point:
     words: tuple[str, ...] = tw.WORDS  # served text: the words its texts are made of
     zipf: float = 0.0  # ... drawn uniformly (0) or with weight 1 / rank**zipf
     interval_ms: int = 3000  # perf_analyzer's window; the client's runs last three of them
-    protocol: str = ""  # which of the server's endpoints ("": gRPC's, or the one given)
+    protocol: str = "grpc"  # which of the server's endpoints serves it (in served_rows)
 
 
 def describe_words(words: tuple[str, ...], zipf: float) -> str:
@@ -465,7 +464,7 @@ def served_point(point: Point, ep, analyzer, lengths: np.ndarray, label: str, st
     """One point on input data of the workload's shapes; the batch, padding and memory the server saw."""
     before, padding = _stats(ep, point.encoder), stats.read(point.encoder)
     steps_before = _step_stats(ep, point)
-    tool = f"our {TRANSPORTS[ep.protocol]} client (requests made once)"  # cores of its own are ours to set
+    tool = f"our {PROTOCOL_NAMES[ep.protocol]} client (requests made once)"  # cores of its own are ours to set
     if perf_can_send(point, lengths):
         tool = "perf_analyzer"
     what = f"{point.path} {point.model}, {point.per_request} per request, c{point.concurrency}"
@@ -683,7 +682,7 @@ def served_rows(
                 for c in settings.single_concurrency[:1]
                 for protocol in (SINGLE_PROTOCOLS if key == "echo" else ("grpc",))
             ]
-    return [_safe_point(p, eps[p.protocol or "grpc"], analyzer, lengths, label, stats, raw) for p in points]
+    return [_safe_point(p, eps[p.protocol], analyzer, lengths, label, stats, raw) for p in points]
 
 
 def _safe_point(point, ep, analyzer, lengths, label, stats, raw) -> TextRow:

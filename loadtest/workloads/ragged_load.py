@@ -13,6 +13,7 @@ the client may have set the pace.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import struct
 import time
@@ -80,8 +81,6 @@ def serialize_http(
     """Each request (input name -> array [rows, ...]) as a whole HTTP/1.1 POST to Triton's infer URL: a JSON
     header, then every input's raw contents (Triton's binary tensor extension), outputs asked for as binary;
     headers: sent with each (a gateway's, say)."""
-    import json
-
     made = []
     for arrays in requests:
         raws = [_raw(array) for array in arrays.values()]
@@ -204,8 +203,6 @@ async def read_answer(reader) -> tuple[int, bytes]:
 
 
 def _error_text(body: bytes) -> str:
-    import json
-
     try:
         return str(json.loads(body).get("error", body[:200]))
     except (ValueError, AttributeError):
