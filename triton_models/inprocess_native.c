@@ -181,9 +181,10 @@ static int check_input(ipn_state* s, void* request, int64_t* rows, TRITONBACKEND
     snprintf(message, room, "input %s is missing", p->input_name);
     return 0;
   }
-  int same = dtype == p->input_dtype && dims == p->input_dims + 1 && shape[0] >= 0;
+  int same = dtype == p->input_dtype && dims == p->input_dims + 1 && shape[0] >= 0 && shape[0] <= IPN_MAX_ROWS;
   for (uint32_t d = 0; same && d < p->input_dims; ++d) same = shape[d + 1] == p->input_shape[d];
-  if (!same || size != (uint64_t)shape[0] * p->input_row_bytes) {
+  uint64_t expected = 0;
+  if (!same || !ipn_mul((uint64_t)shape[0], p->input_row_bytes, &expected) || size != expected) {
     char got[160], wanted[160];
     describe_shape(got, sizeof got, shape, dims, 0);
     describe_shape(wanted, sizeof wanted, p->input_shape, p->input_dims, 1);
@@ -357,12 +358,36 @@ static void* complete(void* arg) {
 
 /* Registers the native path for instance; 0 on success, else a reason code (1: no driver, 2: context,
  * 3: events, 4: no room, 5: thread, 6: a spec out of bounds). */
+/* The whole spec Python handed over, checked before any of it is used: bounds, names, buckets ascending, each
+ * row's bytes what its shape says, the largest bucket's buffers within 64 bits. */
+static int spec_fits(const ipn_spec* p) {
+  if (p->buckets == 0 || p->buckets > IPN_MAX_BUCKETS || p->outputs == 0 || p->outputs > IPN_MAX_OUTPUTS ||
+      p->input_dims > IPN_MAX_DIMS || p->input_name[0] == 0 || memchr(p->input_name, 0, sizeof p->input_name) == NULL) {
+    return 0;
+  }
+  for (uint32_t k = 0; k < p->buckets; ++k) {
+    if (p->bucket_rows[k] < 1 || p->bucket_rows[k] > IPN_MAX_ROWS || (k && p->bucket_rows[k] <= p->bucket_rows[k - 1]))
+      return 0;
+  }
+  uint64_t rows = (uint64_t)p->bucket_rows[p->buckets - 1], elements = 0, bytes = 0;
+  if (!ipn_elements(p->input_shape, p->input_dims, &elements) || p->input_row_bytes == 0 ||
+      p->input_row_bytes % (elements ? elements : 1) != 0 || !ipn_mul(rows, p->input_row_bytes, &bytes)) {
+    return 0;
+  }
+  for (uint32_t k = 0; k < p->outputs; ++k) {
+    if (p->output_dims[k] > IPN_MAX_DIMS || p->output_names[k][0] == 0 ||
+        memchr(p->output_names[k], 0, sizeof p->output_names[k]) == NULL ||
+        !ipn_elements(p->output_shapes[k], p->output_dims[k], &elements) ||
+        !ipn_mul(rows, p->output_row_bytes[k], &bytes)) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
 int ipn_open(void* instance, const ipn_spec* spec) {
   if (!ipn_load_driver()) return 1;
-  if (spec->buckets == 0 || spec->buckets > IPN_MAX_BUCKETS || spec->outputs == 0 || spec->outputs > IPN_MAX_OUTPUTS ||
-      spec->input_dims > IPN_MAX_DIMS) {
-    return 6;
-  }
+  if (!spec_fits(spec)) return 6;
   ipn_state* s = calloc(1, sizeof *s);
   if (s == NULL) return 4;
   s->instance = instance;
@@ -492,7 +517,7 @@ int ipn_execute(void* instance, void** requests, uint32_t count) {
       ipn_refuse(s->instance, requests[r], ERROR_INVALID_ARG, message, started);
       continue;
     }
-    if (b->total + rows > room) { /* Triton keeps batches within max_batch_size: never write past the staging */
+    if (rows > room || b->total + rows > room) { /* Triton keeps batches within max_batch_size: never write past the staging */
       snprintf(message, sizeof message, "a batch of %lld rows exceeds the model's largest batch %lld",
                (long long)(b->total + rows), (long long)room);
       ipn_refuse(s->instance, requests[r], ERROR_INVALID_ARG, message, started);

@@ -33,6 +33,29 @@ extern TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportBatchStatistics(void
                                                                             uint64_t exec_start, uint64_t compute_start,
                                                                             uint64_t compute_end, uint64_t exec_end);
 
+/* Bounds every native path holds a request to, whatever Triton checked before: rows of one batch, bytes of one
+ * input. A request beyond them is refused (or left to Python), never multiplied into a size that wraps. */
+enum { IPN_MAX_ROWS = 1 << 20 };
+#define IPN_MAX_REQUEST_BYTES (1ull << 31)
+
+/* a * b into *out; 0 (and *out untouched) when the product does not fit in 64 bits. */
+static inline int ipn_mul(uint64_t a, uint64_t b, uint64_t* out) {
+  uint64_t product;
+  if (__builtin_mul_overflow(a, b, &product)) return 0;
+  *out = product;
+  return 1;
+}
+
+/* The elements of a shape into *out; 0 when a dim is negative or the product does not fit in 64 bits. */
+static inline int ipn_elements(const int64_t* shape, uint32_t dims, uint64_t* out) {
+  uint64_t n = 1;
+  for (uint32_t d = 0; d < dims; ++d) {
+    if (shape[d] < 0 || !ipn_mul(n, (uint64_t)shape[d], &n)) return 0;
+  }
+  *out = n;
+  return 1;
+}
+
 enum { MEMORY_GPU = 2, RELEASE_ALL = 1, COMPLETE_FINAL = 1, ERROR_INTERNAL = 1, ERROR_INVALID_ARG = 3 };
 
 /* The driver calls the native paths use (CUresult is an int; handles are pointers), bound by ipn_load_driver. */

@@ -164,8 +164,9 @@ static void free_owned(ipr_request* q) {
   for (int i = 0; i < IPR_MAX_INPUTS; ++i) free(q->owned[i]), q->owned[i] = NULL;
 }
 
-/* The input's bytes, contiguous in host memory: its only host buffer as it is, else copied (several buffers, or
- * device memory). 0: why not is in message. */
+/* The input's bytes, copied once into memory of our own (from host or device memory, one buffer or several): the
+ * checks and the run read the copy, never the client's buffer, which a writer of its shared memory may change
+ * between the two. 0: why not is in message. */
 static int host_bytes(ipr_state* s, TRITONBACKEND_Input* input, uint32_t buffers, uint64_t size, ipr_request* q,
                       int i, char* message, size_t room) {
   const char* name = s->spec.input_names[i];
@@ -173,16 +174,6 @@ static int host_bytes(ipr_state* s, TRITONBACKEND_Input* input, uint32_t buffers
   uint64_t bytes = 0;
   int memory = 0;
   int64_t device = 0;
-  if (buffers == 1) {
-    if (!ipn_ok(TRITONBACKEND_InputBuffer(input, 0, &base, &bytes, &memory, &device)) || bytes != size) {
-      snprintf(message, room, "input %s: its buffer is unreadable", name);
-      return 0;
-    }
-    if (memory != MEMORY_GPU) {
-      q->data[i] = base;
-      return 1;
-    }
-  }
   char* copy = malloc(size ? size : 1);
   if (copy == NULL) {
     snprintf(message, room, "input %s: out of memory", name);
@@ -255,7 +246,13 @@ static int check_request(ipr_state* s, void* request, ipr_request* q, char* mess
                p->input_names[i], (long long)q->width, (long long)longest, (long long)longest);
       return 0;
     }
-    if (size != (uint64_t)(q->rows * q->width) * p->input_bytes[i]) {
+    uint64_t expected = 0;
+    if (q->rows > IPN_MAX_ROWS) {
+      snprintf(message, room, "input %s: %lld rows in one request, at most %d", p->input_names[i], (long long)q->rows,
+               (int)IPN_MAX_ROWS);
+      return 0;
+    }
+    if (!ipn_mul((uint64_t)(q->rows * q->width), p->input_bytes[i], &expected) || size != expected) {
       snprintf(message, room, "input %s: %llu bytes for shape [%lld, %lld]", p->input_names[i],
                (unsigned long long)size, (long long)q->rows, (long long)q->width);
       return 0;
@@ -615,22 +612,43 @@ static void stop_threads(ipr_state* s) {
   for (int k = 0; k < s->releasers_started; ++k) pthread_join(s->releasers[k], NULL);
 }
 
+static int named(const char* name, size_t room) { return name[0] != 0 && memchr(name, 0, room) != NULL; }
+
+static int ascending(const int64_t* values, uint32_t count) {
+  for (uint32_t k = 0; k < count; ++k) {
+    if (values[k] < 1 || (k && values[k] <= values[k - 1])) return 0;
+  }
+  return 1;
+}
+
+static int element_bytes(int32_t dtype) {
+  static const int bytes[] = {0, 1, 1, 2, 4, 8, 1, 2, 4, 8, 2, 4, 8, 0, 2};
+  return dtype >= 0 && dtype <= 14 ? bytes[dtype] : 0;
+}
+
+/* The whole spec Python handed over, checked before any of it is used: bounds, names, buckets ascending, every
+ * cell a plan can pick present. */
 static int spec_fits(const ipr_spec* p) {
   const ipr_grid* g = &p->grid;
   if (g->lengths == 0 || g->lengths > IPR_MAX_LENGTHS || g->batches == 0 || g->batches > IPR_MAX_BATCHES) return 0;
   if (p->inputs == 0 || p->inputs > IPR_MAX_INPUTS || p->outputs == 0 || p->outputs > IPR_MAX_OUTPUTS) return 0;
-  if (p->cells == 0 || p->cells > IPR_MAX_CELLS || p->mask >= (int32_t)p->inputs) return 0;
-  for (uint32_t k = 0; k < g->lengths; ++k) {
-    if (g->rows_at[k] < 1 || (k && g->length_buckets[k] <= g->length_buckets[k - 1])) return 0;
+  if (p->cells == 0 || p->cells > IPR_MAX_CELLS || p->mask < -1 || p->mask >= (int32_t)p->inputs) return 0;
+  if (!ascending(g->length_buckets, g->lengths) || !ascending(g->batch_buckets, g->batches)) return 0;
+  if (g->min_run_tokens < 0 || g->batch_buckets[g->batches - 1] > IPN_MAX_ROWS) return 0;
+  if (g->length_buckets[g->lengths - 1] > IPN_MAX_ROWS) return 0;
+  for (uint32_t k = 0; k < g->lengths; ++k) { /* a group never holds more rows than the largest batch bucket */
+    if (g->rows_at[k] < 1 || g->rows_at[k] > g->batch_buckets[g->batches - 1]) return 0;
   }
   for (uint32_t i = 0; i < p->inputs; ++i) {
-    if (p->input_bytes[i] == 0 || p->input_bytes[i] > 8) return 0;
+    if (p->input_bytes[i] == 0 || p->input_bytes[i] != (uint32_t)element_bytes(p->input_dtypes[i])) return 0;
+    if (!named(p->input_names[i], sizeof p->input_names[i]) || p->low[i] > p->high[i]) return 0;
   }
   for (uint32_t o = 0; o < p->outputs; ++o) {
-    if (p->output_dims[o] > IPR_MAX_DIMS) return 0;
+    if (p->output_dims[o] > IPR_MAX_DIMS || p->output_unit_bytes[o] == 0) return 0;
+    if (!named(p->output_names[o], sizeof p->output_names[o])) return 0;
   }
   for (uint32_t k = 0; k < g->lengths; ++k) { /* every cell a plan can pick exists */
-    for (uint32_t j = 0; j < g->batches && g->batch_buckets[j] <= g->rows_at[k]; ++j) {
+    for (uint32_t j = 0; j < g->batches && (j == 0 || g->batch_buckets[j - 1] < g->rows_at[k]); ++j) {
       if (p->cell_of[k][j] < 0 || p->cell_of[k][j] >= (int32_t)p->cells) return 0;
     }
   }
@@ -754,6 +772,11 @@ int ipr_execute(void* instance, void** requests, uint32_t count) {
     if (requests[r] == NULL) continue;
     ipr_request* q = &b->requests[b->count];
     int valid = check_request(s, requests[r], q, message, sizeof message);
+    if (valid && b->total + q->rows > IPN_MAX_ROWS) {
+      snprintf(message, sizeof message, "a batch of %lld rows exceeds %d", (long long)(b->total + q->rows),
+               (int)IPN_MAX_ROWS);
+      valid = 0;
+    }
     int room = valid && grow_rows(b, b->total + q->rows);
     if (!room) {
       free_owned(q);

@@ -162,10 +162,12 @@ void ipb_input_shapes(void** requests, uint32_t count, const char** names, uint3
       uint32_t dims = 0, buffers = 0;
       uint64_t size = 0;
       int dtype = 0;
+      uint64_t elements = 0, bytes = 0;
       if (!ok(TRITONBACKEND_RequestInput(requests[r], names[i], &input)) ||
           !ok(TRITONBACKEND_InputProperties(input, &name, &dtype, &shape, &dims, &size, &buffers)) || dims != 2 ||
-          dtype < 0 || dtype > 14 || element_bytes[dtype] <= 0 || shape[0] < 0 || shape[1] < 0 ||
-          (uint64_t)(shape[0] * shape[1] * element_bytes[dtype]) != size) {
+          dtype < 0 || dtype > 14 || element_bytes[dtype] <= 0 || !ipn_elements(shape, 2, &elements) ||
+          shape[0] > IPN_MAX_ROWS || !ipn_mul(elements, (uint64_t)element_bytes[dtype], &bytes) || bytes != size ||
+          size > IPN_MAX_REQUEST_BYTES) {
         status[r] = READ_BY_PYTHON;
         break;
       }
@@ -278,9 +280,13 @@ void ipb_answer(void** requests, uint32_t count, const int64_t* rows, const int6
       for (uint32_t d = 0; d < dims; ++d) shape[d + 1] = inner[k * MAX_DIMS + d];
       void* output = NULL;
       void* buffer = NULL;
-      uint64_t bytes = (uint64_t)rows[r] * row_bytes[k];
+      uint64_t bytes = 0;
       int memory = 0;
       int64_t device = 0;
+      if (rows[r] < 0 || !ipn_mul((uint64_t)rows[r], row_bytes[k], &bytes)) {
+        err = TRITONSERVER_ErrorNew(ERROR_INTERNAL, "an output's size does not fit in 64 bits");
+        break;
+      }
       err = TRITONBACKEND_ResponseOutput(response, &output, names[k], dtypes[k], shape, dims + 1);
       if (err == NULL) err = TRITONBACKEND_OutputBuffer(output, &buffer, bytes, &memory, &device);
       if (err != NULL || bytes == 0) continue;

@@ -9,6 +9,7 @@
  * token's text ([CLS], [MASK]: the tokenizer matches those in the raw text first); else ipt_execute returns 0
  * having answered nothing, and the Python path serves the batch (and refuses a bad request alone, saying why). */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,8 @@ enum { DTYPE_INT32 = 8, DTYPE_INT64 = 9, DTYPE_BYTES = 13 };
 
 typedef struct {
   void* request;
-  const char* text; /* the request's TEXT buffer */
+  uint64_t text;    /* where the request's TEXT starts in the state's copy (read once from the client's buffer) */
+  uint64_t bytes;   /* its bytes there */
   uint64_t texts;   /* its elements */
   uint64_t first;   /* its first text's place in the batch's lengths */
   int64_t width;    /* its longest text, in ids */
@@ -38,6 +40,8 @@ typedef struct {
   uint64_t ids_room, lengths_room;
   char* lowered;
   uint64_t lowered_room;
+  char* copy; /* every request's TEXT, copied once: the client's buffer (shared memory) may change under us */
+  uint64_t copy_room, copied;
   /* batches, requests, texts served here; batches handed to Python */
   uint64_t counters[IPT_COUNTERS];
 } ipt_state;
@@ -55,7 +59,7 @@ static ipt_state* find(void* instance) {
 static void release_state(ipt_state* s) {
   if (s == NULL) return;
   ipt_vocab_free(&s->vocab);
-  free(s->requests), free(s->ids), free(s->lengths), free(s->lowered);
+  free(s->requests), free(s->ids), free(s->lengths), free(s->lowered), free(s->copy);
   free(s);
 }
 
@@ -99,15 +103,20 @@ void ipt_counts(void* instance, uint64_t* counts) {
 /* 1 when *p has room for n items of `size` (grown by doubling). */
 static int grow(void** p, uint64_t* room, uint64_t n, size_t size) {
   if (n <= *room) return 1;
-  uint64_t want = *room ? *room : 64;
-  while (want < n) want *= 2;
-  void* bigger = realloc(*p, want * size);
+  uint64_t want = *room ? *room : 64, bytes = 0;
+  while (want < n) {
+    if (want > UINT64_MAX / 2) return 0;
+    want *= 2;
+  }
+  if (!ipn_mul(want, size, &bytes) || bytes > SIZE_MAX) return 0;
+  void* bigger = realloc(*p, (size_t)bytes);
   if (bigger == NULL) return 0;
   *p = bigger, *room = want;
   return 1;
 }
 
-/* The request's TEXT as one host buffer of well-formed BYTES elements; 0: not read here. */
+/* The request's TEXT as one host buffer of well-formed BYTES elements, copied once into the state's copy and
+ * checked there (every later read is of the copy); 0: not read here. */
 static int read_text(ipt_state* s, void* request, ipt_request* q) {
   TRITONBACKEND_Input* input = NULL;
   const char* name = NULL;
@@ -121,22 +130,25 @@ static int read_text(ipt_state* s, void* request, ipt_request* q) {
       !ipn_ok(TRITONBACKEND_InputProperties(input, &name, &dtype, &shape, &dims, &size, &buffers)) ||
       dtype != DTYPE_BYTES || buffers != 1 ||
       !ipn_ok(TRITONBACKEND_InputBuffer(input, 0, &base, &bytes, &memory, &device)) || memory == MEMORY_GPU ||
-      bytes != size) {
+      bytes != size || size > IPN_MAX_REQUEST_BYTES) {
     return 0;
   }
-  uint64_t texts = 1;
-  for (uint32_t d = 0; d < dims; ++d) texts *= shape[d] > 0 ? (uint64_t)shape[d] : 0;
-  const char* at = base;
+  uint64_t texts = 0;
+  if (!ipn_elements(shape, dims, &texts) || texts == 0 || texts > size / 4) return 0;
+  if (!grow((void**)&s->copy, &s->copy_room, s->copied + size, 1)) return 0;
+  char* at = s->copy + s->copied;
+  memcpy(at, base, size); /* from here on only the copy is read */
   uint64_t left = size;
   for (uint64_t t = 0; t < texts; ++t) { /* each: 4 bytes of length (little-endian), then the text */
     if (left < 4) return 0;
     uint32_t n;
     memcpy(&n, at, 4);
-    if (n > left - 4) return 0;
+    if (n > left - 4 || n > IPT_MAX_TEXT) return 0;
     at += 4 + n, left -= 4 + (uint64_t)n;
   }
-  if (left != 0 || texts == 0) return 0;
-  q->request = request, q->text = base, q->texts = texts;
+  if (left != 0) return 0;
+  q->request = request, q->text = s->copied, q->bytes = size, q->texts = texts;
+  s->copied += size;
   return 1;
 }
 
@@ -145,6 +157,7 @@ static int tokenize_batch(ipt_state* s, void** requests, uint32_t count, uint64_
   uint64_t width = (uint64_t)ipt_width(&s->vocab);
   if (!grow((void**)&s->requests, &s->requests_room, count, sizeof *s->requests)) return 0;
   *texts = 0;
+  s->copied = 0;
   for (uint32_t r = 0; r < count; ++r) {
     ipt_request* q = &s->requests[r];
     memset(q, 0, sizeof *q);
@@ -152,13 +165,14 @@ static int tokenize_batch(ipt_state* s, void** requests, uint32_t count, uint64_
     q->first = *texts;
     *texts += q->texts;
   }
-  if (!grow((void**)&s->ids, &s->ids_room, *texts * width, sizeof *s->ids) ||
+  uint64_t cells = 0;
+  if (!ipn_mul(*texts, width, &cells) || !grow((void**)&s->ids, &s->ids_room, cells, sizeof *s->ids) ||
       !grow((void**)&s->lengths, &s->lengths_room, *texts, sizeof *s->lengths)) {
     return 0;
   }
   for (uint32_t r = 0; r < count; ++r) {
     ipt_request* q = &s->requests[r];
-    const char* at = q->text;
+    const char* at = s->copy + q->text; /* the copy read_text checked: each length read from it again is the same */
     for (uint64_t t = 0; t < q->texts; ++t) {
       uint32_t n;
       memcpy(&n, at, 4);
