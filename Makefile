@@ -63,7 +63,7 @@ COMPOSE := docker compose --env-file docker/.env -f docker/compose.yaml
 ADMIN_KEY_FILE = $$($(PY) -c 'from server.launcher import admin_key; print(admin_key(__import__("pathlib").Path("$(STATE_DIR)")).resolve())')
 
 .PHONY: help install build-engines serve stop status infer perf loadtest replay test test-unit test-chaos lint demo clean \
-	rollout soak cluster monitor fuzz-edge install-prometheus cluster-restart build-engines-docker serve-docker stop-docker perf-docker docker-lint bundle gpu-bench text-bench install-browser docs
+	rollout soak cluster monitor fuzz-edge fuzz-native install-prometheus cluster-restart build-engines-docker serve-docker stop-docker perf-docker docker-lint bundle gpu-bench text-bench install-browser docs
 
 help: ## List the targets and their variables
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-15s\033[0m %s\n", $$1, $$2}'
@@ -164,6 +164,12 @@ test-chaos: install ## The stub-kill recovery test under load (prints the failed
 	$(PY) -m pytest tests/functional/test_supervisor.py -m chaos -s $(PYTEST_ARGS)
 
 FUZZ_EXAMPLES ?= 20000
+fuzz-native: install ## The native request paths under ASan/UBSan with random and adversarial requests: FUZZ_SECONDS (300) per seed, FUZZ_SEEDS="1 2 3"
+	$(PY) -c 'import sys; sys.path.insert(0, "tests/unit"); from pathlib import Path; import tempfile; from test_native_fuzz import build_fuzzer, run_fuzzer; \
+	b = build_fuzzer(Path(tempfile.mkdtemp()) / "fuzz_native"); \
+	rc = [print(f"seed {s}:", (d := run_fuzzer(b, float("$(or $(FUZZ_SECONDS),300)"), int(s))).stdout.strip(), d.stderr[-3000:]) or d.returncode for s in "$(or $(FUZZ_SEEDS),1 2 3)".split()]; \
+	sys.exit(max(rc))'
+
 fuzz-edge: install ## The edge's differential test, longer and with new seeds: FUZZ_EXAMPLES requests; writes docs/security/edge_fuzz.md
 	EDGE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) EDGE_FUZZ_RANDOM=1 EDGE_FUZZ_REPORT=docs/security/edge_fuzz.md \
 		$(PY) -m pytest tests/functional/test_edge_differential.py -s -q $(PYTEST_ARGS)

@@ -30,7 +30,14 @@ def build_inprocess(backends: Path) -> Path:
     Raises:
         ServerError: no C compiler, no Python headers, or no shared libpython (what to install is named).
     """
-    from triton_models import INPROCESS_METRICS, INPROCESS_NATIVE, INPROCESS_RAGGED, INPROCESS_SHIM, INPROCESS_TOKENIZE
+    from triton_models import (
+        INPROCESS_BATCH_CALLS,
+        INPROCESS_METRICS,
+        INPROCESS_NATIVE,
+        INPROCESS_RAGGED,
+        INPROCESS_SHIM,
+        INPROCESS_TOKENIZE,
+    )
 
     compiler, include, library = _toolchain()
     target = backends / BACKEND
@@ -45,6 +52,7 @@ def build_inprocess(backends: Path) -> Path:
         str(partial),
         str(INPROCESS_SHIM),
         str(INPROCESS_NATIVE),
+        str(INPROCESS_BATCH_CALLS),
         *(str(path) for path in INPROCESS_RAGGED),
         str(INPROCESS_METRICS),
         *(str(path) for path in INPROCESS_TOKENIZE),

@@ -4,6 +4,10 @@ A model can be unhealthy with every process alive: a wedged stub (stopped, deadl
 nothing, a broken one answers internal errors, while Triton keeps calling the model ready. A probe
 that times out or gets a server error (5xx) counts as a failure; an answer, even a refusal of the
 zero-filled probe (4xx), counts as alive. `threshold` failures in a row mark the model for a reload.
+
+A busy model is not a hung one: a probe that got no answer (it queued behind a flood, or the model's bounded
+queue refused it) counts as alive when the model ran batches since the last round. Triton's statistics say so
+(execution count and successes, read outside the model's queue); a wedged stub runs none.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class ProbeState:
 
     failures: dict = field(default_factory=dict)
     inputs: dict = field(default_factory=dict)  # model -> [(name, shape, datatype)] or None (not probed)
+    progress: dict = field(default_factory=dict)  # model -> its work count at the last round (work_done)
 
 
 def probe_inputs(metadata: dict, config: dict) -> list[tuple[str, list[int], str]] | None:
@@ -77,3 +82,27 @@ def record(state: ProbeState, model: str, ok: bool, threshold: int) -> bool:
         state.failures[model] = 0
         return True
     return False
+
+
+def work_done(url: str, model: str, timeout: float, headers: dict | None = None) -> int | None:
+    """How much the model has run so far (batches executed plus requests answered, every version), from Triton's
+    statistics; None when they could not be read."""
+    import tritonclient.http as http
+
+    try:
+        with http.InferenceServerClient(url, connection_timeout=timeout, network_timeout=timeout) as client:
+            stats = client.get_inference_statistics(model, headers=headers)
+    except Exception:  # not answering: no evidence of work
+        return None
+    return sum(
+        int(v.get("execution_count", 0)) + int(v.get("inference_stats", {}).get("success", {}).get("count", 0))
+        for v in stats.get("model_stats", [])
+    )
+
+
+def busy(state: ProbeState, model: str, done: int | None) -> bool:
+    """Whether the model ran work since the last look (done: work_done now); remembers done for the next."""
+    before = state.progress.get(model)
+    if done is not None:
+        state.progress[model] = done
+    return done is not None and before is not None and done > before

@@ -41,7 +41,16 @@ from server.liveness import (
     log_tail,
     reap,
 )
-from server.probes import DEFAULT_PROBES, ProbeSettings, ProbeState, answered, probe_inputs, record
+from server.probes import (
+    DEFAULT_PROBES,
+    ProbeSettings,
+    ProbeState,
+    answered,
+    busy,
+    probe_inputs,
+    record,
+    work_done,
+)
 from server.processes import STUB, cmdline, is_tritonserver, regions_of, remember_regions, remove_regions, stub_pids
 from server.rollout_lock import paused_models
 
@@ -222,8 +231,11 @@ class Supervisor:
                         self._reload(model, f"{self.probes.threshold} probes in a row got no answer")
 
     def _probe_one(self, url: str, target: tuple) -> tuple[str, bool]:
+        """A model answers its probe, or else it counts as alive while it runs batches (busy, not hung)."""
         model, inputs = target
-        return model, answered(url, model, inputs, self.probes.timeout)
+        ok = answered(url, model, inputs, self.probes.timeout)
+        done = work_done(url, model, self.probes.timeout, self.server.admin_headers())
+        return model, busy(self.probed, model, done) or ok
 
     def _probe_inputs(self, model: str):
         """Probe inputs of a model (None: not probed, e.g. ensembles: their steps are; []: ask again later)."""

@@ -15,6 +15,7 @@ TEXT_TOKENIZE = Path(__file__).with_name("text_tokenize.py")
 TEXT_POOL = Path(__file__).with_name("text_pool.py")
 INPROCESS_SHIM = Path(__file__).with_name("inprocess_shim.c")
 INPROCESS_NATIVE = Path(__file__).with_name("inprocess_native.c")  # compiled into the same library
+INPROCESS_BATCH_CALLS = Path(__file__).with_name("inprocess_batch_calls.c")  # Python's per-batch calls, same library
 # the native path of sequence models and its plan, compiled into it too (headers: inprocess_native.h, ragged_plan.h)
 INPROCESS_RAGGED = (Path(__file__).with_name("inprocess_ragged_native.c"), Path(__file__).with_name("ragged_plan.c"))
 INPROCESS_METRICS = Path(__file__).with_name("inprocess_metrics.c")  # the backend's latency histogram, same library

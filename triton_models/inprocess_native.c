@@ -132,7 +132,9 @@ int ipn_ok(TRITONSERVER_Error* err) {
 void ipn_refuse(void* instance, void* request, int code, const char* message, uint64_t started) {
   void* response = NULL;
   if (ipn_ok(TRITONBACKEND_ResponseNew(&response, request)) && response != NULL) {
-    ipn_ok(TRITONBACKEND_ResponseSend(response, COMPLETE_FINAL, TRITONSERVER_ErrorNew(code, message)));
+    TRITONSERVER_Error* why = TRITONSERVER_ErrorNew(code, message);
+    ipn_ok(TRITONBACKEND_ResponseSend(response, COMPLETE_FINAL, why));
+    TRITONSERVER_ErrorDelete(why); /* the sender keeps its error: Triton copies what it sends */
   }
   uint64_t now = ipn_now();
   ipn_report(instance, request, 0, started, now, now, now, 0);

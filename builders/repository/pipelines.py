@@ -51,7 +51,7 @@ def preprocess_config(spec: ModelSpec, raw: bool, options: repository.ServingOpt
         max_batch_size=spec.max_batch_size,
         inputs=[source],
         outputs=[TensorConfig("PIXELS", "TYPE_FP32", image.dims, fmt)],
-        dynamic_batching=DynamicBatching(max_queue_delay_microseconds=options.max_queue_delay_us),
+        dynamic_batching=_batching(spec, options),
         instance_groups=[InstanceGroup(options.instances or 1, "KIND_CPU")],
         parameters={
             "image_size": f"{height} {width}",
@@ -78,7 +78,7 @@ def postprocess_config(spec: ModelSpec, top_k: int, options: repository.ServingO
             TensorConfig("SCORES", "TYPE_FP32", (top_k,)),
             TensorConfig("LABELS", "TYPE_STRING", (top_k,)),
         ],
-        dynamic_batching=DynamicBatching(max_queue_delay_microseconds=options.max_queue_delay_us),
+        dynamic_batching=_batching(spec, options),
         instance_groups=[InstanceGroup(options.instances or 1, "KIND_CPU")],
         parameters={"top_k": top_k},
     )
@@ -140,7 +140,7 @@ def text_pipeline_configs(
         name=f"{spec.name}_tokenize",
         inputs=[TensorConfig("TEXT", "TYPE_STRING", (1,))],
         outputs=[ids, mask],
-        dynamic_batching=DynamicBatching(max_queue_delay_microseconds=options.max_queue_delay_us),
+        dynamic_batching=_batching(spec, options),
         parameters={"max_length": spec.longest_sequence(), "dlpack_outputs": 1},
         **common,
     )
@@ -210,3 +210,9 @@ def _write(repo: Path, spec: ModelSpec, config: ModelConfig, model_py: Path | No
     labelled = dataclasses.replace(spec, name=config.name)
     repository.write_model(repo, labelled, config, artifacts, "embedded")
     return config.name
+
+
+def _batching(spec: ModelSpec, options) -> DynamicBatching:
+    """A step's dynamic batcher: the model's queue delay, and its queue bounded as the model's own is."""
+    policy = options.queue_policy or repository.default_queue_policy(spec, "embedded", options)
+    return DynamicBatching(max_queue_delay_microseconds=options.max_queue_delay_us, queue_policy=policy)

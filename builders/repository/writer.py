@@ -25,6 +25,11 @@ TARGETS = ("embedded", "ngc")
 LABELS = "labels.txt"
 
 
+DEFAULT_QUEUE_TIMEOUT_MS = 2000.0
+QUEUE_PER_BATCH = 8  # queued requests per batch the instances can run at once, by default
+MIN_QUEUE = 64
+
+
 @dataclass(frozen=True, kw_only=True)
 class ServingOptions:
     """Repository-level knobs that do not change the artifact."""
@@ -36,11 +41,20 @@ class ServingOptions:
     dynamic_batching: bool = True
     intra_op_threads: int = 0  # 0: the cores shared among the instances (ONNX Runtime's default for one)
     ragged_batching: bool = True  # sequence models: requests of every length in one batch (False: same shapes only)
-    queue_policy: QueuePolicy | None = None
+    queue_policy: QueuePolicy | None = None  # None: default_queue_policy's bounds from the fields below
+    max_queue_size: int = -1  # -1: QUEUE_PER_BATCH x max_batch_size x instances; 0: unbounded
+    queue_timeout_ms: float = DEFAULT_QUEUE_TIMEOUT_MS  # a request queued longer is refused unrun; 0: never
     priority_levels: int = 0
     default_priority: int = 0
     response_cache: bool = False
     warmup_batch_sizes: tuple[int, ...] = (1,)
+
+    def __post_init__(self):
+        if self.max_queue_size < -1 or self.queue_timeout_ms < 0:
+            raise ConfigError(
+                f"max_queue_size {self.max_queue_size} and queue_timeout_ms {self.queue_timeout_ms}: expected "
+                "max_queue_size >= 0 (0: unbounded, -1: the default) and queue_timeout_ms >= 0 (0: no timeout)"
+            )
 
 
 def default_target() -> str:
@@ -74,7 +88,7 @@ def model_config(spec: ModelSpec, target: str, options: ServingOptions = Serving
         batching = DynamicBatching(
             options.preferred_batch_sizes,
             options.max_queue_delay_us,
-            options.queue_policy,
+            options.queue_policy or default_queue_policy(spec, target, options),
             options.priority_levels,
             options.default_priority,
         )
@@ -100,6 +114,21 @@ def model_config(spec: ModelSpec, target: str, options: ServingOptions = Serving
 
 
 CPU_SEQUENCE_INSTANCES = 2
+
+
+def default_queue_policy(spec: ModelSpec, target: str, options: ServingOptions) -> QueuePolicy | None:
+    """Every batching model's queue is bounded unless its spec says otherwise: at most QUEUE_PER_BATCH full batches
+    per instance wait (MIN_QUEUE at least), and a request that waited queue_timeout_ms is refused without running
+    (Triton's REJECT: the client hears UNAVAILABLE / 503 at once, with the reason). A client that cancels its calls
+    (or a flood) can so queue at most that much work: what is refused costs nothing, what runs is at most the
+    timeout's worth of the queue. None: nothing to bound (max_queue_size 0 and no timeout)."""
+    size = options.max_queue_size
+    if size < 0:
+        size = max(MIN_QUEUE, QUEUE_PER_BATCH * max(spec.max_batch_size, 1) * instance_count(spec, target, options))
+    timeout_us = int(round(options.queue_timeout_ms * 1000))
+    if size == 0 and timeout_us == 0:
+        return None
+    return QueuePolicy(max_queue_size=size, timeout_us=timeout_us, timeout_action="REJECT")
 
 
 def instance_count(spec: ModelSpec, target: str, options: ServingOptions) -> int:

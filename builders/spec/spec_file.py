@@ -69,6 +69,8 @@ SERVING_FIELDS = {
     "instances",
     "kind",
     "max_queue_delay_us",
+    "max_queue_size",
+    "queue_timeout_ms",
     "preferred_batch_sizes",
     "dynamic_batching",
     "warmup_batch_sizes",

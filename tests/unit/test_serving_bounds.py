@@ -24,3 +24,27 @@ def test_every_layout_is_a_tokenize_step_and_a_pipeline_of_its_own(tmp_path):
         pipeline = parse_pbtxt((tmp_path / names[label] / "config.pbtxt").read_text())
         assert pipeline.name == names[label]
         assert pipeline.ensemble_scheduling.step[0].model_name == f"{spec.name}_tokenize_{label}"
+
+
+def test_every_batching_model_gets_a_bounded_queue_that_rejects_by_default():
+    """A flood or a cancelling client queues at most the bound: full batches per instance, and a request queued
+    longer than the timeout is refused unrun (REJECT), as config.pbtxt says."""
+    from builders.repository.writer import QUEUE_PER_BATCH, ServingOptions, default_queue_policy, model_config
+
+    spec = zoo.get_spec("resnet50")
+    policy = model_config(spec, "embedded").dynamic_batching.queue_policy
+    assert policy == default_queue_policy(spec, "embedded", ServingOptions())
+    assert policy.max_queue_size == QUEUE_PER_BATCH * spec.max_batch_size
+    assert policy.timeout_us == 2_000_000 and policy.timeout_action == "REJECT"
+    unbounded = ServingOptions(max_queue_size=0, queue_timeout_ms=0)
+    assert model_config(spec, "embedded", unbounded).dynamic_batching.queue_policy is None
+
+
+def test_a_queue_bound_that_cannot_be_is_refused_with_what_to_write():
+    import pytest
+
+    from builders.repository.writer import ServingOptions
+    from common.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="max_queue_size >= 0"):
+        ServingOptions(max_queue_size=-5)

@@ -64,3 +64,16 @@ def test_a_model_broken_for_months_keeps_status_and_memory_bounded(caplog):
     assert status["events_total"] == 20_160 and status["restarts_total"] == 1000
     assert len(json.dumps(status)) < 64 * 1024
     assert len(caplog.records) == 20_160 and caplog.records[0].levelname == "WARNING"
+
+
+def test_a_model_that_ran_batches_since_the_last_round_is_busy_not_hung():
+    """A probe lost behind a flood is no failure while the model's work count grows; a count that stands still (or
+    cannot be read) is no evidence of work."""
+    from server.probes import ProbeState, busy
+
+    state = ProbeState()
+    assert not busy(state, "resnet50", 100)  # the first look: nothing to compare with
+    assert busy(state, "resnet50", 130)
+    assert not busy(state, "resnet50", 130)  # wedged: no batch since
+    assert not busy(state, "resnet50", None)
+    assert busy(state, "resnet50", 131)

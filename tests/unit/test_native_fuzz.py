@@ -1,0 +1,54 @@
+"""The C that reads client bytes in the in-process backend (the image, sequence and tokenize paths, Python's batch
+calls), built with AddressSanitizer and UBSan against a stand-in for Triton's backend API and the CUDA driver
+(tests/native/), driven with random and adversarial requests for a bounded time: a read past a client's buffer, an
+overflow, a leak, a request answered or released other than once, or an id outside value_range reaching the device
+fails it. Longer, with other seeds: `make fuzz-native`."""
+
+import os
+import random
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from server.secret_args import c_compiler
+
+ROOT = Path(__file__).resolve().parents[2]
+NATIVE = ROOT / "tests" / "native"
+MODELS = ROOT / "triton_models"
+SOURCES = [
+    NATIVE / "fuzz_native.c",
+    NATIVE / "fuzz_tokenize.c",
+    NATIVE / "fuzz_ragged.c",
+    NATIVE / "fuzz_image.c",
+    NATIVE / "stand_in.c",
+    MODELS / "ragged_plan.c",
+    MODELS / "inprocess_tokenize_native.c",
+    MODELS / "bert_tokenize.c",
+    MODELS / "inprocess_batch_calls.c",
+]
+SANITIZERS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]
+
+
+def build_fuzzer(target: Path) -> Path:
+    """The fuzzer compiled with the sanitizers and every warning as an error."""
+    compiler = c_compiler()
+    if compiler is None:
+        pytest.skip("no C compiler (cc/gcc): the in-process backend is built where it serves")
+    flags = ["-g", "-O1", "-Wall", "-Wextra", "-Werror", *SANITIZERS, f"-I{MODELS}", f"-I{NATIVE}"]
+    subprocess.run([compiler, *flags, "-o", str(target), *map(str, SOURCES), "-lpthread", "-ldl"], check=True)
+    return target
+
+
+def run_fuzzer(binary: Path, seconds: float, seed: int) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0", "UBSAN_OPTIONS": "print_stacktrace=1"}
+    return subprocess.run(
+        [str(binary), str(seconds), str(seed)], capture_output=True, text=True, env=env, timeout=seconds + 120
+    )
+
+
+@pytest.mark.parametrize("seed", [1, random.randrange(1, 2**31)])
+def test_the_native_request_paths_hold_under_random_and_adversarial_requests(tmp_path, seed):
+    done = run_fuzzer(build_fuzzer(tmp_path / "fuzz_native"), 8, seed)
+    assert done.returncode == 0, f"seed {seed}:\n{done.stdout[-2000:]}\n{done.stderr[-6000:]}"
+    assert "0 failures" in done.stdout
