@@ -164,10 +164,10 @@ test-chaos: install ## The stub-kill recovery test under load (prints the failed
 	$(PY) -m pytest tests/functional/test_supervisor.py -m chaos -s $(PYTEST_ARGS)
 
 FUZZ_EXAMPLES ?= 20000
-fuzz-native: install ## The native request paths under ASan/UBSan with random and adversarial requests: FUZZ_SECONDS (300) per seed, FUZZ_SEEDS="1 2 3"
+fuzz-native: install ## The native request paths and the guard's frame rewriting under ASan/UBSan with random and adversarial input: FUZZ_SECONDS (300) per seed, FUZZ_SEEDS="1 2 3"
 	$(PY) -c 'import sys; sys.path.insert(0, "tests/unit"); from pathlib import Path; import tempfile; from test_native_fuzz import build_fuzzer, run_fuzzer; \
-	b = build_fuzzer(Path(tempfile.mkdtemp()) / "fuzz_native"); \
-	rc = [print(f"seed {s}:", (d := run_fuzzer(b, float("$(or $(FUZZ_SECONDS),300)"), int(s))).stdout.strip(), d.stderr[-3000:]) or d.returncode for s in "$(or $(FUZZ_SEEDS),1 2 3)".split()]; \
+	where = Path(tempfile.mkdtemp()); b = [build_fuzzer(where / "fuzz_native"), build_fuzzer(where / "fuzz_guard", guard=True)]; \
+	rc = [print(f"seed {s}:", (d := run_fuzzer(f, float("$(or $(FUZZ_SECONDS),300)"), int(s))).stdout.strip(), d.stderr[-3000:]) or d.returncode for f in b for s in "$(or $(FUZZ_SEEDS),1 2 3)".split()]; \
 	sys.exit(max(rc))'
 
 fuzz-edge: install ## The edge's differential test, longer and with new seeds: FUZZ_EXAMPLES requests; writes docs/security/edge_fuzz.md

@@ -76,7 +76,7 @@ def build_library(force: bool = False) -> Path:
     partial = LIBRARY.with_suffix(".partial")
     step(f"admin-key shim: compiling {' and '.join(s.name for s in SOURCES)} into {LIBRARY}")
     done = subprocess.run(
-        [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-o", str(partial), *map(str, SOURCES), "-ldl"],
+        [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-o", str(partial), *map(str, SOURCES), "-ldl", "-lpthread"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -18,8 +18,11 @@
  *    ModelStreamInfer stream) it becomes an empty DATA frame ending the stream, so the server finishes the
  *    stream's requests as if the client had closed its side. Either way the server completes the call and
  *    Envoy drops the answer (the padding counts against the server's receive window, not Envoy's: 4 bytes of
- *    credit per rewritten open stream; docs/security/red_team.md). Only HTTP/2 framing is read (9-byte frame headers after the 24-byte preface),
- *    which has one reading; nothing of a header block or message is touched.
+ *    credit per rewritten open stream; docs/security/red_team.md). Only HTTP/2 framing is read (9-byte frame headers
+ *    after the 24-byte preface), which has one reading; nothing of a header block or message is touched. Every
+ *    frame header handed to gRPC is whole: one a read ends in is held back (at most 8 bytes) and handed out with
+ *    the next read, so a split frame never waits for its rest. The server's writes are followed too: a stream
+ *    either side ends leaves the table of open streams, which grows as needed (no cap a client can fill).
  *
  * 3. Clients register only their own shared memory. A system shared-memory registration makes tritonserver
  *    open the named region (shm_open without O_CREAT, from the server's own code, not a backend's). Below,
@@ -28,13 +31,13 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -51,7 +54,6 @@
 #define H2_VARIABLE "TRITON_GUARD_H2_PORTS"
 #define MAX_PORTS 8
 #define MAX_FDS 65536
-#define MAX_OPEN 512
 #define PREFACE 24
 #define BACKEND_REGIONS "triton_python_backend"
 
@@ -59,7 +61,8 @@ static int own_ports[MAX_PORTS], own_count = 0;
 static int h2_ports[MAX_PORTS], h2_count = 0;
 static unsigned long refusals = 0;
 
-/* One HTTP/2 connection from the peer's side: where its byte stream stands, and its open streams. */
+/* One HTTP/2 connection: where the peer's byte stream stands, the streams it opened that are still open on its
+ * side, and where the server's own byte stream stands (its writes end streams too). */
 struct h2_reader {
     uint32_t preface_left;
     uint8_t head[9];
@@ -67,8 +70,15 @@ struct h2_reader {
     uint32_t payload_left;
     const uint8_t *replace;  /* the payload bytes to write instead (a rewritten RST_STREAM), or NULL */
     uint32_t replace_at;
-    uint32_t open[MAX_OPEN];  /* streams the peer opened and has not half-closed */
-    uint32_t open_count;
+    uint8_t held[9];  /* the start of a frame header a read ended in, not yet decided: read again whole */
+    uint32_t held_count;
+    uint8_t ready[9];  /* a decided header's bytes a short read had no room for: handed out first */
+    uint32_t ready_count;
+    pthread_mutex_t lock;  /* the table: gRPC may write (server_wrote) while it reads */
+    uint32_t *open;  /* streams the peer opened and neither side has ended: grown as needed, no fixed cap */
+    uint32_t open_count, open_room;
+    uint8_t out_head[9];  /* the server's frames, as it writes them */
+    uint32_t out_head_at, out_payload_left;
 };
 
 static struct h2_reader *readers[MAX_FDS];
@@ -80,6 +90,10 @@ static ssize_t (*real_recvmsg)(int, struct msghdr *, int);
 static ssize_t (*real_recv)(int, void *, size_t, int);
 static ssize_t (*real_read)(int, void *, size_t);
 static ssize_t (*real_readv)(int, const struct iovec *, int);
+static ssize_t (*real_sendmsg)(int, const struct msghdr *, int);
+static ssize_t (*real_send)(int, const void *, size_t, int);
+static ssize_t (*real_write)(int, const void *, size_t);
+static ssize_t (*real_writev)(int, const struct iovec *, int);
 static int (*real_accept4)(int, struct sockaddr *, socklen_t *, int);
 static int (*real_close)(int);
 static int (*real_shm_open)(const char *, int, mode_t);
@@ -115,6 +129,10 @@ static void resolve(void) {
     real_recv = dlsym(RTLD_NEXT, "recv");
     real_read = dlsym(RTLD_NEXT, "read");
     real_readv = dlsym(RTLD_NEXT, "readv");
+    real_sendmsg = dlsym(RTLD_NEXT, "sendmsg");
+    real_send = dlsym(RTLD_NEXT, "send");
+    real_write = dlsym(RTLD_NEXT, "write");
+    real_writev = dlsym(RTLD_NEXT, "writev");
     real_accept4 = dlsym(RTLD_NEXT, "accept4");
     real_shm_open = dlsym(RTLD_NEXT, "shm_open");
     real_close = dlsym(RTLD_NEXT, "close");
@@ -213,6 +231,8 @@ static void forget(int fd) {
     if (fd < 0 || fd >= MAX_FDS || readers[fd] == NULL) return;
     struct h2_reader *reader = readers[fd];
     readers[fd] = NULL;
+    pthread_mutex_destroy(&reader->lock);
+    free(reader->open);
     free(reader);
 }
 
@@ -222,6 +242,7 @@ static void watch(int fd) {
     struct h2_reader *reader = calloc(1, sizeof *reader);
     if (reader == NULL) return;
     reader->preface_left = PREFACE;
+    pthread_mutex_init(&reader->lock, NULL);
     readers[fd] = reader;
 }
 
@@ -278,17 +299,23 @@ static void close_stream(struct h2_reader *r, uint32_t stream) {
     if (at >= 0) r->open[at] = r->open[--r->open_count];
 }
 
+static void open_stream(struct h2_reader *r, uint32_t stream) {
+    if (open_index(r, stream) >= 0) return;
+    if (r->open_count == r->open_room) {
+        uint32_t room = r->open_room ? r->open_room * 2 : 64;
+        uint32_t *grown = room > r->open_room ? realloc(r->open, (size_t)room * sizeof *grown) : NULL;
+        if (grown == NULL) return; /* out of memory: its RST_STREAM becomes a WINDOW_UPDATE, the server ends it */
+        r->open = grown, r->open_room = room;
+    }
+    r->open[r->open_count++] = stream;
+}
+
 static uint32_t stream_of(const uint8_t *id) {
     return ((uint32_t)(id[0] & 0x7f) << 24) | ((uint32_t)id[1] << 16) | ((uint32_t)id[2] << 8) | id[3];
 }
 
-/* The header's 9 bytes are known: track the stream it opens or half-closes. */
-static void track(struct h2_reader *r) {
-    uint8_t type = r->head[3], flags = r->head[4];
-    uint32_t stream = stream_of(r->head + 5);
-    if (stream == 0 || (type != 0 && type != 1)) return;
-    if (flags & 0x1) close_stream(r, stream); /* END_STREAM */
-    else if (type == 1 && open_index(r, stream) < 0 && r->open_count < MAX_OPEN) r->open[r->open_count++] = stream;
+static uint32_t length_of(const uint8_t *head) {
+    return ((uint32_t)head[0] << 16) | ((uint32_t)head[1] << 8) | head[2];
 }
 
 /* The bytes a read returned, as one sequence over its buffers. */
@@ -298,129 +325,282 @@ struct received {
     size_t total;
 };
 
-/* Copies up to want bytes of what was received from position from on, then peeks the socket for the rest;
- * returns how many it has. */
-static size_t look_ahead(int fd, const struct received *in, size_t from, uint8_t *out, size_t want) {
-    size_t have = 0, start = 0;
-    for (size_t p = 0; p < in->parts && have < want && start < in->total; p++) {
-        size_t length = in->iov[p].iov_len < in->total - start ? in->iov[p].iov_len : in->total - start;
-        for (size_t k = from > start ? from - start : 0; k < length && have < want; k++)
-            out[have++] = ((const uint8_t *)in->iov[p].iov_base)[k];
-        start += length;
+/* The byte at position at of what was received. */
+static uint8_t *byte_at(const struct received *in, size_t at) {
+    for (size_t p = 0; p < in->parts; p++) {
+        if (at < in->iov[p].iov_len) return (uint8_t *)in->iov[p].iov_base + at;
+        at -= in->iov[p].iov_len;
     }
-    /* a frame header split between TCP segments: its rest is peeked, waiting for it up to 100 ms */
-    for (int tries = 0; have < want && tries < 10; tries++) {
-        ssize_t got = real_recv(fd, out + have, want - have, MSG_PEEK | MSG_DONTWAIT);
-        if (got >= (ssize_t)(want - have)) return want;
-        struct pollfd wait = {fd, POLLIN, 0};
-        if (got == 0 || poll(&wait, 1, 10) < 0) break;
-    }
-    if (have < want) {
-        ssize_t got = real_recv(fd, out + have, want - have, MSG_PEEK | MSG_DONTWAIT);
-        if (got > 0) have += (size_t)got;
-    }
-    return have;
+    return NULL;
 }
 
-/* The stream a RST_STREAM names, its type byte at position at: 0 when its id has not arrived yet. */
-static uint32_t rst_stream_id(int fd, const struct received *in, size_t at) {
-    uint8_t ahead[6];
-    return look_ahead(fd, in, at, ahead, sizeof ahead) == sizeof ahead ? stream_of(ahead + 2) : 0;
-}
-
-/* The header byte b at position at (r->head_at into its header), rewritten where the frame is a RST_STREAM. */
-static uint8_t header_byte(struct h2_reader *r, int fd, uint8_t b, const struct received *in, size_t at) {
+/* A whole frame header from the peer, its first byte at position at: a RST_STREAM is rewritten in place (type and
+ * flags; its payload as it passes), HEADERS and DATA open and half-close streams. */
+static void peer_header(struct h2_reader *r, const struct received *in, size_t at) {
     static const uint8_t rst_length[3] = {0, 0, 4};
-    if (r->head_at == 3) {
-        r->replace = NULL;
-        if (b == 3 && memcmp(r->head, rst_length, 3) == 0) {
-            uint32_t stream = rst_stream_id(fd, in, at);
-            int open = stream != 0 && open_index(r, stream) >= 0;
-            r->replace = open ? EMPTY_PADDED : WINDOW_UPDATE_ONE;
-            if (open) close_stream(r, stream);
-            return open ? 0x0 : 0x8; /* DATA : WINDOW_UPDATE */
-        }
-    } else if (r->head_at == 4 && r->replace != NULL) {
-        return r->replace == EMPTY_PADDED ? 0x9 : 0x0; /* END_STREAM | PADDED : no flags */
+    uint8_t type = r->head[3], flags = r->head[4];
+    uint32_t stream = stream_of(r->head + 5);
+    r->replace = NULL;
+    r->replace_at = 0;
+    r->payload_left = length_of(r->head);
+    if (type == 3 && memcmp(r->head, rst_length, 3) == 0) {
+        int open = stream != 0 && open_index(r, stream) >= 0;
+        r->replace = open ? EMPTY_PADDED : WINDOW_UPDATE_ONE;
+        if (open) close_stream(r, stream);
+        *byte_at(in, at + 3) = open ? 0x0 : 0x8;  /* DATA : WINDOW_UPDATE */
+        *byte_at(in, at + 4) = open ? 0x9 : 0x0;  /* END_STREAM | PADDED : no flags */
+    } else if (stream != 0 && (type == 0 || type == 1)) {
+        if (flags & 0x1) close_stream(r, stream); /* END_STREAM */
+        else if (type == 1) open_stream(r, stream);
     }
-    return b;
 }
 
-/* Walks one buffer of a read (its bytes at positions base.. of the whole), rewriting RST_STREAM frames. */
-static void filter(int fd, struct h2_reader *r, uint8_t *bytes, size_t count, const struct received *in, size_t base) {
-    size_t i = 0;
-    while (i < count) {
+/* Walks the bytes of one read from position from on (the held bytes of the last one first), rewriting RST_STREAM
+ * frames; returns how many bytes end in a frame header not yet whole (held back for the next read). */
+static size_t filter(struct h2_reader *r, const struct received *in, size_t from) {
+    size_t i = from, header_start = from;
+    r->head_at = r->head_at == 9 ? 9 : 0; /* a partial header was held back: it is read again from its start */
+    pthread_mutex_lock(&r->lock);
+    while (i < in->total) {
         if (r->preface_left > 0) {
-            size_t skip = count - i < r->preface_left ? count - i : r->preface_left;
+            size_t skip = in->total - i < r->preface_left ? in->total - i : r->preface_left;
             r->preface_left -= (uint32_t)skip;
             i += skip;
         } else if (r->head_at < 9) {
-            r->head[r->head_at] = bytes[i];
-            bytes[i] = header_byte(r, fd, bytes[i], in, base + i);
-            if (++r->head_at == 9) {
-                if (r->replace == NULL) track(r);
-                r->payload_left = ((uint32_t)r->head[0] << 16) | ((uint32_t)r->head[1] << 8) | r->head[2];
-                r->replace_at = 0;
+            if (r->head_at == 0) header_start = i;
+            r->head[r->head_at++] = *byte_at(in, i++);
+            if (r->head_at == 9) {
+                peer_header(r, in, header_start);
                 if (r->payload_left == 0) r->head_at = 0;
             }
-            i++;
         } else if (r->replace != NULL) {
-            bytes[i++] = r->replace[r->replace_at++];
+            *byte_at(in, i++) = r->replace[r->replace_at++];
             if (--r->payload_left == 0) r->head_at = 0;
         } else {
-            size_t skip = count - i < r->payload_left ? count - i : r->payload_left;
+            size_t skip = in->total - i < r->payload_left ? in->total - i : r->payload_left;
             r->payload_left -= (uint32_t)skip;
             i += skip;
             if (r->payload_left == 0) r->head_at = 0;
         }
     }
-}
-
-static void filter_iov(int fd, const struct iovec *iov, size_t parts, size_t total) {
-    struct received in = {iov, parts, total};
-    size_t base = 0;
-    for (size_t p = 0; p < parts && base < total; p++) {
-        size_t take = iov[p].iov_len < total - base ? iov[p].iov_len : total - base;
-        filter(fd, readers[fd], iov[p].iov_base, take, &in, base);
-        base += take;
-    }
-}
-
-static void filter_buffer(int fd, void *buffer, size_t count) {
-    struct iovec one = {buffer, count};
-    filter_iov(fd, &one, 1, count);
+    pthread_mutex_unlock(&r->lock);
+    return r->head_at < 9 ? r->head_at : 0;
 }
 
 static int watched(int fd) {
     return fd >= 0 && fd < MAX_FDS && readers[fd] != NULL;
 }
 
+/* Copies n bytes into the sequence of buffers from its start. */
+static void put_front(const struct iovec *iov, size_t parts, const uint8_t *bytes, size_t n) {
+    for (size_t p = 0; p < parts && n > 0; p++) {
+        size_t take = iov[p].iov_len < n ? iov[p].iov_len : n;
+        memcpy(iov[p].iov_base, bytes, take);
+        bytes += take, n -= take;
+    }
+}
+
+/* The buffers past their first `skip` bytes, into shifted (at most MAX_PARTS of them); returns how many. */
+#define MAX_PARTS 64
+static size_t shift_iov(const struct iovec *iov, size_t parts, size_t skip, struct iovec *shifted) {
+    size_t count = 0;
+    for (size_t p = 0; p < parts && count < MAX_PARTS; p++) {
+        if (skip >= iov[p].iov_len) {
+            skip -= iov[p].iov_len;
+            continue;
+        }
+        shifted[count].iov_base = (uint8_t *)iov[p].iov_base + skip;
+        shifted[count++].iov_len = iov[p].iov_len - skip;
+        skip = 0;
+    }
+    return count;
+}
+
+typedef ssize_t (*reader_fn)(int fd, struct iovec *iov, size_t parts, void *context);
+
+/* Hands out up to room bytes of the decided header bytes waiting; returns how many. */
+static size_t hand_ready(struct h2_reader *r, const struct iovec *iov, size_t parts, size_t room) {
+    size_t n = r->ready_count < room ? r->ready_count : room;
+    put_front(iov, parts, r->ready, n);
+    memmove(r->ready, r->ready + n, r->ready_count - n);
+    r->ready_count -= (uint32_t)n;
+    return n;
+}
+
+/* The held header completed from what the socket has now (never waiting), decided, and moved to ready: 1 done;
+ * 0 with *result set when the socket has nothing (EAGAIN), ended (0) or failed. */
+static int complete_held(int fd, struct h2_reader *r, ssize_t *result) {
+    int flags = fcntl(fd, F_GETFL), blocking = flags >= 0 && !(flags & O_NONBLOCK); /* a blocking reader waits */
+    ssize_t got;
+    do {
+        got = real_recv(fd, r->held + r->held_count, sizeof r->held - r->held_count, blocking ? 0 : MSG_DONTWAIT);
+        if (got > 0) r->held_count += (uint32_t)got;
+    } while (blocking && got > 0 && r->held_count < sizeof r->held);
+    if (got <= 0) {
+        *result = got;
+        return 0;
+    }
+    struct iovec whole = {r->held, r->held_count};
+    struct received in = {&whole, 1, r->held_count};
+    size_t keep = filter(r, &in, 0);
+    if (keep) { /* still not whole: nothing more has arrived */
+        errno = EAGAIN;
+        *result = -1;
+        return 0;
+    }
+    memcpy(r->ready, r->held, r->held_count);
+    r->ready_count = r->held_count;
+    r->held_count = 0;
+    return 1;
+}
+
+/* One read on a watched connection. Every frame header handed out is decided on whole: a header a read ends in
+ * is held back (at most 8 bytes) and read again with what follows it, so a split frame never waits for its rest;
+ * where the caller's buffer is too small for it, the header's decided bytes are handed out over several reads.
+ * Nothing whole is ever kept from the caller while the socket is quiet. */
+static ssize_t guarded_read(int fd, const struct iovec *iov, size_t parts, reader_fn read_more, void *context) {
+    struct h2_reader *r = readers[fd];
+    size_t room = 0;
+    for (size_t p = 0; p < parts; p++) room += iov[p].iov_len;
+    if (room == 0) return read_more(fd, (struct iovec *)iov, parts, context);
+    if (r->ready_count > 0) return (ssize_t)hand_ready(r, iov, parts, room);
+    size_t held = r->held_count;
+    if (room <= held) { /* no room past the held bytes: complete the header from the socket, or say EAGAIN */
+        ssize_t result = 0;
+        if (!complete_held(fd, r, &result)) return result;
+        return (ssize_t)hand_ready(r, iov, parts, room);
+    }
+    put_front(iov, parts, r->held, held);
+    struct iovec shifted[MAX_PARTS];
+    size_t count = shift_iov(iov, parts, held, shifted);
+    ssize_t got = read_more(fd, shifted, count, context);
+    int error = errno;
+    if (got == 0) { /* the peer is gone: a partial header means nothing */
+        r->held_count = 0;
+        return 0;
+    }
+    if (got < 0) {
+        errno = error;
+        return -1; /* the held bytes stay held */
+    }
+    size_t total = held + (size_t)got;
+    struct received in = {iov, parts, total};
+    r->held_count = 0;
+    size_t keep = filter(r, &in, 0);
+    for (size_t k = 0; k < keep; k++) r->held[k] = *byte_at(&in, total - keep + k);
+    r->held_count = (uint32_t)keep;
+    if (total > keep) return (ssize_t)(total - keep);
+    ssize_t result = 0; /* all of it a header's start: what completes it may be there already */
+    if (!complete_held(fd, r, &result)) return result;
+    return (ssize_t)hand_ready(r, iov, parts, room);
+}
+
+static ssize_t read_iov(int fd, struct iovec *iov, size_t parts, void *context) {
+    (void)context;
+    return real_readv(fd, iov, (int)parts);
+}
+
+/* recvmsg's message (its control buffer and flags kept) and flags, for a read over other buffers. */
+struct message_read {
+    struct msghdr *message;
+    int flags;
+};
+
+static ssize_t read_message(int fd, struct iovec *iov, size_t parts, void *context) {
+    struct message_read *call = context;
+    struct msghdr plain = {0}, shifted = call->message ? *call->message : plain;
+    shifted.msg_iov = iov;
+    shifted.msg_iovlen = parts;
+    ssize_t got = real_recvmsg(fd, &shifted, call->flags);
+    if (call->message) {
+        call->message->msg_flags = shifted.msg_flags;
+        call->message->msg_controllen = shifted.msg_controllen;
+        call->message->msg_namelen = shifted.msg_namelen;
+    }
+    return got;
+}
+
 ssize_t recvmsg(int fd, struct msghdr *message, int flags) {
     resolve();
-    ssize_t got = real_recvmsg(fd, message, flags);
-    if (got > 0 && watched(fd) && !(flags & MSG_PEEK)) filter_iov(fd, message->msg_iov, message->msg_iovlen, (size_t)got);
-    return got;
+    if (!watched(fd) || (flags & (MSG_PEEK | MSG_ERRQUEUE))) return real_recvmsg(fd, message, flags); /* not the stream */
+    struct message_read call = {message, flags};
+    return guarded_read(fd, message->msg_iov, message->msg_iovlen, read_message, &call);
 }
 
 ssize_t recv(int fd, void *buffer, size_t length, int flags) {
     resolve();
-    ssize_t got = real_recv(fd, buffer, length, flags);
-    if (got > 0 && watched(fd) && !(flags & MSG_PEEK)) filter_buffer(fd, buffer, (size_t)got);
-    return got;
+    if (!watched(fd) || (flags & (MSG_PEEK | MSG_ERRQUEUE))) return real_recv(fd, buffer, length, flags);
+    struct iovec one = {buffer, length};
+    struct message_read call = {NULL, flags};
+    return guarded_read(fd, &one, 1, read_message, &call);
 }
 
 ssize_t read(int fd, void *buffer, size_t length) {
     resolve();
-    ssize_t got = real_read(fd, buffer, length);
-    if (got > 0 && watched(fd)) filter_buffer(fd, buffer, (size_t)got);
-    return got;
+    if (!watched(fd)) return real_read(fd, buffer, length);
+    struct iovec one = {buffer, length};
+    return guarded_read(fd, &one, 1, read_iov, NULL);
 }
 
 ssize_t readv(int fd, const struct iovec *iov, int parts) {
     resolve();
-    ssize_t got = real_readv(fd, iov, parts);
-    if (got > 0 && watched(fd)) filter_iov(fd, iov, (size_t)parts, (size_t)got);
-    return got;
+    if (!watched(fd) || parts < 0) return real_readv(fd, iov, parts);
+    return guarded_read(fd, iov, (size_t)parts, read_iov, NULL);
+}
+
+/* The server's own frames as written: a stream it ends (END_STREAM, or its RST_STREAM) leaves the table. */
+static void server_wrote(int fd, const struct iovec *iov, size_t parts, size_t total) {
+    struct h2_reader *r = readers[fd];
+    struct received in = {iov, parts, total};
+    size_t i = 0;
+    pthread_mutex_lock(&r->lock);
+    while (i < total) {
+        if (r->out_head_at < 9) {
+            r->out_head[r->out_head_at++] = *byte_at(&in, i++);
+            if (r->out_head_at < 9) continue;
+            uint8_t type = r->out_head[3], flags = r->out_head[4];
+            uint32_t stream = stream_of(r->out_head + 5);
+            if (stream != 0 && (type == 3 || ((type == 0 || type == 1) && (flags & 0x1)))) close_stream(r, stream);
+            r->out_payload_left = length_of(r->out_head);
+            if (r->out_payload_left == 0) r->out_head_at = 0;
+        } else {
+            size_t skip = total - i < r->out_payload_left ? total - i : r->out_payload_left;
+            r->out_payload_left -= (uint32_t)skip;
+            i += skip;
+            if (r->out_payload_left == 0) r->out_head_at = 0;
+        }
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+ssize_t sendmsg(int fd, const struct msghdr *message, int flags) {
+    resolve();
+    ssize_t sent = real_sendmsg(fd, message, flags);
+    if (sent > 0 && watched(fd)) server_wrote(fd, message->msg_iov, message->msg_iovlen, (size_t)sent);
+    return sent;
+}
+
+ssize_t send(int fd, const void *buffer, size_t length, int flags) {
+    resolve();
+    ssize_t sent = real_send(fd, buffer, length, flags);
+    struct iovec one = {(void *)buffer, length};
+    if (sent > 0 && watched(fd)) server_wrote(fd, &one, 1, (size_t)sent);
+    return sent;
+}
+
+ssize_t write(int fd, const void *buffer, size_t length) {
+    resolve();
+    ssize_t sent = real_write(fd, buffer, length);
+    struct iovec one = {(void *)buffer, length};
+    if (sent > 0 && watched(fd)) server_wrote(fd, &one, 1, (size_t)sent);
+    return sent;
+}
+
+ssize_t writev(int fd, const struct iovec *iov, int parts) {
+    resolve();
+    ssize_t sent = real_writev(fd, iov, parts);
+    if (sent > 0 && watched(fd)) server_wrote(fd, iov, (size_t)parts, (size_t)sent);
+    return sent;
 }
 
 /* ---- 3. shared memory the server made is not a client's ---- */

@@ -1,8 +1,10 @@
-"""The C that reads client bytes in the in-process backend (the image, sequence and tokenize paths, Python's batch
-calls), built with AddressSanitizer and UBSan against a stand-in for Triton's backend API and the CUDA driver
-(tests/native/), driven with random and adversarial requests for a bounded time: a read past a client's buffer, an
+"""The C that reads client bytes, built with AddressSanitizer and UBSan and driven with random and adversarial input
+for a bounded time (tests/native/). The in-process backend's request paths (image, sequence, tokenize, Python's batch
+calls) run against a stand-in for Triton's backend API and the CUDA driver: a read past a client's buffer, an
 overflow, a leak, a request answered or released other than once, or an id outside value_range reaching the device
-fails it. Longer, with other seeds: `make fuzz-native`."""
+fails it. The guard's frame rewriting (server/triton_guard.c) reads split frame streams through every read call with
+rooms of 1 byte up: what it hands out must be the model's rewriting, and no read may fail. Longer, with other seeds:
+`make fuzz-native`."""
 
 import os
 import random
@@ -27,16 +29,36 @@ SOURCES = [
     MODELS / "bert_tokenize.c",
     MODELS / "inprocess_batch_calls.c",
 ]
+GUARD = ROOT / "tests" / "native" / "fuzz_guard.c"
+# the guard's libc wrappers, renamed so that the fuzzer calls them on its own sockets (libc keeps its own)
+RENAMED = (
+    "recv",
+    "recvmsg",
+    "read",
+    "readv",
+    "send",
+    "sendmsg",
+    "write",
+    "writev",
+    "close",
+    "accept",
+    "accept4",
+    "shm_open",
+)
 SANITIZERS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]
 
 
-def build_fuzzer(target: Path) -> Path:
-    """The fuzzer compiled with the sanitizers and every warning as an error."""
+def build_fuzzer(target: Path, guard: bool = False) -> Path:
+    """A fuzzer compiled with the sanitizers and every warning as an error (guard: the guard's, else the request
+    paths')."""
     compiler = c_compiler()
     if compiler is None:
         pytest.skip("no C compiler (cc/gcc): the in-process backend is built where it serves")
     flags = ["-g", "-O1", "-Wall", "-Wextra", "-Werror", *SANITIZERS, f"-I{MODELS}", f"-I{NATIVE}"]
-    subprocess.run([compiler, *flags, "-o", str(target), *map(str, SOURCES), "-lpthread", "-ldl"], check=True)
+    sources = [GUARD] if guard else SOURCES
+    if guard:
+        flags += [f"-D{name}=g_{name}" for name in RENAMED]
+    subprocess.run([compiler, *flags, "-o", str(target), *map(str, sources), "-lpthread", "-ldl"], check=True)
     return target
 
 
@@ -50,5 +72,12 @@ def run_fuzzer(binary: Path, seconds: float, seed: int) -> subprocess.CompletedP
 @pytest.mark.parametrize("seed", [1, random.randrange(1, 2**31)])
 def test_the_native_request_paths_hold_under_random_and_adversarial_requests(tmp_path, seed):
     done = run_fuzzer(build_fuzzer(tmp_path / "fuzz_native"), 8, seed)
+    assert done.returncode == 0, f"seed {seed}:\n{done.stdout[-2000:]}\n{done.stderr[-6000:]}"
+    assert "0 failures" in done.stdout
+
+
+@pytest.mark.parametrize("seed", [1, random.randrange(1, 2**31)])
+def test_the_guard_hands_out_exactly_the_rewritten_frames_whatever_the_reads(tmp_path, seed):
+    done = run_fuzzer(build_fuzzer(tmp_path / "fuzz_guard", guard=True), 6, seed)
     assert done.returncode == 0, f"seed {seed}:\n{done.stdout[-2000:]}\n{done.stderr[-6000:]}"
     assert "0 failures" in done.stdout

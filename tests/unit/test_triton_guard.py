@@ -30,6 +30,22 @@ while chunk := conn.recv(65536):
 sys.stdout.buffer.write(read)
 """
 
+# as STAND_IN, and once it has read argv[2] bytes it writes the bytes of argv[3] (hex) as the server's own frames,
+# then says so on stderr
+STAND_IN_WRITES = """
+import socket, sys
+server = socket.socket(); server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("127.0.0.1", int(sys.argv[1]))); server.listen(8); print("listening", flush=True)
+conn, _ = server.accept()
+read, wrote = b"", False
+while chunk := conn.recv(65536):
+    read += chunk
+    if not wrote and len(read) >= int(sys.argv[2]):
+        conn.sendall(bytes.fromhex(sys.argv[3])); wrote = True
+        sys.stderr.write("wrote\\n"); sys.stderr.flush()
+sys.stdout.buffer.write(read)
+"""
+
 
 def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
     return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + struct.pack(">I", stream) + payload
@@ -107,3 +123,60 @@ def test_another_user_is_closed_before_the_program_reads_and_the_owner_gets_in(s
     with socket.create_connection(("127.0.0.1", port)) as client:
         client.sendall(b"from the owner")
     assert process.communicate(timeout=30)[0] == b"from the owner"
+
+
+def test_streams_past_512_open_are_ended_as_the_first(shim):
+    """The table of open streams has no cap a client can fill: the 601st stream's reset still ends it."""
+    streams = list(range(1, 2 * 601, 2))
+    opened = b"".join(frame(HEADERS, END_HEADERS, n, b"\x82") for n in streams)
+    resets = b"".join(frame(RST_STREAM, 0, n, CANCEL) for n in streams)
+    out = _read_through_guard(shim, [PREFACE + opened, resets])
+    ended = b"".join(frame(DATA, END_STREAM | PADDED, n, b"\x03\x00\x00\x00") for n in streams)
+    assert out == PREFACE + opened + ended
+
+
+def test_a_stream_the_server_ended_leaves_the_table(shim):
+    """A stream the server ended (its trailers) is no longer open: the peer's late reset becomes a WINDOW_UPDATE,
+    never a DATA frame on a stream the server has closed."""
+    (port,) = free_ports(1)
+    opened = PREFACE + frame(HEADERS, END_HEADERS, 1, b"\x82") + frame(HEADERS, END_HEADERS, 3, b"\x82")
+    server_frames = frame(SETTINGS, 0, 0) + frame(HEADERS, END_HEADERS | END_STREAM, 1, b"\x88")
+    env = {**os.environ, "LD_PRELOAD": str(shim), "TRITON_GUARD_H2_PORTS": str(port)}
+    process = subprocess.Popen(
+        [sys.executable, "-c", STAND_IN_WRITES, str(port), str(len(opened)), server_frames.hex()],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout.readline() == b"listening\n"
+    with socket.create_connection(("127.0.0.1", port)) as client:
+        client.sendall(opened)
+        assert process.stderr.readline() == b"wrote\n"
+        assert client.recv(len(server_frames), socket.MSG_WAITALL) == server_frames
+        client.sendall(frame(RST_STREAM, 0, 1, CANCEL) + frame(RST_STREAM, 0, 3, CANCEL))
+    out, _ = process.communicate(timeout=30)
+    assert out == opened + frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 1)) + frame(
+        DATA, END_STREAM | PADDED, 3, b"\x03\x00\x00\x00"
+    )
+
+
+def test_a_split_frame_header_is_held_back_and_never_waited_for(shim):
+    """A reset whose stream id arrives 300 ms after its first bytes: what came before it is read at once, and the
+    reset is still rewritten as the stream's state asks once its header is whole."""
+    (port,) = free_ports(1)
+    env = {**os.environ, "LD_PRELOAD": str(shim), "TRITON_GUARD_H2_PORTS": str(port)}
+    script = STAND_IN.replace("read += chunk", "read += chunk; sys.stderr.write(f'{len(read)}\\n'); sys.stderr.flush()")
+    process = subprocess.Popen(
+        [sys.executable, "-c", script, str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert process.stdout.readline() == b"listening\n"
+    opened = PREFACE + frame(HEADERS, END_HEADERS, 7, b"\x82")
+    reset = frame(RST_STREAM, 0, 7, CANCEL)
+    with socket.create_connection(("127.0.0.1", port)) as client:
+        client.sendall(opened + reset[:5])
+        seen = int(process.stderr.readline())  # read before the rest is sent: the whole frames, not the 5 bytes
+        time.sleep(0.3)
+        client.sendall(reset[5:])
+    out, _ = process.communicate(timeout=30)
+    assert seen == len(opened)
+    assert out == opened + frame(DATA, END_STREAM | PADDED, 7, b"\x03\x00\x00\x00")

@@ -1,0 +1,203 @@
+/* The guard's frame rewriting (server/triton_guard.c, included here; its libc wrappers renamed g_* at compile time)
+ * against a model of what it must do, under AddressSanitizer and UBSan. Each step the peer sends whole HTTP/2
+ * frames, split at random points, and the program reads them through the guard with random buffer sizes and
+ * calls (recv, recvmsg over several buffers, read, readv; rooms of 1 byte up); the server's own writes end streams
+ * between steps. What each step's reads return must be exactly the model's rewriting of what was sent: every
+ * RST_STREAM of 4 bytes an empty DATA ending the stream where it is open on both sides, else a WINDOW_UPDATE of 1.
+ *
+ *   fuzz_guard SECONDS SEED   (exit 0: every step matched) */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#include "../../server/triton_guard.c"
+
+static uint64_t state = 88172645463325252ull;
+static uint64_t next(void) {
+  state ^= state >> 12, state ^= state << 25, state ^= state >> 27;
+  return state * 2685821657736338717ull;
+}
+static size_t below(size_t n) { return n ? (size_t)(next() % n) : 0; }
+
+typedef struct {
+  uint8_t* bytes;
+  size_t length, room;
+} buffer;
+
+static void put(buffer* b, const void* bytes, size_t n) {
+  if (b->length + n > b->room) {
+    b->room = (b->length + n) * 2;
+    b->bytes = realloc(b->bytes, b->room);
+  }
+  memcpy(b->bytes + b->length, bytes, n);
+  b->length += n;
+}
+
+static void frame(buffer* b, uint8_t type, uint8_t flags, uint32_t stream, const uint8_t* payload, uint32_t n) {
+  uint8_t head[9] = {(uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n, type, flags,
+                     (uint8_t)(stream >> 24), (uint8_t)(stream >> 16), (uint8_t)(stream >> 8), (uint8_t)stream};
+  put(b, head, 9);
+  put(b, payload, n);
+}
+
+/* The model: streams open on both sides. */
+static uint32_t open_set[4096];
+static size_t open_n;
+static int model_open(uint32_t s) {
+  for (size_t i = 0; i < open_n; ++i) {
+    if (open_set[i] == s) return 1;
+  }
+  return 0;
+}
+static void model_close(uint32_t s) {
+  for (size_t i = 0; i < open_n; ++i) {
+    if (open_set[i] == s) open_set[i] = open_set[--open_n];
+  }
+}
+
+static uint32_t next_stream = 1;
+
+/* One peer frame into sent, and what the guard must hand out for it into expected. */
+static void peer_frame(buffer* sent, buffer* expected) {
+  uint8_t payload[64];
+  uint32_t n = (uint32_t)below(40);
+  for (uint32_t k = 0; k < n; ++k) payload[k] = (uint8_t)next();
+  size_t kind = below(10);
+  uint32_t stream = open_n && below(3) ? open_set[below(open_n)] : 1 + 2 * (uint32_t)below(next_stream);
+  if (kind <= 2 && open_n < 4000) { /* HEADERS opening a stream, sometimes ending it at once */
+    stream = next_stream * 2 + 1, next_stream++;
+    uint8_t flags = below(3) == 0 ? 0x5 : 0x4;
+    frame(sent, 1, flags, stream, payload, n), frame(expected, 1, flags, stream, payload, n);
+    if (!(flags & 1)) open_set[open_n++] = stream;
+  } else if (kind <= 4) { /* DATA, sometimes with a RST_STREAM's bytes inside, sometimes half-closing */
+    if (n >= 13 && below(2)) memcpy(payload, "\x00\x00\x04\x03\x00\x00\x00\x00\x01", 9);
+    uint8_t flags = below(3) == 0 ? 1 : 0;
+    frame(sent, 0, flags, stream, payload, n), frame(expected, 0, flags, stream, payload, n);
+    if (flags) model_close(stream);
+  } else if (kind <= 7) { /* RST_STREAM */
+    uint8_t code[4] = {0, 0, 0, 8};
+    frame(sent, 3, 0, stream, code, 4);
+    if (model_open(stream)) {
+      frame(expected, 0, 0x9, stream, (const uint8_t*)"\x03\x00\x00\x00", 4);
+      model_close(stream);
+    } else {
+      frame(expected, 8, 0, stream, (const uint8_t*)"\x00\x00\x00\x01", 4);
+    }
+  } else { /* SETTINGS, PING, WINDOW_UPDATE, a RST_STREAM of another length: passed as they are */
+    uint8_t type = (uint8_t[]){4, 6, 8, 3}[below(4)];
+    uint32_t length = type == 3 ? 5 : n;
+    frame(sent, type, 0, type == 4 || type == 6 ? 0 : stream, payload, length);
+    frame(expected, type, 0, type == 4 || type == 6 ? 0 : stream, payload, length);
+  }
+}
+
+/* The server ends a stream (its trailers, or its own RST_STREAM) through the guard's write wrappers. */
+static void server_ends(int fd, int drain) {
+  if (!open_n) return;
+  uint32_t stream = open_set[below(open_n)];
+  buffer out = {0};
+  if (below(2)) frame(&out, 1, 0x5, stream, (const uint8_t*)"\x88", 1);
+  else frame(&out, 3, 0, stream, (const uint8_t*)"\x00\x00\x00\x00", 4);
+  size_t cut = below(out.length);
+  struct iovec parts[2] = {{out.bytes, cut}, {out.bytes + cut, out.length - cut}};
+  struct msghdr message = {0};
+  message.msg_iov = parts, message.msg_iovlen = 2;
+  if (below(2)) g_sendmsg(fd, &message, 0);
+  else g_write(fd, out.bytes, cut), g_writev(fd, parts + 1, 1);
+  model_close(stream);
+  uint8_t sink[256];
+  while (recv(drain, sink, sizeof sink, MSG_DONTWAIT) > 0) {
+  }
+  free(out.bytes);
+}
+
+/* Reads through the guard with a random call and room; -1 with EAGAIN when nothing whole is there yet. */
+static ssize_t guarded(int fd, uint8_t* into, size_t room) {
+  size_t cut = below(room + 1);
+  struct iovec parts[2] = {{into, cut}, {into + cut, room - cut}};
+  struct msghdr message = {0};
+  message.msg_iov = parts, message.msg_iovlen = 2;
+  switch (below(4)) {
+    case 0: return g_recv(fd, into, room, 0);
+    case 1: return g_recvmsg(fd, &message, 0);
+    case 2: return g_read(fd, into, room);
+    default: return g_readv(fd, parts, 2);
+  }
+}
+
+static int step(int peer, int server) {
+  buffer sent = {0}, expected = {0}, got = {0};
+  size_t frames = 1 + below(6);
+  for (size_t k = 0; k < frames; ++k) peer_frame(&sent, &expected);
+  size_t at = 0;
+  uint8_t into[4096];
+  int broken = 0;
+  while (!broken && got.length < expected.length) {
+    if (at < sent.length) { /* a random piece of what the peer sends */
+      size_t piece = 1 + below(sent.length - at);
+      if (sendto(peer, sent.bytes + at, piece, 0, NULL, 0) != (ssize_t)piece) broken = 1;
+      at += piece;
+    }
+    for (;;) {
+      size_t room = below(4) == 0 ? 1 + below(12) : 1 + below(sizeof into);
+      ssize_t n = guarded(server, into, room);
+      if (n < 0 && errno != EAGAIN) { /* a reader is never failed: gRPC would drop the connection */
+        fprintf(stderr, "fuzz_guard: a read of room %zu failed: %s\n", room, strerror(errno));
+        broken = 1;
+        break;
+      }
+      if (n <= 0) break;
+      put(&got, into, (size_t)n);
+    }
+    if (!broken && at == sent.length && got.length < expected.length) {
+      ssize_t n = guarded(server, into, sizeof into); /* all sent: what is left must come out now */
+      if (n <= 0) break;
+      put(&got, into, (size_t)n);
+    }
+  }
+  int same = !broken && got.length == expected.length && memcmp(got.bytes, expected.bytes, got.length) == 0;
+  if (!same) fprintf(stderr, "fuzz_guard: a step read %zu bytes, expected %zu (or other bytes)\n", got.length,
+                     expected.length);
+  free(sent.bytes), free(expected.bytes), free(got.bytes);
+  return same;
+}
+
+int main(int argc, char** argv) {
+  double seconds = argc > 1 ? atof(argv[1]) : 5.0;
+  state ^= argc > 2 ? strtoull(argv[2], NULL, 10) * 0x9E3779B97F4A7C15ull : 0;
+  if (state == 0) state = 1;
+  struct timespec start, now;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  long steps = 0, connections = 0;
+  int failed = 0;
+  do {
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0) return 2;
+    fcntl(pair[1], F_SETFL, O_NONBLOCK);
+    watch(pair[1]);
+    open_n = 0, next_stream = 0;
+    if (sendto(pair[0], "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24, 0, NULL, 0) != 24) return 2;
+    uint8_t preface[24];
+    size_t have = 0;
+    while (have < 24) {
+      ssize_t n = g_recv(pair[1], preface + have, 24 - have, 0);
+      if (n > 0) have += (size_t)n;
+    }
+    for (int k = 0; k < 50 && !failed; ++k, ++steps) {
+      failed = !step(pair[0], pair[1]);
+      if (below(3) == 0) server_ends(pair[1], pair[0]);
+    }
+    g_close(pair[1]), close(pair[0]);
+    connections++;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+  } while (!failed && (now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) / 1e9 < seconds);
+  printf("fuzz_guard: %ld connections, %ld steps, %d failures\n", connections, steps, failed);
+  return failed;
+}
