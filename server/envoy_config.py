@@ -422,11 +422,23 @@ def envoy_config(s: EnvoySettings) -> dict:
             ]
         },
         # runtime values set through the admin socket (POST /runtime_modify): the canaries' shares
-        "layered_runtime": {"layers": [{"name": "static", "static_layer": {}}, {"name": "admin", "admin_layer": {}}]},
+        "layered_runtime": {
+            "layers": [{"name": "static", "static_layer": dict(PREMATURE_RESETS)}, {"name": "admin", "admin_layer": {}}]
+        },
     }
     if s.max_connections:
         config["overload_manager"] = _overload(s.max_connections)
     return config
+
+
+# A client connection whose streams are mostly reset before they are a second old is closed after this many
+# streams (Envoy's defence against rapid resets; its default: 500). Each call a client cancels at once still costs
+# tritonserver's gRPC frontend a call accepted and ended; closing such a connection sooner makes the client
+# reconnect (a gRPC client backs off about a second first), which bounds what one client's cancel storm costs.
+PREMATURE_RESETS = {
+    "overload.premature_reset_total_stream_count": 50,
+    "overload.premature_reset_min_stream_lifetime_seconds": 1,
+}
 
 
 def _overload(max_connections: int) -> dict:

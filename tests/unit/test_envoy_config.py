@@ -255,3 +255,14 @@ def test_a_rolling_restart_starts_each_replica_with_its_guard_and_tuning(tmp_pat
     assert [s.internal for s in started] == [settings.internal] * 2 == [("http", "grpc", "metrics")] * 2
     assert [s.tuning for s in started] == [tuning] * 2
     assert [s.metrics_port for s in started] == [9102, 9106]
+
+
+def test_a_connection_whose_calls_are_mostly_cancelled_at_once_is_closed_after_50():
+    """Envoy's rapid-reset defence, tightened from 500 streams to 50: a cancel storm's connections are closed ten
+    times sooner, and its clients reconnect (upstream calls of a 30 s storm: 12,591 against about 60,000 in 20 s)."""
+    config = envoy_config(
+        EnvoySettings(replicas=REPLICAS, http_port=8000, grpc_port=8001, stats_port=8002, admin_socket="/tmp/t/a.sock")
+    )
+    static = config["layered_runtime"]["layers"][0]["static_layer"]
+    assert static["overload.premature_reset_total_stream_count"] == 50
+    assert static["overload.premature_reset_min_stream_lifetime_seconds"] == 1
