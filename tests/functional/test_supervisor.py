@@ -398,3 +398,49 @@ def test_a_model_that_stays_broken_for_many_retry_rounds_keeps_the_supervisor_bo
     finally:
         stop_supervisor(settings.state_dir)
         launcher.stop(settings.state_dir)
+
+
+SLOW_MODEL = Path(__file__).resolve().parent.parent / "fixtures" / "slow_model"
+
+
+def test_a_model_busy_under_a_flood_is_not_taken_for_a_hung_one(tmp_path):
+    """A flood keeps a slow model's bounded queue full for seconds: its probes time out or are refused, yet it
+    runs batches all along, so the supervisor reloads nothing and tritonserver and the stub keep their pids."""
+    import shutil
+
+    shutil.copytree(SLOW_MODEL, tmp_path / "repo")
+    http_port, grpc_port, metrics_port, health_port = endpoints.free_ports(4)
+    settings = launcher.ServerSettings(
+        tmp_path / "repo", http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port, state_dir=tmp_path / "s"
+    )
+    start_supervised(settings, health_port, probes=ProbeSettings(interval=1.0, timeout=1.0, threshold=2))
+    try:
+        state = endpoints.read_state(settings.state_dir)
+        stubs = stub_pids(state.pid)["slow"]
+        ep = endpoint_of(state, settings.repo, "http")
+        stop, answered = threading.Event(), []
+
+        def flood() -> None:
+            while not stop.is_set():
+                try:
+                    infer(ep, "slow", {"X": np.ones((1, 1), np.float32)})
+                    answered.append(1)
+                except Exception:  # refused: the queue is full
+                    time.sleep(0.01)
+
+        workers = [threading.Thread(target=flood) for _ in range(24)]
+        for worker in workers:
+            worker.start()
+        time.sleep(12)  # six probe rounds, two misses in a row reload a hung model
+        stop.set()
+        for worker in workers:
+            worker.join()
+        events = [what for _, what in _events(health_port)]
+        assert answered, "the flood got no answer at all"
+        assert not any("reloading" in e for e in events), events
+        assert endpoints.read_state(settings.state_dir).pid == state.pid
+        assert stub_pids(state.pid)["slow"] == stubs
+        assert infer(ep, "slow", {"X": np.ones((1, 1), np.float32)}).outputs["Y"].shape == (1, 1)
+    finally:
+        stop_supervisor(settings.state_dir)
+        launcher.stop(settings.state_dir)
