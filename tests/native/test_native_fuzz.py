@@ -3,8 +3,9 @@ for a bounded time (tests/native/). The in-process backend's request paths (imag
 calls) run against a stand-in for Triton's backend API and the CUDA driver: a read past a client's buffer, an
 overflow, a leak, a request answered or released other than once, or an id outside value_range reaching the device
 fails it. The guard's frame rewriting (server/triton_guard.c) reads split frame streams through every read call with
-rooms of 1 byte up: what it hands out must be the model's rewriting, and no read may fail. Longer, with other seeds:
-`make fuzz-native`."""
+rooms of 1 byte up: what it hands out must be the model's rewriting, and no read may fail. The gRPC recorder
+(server/record_grpc.c) reads well-formed, mutated, cut and random gRPC bodies in random chunks. Longer, with other
+seeds: `make fuzz-native`."""
 
 import os
 import random
@@ -30,6 +31,7 @@ SOURCES = [
     MODELS / "inprocess_batch_calls.c",
 ]
 GUARD = ROOT / "tests" / "native" / "fuzz_guard.c"
+RECORDER = [ROOT / "tests" / "native" / "fuzz_record.c", ROOT / "tests" / "fixtures" / "record_grpc" / "harness.c"]
 # the guard's libc wrappers, renamed so that the fuzzer calls them on its own sockets (libc keeps its own)
 RENAMED = (
     "recv",
@@ -48,15 +50,15 @@ RENAMED = (
 SANITIZERS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]
 
 
-def build_fuzzer(target: Path, guard: bool = False) -> Path:
-    """A fuzzer compiled with the sanitizers and every warning as an error (guard: the guard's, else the request
-    paths')."""
+def build_fuzzer(target: Path, part: str = "paths") -> Path:
+    """A fuzzer compiled with the sanitizers and every warning as an error: part "paths" (the request paths),
+    "guard" or "recorder"."""
     compiler = c_compiler()
     if compiler is None:
         pytest.skip("no C compiler (cc/gcc): the in-process backend is built where it serves")
     flags = ["-g", "-O1", "-Wall", "-Wextra", "-Werror", *SANITIZERS, f"-I{MODELS}", f"-I{NATIVE}"]
-    sources = [GUARD] if guard else SOURCES
-    if guard:
+    sources = {"paths": SOURCES, "guard": [GUARD], "recorder": RECORDER}[part]
+    if part == "guard":
         flags += [f"-D{name}=g_{name}" for name in RENAMED]
     subprocess.run([compiler, *flags, "-o", str(target), *map(str, sources), "-lpthread", "-ldl"], check=True)
     return target
@@ -78,6 +80,13 @@ def test_the_native_request_paths_hold_under_random_and_adversarial_requests(tmp
 
 @pytest.mark.parametrize("seed", [1, random.randrange(1, 2**31)])
 def test_the_guard_hands_out_exactly_the_rewritten_frames_whatever_the_reads(tmp_path, seed):
-    done = run_fuzzer(build_fuzzer(tmp_path / "fuzz_guard", guard=True), 6, seed)
+    done = run_fuzzer(build_fuzzer(tmp_path / "fuzz_guard", "guard"), 6, seed)
+    assert done.returncode == 0, f"seed {seed}:\n{done.stdout[-2000:]}\n{done.stderr[-6000:]}"
+    assert "0 failures" in done.stdout
+
+
+@pytest.mark.parametrize("seed", [1, random.randrange(1, 2**31)])
+def test_the_grpc_recorder_reads_any_body_within_its_bytes(tmp_path, seed):
+    done = run_fuzzer(build_fuzzer(tmp_path / "fuzz_record", "recorder"), 4, seed)
     assert done.returncode == 0, f"seed {seed}:\n{done.stdout[-2000:]}\n{done.stderr[-6000:]}"
     assert "0 failures" in done.stdout
