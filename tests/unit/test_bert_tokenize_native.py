@@ -34,10 +34,10 @@ def _read_natively(text: str) -> bool:
     )
 
 
-def _texts() -> list[str]:
+def _texts(seed: int = 0) -> list[str]:
     from builders.spec.zoo.text import SENTENCES
 
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     alphabet = (
         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
         + " " * 12
@@ -70,8 +70,11 @@ def cased_path(tokenizer_path, tmp_path_factory):
     return str(path)
 
 
-@pytest.mark.parametrize("max_length, cased", [(256, False), (16, False), (256, True)])
-def test_every_text_read_natively_has_the_tokenizers_ids(library, tokenizer_path, cased_path, max_length, cased):
+@pytest.mark.parametrize(
+    "max_length, cased, seed",
+    [(256, False, 0), (64, False, 1), (16, False, 0), (8, False, 2), (256, True, 0), (32, True, 3), (16, True, 4)],
+)
+def test_every_text_read_natively_has_the_tokenizers_ids(library, tokenizer_path, cased_path, max_length, cased, seed):
     tokenizer_path = cased_path if cased else tokenizer_path
     cache = load_tokenizer(tokenizer_path, max_length)
     assert native_tokenize.why_not(cache, [("ids", "INT64"), ("mask", "INT64")], library_with_open(library)) is None
@@ -79,7 +82,7 @@ def test_every_text_read_natively_has_the_tokenizers_ids(library, tokenizer_path
     reference.enable_truncation(max_length)
     reference.no_padding()
     encode, checked = native_tokenize.text_encoder(library, cache), 0
-    for text in _texts():
+    for text in _texts(seed):
         got = encode(text.encode())
         if not _read_natively(text):
             assert got is None, text
