@@ -213,6 +213,7 @@ def _start_behind_edge(
 @click.option("--drain", type=float, default=0.0, help="Seconds of 'not ready' before stopping the server.")
 @click.option("--probes", nargs=3, type=float, default=(10.0, 5.0, 3), help="interval timeout threshold")
 @click.option("--internal", default="", help="Comma-separated ports behind the edge: http, grpc, metrics.")
+@click.option("--cancelled-calls", default="", help="The edge's cancelled-calls table (empty: none).")
 @click.option("--retry", nargs=2, type=float, default=(1.0, 30.0), help="A failed reload's first and longest wait.")
 @STATE_DIR
 @tuning_options
@@ -224,6 +225,7 @@ def supervise(
     drain,
     probes,
     internal,
+    cancelled_calls,
     retry,
     state_dir,
     server_args,
@@ -243,8 +245,16 @@ def supervise(
     ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
     behind = tuple(name for name in internal.split(",") if name)
     tuning = _tuning(server_args, latency_summaries, latency_quantiles)
+    table = Path(cancelled_calls) if cancelled_calls else None
     settings = ServerSettings(
-        repo, **ports, host=host, state_dir=state_dir, startup_timeout=timeout, internal=behind, tuning=tuning
+        repo,
+        **ports,
+        host=host,
+        state_dir=state_dir,
+        startup_timeout=timeout,
+        internal=behind,
+        tuning=tuning,
+        cancelled_calls=table,
     )
     probing = ProbeSettings(probes[0], probes[1], int(probes[2]))
     serve(settings, health_port, drain, probing, RetrySettings(*retry))
@@ -367,6 +377,9 @@ def build_shim():
 
     click.echo(f"admin-key shim: {build_library()}")
     click.echo(f"gRPC recorder: {build_module()}")
+    from server import cancel_table
+
+    click.echo(f"cancelled-calls notice: {cancel_table.build_module()}")
 
 
 @cli.command()

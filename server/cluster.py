@@ -23,7 +23,7 @@ from typing import Any
 from common import endpoints
 from common.cli import step
 from common.errors import ServerError
-from server import launcher
+from server import cancel_table, launcher
 from server.edge import EdgeLimits, http_filters, model_rules
 from server.envoy_config import Balancing, EnvoySettings, Replica, envoy_config
 from server.processes import terminate_group
@@ -167,6 +167,7 @@ def start_cluster(settings: ClusterSettings) -> ClusterState:
     envoy_binary()  # installed, or say how before starting anything
     launcher.private_state(settings.state_dir)
     state = _new_state(settings, stats_port=0 if settings.single else settings.admin_port)
+    _prepare_cancel_table(settings)
     try:
         for index in range(settings.replicas):
             env = {"CUDA_VISIBLE_DEVICES": str(index)} if settings.gpu_per_replica else {}
@@ -218,6 +219,7 @@ def _start_replica(settings: ClusterSettings, index: int, env: dict) -> Replica:
         startup_timeout=settings.startup_timeout,
         internal=settings.internal,
         tuning=settings.tuning,
+        cancelled_calls=cancelled_calls(settings.state_dir),
     )
     start_supervised(replica_settings, health, drain=settings.balancing.drain_seconds, env=env)
     return Replica(f"replica-{index}", http, grpc, health, settings.host, str(folder.absolute() / HEALTH_SOCKET))
@@ -226,7 +228,11 @@ def _start_replica(settings: ClusterSettings, index: int, env: dict) -> Replica:
 def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> int:
     """Write envoy.json and start `python -m server envoy-run` (Envoy's keeper); return the keeper's pid."""
     rules = model_rules(settings.repo) if settings.edge else {}
-    edge = tuple(http_filters(rules, settings.edge, settings.record)) if settings.edge else ()
+    table = cancelled_calls(settings.state_dir)
+    notice = (cancel_table.module_filter(table),) if table else ()  # every call's id; unanswered ones noted
+    edge = (*notice, *http_filters(rules, settings.edge, settings.record)) if settings.edge else ()
+    recording = _recording(settings, rules)
+    recording["grpc_filters"] = (*notice, *recording.get("grpc_filters", ()))
     stats = 0 if settings.single else settings.admin_port
     socket_path = str(admin_socket(settings.state_dir))
     envoy = EnvoySettings(
@@ -240,7 +246,7 @@ def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> in
         edge_filters=edge,
         tls=settings.tls,
         **_edge_bounds(settings.edge),
-        **_recording(settings, rules),
+        **recording,
         canary_models=tuple(sorted(rules)),
     )
     config = settings.state_dir / "envoy.json"
@@ -262,6 +268,27 @@ def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> in
     if process.poll() is not None:
         raise ServerError(f"envoy exited with code {process.returncode}; see {log}")
     return process.pid
+
+
+def _prepare_cancel_table(settings: ClusterSettings) -> None:
+    """A fresh cancelled-calls table where the edge runs the module (Envoy 1.40 with the edge on); else none, and
+    cancelled calls are computed as before (said once)."""
+    from server.record_module import ENVOY_VERSION, runs_on
+
+    (settings.state_dir / cancel_table.TABLE).unlink(missing_ok=True)
+    if settings.edge is None:
+        return
+    if not runs_on(envoy_binary()):
+        step(f"cancelled calls are computed: the edge's notice is built for Envoy {ENVOY_VERSION.strip('/.')}")
+        return
+    cancel_table.build_module()
+    cancel_table.make_table(settings.state_dir)
+
+
+def cancelled_calls(state_dir: Path) -> Path | None:
+    """The cluster's cancelled-calls table, where it has one."""
+    path = Path(state_dir) / cancel_table.TABLE
+    return path.resolve() if path.is_file() else None
 
 
 def _edge_bounds(edge: EdgeLimits | None) -> dict[str, Any]:
@@ -429,6 +456,7 @@ def restart_replicas(state_dir: Path, timeout: float = 180.0) -> list[dict]:
             startup_timeout=timeout,
             internal=tuple(state.internal),
             tuning=_tuning_of(state),
+            cancelled_calls=cancelled_calls(state_dir),
         )
         env = state.env.get(replica.name, {})
         start_supervised(settings, replica.health_port, drain=Balancing().drain_seconds, env=env)

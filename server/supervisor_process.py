@@ -61,6 +61,8 @@ def start_supervised(
         str(probes.threshold),
         "--internal",
         ",".join(settings.internal),
+        "--cancelled-calls",
+        str(settings.cancelled_calls or ""),
         "--retry",
         str(retry.first_s),
         str(retry.max_s),

@@ -20,12 +20,17 @@ sys.path[:0] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if
 import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
+from triton_models.cancelled_calls import serve_live  # noqa: E402
+
 
 class TritonPythonModel:
     def initialize(self, args):
         import onnxruntime as ort
 
+        from triton_models.cancelled_calls import CancelledCalls
         from triton_models.cpu_threads import intra_op_threads
+
+        self.cancelled = CancelledCalls.from_environment()  # calls nobody waits for are answered unrun
 
         config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
@@ -45,6 +50,9 @@ class TritonPythonModel:
             self.mask = next((n for n in self.input_names if "mask" in n), "")
 
     def execute(self, requests):
+        return serve_live(requests, self.cancelled, self._execute, pb_utils)
+
+    def _execute(self, requests):
         feeds = [self._feeds(r) for r in requests]
         if self.ragged and len(feeds) > 1 and self._answer_ragged(requests, feeds):
             return None  # every request was answered through its response sender

@@ -21,6 +21,7 @@ import torch  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
 from triton_models import torch_runtime as rt  # noqa: E402
+from triton_models.cancelled_calls import CancelledCalls, serve_live  # noqa: E402
 from triton_models.ragged_runner import STATS_VARIABLE  # noqa: E402
 from triton_models.torch_serving import TorchServing  # noqa: E402
 
@@ -33,8 +34,12 @@ class TritonPythonModel:
         device = torch.device(f"cuda:{args['model_instance_device_id']}" if gpu else "cpu")
         stats = os.environ.get(STATS_VARIABLE)  # the stub's environment is how the server passes it
         self.serving = TorchServing(config, folder, device, stats_folder=stats)
+        self.cancelled = CancelledCalls.from_environment()  # calls nobody waits for are answered unrun
 
     def execute(self, requests):
+        return serve_live(requests, self.cancelled, self._execute, pb_utils)
+
+    def _execute(self, requests):
         names = self.serving.input_names
         feeds = [[rt.from_triton(pb_utils.get_input_tensor_by_name(r, n)) for n in names] for r in requests]
         results = self.serving.run(feeds)
