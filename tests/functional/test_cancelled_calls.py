@@ -1,0 +1,79 @@
+"""Nothing computed for nobody: a call its client cancels is answered unrun by the model, through the edge
+(server/cancel_notice.c notes it, triton_models/cancelled_calls.py skips it), so a storm of cancelled calls does
+not hold a slow model's queue against the other clients."""
+
+import re
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from benchmarks.grpc_cancel import storm as cancel_storm
+from common import endpoints
+from server.cluster import start_cluster, stop_cluster
+from tests.functional.conftest import behind_edge
+
+pytestmark = pytest.mark.functional
+SLOW = Path(__file__).resolve().parent.parent / "fixtures" / "slow_model"
+X = {"X": np.ones((1, 1), np.float32)}
+
+
+@pytest.fixture()
+def slow_behind_edge(tmp_path):
+    shutil.copytree(SLOW, tmp_path / "repo")
+    settings = behind_edge(tmp_path / "repo", tmp_path / "state")
+    start_cluster(settings)
+    yield settings
+    stop_cluster(settings.state_dir)
+
+
+def _ran(settings) -> int:
+    log = (settings.state_dir / "replica-0" / "tritonserver.log").read_text()
+    return sum(int(n) for n in re.findall(r"slow: ran (\d+)", log))
+
+
+def _received(settings) -> int:
+    from tests.functional.conftest import endpoint_of
+
+    ep = endpoint_of(endpoints.read_state(settings.state_dir / "replica-0"), settings.repo, "http")
+    with ep.client() as client:
+        stats = client.get_inference_statistics("slow", headers=ep.admin_headers)
+    return sum(int(m["inference_count"]) for m in stats["model_stats"])
+
+
+def test_cancelled_calls_are_answered_unrun_and_an_ordinary_client_is_served(slow_behind_edge):
+    settings = slow_behind_edge
+    front = endpoints.read_state(settings.state_dir)
+    answered, stop = [], threading.Event()
+
+    def ordinary() -> None:  # its own connection, as another process would have
+        own = [("grpc.use_local_subchannel_pool", 1)]
+        with grpcclient.InferenceServerClient(front.grpc_url, channel_args=own) as c:
+            tensor = grpcclient.InferInput("X", [1, 1], "FP32")
+            tensor.set_data_from_numpy(X["X"])
+            while not stop.wait(0.5):
+                started = time.monotonic()
+                try:
+                    c.infer("slow", [tensor], client_timeout=60)
+                    answered.append(time.monotonic() - started)
+                except Exception:  # refused while the queue is full: counted as not answered
+                    pass
+
+    client = threading.Thread(target=ordinary)
+    client.start()
+    made = cancel_storm(front.grpc_url, "slow", X, seconds=15, threads=8)
+    stop.set()
+    client.join()
+    time.sleep(1.0)  # the last batch's log line
+    received, ran = _received(settings), _ran(settings)
+    print(
+        f"cancel storm on a 4-per-second model: {made} calls, {received} reached it, {ran} ran; "
+        f"ordinary client answered {len(answered)} times (longest {max(answered, default=0):.2f} s)"
+    )
+    assert made > 1000 and received > 20
+    assert ran < received / 2, "most calls that reached the model were cancelled before it ran them"
+    assert answered, "the ordinary client was never answered during the storm"

@@ -1,0 +1,91 @@
+"""The models' side of the edge's cancelled-calls table (triton_models/cancelled_calls.py): a request whose call
+id is in the table is answered CANCELLED without running; the others run as before, answered in order."""
+
+import json
+
+import numpy as np
+
+from server.cancel_table import make_table
+from triton_models.cancelled_calls import SLOTS, CancelledCalls, call_id, serve_live
+
+
+class Sender:
+    def __init__(self, log, index):
+        self.log, self.index = log, index
+
+    def send(self, response, flags):
+        self.log.append((self.index, response))
+
+
+class Request:
+    def __init__(self, index, parameters, log):
+        self.index, self.text, self.log = index, json.dumps(parameters), log
+
+    def parameters(self):
+        return self.text
+
+    def get_response_sender(self):
+        return Sender(self.log, self.index)
+
+
+class PbUtils:
+    TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+
+    class TritonError:
+        CANCELLED, UNAVAILABLE = 11, 14
+
+        def __init__(self, message, code):
+            self.message, self.code = message, code
+
+    class InferenceResponse:
+        def __init__(self, output_tensors, error=None):
+            self.error = error
+
+
+def _table(tmp_path, ids):
+    path = make_table(tmp_path)
+    slots = np.memmap(path, np.uint64, "r+", shape=(SLOTS,))
+    for i in ids:
+        slots[i % SLOTS] = i
+    slots.flush()
+    return CancelledCalls(str(path))
+
+
+def test_the_call_id_is_read_whatever_the_header_case_and_nothing_else_counts():
+    assert call_id(Request(0, {"x-edge-call": "00000000000000ff"}, [])) == 255
+    assert call_id(Request(0, {"X-Edge-Call": "00000000000000ff"}, [])) == 255
+    for value in ({}, {"x-edge-call": "ff"}, {"x-edge-call": "zzzzzzzzzzzzzzzz"}, {"x-edge-call": 5}):
+        assert call_id(Request(0, value, [])) == 0
+
+
+def test_cancelled_requests_are_answered_unrun_and_the_rest_run_in_order(tmp_path):
+    log, ran = [], []
+    table = _table(tmp_path, [0xAB, 0xCD])
+    requests = [Request(i, {"x-edge-call": f"{c:016x}"}, log) for i, c in enumerate([0xAB, 0x11, 0xCD, 0x22])]
+
+    def execute(live):
+        ran.extend(r.index for r in live)
+        return [f"answer {r.index}" for r in live]
+
+    assert serve_live(requests, table, execute, PbUtils) is None  # every answer went through its sender
+    assert ran == [1, 3]
+    answers = dict(log)
+    assert answers[1] == "answer 1" and answers[3] == "answer 3"
+    assert answers[0].error.code == PbUtils.TritonError.CANCELLED and "cancelled" in answers[0].error.message
+    assert answers[2].error.code == PbUtils.TritonError.CANCELLED
+
+
+def test_nothing_cancelled_or_no_table_runs_the_batch_as_it_was(tmp_path):
+    log = []
+    requests = [Request(i, {"x-edge-call": f"{i + 1:016x}"}, log) for i in range(3)]
+    execute = lambda live: [r.index for r in live]  # noqa: E731
+    assert serve_live(requests, _table(tmp_path, [0x99]), execute, PbUtils) == [0, 1, 2]
+    assert serve_live(requests, None, execute, PbUtils) == [0, 1, 2]
+    assert log == []
+
+
+def test_the_table_is_private_and_fresh_at_each_start(tmp_path):
+    path = make_table(tmp_path)
+    assert path.stat().st_mode & 0o777 == 0o600 and path.stat().st_size == SLOTS * 8
+    np.memmap(path, np.uint64, "r+", shape=(SLOTS,))[7] = 7
+    assert not np.memmap(make_table(tmp_path), np.uint64, "r", shape=(SLOTS,)).any()
