@@ -10,6 +10,9 @@
  * its requests' ids before computing and answers a cancelled one at once (triton_models/cancelled_calls.py):
  * what nobody waits for costs a lookup, not a run.
  *
+ * Beside it, a refusal for overload (HTTP 503, gRPC UNAVAILABLE answered at once: a full queue) gets a retry hint:
+ * Retry-After: 1, grpc-retry-pushback-ms: 1000.
+ *
  * Configuration: "table hex(path)". The table is made by the launcher (server/cancel_table.py). */
 #include <fcntl.h>
 #include <stdbool.h>
@@ -28,10 +31,12 @@ typedef struct {
   size_t length;
 } dm_buffer;
 
-enum { HEADER_REQUEST = 0, CONTINUE = 0, CANCEL_SLOTS = 1 << 18 };
+enum { HEADER_REQUEST = 0, HEADER_RESPONSE = 2, CONTINUE = 0, CANCEL_SLOTS = 1 << 18 };
 
 extern bool envoy_dynamic_module_callback_http_set_header(void *filter, int header_type, dm_buffer key,
                                                           dm_buffer value);
+extern bool envoy_dynamic_module_callback_http_get_header(void *filter, int header_type, dm_buffer key,
+                                                          dm_buffer *result, size_t index, size_t *count);
 
 #define ABI_VERSION "v0.2.0"
 #define HEADER "x-edge-call"
@@ -126,9 +131,30 @@ int envoy_dynamic_module_on_http_filter_request_headers(void *filter, void *modu
   return CONTINUE;
 }
 
+static bool header_is(void *filter, const char *name, const char *value) {
+  dm_buffer found = {0}, key = {name, strlen(name)};
+  size_t n = strlen(value);
+  return envoy_dynamic_module_callback_http_get_header(filter, HEADER_RESPONSE, key, &found, 0, NULL) &&
+         found.length == n && memcmp(found.ptr, value, n) == 0;
+}
+
+/* A refusal for overload (HTTP 503; gRPC UNAVAILABLE in a trailers-only answer: a full queue) tells the client
+ * when to try again: Retry-After of 1 s, grpc-retry-pushback-ms of 1000 (gRPC's own retry hint). */
+static void retry_hint(void *filter) {
+  static const char after[] = "retry-after", pushback[] = "grpc-retry-pushback-ms";
+  if (header_is(filter, ":status", "503")) {
+    envoy_dynamic_module_callback_http_set_header(filter, HEADER_RESPONSE, (dm_buffer){after, sizeof after - 1},
+                                                  (dm_buffer){"1", 1});
+  } else if (header_is(filter, "grpc-status", "14")) {
+    envoy_dynamic_module_callback_http_set_header(filter, HEADER_RESPONSE,
+                                                  (dm_buffer){pushback, sizeof pushback - 1}, (dm_buffer){"1000", 4});
+  }
+}
+
 int envoy_dynamic_module_on_http_filter_response_headers(void *f, void *m, bool e) {
-  (void)f, (void)e;
+  (void)e;
   if (m) ((call *)m)->answered = true;
+  retry_hint(f);
   return CONTINUE;
 }
 

@@ -77,3 +77,47 @@ def test_cancelled_calls_are_answered_unrun_and_an_ordinary_client_is_served(slo
     assert made > 1000 and received > 20
     assert ran < received / 2, "most calls that reached the model were cancelled before it ran them"
     assert answered, "the ordinary client was never answered during the storm"
+
+
+def test_an_overload_is_refused_at_once_with_a_retry_hint(slow_behind_edge):
+    """Beyond the model's bounded queue a request is refused without waiting, and the refusal says when to try
+    again: Retry-After over HTTP, grpc-retry-pushback-ms over gRPC."""
+    import concurrent.futures
+    import json
+    import urllib.request
+
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    front = endpoints.read_state(slow_behind_edge.state_dir)
+    body = json.dumps({"inputs": [{"name": "X", "shape": [1, 1], "datatype": "FP32", "data": [1.0]}]}).encode()
+
+    def over_http(_):
+        request = urllib.request.Request(f"http://{front.http_url}/v2/models/slow/infer", data=body)
+        started = time.monotonic()
+        try:
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                return answer.status, None, 0.0
+        except urllib.error.HTTPError as err:
+            return err.code, err.headers.get("retry-after"), time.monotonic() - started
+
+    message = service_pb2.ModelInferRequest(model_name="slow")
+    message.inputs.add(name="X", datatype="FP32", shape=[1, 1])
+    message.raw_input_contents.append(X["X"].tobytes())
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(front.grpc_url))
+
+    def over_grpc(_):
+        try:
+            stub.ModelInfer(message, timeout=60)
+            return "OK", None
+        except grpc.RpcError as err:
+            return err.code().name, dict(err.trailing_metadata() or ()).get("grpc-retry-pushback-ms")
+
+    with concurrent.futures.ThreadPoolExecutor(48) as pool:
+        http = list(pool.map(over_http, range(96)))
+        grpc_answers = list(pool.map(over_grpc, range(96)))
+    refused = [(hint, waited) for status, hint, waited in http if status == 503]
+    assert refused and all(hint == "1" for hint, _ in refused), http
+    assert sorted(waited for _, waited in refused)[len(refused) // 2] < 1.0, "refused at once, not after queueing"
+    unavailable = [hint for code, hint in grpc_answers if code == "UNAVAILABLE"]
+    assert unavailable and all(hint == "1000" for hint in unavailable), grpc_answers
