@@ -25,9 +25,12 @@ TARGETS = ("embedded", "ngc")
 LABELS = "labels.txt"
 
 
-# No queue timeout by default: tritonserver 2.51's dynamic batcher leaves a few requests waiting until their
-# timeout when one is set (35 of 20,003 at concurrency 8 on a tiny model here; triton-inference-server/server#8870,
-# #5783), so a default timeout would fail requests a bounded queue serves. Set it per model where you accept that.
+# No queue policy by default: tritonserver 2.51's dynamic batcher misbehaves with one. With a timeout it left a few
+# requests waiting until it (35 of 20,003 at concurrency 8 on a tiny model here; triton-inference-server/server#8870,
+# #5783); with max_queue_size alone a two-instance ragged text model swung between 26 and 470 infer/s at concurrency
+# 2 (perf_analyzer could not stabilize; without the policy it did at once). Set them per model where you want them;
+# a cancelling client's calls are answered unrun instead (triton_models/cancelled_calls.py), and Envoy bounds what
+# is in flight per replica (its circuit breaker).
 DEFAULT_QUEUE_TIMEOUT_MS = 0.0
 QUEUE_PER_BATCH = 8  # queued requests per batch the instances can run at once, by default
 MIN_QUEUE = 64
@@ -45,7 +48,8 @@ class ServingOptions:
     intra_op_threads: int = 0  # 0: the cores shared among the instances (ONNX Runtime's default for one)
     ragged_batching: bool = True  # sequence models: requests of every length in one batch (False: same shapes only)
     queue_policy: QueuePolicy | None = None  # None: default_queue_policy's bounds from the fields below
-    max_queue_size: int = -1  # -1: QUEUE_PER_BATCH x max_batch_size x instances; 0: unbounded
+    max_queue_size: int = 0  # 0: unbounded (tritonserver 2.51: see DEFAULT_QUEUE_TIMEOUT_MS); -1: QUEUE_PER_BATCH x
+    # max_batch_size x instances
     queue_timeout_ms: float = DEFAULT_QUEUE_TIMEOUT_MS  # a request queued longer is refused unrun; 0: never
     priority_levels: int = 0
     default_priority: int = 0
@@ -120,11 +124,10 @@ CPU_SEQUENCE_INSTANCES = 2
 
 
 def default_queue_policy(spec: ModelSpec, target: str, options: ServingOptions) -> QueuePolicy | None:
-    """Every batching model's queue is bounded unless its spec says otherwise: at most QUEUE_PER_BATCH full batches
-    per instance wait (MIN_QUEUE at least); a request beyond them is refused at once and unrun (Triton: UNAVAILABLE,
-    HTTP 503, "Exceeds maximum queue size"). A flood or a client that cancels its calls can so queue at most that
-    much work. queue_timeout_ms adds Triton's REJECT timeout (off by default: DEFAULT_QUEUE_TIMEOUT_MS). None:
-    nothing to bound (max_queue_size 0 and no timeout)."""
+    """The queue bound a spec asks for: max_queue_size (-1: QUEUE_PER_BATCH full batches per instance, MIN_QUEUE at
+    least); a request beyond it is refused at once and unrun (Triton: UNAVAILABLE, HTTP 503, "Exceeds maximum queue
+    size"); queue_timeout_ms adds Triton's REJECT timeout. None: nothing to bound, the default (see
+    DEFAULT_QUEUE_TIMEOUT_MS for why)."""
     size = options.max_queue_size
     if size < 0:
         size = max(MIN_QUEUE, QUEUE_PER_BATCH * max(spec.max_batch_size, 1) * instance_count(spec, target, options))
