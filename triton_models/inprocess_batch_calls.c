@@ -4,20 +4,12 @@
  * microseconds). */
 #include <stdint.h>
 #include <string.h>
-#include <time.h>
 
 #include "inprocess_native.h"
 
 enum { MAX_DIMS = 8 };
 enum { READ_OK = 0, READ_BY_PYTHON = 1 };       /* status of a request's inputs */
 enum { SENT = 0, SENT_ERROR = 1, DEFERRED = 2 }; /* status of a request's answer */
-
-/* Found is 1, else 0 (an error is deleted: the caller decides what a miss means). */
-static int ok(TRITONSERVER_Error* err) {
-  if (err == NULL) return 1;
-  TRITONSERVER_ErrorDelete(err);
-  return 0;
-}
 
 /* Every request's inputs: datatype and [rows, width] (shapes[2 * (r * n + i)]). A request whose inputs are not
  * two-dimensional host tensors of their stated size is READ_BY_PYTHON: Python reads it the slow way, which names
@@ -34,8 +26,8 @@ void ipb_input_shapes(void** requests, uint32_t count, const char** names, uint3
       uint64_t size = 0;
       int dtype = 0;
       uint64_t elements = 0, bytes = 0;
-      if (!ok(TRITONBACKEND_RequestInput(requests[r], names[i], &input)) ||
-          !ok(TRITONBACKEND_InputProperties(input, &name, &dtype, &shape, &dims, &size, &buffers)) || dims != 2 ||
+      if (!ipn_ok(TRITONBACKEND_RequestInput(requests[r], names[i], &input)) ||
+          !ipn_ok(TRITONBACKEND_InputProperties(input, &name, &dtype, &shape, &dims, &size, &buffers)) || dims != 2 ||
           dtype < 0 || dtype > 14 || element_bytes[dtype] <= 0 || !ipn_elements(shape, 2, &elements) ||
           shape[0] > IPN_MAX_ROWS || !ipn_mul(elements, (uint64_t)element_bytes[dtype], &bytes) || bytes != size ||
           size > IPN_MAX_REQUEST_BYTES) {
@@ -48,7 +40,7 @@ void ipb_input_shapes(void** requests, uint32_t count, const char** names, uint3
         uint64_t bytes = 0;
         int memory = 0;
         int64_t device = 0;
-        if (!ok(TRITONBACKEND_InputBuffer(input, b, &base, &bytes, &memory, &device)) || memory == MEMORY_GPU) {
+        if (!ipn_ok(TRITONBACKEND_InputBuffer(input, b, &base, &bytes, &memory, &device)) || memory == MEMORY_GPU) {
           status[r] = READ_BY_PYTHON;
           break;
         }
@@ -69,14 +61,14 @@ static void copy_rows(TRITONBACKEND_Input* input, char* dest, int64_t row_bytes,
   uint32_t dims = 0, buffers = 0;
   uint64_t size = 0;
   int dtype = 0;
-  if (row_bytes <= 0 || !ok(TRITONBACKEND_InputProperties(input, &name, &dtype, &shape, &dims, &size, &buffers))) return;
+  if (row_bytes <= 0 || !ipn_ok(TRITONBACKEND_InputProperties(input, &name, &dtype, &shape, &dims, &size, &buffers))) return;
   int64_t filled = 0;
   for (uint32_t b = 0; b < buffers; ++b) {
     const void* base = NULL;
     uint64_t bytes = 0;
     int memory = 0;
     int64_t device = 0;
-    if (!ok(TRITONBACKEND_InputBuffer(input, b, &base, &bytes, &memory, &device))) return;
+    if (!ipn_ok(TRITONBACKEND_InputBuffer(input, b, &base, &bytes, &memory, &device))) return;
     const char* from = base;
     if (row_bytes == stride && filled == 0 && bytes == size) { /* one buffer, rows as wide as the batch's */
       memcpy(dest, from, bytes);
@@ -102,27 +94,11 @@ void ipb_gather(void** requests, uint32_t count, const char** names, uint32_t n,
     if (status[r] != READ_OK) continue;
     for (uint32_t i = 0; i < n; ++i) {
       TRITONBACKEND_Input* input = NULL;
-      if (!ok(TRITONBACKEND_RequestInput(requests[r], names[i], &input))) continue;
+      if (!ipn_ok(TRITONBACKEND_RequestInput(requests[r], names[i], &input))) continue;
       int64_t item = element_bytes_per_input[i], width = shapes[2 * (r * n + i) + 1];
       copy_rows(input, dest[i] + first_row[r] * widest * item, width * item, widest * item);
     }
   }
-}
-
-static int wanted(void* request, const char* name) {
-  uint32_t asked = 0;
-  if (!ok(TRITONBACKEND_RequestOutputCount(request, &asked)) || asked == 0) return 1; /* none named: all */
-  for (uint32_t k = 0; k < asked; ++k) {
-    const char* other = NULL;
-    if (ok(TRITONBACKEND_RequestOutputName(request, k, &other)) && other && strcmp(other, name) == 0) return 1;
-  }
-  return 0;
-}
-
-static uint64_t now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
 /* Answers every request from host rows: output k of request r is rows[r] rows of row_bytes[k] at
@@ -138,13 +114,13 @@ void ipb_answer(void** requests, uint32_t count, const int64_t* rows, const int6
                 const int64_t* inner, const uint32_t* inner_dims, uint8_t* status, uint64_t* sent_at,
                 void** responses, uint64_t* addresses, int64_t* devices, uint64_t* spent) {
   for (uint32_t r = 0; r < count; ++r) {
-    uint64_t began = now_ns();
+    uint64_t began = ipn_now();
     void* response = NULL;
     TRITONSERVER_Error* err = TRITONBACKEND_ResponseNew(&response, requests[r]);
     int deferred = 0;
     for (uint32_t k = 0; k < n && err == NULL; ++k) {
       addresses[r * n + k] = 0;
-      if (!wanted(requests[r], names[k])) continue;
+      if (!ipn_wanted_output(requests[r], names[k], 0)) continue;
       int64_t shape[MAX_DIMS + 1];
       uint32_t dims = inner_dims[k] > MAX_DIMS ? MAX_DIMS : inner_dims[k];
       shape[0] = rows[r];
@@ -174,11 +150,11 @@ void ipb_answer(void** requests, uint32_t count, const int64_t* rows, const int6
       status[r] = DEFERRED;
       continue;
     }
-    uint64_t written = now_ns();
-    if (response != NULL) ok(TRITONBACKEND_ResponseSend(response, COMPLETE_FINAL, err));
+    uint64_t written = ipn_now();
+    if (response != NULL) ipn_ok(TRITONBACKEND_ResponseSend(response, COMPLETE_FINAL, err));
     if (err != NULL) TRITONSERVER_ErrorDelete(err);
     status[r] = err == NULL ? SENT : SENT_ERROR;
-    sent_at[r] = now_ns();
+    sent_at[r] = ipn_now();
     spent[0] += written - began;
     spent[1] += sent_at[r] - written;
   }
@@ -189,11 +165,11 @@ void ipb_answer(void** requests, uint32_t count, const int64_t* rows, const int6
 void ipb_release(void* instance, void** requests, uint32_t count, const uint8_t* status, const uint64_t* times,
                  const uint64_t* sent_at, uint64_t* spent) {
   for (uint32_t r = 0; r < count; ++r) {
-    uint64_t began = now_ns();
+    uint64_t began = ipn_now();
     ipn_report(instance, requests[r], status[r] == SENT, times[0], times[1], times[2], sent_at[r], 0);
-    uint64_t reported = now_ns();
-    ok(TRITONBACKEND_RequestRelease(requests[r], RELEASE_ALL));
+    uint64_t reported = ipn_now();
+    ipn_ok(TRITONBACKEND_RequestRelease(requests[r], RELEASE_ALL));
     spent[2] += reported - began;
-    spent[3] += now_ns() - reported;
+    spent[3] += ipn_now() - reported;
   }
 }

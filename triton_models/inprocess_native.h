@@ -89,7 +89,8 @@ int ipn_ok(TRITONSERVER_Error* err);
 void ipn_refuse(void* instance, void* request, int code, const char* message, uint64_t started);
 /* Triton's name of a datatype ("INT64"). */
 const char* ipn_dtype_name(int dtype);
-/* Whether the request asked for the output (a request that names none gets every one). */
+/* Whether the request asked for the output (a request that names none gets every one; outputs: the model's, 1
+ * answers yes at once, 0 always asks). */
 int ipn_wanted_output(void* request, const char* name, uint32_t outputs);
 /* Reports a request's statistics to Triton and, when it succeeded, observes its time (exec_start to answered, or
  * to exec_end where answered is 0) in the instance's latency histogram (inprocess_metrics.c). */

@@ -5,8 +5,6 @@
 #include "../../triton_models/inprocess_ragged_native.c"
 #include "fuzz_common.h"
 
-void si_watch_staged(uint64_t base, uint64_t size);
-
 /* An id moved from inside value_range to 2^30 in the client's buffer, after the request was checked. */
 static void beyond_vocabulary(si_request* r) {
   int64_t far = (int64_t)1 << 30;

@@ -26,7 +26,6 @@ int si_check_staged;
 static uint64_t staged_base[4096], staged_size[4096];
 static int staged_count;
 
-void si_watch_staged(uint64_t base, uint64_t size);
 void si_watch_staged(uint64_t base, uint64_t size) {
   if (staged_count < 4096) staged_base[staged_count] = base, staged_size[staged_count++] = size;
 }

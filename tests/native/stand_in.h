@@ -37,6 +37,8 @@ extern uint64_t si_out_of_range;
 extern int si_check_staged;
 
 void si_install_driver(void);
+/* Device memory [base, base + size) whose int64 values si_check_staged holds to [si_low, si_high). */
+void si_watch_staged(uint64_t base, uint64_t size);
 void si_free_request(si_request* r);
 
 #endif
