@@ -44,6 +44,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -52,6 +54,9 @@
 
 #define OWN_VARIABLE "TRITON_GUARD_OWN_PORTS"
 #define H2_VARIABLE "TRITON_GUARD_H2_PORTS"
+#define BACKLOG_VARIABLE "TRITON_GUARD_BACKLOG"
+#define BACKLOG_SLOTS 64
+#define BACKLOG_LINE 64 /* bytes per slot: one cache line each */
 #define MAX_PORTS 8
 #define MAX_FDS 65536
 #define PREFACE 24
@@ -61,8 +66,16 @@ static int own_ports[MAX_PORTS], own_count = 0;
 static int h2_ports[MAX_PORTS], h2_count = 0;
 static unsigned long refusals = 0;
 
-/* One HTTP/2 connection: where the peer's byte stream stands, the streams it opened that are still open on its
- * side, and where the server's own byte stream stands (its writes end streams too). */
+/* A stream the peer opened and the server has not ended: still open on the peer's side (a ModelStreamInfer
+ * stream), half-closed by it (a unary call, whole), or reset by it (nobody waits: an orphan the server still runs). */
+enum { PEER_OPEN = 1, RUNNING = 2, ORPHAN = 3 };
+struct stream_state {
+    uint32_t stream;  /* 0: a free slot */
+    uint32_t state;
+};
+
+/* One HTTP/2 connection: where the peer's byte stream stands, its streams the server has not ended, and where the
+ * server's own byte stream stands (its writes end streams). */
 struct h2_reader {
     uint32_t preface_left;
     uint8_t head[9];
@@ -75,13 +88,25 @@ struct h2_reader {
     uint8_t ready[9];  /* a decided header's bytes a short read had no room for: handed out first */
     uint32_t ready_count;
     pthread_mutex_t lock;  /* the table: gRPC may write (server_wrote) while it reads */
-    uint32_t *open;  /* streams the peer opened and neither side has ended: grown as needed, no fixed cap */
-    uint32_t open_count, open_room;
+    struct stream_state *streams;  /* the peer's streams the server has not ended: grown as needed, no fixed cap */
+    uint32_t stream_count, stream_room;  /* stream_room: 0 or a power of two (open addressing) */
+    uint32_t orphans;  /* streams the peer reset that the server still runs */
     uint8_t out_head[9];  /* the server's frames, as it writes them */
     uint32_t out_head_at, out_payload_left;
 };
 
 static struct h2_reader *readers[MAX_FDS];
+
+/* The edge's backlog: this server's slot of the file TRITON_GUARD_BACKLOG names ("slot:path", a file of the state
+ * folder, 0600, made by the launcher: server/cancel_table.py), counting the calls the edge gave up on that this
+ * server still runs. The edge reads every slot and refuses new calls while the sum is over its bound
+ * (server/cancel_notice.c): what cancelling clients leave behind stays bounded. NULL: not behind the edge. */
+static uint64_t *backlog = NULL;
+
+static void count_orphans(struct h2_reader *r, int64_t change) {
+    r->orphans = (uint32_t)((int64_t)r->orphans + change);
+    if (backlog != NULL) __atomic_add_fetch(backlog, (uint64_t)change, __ATOMIC_RELAXED);
+}
 
 static const uint8_t WINDOW_UPDATE_ONE[4] = {0, 0, 0, 1};
 static const uint8_t EMPTY_PADDED[4] = {3, 0, 0, 0}; /* pad length 3, no data, 3 bytes of padding */
@@ -138,10 +163,35 @@ static void resolve(void) {
     real_close = dlsym(RTLD_NEXT, "close");
 }
 
+/* This server's slot of the backlog file ("slot:path"), zeroed: the calls of a server that was before it are gone. */
+static void open_backlog(void) {
+    const char *text = getenv(BACKLOG_VARIABLE);
+    char *path = NULL;
+    long slot = text ? strtol(text, &path, 10) : -1;
+    if (slot >= 0 && slot < BACKLOG_SLOTS && path != NULL && *path == ':') {
+        int fd = open(path + 1, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        struct stat st;
+        void *map = MAP_FAILED;
+        if (fd >= 0 && fstat(fd, &st) == 0 && st.st_uid == geteuid() && !(st.st_mode & 077) &&
+            st.st_size == BACKLOG_SLOTS * BACKLOG_LINE)
+            map = mmap(NULL, BACKLOG_SLOTS * BACKLOG_LINE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (fd >= 0) real_close(fd);
+        if (map != MAP_FAILED) {
+            backlog = (uint64_t *)((uint8_t *)map + slot * BACKLOG_LINE);
+            __atomic_store_n(backlog, 0, __ATOMIC_RELAXED);
+        } else {
+            say("triton_guard: cannot use the backlog file %s (not a 0600 file of this user of %d bytes): the edge "
+                "does not see what cancelled calls leave behind\n", path + 1, BACKLOG_SLOTS * BACKLOG_LINE);
+        }
+    }
+    if (text != NULL) unsetenv(BACKLOG_VARIABLE);
+}
+
 __attribute__((constructor)) static void start_guard(void) {
     resolve();
     own_count = read_ports(OWN_VARIABLE, own_ports);
     h2_count = read_ports(H2_VARIABLE, h2_ports);
+    open_backlog();
 }
 
 /* ---- 1. who may connect ---- */
@@ -231,8 +281,9 @@ static void forget(int fd) {
     if (fd < 0 || fd >= MAX_FDS || readers[fd] == NULL) return;
     struct h2_reader *reader = readers[fd];
     readers[fd] = NULL;
+    count_orphans(reader, -(int64_t)reader->orphans); /* the connection is gone: so are its calls */
     pthread_mutex_destroy(&reader->lock);
-    free(reader->open);
+    free(reader->streams);
     free(reader);
 }
 
@@ -287,27 +338,69 @@ int close(int fd) {
 
 /* ---- 2. RST_STREAM rewritten ---- */
 
-static int open_index(const struct h2_reader *r, uint32_t stream) {
-    for (uint32_t i = 0; i < r->open_count; i++) {
-        if (r->open[i] == stream) return (int)i;
-    }
-    return -1;
+static uint32_t slot_of(uint32_t stream, uint32_t room) {
+    return (stream * 2654435761u) & (room - 1);
 }
 
-static void close_stream(struct h2_reader *r, uint32_t stream) {
-    int at = open_index(r, stream);
-    if (at >= 0) r->open[at] = r->open[--r->open_count];
+static struct stream_state *table_find(const struct h2_reader *r, uint32_t stream) {
+    if (r->stream_room == 0 || stream == 0) return NULL;
+    for (uint32_t i = slot_of(stream, r->stream_room);; i = (i + 1) & (r->stream_room - 1)) {
+        if (r->streams[i].stream == stream) return &r->streams[i];
+        if (r->streams[i].stream == 0) return NULL;
+    }
 }
 
-static void open_stream(struct h2_reader *r, uint32_t stream) {
-    if (open_index(r, stream) >= 0) return;
-    if (r->open_count == r->open_room) {
-        uint32_t room = r->open_room ? r->open_room * 2 : 64;
-        uint32_t *grown = room > r->open_room ? realloc(r->open, (size_t)room * sizeof *grown) : NULL;
-        if (grown == NULL) return; /* out of memory: its RST_STREAM becomes a WINDOW_UPDATE, the server ends it */
-        r->open = grown, r->open_room = room;
+/* Room for one more (the table kept at most half full); 0 when out of memory. */
+static int make_room(struct h2_reader *r) {
+    if ((r->stream_count + 1) * 2 <= r->stream_room) return 1;
+    uint32_t room = r->stream_room ? r->stream_room * 2 : 64;
+    if (room <= r->stream_room) return 0;
+    struct stream_state *grown = calloc(room, sizeof *grown);
+    if (grown == NULL) return 0;
+    for (uint32_t i = 0; i < r->stream_room; i++) {
+        if (r->streams[i].stream == 0) continue;
+        uint32_t at = slot_of(r->streams[i].stream, room);
+        while (grown[at].stream != 0) at = (at + 1) & (room - 1);
+        grown[at] = r->streams[i];
     }
-    r->open[r->open_count++] = stream;
+    free(r->streams);
+    r->streams = grown, r->stream_room = room;
+    return 1;
+}
+
+static void table_put(struct h2_reader *r, uint32_t stream, uint32_t state) {
+    struct stream_state *known = table_find(r, stream);
+    if (known != NULL) {
+        known->state = state;
+        return;
+    }
+    if (stream == 0 || !make_room(r)) return; /* out of memory: its RST_STREAM becomes a WINDOW_UPDATE */
+    uint32_t at = slot_of(stream, r->stream_room);
+    while (r->streams[at].stream != 0) at = (at + 1) & (r->stream_room - 1);
+    r->streams[at] = (struct stream_state){stream, state};
+    r->stream_count++;
+}
+
+/* Removes the stream (backward-shift deletion: no tombstones to fill the table). */
+static void table_drop(struct h2_reader *r, struct stream_state *gone) {
+    uint32_t mask = r->stream_room - 1, hole = (uint32_t)(gone - r->streams);
+    for (uint32_t i = (hole + 1) & mask; r->streams[i].stream != 0; i = (i + 1) & mask) {
+        uint32_t home = slot_of(r->streams[i].stream, r->stream_room);
+        if (((i - home) & mask) >= ((i - hole) & mask)) { /* its home is at or before the hole: move it back */
+            r->streams[hole] = r->streams[i];
+            hole = i;
+        }
+    }
+    r->streams[hole].stream = 0;
+    r->stream_count--;
+}
+
+/* The server ended the stream: it leaves the table, and the backlog if nobody waited for it. */
+static void server_ended(struct h2_reader *r, uint32_t stream) {
+    struct stream_state *known = table_find(r, stream);
+    if (known == NULL) return;
+    if (known->state == ORPHAN) count_orphans(r, -1);
+    table_drop(r, known);
 }
 
 static uint32_t stream_of(const uint8_t *id) {
@@ -343,15 +436,20 @@ static void peer_header(struct h2_reader *r, const struct received *in, size_t a
     r->replace = NULL;
     r->replace_at = 0;
     r->payload_left = length_of(r->head);
+    struct stream_state *known = table_find(r, stream);
     if (type == 3 && memcmp(r->head, rst_length, 3) == 0) {
-        int open = stream != 0 && open_index(r, stream) >= 0;
+        int open = known != NULL && known->state == PEER_OPEN;
         r->replace = open ? EMPTY_PADDED : WINDOW_UPDATE_ONE;
-        if (open) close_stream(r, stream);
         *byte_at(in, at + 3) = open ? 0x0 : 0x8;  /* DATA : WINDOW_UPDATE */
         *byte_at(in, at + 4) = open ? 0x9 : 0x0;  /* END_STREAM | PADDED : no flags */
+        if (known != NULL && known->state != ORPHAN) {
+            known->state = ORPHAN;
+            count_orphans(r, 1);
+        }
     } else if (stream != 0 && (type == 0 || type == 1)) {
-        if (flags & 0x1) close_stream(r, stream); /* END_STREAM */
-        else if (type == 1) open_stream(r, stream);
+        int ends = flags & 0x1; /* END_STREAM */
+        if (known == NULL && type == 1) table_put(r, stream, ends ? RUNNING : PEER_OPEN);
+        else if (known != NULL && ends && known->state == PEER_OPEN) known->state = RUNNING;
     }
 }
 
@@ -560,7 +658,7 @@ static void server_wrote(int fd, const struct iovec *iov, size_t parts, size_t t
             if (r->out_head_at < 9) continue;
             uint8_t type = r->out_head[3], flags = r->out_head[4];
             uint32_t stream = stream_of(r->out_head + 5);
-            if (stream != 0 && (type == 3 || ((type == 0 || type == 1) && (flags & 0x1)))) close_stream(r, stream);
+            if (stream != 0 && (type == 3 || ((type == 0 || type == 1) && (flags & 0x1)))) server_ended(r, stream);
             r->out_payload_left = length_of(r->out_head);
             if (r->out_payload_left == 0) r->out_head_at = 0;
         } else {

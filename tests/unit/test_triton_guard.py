@@ -180,3 +180,81 @@ def test_a_split_frame_header_is_held_back_and_never_waited_for(shim):
     out, _ = process.communicate(timeout=30)
     assert seen == len(opened)
     assert out == opened + frame(DATA, END_STREAM | PADDED, 7, b"\x03\x00\x00\x00")
+
+
+# as STAND_IN_WRITES, then closes the connection, says "closed" on stderr and waits for a line on stdin
+STAND_IN_CLOSES = """
+import socket, sys
+server = socket.socket(); server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("127.0.0.1", int(sys.argv[1]))); server.listen(8); print("listening", flush=True)
+conn, _ = server.accept()
+read, wrote = b"", False
+while chunk := conn.recv(65536):
+    read += chunk
+    if not wrote and len(read) >= int(sys.argv[2]):
+        conn.sendall(bytes.fromhex(sys.argv[3])); wrote = True
+        sys.stderr.write("wrote\\n"); sys.stderr.flush()
+conn.close()
+sys.stderr.write("closed\\n"); sys.stderr.flush()
+sys.stdin.readline()
+"""
+
+
+def _slot(path, slot: int) -> int:
+    return struct.unpack_from("<Q", path.read_bytes(), slot * 64)[0]
+
+
+def test_calls_the_peer_reset_that_the_server_still_runs_are_counted_in_its_backlog_slot(shim, tmp_path):
+    """The edge's backlog (server/cancel_notice.c reads it): a unary call the peer reset counts until the server
+    ends it, and a closed connection takes its calls with it. The slot starts at 0 whatever a server before left."""
+    backlog = tmp_path / "edge_backlog"
+    backlog.write_bytes(struct.pack("<Q", 0) * 16 + struct.pack("<Q", 99) + bytes(4096 - 17 * 8))  # slot 2: 99
+    backlog.chmod(0o600)
+    (port,) = free_ports(1)
+    calls = b"".join(frame(HEADERS, END_HEADERS | END_STREAM, n, b"\x82") for n in (1, 3, 5))
+    resets = frame(RST_STREAM, 0, 1, CANCEL) + frame(RST_STREAM, 0, 3, CANCEL) + frame(RST_STREAM, 0, 7, CANCEL)
+    sent = PREFACE + calls + resets
+    server_frames = frame(HEADERS, END_HEADERS | END_STREAM, 1, b"\x88") + frame(HEADERS, END_HEADERS, 5, b"\x88")
+    env = {**os.environ, "LD_PRELOAD": str(shim), "TRITON_GUARD_H2_PORTS": str(port)}
+    env["TRITON_GUARD_BACKLOG"] = f"2:{backlog}"
+    process = subprocess.Popen(
+        [sys.executable, "-c", STAND_IN_CLOSES, str(port), str(len(sent)), server_frames.hex()],
+        env=env,
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert process.stdout.readline() == b"listening\n"
+        assert _slot(backlog, 2) == 0
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            client.sendall(sent)
+            assert process.stderr.readline() == b"wrote\n"
+            assert client.recv(len(server_frames), socket.MSG_WAITALL) == server_frames
+            assert _slot(backlog, 2) == 1  # 3 runs on for nobody; 1 ended; 5 was not reset; 7 never opened
+        assert process.stderr.readline() == b"closed\n"
+        assert _slot(backlog, 2) == 0
+        assert _slot(backlog, 0) == 0 and _slot(backlog, 3) == 0
+    finally:
+        process.communicate(b"\n", timeout=30)
+
+
+def test_a_backlog_file_open_to_others_is_not_used(shim, tmp_path):
+    """The slot is written only in a private file of the server's user: a file others can write is refused,
+    saying so, and the guard works on without it."""
+    backlog = tmp_path / "edge_backlog"
+    backlog.write_bytes(bytes(4096))
+    backlog.chmod(0o666)
+    (port,) = free_ports(1)
+    env = {**os.environ, "LD_PRELOAD": str(shim), "TRITON_GUARD_H2_PORTS": str(port)}
+    env["TRITON_GUARD_BACKLOG"] = f"0:{backlog}"
+    process = subprocess.Popen(
+        [sys.executable, "-c", STAND_IN, str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert process.stdout.readline() == b"listening\n"
+    with socket.create_connection(("127.0.0.1", port)) as client:
+        client.sendall(PREFACE + frame(HEADERS, END_HEADERS | END_STREAM, 1, b"\x82") + frame(RST_STREAM, 0, 1, CANCEL))
+    out, err = process.communicate(timeout=30)
+    assert out.endswith(frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 1)))
+    assert b"cannot use the backlog file" in err
+    assert _slot(backlog, 0) == 0
