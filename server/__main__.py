@@ -214,6 +214,7 @@ def _start_behind_edge(
 @click.option("--probes", nargs=3, type=float, default=(10.0, 5.0, 3), help="interval timeout threshold")
 @click.option("--internal", default="", help="Comma-separated ports behind the edge: http, grpc, metrics.")
 @click.option("--cancelled-calls", default="", help="The edge's cancelled-calls table (empty: none).")
+@click.option("--backlog-slot", default=0, type=int, help="This server's slot of the edge's backlog file.")
 @click.option("--retry", nargs=2, type=float, default=(1.0, 30.0), help="A failed reload's first and longest wait.")
 @STATE_DIR
 @tuning_options
@@ -226,6 +227,7 @@ def supervise(
     probes,
     internal,
     cancelled_calls,
+    backlog_slot,
     retry,
     state_dir,
     server_args,
@@ -255,6 +257,7 @@ def supervise(
         internal=behind,
         tuning=tuning,
         cancelled_calls=table,
+        backlog_slot=backlog_slot,
     )
     probing = ProbeSettings(probes[0], probes[1], int(probes[2]))
     serve(settings, health_port, drain, probing, RetrySettings(*retry))

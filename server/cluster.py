@@ -220,6 +220,7 @@ def _start_replica(settings: ClusterSettings, index: int, env: dict) -> Replica:
         internal=settings.internal,
         tuning=settings.tuning,
         cancelled_calls=cancelled_calls(settings.state_dir),
+        backlog_slot=index,
     )
     start_supervised(replica_settings, health, drain=settings.balancing.drain_seconds, env=env)
     return Replica(f"replica-{index}", http, grpc, health, settings.host, str(folder.absolute() / HEALTH_SOCKET))
@@ -229,7 +230,7 @@ def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> in
     """Write envoy.json and start `python -m server envoy-run` (Envoy's keeper); return the keeper's pid."""
     rules = model_rules(settings.repo) if settings.edge else {}
     table = cancelled_calls(settings.state_dir)
-    notice = (cancel_table.module_filter(table),) if table else ()  # every call's id; unanswered ones noted
+    notice = (cancel_table.module_filter(table, len(replicas)),) if table else ()  # every call's id; unanswered ones noted
     edge = (*notice, *http_filters(rules, settings.edge, settings.record)) if settings.edge else ()
     recording = _recording(settings, rules)
     recording["grpc_filters"] = (*notice, *recording.get("grpc_filters", ()))
@@ -276,6 +277,7 @@ def _prepare_cancel_table(settings: ClusterSettings) -> None:
     from server.record_module import ENVOY_VERSION, runs_on
 
     (settings.state_dir / cancel_table.TABLE).unlink(missing_ok=True)
+    (settings.state_dir / cancel_table.BACKLOG).unlink(missing_ok=True)
     if settings.edge is None:
         return
     if not runs_on(envoy_binary()):
@@ -439,7 +441,7 @@ def restart_replicas(state_dir: Path, timeout: float = 180.0) -> list[dict]:
     """Rolling restart: each replica in turn is stopped (gracefully) and started on the same ports, and
     the next one waits until Envoy routes to it again. Returns (replica, seconds) per replica."""
     state, done = read_cluster(state_dir), []
-    for replica in state.replicas:
+    for index, replica in enumerate(state.replicas):
         started = time.monotonic()
         folder = state_dir / replica.name
         server = endpoints.read_state(folder)
@@ -457,6 +459,7 @@ def restart_replicas(state_dir: Path, timeout: float = 180.0) -> list[dict]:
             internal=tuple(state.internal),
             tuning=_tuning_of(state),
             cancelled_calls=cancelled_calls(state_dir),
+            backlog_slot=index,
         )
         env = state.env.get(replica.name, {})
         start_supervised(settings, replica.health_port, drain=Balancing().drain_seconds, env=env)

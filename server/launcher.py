@@ -149,6 +149,7 @@ class ServerSettings:
     # the edge's cancelled-calls table (server/cancel_table.py): calls get their id as a parameter, models skip
     # the cancelled ones; None: no edge, nothing skipped
     cancelled_calls: Path | None = None
+    backlog_slot: int = 0  # this server's slot of the edge's backlog file (a replica's index)
 
     def __post_init__(self):
         unknown = set(self.internal) - set(INTERNAL_PORTS)
@@ -264,7 +265,7 @@ def start(settings: ServerSettings) -> ServerState:
         env = {**server_environment(install), **kernel_cache_env(settings.state_dir)}  # kernels: never /tmp's
         env.update(settings.guard_environment())
         if settings.cancelled_calls:
-            env.update(cancel_table.server_environment(settings.cancelled_calls))
+            env.update(cancel_table.server_environment(settings.cancelled_calls, settings.backlog_slot))
         if settings.ragged_stats is not None:
             env["TRITON_RAGGED_STATS"] = str(settings.ragged_stats)  # triton_models.ragged_runner.STATS_VARIABLE
     except UnsafeFolderError as err:

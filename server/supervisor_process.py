@@ -63,6 +63,8 @@ def start_supervised(
         ",".join(settings.internal),
         "--cancelled-calls",
         str(settings.cancelled_calls or ""),
+        "--backlog-slot",
+        str(settings.backlog_slot),
         "--retry",
         str(retry.first_s),
         str(retry.max_s),

@@ -121,3 +121,43 @@ def test_an_overload_is_refused_at_once_with_a_retry_hint(slow_behind_edge):
     assert sorted(waited for _, waited in refused)[len(refused) // 2] < 1.0, "refused at once, not after queueing"
     unavailable = [hint for code, hint in grpc_answers if code == "UNAVAILABLE"]
     assert unavailable and all(hint == "1000" for hint in unavailable), grpc_answers
+
+
+def _edge_counters(state_dir) -> dict[str, int]:
+    from server.cluster import admin_get, admin_socket
+
+    _, text = admin_get(admin_socket(state_dir), "/stats?filter=dynamicmodulescustom")
+    return {k.strip().rsplit(".", 1)[-1]: int(v) for k, v in (line.split(":") for line in text.splitlines() if ":" in line)}
+
+
+def test_what_cancelling_clients_leave_behind_stays_bounded_and_is_counted(slow_behind_edge):
+    """The servers' backlog of calls nobody waits for (the guard counts them, the edge reads the sum) stays near its
+    bound during a storm: past it the cancelling connections' new calls are refused at once, UNAVAILABLE with a
+    retry hint, and Envoy's stats count both what was cancelled and what was refused. Once the storm ends the
+    backlog drains to 0."""
+    from server import cancel_table
+    from server.cluster import cancelled_calls
+
+    settings = slow_behind_edge
+    table = cancelled_calls(settings.state_dir)
+    front = endpoints.read_state(settings.state_dir)
+    highest, stop = [0], threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.01):
+            highest[0] = max(highest[0], sum(cancel_table.read_backlog(table)))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    made = cancel_storm(front.grpc_url, "slow", X, seconds=10, threads=8)
+    stop.set()
+    watcher.join()
+    counters = _edge_counters(settings.state_dir)
+    print(f"{made} calls; backlog at most {highest[0]}; edge counters {counters}")
+    bound = cancel_table.BACKLOG_PER_SERVER
+    assert bound <= highest[0] <= 4 * bound + 64, "the backlog reached its bound and stayed near it"
+    assert counters["cancelled_calls"] > 0 and counters["refused_cancelled_backlog"] > 0, counters
+    deadline = time.monotonic() + 60
+    while sum(cancel_table.read_backlog(table)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert sum(cancel_table.read_backlog(table)) == 0, "the backlog drains once nobody cancels"
