@@ -67,19 +67,23 @@ def read_backlog(table: Path) -> list[int]:
     return [int.from_bytes(data[i : i + 8], "little") for i in range(0, BACKLOG_SLOTS * BACKLOG_LINE, BACKLOG_LINE)]
 
 
+def module_config(table: Path, servers: int) -> str:
+    """The module's configuration: the two files (hex of their paths) and the bound for this many servers."""
+    hexed = lambda path: str(path).encode().hex()  # noqa: E731
+    limit = BACKLOG_PER_SERVER * max(1, servers)
+    return f"table {hexed(table)}\nbacklog {hexed(backlog_of(table))}\nlimit {limit}\n"
+
+
 def module_filter(table: Path, servers: int = 1) -> dict:
     """The HTTP filter that gives each call its id, notes the calls that end unanswered and refuses cancelling
     clients while the servers' backlog is at its bound (built first where it is not)."""
-    backlog = backlog_of(table)
-    limit = BACKLOG_PER_SERVER * max(1, servers)
-    text = f"table {str(table).encode().hex()}\nbacklog {str(backlog).encode().hex()}\nlimit {limit}\n"
     return {
         "name": "edge.cancel_notice",
         "typed_config": {
             "@type": MODULE_FILTER,
             "dynamic_module_config": {"module": {"local": {"filename": str(build_module())}}},
             "filter_name": "cancel_notice",
-            "filter_config": {"@type": STRING_VALUE, "value": text},
+            "filter_config": {"@type": STRING_VALUE, "value": module_config(table, servers)},
         },
     }
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import KW_ONLY, asdict, dataclass, field, fields
+from dataclasses import KW_ONLY, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from common import endpoints
 from common.cli import step
 from common.errors import ServerError
 from server import cancel_table, launcher
+from server.admission import waiting_bound
 from server.edge import EdgeLimits, http_filters, model_rules
 from server.envoy_config import Balancing, EnvoySettings, Replica, envoy_config
 from server.processes import terminate_group
@@ -236,6 +237,9 @@ def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> in
     recording["grpc_filters"] = (*notice, *recording.get("grpc_filters", ()))
     stats = 0 if settings.single else settings.admin_port
     socket_path = str(admin_socket(settings.state_dir))
+    balancing = settings.balancing
+    if not balancing.max_requests:  # requests that may wait: the repository's, per replica (server/admission.py)
+        balancing = replace(balancing, max_requests=waiting_bound(settings.repo) * len(replicas))
     envoy = EnvoySettings(
         replicas=replicas,
         http_port=settings.http_port,
@@ -243,7 +247,7 @@ def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> in
         stats_port=stats,
         admin_socket=socket_path,
         host=settings.host,
-        balancing=settings.balancing,
+        balancing=balancing,
         edge_filters=edge,
         tls=settings.tls,
         **_edge_bounds(settings.edge),

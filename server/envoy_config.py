@@ -62,6 +62,9 @@ class Replica:
     health_socket: str = ""  # the supervisor's readiness on a Unix socket (0600): Envoy checks it, not the port
 
 
+UNDERIVED_MAX_REQUESTS = 4096  # a Balancing whose bound was not derived from a repository (server/admission.py)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Balancing:
     """How Envoy spreads and protects: health checks, outlier ejection, retries, timeouts (seconds)."""
@@ -74,7 +77,7 @@ class Balancing:
     ejection_time: float = 5.0
     retries: int = 2
     request_timeout: float = 120.0
-    max_requests: int = 4096  # circuit breaker: concurrent requests per upstream cluster
+    max_requests: int = 0  # circuit breaker: concurrent requests per upstream cluster (0: the repository's, admission.py)
 
     @property
     def drain_seconds(self) -> float:
@@ -84,6 +87,8 @@ class Balancing:
     def __post_init__(self):
         if self.health_interval <= 0 or self.health_timeout <= 0 or self.request_timeout <= 0:
             raise ValueError("health_interval, health_timeout and request_timeout must be positive seconds")
+        if self.max_requests < 0:
+            raise ValueError("max_requests must be >= 0 (0: derived from the repository)")
         if min(self.unhealthy_threshold, self.healthy_threshold, self.consecutive_errors) < 1 or self.retries < 0:
             raise ValueError("thresholds must be >= 1 and retries >= 0")
 
@@ -161,6 +166,7 @@ def _outlier_detection(b: Balancing) -> dict:
 def upstream(name: str, s: EnvoySettings, protocol: str) -> dict:
     """The cluster of replicas for one protocol ('http' or 'grpc': HTTP/2 upstream)."""
     port = (lambda r: r.http_port) if protocol == "http" else (lambda r: r.grpc_port)
+    waiting = s.balancing.max_requests or UNDERIVED_MAX_REQUESTS
     cluster = {
         "name": name,
         "type": "STATIC",
@@ -172,9 +178,7 @@ def upstream(name: str, s: EnvoySettings, protocol: str) -> dict:
         },
         "health_checks": [_health_check(s.balancing)],
         "outlier_detection": _outlier_detection(s.balancing),
-        "circuit_breakers": {
-            "thresholds": [{"max_requests": s.balancing.max_requests, "max_pending_requests": s.balancing.max_requests}]
-        },
+        "circuit_breakers": {"thresholds": [{"max_requests": waiting, "max_pending_requests": waiting}]},
         "common_lb_config": {"healthy_panic_threshold": {"value": PANIC_PERCENT}},  # none healthy: send anyway
     }
     if protocol == "grpc":

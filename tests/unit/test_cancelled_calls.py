@@ -4,6 +4,7 @@ id is in the table is answered CANCELLED without running; the others run as befo
 import json
 
 import numpy as np
+import pytest
 
 from server.cancel_table import make_table
 from triton_models.cancelled_calls import SLOTS, CancelledCalls, call_id, serve_live
@@ -89,3 +90,23 @@ def test_the_table_is_private_and_fresh_at_each_start(tmp_path):
     assert path.stat().st_mode & 0o777 == 0o600 and path.stat().st_size == SLOTS * 8
     np.memmap(path, np.uint64, "r+", shape=(SLOTS,))[7] = 7
     assert not np.memmap(make_table(tmp_path), np.uint64, "r", shape=(SLOTS,)).any()
+
+
+def test_the_backlog_file_is_private_and_each_server_is_told_its_slot(tmp_path):
+    """make_table makes the backlog file beside the table (0600, 64 slots of 64 bytes, zeros); a server's
+    environment names its slot; the edge's bound grows with the servers behind it; a 65th server is refused."""
+    import stat
+
+    from common.errors import ServerError
+    from server import cancel_table
+
+    table = make_table(tmp_path)
+    backlog = cancel_table.backlog_of(table)
+    assert stat.S_IMODE(backlog.stat().st_mode) == 0o600 and backlog.stat().st_size == 4096
+    assert cancel_table.read_backlog(table) == [0] * 64
+    env = cancel_table.server_environment(table, 3)
+    assert env[cancel_table.GUARD_VARIABLE] == f"3:{backlog}" and env["TRITON_CANCELLED_CALLS"] == str(table)
+    text = cancel_table.module_config(table, 2)
+    assert f"backlog {str(backlog).encode().hex()}" in text and "limit 128" in text.split("\n")
+    with pytest.raises(ServerError, match="at most 64 replicas"):
+        cancel_table.server_environment(table, 64)

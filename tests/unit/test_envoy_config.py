@@ -266,3 +266,28 @@ def test_a_connection_whose_calls_are_mostly_cancelled_at_once_is_closed_after_5
     static = config["layered_runtime"]["layers"][0]["static_layer"]
     assert static["overload.premature_reset_total_stream_count"] == 50
     assert static["overload.premature_reset_min_stream_lifetime_seconds"] == 1
+
+
+def test_requests_that_may_wait_follow_the_repository(tmp_path):
+    """Two full batches per instance of every model wait at most, per replica, within [64, 4096]: past that the
+    circuit breaker refuses at once."""
+    from server.admission import CEILING, FLOOR, waiting_bound
+
+    def model(name: str, text: str) -> None:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.pbtxt").write_text(f'name: "{name}"\n{text}')
+
+    assert waiting_bound(tmp_path) == FLOOR  # nothing to read
+    model("big", "max_batch_size: 32\ninstance_group [{ count: 2 kind: KIND_CPU }]")
+    model("gpus", "max_batch_size: 8\ninstance_group [{ count: 1 kind: KIND_GPU gpus: [0, 1] }]")
+    model("plain", "max_batch_size: 0")
+    assert waiting_bound(tmp_path) == 2 * 32 * 2 + 2 * 8 * 2 + 2 * 1 * 1
+    model("huge", "max_batch_size: 4096")
+    assert waiting_bound(tmp_path) == CEILING
+    replica = Replica("r0", 1, 2, 3)
+    settings = EnvoySettings(
+        replicas=(replica,), http_port=8000, grpc_port=8001, stats_port=0, admin_socket="/tmp/t/a.sock",
+        balancing=Balancing(max_requests=77),
+    )
+    thresholds = [c["circuit_breakers"]["thresholds"][0] for c in envoy_config(settings)["static_resources"]["clusters"]]
+    assert thresholds and all(t == {"max_requests": 77, "max_pending_requests": 77} for t in thresholds)
