@@ -12,8 +12,9 @@
  *
  * What is already in a model's queue when its client goes is still answered, one by one. So that this stays
  * bounded, each server's guard (server/triton_guard.c) counts the calls the edge reset that it still runs, in its
- * slot of the backlog file; while the sum is at the bound ("limit"), new calls from connections that cancelled in
- * the last 2 s are refused at once, and at 4 times the bound everyone's are: 503 / UNAVAILABLE with a retry hint
+ * slot of the backlog file; while the sum (with the calls cancelled in the last second, which a busy server may
+ * not have read yet) is at the bound ("limit"), new calls from connections that cancelled in the last 2 s are refused
+ * at once, and at 4 times the bound everyone's are: 503 / UNAVAILABLE with a retry hint
  * (response details "cancelled_calls_backlog"). Envoy counts both in its stats: dynamicmodulescustom.cancelled_calls
  * and dynamicmodulescustom.refused_cancelled_backlog.
  *
@@ -50,6 +51,8 @@ typedef struct {
 enum { HEADER_REQUEST = 0, HEADER_RESPONSE = 2, CONTINUE = 0, STOP = 1, CANCEL_SLOTS = 1 << 18 };
 enum { BACKLOG_SLOTS = 64, BACKLOG_LINE = 64, RECENT = 4096, ATTRIBUTE_CONNECTION_ID = 28 };
 enum { EVERYONE_AT = 4 };                       /* times the bound: past it, every new call is refused */
+enum { BUCKETS = 16, WINDOW = 10 };             /* calls ended unanswered, per 100 ms: the last second counts */
+static const uint64_t BUCKET_NS = 100000000ull;
 static const uint64_t RECENT_NS = 2000000000ull; /* a connection that cancelled within this is a cancelling one */
 
 extern bool envoy_dynamic_module_callback_http_set_header(void *filter, int header_type, dm_buffer key,
@@ -76,6 +79,7 @@ typedef struct {
   const uint8_t *backlog; /* BACKLOG_SLOTS lines, one per server: calls it runs that nobody waits for (NULL: none) */
   uint64_t limit;  /* new calls of cancelling connections refused from this backlog on (0: never) */
   uint64_t recent_connection[RECENT], recent_ns[RECENT]; /* who cancelled lately, by connection id % RECENT */
+  uint64_t bucket_tick[BUCKETS], bucket_count[BUCKETS];  /* calls ended unanswered lately, by 10 ms */
   size_t cancelled_counter, refused_counter;
   bool counters;
 } config;
@@ -207,19 +211,45 @@ static uint64_t backlog_of(const config *c) {
   return sum;
 }
 
+/* A call ended unanswered now: counted in its 100 ms bucket (a bucket of an older tick starts again from 0). */
+static void note_unanswered(config *c, uint64_t now) {
+  uint64_t tick = now / BUCKET_NS;
+  size_t at = tick % BUCKETS;
+  if (__atomic_load_n(&c->bucket_tick[at], __ATOMIC_RELAXED) != tick) {
+    __atomic_store_n(&c->bucket_count[at], 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&c->bucket_tick[at], tick, __ATOMIC_RELAXED);
+  }
+  __atomic_add_fetch(&c->bucket_count[at], 1, __ATOMIC_RELAXED);
+}
+
+/* Calls ended unanswered in the last second: the servers may not have read their resets yet, so the guard's count
+ * lags behind them (by what a busy server's reading thread is late: hundreds of calls in a storm). */
+static uint64_t unanswered_lately(const config *c, uint64_t now) {
+  uint64_t tick = now / BUCKET_NS, sum = 0;
+  for (uint64_t back = 0; back < WINDOW && back <= tick; back++) {
+    size_t at = (tick - back) % BUCKETS;
+    if (__atomic_load_n(&c->bucket_tick[at], __ATOMIC_RELAXED) == tick - back)
+      sum += __atomic_load_n(&c->bucket_count[at], __ATOMIC_RELAXED);
+  }
+  return sum;
+}
+
 static bool cancelling(const config *c, uint64_t connection, uint64_t now) {
   size_t at = connection % RECENT;
   return connection && __atomic_load_n(&c->recent_connection[at], __ATOMIC_RELAXED) == connection &&
          now - __atomic_load_n(&c->recent_ns[at], __ATOMIC_RELAXED) < RECENT_NS;
 }
 
-/* Refused while the backlog is at the bound: new calls of connections that cancelled lately (their own calls
- * wait on what they left), and everyone's at EVERYONE_AT times it. UNAVAILABLE / 503 with a retry hint. */
+/* Refused while the backlog is at the bound: new calls of connections that cancelled lately (the servers' count
+ * and what was cancelled in the last second, which they may not have read yet), and everyone's at EVERYONE_AT
+ * times the servers' count. UNAVAILABLE / 503 with a retry hint. */
 static bool refuse(void *filter, call *it) {
   config *c = it->config;
-  uint64_t load = c->limit ? backlog_of(c) : 0;
-  if (!c->limit || load < c->limit) return false;
-  if (load < c->limit * EVERYONE_AT && !cancelling(c, it->connection, now_ns())) return false;
+  if (!c->limit) return false;
+  uint64_t load = backlog_of(c), now = now_ns();
+  if (load < c->limit * EVERYONE_AT &&
+      !(cancelling(c, it->connection, now) && load + unanswered_lately(c, now) >= c->limit))
+    return false;
   dm_header hints[] = {{"retry-after", 11, "1", 1}, {"grpc-retry-pushback-ms", 22, "1000", 4}};
   static const char body[] = "{\"error\":\"" WHY "\"}";
   envoy_dynamic_module_callback_http_send_response(filter, 503, hints, 2, (dm_buffer){body, sizeof body - 1},
@@ -285,9 +315,11 @@ void envoy_dynamic_module_on_http_filter_destroy(void *module) {
   config *c = it->config;
   if (it->id && !it->answered && c) { /* nobody waits for this call any more */
     __atomic_store_n(&c->slots[it->id % CANCEL_SLOTS], it->id, __ATOMIC_RELAXED);
+    uint64_t now = now_ns();
+    note_unanswered(c, now);
     if (it->connection) {
       size_t at = it->connection % RECENT;
-      __atomic_store_n(&c->recent_ns[at], now_ns(), __ATOMIC_RELAXED);
+      __atomic_store_n(&c->recent_ns[at], now, __ATOMIC_RELAXED);
       __atomic_store_n(&c->recent_connection[at], it->connection, __ATOMIC_RELAXED);
     }
     count(c, c->cancelled_counter);

@@ -62,6 +62,7 @@ class Replica:
     health_socket: str = ""  # the supervisor's readiness on a Unix socket (0600): Envoy checks it, not the port
 
 
+STREAMS_PER_CONNECTION = 128  # a client's calls in flight on one gRPC connection (its library queues the rest)
 UNDERIVED_MAX_REQUESTS = 4096  # a Balancing whose bound was not derived from a repository (server/admission.py)
 
 
@@ -267,8 +268,8 @@ def listener(name: str, s: EnvoySettings, port: int, cluster: str, protocol: str
         "request_headers_timeout": "10s",  # the whole request line and headers, however slowly they trickle in
         "max_request_headers_kb": s.max_header_kb,
     }
-    if protocol == "grpc":
-        manager["http2_protocol_options"] = {}
+    if protocol == "grpc":  # what one connection's hang-up can leave running for nobody is bounded too
+        manager["http2_protocol_options"] = {"max_concurrent_streams": STREAMS_PER_CONNECTION}
     if s.access_logs.get(protocol):
         manager["access_log"] = list(s.access_logs[protocol])
     chain: dict[str, object] = {

@@ -291,3 +291,16 @@ def test_requests_that_may_wait_follow_the_repository(tmp_path):
     )
     thresholds = [c["circuit_breakers"]["thresholds"][0] for c in envoy_config(settings)["static_resources"]["clusters"]]
     assert thresholds and all(t == {"max_requests": 77, "max_pending_requests": 77} for t in thresholds)
+
+
+def test_a_grpc_connection_holds_at_most_128_calls_in_flight():
+    """What one connection's hang-up leaves running for nobody is bounded: the gRPC listener advertises
+    SETTINGS_MAX_CONCURRENT_STREAMS 128 (the client's library queues the rest)."""
+    from server.envoy_config import STREAMS_PER_CONNECTION
+
+    settings = EnvoySettings(replicas=REPLICAS, http_port=8000, grpc_port=8001, stats_port=0, admin_socket="/a.sock")
+    (grpc,) = [x for x in envoy_config(settings)["static_resources"]["listeners"] if x["name"] == "triton_grpc"]
+    manager = grpc["filter_chains"][0]["filters"][0]["typed_config"]
+    assert manager["http2_protocol_options"] == {"max_concurrent_streams": STREAMS_PER_CONNECTION} == {
+        "max_concurrent_streams": 128
+    }
