@@ -58,6 +58,15 @@ def _tuning(server_args: str, latency_summaries: bool, latency_quantiles: str):
     return TritonTuning.parse(server_args, latency_summaries, latency_quantiles)
 
 
+MAX_WAITING = click.option(
+    "--max-waiting",
+    type=click.IntRange(0),
+    default=0,
+    help="Requests that may wait per replica behind the edge; past it refused at once with a retry hint "
+    "(0: two full batches per instance of the repository's largest model, 64 at least).",
+)
+
+
 @click.group()
 def cli():
     """Run the embedded tritonserver on a model repository."""
@@ -90,6 +99,7 @@ def cli():
     "(gRPC, metrics and readiness stay the server's own ports). Needs --supervise.",
 )
 @click.option("--max-request-mb", type=float, default=64.0, show_default=True, help="The edge's cap on a body.")
+@MAX_WAITING
 @RECORD
 @RECORD_FILE_MB
 @RECORD_FILES
@@ -116,6 +126,7 @@ def start(
     health_port,
     edge,
     max_request_mb,
+    max_waiting,
     internal_http_port,
     tls_cert,
     tls_key,
@@ -149,7 +160,9 @@ def start(
         raise click.UsageError("--record needs the edge and the supervisor (drop --no-edge / --no-supervise)")
     if supervise and edge:
         tls = _tls(tls_cert, tls_key)
-        state = _start_behind_edge(settings, health_port, max_request_mb, tls, internal_http_port, recording)
+        state = _start_behind_edge(
+            settings, health_port, max_request_mb, tls, internal_http_port, recording, max_waiting
+        )
     elif supervise:
         from server.supervisor_process import start_supervised
 
@@ -166,12 +179,19 @@ def start(
 
 
 def _start_behind_edge(
-    settings, health_port: int, max_request_mb: float, tls=None, internal_http_port: int = 0, record=None
+    settings,
+    health_port: int,
+    max_request_mb: float,
+    tls=None,
+    internal_http_port: int = 0,
+    record=None,
+    max_waiting: int = 0,
 ):
     """One supervised server whose HTTP port is Envoy's edge (server/edge.py); its state as clients see it."""
     from common.endpoints import read_state
     from server.cluster import ClusterSettings, start_cluster
     from server.edge import MIB, EdgeLimits
+    from server.envoy_config import Balancing
 
     limits = EdgeLimits(max_request_bytes=int(max_request_mb * MIB))
     cluster = ClusterSettings(
@@ -190,6 +210,7 @@ def _start_behind_edge(
         tls=tls,
         internal_http_port=internal_http_port,
         record=record,
+        balancing=Balancing(max_requests=max_waiting),
     )
     start_cluster(cluster)
     state = read_state(settings.state_dir / "replica-0")
@@ -271,6 +292,7 @@ def supervise(
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--timeout", type=float, default=180.0, show_default=True, help="Seconds per replica to get ready.")
 @click.option("--gpu-per-replica", is_flag=True, help="Replica i sees GPU i only (CUDA_VISIBLE_DEVICES=i).")
+@MAX_WAITING
 @TLS_CERT
 @TLS_KEY
 @STATE_DIR
@@ -289,6 +311,7 @@ def cluster(
     host,
     timeout,
     gpu_per_replica,
+    max_waiting,
     tls_cert,
     tls_key,
     state_dir,
@@ -301,6 +324,7 @@ def cluster(
 ):
     """Start REPLICAS supervised tritonservers behind Envoy; return once Envoy routes to every one."""
     from server.cluster import ClusterSettings, start_cluster
+    from server.envoy_config import Balancing
     from server.recording import record_settings
 
     settings = ClusterSettings(
@@ -317,6 +341,7 @@ def cluster(
         replica_base_port=replica_base_port,
         tls=_tls(tls_cert, tls_key),
         record=record_settings(record, state_dir, record_file_mb, record_files),
+        balancing=Balancing(max_requests=max_waiting * replicas),
     )
     state = start_cluster(settings)
     click.echo(

@@ -2,9 +2,11 @@
 gRPC UNAVAILABLE, with a retry hint) instead of joining a queue that would answer it only after many seconds.
 
 A model keeps its instances busy with QUEUED_BATCHES full batches waiting per instance; more waiting adds latency,
-never throughput. The bound is the sum over the repository's models, per replica, within [FLOOR, CEILING]. Envoy
-enforces it as the circuit breaker of each upstream cluster (HTTP and gRPC); its stats count the refusals
-(cluster.<name>.upstream_rq_pending_overflow) and a refused request's answer says "overflow".
+never throughput. The bound is what the repository's largest model needs that way, per replica, within [FLOOR,
+CEILING]: a flood of one model (the usual overload) then waits seconds, not minutes, at the cost of fuller
+batches where several models are flooded at once (raise it with `--max-waiting`). Envoy enforces it as the circuit
+breaker of each upstream cluster (HTTP and gRPC); its stats count the refusals
+(cluster.replicas_<protocol>.upstream_rq_pending_overflow) and a refused request's answer says "overflow".
 """
 
 from __future__ import annotations
@@ -30,5 +32,5 @@ def waiting_bound(repo: Path) -> int:
         configs = list(repository_configs(repo))
     except OSError:  # a repository we cannot read is the server's to judge: keep Envoy's bound modest
         return FLOOR
-    wanted = sum(QUEUED_BATCHES * max(1, int(c.max_batch_size)) * _instances(c) for _, c in configs)
+    wanted = max((QUEUED_BATCHES * max(1, int(c.max_batch_size)) * _instances(c) for _, c in configs), default=0)
     return max(FLOOR, min(CEILING, wanted))

@@ -269,8 +269,8 @@ def test_a_connection_whose_calls_are_mostly_cancelled_at_once_is_closed_after_5
 
 
 def test_requests_that_may_wait_follow_the_repository(tmp_path):
-    """Two full batches per instance of every model wait at most, per replica, within [64, 4096]: past that the
-    circuit breaker refuses at once."""
+    """Two full batches per instance of the largest model wait at most, per replica, within [64, 4096]: past that
+    the circuit breaker refuses at once."""
     from server.admission import CEILING, FLOOR, waiting_bound
 
     def model(name: str, text: str) -> None:
@@ -281,7 +281,9 @@ def test_requests_that_may_wait_follow_the_repository(tmp_path):
     model("big", "max_batch_size: 32\ninstance_group [{ count: 2 kind: KIND_CPU }]")
     model("gpus", "max_batch_size: 8\ninstance_group [{ count: 1 kind: KIND_GPU gpus: [0, 1] }]")
     model("plain", "max_batch_size: 0")
-    assert waiting_bound(tmp_path) == 2 * 32 * 2 + 2 * 8 * 2 + 2 * 1 * 1
+    assert waiting_bound(tmp_path) == 2 * 32 * 2
+    model("gpus_more", "max_batch_size: 64\ninstance_group [{ count: 1 kind: KIND_GPU gpus: [0, 1] }]")
+    assert waiting_bound(tmp_path) == 2 * 64 * 2
     model("huge", "max_batch_size: 4096")
     assert waiting_bound(tmp_path) == CEILING
     replica = Replica("r0", 1, 2, 3)
