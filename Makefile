@@ -52,7 +52,7 @@ HEALTH_PORT ?= 8003
 LATENCY_SUMMARIES ?= 1
 # the quantiles they keep, "q:error,...": each one more costs every request (default 0.5:0.05,0.9:0.01,0.99:0.001)
 LATENCY_QUANTILES ?=
-# tritonserver tuning flags, "--flag=value ...": pools and thread counts only (server/launcher.py: TUNING_FLAGS)
+# tritonserver tuning flags, "--flag=value ...": pools and thread counts only (tpserve/server/launcher.py: TUNING_FLAGS)
 SERVER_ARGS ?=
 SERVER_TUNING = $(if $(SERVER_ARGS),--server-args "$(SERVER_ARGS)") \
 	$(if $(filter 0 false no off,$(LATENCY_SUMMARIES)),--no-latency-summaries) \
@@ -75,44 +75,44 @@ help: ## List the targets and their variables
 
 install: $(STAMP) ## Create .venv and install everything (idempotent, quick when done)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
-	$(PY) -m loadtest install-perf-analyzer
-	$(PY) -m server build-shim
+	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
+	$(PY) -m tpserve.loadtest install-perf-analyzer
+	$(PY) -m tpserve.server build-shim
 	@touch $(STAMP)
 
 build-engines: install ## Export, validate, quantize, write the repository: MODELS="..." and/or SPEC=models.toml, TARGET=embedded|ngc PRECISIONS="fp32 int8" COMPILED="fp16 bf16" SHAPES_FROM=<recording or workload> RAGGED=0
-	$(PY) -m builders build --models "$(MODELS)" $(if $(SPEC),--spec $(SPEC)) --target $(TARGET) --repo $(REPO) $(if $(VERBOSE),-v) \
+	$(PY) -m tpserve.builders build --models "$(MODELS)" $(if $(SPEC),--spec $(SPEC)) --target $(TARGET) --repo $(REPO) $(if $(VERBOSE),-v) \
 		--weights $(WEIGHTS) --precisions "$(PRECISIONS)" $(if $(CALIBRATION),--calibration $(CALIBRATION)) \
 		$(if $(COMPILED),--compiled "$(COMPILED)") $(if $(SHAPES_FROM),--shapes-from "$(SHAPES_FROM)") \
 		$(if $(filter 0,$(RAGGED)),--no-ragged-batching)
 
 serve: install ## Start the embedded tritonserver on REPO, supervised (HEALTH_PORT: readiness for load balancers; LATENCY_SUMMARIES=0: no p99 summaries; RECORD=1|values: record the traffic; MAX_WAITING=n: requests that may wait before refusals)
-	$(PY) -m server start --repo $(REPO) $(SERVER_PORTS) --health-port $(HEALTH_PORT) --state-dir $(STATE_DIR) $(SERVER_TLS) \
+	$(PY) -m tpserve.server start --repo $(REPO) $(SERVER_PORTS) --health-port $(HEALTH_PORT) --state-dir $(STATE_DIR) $(SERVER_TLS) \
 		$(if $(INTERNAL_HTTP_PORT),--internal-http-port $(INTERNAL_HTTP_PORT)) $(RECORDING) $(SERVER_TUNING) \
 		--max-waiting $(MAX_WAITING)
 
 stop: ## Stop what `make serve`, `make cluster` or `make monitor` started in STATE_DIR
-	@if [ -x $(PY) ]; then $(PY) -m loadtest prometheus stop --state-dir $(STATE_DIR) >/dev/null; \
-		$(PY) -m server stop --state-dir $(STATE_DIR); fi
+	@if [ -x $(PY) ]; then $(PY) -m tpserve.loadtest prometheus stop --state-dir $(STATE_DIR) >/dev/null; \
+		$(PY) -m tpserve.server stop --state-dir $(STATE_DIR); fi
 
 REPLICAS ?= 2
 cluster: install ## REPLICAS supervised tritonservers on REPO behind Envoy on HTTP_PORT/GRPC_PORT (stats: METRICS_PORT); GPU_PER_REPLICA=1 REPLICA_BASE_PORT=9100 RECORD=1; `make stop` ends all
-	$(PY) -m server cluster --replicas $(REPLICAS) --repo $(REPO) $(SERVER_PORTS) --state-dir $(STATE_DIR) \
+	$(PY) -m tpserve.server cluster --replicas $(REPLICAS) --repo $(REPO) $(SERVER_PORTS) --state-dir $(STATE_DIR) \
 		$(if $(GPU_PER_REPLICA),--gpu-per-replica) $(if $(REPLICA_BASE_PORT),--replica-base-port $(REPLICA_BASE_PORT)) \
 		$(SERVER_TLS) $(RECORDING) $(SERVER_TUNING) --max-waiting $(MAX_WAITING)
 
 cluster-restart: install ## Rolling restart of the cluster's replicas (each back in Envoy before the next)
-	$(PY) -m server cluster-restart --state-dir $(STATE_DIR)
+	$(PY) -m tpserve.server cluster-restart --state-dir $(STATE_DIR)
 
 PROMETHEUS_PORT ?= 9090
 monitor: install install-prometheus ## Prometheus on PROMETHEUS_PORT scraping the server or cluster of STATE_DIR (Triton rules loaded)
-	$(PY) -m loadtest prometheus start --port $(PROMETHEUS_PORT) --state-dir $(STATE_DIR)
+	$(PY) -m tpserve.loadtest prometheus start --port $(PROMETHEUS_PORT) --state-dir $(STATE_DIR)
 
 install-prometheus: install ## Unpack Prometheus + promtool into .tools/prometheus (Debian's package, no root, no service)
-	@$(PY) -m loadtest install-prometheus || echo "prometheus unavailable: the Prometheus tests will be skipped (set PROMETHEUS_BINARY to use one)"
+	@$(PY) -m tpserve.loadtest install-prometheus || echo "prometheus unavailable: the Prometheus tests will be skipped (set PROMETHEUS_BINARY to use one)"
 
 install-browser: install ## Unpack a headless browser for the report tests into .tools/chromium (Debian's chromium-headless-shell, no root)
 	@$(PY) -m tests.browser || echo "the report tests in a browser will be skipped"
@@ -124,37 +124,37 @@ FROM ?=
 HOLD ?= 30
 rollout: install ## Roll MODEL's new build from FROM into the served REPO without downtime (rolls back on a failed check); CANARY="1 10 50 100" HOLD=30: by traffic share
 	@test -n "$(MODEL)" -a -n "$(FROM)" || { echo "usage: make rollout MODEL=<served model> FROM=<repository built by make build-engines>"; exit 2; }
-	$(PY) -m operations rollout --model "$(MODEL)" --from "$(FROM)" --repo $(REPO) --http-port $(HTTP_PORT) --state-dir $(STATE_DIR) \
+	$(PY) -m tpserve.operations rollout --model "$(MODEL)" --from "$(FROM)" --repo $(REPO) --http-port $(HTTP_PORT) --state-dir $(STATE_DIR) \
 		$(if $(CANARY),--share "$(CANARY)" --hold $(HOLD))
 
 status: install ## Show the running server
-	$(PY) -m server status --state-dir $(STATE_DIR)
+	$(PY) -m tpserve.server status --state-dir $(STATE_DIR)
 
 infer: install ## One request to MODEL (or MODELS) with top-3 (after `make serve`, or URL=host:port of any Triton) PROTOCOL=grpc
 	@test $(words $(GIVEN_MODELS)) -le 1 || { echo "make infer takes one model: MODEL=<name> (got '$(GIVEN_MODELS)')"; exit 2; }
-	$(PY) -m clients infer $(GIVEN_MODELS) --top-k 3 --protocol $(PROTOCOL) --state-dir $(STATE_DIR) $(ANY_TRITON)
+	$(PY) -m tpserve.clients infer $(GIVEN_MODELS) --top-k 3 --protocol $(PROTOCOL) --state-dir $(STATE_DIR) $(ANY_TRITON)
 
 perf: install ## perf_analyzer sweep of MODELS or MODEL (default: every ready model) of `make serve` or URL=; INTERVAL_MS=2000; reports/<time>/
-	$(PY) -m loadtest perf --models "$(GIVEN_MODELS)" --protocol $(PROTOCOL) --concurrency "$(CONCURRENCY)" \
+	$(PY) -m tpserve.loadtest perf --models "$(GIVEN_MODELS)" --protocol $(PROTOCOL) --concurrency "$(CONCURRENCY)" \
 		--interval-ms $(INTERVAL_MS) --state-dir $(STATE_DIR) --lengths "$(LENGTHS)" $(ANY_TRITON)
 
 SCALE ?= 1
 REPLAY_TARGET = --state-dir $(STATE_DIR) $(if $(URL),--url $(URL) --protocol $(PROTOCOL)) \
 	$(if $(GIVEN_MODELS),--models "$(GIVEN_MODELS)") $(if $(TLS),--tls) $(if $(CA_FILE),--ca-file $(CA_FILE))
-LOCUST_RUN = $(PY) -m loadtest locust --models "$(GIVEN_MODELS)" --protocol $(PROTOCOL) --state-dir $(STATE_DIR) \
+LOCUST_RUN = $(PY) -m tpserve.loadtest locust --models "$(GIVEN_MODELS)" --protocol $(PROTOCOL) --state-dir $(STATE_DIR) \
 	--lengths "$(LENGTHS)" $(ANY_TRITON)
-WORKLOAD_RUN = $(PY) -m loadtest replay --workload "$(WORKLOAD)" --scale $(SCALE) $(REPLAY_TARGET)
+WORKLOAD_RUN = $(PY) -m tpserve.loadtest replay --workload "$(WORKLOAD)" --scale $(SCALE) $(REPLAY_TARGET)
 loadtest: install ## Headless Locust run against MODEL or MODELS (default: every ready model) of `make serve` or URL=; WORKLOAD=<file> [SCALE=3]: a fitted workload instead; reports/<time>/
 	$(if $(WORKLOAD),$(WORKLOAD_RUN),$(LOCUST_RUN))
 
 SPEED ?= 1
 replay: install ## Replay FROM (a recording: STATE_DIR/traffic of `make serve RECORD=1`) open loop through Locust; SPEED=3 for 3x; URL= (with PROTOCOL=) for any Triton
 	@test -n "$(FROM)" || { echo "usage: make replay FROM=<recording folder or file> [SPEED=1] [URL=host:port PROTOCOL=http|grpc]"; exit 2; }
-	$(PY) -m loadtest replay --from "$(FROM)" --speed $(SPEED) $(REPLAY_TARGET)
+	$(PY) -m tpserve.loadtest replay --from "$(FROM)" --speed $(SPEED) $(REPLAY_TARGET)
 
 MINUTES ?= 10
 soak: install ## Bounded load on MODEL (default digits_cnn_pipeline) for MINUTES with RSS sampled (after `make serve`)
-	$(PY) -m loadtest soak $(if $(MODEL),--model $(MODEL)) --minutes $(MINUTES) --state-dir $(STATE_DIR) \
+	$(PY) -m tpserve.loadtest soak $(if $(MODEL),--model $(MODEL)) --minutes $(MINUTES) --state-dir $(STATE_DIR) \
 		$(if $(URL),--url $(URL) --protocols $(PROTOCOL))
 
 test: install install-prometheus install-browser ## Run every test: unit, golden fixtures, functional (real tritonserver), the docs site, reports in a browser; what CI runs
@@ -182,17 +182,17 @@ lint: install ## ruff check and format check, and mypy over every package (setti
 
 demo: install ## Build DEMO_MODELS, serve them, measure with perf_analyzer, print the table, stop
 	$(MAKE) --no-print-directory build-engines MODELS="$(DEMO_MODELS)" TARGET=embedded
-	$(PY) -m server start --repo $(REPO) $(SERVER_PORTS) --health-port $(HEALTH_PORT) --state-dir $(STATE_DIR) $(SERVER_TUNING)
+	$(PY) -m tpserve.server start --repo $(REPO) $(SERVER_PORTS) --health-port $(HEALTH_PORT) --state-dir $(STATE_DIR) $(SERVER_TUNING)
 	@status=0; \
-	$(PY) -m loadtest perf --models "$(DEMO_MODELS)" --protocol grpc --concurrency "1 4" --interval-ms $(INTERVAL_MS) \
+	$(PY) -m tpserve.loadtest perf --models "$(DEMO_MODELS)" --protocol grpc --concurrency "1 4" --interval-ms $(INTERVAL_MS) \
 		--state-dir $(STATE_DIR) || status=$$?; \
-	$(PY) -m server stop --state-dir $(STATE_DIR); exit $$status
+	$(PY) -m tpserve.server stop --state-dir $(STATE_DIR); exit $$status
 
 build-engines-docker: install ## NGC: ONNX + TensorRT plans inside the TensorRT container (GPU host + Docker)
 	MODELS="$(MODELS)" $(COMPOSE) --profile build run --rm builder
 
 serve-docker: install ## NGC: guard the plans against the server image, then start tritonserver
-	$(PY) -m builders guard --repo $(REPO) --image nvcr.io/nvidia/tritonserver:$(NGC_RELEASE)-py3
+	$(PY) -m tpserve.builders guard --repo $(REPO) --image nvcr.io/nvidia/tritonserver:$(NGC_RELEASE)-py3
 	ADMIN_KEY_FILE=$(ADMIN_KEY_FILE) REPO=$(abspath $(REPO)) $(COMPOSE) up -d --build --wait tritonserver
 
 stop-docker: ## NGC: stop the containers
@@ -208,14 +208,14 @@ docker-lint: install ## Validate the Docker files statically (hadolint, compose 
 
 BUNDLE_PYTHON ?= 3.12
 bundle: install ## Offline tarball (tritonserver, perf_analyzer, wheels) for GPU hosts: BUNDLE_PYTHON=3.12
-	$(PY) -m loadtest bundle --python $(BUNDLE_PYTHON)
+	$(PY) -m tpserve.loadtest bundle --python $(BUNDLE_PYTHON)
 
 text-bench: install ## A sentence encoder (SPEC_TEXT, TEXT_MODEL) in-process and served from ids and text, over LENGTHS workloads (LATENCY_SUMMARIES=0: no p99 summaries)
-	$(PY) -m loadtest text-bench --spec $(SPEC_TEXT) --model $(TEXT_MODEL) --lengths "$(LENGTHS) fixed:32" --interval-ms $(INTERVAL_MS) \
+	$(PY) -m tpserve.loadtest text-bench --spec $(SPEC_TEXT) --model $(TEXT_MODEL) --lengths "$(LENGTHS) fixed:32" --interval-ms $(INTERVAL_MS) \
 	  $(if $(filter 0 false no off,$(LATENCY_SUMMARIES)),--no-latency-summaries)
 
 gpu-bench: install ## CPU vs GPU vs TensorRT for ResNet-50, in-process and served (needs a CUDA GPU for the GPU rows)
-	$(PY) -m loadtest gpu-bench --model resnet50
+	$(PY) -m tpserve.loadtest gpu-bench --model resnet50
 
 clean: stop ## Remove build caches, reports and the generated repository (keeps .venv)
 	rm -rf build reports/2* $(STATE_DIR)

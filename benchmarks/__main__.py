@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from common import options
-from common.cli import numbers, private_files, user_errors, words
+from tpserve.common import options
+from tpserve.common.cli import numbers, private_files, user_errors, words
 
 
 @click.group()
@@ -30,10 +30,10 @@ def cli():
 def reconcile(models, protocol, concurrency, seconds, out, url, headers, state_dir):
     """Locust vs perf_analyzer p50 at matched load on the server of `make serve` or any Triton (agree within 15%?)."""
     from benchmarks import reconcile as rec
-    from clients.connection import endpoint, parse_headers
-    from loadtest.locust_suite.run import Target
-    from loadtest.perf.run import served_or_given
-    from loadtest.perf.tools import find_perf_analyzer
+    from tpserve.clients.connection import endpoint, parse_headers
+    from tpserve.loadtest.locust_suite.run import Target
+    from tpserve.loadtest.perf.run import served_or_given
+    from tpserve.loadtest.perf.tools import find_perf_analyzer
 
     out = out or Path("reports") / time.strftime("reconcile-%Y%m%d-%H%M%S")
     ep, analyzer = endpoint(protocol, url, state_dir, parse_headers(headers)), find_perf_analyzer()
@@ -57,8 +57,8 @@ def reconcile(models, protocol, concurrency, seconds, out, url, headers, state_d
 def envoy_bench(model, protocols, concurrency, interval_ms, out, state_dir):
     """perf_analyzer through Envoy vs straight to replica-0 of `make cluster` (REPLICAS=1 isolates Envoy)."""
     from benchmarks import envoy_bench as bench
-    from loadtest.perf.tools import find_perf_analyzer
-    from server.cluster import read_cluster
+    from tpserve.loadtest.perf.tools import find_perf_analyzer
+    from tpserve.server.cluster import read_cluster
 
     read_cluster(state_dir)  # a cluster runs there, or say how to start one
     out = out or Path("reports") / time.strftime("envoy-%Y%m%d-%H%M%S")
@@ -101,7 +101,7 @@ def envoy_bench(model, protocols, concurrency, interval_ms, out, state_dir):
 def record_bench(repo, models, protocols, concurrency, rounds, interval_ms, setups, together, out):
     """What RECORD=1 and RECORD=values cost: perf_analyzer through the edge, recording off and on, alternated."""
     from benchmarks import record_bench as bench
-    from builders.environment import host_info
+    from tpserve.builders.environment import host_info
 
     out = (out or Path("reports") / time.strftime("record-%Y%m%d-%H%M%S")).absolute()
     names = words(models)

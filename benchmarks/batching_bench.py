@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from common.cli import step
+from tpserve.common.cli import step
 
 VARIANTS = ((False, 1), (True, 1), (False, 2), (True, 2))  # (dynamic batching, instances)
 
@@ -22,9 +22,9 @@ def build_variants(spec, repo: Path, work: Path, delay_us: int, gpu: bool = Fals
     CPU: ONNX Runtime (threads per instance = cores / instances). GPU: the torch runtime in fp16
     with CUDA graphs on KIND_GPU instances (outputs through CUDA IPC, or host memory with host_outputs).
     """
-    from builders.build import build_model
-    from builders.repository import writer as repository
-    from builders.request import BuildRequest
+    from tpserve.builders.build import build_model
+    from tpserve.builders.repository import writer as repository
+    from tpserve.builders.request import BuildRequest
 
     build_model(BuildRequest(spec=spec, target="embedded", repo=work / "scratch_repo", work_dir=work))
     cores, variants = os.cpu_count() or 1, {}
@@ -44,8 +44,8 @@ def build_variants(spec, repo: Path, work: Path, delay_us: int, gpu: bool = Fals
 
 
 def _serving(spec, variant, options, work: Path, gpu: bool, host_outputs: bool):
-    from builders.repository import writer as repository
-    from triton_models import TORCH_MODEL
+    from tpserve.builders.repository import writer as repository
+    from tpserve.triton_models import TORCH_MODEL
 
     if not gpu:
         return repository.model_config(variant, "embedded", options), {"model.onnx": work / spec.name / "model.onnx"}
@@ -67,7 +67,7 @@ def _serving(spec, variant, options, work: Path, gpu: bool, host_outputs: bool):
 
 def measure(variants: dict, ep, analyzer, concurrency: tuple, interval_ms: int, raw: Path) -> list[dict]:
     """perf_analyzer (gRPC, batch 1) at each concurrency, for every variant."""
-    from loadtest.perf.sweep import Sweep, run_sweep
+    from tpserve.loadtest.perf.sweep import Sweep, run_sweep
 
     rows = []
     for name, (model, batching, instances) in variants.items():
@@ -117,10 +117,10 @@ def detail_table(rows: list[dict]) -> str:
 def run(models, out: Path, concurrency, interval_ms: int, delay_us: int, gpu: bool, host_outputs: bool) -> str:
     """Build every model's four variants, serve them on free ports, measure, write batching.csv and
     batching.md into out; return the report's text."""
-    from builders.spec import zoo
-    from loadtest.perf.tools import find_perf_analyzer
-    from loadtest.reporting.perf_rows import write_csv
-    from server.launcher import running
+    from tpserve.builders.spec import zoo
+    from tpserve.loadtest.perf.tools import find_perf_analyzer
+    from tpserve.loadtest.reporting.perf_rows import write_csv
+    from tpserve.server.launcher import running
 
     repo, variants = out / "repo", {}
     for name in models:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from clients.connection import endpoint
-from common.endpoints import Endpoint
-from loadtest.perf.sweep import Sweep, run_sweep
-from loadtest.perf.tools import PerfAnalyzer
+from tpserve.clients.connection import endpoint
+from tpserve.common.endpoints import Endpoint
+from tpserve.loadtest.perf.sweep import Sweep, run_sweep
+from tpserve.loadtest.perf.tools import PerfAnalyzer
 
 
 def targets(state_dir: Path, protocol: str) -> dict[str, Endpoint]:
@@ -75,7 +75,7 @@ def write(table: list[dict], rows: list[dict], out: Path) -> str:
 
 
 def _plot(table: list[dict], path: Path) -> Path:
-    from loadtest.reporting.plots import pyplot, save
+    from tpserve.loadtest.reporting.plots import pyplot, save
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))

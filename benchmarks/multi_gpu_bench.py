@@ -18,9 +18,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import endpoints
-from common.cli import step
-from common.errors import MeasurementError
+from tpserve.common import endpoints
+from tpserve.common.cli import step
+from tpserve.common.errors import MeasurementError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,10 +38,10 @@ class MultiGpuSettings:
 
 def build(settings: MultiGpuSettings, work: Path) -> tuple[Path, str]:
     """Build the compiled uint8 variant (KIND_GPU, no batcher: requests come at the max batch); (repo, name)."""
-    from builders.build import build_model, build_torch_variant
-    from builders.repository.writer import ServingOptions, TorchRuntime
-    from builders.request import BuildRequest
-    from builders.spec import zoo
+    from tpserve.builders.build import build_model, build_torch_variant
+    from tpserve.builders.repository.writer import ServingOptions, TorchRuntime
+    from tpserve.builders.request import BuildRequest
+    from tpserve.builders.spec import zoo
 
     spec = zoo.get_spec(settings.model, max_batch_size=settings.batch)
     repo, done = work / "repo", work / "built.json"
@@ -67,7 +67,7 @@ def placed(repo: Path, model: str, gpus: list[int], count: int, target: Path) ->
     """A repository holding only `model`, its instances placed `count` per GPU of `gpus`."""
     from tritonclient.grpc import model_config_pb2 as pb
 
-    from builders.repository.model_config import parse_pbtxt, proto_to_pbtxt
+    from tpserve.builders.repository.model_config import parse_pbtxt, proto_to_pbtxt
 
     shutil.rmtree(target, ignore_errors=True)  # a layout of an earlier run
     shutil.copytree(repo / model, target / model)
@@ -98,8 +98,8 @@ def measure_layout(name: str, servers: list[tuple[Path, int]], model: str, s: Mu
     """Start the layout's servers, check an answer, load every server at once, stop; one row."""
     import contextlib
 
-    from loadtest.benches.gpu_bench import check_outputs
-    from server.launcher import running
+    from tpserve.loadtest.benches.gpu_bench import check_outputs
+    from tpserve.server.launcher import running
 
     started_eps: list = []
     with contextlib.ExitStack() as started:
@@ -129,8 +129,8 @@ def _row(name: str, servers: list, model: str, s: MultiGpuSettings, out: Path, w
 def _concurrent_perf(servers: list, model: str, s: MultiGpuSettings, raw: Path, wire: bool = False) -> list[dict]:
     """One perf_analyzer per server, all at once, with concurrency_per_gpu x the GPUs it serves
     (shared-memory region names are per server: two clients of one server would collide)."""
-    from loadtest.perf.sweep import Sweep, run_sweep
-    from loadtest.perf.tools import find_perf_analyzer
+    from tpserve.loadtest.perf.sweep import Sweep, run_sweep
+    from tpserve.loadtest.perf.tools import find_perf_analyzer
 
     analyzer, results, errors = find_perf_analyzer(), {}, []
 
@@ -166,9 +166,9 @@ def envoy_rows(repo: Path, model: str, s: MultiGpuSettings, work: Path, out: Pat
     """`make cluster` with one replica per GPU: one client per replica directly vs as many clients through
     Envoy (each its own connection: Envoy serves a connection on one worker), over the wire (gRPC without
     shared memory: a proxy carries the tensors), side by side."""
-    from clients.connection import endpoint
-    from loadtest.benches.gpu_bench import check_outputs
-    from server.cluster import ClusterSettings, start_cluster, stop_cluster
+    from tpserve.clients.connection import endpoint
+    from tpserve.loadtest.benches.gpu_bench import check_outputs
+    from tpserve.server.cluster import ClusterSettings, start_cluster, stop_cluster
 
     target = placed(repo, model, [0], s.instances_per_gpu, work / "cluster_repo")
     http, grpc, stats = endpoints.free_ports(3)

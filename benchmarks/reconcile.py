@@ -38,8 +38,8 @@ class Reconciliation:
 
 def reconcile(state, ep, analyzer, model: str, concurrency: int, seconds: int, out: Path) -> Reconciliation:
     """Measure with perf_analyzer, then Locust, at the same closed-loop concurrency."""
-    from loadtest.locust_suite.run import LocustRun, run_locust
-    from loadtest.perf.sweep import Sweep, run_sweep
+    from tpserve.loadtest.locust_suite.run import LocustRun, run_locust
+    from tpserve.loadtest.perf.sweep import Sweep, run_sweep
 
     sweep = Sweep(
         model,

@@ -28,11 +28,11 @@ import os
 import statistics
 from pathlib import Path
 
-from clients.connection import endpoint
-from common import endpoints
-from common.cli import step
-from common.errors import MeasurementError
-from loadtest.perf.sweep import run_sweep
+from tpserve.clients.connection import endpoint
+from tpserve.common import endpoints
+from tpserve.common.cli import step
+from tpserve.common.errors import MeasurementError
+from tpserve.loadtest.perf.sweep import run_sweep
 
 BASELINE = "edge"
 CONTROL = "edge, again"
@@ -66,8 +66,8 @@ def chosen_setups(numbers: str | None) -> tuple[str, ...]:
 
 def settings_for(setup: str, repo: Path, state_dir: Path):
     """ClusterSettings of one setup, on free ports."""
-    from server.cluster import ClusterSettings
-    from server.recording import record_settings
+    from tpserve.server.cluster import ClusterSettings
+    from tpserve.server.recording import record_settings
 
     http, grpc, metrics, health = endpoints.free_ports(4)
     mode = {"edge, recording": "1", "edge, recording values": "values"}
@@ -103,7 +103,7 @@ def measure(
     every setup's server is started once, before the first round, and they all stay up while the points alternate
     among them (an idle server costs the host next to nothing): no restart between the points compared, and a
     round takes seconds, not a minute, so the host's drift falls within a pair."""
-    from server.cluster import start_cluster, stop_cluster
+    from tpserve.server.cluster import start_cluster, stop_cluster
 
     state = {setup: out / "state" / _folder(setup) for setup in setups}
     rows: list[dict] = []
@@ -202,9 +202,9 @@ def _number(text: str):
 
 def _points(repo: Path, models, protocols, concurrency: int, interval_ms: int, state_dir: Path, work: Path):
     """One perf point per model and protocol against the server of state_dir, with its CPU a request."""
-    from clients.served import served_spec
-    from loadtest.perf.run import PerfRequest, model_sweep
-    from loadtest.perf.tools import find_perf_analyzer
+    from tpserve.clients.served import served_spec
+    from tpserve.loadtest.perf.run import PerfRequest, model_sweep
+    from tpserve.loadtest.perf.tools import find_perf_analyzer
 
     analyzer, rows = find_perf_analyzer(), []
     for model, protocol in [(m, p) for m in models for p in protocols]:
@@ -230,7 +230,7 @@ def _points_again_once(repo, models, protocols, concurrency, interval_ms, state_
     miss its 1 s deadline, and for the half second until the next one the edge has no healthy upstream (run 6
     lost its last 59 rounds to one such moment at round 91). The same for every setup, so a point measured again
     favours none; its rows say `again`. A second failure ends the run."""
-    from server.cluster import admin_socket, await_routable
+    from tpserve.server.cluster import admin_socket, await_routable
 
     try:
         return _points(repo, models, protocols, concurrency, interval_ms, state_dir, work)
@@ -245,7 +245,7 @@ def _points_again_once(repo, models, protocols, concurrency, interval_ms, state_
 def _cpu_reading(ep, model: str, state_dir: Path) -> tuple:
     """(Envoy's CPU seconds, the host's busy seconds, requests the server has answered for model, the model's
     executions) now."""
-    from clients.admin import inference_statistics
+    from tpserve.clients.admin import inference_statistics
 
     with ep.client() as client:
         stats = inference_statistics(ep, client, model)
@@ -287,7 +287,7 @@ def _server_seconds() -> float:
 
 def _envoy_pid(state_dir: Path) -> int | None:
     """Envoy's pid: the child of its keeper (cluster.json's envoy_pid)."""
-    from server.cluster import read_cluster
+    from tpserve.server.cluster import read_cluster
 
     keeper = read_cluster(state_dir).envoy_pid
     try:
@@ -497,7 +497,7 @@ def _or_dash(value) -> str:
 
 
 def _plot(table: list[dict], path: Path) -> Path:
-    from loadtest.reporting.plots import pyplot, save
+    from tpserve.loadtest.reporting.plots import pyplot, save
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4))

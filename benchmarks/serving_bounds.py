@@ -17,7 +17,7 @@ import shutil
 import time
 from pathlib import Path
 
-from builders.repository.model_config import parse_pbtxt, proto_to_pbtxt
+from tpserve.builders.repository.model_config import parse_pbtxt, proto_to_pbtxt
 
 LAYOUTS = {"1x4": (1, 4), "1x8": (1, 8), "2x4": (2, 4)}  # tokenize step: instances x children
 
@@ -58,9 +58,9 @@ def add_layouts(repo: Path, engine: str, pipeline: str) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from loadtest.benches import text_bench as tb
-    from loadtest.workloads import text as tw
-    from server.launcher import TritonTuning, running
+    from tpserve.loadtest.benches import text_bench as tb
+    from tpserve.loadtest.workloads import text as tw
+    from tpserve.server.launcher import TritonTuning, running
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokenizer", type=Path, required=True)

@@ -1,7 +1,8 @@
 """Single sentences at one concurrency, in one server: the text bench's engine, a copy of it with two instances,
 and its echo, taking turns (our closed-loop client over gRPC or HTTP, text-bench's lognormal lengths, summaries off).
 
-The bench of record (`python -m loadtest text-bench`) serves single sentences in a server that also holds the text
+The bench of record (`python -m tpserve.loadtest text-bench`) serves single sentences in a server that also holds the
+text
 pipeline, writes the runners' statistics every second, and is driven by a process that measured the engine
 in-process first, and served requests of 32 sentences before. Each of those can be added here (--text, --stats,
 --inprocess-first, --batches-first), so that what the bench of record's setting costs single sentences is a figure
@@ -43,7 +44,7 @@ def build(args, out: Path):
     """The engine and its echo as text-bench builds them (and its text pipeline with --text)."""
     import torch
 
-    from loadtest.benches import text_bench as tb
+    from tpserve.loadtest.benches import text_bench as tb
 
     gpu = torch.cuda.is_available()
     settings = tb.TextBenchSettings(text=args.text, lengths=("lognormal",), tokenizer=args.tokenizer)
@@ -59,7 +60,7 @@ def build(args, out: Path):
 
 def batches_first(tb, ep, engine: str, lengths, concurrency: int) -> None:
     """The bench of record's order: requests of 32 sentences at its highest concurrency (128 on a GPU) first."""
-    from common.errors import MeasurementError
+    from tpserve.common.errors import MeasurementError
 
     point = tb.Point(path="served ids", model=engine, encoder=engine, per_request=32, concurrency=concurrency)
     try:
@@ -72,9 +73,9 @@ def batches_first(tb, ep, engine: str, lengths, concurrency: int) -> None:
 
 def measure(args, out: Path) -> dict[str, list[float]]:
     """Sentences/s per model, one figure a round, the models taking turns."""
-    from common.endpoints import PROTOCOLS
-    from loadtest.benches import text_bench as tb
-    from server.launcher import TritonTuning, running
+    from tpserve.common.endpoints import PROTOCOLS
+    from tpserve.loadtest.benches import text_bench as tb
+    from tpserve.server.launcher import TritonTuning, running
 
     spec, names, heavy = build(args, out)
     lengths = tb.tw.Lengths.parse("lognormal", longest=spec.longest_sequence()).sample(8192)

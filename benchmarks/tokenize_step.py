@@ -23,10 +23,10 @@ PATHS = {"native": "1", "python": "0"}  # the copies: native_path as the config 
 
 def write_repo(repo: Path, processes: int) -> dict[str, str]:
     """The two copies of the tokenize step; returns {path: model name}."""
-    from builders.repository import pipelines
-    from builders.repository import writer as repository
-    from builders.spec import zoo
-    from builders.spec.zoo.text import model_dir
+    from tpserve.builders.repository import pipelines
+    from tpserve.builders.repository import writer as repository
+    from tpserve.builders.spec import zoo
+    from tpserve.builders.spec.zoo.text import model_dir
 
     spec = zoo.get_spec("minilm")
     configs = pipelines.text_pipeline_configs(spec, repository.ServingOptions(max_queue_delay_us=0), True, 1)
@@ -87,8 +87,8 @@ def main() -> None:
     args = parser.parse_args()
     import tritonclient.grpc as grpcclient
 
-    from builders.spec.zoo.text import SENTENCES
-    from server import launcher
+    from tpserve.builders.spec.zoo.text import SENTENCES
+    from tpserve.server import launcher
 
     args.out.mkdir(parents=True, exist_ok=True)
     repo = args.out / "repo"

@@ -49,7 +49,7 @@ def missing_reason() -> str | None:
 
 def install() -> Path:
     """The wrapper script that runs the shell with its libraries (idempotent)."""
-    from common.debian_packages import Apt, installed, unpack
+    from tpserve.common.debian_packages import Apt, installed, unpack
 
     if WRAPPER.exists():
         return WRAPPER

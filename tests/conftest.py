@@ -5,7 +5,7 @@ import pytest
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing holds right now."""
-    from common.endpoints import free_ports
+    from tpserve.common.endpoints import free_ports
 
     return free_ports(1)[0]
 
@@ -13,9 +13,9 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def digits_build(tmp_path_factory):
     """digits_cnn trained once for the session: spec, BuiltModel, exported and validated ONNX."""
-    from builders.checks import validate
-    from builders.formats import export
-    from builders.spec import zoo
+    from tpserve.builders.checks import validate
+    from tpserve.builders.formats import export
+    from tpserve.builders.spec import zoo
 
     spec = zoo.get_spec("digits_cnn", max_batch_size=16)
     built = zoo.build_module(spec)

@@ -5,15 +5,15 @@ from pathlib import Path
 
 import pytest
 
-from builders.build import build_model, build_torch_variant
-from builders.repository.pipelines import write_image_pipelines, write_text_pipeline
-from builders.repository.writer import ServingOptions, TorchRuntime
-from builders.request import BuildRequest
-from builders.spec import zoo
-from builders.spec.zoo import text
-from common import endpoints
-from common.endpoints import Endpoint
-from server import launcher
+from tpserve.builders.build import build_model, build_torch_variant
+from tpserve.builders.repository.pipelines import write_image_pipelines, write_text_pipeline
+from tpserve.builders.repository.writer import ServingOptions, TorchRuntime
+from tpserve.builders.request import BuildRequest
+from tpserve.builders.spec import zoo
+from tpserve.builders.spec.zoo import text
+from tpserve.common import endpoints
+from tpserve.common.endpoints import Endpoint
+from tpserve.server import launcher
 
 RESNET = dict(image_size=64, max_batch_size=4)
 
@@ -77,8 +77,8 @@ def served(tmp_path_factory, digits_build):
 def behind_edge(repo: Path, state_dir: Path, record=None, **edge):
     """ClusterSettings of one supervised server behind the edge (what `make serve` starts), on free ports;
     edge: EdgeLimits fields (echo_reading=True for the differential test); record: a RecordSettings."""
-    from server.cluster import ClusterSettings
-    from server.edge import EdgeLimits
+    from tpserve.server.cluster import ClusterSettings
+    from tpserve.server.edge import EdgeLimits
 
     http_port, grpc_port, metrics_port, health_port = endpoints.free_ports(4)
     return ClusterSettings(

@@ -3,7 +3,7 @@
 import threading
 import time
 
-from clients.infer import infer
+from tpserve.clients.infer import infer
 
 
 class ClosedLoop:

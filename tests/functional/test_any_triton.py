@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common import endpoints
-from server import launcher
+from tpserve.common import endpoints
+from tpserve.server import launcher
 
 pytestmark = pytest.mark.functional
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "foreign_repo"
@@ -190,7 +190,7 @@ def test_search_edits_only_the_winners_config_of_a_repository_it_did_not_build(t
 def behind_tls(foreign, tmp_path_factory):
     """The foreign repository served by a replica behind Envoy that speaks TLS on HTTP and gRPC (a self-signed
     certificate for 127.0.0.1, made here with openssl)."""
-    from server.cluster import ClusterSettings, start_cluster, stop_cluster
+    from tpserve.server.cluster import ClusterSettings, start_cluster, stop_cluster
 
     if shutil.which("openssl") is None:
         pytest.skip("openssl is needed to make a test certificate")

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from clients.infer import infer
-from common.errors import ClientError
 from tests.functional.test_pipelines import png_header_only
+from tpserve.clients.infer import infer
+from tpserve.common.errors import ClientError
 
 pytestmark = pytest.mark.functional
 CALLER = {"400", "404", "413", "INVALID_ARGUMENT", "NOT_FOUND", "UNAVAILABLE", "OUT_OF_RANGE", "RESOURCE_EXHAUSTED"}

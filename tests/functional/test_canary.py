@@ -8,16 +8,16 @@ only failed requests are those it answered itself."""
 
 import pytest
 
-from builders.build import build_model
-from builders.repository.manifest import read_manifest
-from builders.repository.model_config import parse_pbtxt, proto_to_pbtxt
-from builders.request import BuildRequest
-from common import endpoints
-from operations.canary import CanaryPlan
-from operations.rollout import RolloutError, RolloutRequest, rollout
-from server.cluster import start_cluster, stop_cluster
 from tests.functional.conftest import behind_edge, endpoint_of
 from tests.functional.load import ClosedLoop
+from tpserve.builders.build import build_model
+from tpserve.builders.repository.manifest import read_manifest
+from tpserve.builders.repository.model_config import parse_pbtxt, proto_to_pbtxt
+from tpserve.builders.request import BuildRequest
+from tpserve.common import endpoints
+from tpserve.operations.canary import CanaryPlan
+from tpserve.operations.rollout import RolloutError, RolloutRequest, rollout
+from tpserve.server.cluster import start_cluster, stop_cluster
 
 pytestmark = pytest.mark.functional
 # a loose latency gate for a busy test host: the slow build (400 ms a request) is far past it either way
@@ -49,7 +49,7 @@ def _settings(replicas: int, repo, state_dir):
     """One server behind the edge (`make serve`), or a cluster of two behind Envoy (`make cluster`)."""
     if replicas == 1:
         return behind_edge(repo, state_dir)
-    from server.cluster import ClusterSettings
+    from tpserve.server.cluster import ClusterSettings
 
     http, grpc, metrics = endpoints.free_ports(3)
     return ClusterSettings(

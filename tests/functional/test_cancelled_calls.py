@@ -1,5 +1,6 @@
 """Nothing computed for nobody: a call its client cancels is answered unrun by the model, through the edge
-(server/cancel_notice.c notes it, triton_models/cancelled_calls.py skips it), so a storm of cancelled calls does
+(tpserve/server/cancel_notice.c notes it, tpserve/triton_models/cancelled_calls.py skips it), so a storm of cancelled
+calls does
 not hold a slow model's queue against the other clients."""
 
 import re
@@ -13,10 +14,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from benchmarks.grpc_cancel import storm as cancel_storm
-from common import endpoints
-from server.cluster import start_cluster, stop_cluster
-from server.envoy_config import STREAMS_PER_CONNECTION
 from tests.functional.conftest import behind_edge
+from tpserve.common import endpoints
+from tpserve.server.cluster import start_cluster, stop_cluster
+from tpserve.server.envoy_config import STREAMS_PER_CONNECTION
 
 pytestmark = pytest.mark.functional
 SLOW = Path(__file__).resolve().parent.parent / "fixtures" / "slow_model"
@@ -125,10 +126,12 @@ def test_an_overload_is_refused_at_once_with_a_retry_hint(slow_behind_edge):
 
 
 def _edge_counters(state_dir) -> dict[str, int]:
-    from server.cluster import admin_get, admin_socket
+    from tpserve.server.cluster import admin_get, admin_socket
 
     _, text = admin_get(admin_socket(state_dir), "/stats?filter=dynamicmodulescustom")
-    return {k.strip().rsplit(".", 1)[-1]: int(v) for k, v in (line.split(":") for line in text.splitlines() if ":" in line)}
+    return {
+        k.strip().rsplit(".", 1)[-1]: int(v) for k, v in (line.split(":") for line in text.splitlines() if ":" in line)
+    }
 
 
 def test_what_cancelling_clients_leave_behind_stays_bounded_and_is_counted(slow_behind_edge):
@@ -136,8 +139,8 @@ def test_what_cancelling_clients_leave_behind_stays_bounded_and_is_counted(slow_
     cancelled in the last second) stays near its bound during a storm: past it the cancelling connections' new
     calls are refused at once, UNAVAILABLE with a retry hint, and Envoy's stats count both what was cancelled and
     what was refused. Once the storm ends the backlog drains to 0. (Before: thousands of calls ran for nobody.)"""
-    from server import cancel_table
-    from server.cluster import cancelled_calls
+    from tpserve.server import cancel_table
+    from tpserve.server.cluster import cancelled_calls
 
     settings = slow_behind_edge
     table = cancelled_calls(settings.state_dir)

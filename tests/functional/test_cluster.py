@@ -12,13 +12,15 @@ import numpy as np
 import pytest
 
 from benchmarks.grpc_cancel import storm as cancel_storm
-from builders.build import build_model
-from builders.repository.writer import ServingOptions
-from builders.request import BuildRequest
-from clients.infer import infer
-from common import endpoints
-from server import launcher
-from server.cluster import (
+from tests.functional.conftest import endpoint_of
+from tests.functional.load import ClosedLoop
+from tpserve.builders.build import build_model
+from tpserve.builders.repository.writer import ServingOptions
+from tpserve.builders.request import BuildRequest
+from tpserve.clients.infer import infer
+from tpserve.common import endpoints
+from tpserve.server import launcher
+from tpserve.server.cluster import (
     ClusterSettings,
     admin_socket,
     host_health,
@@ -28,9 +30,7 @@ from server.cluster import (
     start_cluster,
     stop_cluster,
 )
-from server.envoy_config import Balancing
-from tests.functional.conftest import endpoint_of
-from tests.functional.load import ClosedLoop
+from tpserve.server.envoy_config import Balancing
 
 pytestmark = pytest.mark.functional
 X = np.zeros((1, 1, 8, 8), np.float32)
@@ -65,7 +65,7 @@ def cluster(digits_build, tmp_path_factory):
 
 def _our_pids(settings) -> list[int]:
     """Every process of the cluster: Envoy's keeper and Envoy, each supervisor, server and stub."""
-    from server.processes import stubs
+    from tpserve.server.processes import stubs
 
     state, pids = read_cluster(settings.state_dir), []
     pids.append(state.envoy_pid)
@@ -158,7 +158,7 @@ def test_cancelled_grpc_calls_through_envoy_crash_no_replica(cluster):
 
 
 def test_make_soak_samples_every_replica_and_envoy(cluster):
-    from loadtest.benches.soak import served_processes
+    from tpserve.loadtest.benches.soak import served_processes
 
     found = served_processes(cluster.state_dir)
     for replica in ("replica-0", "replica-1"):

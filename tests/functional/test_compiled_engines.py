@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 import torch
 
-from builders.build import build_model, build_torch_variant
-from builders.checks.guard import GuardError
-from builders.repository.manifest import read_manifest
-from builders.repository.writer import TorchRuntime
-from builders.request import BuildRequest
-from clients.infer import infer
-from common.errors import ValidationError
-from server import launcher
+from tpserve.builders.build import build_model, build_torch_variant
+from tpserve.builders.checks.guard import GuardError
+from tpserve.builders.repository.manifest import read_manifest
+from tpserve.builders.repository.writer import TorchRuntime
+from tpserve.builders.request import BuildRequest
+from tpserve.clients.infer import infer
+from tpserve.common.errors import ValidationError
+from tpserve.server import launcher
 
 ENGINE = "digits_cnn_inductor_fp32_nographs"
 
@@ -96,7 +96,7 @@ def test_the_builder_cli_builds_compiled_engines_and_refuses_unknown_precisions_
     common = [
         sys.executable,
         "-m",
-        "builders",
+        "tpserve.builders",
         "build",
         "--models",
         "digits_cnn",

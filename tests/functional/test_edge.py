@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from builders.build import build_model
-from builders.request import BuildRequest
-from clients.infer import infer
-from common import endpoints
-from server.cluster import ADMIN_SOCKET, start_cluster, stop_cluster
 from tests.functional.conftest import behind_edge, endpoint_of
 from tests.functional.load import ClosedLoop
+from tpserve.builders.build import build_model
+from tpserve.builders.request import BuildRequest
+from tpserve.clients.infer import infer
+from tpserve.common import endpoints
+from tpserve.server.cluster import ADMIN_SOCKET, start_cluster, stop_cluster
 
 pytestmark = pytest.mark.functional
 GOOD = np.zeros((1, 1, 8, 8), np.float32)
@@ -187,14 +187,14 @@ def _as_nobody(script: str) -> bytes:
 
 
 def test_make_serve_style_start_returns_with_output_captured(digits_build, tmp_path):
-    """`python -m server start | tail` must end: nothing it leaves running holds the caller's output."""
+    """`python -m tpserve.server start | tail` must end: nothing it leaves running holds the caller's output."""
     spec, built, _ = digits_build
     build_model(BuildRequest(spec=spec, target="embedded", repo=tmp_path / "repo", work_dir=tmp_path / "work"), built)
     ports = [str(p) for p in endpoints.free_ports(4)]
     command = [
         sys.executable,
         "-m",
-        "server",
+        "tpserve.server",
         "start",
         "--repo",
         str(tmp_path / "repo"),
@@ -217,7 +217,9 @@ def test_make_serve_style_start_returns_with_output_captured(digits_build, tmp_p
         shared = [str(p) for p in state.rglob("*") if p.stat().st_mode & 0o077 and not p.is_symlink()]
         assert shared == [], "files or folders other users can read"  # umask 077 for the server and its logs
     finally:
-        subprocess.run([sys.executable, "-m", "server", "stop", "--state-dir", str(tmp_path / "state")], timeout=120)
+        subprocess.run(
+            [sys.executable, "-m", "tpserve.server", "stop", "--state-dir", str(tmp_path / "state")], timeout=120
+        )
 
 
 DATA64 = ",".join(["0"] * 64)

@@ -21,10 +21,10 @@ import tritonclient.utils.shared_memory as system_shm
 from tritonclient.utils import InferenceServerException
 
 from benchmarks.grpc_cancel import storm as cancel_storm
-from common import endpoints
-from server.cluster import start_cluster, stop_cluster
-from server.processes import regions_of
 from tests.functional.conftest import behind_edge
+from tpserve.common import endpoints
+from tpserve.server.cluster import start_cluster, stop_cluster
+from tpserve.server.processes import regions_of
 
 pytestmark = pytest.mark.functional
 ECHO = Path(__file__).parents[1] / "fixtures" / "edge_echo"
@@ -255,7 +255,7 @@ def test_the_state_folder_is_the_servers_alone(guarded):
 
 def test_make_soak_samples_the_server_its_stubs_its_supervisor_and_envoy(guarded):
     """STATE_DIR/server.json names the edge's ports; the soak samples the processes behind them."""
-    from loadtest.benches.soak import served_processes
+    from tpserve.loadtest.benches.soak import served_processes
 
     found, inner = served_processes(guarded.state_dir), _inner(guarded)
     cluster = json.loads((guarded.state_dir / "cluster.json").read_text())

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from builders.build import build_model
-from builders.repository.writer import ServingOptions
-from builders.request import BuildRequest
-from builders.spec import zoo
-from common import endpoints
 from tests.functional.test_rollout import _rotate_classes, _variant
+from tpserve.builders.build import build_model
+from tpserve.builders.repository.writer import ServingOptions
+from tpserve.builders.request import BuildRequest
+from tpserve.builders.spec import zoo
+from tpserve.common import endpoints
 
 pytestmark = pytest.mark.functional
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,7 +59,7 @@ class Journey:
 
     def locust(self, protocol: str, seconds: int, out: str) -> subprocess.Popen:
         """Locust on digits_cnn in the background (what `make loadtest` runs, for a set time)."""
-        command = [sys.executable, "-m", "loadtest", "locust", "--models", "digits_cnn", "--protocol", protocol]
+        command = [sys.executable, "-m", "tpserve.loadtest", "locust", "--models", "digits_cnn", "--protocol", protocol]
         command += ["--users", "2", "--run-time", str(seconds), "--state-dir", str(self.state)]
         command += ["--out", str(self.root / out)]
         return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -4,9 +4,9 @@ import shutil
 
 import pytest
 
-from common.errors import ServerError
-from server import launcher
 from tests.conftest import free_port
+from tpserve.common.errors import ServerError
+from tpserve.server import launcher
 
 pytestmark = pytest.mark.functional
 

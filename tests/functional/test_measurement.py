@@ -4,11 +4,11 @@ import csv
 
 import pytest
 
-from loadtest.locust_suite import run as locust_run
-from loadtest.perf import sweep as perf
-from loadtest.perf.tools import find_perf_analyzer
-from loadtest.reporting import perf_rows
-from loadtest.reporting.plots import throughput_vs_latency
+from tpserve.loadtest.locust_suite import run as locust_run
+from tpserve.loadtest.perf import sweep as perf
+from tpserve.loadtest.perf.tools import find_perf_analyzer
+from tpserve.loadtest.reporting import perf_rows
+from tpserve.loadtest.reporting.plots import throughput_vs_latency
 
 pytestmark = pytest.mark.functional
 
@@ -129,7 +129,7 @@ def test_the_closed_loop_client_answers_every_request_and_says_how_busy_it_was(s
 
     import numpy as np
 
-    from loadtest.workloads import ragged_load
+    from tpserve.loadtest.workloads import ragged_load
 
     made = [{"input": np.full((rows, 1, 8, 8), i, np.float32)} for i, rows in enumerate((1, 3, 1, 3))]
     payloads = ragged_load.serialize("digits_cnn", made, ["logits"])
@@ -145,7 +145,7 @@ def test_the_closed_loop_client_over_http_counts_a_refused_request_and_the_other
     datatype) is an error with Triton's own message, and every other request on the same connections succeeds."""
     import numpy as np
 
-    from loadtest.workloads import ragged_load
+    from tpserve.loadtest.workloads import ragged_load
 
     ep = served.endpoint("http")
     made = [{"input": np.full((rows, 1, 8, 8), i, np.float32)} for i, rows in enumerate((1, 3, 1))]
@@ -162,8 +162,8 @@ def test_the_closed_loop_client_over_http_counts_a_refused_request_and_the_other
 
 def test_text_bench_measures_single_sentences_over_http_with_its_own_client(served):
     """text-bench's client point on the server's HTTP endpoint: every sentence answered, over HTTP."""
-    from loadtest.benches import text_bench
-    from loadtest.workloads import text as tw
+    from tpserve.loadtest.benches import text_bench
+    from tpserve.loadtest.workloads import text as tw
 
     point = text_bench.Point(
         path="served ids", model="minilm", encoder="minilm", per_request=1, concurrency=4, interval_ms=500

@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from clients.breakdown import breakdown
-from clients.infer import infer
-from common.errors import ClientError
+from tpserve.clients.breakdown import breakdown
+from tpserve.clients.infer import infer
+from tpserve.common.errors import ClientError
 
 pytestmark = pytest.mark.functional
 
@@ -121,7 +121,7 @@ def test_latency_breakdown_names_every_step(served):
     ]
     assert all(r["requests"] >= 1 for r in rows) and rows[1]["compute_infer_us"] > 0
     done = subprocess.run(
-        [sys.executable, "-m", "clients", "stats", "digits_cnn_pipeline", "--state-dir", str(served.state_dir)],
+        [sys.executable, "-m", "tpserve.clients", "stats", "digits_cnn_pipeline", "--state-dir", str(served.state_dir)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -6,17 +6,17 @@ import time
 
 import pytest
 
-from builders.build import build_model
-from builders.repository.writer import ServingOptions
-from builders.request import BuildRequest
-from common import endpoints
-from loadtest.locust_suite.run import LocustRun, read_stats, run_locust
-from loadtest.monitoring import dashboard
-from loadtest.monitoring import prometheus_server as prom
-from loadtest.monitoring.prometheus_rules import P99, QUEUE_PER_REQUEST, REQUESTS, THROUGHPUT, RuleSettings
-from loadtest.monitoring.prometheus_tools import find_tool
-from loadtest.reporting.report import build_report
-from server.cluster import ClusterSettings, start_cluster, stop_cluster
+from tpserve.builders.build import build_model
+from tpserve.builders.repository.writer import ServingOptions
+from tpserve.builders.request import BuildRequest
+from tpserve.common import endpoints
+from tpserve.loadtest.locust_suite.run import LocustRun, read_stats, run_locust
+from tpserve.loadtest.monitoring import dashboard
+from tpserve.loadtest.monitoring import prometheus_server as prom
+from tpserve.loadtest.monitoring.prometheus_rules import P99, QUEUE_PER_REQUEST, REQUESTS, THROUGHPUT, RuleSettings
+from tpserve.loadtest.monitoring.prometheus_tools import find_tool
+from tpserve.loadtest.reporting.report import build_report
+from tpserve.server.cluster import ClusterSettings, start_cluster, stop_cluster
 
 pytestmark = [
     pytest.mark.functional,

@@ -1,6 +1,6 @@
 """The alert rules with Triton's latency summaries off: a real Prometheus scrapes a real tritonserver serving an
 in-process model (`LATENCY_SUMMARIES=0`). The p99 the rules record then comes from the in-process backend's own
-histogram (triton_models/inprocess_metrics.c), and both alerts, queue time and p99, fire on it."""
+histogram (tpserve/triton_models/inprocess_metrics.c), and both alerts, queue time and p99, fire on it."""
 
 import threading
 import time
@@ -8,16 +8,16 @@ import time
 import numpy as np
 import pytest
 
-from builders.build import build_model, build_torch_variant
-from builders.repository.writer import ServingOptions, TorchRuntime
-from builders.request import BuildRequest
-from builders.spec import zoo
-from clients.infer import infer
-from common import endpoints
-from loadtest.monitoring import prometheus_server as prom
-from loadtest.monitoring.prometheus_rules import P99, RuleSettings
-from loadtest.monitoring.prometheus_tools import find_tool
-from server import launcher
+from tpserve.builders.build import build_model, build_torch_variant
+from tpserve.builders.repository.writer import ServingOptions, TorchRuntime
+from tpserve.builders.request import BuildRequest
+from tpserve.builders.spec import zoo
+from tpserve.clients.infer import infer
+from tpserve.common import endpoints
+from tpserve.loadtest.monitoring import prometheus_server as prom
+from tpserve.loadtest.monitoring.prometheus_rules import P99, RuleSettings
+from tpserve.loadtest.monitoring.prometheus_tools import find_tool
+from tpserve.server import launcher
 
 pytestmark = [
     pytest.mark.functional,

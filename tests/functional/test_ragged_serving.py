@@ -15,18 +15,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from builders.__main__ import _write_pipelines
-from builders.build import build_model, build_torch_variant
-from builders.repository import pipelines
-from builders.repository.writer import ServingOptions, TorchRuntime
-from builders.request import BuildRequest
-from builders.spec import spec_file
-from clients.admin import inference_statistics
-from clients.infer import infer
-from common.errors import ClientError
-from loadtest.workloads import text as tw
-from server import launcher
 from tests.functional.test_inprocess_backend import _toolchain_missing
+from tpserve.builders.__main__ import _write_pipelines
+from tpserve.builders.build import build_model, build_torch_variant
+from tpserve.builders.repository import pipelines
+from tpserve.builders.repository.writer import ServingOptions, TorchRuntime
+from tpserve.builders.request import BuildRequest
+from tpserve.builders.spec import spec_file
+from tpserve.clients.admin import inference_statistics
+from tpserve.clients.infer import infer
+from tpserve.common.errors import ClientError
+from tpserve.loadtest.workloads import text as tw
+from tpserve.server import launcher
 
 pytestmark = pytest.mark.functional
 ENCODERS = Path(__file__).parents[2] / "examples" / "text"
@@ -58,7 +58,7 @@ def ragged_served(tmp_path_factory):
     if missing:
         pytest.skip(missing)
     root = tmp_path_factory.mktemp("ragged")
-    from builders.spec.zoo.text import model_dir
+    from tpserve.builders.spec.zoo.text import model_dir
 
     (root / "models.toml").write_text(SPEC)
     shutil.copy(ENCODERS / "encoders.py", root / "encoders.py")
@@ -74,7 +74,7 @@ def ragged_served(tmp_path_factory):
     )
     engine_spec = dataclasses.replace(model.spec, name=ENGINE)
     pipelines.write_text_pipeline(repo, engine_spec, model_dir() / "tokenizer.json", WAIT, inprocess=True)
-    from triton_models.torch_runtime import load_program
+    from tpserve.triton_models.torch_runtime import load_program
 
     reference = load_program(work / ONNX / "model.pt2").float()
     with launcher.running(repo, root / "state") as state:
@@ -82,7 +82,7 @@ def ragged_served(tmp_path_factory):
 
 
 def _write_same_length(repo: Path, spec, onnx: Path) -> None:
-    from builders.repository import writer
+    from tpserve.builders.repository import writer
 
     variant = dataclasses.replace(spec, name=SAME_LENGTH)
     config = writer.model_config(variant, "embedded", dataclasses.replace(WAIT, ragged_batching=False))
@@ -231,8 +231,8 @@ def test_onnx_runtime_refusing_a_request_in_a_shared_batch_fails_it_alone(ragged
 def test_the_in_process_tokenize_step_batches_texts_and_refuses_bad_ones_alone(ragged_served):
     import torch
 
-    from builders.spec.zoo.text import SENTENCES, model_dir
-    from triton_models.tokenize_core import load_tokenizer, tokenize
+    from tpserve.builders.spec.zoo.text import SENTENCES, model_dir
+    from tpserve.triton_models.tokenize_core import load_tokenizer, tokenize
 
     ep, reference = ragged_served
     texts = [list(SENTENCES[i : i + 3]) for i in range(0, 12, 3)] + [["fine", "   "], ["\udcff"]]
@@ -253,7 +253,7 @@ def test_the_in_process_tokenize_step_batches_texts_and_refuses_bad_ones_alone(r
 
 
 def test_the_spec_files_tokenizer_gives_the_onnx_model_a_pipeline_equal_to_the_in_process_one(ragged_served):
-    from builders.spec.zoo.text import SENTENCES
+    from tpserve.builders.spec.zoo.text import SENTENCES
 
     ep, _ = ragged_served
     texts = np.array([[t.encode()] for t in SENTENCES[:9]], dtype=object)
@@ -265,8 +265,8 @@ def test_the_spec_files_tokenizer_gives_the_onnx_model_a_pipeline_equal_to_the_i
 def test_the_tokenize_step_reads_ascii_texts_natively_as_python_does(ragged_served, tmp_path_factory):
     """Each request alone, so each batch is one request: printable ASCII takes the native path, a text with any
     other character goes to Python whole; both answer exactly what the Python tokenize step gives."""
-    from builders.spec.zoo.text import SENTENCES, model_dir
-    from triton_models.tokenize_core import load_tokenizer, tokenize
+    from tpserve.builders.spec.zoo.text import SENTENCES, model_dir
+    from tpserve.triton_models.tokenize_core import load_tokenizer, tokenize
 
     ep, _ = ragged_served
     tokenizer = load_tokenizer(str(model_dir() / "tokenizer.json"), 64)

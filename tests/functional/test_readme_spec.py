@@ -1,5 +1,5 @@
 """The README's spec file, as written, builds: a package like a user's (acme_models.vision:build and a
-checkpoint) beside it, then the command `make build-engines SPEC=models.toml` runs (`python -m builders build`),
+checkpoint) beside it, then the command `make build-engines SPEC=models.toml` runs (`python -m tpserve.builders build`),
 and the repository holds the model with the README's tensors."""
 
 import re
@@ -45,7 +45,7 @@ def test_the_readme_spec_builds(tmp_path):
         sys.path.remove(str(tmp_path / "src"))
         sys.modules.pop("acme_models.vision", None), sys.modules.pop("acme_models", None)
     (tmp_path / "models.toml").write_text(_readme_spec())
-    command = [sys.executable, "-m", "builders", "build", "--spec", "models.toml", "--models", "", "--target"]
+    command = [sys.executable, "-m", "tpserve.builders", "build", "--spec", "models.toml", "--models", "", "--target"]
     command += ["embedded", "--repo", str(tmp_path / "repo")]
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

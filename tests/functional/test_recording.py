@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from builders.build import build_model
-from builders.request import BuildRequest
-from clients.infer import infer
-from common import endpoints
-from common.traffic import read_recording, recording_files
-from server.cluster import start_cluster, stop_cluster
-from server.recording import record_settings
 from tests.functional.conftest import behind_edge, endpoint_of
+from tpserve.builders.build import build_model
+from tpserve.builders.request import BuildRequest
+from tpserve.clients.infer import infer
+from tpserve.common import endpoints
+from tpserve.common.traffic import read_recording, recording_files
+from tpserve.server.cluster import start_cluster, stop_cluster
+from tpserve.server.recording import record_settings
 
 pytestmark = pytest.mark.functional
 GOOD = np.zeros((2, 1, 8, 8), np.float32)

@@ -4,16 +4,16 @@ replay has the same requests, protocols and shape histogram, and the report is w
 
 import pytest
 
-from builders.build import build_model
-from builders.request import BuildRequest
-from common import endpoints
-from common.errors import RecordingError
-from common.traffic import RecordedInput, RecordedRequest, RecordingWriter, read_recording
-from loadtest.locust_suite.replay import Replay, run_replay
-from loadtest.reporting.replay_report import compare_recordings, summarize, write_report
-from server.cluster import start_cluster, stop_cluster
-from server.recording import record_settings
 from tests.functional.conftest import behind_edge
+from tpserve.builders.build import build_model
+from tpserve.builders.request import BuildRequest
+from tpserve.common import endpoints
+from tpserve.common.errors import RecordingError
+from tpserve.common.traffic import RecordedInput, RecordedRequest, RecordingWriter, read_recording
+from tpserve.loadtest.locust_suite.replay import Replay, run_replay
+from tpserve.loadtest.reporting.replay_report import compare_recordings, summarize, write_report
+from tpserve.server.cluster import start_cluster, stop_cluster
+from tpserve.server.recording import record_settings
 
 pytestmark = pytest.mark.functional
 

@@ -27,8 +27,8 @@ def _readable(page: Page, tables: int, images: int) -> None:
 
 
 def test_the_perf_report_renders(tmp_path):
-    from loadtest.reporting.report import build_report
     from tests.unit.test_report import _run
+    from tpserve.loadtest.reporting.report import build_report
 
     run = _run(tmp_path / "20260102-000000", 1.0)
     build_report(run, None)
@@ -36,7 +36,7 @@ def test_the_perf_report_renders(tmp_path):
 
 
 def test_the_text_bench_report_renders(tmp_path):
-    from loadtest.benches import text_bench
+    from tpserve.loadtest.benches import text_bench
 
     rows = text_bench.rows_from_csv(DOCS / "cpu" / "text_bench_2core.csv")
     text_bench.write_report(rows, tmp_path, "# minilm: text in-process and served")
@@ -46,7 +46,7 @@ def test_the_text_bench_report_renders(tmp_path):
 
 
 def test_the_gpu_bench_report_renders(tmp_path):
-    from loadtest.benches import gpu_bench
+    from tpserve.loadtest.benches import gpu_bench
 
     rows = gpu_bench.rows_from_csv(DOCS / "gpu" / "gpu_bench_h100.csv")
     gpu_bench.write_report(rows, tmp_path, "# resnet50: CPU vs GPU vs TensorRT")
@@ -54,7 +54,7 @@ def test_the_gpu_bench_report_renders(tmp_path):
 
 
 def test_the_replay_report_renders(tmp_path):
-    from loadtest.reporting.replay_report import write_report
+    from tpserve.loadtest.reporting.replay_report import write_report
 
     per_second = [3, 5, 4, 6, 2]
     summary = {
@@ -86,7 +86,7 @@ def test_the_replay_report_renders(tmp_path):
 
 
 def test_the_soak_report_renders(tmp_path):
-    from loadtest.reporting.html_page import write_html
+    from tpserve.loadtest.reporting.html_page import write_html
 
     for name in ("soak.md", "soak.png"):
         shutil.copy(DOCS / "soak" / name, tmp_path / name)
@@ -94,8 +94,8 @@ def test_the_soak_report_renders(tmp_path):
 
 
 def test_a_locust_run_reads_in_the_browser(served, tmp_path):
-    from loadtest.locust_suite import run as locust_run
-    from loadtest.reporting.report import build_report
+    from tpserve.loadtest.locust_suite import run as locust_run
+    from tpserve.loadtest.reporting.report import build_report
 
     run = locust_run.LocustRun(models=(("digits_cnn", 1),), protocol="http", users=2, run_time_s=3)
     locust_run.run_locust(run, served.state, tmp_path)

@@ -15,19 +15,19 @@ import time
 import numpy as np
 import pytest
 
-from builders.build import build_model
-from builders.repository.manifest import read_manifest
-from builders.repository.writer import ServingOptions
-from builders.request import BuildRequest
-from builders.spec.zoo import BuiltModel, digits
-from clients.infer import infer
-from common import endpoints
-from operations.rollout import RolloutError, RolloutRequest, rollout
-from server import launcher
-from server.rollout_lock import rollout_lock
-from server.supervisor_process import start_supervised, stop_supervisor
 from tests.functional.conftest import endpoint_of
 from tests.functional.load import ClosedLoop
+from tpserve.builders.build import build_model
+from tpserve.builders.repository.manifest import read_manifest
+from tpserve.builders.repository.writer import ServingOptions
+from tpserve.builders.request import BuildRequest
+from tpserve.builders.spec.zoo import BuiltModel, digits
+from tpserve.clients.infer import infer
+from tpserve.common import endpoints
+from tpserve.operations.rollout import RolloutError, RolloutRequest, rollout
+from tpserve.server import launcher
+from tpserve.server.rollout_lock import rollout_lock
+from tpserve.server.supervisor_process import start_supervised, stop_supervisor
 
 pytestmark = pytest.mark.functional
 X = np.random.default_rng(3).standard_normal((2, 1, 8, 8)).astype(np.float32)
@@ -183,7 +183,7 @@ def test_a_corrupt_build_is_rejected_with_the_servers_reason_and_the_cli_exits_n
             [
                 sys.executable,
                 "-m",
-                "operations",
+                "tpserve.operations",
                 "rollout",
                 "--model",
                 "digits_cnn",

@@ -5,11 +5,11 @@ import shutil
 
 import pytest
 
-from builders.repository.manifest import read_manifest, update_manifest
-from builders.repository.model_config import parse_pbtxt
-from loadtest import search
-from loadtest.perf.tools import find_perf_analyzer
-from server import launcher
+from tpserve.builders.repository.manifest import read_manifest, update_manifest
+from tpserve.builders.repository.model_config import parse_pbtxt
+from tpserve.loadtest import search
+from tpserve.loadtest.perf.tools import find_perf_analyzer
+from tpserve.server import launcher
 
 pytestmark = pytest.mark.functional
 
@@ -61,7 +61,7 @@ def test_the_accuracy_budget_uses_the_manifest(served):
 def test_a_search_on_replayed_traffic_ranks_by_p99_from_the_config_as_built(served, tmp_path):
     """Each candidate answers the same 2 s of recorded arrivals (40 requests of digits_cnn, 1 to 3 rows, HTTP
     and gRPC); the config as built is measured first and reported beside the best."""
-    from common.traffic import RecordedInput, RecordedRequest, RecordingWriter
+    from tpserve.common.traffic import RecordedInput, RecordedRequest, RecordingWriter
 
     repo = tmp_path / "repo"
     shutil.copytree(served.repo / "digits_cnn", repo / "digits_cnn")

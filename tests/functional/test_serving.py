@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from clients.admin import inference_statistics, repository_index
-from clients.infer import infer, model_inputs
-from common.errors import ClientError
+from tpserve.clients.admin import inference_statistics, repository_index
+from tpserve.clients.infer import infer, model_inputs
+from tpserve.common.errors import ClientError
 
 pytestmark = pytest.mark.functional
 PROTOCOLS = ["http", "grpc"]
@@ -107,7 +107,7 @@ def test_the_torch_runtime_serves_the_same_numbers(served, protocol):
 def test_uint8_images_are_normalized_inside_the_server(served):
     from PIL import Image
 
-    from clients.inputs import preprocess_image
+    from tpserve.clients.inputs import preprocess_image
 
     spec, built = served.models["resnet18_64"]
     pixels = np.random.default_rng(1).integers(0, 256, (3, 64, 64, 3), dtype=np.uint8)
@@ -127,7 +127,7 @@ def test_top_k_of_real_digits_matches_the_labels(served):
 
 
 def test_the_int8_variant_served_keeps_its_accuracy(served):
-    from builders.spec import zoo
+    from tpserve.builders.spec import zoo
 
     spec, _ = served.models["digits_cnn"]
     data = zoo.reference_data(spec)
@@ -167,7 +167,7 @@ def _settled_stats(served, model, timeout: float = 10.0):
 
 
 def test_dynamic_batching_batches_concurrent_requests_on_both_instances(served):
-    from server.processes import instance_cpu_seconds
+    from tpserve.server.processes import instance_cpu_seconds
 
     spec, _ = served.models["digits_cnn"]
     before, cpu_before = _settled_stats(served, "digits_cnn"), instance_cpu_seconds("digits_cnn", served.state.pid)
@@ -239,7 +239,7 @@ def test_client_cli_classifies_a_digit_image(served, tmp_path):
         [
             sys.executable,
             "-m",
-            "clients",
+            "tpserve.clients",
             "infer",
             "digits_cnn",
             "--input",
@@ -262,7 +262,7 @@ def test_client_cli_classifies_a_digit_image(served, tmp_path):
 def test_client_cli_reports_a_bad_model_cleanly(served):
     state_dir = str(served.state_dir)
     done = subprocess.run(
-        [sys.executable, "-m", "clients", "infer", "nosuchmodel", "--state-dir", state_dir],
+        [sys.executable, "-m", "tpserve.clients", "infer", "nosuchmodel", "--state-dir", state_dir],
         capture_output=True,
         text=True,
         timeout=60,

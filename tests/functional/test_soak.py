@@ -4,7 +4,7 @@ import csv
 
 import pytest
 
-from loadtest.benches.soak import SoakSettings, processes, run
+from tpserve.loadtest.benches.soak import SoakSettings, processes, run
 
 pytestmark = pytest.mark.functional
 

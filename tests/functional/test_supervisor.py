@@ -12,16 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from builders.build import build_model
-from builders.repository.writer import ServingOptions
-from builders.request import BuildRequest
-from clients.infer import infer
-from common import endpoints
-from server import launcher, processes
-from server.probes import ProbeSettings
-from server.processes import stub_pids
-from server.supervisor_process import start_supervised, stop_supervisor
 from tests.functional.conftest import endpoint_of
+from tpserve.builders.build import build_model
+from tpserve.builders.repository.writer import ServingOptions
+from tpserve.builders.request import BuildRequest
+from tpserve.clients.infer import infer
+from tpserve.common import endpoints
+from tpserve.server import launcher, processes
+from tpserve.server.probes import ProbeSettings
+from tpserve.server.processes import stub_pids
+from tpserve.server.supervisor_process import start_supervised, stop_supervisor
 
 pytestmark = pytest.mark.functional
 RECOVERY_FLOOR_S = 10.0
@@ -367,8 +367,8 @@ def test_a_model_that_stays_broken_for_many_retry_rounds_keeps_the_supervisor_bo
     """A model whose file raises at every load, retried every 0.05 s (a month of 30 s retries, compressed): the
     supervisor keeps the last KEEP_EVENTS events, counts the rest, /status stays small, its memory flat, and the
     other readiness answers stay true throughout."""
-    from loadtest.benches.soak import rss_mib
-    from server.supervisor import KEEP_EVENTS, STATE, RetrySettings
+    from tpserve.loadtest.benches.soak import rss_mib
+    from tpserve.server.supervisor import KEEP_EVENTS, STATE, RetrySettings
 
     spec, built, _ = digits_build
     request = BuildRequest(

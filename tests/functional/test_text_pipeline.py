@@ -5,9 +5,9 @@ import concurrent.futures
 import numpy as np
 import pytest
 
-from builders.spec.zoo.text import SENTENCES, model_dir
-from clients.infer import infer
-from common.errors import ClientError
+from tpserve.builders.spec.zoo.text import SENTENCES, model_dir
+from tpserve.clients.infer import infer
+from tpserve.common.errors import ClientError
 
 pytestmark = pytest.mark.functional
 

@@ -14,17 +14,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from builders.build import build_model, build_torch_variant
-from builders.repository.manifest import read_manifest
-from builders.repository.writer import TorchRuntime
-from builders.request import BuildRequest
-from builders.spec import spec_file
-from clients.infer import infer
-from common import endpoints
-from common.endpoints import Endpoint
-from server import launcher
 from tests.functional.conftest import endpoint_of
 from tests.user_models import ACME, build_reference, write_package
+from tpserve.builders.build import build_model, build_torch_variant
+from tpserve.builders.repository.manifest import read_manifest
+from tpserve.builders.repository.writer import TorchRuntime
+from tpserve.builders.request import BuildRequest
+from tpserve.builders.spec import spec_file
+from tpserve.clients.infer import infer
+from tpserve.common import endpoints
+from tpserve.common.endpoints import Endpoint
+from tpserve.server import launcher
 
 pytestmark = pytest.mark.functional
 
@@ -100,7 +100,7 @@ def _calibration(folder: Path) -> None:
 
 @pytest.fixture(scope="module")
 def user_served(tmp_path_factory):
-    from builders.__main__ import _write_pipelines
+    from tpserve.builders.__main__ import _write_pipelines
 
     folder = write_package(tmp_path_factory.mktemp("acme_project"))
     tiny = _tiny(folder)
@@ -207,9 +207,9 @@ def test_the_torchvision_model_and_its_pipeline_serve(user_served):
 def test_perf_analyzer_drives_the_two_input_model_with_spec_shaped_inputs(user_served, tmp_path):
     import json
 
-    from clients.served import served_spec
-    from loadtest.perf import sweep as perf
-    from loadtest.perf.tools import find_perf_analyzer
+    from tpserve.clients.served import served_spec
+    from tpserve.loadtest.perf import sweep as perf
+    from tpserve.loadtest.perf.tools import find_perf_analyzer
 
     ep = user_served.endpoint("grpc")
     spec = served_spec(ep.repo, "acme_classifier")
@@ -232,7 +232,7 @@ def test_perf_analyzer_drives_the_two_input_model_with_spec_shaped_inputs(user_s
 
 
 def test_the_manifest_gives_the_default_model_list(user_served):
-    from clients.served import served_models, variants_of
+    from tpserve.clients.served import served_models, variants_of
 
     names = served_models(user_served.endpoint("http"))
     assert names[0] == "acme_classifier" and {"tiny_onnx", "mobilenet_small"} <= set(names)
@@ -244,7 +244,7 @@ def test_the_manifest_gives_the_default_model_list(user_served):
 
 
 def test_locust_drives_the_two_input_model(user_served, tmp_path):
-    from loadtest.locust_suite.run import LocustRun, run_locust
+    from tpserve.loadtest.locust_suite.run import LocustRun, run_locust
 
     run = LocustRun(models=(("acme_classifier", 1),), protocol="grpc", users=2, spawn_rate=2, run_time_s=4)
     result = run_locust(run, user_served.state, tmp_path)

@@ -1,6 +1,7 @@
 """A newcomer's sentence encoder on a GPU host, first time, as typed: a spec file (transformers' BertModel, token
-embeddings out, token ids declared from 1000, a 0/1 mask), `python -m builders build --compiled fp16 --kind
-KIND_GPU --inprocess`, `python -m server start` with its defaults (the edge included; free ports), requests of mixed
+embeddings out, token ids declared from 1000, a 0/1 mask), `python -m tpserve.builders build --compiled fp16 --kind
+KIND_GPU --inprocess`, `python -m tpserve.server start` with its defaults (the edge included; free ports), requests
+of mixed
 lengths sent at once, each answered with exactly its own rows (against the eager fp32 module). Run on a GPU host,
 from the offline bundle with the edge's tarball extracted beside it."""
 
@@ -46,7 +47,7 @@ def _cli(*args, cwd: Path) -> str:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    from common import endpoints
+    from tpserve.common import endpoints
 
     root = tmp_path_factory.mktemp("first_time")
     (root / "models.toml").write_text(SPEC)
@@ -88,8 +89,8 @@ def test_the_build_serves_with_the_defaults_edge_included(served):
 
 
 def test_mixed_lengths_sent_at_once_each_get_their_own_rows(served):
-    from clients.infer import infer
-    from triton_models.torch_runtime import load_program
+    from tpserve.clients.infer import infer
+    from tpserve.triton_models.torch_runtime import load_program
 
     root, state, _ = served
     engine, ep = _engine(root), state.endpoint("grpc", root / "repo")

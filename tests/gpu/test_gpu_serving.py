@@ -12,15 +12,15 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here: run on a GPU host"),
 ]
 
-from builders.build import build_model, build_torch_variant  # noqa: E402
-from builders.repository.writer import ServingOptions, TorchRuntime  # noqa: E402
-from builders.request import BuildRequest  # noqa: E402
-from builders.spec import zoo  # noqa: E402
-from clients.admin import inference_statistics  # noqa: E402
-from clients.infer import infer  # noqa: E402
-from clients.shared_memory import infer_cuda_shm  # noqa: E402
-from server import launcher  # noqa: E402
-from triton_models.torch_runtime import GraphRunner, normalize_uint8  # noqa: E402
+from tpserve.builders.build import build_model, build_torch_variant  # noqa: E402
+from tpserve.builders.repository.writer import ServingOptions, TorchRuntime  # noqa: E402
+from tpserve.builders.request import BuildRequest  # noqa: E402
+from tpserve.builders.spec import zoo  # noqa: E402
+from tpserve.clients.admin import inference_statistics  # noqa: E402
+from tpserve.clients.infer import infer  # noqa: E402
+from tpserve.clients.shared_memory import infer_cuda_shm  # noqa: E402
+from tpserve.server import launcher  # noqa: E402
+from tpserve.triton_models.torch_runtime import GraphRunner, normalize_uint8  # noqa: E402
 
 SPEC = dict(image_size=64, max_batch_size=8)
 
@@ -97,7 +97,7 @@ def test_cuda_shared_memory_round_trip(gpu_served):
 def test_uint8_images_normalized_on_the_gpu_when_served(gpu_served):
     from PIL import Image
 
-    from clients.inputs import preprocess_image
+    from tpserve.clients.inputs import preprocess_image
 
     spec, built, state = gpu_served
     ep = state.endpoint("http")
@@ -110,8 +110,8 @@ def test_uint8_images_normalized_on_the_gpu_when_served(gpu_served):
 def test_compiled_engines_are_built_gated_and_served_on_the_gpu(gpu_served):
     from PIL import Image
 
-    from builders.repository.manifest import read_manifest
-    from clients.inputs import preprocess_image
+    from tpserve.builders.repository.manifest import read_manifest
+    from tpserve.clients.inputs import preprocess_image
 
     spec, built, state = gpu_served
     manifest = read_manifest(Path(state.repo))["models"]

@@ -12,9 +12,9 @@ pytestmark = [
 
 transformers = pytest.importorskip("transformers")
 
-from loadtest.workloads import text as tw  # noqa: E402
-from triton_models import ragged  # noqa: E402
-from triton_models.ragged_runner import RaggedRunner  # noqa: E402
+from tpserve.loadtest.workloads import text as tw  # noqa: E402
+from tpserve.triton_models import ragged  # noqa: E402
+from tpserve.triton_models.ragged_runner import RaggedRunner  # noqa: E402
 
 NAMES = ["input_ids", "attention_mask"]
 
@@ -22,8 +22,8 @@ NAMES = ["input_ids", "attention_mask"]
 @pytest.fixture(scope="module")
 def program(tmp_path_factory):
     """A small BERT with mean pooling, exported on the CPU (as builds do): the device-pinned export."""
-    from builders.spec.model_spec import ModelSpec, TensorSpec
-    from builders.spec.pooling import pooled
+    from tpserve.builders.spec.model_spec import ModelSpec, TensorSpec
+    from tpserve.builders.spec.pooling import pooled
 
     torch.manual_seed(0)
     config = transformers.BertConfig(
@@ -75,7 +75,7 @@ def _runner(module, dtype=torch.float32):
 
 
 def test_cpu_traced_export_compiles_and_graphs_match_unbatched_fp32(program):
-    from triton_models import torch_runtime as rt
+    from tpserve.triton_models import torch_runtime as rt
 
     path, reference = program
     engine = rt.compiled(rt.load_program(path, "cuda").to("cuda"))
@@ -93,7 +93,7 @@ def test_cpu_traced_export_compiles_and_graphs_match_unbatched_fp32(program):
 
 
 def test_fp16_graphs_stay_within_cosine_of_fp32(program):
-    from triton_models import torch_runtime as rt
+    from tpserve.triton_models import torch_runtime as rt
 
     path, reference = program
     runner = _runner(rt.compiled(rt.load_program(path, "cuda").to("cuda", dtype=torch.float16)))

@@ -2,9 +2,11 @@
 for a bounded time (tests/native/). The in-process backend's request paths (image, sequence, tokenize, Python's batch
 calls) run against a stand-in for Triton's backend API and the CUDA driver: a read past a client's buffer, an
 overflow, a leak, a request answered or released other than once, or an id outside value_range reaching the device
-fails it. The guard's frame rewriting (server/triton_guard.c) reads split frame streams through every read call with
+fails it. The guard's frame rewriting (tpserve/server/triton_guard.c) reads split frame streams through every read
+call with
 rooms of 1 byte up: what it hands out must be the model's rewriting, and no read may fail. The gRPC recorder
-(server/record_grpc.c) reads well-formed, mutated, cut and random gRPC bodies in random chunks. Longer, with other
+(tpserve/server/record_grpc.c) reads well-formed, mutated, cut and random gRPC bodies in random chunks. Longer, with
+other
 seeds: `make fuzz-native`."""
 
 import os
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from server.secret_args import c_compiler
+from tpserve.server.secret_args import c_compiler
 
 ROOT = Path(__file__).resolve().parents[2]
 NATIVE = ROOT / "tests" / "native"

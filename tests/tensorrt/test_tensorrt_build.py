@@ -4,14 +4,14 @@ import pytest
 
 trt = pytest.importorskip("tensorrt", reason="TensorRT is not installed here: run inside the NGC TensorRT container")
 
-from builders.build import build_model  # noqa: E402
-from builders.checks.guard import check_manifest, local_target  # noqa: E402
-from builders.formats.tensorrt_plans import build_plan_variant  # noqa: E402
-from builders.formats.tensorrt_profile import EngineOptions  # noqa: E402
-from builders.repository import manifest  # noqa: E402
-from builders.repository import writer as repository  # noqa: E402
-from builders.repository.model_config import parse_pbtxt  # noqa: E402
-from builders.request import BuildRequest  # noqa: E402
+from tpserve.builders.build import build_model  # noqa: E402
+from tpserve.builders.checks.guard import check_manifest, local_target  # noqa: E402
+from tpserve.builders.formats.tensorrt_plans import build_plan_variant  # noqa: E402
+from tpserve.builders.formats.tensorrt_profile import EngineOptions  # noqa: E402
+from tpserve.builders.repository import manifest  # noqa: E402
+from tpserve.builders.repository import writer as repository  # noqa: E402
+from tpserve.builders.repository.model_config import parse_pbtxt  # noqa: E402
+from tpserve.builders.request import BuildRequest  # noqa: E402
 
 pytestmark = pytest.mark.tensorrt
 

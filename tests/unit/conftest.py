@@ -15,9 +15,9 @@ TINY_EPOCHS = 3
 @pytest.fixture(scope="session")
 def digits_build(tmp_path_factory):
     """A tiny digits_cnn for the session: spec, BuiltModel, exported and validated ONNX."""
-    from builders.checks import validate
-    from builders.formats import export
-    from builders.spec import zoo
+    from tpserve.builders.checks import validate
+    from tpserve.builders.formats import export
+    from tpserve.builders.spec import zoo
 
     spec = zoo.get_spec("digits_cnn", max_batch_size=16)
     spec = dataclasses.replace(spec, builder_args={**spec.builder_args, "epochs": TINY_EPOCHS})
@@ -30,8 +30,8 @@ def digits_build(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def shim():
-    """The shim's library (server/triton_shim.c and triton_guard.c), built as `make install` builds it."""
-    from server.secret_args import build_library
+    """The shim's library (tpserve/server/triton_shim.c and triton_guard.c), built as `make install` builds it."""
+    from tpserve.server.secret_args import build_library
 
     try:
         return build_library()
@@ -46,7 +46,7 @@ def c_library(tmp_path_factory):
     import ctypes
     import subprocess
 
-    from server.secret_args import c_compiler
+    from tpserve.server.secret_args import c_compiler
 
     def build(source, name: str) -> ctypes.CDLL:
         compiler = c_compiler()

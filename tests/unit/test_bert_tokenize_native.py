@@ -1,4 +1,4 @@
-"""The native tokenizer (triton_models/bert_tokenize.c) against the tokenizers library: for every text it reads
+"""The native tokenizer (tpserve/triton_models/bert_tokenize.c) against the tokenizers library: for every text it reads
 (printable ASCII, tab, newline, carriage return; not blank; no added token's text) the tokenize step's native path
 must give exactly the ids tokenizer.encode gives, truncation included; every other text it must leave to Python."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from triton_models import INPROCESS_TOKENIZE, native_tokenize
-from triton_models.tokenize_core import load_tokenizer
+from tpserve.triton_models import INPROCESS_TOKENIZE, native_tokenize
+from tpserve.triton_models.tokenize_core import load_tokenizer
 
 tokenizers = pytest.importorskip("tokenizers")
 
@@ -20,7 +20,7 @@ def library(c_library):
 
 @pytest.fixture(scope="module")
 def tokenizer_path():
-    from builders.spec.zoo.text import model_dir
+    from tpserve.builders.spec.zoo.text import model_dir
 
     return str(model_dir() / "tokenizer.json")
 
@@ -35,7 +35,7 @@ def _read_natively(text: str) -> bool:
 
 
 def _texts(seed: int = 0) -> list[str]:
-    from builders.spec.zoo.text import SENTENCES
+    from tpserve.builders.spec.zoo.text import SENTENCES
 
     rng = np.random.default_rng(seed)
     alphabet = (

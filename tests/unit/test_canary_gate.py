@@ -1,13 +1,13 @@
-"""The canary's gate (operations/canary.py): windows from the edge's route stats (answers by status class, a
+"""The canary's gate (tpserve/operations/canary.py): windows from the edge's route stats (answers by status class, a
 latency histogram) and Triton's counters (mean latency), Envoy's JSON stats read into routes, breaches on errors,
 mean latency and p99 against the old version, the last step's old figures standing in at 100%, and the share set
 to 0 before a breach is raised (on a test clock)."""
 
 import pytest
 
-from common.errors import ServerError
-from operations import canary
-from operations.canary import CanaryBreach, CanaryPlan, Counts, Route, _route, breach, p99_ms, run_steps, window
+from tpserve.common.errors import ServerError
+from tpserve.operations import canary
+from tpserve.operations.canary import CanaryBreach, CanaryPlan, Counts, Route, _route, breach, p99_ms, run_steps, window
 
 PLAN = CanaryPlan(steps=(10, 100), hold_s=3.0, poll_s=1.0)
 
@@ -156,7 +156,7 @@ def test_a_step_without_traffic_fails_for_lack_of_evidence(monkeypatch):
 
 
 def test_make_rollouts_canary_takes_whole_percents_or_says_how():
-    from operations.__main__ import _percents
+    from tpserve.operations.__main__ import _percents
 
     assert _percents("1 10 50 100") == (1, 10, 50, 100)
     with pytest.raises(ServerError, match="CANARY='ten 100': whole percents"):

@@ -1,4 +1,4 @@
-"""The models' side of the edge's cancelled-calls table (triton_models/cancelled_calls.py): a request whose call
+"""The models' side of the edge's cancelled-calls table (tpserve/triton_models/cancelled_calls.py): a request whose call
 id is in the table is answered CANCELLED without running; the others run as before, answered in order."""
 
 import json
@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from server.cancel_table import make_table
-from triton_models.cancelled_calls import SLOTS, CancelledCalls, call_id, serve_live
+from tpserve.server.cancel_table import make_table
+from tpserve.triton_models.cancelled_calls import SLOTS, CancelledCalls, call_id, serve_live
 
 
 class Sender:
@@ -97,8 +97,8 @@ def test_the_backlog_file_is_private_and_each_server_is_told_its_slot(tmp_path):
     environment names its slot; the edge's bound grows with the servers behind it; a 65th server is refused."""
     import stat
 
-    from common.errors import ServerError
-    from server import cancel_table
+    from tpserve.common.errors import ServerError
+    from tpserve.server import cancel_table
 
     table = make_table(tmp_path)
     backlog = cancel_table.backlog_of(table)

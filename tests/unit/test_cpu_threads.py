@@ -1,9 +1,9 @@
-"""ONNX Runtime's threads per CPU instance (triton_models/cpu_threads.py): the cores shared among a model's
+"""ONNX Runtime's threads per CPU instance (tpserve/triton_models/cpu_threads.py): the cores shared among a model's
 instances, so two instances do not each take every core."""
 
 import pytest
 
-from triton_models.cpu_threads import intra_op_threads
+from tpserve.triton_models.cpu_threads import intra_op_threads
 
 
 def _config(*counts):

@@ -2,8 +2,8 @@
 
 import torch
 
-from builders.spec import zoo
-from builders.spec.zoo import echo
+from tpserve.builders.spec import zoo
+from tpserve.builders.spec.zoo import echo
 
 
 def test_the_echo_has_the_models_tensors_and_returns_its_first_input_values():
@@ -16,7 +16,7 @@ def test_the_echo_has_the_models_tensors_and_returns_its_first_input_values():
 
 
 def test_a_sequence_models_echo_answers_its_first_token_in_the_outputs_shapes():
-    from builders.spec.model_spec import ModelSpec, TensorSpec
+    from tpserve.builders.spec.model_spec import ModelSpec, TensorSpec
 
     seq = dict(axes=("seq",), value_range=(0, 100))
     inputs = (TensorSpec("input_ids", "INT64", (-1,), **seq), TensorSpec("attention_mask", "INT64", (-1,), **seq))

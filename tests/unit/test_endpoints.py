@@ -1,6 +1,6 @@
 """Endpoint's headers for a call: a copy, so that what one client writes into it reaches no other call."""
 
-from common.endpoints import Endpoint
+from tpserve.common.endpoints import Endpoint
 
 
 def test_each_call_gets_its_own_copy_of_the_headers():

@@ -2,13 +2,18 @@
 
 import pytest
 
-from builders.formats.tensorrt_plans import plan_config, variant_name
-from builders.formats.tensorrt_profile import EngineOptions, batch_range, check_config_against_profile, profile_shapes
-from builders.repository import writer as repository
-from builders.repository.model_config import parse_pbtxt
-from builders.spec import zoo
-from builders.spec.model_spec import ModelSpec, TensorSpec
-from common.errors import ConfigError
+from tpserve.builders.formats.tensorrt_plans import plan_config, variant_name
+from tpserve.builders.formats.tensorrt_profile import (
+    EngineOptions,
+    batch_range,
+    check_config_against_profile,
+    profile_shapes,
+)
+from tpserve.builders.repository import writer as repository
+from tpserve.builders.repository.model_config import parse_pbtxt
+from tpserve.builders.spec import zoo
+from tpserve.builders.spec.model_spec import ModelSpec, TensorSpec
+from tpserve.common.errors import ConfigError
 
 
 def test_dynamic_profile_spans_one_to_the_spec_max():
@@ -79,8 +84,8 @@ def test_plan_config_with_a_profile_smaller_than_the_spec_is_an_error():
 
 
 def test_sequence_models_get_one_profile_per_length_bucket():
-    from builders.formats.tensorrt_profile import EngineOptions, length_profiles
-    from builders.spec.model_spec import ModelSpec, TensorSpec
+    from tpserve.builders.formats.tensorrt_profile import EngineOptions, length_profiles
+    from tpserve.builders.spec.model_spec import ModelSpec, TensorSpec
 
     seq = dict(axes=("seq",), value_range=(0, 30522))
     spec = ModelSpec(

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from server.cluster import envoy_binary
-from server.envoy_config import Balancing, EnvoySettings, Replica, envoy_config
+from tpserve.server.cluster import envoy_binary
+from tpserve.server.envoy_config import Balancing, EnvoySettings, Replica, envoy_config
 
 REPLICAS = (Replica("replica-0", 9100, 9101, 9103), Replica("replica-1", 9200, 9201, 9203))
 
@@ -107,9 +107,9 @@ def test_a_stopping_replica_drains_longer_than_envoy_needs_to_notice():
 
 
 def test_replica_ports_can_be_given_as_a_base():
-    from common.endpoints import free_ports
-    from common.errors import ServerError
-    from server.cluster import ClusterSettings
+    from tpserve.common.endpoints import free_ports
+    from tpserve.common.errors import ServerError
+    from tpserve.server.cluster import ClusterSettings
 
     base = free_ports(1)[0] // 8 * 8  # a block near a free port; check_port_free refuses a taken one
     settings = ClusterSettings(Path("repo"), replicas=2, replica_base_port=base)
@@ -122,8 +122,8 @@ def test_replica_ports_can_be_given_as_a_base():
 
 
 def test_cluster_state_is_a_typed_record_and_old_files_still_read():
-    from server.cluster import ClusterState
-    from server.envoy_config import Replica
+    from tpserve.server.cluster import ClusterState
+    from tpserve.server.envoy_config import Replica
 
     state = ClusterState(
         host="127.0.0.1", http_port=1, admin_port=3, repo="/r", replicas=[Replica("replica-0", 4, 5, 6)]
@@ -194,7 +194,7 @@ def test_unary_grpc_inference_is_retried_on_not_found_and_nothing_else_is():
 
 
 def test_grpc_deadlines_stay_with_the_client_and_the_answer_lua_runs_on_registration_only():
-    from server.envoy_config import GRPC_ERRORS_FILTER, GRPC_SHM_REGISTER
+    from tpserve.server.envoy_config import GRPC_ERRORS_FILTER, GRPC_SHM_REGISTER
 
     config = envoy_config(
         EnvoySettings(
@@ -225,8 +225,8 @@ def test_the_generated_config_with_the_answer_lua_is_valid(tmp_path):
 def test_a_rolling_restart_starts_each_replica_with_its_guard_and_tuning(tmp_path, monkeypatch):
     """cluster-restart reads how the replicas were started from cluster.json: their internal ports (the guard's)
     and tritonserver's tuning, not the defaults (it once restarted replicas without the guard)."""
-    from common import endpoints
-    from server import cluster, launcher
+    from tpserve.common import endpoints
+    from tpserve.server import cluster, launcher
 
     tuning = launcher.TritonTuning.parse("--http-thread-count=8", True, "0.9:0.01")
     settings = cluster.ClusterSettings(tmp_path / "repo", replicas=2, state_dir=tmp_path, tuning=tuning)
@@ -271,7 +271,7 @@ def test_a_connection_whose_calls_are_mostly_cancelled_at_once_is_closed_after_5
 def test_requests_that_may_wait_follow_the_repository(tmp_path):
     """Two full batches per instance of the largest model wait at most, per replica, within [64, 4096]: past that
     the circuit breaker refuses at once."""
-    from server.admission import CEILING, FLOOR, waiting_bound
+    from tpserve.server.admission import CEILING, FLOOR, waiting_bound
 
     def model(name: str, text: str) -> None:
         (tmp_path / name).mkdir()
@@ -288,21 +288,29 @@ def test_requests_that_may_wait_follow_the_repository(tmp_path):
     assert waiting_bound(tmp_path) == CEILING
     replica = Replica("r0", 1, 2, 3)
     settings = EnvoySettings(
-        replicas=(replica,), http_port=8000, grpc_port=8001, stats_port=0, admin_socket="/tmp/t/a.sock",
+        replicas=(replica,),
+        http_port=8000,
+        grpc_port=8001,
+        stats_port=0,
+        admin_socket="/tmp/t/a.sock",
         balancing=Balancing(max_requests=77),
     )
-    thresholds = [c["circuit_breakers"]["thresholds"][0] for c in envoy_config(settings)["static_resources"]["clusters"]]
+    thresholds = [
+        c["circuit_breakers"]["thresholds"][0] for c in envoy_config(settings)["static_resources"]["clusters"]
+    ]
     assert thresholds and all(t == {"max_requests": 77, "max_pending_requests": 77} for t in thresholds)
 
 
 def test_a_grpc_connection_holds_at_most_128_calls_in_flight():
     """What one connection's hang-up leaves running for nobody is bounded: the gRPC listener advertises
     SETTINGS_MAX_CONCURRENT_STREAMS 128 (the client's library queues the rest)."""
-    from server.envoy_config import STREAMS_PER_CONNECTION
+    from tpserve.server.envoy_config import STREAMS_PER_CONNECTION
 
     settings = EnvoySettings(replicas=REPLICAS, http_port=8000, grpc_port=8001, stats_port=0, admin_socket="/a.sock")
     (grpc,) = [x for x in envoy_config(settings)["static_resources"]["listeners"] if x["name"] == "triton_grpc"]
     manager = grpc["filter_chains"][0]["filters"][0]["typed_config"]
-    assert manager["http2_protocol_options"] == {"max_concurrent_streams": STREAMS_PER_CONNECTION} == {
-        "max_concurrent_streams": 128
-    }
+    assert (
+        manager["http2_protocol_options"]
+        == {"max_concurrent_streams": STREAMS_PER_CONNECTION}
+        == {"max_concurrent_streams": 128}
+    )

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from builders.checks import validate
-from builders.formats import export
-from common.errors import ExportError, ValidationError
+from tpserve.builders.checks import validate
+from tpserve.builders.formats import export
+from tpserve.common.errors import ExportError, ValidationError
 
 
 def test_export_has_a_dynamic_batch_axis_and_matches_torch(digits_build):

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from builders.repository import model_config
-from builders.spec.model_spec import ModelSpec
-from common.errors import ConfigError, SpecError
+from tpserve.builders.repository import model_config
+from tpserve.builders.spec.model_spec import ModelSpec
+from tpserve.common.errors import ConfigError, SpecError
 
 CASES = sorted((Path(__file__).parents[1] / "fixtures" / "invalid").iterdir())
 

@@ -2,12 +2,12 @@
 
 import pytest
 
-from builders.build import build_model
-from builders.checks.guard import GuardError, Target, check_manifest
-from builders.repository.manifest import read_manifest, update_manifest
-from builders.request import BuildRequest
-from common.errors import ToolError
-from server import launcher
+from tpserve.builders.build import build_model
+from tpserve.builders.checks.guard import GuardError, Target, check_manifest
+from tpserve.builders.repository.manifest import read_manifest, update_manifest
+from tpserve.builders.request import BuildRequest
+from tpserve.common.errors import ToolError
+from tpserve.server import launcher
 
 H100 = Target("10.13.3", "9.0", "NVIDIA H100 80GB HBM3", "image tritonserver:25.08-py3")
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loadtest.monitoring import kubernetes as kubernetes_monitoring
-from loadtest.monitoring import prometheus_rules
-from loadtest.monitoring.prometheus_tools import find_tool
+from tpserve.loadtest.monitoring import kubernetes as kubernetes_monitoring
+from tpserve.loadtest.monitoring import prometheus_rules
+from tpserve.loadtest.monitoring.prometheus_tools import find_tool
 
 ROOT = Path(__file__).parents[2]
 FOLDER = ROOT / "kubernetes"
@@ -107,7 +107,7 @@ def test_probes_gpu_and_the_admin_key_secret():
 
 
 def test_the_pods_keep_the_latency_quantiles_make_serve_keeps():
-    from server.launcher import DEFAULT_QUANTILES
+    from tpserve.server.launcher import DEFAULT_QUANTILES
 
     wanted = f"--metrics-config=summary_quantiles={DEFAULT_QUANTILES}"
     assert wanted in _container()["args"]
@@ -136,7 +136,9 @@ def test_the_image_is_the_ngc_release_of_docker_env():
 def test_the_prometheus_rule_and_adapter_are_what_the_generator_writes(tmp_path):
     written = {p.name: p.read_text() for p in kubernetes_monitoring.write_kubernetes(tmp_path)}
     for name, text in written.items():
-        assert (FOLDER / name).read_text() == text, f"{name} drifted: run `python -m loadtest kubernetes-monitoring`"
+        assert (FOLDER / name).read_text() == text, (
+            f"{name} drifted: run `python -m tpserve.loadtest kubernetes-monitoring`"
+        )
 
 
 def test_the_hpa_scales_on_the_adapters_queue_time_metric():

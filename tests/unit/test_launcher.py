@@ -7,10 +7,10 @@ from unittest import mock
 
 import pytest
 
-from common import endpoints
-from common.errors import ConfigError, ServerError
-from server import launcher
-from server.install import find_install
+from tpserve.common import endpoints
+from tpserve.common.errors import ConfigError, ServerError
+from tpserve.server import launcher
+from tpserve.server.install import find_install
 
 
 def test_port_in_use_is_named(tmp_path):
@@ -86,11 +86,11 @@ def test_the_supervisor_is_started_with_the_same_tuning(tmp_path):
     """start_supervised passes the record on as `server supervise` options: parsed back, it is the same record."""
     from click.testing import CliRunner
 
-    from server.__main__ import supervise
+    from tpserve.server.__main__ import supervise
 
     tuning = launcher.TritonTuning.parse("--http-thread-count=16", False, "0.9:0.01")
     seen = {}
-    with mock.patch("server.supervisor.serve", lambda settings, *rest: seen.update(settings=settings)):
+    with mock.patch("tpserve.server.supervisor.serve", lambda settings, *rest: seen.update(settings=settings)):
         words = ["--repo", str(tmp_path), "--ports", "1", "2", "3", "4", "--internal", "http", *tuning.cli_args()]
         result = CliRunner().invoke(supervise, [*words, "--state-dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
@@ -104,9 +104,9 @@ def test_stop_without_a_server_says_so(tmp_path):
 
 
 def test_numpy_2_is_refused_only_for_models_that_answer_with_numpy_arrays(tmp_path):
-    from builders.repository.writer import ServingOptions, TorchRuntime, model_config, torch_config
-    from builders.spec import zoo
-    from server.launcher import numpy_problem
+    from tpserve.builders.repository.writer import ServingOptions, TorchRuntime, model_config, torch_config
+    from tpserve.builders.spec import zoo
+    from tpserve.server.launcher import numpy_problem
 
     spec = zoo.get_spec("digits_cnn")
     for name, config in (
@@ -125,9 +125,9 @@ def test_numpy_2_is_refused_only_for_models_that_answer_with_numpy_arrays(tmp_pa
 def test_under_numpy_2_the_rest_is_served_and_what_is_left_out_says_why(tmp_path):
     """A build wrote an ONNX Runtime variant (numpy answers) beside the torch engine, and pipelines over it: on a
     host with numpy 2 the server loads the engine and leaves the ONNX model and the ensembles calling it out."""
-    from builders.repository.pipelines import write_image_pipelines
-    from builders.repository.writer import ServingOptions, TorchRuntime, model_config, torch_config
-    from builders.spec import zoo
+    from tpserve.builders.repository.pipelines import write_image_pipelines
+    from tpserve.builders.repository.writer import ServingOptions, TorchRuntime, model_config, torch_config
+    from tpserve.builders.spec import zoo
 
     spec = zoo.get_spec("digits_cnn")
     for name, config in (
@@ -151,7 +151,7 @@ def test_under_numpy_2_the_rest_is_served_and_what_is_left_out_says_why(tmp_path
 
 
 def test_the_internal_http_port_behind_the_edge_can_be_chosen(tmp_path):
-    from server.cluster import ClusterSettings
+    from tpserve.server.cluster import ClusterSettings
 
     internal, grpc, metrics, health = endpoints.free_ports(4)
     settings = ClusterSettings(
@@ -182,7 +182,7 @@ def test_internal_ports_reach_the_guard_as_port_numbers(tmp_path):
 
 
 def test_a_crash_cause_is_read_without_the_backtrace(tmp_path):
-    from server.liveness import crash_cause, log_tail
+    from tpserve.server.liveness import crash_cause, log_tail
 
     log = tmp_path / "tritonserver.log"
     lines = ["===== tritonserver starting 1 =====", "I ok", "terminate called after throwing 'std::bad_alloc'"]
@@ -190,3 +190,18 @@ def test_a_crash_cause_is_read_without_the_backtrace(tmp_path):
     log.write_text("\n".join(lines) + "\n")
     assert crash_cause(log) == lines[2:5]
     assert not any("# frame" in line for line in log_tail(log))
+
+
+def test_a_model_built_before_the_package_rename_is_left_out_saying_rebuild(tmp_path):
+    """A repository built before tpserve: its model.py copies import `triton_models`; `make serve` serves the rest
+    and names those with the fix instead of failing inside the stub."""
+    from tpserve.server.launcher import built_before_tpserve
+
+    for name, text in {
+        "old": "from triton_models.cancelled_calls import CancelledCalls\n",
+        "new": "from tpserve.triton_models.cancelled_calls import CancelledCalls\n",
+    }.items():
+        (tmp_path / name / "1").mkdir(parents=True)
+        (tmp_path / name / "1" / "model.py").write_text(text)
+    left = built_before_tpserve(tmp_path)
+    assert list(left) == ["old"] and "rebuild it" in left["old"]

@@ -18,12 +18,23 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[2]
+PACKAGE = ROOT / "tpserve"  # the one import package the wheel installs; its parts are the layers
 LAYERS = ("common", "builders", "server", "clients", "operations", "loadtest", "benchmarks")
 PRODUCT = ("common", "triton_models", *LAYERS[1:-1])  # what the wheel installs
 # package -> project packages it must never import (at module level or inside functions)
 FORBIDDEN = {layer: set(LAYERS[i + 1 :]) for i, layer in enumerate(LAYERS)}
 FORBIDDEN["common"].add("triton_models")
 FORBIDDEN["triton_models"] = set(LAYERS)
+
+
+def _folder(part: str) -> Path:
+    return ROOT / part if part == "benchmarks" else PACKAGE / part
+
+
+def _part(name: str) -> str:
+    """The layer an imported module belongs to: tpserve.server.x -> server (benchmarks.x -> benchmarks)."""
+    parts = name.split(".")
+    return parts[1] if parts[0] == "tpserve" and len(parts) > 1 else parts[0]
 
 
 def _imported_modules(path: Path) -> set[str]:
@@ -40,7 +51,7 @@ def _imported_modules(path: Path) -> set[str]:
 def _modules() -> dict[str, Path]:
     found = {}
     for package in FORBIDDEN:
-        for path in (ROOT / package).rglob("*.py"):
+        for path in _folder(package).rglob("*.py"):
             name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
             found[name.removesuffix(".__init__")] = path
     return found
@@ -49,8 +60,8 @@ def _modules() -> dict[str, Path]:
 @pytest.mark.parametrize("package", sorted(p for p in FORBIDDEN if FORBIDDEN[p]))  # benchmarks: top
 def test_a_layer_never_imports_the_layers_above_it(package):
     offenders = {
-        str(path.relative_to(ROOT)): sorted({n.split(".")[0] for n in _imported_modules(path)} & FORBIDDEN[package])
-        for path in (ROOT / package).rglob("*.py")
+        str(path.relative_to(ROOT)): sorted({_part(n) for n in _imported_modules(path)} & FORBIDDEN[package])
+        for path in _folder(package).rglob("*.py")
     }
     assert {k: v for k, v in offenders.items() if v} == {}
 
@@ -77,14 +88,15 @@ def test_the_product_never_imports_the_instruments():
     offenders = {
         str(path.relative_to(ROOT))
         for package in PRODUCT
-        for path in (ROOT / package).rglob("*.py")
+        for path in _folder(package).rglob("*.py")
         if any(name.split(".")[0] == "benchmarks" for name in _imported_modules(path))
     }
     assert offenders == set()
 
 
 def test_the_wheel_holds_the_product_and_no_instrument(tmp_path):
-    """The wheel pyproject builds (what `make bundle` ships) holds every product package and nothing of benchmarks/."""
+    """The wheel pyproject builds (what `make bundle` ships) holds one top-level package, tpserve, with every part
+    of the product in it, and nothing of benchmarks/."""
     import shutil
     import subprocess
     import sys
@@ -92,7 +104,7 @@ def test_the_wheel_holds_the_product_and_no_instrument(tmp_path):
 
     source = tmp_path / "source"  # a copy: setuptools writes build/ beside pyproject.toml
     skip = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in (*PRODUCT, "benchmarks"):
+    for name in ("tpserve", "benchmarks"):
         shutil.copytree(ROOT / name, source / name, ignore=skip)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
@@ -101,6 +113,6 @@ def test_the_wheel_holds_the_product_and_no_instrument(tmp_path):
     (wheel,) = tmp_path.glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
-    assert tops == set(PRODUCT)
-    assert "loadtest/benches/soak.py" in names and "server/triton_guard.c" in names
+    assert tops == {"tpserve"} and {n.split("/")[1] for n in names if n.count("/") > 1} >= set(PRODUCT)
+    assert "tpserve/loadtest/benches/soak.py" in names and "tpserve/server/triton_guard.c" in names
     assert not [name for name in names if "record_bench" in name or "reconcile" in name]

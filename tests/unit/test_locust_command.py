@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from loadtest.locust_suite.run import STOP_TIMEOUT_S, LocustRun, locust_command
+from tpserve.loadtest.locust_suite.run import STOP_TIMEOUT_S, LocustRun, locust_command
 
 
 def test_users_finish_the_request_in_flight_before_locust_exits():
@@ -21,7 +21,7 @@ def test_a_sigterm_stops_locust_which_still_ends_its_run(tmp_path):
     import threading
     import time
 
-    from loadtest.locust_suite.run import _run_to_end
+    from tpserve.loadtest.locust_suite.run import _run_to_end
 
     child = tmp_path / "fake_locust.py"
     child.write_text(
@@ -56,7 +56,7 @@ def test_a_locust_that_does_not_exit_after_its_sigterm_is_killed_after_the_grace
     import threading
     import time
 
-    from loadtest.locust_suite.run import HUNG, _run_to_end
+    from tpserve.loadtest.locust_suite.run import HUNG, _run_to_end
 
     child = tmp_path / "stuck_locust.py"
     child.write_text(

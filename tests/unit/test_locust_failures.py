@@ -2,7 +2,7 @@
 
 from tritonclient.utils import InferenceServerException
 
-from loadtest.locust_suite.failures import RequestFailed
+from tpserve.loadtest.locust_suite.failures import RequestFailed
 
 
 def test_a_grpc_error_made_with_keywords_keeps_its_status_and_message():

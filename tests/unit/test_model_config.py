@@ -2,9 +2,15 @@
 
 import pytest
 
-from builders.repository import writer as repository
-from builders.repository.model_config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, parse_pbtxt
-from builders.spec import zoo
+from tpserve.builders.repository import writer as repository
+from tpserve.builders.repository.model_config import (
+    DynamicBatching,
+    InstanceGroup,
+    ModelConfig,
+    TensorConfig,
+    parse_pbtxt,
+)
+from tpserve.builders.spec import zoo
 
 
 def _config(**overrides):
@@ -106,7 +112,7 @@ def test_warmup_honours_value_ranges_and_gives_masks_real_tokens(tmp_path):
 
     import numpy as np
 
-    from builders.spec.model_spec import TensorSpec
+    from tpserve.builders.spec.model_spec import TensorSpec
 
     spec = zoo.get_spec("minilm")
     ids = TensorSpec("input_ids", "INT64", (-1,), axes=("seq",), value_range=(1000, 2000))
@@ -126,8 +132,8 @@ def test_warmup_honours_value_ranges_and_gives_masks_real_tokens(tmp_path):
 def test_generated_masks_are_prefixes_of_real_tokens():
     import numpy as np
 
-    from builders.formats.export import random_values
-    from builders.spec.model_spec import TensorSpec
+    from tpserve.builders.formats.export import random_values
+    from tpserve.builders.spec.model_spec import TensorSpec
 
     mask = TensorSpec("attention_mask", "INT64", (-1,), value_range=(0, 2))
     rows = random_values(np.random.default_rng(1), mask, (64, 12))
@@ -138,7 +144,7 @@ def test_generated_masks_are_prefixes_of_real_tokens():
 
 
 def test_the_in_process_tokenize_step_runs_two_instances_beside_a_gpu_engine_and_one_beside_a_cpu_one(tmp_path):
-    from builders.repository import pipelines
+    from tpserve.builders.repository import pipelines
 
     spec = zoo.get_spec("minilm")
     for kind, count in (("KIND_GPU", 2), ("KIND_CPU", 1)):

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from clients.inputs import data_inputs, plan_inputs
-from clients.model_plan import ModelPlan, NotMeasurable, TensorPlan, parse_shapes
-from common.errors import ClientError
+from tpserve.clients.inputs import data_inputs, plan_inputs
+from tpserve.clients.model_plan import ModelPlan, NotMeasurable, TensorPlan, parse_shapes
+from tpserve.common.errors import ClientError
 
 ADD_SUB = ModelPlan(
     name="add_sub",

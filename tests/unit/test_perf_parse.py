@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from common.endpoints import Endpoint
-from common.errors import MeasurementError
-from loadtest.perf import sweep as perf
-from loadtest.reporting import perf_rows
+from tpserve.common.endpoints import Endpoint
+from tpserve.common.errors import MeasurementError
+from tpserve.loadtest.perf import sweep as perf
+from tpserve.loadtest.reporting import perf_rows
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "perf_analyzer_verbose.csv"
 

@@ -7,7 +7,12 @@ import tempfile
 
 import pytest
 
-from triton_models.private_dirs import UnsafeFolderError, kernel_cache_env, private_dir, use_private_kernel_cache
+from tpserve.triton_models.private_dirs import (
+    UnsafeFolderError,
+    kernel_cache_env,
+    private_dir,
+    use_private_kernel_cache,
+)
 
 
 def test_a_new_folder_is_created_private(tmp_path):
@@ -63,7 +68,7 @@ def test_a_given_cache_that_others_can_write_is_refused(tmp_path, monkeypatch):
 
 def test_inductors_precompiled_headers_move_into_our_kernel_folder(tmp_path, monkeypatch):
     codecache = pytest.importorskip("torch._inductor.codecache")
-    from triton_models.private_dirs import keep_inductor_headers_private
+    from tpserve.triton_models.private_dirs import keep_inductor_headers_private
 
     if not hasattr(codecache, "_HEADER_DIR"):
         pytest.skip("this torch keeps no precompiled headers")
@@ -80,7 +85,7 @@ def test_a_new_kernel_folder_forgets_the_headers_made_in_the_last_one(tmp_path, 
     """A build compiles in a temporary folder removed when it ends: the next build in the same process must not
     reuse header paths inductor remembered there."""
     codecache = pytest.importorskip("torch._inductor.codecache")
-    from triton_models.private_dirs import keep_inductor_headers_private
+    from tpserve.triton_models.private_dirs import keep_inductor_headers_private
 
     if not hasattr(codecache, "_precompile_header"):
         pytest.skip("this torch keeps no precompiled headers")

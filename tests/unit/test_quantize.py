@@ -6,12 +6,12 @@ import numpy as np
 import onnx
 import pytest
 
-from builders.build import build_model
-from builders.formats import quantize
-from builders.repository import manifest
-from builders.request import BuildRequest
-from builders.spec import zoo
-from common.errors import SpecError, ValidationError
+from tpserve.builders.build import build_model
+from tpserve.builders.formats import quantize
+from tpserve.builders.repository import manifest
+from tpserve.builders.request import BuildRequest
+from tpserve.builders.spec import zoo
+from tpserve.common.errors import SpecError, ValidationError
 
 
 def _zero_point_types(path):

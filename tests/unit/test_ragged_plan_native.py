@@ -1,4 +1,4 @@
-"""The native plan (triton_models/ragged_plan.c) against ragged.plan: the native path for sequence models must
+"""The native plan (tpserve/triton_models/ragged_plan.c) against ragged.plan: the native path for sequence models must
 group every batch's rows exactly as the Python path does (same rows, same order, same lengths)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import ctypes
 import numpy as np
 import pytest
 
-from triton_models import INPROCESS_RAGGED, ragged
-from triton_models.native_path import MAX_BATCHES, MAX_LENGTHS, grid_struct
+from tpserve.triton_models import INPROCESS_RAGGED, ragged
+from tpserve.triton_models.native_path import MAX_BATCHES, MAX_LENGTHS, grid_struct
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def test_a_sequence_model_off_the_gpu_or_turned_off_says_why_it_stays_on_python(
 
     import torch
 
-    from triton_models.native_path import ragged_why_not
+    from tpserve.triton_models.native_path import ragged_why_not
 
     library = types.SimpleNamespace(ipr_open=object())
     runner = types.SimpleNamespace(cuda=False, graphs={}, grid=GRIDS["few buckets"], names=["ids"], per_token=[0])

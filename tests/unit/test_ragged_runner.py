@@ -5,14 +5,14 @@ import numpy as np
 import pytest
 import torch
 
-from triton_models import ragged
-from triton_models.ragged_runner import RaggedRunner
+from tpserve.triton_models import ragged
+from tpserve.triton_models.ragged_runner import RaggedRunner
 
 transformers = pytest.importorskip("transformers")
 
 
 def tiny_spec(pooling="mean"):
-    from builders.spec.model_spec import ModelSpec, TensorSpec
+    from tpserve.builders.spec.model_spec import ModelSpec, TensorSpec
 
     seq = dict(axes=("seq",), value_range=(0, 1000))
     outputs = (TensorSpec("embedding", "FP32", (64,)),) if pooling else (TensorSpec("tokens", "FP32", (-1, 64)),)
@@ -29,7 +29,7 @@ def tiny_spec(pooling="mean"):
 
 @pytest.fixture(scope="module")
 def encoder():
-    from builders.spec.pooling import pooled
+    from tpserve.builders.spec.pooling import pooled
 
     torch.manual_seed(0)
     config = transformers.BertConfig(
@@ -92,7 +92,7 @@ def test_token_outputs_come_back_at_each_requests_length(encoder):
 
 def test_cpu_exported_programs_lose_their_device_asserts(encoder, tmp_path):
     """An export traced on the CPU pins devices (aten._assert_tensor_metadata); load_program drops them."""
-    from triton_models.torch_runtime import load_program
+    from tpserve.triton_models.torch_runtime import load_program
 
     _, pooled = encoder
     ids = torch.randint(1, 1000, (2, 16))

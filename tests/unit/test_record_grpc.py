@@ -1,4 +1,4 @@
-"""The native gRPC recorder (server/record_grpc.c) read through a stand-in for Envoy's side of the ABI
+"""The native gRPC recorder (tpserve/server/record_grpc.c) read through a stand-in for Envoy's side of the ABI
 (tests/fixtures/record_grpc/harness.c): what it records for each message, however the body is cut into chunks,
 and what it leaves unrecorded. Through the real Envoy: tests/functional/test_recording.py."""
 
@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from server.record_module import SOURCE, module_config
-from server.secret_args import c_compiler
+from tpserve.server.record_module import SOURCE, module_config
+from tpserve.server.secret_args import c_compiler
 
 HARNESS = Path(__file__).parent.parent / "fixtures" / "record_grpc" / "harness.c"
 INFER = b"/inference.GRPCInferenceService/ModelInfer"
@@ -222,7 +222,7 @@ def test_the_config_names_models_as_hex_and_a_bad_config_is_refused(recorder):
 
 
 def _logged(path: Path) -> list:
-    from common.traffic import RecordedRequest
+    from tpserve.common.traffic import RecordedRequest
 
     return [RecordedRequest.from_line(line) for line in path.read_text().splitlines()]
 
@@ -252,7 +252,7 @@ def test_with_a_log_the_module_writes_each_request_line_itself(recorder, tmp_pat
 
 
 def test_a_request_a_replay_sent_is_marked_replayed_in_the_line_and_the_metadata(recorder, tmp_path):
-    from common.traffic import REPLAY_HEADER, RecordedRequest
+    from tpserve.common.traffic import REPLAY_HEADER, RecordedRequest
 
     assert REPLAY_HEADER == "x-traffic-replay"  # the header the module looks for (harness.c answers it)
     lib, envoy = recorder
@@ -305,8 +305,8 @@ def test_the_module_writes_on_after_the_file_is_rotated_and_refuses_a_bad_log_li
 
 
 def test_the_module_is_used_only_with_the_envoy_it_is_built_for(tmp_path):
-    from server.cluster import envoy_binary
-    from server.record_module import runs_on
+    from tpserve.server.cluster import envoy_binary
+    from tpserve.server.record_module import runs_on
 
     assert runs_on(envoy_binary())
     other = tmp_path / "envoy"

@@ -1,4 +1,4 @@
-"""Recording at the edge (server/recording.py): RECORD's modes, Envoy's access log and gRPC filters (accepted by
+"""Recording at the edge (tpserve/server/recording.py): RECORD's modes, Envoy's access log and gRPC filters (accepted by
 the real Envoy), the access log's lines as recorded requests, and rotation under a cap."""
 
 import json
@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import ServerError
-from common.traffic import CURRENT, CURRENT_GRPC, RecordedRequest, read_recording, recording_files
-from server.cluster import envoy_binary
-from server.edge import EdgeLimits, ModelRules, http_filters
-from server.envoy_config import GRPC_ERRORS_FILTER, EnvoySettings, Replica, envoy_config
-from server.recording import RecordSettings, access_logs, grpc_filters, prepare, record_settings, rotate
+from tpserve.common.errors import ServerError
+from tpserve.common.traffic import CURRENT, CURRENT_GRPC, RecordedRequest, read_recording, recording_files
+from tpserve.server.cluster import envoy_binary
+from tpserve.server.edge import EdgeLimits, ModelRules, http_filters
+from tpserve.server.envoy_config import GRPC_ERRORS_FILTER, EnvoySettings, Replica, envoy_config
+from tpserve.server.recording import RecordSettings, access_logs, grpc_filters, prepare, record_settings, rotate
 
 ROUTER = "envoy.filters.http.router"
 RULES = {"digits_cnn": ModelRules(8, {"input": {"datatype": "FP32", "dims": [1, 8, 8]}})}
@@ -185,7 +185,7 @@ def test_the_setups_take_turns_in_both_orders():
 
 def test_the_overhead_bench_runs_chosen_setups_beside_its_baseline():
     from benchmarks.record_bench import BASELINE, SETUPS, chosen_setups
-    from common.errors import MeasurementError
+    from tpserve.common.errors import MeasurementError
 
     assert chosen_setups(None) == SETUPS
     assert chosen_setups("2") == (BASELINE, SETUPS[1])  # the baseline is always measured beside
@@ -227,7 +227,7 @@ def test_the_overhead_bench_gives_cpu_a_request_from_two_readings():
 
 def test_each_setup_is_also_compared_with_the_control_and_runs_pool_from_their_points(tmp_path):
     from benchmarks.record_bench import CONTROL, compare, read_points, write
-    from common.errors import MeasurementError
+    from tpserve.common.errors import MeasurementError
 
     rows = [
         {"model": "m", "protocol": "grpc", "setup": setup, "throughput": t, "p50_ms": 1.0, "round": i}
@@ -283,8 +283,8 @@ def test_with_fresh_edges_whole_blocks_are_resampled_and_pooled_runs_keep_their_
 
 def test_a_point_that_fails_is_measured_once_more_after_the_edge_routes_and_says_so(tmp_path, monkeypatch):
     from benchmarks import record_bench
-    from common.errors import MeasurementError
-    from server import cluster
+    from tpserve.common.errors import MeasurementError
+    from tpserve.server import cluster
 
     calls, waited = [], []
 

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from common.errors import RecordingError
-from common.traffic import RecordedInput, RecordedRequest
-from loadtest.reporting.replay_report import summarize
-from loadtest.workloads.recorded import (
+from tpserve.common.errors import RecordingError
+from tpserve.common.traffic import RecordedInput, RecordedRequest
+from tpserve.loadtest.reporting.replay_report import summarize
+from tpserve.loadtest.workloads.recorded import (
     ReplayItem,
     correlation,
     dispatch,
@@ -134,7 +134,7 @@ def test_summary_puts_recorded_and_replayed_side_by_side():
 
 
 def test_two_recordings_compare_by_rate_total_and_shapes():
-    from loadtest.reporting.replay_report import compare_recordings
+    from tpserve.loadtest.reporting.replay_report import compare_recordings
 
     original = [_request(t * 250_000) for t in range(20)] + [_request(9_000_000, inputs=(), status=400)]
     original.append(_request(5_100_000, inputs=(RecordedInput("input", "FP32", (1, 1, 8, 8)),)))
@@ -146,7 +146,7 @@ def test_two_recordings_compare_by_rate_total_and_shapes():
 
 
 def test_bursts_switch_between_all_users_and_one():
-    from loadtest.locust_suite.burst import burst_users
+    from tpserve.loadtest.locust_suite.burst import burst_users
 
     ticks = {t: burst_users(t, 6, 10.0, 20.0, 60.0) for t in (0, 9.9, 10, 29.9, 30, 61)}
     assert ticks == {0: (6, 60), 9.9: (6, 60), 10: (1, 10), 29.9: (1, 10), 30: (6, 60), 61: None}

@@ -3,9 +3,9 @@
 import json
 from pathlib import Path
 
-from loadtest.perf import sweep as perf
-from loadtest.reporting import perf_rows
-from loadtest.reporting.report import build_report
+from tpserve.loadtest.perf import sweep as perf
+from tpserve.loadtest.reporting import perf_rows
+from tpserve.loadtest.reporting.report import build_report
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "perf_analyzer_verbose.csv"
 
@@ -37,7 +37,7 @@ def test_report_has_tables_plots_history_and_reasons(tmp_path):
 
 
 def test_soak_growth_is_measured_after_the_warmup():
-    from loadtest.benches.soak import growth
+    from tpserve.loadtest.benches.soak import growth
 
     samples = [
         (0, "server", 1, 50.0),
@@ -115,7 +115,7 @@ HISTORY = """Timestamp,User Count,Type,Name,Requests/s,Failures/s,50%,66%,75%,80
 
 
 def test_locust_history_becomes_a_png_of_percentiles_and_rate(tmp_path):
-    from loadtest.locust_suite.run import history_plot, read_history
+    from tpserve.loadtest.locust_suite.run import history_plot, read_history
 
     (tmp_path / "h.csv").write_text(HISTORY)
     points = read_history(tmp_path / "h.csv")
@@ -125,8 +125,8 @@ def test_locust_history_becomes_a_png_of_percentiles_and_rate(tmp_path):
 
 
 def test_a_server_gone_after_the_run_still_gives_a_report_that_says_so(tmp_path):
-    from common.endpoints import Endpoint, free_ports
-    from loadtest.reporting.report import write_context
+    from tpserve.common.endpoints import Endpoint, free_ports
+    from tpserve.loadtest.reporting.report import write_context
 
     (port,) = free_ports(1)
     write_context(tmp_path, Endpoint("http", f"127.0.0.1:{port}"), ["digits_cnn"])

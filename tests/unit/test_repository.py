@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-from builders.build import build_model
-from builders.repository import manifest
-from builders.repository import writer as repository
-from builders.repository.model_config import parse_pbtxt
-from builders.request import BuildRequest
-from common.errors import ConfigError
+from tpserve.builders.build import build_model
+from tpserve.builders.repository import manifest
+from tpserve.builders.repository import writer as repository
+from tpserve.builders.repository.model_config import parse_pbtxt
+from tpserve.builders.request import BuildRequest
+from tpserve.common.errors import ConfigError
 
 
 def test_build_writes_a_complete_model_and_manifest(digits_build, tmp_path):
@@ -50,7 +50,7 @@ def test_a_failed_write_leaves_the_previous_model_and_no_staging(digits_build, t
 
 def test_cli_reports_user_errors_without_traceback(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "builders", "build", "--models", "nosuchmodel", "--repo", str(tmp_path / "r")],
+        [sys.executable, "-m", "tpserve.builders", "build", "--models", "nosuchmodel", "--repo", str(tmp_path / "r")],
         capture_output=True,
         text=True,
     )
@@ -61,8 +61,8 @@ def test_cli_reports_user_errors_without_traceback(tmp_path):
 
 
 def test_compiled_variants_are_named_and_configured_for_the_torch_runtime():
-    from builders.spec import zoo
-    from common.errors import ConfigError
+    from tpserve.builders.spec import zoo
+    from tpserve.common.errors import ConfigError
 
     spec = zoo.get_spec("resnet18", image_size=64, max_batch_size=8)
     gpu = repository.ServingOptions(kind="KIND_GPU")
@@ -83,8 +83,8 @@ def test_compiled_variants_are_named_and_configured_for_the_torch_runtime():
 
 
 def test_gpu_torch_runtime_refuses_several_instances_with_dynamic_batching():
-    from builders.spec import zoo
-    from common.errors import ConfigError
+    from tpserve.builders.spec import zoo
+    from tpserve.common.errors import ConfigError
 
     spec = zoo.get_spec("digits_cnn")
     runtime = repository.TorchRuntime(precision="fp16")

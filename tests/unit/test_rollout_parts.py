@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-from builders.repository.manifest import read_manifest, update_manifest
-from builders.repository.model_config import parse_pbtxt
-from clients.checks import CheckFailed, Gate, _output_problem, accuracy_gate
-from common.errors import ServerError
-from operations.rollout import RolloutError, _check_compatible
-from server import model_versions as mv
-from server.rollout_lock import LOCK, paused_models, rollout_lock
+from tpserve.builders.repository.manifest import read_manifest, update_manifest
+from tpserve.builders.repository.model_config import parse_pbtxt
+from tpserve.clients.checks import CheckFailed, Gate, _output_problem, accuracy_gate
+from tpserve.common.errors import ServerError
+from tpserve.operations.rollout import RolloutError, _check_compatible
+from tpserve.server import model_versions as mv
+from tpserve.server.rollout_lock import LOCK, paused_models, rollout_lock
 
 CONFIG = """
 name: "m"

@@ -1,9 +1,9 @@
 """The config-search space: candidates, neighbours, and the config a candidate becomes."""
 
-from builders.repository import writer as repository
-from builders.repository.model_config import parse_pbtxt
-from builders.spec import zoo
-from loadtest.search import Candidate, SearchSpace, candidate_config
+from tpserve.builders.repository import writer as repository
+from tpserve.builders.repository.model_config import parse_pbtxt
+from tpserve.builders.spec import zoo
+from tpserve.loadtest.search import Candidate, SearchSpace, candidate_config
 
 
 def _space():
@@ -54,10 +54,10 @@ def test_gpu_torch_variants_are_searched_with_one_instance_only():
 
 
 def test_one_instance_only_flags_torch_runtime_on_gpu_not_onnx_or_cpu():
-    from builders.repository.model_config import parse_pbtxt
-    from builders.repository.writer import ServingOptions, TorchRuntime, model_config, torch_config
-    from builders.spec import zoo
-    from loadtest.search import one_instance_only
+    from tpserve.builders.repository.model_config import parse_pbtxt
+    from tpserve.builders.repository.writer import ServingOptions, TorchRuntime, model_config, torch_config
+    from tpserve.builders.spec import zoo
+    from tpserve.loadtest.search import one_instance_only
 
     spec = zoo.get_spec("digits_cnn")
     gpu = ServingOptions(kind="KIND_GPU")
@@ -75,7 +75,7 @@ def test_a_config_as_built_off_the_grid_has_its_grid_neighbours():
 
 
 def test_the_config_as_built_is_a_candidate():
-    from loadtest.search import as_built
+    from tpserve.loadtest.search import as_built
 
     config = parse_pbtxt(
         'name: "m"\nmax_batch_size: 16\ninstance_group { count: 2 }\n'
@@ -85,7 +85,7 @@ def test_the_config_as_built_is_a_candidate():
 
 
 def test_on_a_replay_the_lowest_p99_wins_and_a_failed_request_disqualifies():
-    from loadtest.search import Result, _score
+    from tpserve.loadtest.search import Result, _score
 
     fast = Result(Candidate("m", 1, 0, ()), 50.0, 4.0, True, objective="p99")
     slow_but_more = Result(Candidate("m", 2, 0, ()), 51.0, 9.0, True, objective="p99")
@@ -97,8 +97,8 @@ def test_on_a_replay_the_lowest_p99_wins_and_a_failed_request_disqualifies():
 def test_a_replay_workload_is_a_recording_or_a_fitted_file_narrowed_to_one_model(tmp_path):
     import pytest
 
-    from common.errors import MeasurementError
-    from loadtest.search import replay_workload
+    from tpserve.common.errors import MeasurementError
+    from tpserve.loadtest.search import replay_workload
 
     (tmp_path / "workload.json").write_text("{}")
     recorded = replay_workload(tmp_path / "traffic", 3.0, 30.0, "m")
@@ -115,9 +115,9 @@ def test_a_replay_workload_is_a_recording_or_a_fitted_file_narrowed_to_one_model
 
 
 def test_a_replay_narrowed_to_its_first_seconds_goes_to_the_target_without_its_bodies():
-    from common.traffic import RecordedInput
-    from loadtest.locust_suite.replay import Replay, _narrowed
-    from loadtest.workloads.recorded import ReplayItem
+    from tpserve.common.traffic import RecordedInput
+    from tpserve.loadtest.locust_suite.replay import Replay, _narrowed
+    from tpserve.loadtest.workloads.recorded import ReplayItem
 
     shape = (RecordedInput("input", "FP32", (1, 4)),)
     items = [ReplayItem(t, "m", "1", "grpc", shape, {"body": "AAAA"}) for t in (0.0, 5.0, 12.0)]

@@ -3,9 +3,9 @@ manifest where it is ours, and none for a server we did not make."""
 
 import json
 
-from builders.spec import zoo
-from clients.served import Served, read_served
-from common.endpoints import Endpoint
+from tpserve.builders.spec import zoo
+from tpserve.clients.served import Served, read_served
+from tpserve.common.endpoints import Endpoint
 
 
 def test_given_models_carry_their_specs_from_our_manifest_and_none_elsewhere(tmp_path):

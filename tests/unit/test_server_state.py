@@ -5,8 +5,8 @@ import stat
 
 import pytest
 
-from common import endpoints
-from common.errors import ServerError
+from tpserve.common import endpoints
+from tpserve.common.errors import ServerError
 
 
 def _state(pid: int) -> endpoints.ServerState:

@@ -2,10 +2,10 @@
 pointing at it, the configs still what Triton parses."""
 
 from benchmarks.serving_bounds import LAYOUTS, add_layouts
-from builders.repository import pipelines
-from builders.repository import writer as repository
-from builders.repository.model_config import parse_pbtxt
-from builders.spec import zoo
+from tpserve.builders.repository import pipelines
+from tpserve.builders.repository import writer as repository
+from tpserve.builders.repository.model_config import parse_pbtxt
+from tpserve.builders.spec import zoo
 
 
 def test_every_layout_is_a_tokenize_step_and_a_pipeline_of_its_own(tmp_path):
@@ -29,7 +29,7 @@ def test_every_layout_is_a_tokenize_step_and_a_pipeline_of_its_own(tmp_path):
 def test_a_queue_bound_is_written_where_the_spec_asks_and_none_by_default():
     """tritonserver 2.51's batcher misbehaves with a queue policy, so none by default; a spec's bound or timeout
     is written as config.pbtxt's default_queue_policy (REJECT)."""
-    from builders.repository.writer import QUEUE_PER_BATCH, ServingOptions, model_config
+    from tpserve.builders.repository.writer import QUEUE_PER_BATCH, ServingOptions, model_config
 
     spec = zoo.get_spec("resnet50")
     assert model_config(spec, "embedded").dynamic_batching.queue_policy is None
@@ -42,8 +42,8 @@ def test_a_queue_bound_is_written_where_the_spec_asks_and_none_by_default():
 def test_a_queue_bound_that_cannot_be_is_refused_with_what_to_write():
     import pytest
 
-    from builders.repository.writer import ServingOptions
-    from common.errors import ConfigError
+    from tpserve.builders.repository.writer import ServingOptions
+    from tpserve.common.errors import ConfigError
 
     with pytest.raises(ConfigError, match="max_queue_size >= 0"):
         ServingOptions(max_queue_size=-5)

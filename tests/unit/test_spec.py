@@ -2,9 +2,9 @@ import dataclasses
 
 import pytest
 
-from builders.spec import zoo
-from builders.spec.model_spec import ModelSpec, TensorSpec
-from common.errors import SpecError
+from tpserve.builders.spec import zoo
+from tpserve.builders.spec.model_spec import ModelSpec, TensorSpec
+from tpserve.common.errors import SpecError
 
 
 @pytest.mark.parametrize("name", zoo.available())
@@ -49,8 +49,8 @@ def test_dynamic_axes_are_allowed():
 def test_the_build_log_names_where_the_weights_come_from():
     import dataclasses
 
-    from builders.build import weights_source
-    from builders.spec import zoo
+    from tpserve.builders.build import weights_source
+    from tpserve.builders.spec import zoo
 
     resnet = zoo.get_spec("resnet18")
     assert weights_source(resnet) == "random"

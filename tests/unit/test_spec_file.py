@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from builders.build import build_model
-from builders.request import BuildRequest
-from builders.spec import spec_file
-from common.errors import ToolError
 from tests.user_models import ACME, write_package
+from tpserve.builders.build import build_model
+from tpserve.builders.request import BuildRequest
+from tpserve.builders.spec import spec_file
+from tpserve.common.errors import ToolError
 
 CASES = sorted(p for p in (Path(__file__).parents[1] / "fixtures" / "invalid_specs").iterdir() if p.is_dir())
 
@@ -144,8 +144,8 @@ def test_a_serving_switch_must_be_true_or_false(package):
 def test_serving_options_typed_on_the_command_line_override_a_specs_serving_table():
     from click.core import ParameterSource
 
-    from builders.__main__ import _given_serving
-    from builders.repository.writer import ServingOptions
+    from tpserve.builders.__main__ import _given_serving
+    from tpserve.builders.repository.writer import ServingOptions
 
     class Typed:
         def __init__(self, names):
@@ -164,7 +164,7 @@ def test_serving_options_typed_on_the_command_line_override_a_specs_serving_tabl
 
 
 def test_max_batch_on_the_command_line_overrides_a_spec_files_model(package):
-    from builders.__main__ import _with_max_batch
+    from tpserve.builders.__main__ import _with_max_batch
 
     (package / "max_batch.toml").write_text(ACME)
     (user,) = spec_file.load(package / "max_batch.toml")

@@ -3,9 +3,9 @@ marks: its models were loaded by the server itself, so nothing retries (unloads)
 
 import subprocess
 
-from common import endpoints
-from server import launcher, supervisor
-from server.supervisor import Supervisor
+from tpserve.common import endpoints
+from tpserve.server import launcher, supervisor
+from tpserve.server.supervisor import Supervisor
 
 
 def _supervisor(tmp_path) -> Supervisor:

@@ -6,9 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from common.errors import MeasurementError
-from loadtest.workloads import ragged_load
-from loadtest.workloads import text as tw
+from tpserve.common.errors import MeasurementError
+from tpserve.loadtest.workloads import ragged_load
+from tpserve.loadtest.workloads import text as tw
 
 
 def test_lognormal_lengths_are_seeded_and_shaped_like_sentences():
@@ -55,7 +55,7 @@ def test_perf_data_groups_share_one_shape(tmp_path):
 
 def test_texts_tokenize_to_about_their_lengths():
     tokenizers = pytest.importorskip("tokenizers")
-    from builders.spec.zoo.text import model_dir
+    from tpserve.builders.spec.zoo.text import model_dir
 
     tokenizer = tokenizers.Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
     tokenizer.no_padding()
@@ -122,7 +122,7 @@ def test_the_http_client_reads_an_answer_by_its_content_length_and_refuses_what_
 
 
 def test_text_bench_fills_its_sizes_for_the_host_and_keeps_what_was_given():
-    from loadtest.benches.text_bench import TextBenchSettings, for_device
+    from tpserve.loadtest.benches.text_bench import TextBenchSettings, for_device
 
     gpu, cpu = for_device(TextBenchSettings(), True), for_device(TextBenchSettings(concurrency=(2,)), False)
     assert (gpu.sentences, gpu.concurrency, gpu.single_concurrency, gpu.max_batch, gpu.instances) == (
@@ -142,7 +142,7 @@ def test_text_bench_fills_its_sizes_for_the_host_and_keeps_what_was_given():
 
 
 def test_locust_requests_follow_the_distribution_for_token_and_text_models_only():
-    from clients.model_plan import ModelPlan, TensorPlan
+    from tpserve.clients.model_plan import ModelPlan, TensorPlan
 
     tokens = ModelPlan(
         name="enc",
@@ -165,7 +165,7 @@ def test_text_bench_rows_round_trip_through_csv_and_plot(tmp_path):
     import csv
     import dataclasses
 
-    from loadtest.benches.text_bench import TextRow, markdown, plot, rows_from_csv
+    from tpserve.loadtest.benches.text_bench import TextRow, markdown, plot, rows_from_csv
 
     rows = [
         TextRow(
@@ -215,7 +215,7 @@ def test_text_bench_rows_round_trip_through_csv_and_plot(tmp_path):
 
 
 def test_the_tokenize_steps_note_is_its_batches_between_two_readings():
-    from loadtest.benches.text_bench import _tokenize_step
+    from tpserve.loadtest.benches.text_bench import _tokenize_step
 
     def row(requests, executions, texts, us):
         phases = {f"{p}_us": us for p in ("queue", "compute_input", "compute_infer", "compute_output")}
@@ -229,7 +229,7 @@ def test_the_tokenize_steps_note_is_its_batches_between_two_readings():
 
 
 def test_where_a_batch_went_names_the_native_steps_per_request():
-    from loadtest.benches.text_bench import _time_per_batch
+    from tpserve.loadtest.benches.text_bench import _time_per_batch
 
     delta = {
         "batches": 10,
@@ -248,7 +248,7 @@ def test_where_a_batch_went_names_the_native_steps_per_request():
 
 
 def test_the_native_paths_unload_line_gives_each_step_per_request():
-    from triton_models.native_path import RAGGED_COUNTS, RAGGED_TIMERS, per_request_us
+    from tpserve.triton_models.native_path import RAGGED_COUNTS, RAGGED_TIMERS, per_request_us
 
     counted = dict.fromkeys(RAGGED_COUNTS, 0) | {name: 0 for name in RAGGED_TIMERS}
     assert per_request_us(counted) == ""
@@ -259,7 +259,7 @@ def test_the_native_paths_unload_line_gives_each_step_per_request():
 
 
 def test_the_http_client_says_why_no_request_succeeded_where_nothing_listens():
-    from common.endpoints import free_ports
+    from tpserve.common.endpoints import free_ports
 
     url = f"127.0.0.1:{free_ports(1)[0]}"
     payloads = ragged_load.serialize_http("m", [{"x": np.zeros((1, 2), np.float32)}], ["y"], url)
@@ -271,7 +271,7 @@ def test_the_http_client_says_why_no_request_succeeded_where_nothing_listens():
 
 @pytest.mark.parametrize("busy, bound", [(0.5, False), (0.89, False), (0.9, True), (1.7, True)])
 def test_a_client_process_busy_nearly_all_along_marks_the_figure_as_possibly_the_clients(busy, bound):
-    from loadtest.benches.text_bench import client_load
+    from tpserve.loadtest.benches.text_bench import client_load
 
     result = ragged_load.LoadResult(
         requests=10, rows=10, seconds=1.0, p50_ms=1.0, p99_ms=2.0, errors=0, processes=2, client_busy=busy

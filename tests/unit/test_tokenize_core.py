@@ -1,4 +1,4 @@
-"""The tokenize step's work (triton_models/tokenize_core.py): one encode_batch per batch, each request padded to
+"""The tokenize step's work (tpserve/triton_models/tokenize_core.py): one encode_batch per batch, each request padded to
 its own longest text exactly as the tokenizer pads, bad requests refused alone, Triton's BYTES layout parsed."""
 
 import struct
@@ -6,20 +6,20 @@ import struct
 import numpy as np
 import pytest
 
-from triton_models import tokenize_core as core
+from tpserve.triton_models import tokenize_core as core
 
 tokenizers = pytest.importorskip("tokenizers")
 
 
 @pytest.fixture(scope="module")
 def tokenizer_path():
-    from builders.spec.zoo.text import model_dir
+    from tpserve.builders.spec.zoo.text import model_dir
 
     return str(model_dir() / "tokenizer.json")
 
 
 def test_requests_match_the_tokenizers_own_padding(tokenizer_path):
-    from builders.spec.zoo.text import SENTENCES
+    from tpserve.builders.spec.zoo.text import SENTENCES
 
     reference = tokenizers.Tokenizer.from_file(tokenizer_path)
     reference.enable_truncation(256)

@@ -1,7 +1,7 @@
 """benchmarks/tokenize_step.py's repository: the zoo MiniLM's tokenize step twice, one copy on Python's path."""
 
 from benchmarks.tokenize_step import write_repo
-from builders.repository.model_config import parse_pbtxt
+from tpserve.builders.repository.model_config import parse_pbtxt
 
 
 def test_two_copies_of_the_tokenize_step_one_of_them_on_pythons_path(tmp_path):

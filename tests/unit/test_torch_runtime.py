@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from clients.inputs import preprocess_image
-from triton_models import torch_runtime as rt
+from tpserve.clients.inputs import preprocess_image
+from tpserve.triton_models import torch_runtime as rt
 
 
 def test_buckets_are_powers_of_two_and_the_max():
@@ -39,7 +39,7 @@ def test_runner_pads_into_static_buffers_and_returns_only_the_real_rows():
 def test_uint8_normalization_matches_the_client_preprocessing():
     from PIL import Image
 
-    from builders.spec import zoo
+    from tpserve.builders.spec import zoo
 
     spec = zoo.get_spec("resnet18", image_size=32)
     pixels = np.random.default_rng(0).integers(0, 256, (2, 32, 32, 3), dtype=np.uint8)
@@ -62,7 +62,7 @@ def test_dlpack_exchange_is_zero_copy():
 def test_the_staged_runner_batches_requests_without_cat_and_answers_on_the_host():
     import torch
 
-    from triton_models.torch_runtime import StagedRunner
+    from tpserve.triton_models.torch_runtime import StagedRunner
 
     def whole(batch):  # the wire tensor (uint8) to the outputs, as the served graph does
         x = batch.float() / 255
@@ -78,7 +78,7 @@ def test_the_staged_runner_batches_requests_without_cat_and_answers_on_the_host(
 
 
 def test_the_unstaged_variant_has_a_name_of_its_own():
-    from builders.repository.writer import TorchRuntime
+    from tpserve.builders.repository.writer import TorchRuntime
 
     staged = TorchRuntime(precision="fp16", uint8_input=True, cuda_graphs=True, compiler="inductor")
     earlier = TorchRuntime(precision="fp16", uint8_input=True, cuda_graphs=True, compiler="inductor", staged=False)
@@ -91,7 +91,7 @@ def test_staged_slots_hold_two_batches_at_once_and_rows_written_by_the_caller():
     staging, where the caller (the in-process backend) wrote them."""
     import ctypes
 
-    from triton_models.torch_runtime import Staged, StagedRunner
+    from tpserve.triton_models.torch_runtime import Staged, StagedRunner
 
     runner = StagedRunner(lambda b: [b.float().sum(dim=(1, 2))], (3, 4), torch.uint8, "cpu", (1, 2, 4), slots=2)
     address, row_bytes = runner.staging(1)
@@ -105,8 +105,8 @@ def test_staged_slots_hold_two_batches_at_once_and_rows_written_by_the_caller():
 
 
 def test_the_in_process_variant_names_its_backend():
-    from builders.repository.writer import INPROCESS_BACKEND, ServingOptions, TorchRuntime, torch_config
-    from builders.spec import zoo
+    from tpserve.builders.repository.writer import INPROCESS_BACKEND, ServingOptions, TorchRuntime, torch_config
+    from tpserve.builders.spec import zoo
 
     spec = zoo.get_spec("resnet18", image_size=64, max_batch_size=4)
     runtime = TorchRuntime(precision="fp16", uint8_input=True, cuda_graphs=True, compiler="inductor", inprocess=True)
@@ -120,7 +120,7 @@ def test_the_in_process_variant_names_its_backend():
 
 
 def test_a_server_builds_the_in_process_backend_only_for_a_repository_that_names_it(tmp_path):
-    from server.inprocess_build import uses_inprocess
+    from tpserve.server.inprocess_build import uses_inprocess
 
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "config.pbtxt").write_text('name: "a"\nbackend: "python"\n')

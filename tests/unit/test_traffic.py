@@ -1,4 +1,4 @@
-"""The traffic recording's format (common/traffic.py): lines that read back as written, rotation under a size
+"""The traffic recording's format (tpserve/common/traffic.py): lines that read back as written, rotation under a size
 cap, private files, and a bad line named by file and number."""
 
 import json
@@ -6,8 +6,8 @@ import stat
 
 import pytest
 
-from common.errors import RecordingError
-from common.traffic import (
+from tpserve.common.errors import RecordingError
+from tpserve.common.traffic import (
     RecordedInput,
     RecordedRequest,
     RecordingWriter,

@@ -7,9 +7,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from builders.repository.tuning import choose_length_buckets, padding_efficiency, tune
-from builders.spec import zoo
-from common.traffic import RecordedInput, RecordedRequest, RecordingWriter, traffic_shapes
+from tpserve.builders.repository.tuning import choose_length_buckets, padding_efficiency, tune
+from tpserve.builders.spec import zoo
+from tpserve.common.traffic import RecordedInput, RecordedRequest, RecordingWriter, traffic_shapes
 
 
 def _lognormal_lengths(n=4000, seed=0) -> Counter:

@@ -1,4 +1,4 @@
-"""The tokenize step's word cache (triton_models/word_cache.py) gives exactly the tokenizer's own ids: on plain
+"""The tokenize step's word cache (tpserve/triton_models/word_cache.py) gives exactly the tokenizer's own ids: on plain
 text, punctuation, long words, truncation, odd whitespace and control characters, and non-ASCII text (which it
 hands to the tokenizer whole), with its cache full or not."""
 
@@ -6,14 +6,14 @@ import random
 
 import pytest
 
-from triton_models.word_cache import WordCache, bert_style
+from tpserve.triton_models.word_cache import WordCache, bert_style
 
 tokenizers = pytest.importorskip("tokenizers")
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from builders.spec.zoo.text import model_dir
+    from tpserve.builders.spec.zoo.text import model_dir
 
     found = tokenizers.Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
     found.enable_truncation(32)

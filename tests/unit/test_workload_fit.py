@@ -6,9 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from common.errors import RecordingError
-from common.traffic import RecordedInput, RecordedRequest
-from loadtest.workloads.fitted import fit, generate, read_workload, write_workload
+from tpserve.common.errors import RecordingError
+from tpserve.common.traffic import RecordedInput, RecordedRequest
+from tpserve.loadtest.workloads.fitted import fit, generate, read_workload, write_workload
 
 SMALL = (RecordedInput("ids", "INT64", (1, 16)),)
 LARGE = (RecordedInput("ids", "INT64", (1, 64)),)

@@ -1,0 +1,45 @@
+"""Helpers shared by the project's click CLIs."""
+
+import functools
+import sys
+
+import click
+
+from tpserve.common.errors import ToolError
+
+
+def user_errors(func):
+    """Turn a ToolError into a one-line message and a non-zero exit, without a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except ToolError as err:
+            click.secho(f"error: {err}", fg="red", err=True)
+            sys.exit(err.exit_code)
+
+    return wrapper
+
+
+def private_files() -> None:
+    """umask 077 for this process and what it starts: state, logs, sockets and reports readable by the owner
+    only (the server's, the measuring tools'; a built repository keeps the default so a server can read it)."""
+    import os
+
+    os.umask(0o077)
+
+
+def words(text: str) -> tuple[str, ...]:
+    """A list option's words: 'a b,c' -> ('a', 'b', 'c')."""
+    return tuple(text.replace(",", " ").split())
+
+
+def numbers(text: str, kind=int) -> tuple:
+    """A list option's numbers: '1 4,16' -> (1, 4, 16)."""
+    return tuple(kind(v) for v in words(text))
+
+
+def step(message: str) -> None:
+    """Print one progress line for a build or run step."""
+    click.secho(f"==> {message}", fg="cyan", err=True)

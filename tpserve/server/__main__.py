@@ -1,0 +1,458 @@
+"""Command line of the launcher: `python -m tpserve.server start|stop|status`."""
+
+import dataclasses
+from pathlib import Path
+
+import click
+
+from tpserve.common.cli import private_files, step, user_errors
+from tpserve.common.endpoints import HEALTH_PORT
+from tpserve.common.options import REPO, STATE_DIR, ports
+
+TLS_CERT = click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="PEM certificate chain: Envoy's listeners speak TLS (with --tls-key).",
+)
+RECORD = click.option(
+    "--record",
+    default="0",
+    show_default=True,
+    help="Record the traffic at the edge in STATE_DIR/traffic: 1 (model, version, protocol, each input's name, "
+    "datatype and shape, batch, bytes, status, duration; no values), values (each body too, up to 1 MiB), 0 (off).",
+)
+RECORD_FILE_MB = click.option(
+    "--record-file-mb", type=float, default=64.0, show_default=True, help="A recording file is rotated past this."
+)
+RECORD_FILES = click.option(
+    "--record-files", type=int, default=8, show_default=True, help="Rotated recording files kept (oldest go first)."
+)
+TLS_KEY = click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM private key.")
+
+
+def tuning_options(command):
+    """tritonserver's own knobs (server.launcher.TritonTuning): SERVER_ARGS, LATENCY_SUMMARIES, LATENCY_QUANTILES."""
+    command = click.option(
+        "--latency-quantiles",
+        default="",
+        help="Quantiles the summaries keep, 'q:error,...' (default 0.5:0.05,0.9:0.01,0.99:0.001); each costs "
+        "every request.",
+    )(command)
+    command = click.option(
+        "--latency-summaries/--no-latency-summaries",
+        default=True,
+        show_default=True,
+        help="Triton's per-model p50/p90/p99 in /metrics (off saves a server thread ~10-30 us a request).",
+    )(command)
+    return click.option(
+        "--server-args",
+        default="",
+        help="tritonserver tuning flags, '--flag=value ...': pools and thread counts only (launcher.TUNING_FLAGS).",
+    )(command)
+
+
+def _tuning(server_args: str, latency_summaries: bool, latency_quantiles: str):
+    from tpserve.server.launcher import TritonTuning
+
+    return TritonTuning.parse(server_args, latency_summaries, latency_quantiles)
+
+
+MAX_WAITING = click.option(
+    "--max-waiting",
+    type=click.IntRange(0),
+    default=0,
+    help="Requests that may wait per replica behind the edge; past it refused at once with a retry hint "
+    "(0: two full batches per instance of the repository's largest model, 64 at least).",
+)
+
+
+@click.group()
+def cli():
+    """Run the embedded tritonserver on a model repository."""
+    private_files()
+
+
+@cli.command()
+@REPO
+@ports()
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="Address to bind (keep loopback: see docs/serving.md)."
+)
+@click.option("--model-control", type=click.Choice(["none", "explicit", "poll"]), default="none", show_default=True)
+@click.option("--timeout", type=float, default=180.0, show_default=True, help="Seconds to wait for readiness.")
+@click.option(
+    "--supervise/--no-supervise",
+    default=True,
+    show_default=True,
+    help="Run under a supervisor that reloads models whose stub died and restarts a crashed server "
+    "(model control becomes explicit, every model loaded at start).",
+)
+@click.option(
+    "--health-port", type=int, default=HEALTH_PORT, show_default=True, help="The supervisor's readiness port."
+)
+@click.option(
+    "--edge/--no-edge",
+    default=True,
+    show_default=True,
+    help="HTTP through Envoy, which refuses requests that cannot be valid before tritonserver sees them "
+    "(gRPC, metrics and readiness stay the server's own ports). Needs --supervise.",
+)
+@click.option("--max-request-mb", type=float, default=64.0, show_default=True, help="The edge's cap on a body.")
+@MAX_WAITING
+@RECORD
+@RECORD_FILE_MB
+@RECORD_FILES
+@click.option(
+    "--internal-http-port",
+    type=int,
+    default=0,
+    help="tritonserver's own HTTP port behind the edge (default: a free one; listed in STATE_DIR/replica-0).",
+)
+@TLS_CERT
+@TLS_KEY
+@STATE_DIR
+@tuning_options
+@user_errors
+def start(
+    repo,
+    http_port,
+    grpc_port,
+    metrics_port,
+    host,
+    model_control,
+    timeout,
+    supervise,
+    health_port,
+    edge,
+    max_request_mb,
+    max_waiting,
+    internal_http_port,
+    tls_cert,
+    tls_key,
+    state_dir,
+    record,
+    record_file_mb,
+    record_files,
+    server_args,
+    latency_summaries,
+    latency_quantiles,
+):
+    """Start the server and return once every model is ready."""
+    from tpserve.common.endpoints import read_state
+    from tpserve.server.launcher import ServerSettings, start
+    from tpserve.server.recording import record_settings
+
+    tuning = _tuning(server_args, latency_summaries, latency_quantiles)  # checked before anything starts
+    step(f"starting tritonserver on {repo} (http {http_port}, grpc {grpc_port}, metrics {metrics_port})")
+    ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
+    settings = ServerSettings(
+        repo,
+        **ports,
+        host=host,
+        state_dir=state_dir,
+        startup_timeout=timeout,
+        model_control=model_control,
+        tuning=tuning,
+    )
+    recording = record_settings(record, state_dir, record_file_mb, record_files)
+    if recording is not None and not (supervise and edge):
+        raise click.UsageError("--record needs the edge and the supervisor (drop --no-edge / --no-supervise)")
+    if supervise and edge:
+        tls = _tls(tls_cert, tls_key)
+        state = _start_behind_edge(
+            settings, health_port, max_request_mb, tls, internal_http_port, recording, max_waiting
+        )
+    elif supervise:
+        from tpserve.server.supervisor_process import start_supervised
+
+        start_supervised(settings, health_port)
+        state = read_state(state_dir)
+    else:
+        state = start(settings)
+    if supervise:
+        click.echo(f"supervisor: readiness for load balancers at http://{host}:{health_port}/v2/health/ready")
+    click.echo(f"tritonserver ready: pid {state.pid}, http {state.http_url}, grpc {state.grpc_url}, log {state.log}")
+    for model, why in state.left_out.items():  # the rest serves; these could not here
+        click.echo(f"not served: {model}: {why}")
+    click.echo(f"admin key (header '{'admin-key'}') in {state.admin_key_file}")
+
+
+def _start_behind_edge(
+    settings,
+    health_port: int,
+    max_request_mb: float,
+    tls=None,
+    internal_http_port: int = 0,
+    record=None,
+    max_waiting: int = 0,
+):
+    """One supervised server whose HTTP port is Envoy's edge (tpserve/server/edge.py); its state as clients see it."""
+    from tpserve.common.endpoints import read_state
+    from tpserve.server.cluster import ClusterSettings, start_cluster
+    from tpserve.server.edge import MIB, EdgeLimits
+    from tpserve.server.envoy_config import Balancing
+
+    limits = EdgeLimits(max_request_bytes=int(max_request_mb * MIB))
+    cluster = ClusterSettings(
+        settings.repo,
+        replicas=1,
+        http_port=settings.http_port,
+        grpc_port=settings.grpc_port,
+        admin_port=settings.metrics_port,
+        host=settings.host,
+        state_dir=settings.state_dir,
+        startup_timeout=settings.startup_timeout,
+        tuning=settings.tuning,
+        edge=limits,
+        single=True,
+        health_port=health_port,
+        tls=tls,
+        internal_http_port=internal_http_port,
+        record=record,
+        balancing=Balancing(max_requests=max_waiting),
+    )
+    start_cluster(cluster)
+    state = read_state(settings.state_dir / "replica-0")
+    click.echo(
+        f"edge: http {settings.host}:{settings.http_port} and grpc {settings.host}:{settings.grpc_port} through Envoy "
+        f"(body cap {max_request_mb:g} MB; tritonserver's own http {state.http_url} and grpc {state.grpc_url} are "
+        "internal: only this user's processes connect)"
+    )
+    if record is not None:
+        kept = "shapes and bodies" if record.values else "shapes, no values"
+        click.echo(f"recording: http and grpc through the edge ({kept}) in {record.folder}")
+    front = read_state(settings.state_dir)  # the ports clients use; pid and log of the server itself
+    return dataclasses.replace(front, pid=state.pid, log=state.log, left_out=state.left_out)
+
+
+@cli.command(hidden=True)
+@click.option("--repo", type=click.Path(path_type=Path), required=True)
+@click.option("--ports", nargs=4, type=int, required=True, help="http grpc metrics health")
+@click.option("--host", default="127.0.0.1")
+@click.option("--timeout", type=float, default=180.0)
+@click.option("--drain", type=float, default=0.0, help="Seconds of 'not ready' before stopping the server.")
+@click.option("--probes", nargs=3, type=float, default=(10.0, 5.0, 3), help="interval timeout threshold")
+@click.option("--internal", default="", help="Comma-separated ports behind the edge: http, grpc, metrics.")
+@click.option("--cancelled-calls", default="", help="The edge's cancelled-calls table (empty: none).")
+@click.option("--backlog-slot", default=0, type=int, help="This server's slot of the edge's backlog file.")
+@click.option("--retry", nargs=2, type=float, default=(1.0, 30.0), help="A failed reload's first and longest wait.")
+@STATE_DIR
+@tuning_options
+def supervise(
+    repo,
+    ports,
+    host,
+    timeout,
+    drain,
+    probes,
+    internal,
+    cancelled_calls,
+    backlog_slot,
+    retry,
+    state_dir,
+    server_args,
+    latency_summaries,
+    latency_quantiles,
+):
+    """Run the supervisor in the foreground (what `start --supervise` spawns)."""
+    import logging
+
+    from tpserve.server.launcher import ServerSettings
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from tpserve.server.probes import ProbeSettings
+    from tpserve.server.supervisor import RetrySettings, serve
+
+    http_port, grpc_port, metrics_port, health_port = ports
+    ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
+    behind = tuple(name for name in internal.split(",") if name)
+    tuning = _tuning(server_args, latency_summaries, latency_quantiles)
+    table = Path(cancelled_calls) if cancelled_calls else None
+    settings = ServerSettings(
+        repo,
+        **ports,
+        host=host,
+        state_dir=state_dir,
+        startup_timeout=timeout,
+        internal=behind,
+        tuning=tuning,
+        cancelled_calls=table,
+        backlog_slot=backlog_slot,
+    )
+    probing = ProbeSettings(probes[0], probes[1], int(probes[2]))
+    serve(settings, health_port, drain, probing, RetrySettings(*retry))
+
+
+@cli.command()
+@click.option("--replicas", type=click.IntRange(1), default=2, show_default=True)
+@REPO
+@ports("Envoy's HTTP listener.", "Envoy's gRPC listener.", "Envoy's GET /stats/prometheus only.")
+@click.option("--replica-base-port", type=int, default=0, help="Replica i on ports base+4i..base+4i+3 (0: free ports).")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--timeout", type=float, default=180.0, show_default=True, help="Seconds per replica to get ready.")
+@click.option("--gpu-per-replica", is_flag=True, help="Replica i sees GPU i only (CUDA_VISIBLE_DEVICES=i).")
+@MAX_WAITING
+@TLS_CERT
+@TLS_KEY
+@STATE_DIR
+@RECORD
+@RECORD_FILE_MB
+@RECORD_FILES
+@tuning_options
+@user_errors
+def cluster(
+    replicas,
+    repo,
+    http_port,
+    grpc_port,
+    metrics_port,
+    replica_base_port,
+    host,
+    timeout,
+    gpu_per_replica,
+    max_waiting,
+    tls_cert,
+    tls_key,
+    state_dir,
+    record,
+    record_file_mb,
+    record_files,
+    server_args,
+    latency_summaries,
+    latency_quantiles,
+):
+    """Start REPLICAS supervised tritonservers behind Envoy; return once Envoy routes to every one."""
+    from tpserve.server.cluster import ClusterSettings, start_cluster
+    from tpserve.server.envoy_config import Balancing
+    from tpserve.server.recording import record_settings
+
+    settings = ClusterSettings(
+        repo,
+        replicas=replicas,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        admin_port=metrics_port,
+        host=host,
+        state_dir=state_dir,
+        startup_timeout=timeout,
+        tuning=_tuning(server_args, latency_summaries, latency_quantiles),
+        gpu_per_replica=gpu_per_replica,
+        replica_base_port=replica_base_port,
+        tls=_tls(tls_cert, tls_key),
+        record=record_settings(record, state_dir, record_file_mb, record_files),
+        balancing=Balancing(max_requests=max_waiting * replicas),
+    )
+    state = start_cluster(settings)
+    click.echo(
+        f"envoy: http {host}:{http_port}, grpc {host}:{grpc_port}, "
+        f"stats {host}:{metrics_port}/stats/prometheus, "
+        f"admin: unix socket {state_dir}/envoy-admin.sock (0600)"
+    )
+    if state.recording:
+        click.echo(f"recording: http and grpc in {state.recording}")
+    for replica in state.replicas:
+        ports = f"http {replica.http_port}, grpc {replica.grpc_port}, readiness {replica.health_port}"
+        click.echo(f"  {replica.name}: {ports} (log {state_dir}/{replica.name}/tritonserver.log)")
+
+
+def _tls(cert, key):
+    if bool(cert) != bool(key):
+        raise click.UsageError("TLS needs both --tls-cert and --tls-key (TLS_CERT= and TLS_KEY=)")
+    return (str(Path(cert).resolve()), str(Path(key).resolve())) if cert else None
+
+
+@cli.command("envoy-run", hidden=True)
+@click.option("--config", type=click.Path(path_type=Path), required=True)
+@click.option("--log", type=click.Path(path_type=Path), required=True)
+@click.option("--record-dir", type=click.Path(path_type=Path), default=None)
+@click.option("--record-file-mb", type=float, default=64.0)
+@click.option("--record-files", type=int, default=8)
+@click.option("--admin-socket", type=click.Path(path_type=Path), default=None)
+def envoy_run(config, log, record_dir, record_file_mb, record_files, admin_socket):
+    """Run Envoy in the foreground, restarting it if it dies, rotating a recording (what `cluster` starts)."""
+    from tpserve.server.cluster import envoy_binary
+    from tpserve.server.envoy_process import run
+
+    keep = None
+    if record_dir is not None:
+        from tpserve.server.cluster import admin_get
+        from tpserve.server.recording import RecordSettings, rotate
+
+        record = RecordSettings(record_dir, max_file_mb=record_file_mb, max_files=record_files)
+        keep = lambda: rotate(record, lambda: admin_get(admin_socket, "/reopen_logs", "POST"))  # noqa: E731
+    raise SystemExit(run(envoy_binary(), config, log, keep))
+
+
+@cli.command("cluster-restart")
+@STATE_DIR
+@user_errors
+def cluster_restart(state_dir):
+    """Rolling restart of the cluster's replicas, one at a time, each back in Envoy before the next."""
+    from tpserve.server.cluster import restart_replicas
+
+    for done in restart_replicas(state_dir):
+        click.echo(f"{done['replica']}: restarted and routed again in {done['seconds']} s")
+
+
+@cli.command("build-shim")
+@user_errors
+def build_shim():
+    """Compile the server's native parts into .tools/: the shim (tpserve/server/triton_shim.c: admin key out of argv,
+    private shared memory) and the gRPC recorder (tpserve/server/record_grpc.c, an Envoy module for RECORD=1)."""
+    from tpserve.server.record_module import build_module
+    from tpserve.server.secret_args import build_library
+
+    click.echo(f"admin-key shim: {build_library()}")
+    click.echo(f"gRPC recorder: {build_module()}")
+    from tpserve.server import cancel_table
+
+    click.echo(f"cancelled-calls notice: {cancel_table.build_module()}")
+
+
+@cli.command()
+@STATE_DIR
+def stop(state_dir):
+    """Stop the server started from STATE_DIR (and its supervisor)."""
+    from tpserve.server.cluster import CLUSTER, read_cluster, stop_cluster
+    from tpserve.server.launcher import stop
+    from tpserve.server.supervisor_process import stop_supervisor
+
+    single = (state_dir / CLUSTER).exists() and read_cluster(state_dir).single
+    if stop_cluster(state_dir):
+        click.echo("tritonserver and its edge stopped" if single else "cluster stopped (envoy and every replica)")
+        return
+    supervised = stop_supervisor(state_dir)
+    stopped = stop(state_dir) or supervised
+    click.echo("tritonserver stopped" if stopped else "no tritonserver was running")
+
+
+@cli.command()
+@STATE_DIR
+@user_errors
+def status(state_dir):
+    """Show the running server's pid, ports and log."""
+    from tpserve.common.endpoints import read_state
+    from tpserve.server.cluster import CLUSTER, read_cluster
+
+    state = read_state(state_dir)
+    if not (state_dir / CLUSTER).exists():
+        click.echo(f"pid {state.pid}, http {state.http_url}, grpc {state.grpc_url}, repo {state.repo}, log {state.log}")
+        return
+    cluster = read_cluster(state_dir)
+    front = "edge (Envoy, HTTP and gRPC)" if cluster.single else "Envoy"
+    click.echo(
+        f"{front}: pid {state.pid}, http {state.http_url}, grpc {state.grpc_url}, repo {state.repo}, log {state.log}"
+    )
+    if cluster.recording:
+        click.echo(f"  recording the traffic in {cluster.recording}")
+    for replica in cluster.replicas:
+        inner = read_state(state_dir / replica.name)
+        click.echo(
+            f"  {replica.name}: tritonserver pid {inner.pid}, http {inner.http_url}, grpc {inner.grpc_url}, "
+            f"readiness {replica.health_port}, log {inner.log}"
+        )
+
+
+if __name__ == "__main__":
+    cli()
