@@ -64,7 +64,7 @@ class Replica:
     health_socket: str = ""  # the supervisor's readiness on a Unix socket (0600): Envoy checks it, not the port
 
 
-STREAMS_PER_CONNECTION = 128  # a client's calls in flight on one gRPC connection (its library queues the rest)
+STREAMS_PER_CONNECTION = 1024  # calls in flight on one gRPC connection (the client library queues the rest)
 UNDERIVED_MAX_REQUESTS = 4096  # a Balancing whose bound was not derived from a repository (tpserve/server/admission.py)
 
 

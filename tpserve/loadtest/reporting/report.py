@@ -188,6 +188,12 @@ def locust_table(rows: list[dict]) -> Table:
     ]
 
 
+def failures_table(rows: list[dict]) -> Table:
+    """Locust's failures grouped by their error (the status and the server's message), most frequent first."""
+    counted = sorted(rows, key=lambda r: -int(r.get("Occurrences", 0) or 0))
+    return ["request", "error", "occurrences"], [[r["Name"], r["Error"], r["Occurrences"]] for r in counted]
+
+
 def breakdown_plot(breakdown: dict, path: Path) -> Path | None:
     """Stacked bars: per ensemble step, µs in queue / input / infer / output."""
     if not breakdown:
@@ -283,6 +289,9 @@ def build_report(run: Path, repo: Path | None, earlier: Path | None = None, prom
     if locust:
         history_png = run / "locust_history.png"
         sections.append(("Locust", locust_table(locust), history_png if history_png.exists() else None))
+    failures = read_csv(run / "locust_failures.csv")
+    if failures:  # refusals say why: an overload's "reset reason: overflow", a model's full queue, ...
+        sections.append(("Failures, by what the server answered", failures_table(failures), None))
     if prometheus:
         from tpserve.loadtest.reporting.server_view import view
 

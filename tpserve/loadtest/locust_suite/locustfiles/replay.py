@@ -28,6 +28,7 @@ from tpserve.clients.served import served_spec  # noqa: E402
 from tpserve.common.endpoints import Endpoint  # noqa: E402
 from tpserve.common.errors import RecordingError  # noqa: E402
 from tpserve.loadtest.locust_suite import loop_time  # noqa: E402, F401  (the run's clock)
+from tpserve.loadtest.locust_suite.failures import RequestFailed  # noqa: E402
 from tpserve.loadtest.workloads.recorded import dispatch, read_schedule, synthetic_inputs  # noqa: E402
 
 SCHEDULE = os.environ.get("TRITON_REPLAY_SCHEDULE", "")
@@ -189,7 +190,7 @@ class ReplayUser(User):
             name=item.model,
             response_time=ms,
             response_length=0,
-            exception=error,
+            exception=None if error is None else RequestFailed.of(error),
             context={},
         )
 
