@@ -52,7 +52,7 @@ HEALTH_PORT ?= 8003
 LATENCY_SUMMARIES ?= 1
 # the quantiles they keep, "q:error,...": each one more costs every request (default 0.5:0.05,0.9:0.01,0.99:0.001)
 LATENCY_QUANTILES ?=
-# tritonserver tuning flags, "--flag=value ...": pools and thread counts only (tpserve/server/launcher.py: TUNING_FLAGS)
+# tritonserver tuning flags, "--flag=value ...": pools and thread counts only (tpserve/server/triton/launcher.py: TUNING_FLAGS)
 SERVER_ARGS ?=
 SERVER_TUNING = $(if $(SERVER_ARGS),--server-args "$(SERVER_ARGS)") \
 	$(if $(filter 0 false no off,$(LATENCY_SUMMARIES)),--no-latency-summaries) \

@@ -120,7 +120,7 @@ def run(models, out: Path, concurrency, interval_ms: int, delay_us: int, gpu: bo
     from tpserve.builders.spec import zoo
     from tpserve.loadtest.perf.tools import find_perf_analyzer
     from tpserve.loadtest.reporting.perf_rows import write_csv
-    from tpserve.server.launcher import running
+    from tpserve.server.triton.launcher import running
 
     repo, variants = out / "repo", {}
     for name in models:

@@ -1,4 +1,4 @@
-"""Does the guard (tpserve/server/triton_guard.c) hold on this host? An instrument for hosts without Envoy (the offline
+"""Does the guard (server/triton/triton_guard.c) hold on this host? An instrument for hosts without Envoy (the offline
 bundle carries none): it starts one tritonserver whose HTTP and gRPC ports are internal, as behind the edge, and
 attacks those ports straight: another user's chunk bomb (when run as root), a storm of cancelled gRPC calls from
 this user (what Envoy would pass on, and more: the client's own resets), and a registration of the Python
@@ -24,8 +24,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from grpc_cancel import storm  # beside this file: `python benchmarks/guard_check.py`
 
-from tpserve.server import launcher
-from tpserve.server.processes import regions_of
+from tpserve.server.triton import launcher
+from tpserve.server.triton.processes import regions_of
 
 ECHO = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "edge_echo"
 CHUNKS = """

@@ -99,7 +99,7 @@ def measure_layout(name: str, servers: list[tuple[Path, int]], model: str, s: Mu
     import contextlib
 
     from tpserve.loadtest.benches.gpu_bench import check_outputs
-    from tpserve.server.launcher import running
+    from tpserve.server.triton.launcher import running
 
     started_eps: list = []
     with contextlib.ExitStack() as started:

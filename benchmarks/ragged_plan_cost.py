@@ -47,7 +47,7 @@ def _runner(work: Path):
     from tpserve.builders.formats.torch_compiled import ragged_engine
     from tpserve.builders.repository.writer import TorchRuntime
     from tpserve.loadtest.benches import text_bench as tb
-    from tpserve.triton_models import torch_runtime as rt
+    from tpserve.triton_models.runtime import torch_runtime as rt
 
     settings = tb.for_device(tb.TextBenchSettings(lengths=("lognormal",)), True)
     spec, _ = tb.build(settings, work / "work", work / "repo", True)
@@ -59,7 +59,7 @@ def _runner(work: Path):
 
 def _batches(lengths: np.ndarray, rows: int):
     from tpserve.loadtest.workloads import text as tw
-    from tpserve.triton_models import ragged
+    from tpserve.triton_models.runtime import ragged
 
     ids, mask = tw.token_rows(lengths)
     picks = [np.arange(start, start + rows) % len(lengths) for start in range(0, BATCHES * rows, rows)]
@@ -78,7 +78,7 @@ def _batches(lengths: np.ndarray, rows: int):
 def measure(runner, lengths: np.ndarray, rows: int, model: str, floor: int) -> dict:
     import torch
 
-    from tpserve.triton_models import ragged
+    from tpserve.triton_models.runtime import ragged
 
     kept = ragged.run_cost
     ragged.run_cost, runner.min_run_tokens = (capped_cost if model == "max" else kept), floor

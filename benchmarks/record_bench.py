@@ -67,7 +67,7 @@ def chosen_setups(numbers: str | None) -> tuple[str, ...]:
 def settings_for(setup: str, repo: Path, state_dir: Path):
     """ClusterSettings of one setup, on free ports."""
     from tpserve.server.cluster import ClusterSettings
-    from tpserve.server.recording import record_settings
+    from tpserve.server.edge.recording import record_settings
 
     http, grpc, metrics, health = endpoints.free_ports(4)
     mode = {"edge, recording": "1", "edge, recording values": "values"}

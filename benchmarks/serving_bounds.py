@@ -60,7 +60,7 @@ def add_layouts(repo: Path, engine: str, pipeline: str) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     from tpserve.loadtest.benches import text_bench as tb
     from tpserve.loadtest.workloads import text as tw
-    from tpserve.server.launcher import TritonTuning, running
+    from tpserve.server.triton.launcher import TritonTuning, running
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokenizer", type=Path, required=True)

@@ -75,7 +75,7 @@ def measure(args, out: Path) -> dict[str, list[float]]:
     """Sentences/s per model, one figure a round, the models taking turns."""
     from tpserve.common.endpoints import PROTOCOLS
     from tpserve.loadtest.benches import text_bench as tb
-    from tpserve.server.launcher import TritonTuning, running
+    from tpserve.server.triton.launcher import TritonTuning, running
 
     spec, names, heavy = build(args, out)
     lengths = tb.tw.Lengths.parse("lognormal", longest=spec.longest_sequence()).sample(8192)

@@ -88,7 +88,7 @@ def main() -> None:
     import tritonclient.grpc as grpcclient
 
     from tpserve.builders.spec.zoo.text import SENTENCES
-    from tpserve.server import launcher
+    from tpserve.server.triton import launcher
 
     args.out.mkdir(parents=True, exist_ok=True)
     repo = args.out / "repo"

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Start tritonserver with its restricted APIs locked by the admin key, the key never on a command line or in
 # an environment: it is read from a file (a Docker or Kubernetes secret) through file descriptor 3, and
-# the shim (tpserve/server/triton_shim.c, LD_PRELOAD) fills the placeholder in before tritonserver's main() runs.
+# the shim (tpserve/server/triton/triton_shim.c, LD_PRELOAD) fills the placeholder in before tritonserver's main() runs.
 # The same shim keeps the Python backend's shared memory private and refuses loads that carry files.
 # Arguments are tritonserver's own (--model-repository=... and so on).
 set -eu

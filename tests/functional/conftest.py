@@ -13,7 +13,7 @@ from tpserve.builders.spec import zoo
 from tpserve.builders.spec.zoo import text
 from tpserve.common import endpoints
 from tpserve.common.endpoints import Endpoint
-from tpserve.server import launcher
+from tpserve.server.triton import launcher
 
 RESNET = dict(image_size=64, max_batch_size=4)
 
@@ -78,7 +78,7 @@ def behind_edge(repo: Path, state_dir: Path, record=None, **edge):
     """ClusterSettings of one supervised server behind the edge (what `make serve` starts), on free ports;
     edge: EdgeLimits fields (echo_reading=True for the differential test); record: a RecordSettings."""
     from tpserve.server.cluster import ClusterSettings
-    from tpserve.server.edge import EdgeLimits
+    from tpserve.server.edge.request_checks import EdgeLimits
 
     http_port, grpc_port, metrics_port, health_port = endpoints.free_ports(4)
     return ClusterSettings(

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tpserve.common import endpoints
-from tpserve.server import launcher
+from tpserve.server.triton import launcher
 
 pytestmark = pytest.mark.functional
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "foreign_repo"

@@ -1,5 +1,6 @@
 """Nothing computed for nobody: a call its client cancels is answered unrun by the model, through the edge
-(tpserve/server/cancel_notice.c notes it, tpserve/triton_models/cancelled_calls.py skips it), so a storm of cancelled
+(server/edge/cancel_notice.c notes it, triton_models/python_backend/cancelled_calls.py skips it), so a storm of
+cancelled
 calls does
 not hold a slow model's queue against the other clients."""
 
@@ -138,8 +139,8 @@ def test_what_cancelling_clients_leave_behind_stays_bounded_and_is_counted(slow_
     cancelled in the last second) stays near its bound during a storm: past it the cancelling connections' new
     calls are refused at once, UNAVAILABLE with a retry hint, and Envoy's stats count both what was cancelled and
     what was refused. Once the storm ends the backlog drains to 0. (Before: thousands of calls ran for nobody.)"""
-    from tpserve.server import cancel_table
     from tpserve.server.cluster import cancelled_calls
+    from tpserve.server.edge import cancel_table
 
     settings = slow_behind_edge
     table = cancelled_calls(settings.state_dir)

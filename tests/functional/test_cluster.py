@@ -19,7 +19,6 @@ from tpserve.builders.repository.writer import ServingOptions
 from tpserve.builders.request import BuildRequest
 from tpserve.clients.infer import infer
 from tpserve.common import endpoints
-from tpserve.server import launcher
 from tpserve.server.cluster import (
     ClusterSettings,
     admin_socket,
@@ -30,7 +29,8 @@ from tpserve.server.cluster import (
     start_cluster,
     stop_cluster,
 )
-from tpserve.server.envoy_config import Balancing
+from tpserve.server.edge.envoy_config import Balancing
+from tpserve.server.triton import launcher
 
 pytestmark = pytest.mark.functional
 X = np.zeros((1, 1, 8, 8), np.float32)
@@ -65,7 +65,7 @@ def cluster(digits_build, tmp_path_factory):
 
 def _our_pids(settings) -> list[int]:
     """Every process of the cluster: Envoy's keeper and Envoy, each supervisor, server and stub."""
-    from tpserve.server.processes import stubs
+    from tpserve.server.triton.processes import stubs
 
     state, pids = read_cluster(settings.state_dir), []
     pids.append(state.envoy_pid)

@@ -20,7 +20,7 @@ from tpserve.builders.repository.writer import TorchRuntime
 from tpserve.builders.request import BuildRequest
 from tpserve.clients.infer import infer
 from tpserve.common.errors import ValidationError
-from tpserve.server import launcher
+from tpserve.server.triton import launcher
 
 ENGINE = "digits_cnn_inductor_fp32_nographs"
 

@@ -18,7 +18,7 @@ from tpserve.builders.request import BuildRequest
 from tpserve.builders.spec import zoo
 from tpserve.clients.infer import infer
 from tpserve.common.errors import ClientError, ServerError
-from tpserve.server import launcher
+from tpserve.server.triton import launcher
 
 SPEC = dict(image_size=64, max_batch_size=4)
 REFERENCE = "resnet18_64_torch_fp32_u8"
@@ -31,7 +31,7 @@ def _toolchain_missing() -> str:
     import sysconfig
     from pathlib import Path
 
-    from tpserve.server.secret_args import c_compiler
+    from tpserve.server.triton.preloads import c_compiler
 
     if c_compiler() is None:
         return "no C compiler ($CC, cc or gcc): the in-process backend is built on the serving host"
@@ -133,7 +133,7 @@ def test_a_request_that_cannot_be_valid_is_refused_and_the_server_stays_up(serve
 
 
 def test_no_c_compiler_is_a_clear_error_before_the_server_starts(tmp_path, monkeypatch):
-    from tpserve.server.inprocess_build import build_inprocess
+    from tpserve.server.triton.inprocess_build import build_inprocess
 
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     with pytest.raises(ServerError, match="C compiler"):

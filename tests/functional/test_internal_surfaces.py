@@ -24,7 +24,7 @@ from benchmarks.grpc_cancel import storm as cancel_storm
 from tests.functional.conftest import behind_edge
 from tpserve.common import endpoints
 from tpserve.server.cluster import start_cluster, stop_cluster
-from tpserve.server.processes import regions_of
+from tpserve.server.triton.processes import regions_of
 
 pytestmark = pytest.mark.functional
 ECHO = Path(__file__).parents[1] / "fixtures" / "edge_echo"

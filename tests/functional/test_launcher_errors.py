@@ -6,7 +6,7 @@ import pytest
 
 from tests.conftest import free_port
 from tpserve.common.errors import ServerError
-from tpserve.server import launcher
+from tpserve.server.triton import launcher
 
 pytestmark = pytest.mark.functional
 

@@ -1,6 +1,6 @@
 """The alert rules with Triton's latency summaries off: a real Prometheus scrapes a real tritonserver serving an
 in-process model (`LATENCY_SUMMARIES=0`). The p99 the rules record then comes from the in-process backend's own
-histogram (tpserve/triton_models/inprocess_metrics.c), and both alerts, queue time and p99, fire on it."""
+histogram (triton_models/inprocess/native/metrics.c), and both alerts, queue time and p99, fire on it."""
 
 import threading
 import time
@@ -17,7 +17,7 @@ from tpserve.common import endpoints
 from tpserve.loadtest.monitoring import prometheus_server as prom
 from tpserve.loadtest.monitoring.prometheus_rules import P99, RuleSettings
 from tpserve.loadtest.monitoring.prometheus_tools import find_tool
-from tpserve.server import launcher
+from tpserve.server.triton import launcher
 
 pytestmark = [
     pytest.mark.functional,

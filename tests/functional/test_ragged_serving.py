@@ -26,7 +26,7 @@ from tpserve.clients.admin import inference_statistics
 from tpserve.clients.infer import infer
 from tpserve.common.errors import ClientError
 from tpserve.loadtest.workloads import text as tw
-from tpserve.server import launcher
+from tpserve.server.triton import launcher
 
 pytestmark = pytest.mark.functional
 ENCODERS = Path(__file__).parents[2] / "examples" / "text"
@@ -74,7 +74,7 @@ def ragged_served(tmp_path_factory):
     )
     engine_spec = dataclasses.replace(model.spec, name=ENGINE)
     pipelines.write_text_pipeline(repo, engine_spec, model_dir() / "tokenizer.json", WAIT, inprocess=True)
-    from tpserve.triton_models.torch_runtime import load_program
+    from tpserve.triton_models.runtime.torch_runtime import load_program
 
     reference = load_program(work / ONNX / "model.pt2").float()
     with launcher.running(repo, root / "state") as state:
@@ -232,7 +232,7 @@ def test_the_in_process_tokenize_step_batches_texts_and_refuses_bad_ones_alone(r
     import torch
 
     from tpserve.builders.spec.zoo.text import SENTENCES, model_dir
-    from tpserve.triton_models.tokenize_core import load_tokenizer, tokenize
+    from tpserve.triton_models.runtime.tokenize_core import load_tokenizer, tokenize
 
     ep, reference = ragged_served
     texts = [list(SENTENCES[i : i + 3]) for i in range(0, 12, 3)] + [["fine", "   "], ["\udcff"]]
@@ -266,7 +266,7 @@ def test_the_tokenize_step_reads_ascii_texts_natively_as_python_does(ragged_serv
     """Each request alone, so each batch is one request: printable ASCII takes the native path, a text with any
     other character goes to Python whole; both answer exactly what the Python tokenize step gives."""
     from tpserve.builders.spec.zoo.text import SENTENCES, model_dir
-    from tpserve.triton_models.tokenize_core import load_tokenizer, tokenize
+    from tpserve.triton_models.runtime.tokenize_core import load_tokenizer, tokenize
 
     ep, _ = ragged_served
     tokenizer = load_tokenizer(str(model_dir() / "tokenizer.json"), 64)

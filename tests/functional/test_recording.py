@@ -17,7 +17,7 @@ from tpserve.clients.infer import infer
 from tpserve.common import endpoints
 from tpserve.common.traffic import read_recording, recording_files
 from tpserve.server.cluster import start_cluster, stop_cluster
-from tpserve.server.recording import record_settings
+from tpserve.server.edge.recording import record_settings
 
 pytestmark = pytest.mark.functional
 GOOD = np.zeros((2, 1, 8, 8), np.float32)

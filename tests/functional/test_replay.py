@@ -13,7 +13,7 @@ from tpserve.common.traffic import RecordedInput, RecordedRequest, RecordingWrit
 from tpserve.loadtest.locust_suite.replay import Replay, run_replay
 from tpserve.loadtest.reporting.replay_report import compare_recordings, summarize, write_report
 from tpserve.server.cluster import start_cluster, stop_cluster
-from tpserve.server.recording import record_settings
+from tpserve.server.edge.recording import record_settings
 
 pytestmark = pytest.mark.functional
 

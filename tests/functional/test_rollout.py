@@ -25,9 +25,9 @@ from tpserve.builders.spec.zoo import BuiltModel, digits
 from tpserve.clients.infer import infer
 from tpserve.common import endpoints
 from tpserve.operations.rollout import RolloutError, RolloutRequest, rollout
-from tpserve.server import launcher
-from tpserve.server.rollout_lock import rollout_lock
-from tpserve.server.supervisor_process import start_supervised, stop_supervisor
+from tpserve.server.supervision.rollout_lock import rollout_lock
+from tpserve.server.supervision.supervisor_process import start_supervised, stop_supervisor
+from tpserve.server.triton import launcher
 
 pytestmark = pytest.mark.functional
 X = np.random.default_rng(3).standard_normal((2, 1, 8, 8)).astype(np.float32)

@@ -9,7 +9,7 @@ from tpserve.builders.repository.manifest import read_manifest, update_manifest
 from tpserve.builders.repository.model_config import parse_pbtxt
 from tpserve.loadtest import search
 from tpserve.loadtest.perf.tools import find_perf_analyzer
-from tpserve.server import launcher
+from tpserve.server.triton import launcher
 
 pytestmark = pytest.mark.functional
 

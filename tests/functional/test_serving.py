@@ -167,7 +167,7 @@ def _settled_stats(served, model, timeout: float = 10.0):
 
 
 def test_dynamic_batching_batches_concurrent_requests_on_both_instances(served):
-    from tpserve.server.processes import instance_cpu_seconds
+    from tpserve.server.triton.processes import instance_cpu_seconds
 
     spec, _ = served.models["digits_cnn"]
     before, cpu_before = _settled_stats(served, "digits_cnn"), instance_cpu_seconds("digits_cnn", served.state.pid)

@@ -18,10 +18,10 @@ from tpserve.builders.repository.writer import ServingOptions
 from tpserve.builders.request import BuildRequest
 from tpserve.clients.infer import infer
 from tpserve.common import endpoints
-from tpserve.server import launcher, processes
-from tpserve.server.probes import ProbeSettings
-from tpserve.server.processes import stub_pids
-from tpserve.server.supervisor_process import start_supervised, stop_supervisor
+from tpserve.server.supervision.probes import ProbeSettings
+from tpserve.server.supervision.supervisor_process import start_supervised, stop_supervisor
+from tpserve.server.triton import launcher, processes
+from tpserve.server.triton.processes import stub_pids
 
 pytestmark = pytest.mark.functional
 RECOVERY_FLOOR_S = 10.0
@@ -368,7 +368,7 @@ def test_a_model_that_stays_broken_for_many_retry_rounds_keeps_the_supervisor_bo
     supervisor keeps the last KEEP_EVENTS events, counts the rest, /status stays small, its memory flat, and the
     other readiness answers stay true throughout."""
     from tpserve.loadtest.benches.soak import rss_mib
-    from tpserve.server.supervisor import KEEP_EVENTS, STATE, RetrySettings
+    from tpserve.server.supervision.supervisor import KEEP_EVENTS, STATE, RetrySettings
 
     spec, built, _ = digits_build
     request = BuildRequest(

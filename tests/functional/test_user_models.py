@@ -24,7 +24,7 @@ from tpserve.builders.spec import spec_file
 from tpserve.clients.infer import infer
 from tpserve.common import endpoints
 from tpserve.common.endpoints import Endpoint
-from tpserve.server import launcher
+from tpserve.server.triton import launcher
 
 pytestmark = pytest.mark.functional
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.functional.conftest import endpoint_of
 from tpserve.clients.infer import infer
-from tpserve.server import launcher
+from tpserve.server.triton import launcher
 
 pytestmark = pytest.mark.functional
 

@@ -90,7 +90,7 @@ def test_the_build_serves_with_the_defaults_edge_included(served):
 
 def test_mixed_lengths_sent_at_once_each_get_their_own_rows(served):
     from tpserve.clients.infer import infer
-    from tpserve.triton_models.torch_runtime import load_program
+    from tpserve.triton_models.runtime.torch_runtime import load_program
 
     root, state, _ = served
     engine, ep = _engine(root), state.endpoint("grpc", root / "repo")

@@ -19,8 +19,8 @@ from tpserve.builders.spec import zoo  # noqa: E402
 from tpserve.clients.admin import inference_statistics  # noqa: E402
 from tpserve.clients.infer import infer  # noqa: E402
 from tpserve.clients.shared_memory import infer_cuda_shm  # noqa: E402
-from tpserve.server import launcher  # noqa: E402
-from tpserve.triton_models.torch_runtime import GraphRunner, normalize_uint8  # noqa: E402
+from tpserve.server.triton import launcher  # noqa: E402
+from tpserve.triton_models.runtime.torch_runtime import GraphRunner, normalize_uint8  # noqa: E402
 
 SPEC = dict(image_size=64, max_batch_size=8)
 

@@ -1,4 +1,4 @@
-"""The in-process backend's native per-batch path (tpserve/triton_models/inprocess_native.c) on a GPU host.
+"""The in-process backend's native per-batch path (triton_models/inprocess/native/image_path.c) on a GPU host.
 
 A compiled image engine (ResNet-18 at 64x64, fp16, CUDA graphs, uint8 input) served in-process with dynamic
 batching: the load says the instance took the native path; requests of several sizes sent at once each get
@@ -25,7 +25,7 @@ from tpserve.builders.spec import zoo  # noqa: E402
 from tpserve.clients.infer import infer  # noqa: E402
 from tpserve.clients.shared_memory import infer_cuda_shm  # noqa: E402
 from tpserve.common.errors import ClientError  # noqa: E402
-from tpserve.server import launcher  # noqa: E402
+from tpserve.server.triton import launcher  # noqa: E402
 
 SPEC = dict(image_size=64, max_batch_size=16)
 COMPILED = dict(channels_last=True, cuda_graphs=True, compiler="inductor", host_outputs=True, uint8_input=True)

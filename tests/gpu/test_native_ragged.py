@@ -1,4 +1,4 @@
-"""The in-process backend's native path for sequence models (tpserve/triton_models/inprocess_ragged_native.c) on a GPU
+"""The in-process backend's native path for sequence models (triton_models/inprocess/native/ragged_path.c) on a GPU
 host.
 
 A small sentence encoder (BertModel, mean pooling inside the engine) and the same encoder answering token
@@ -30,7 +30,7 @@ from tpserve.builders.spec import spec_file  # noqa: E402
 from tpserve.clients.infer import infer  # noqa: E402
 from tpserve.clients.shared_memory import infer_cuda_shm  # noqa: E402
 from tpserve.common.errors import ClientError  # noqa: E402
-from tpserve.server import launcher  # noqa: E402
+from tpserve.server.triton import launcher  # noqa: E402
 
 ENCODERS = Path(__file__).parents[2] / "examples" / "text" / "encoders.py"
 MODEL = """
@@ -91,7 +91,7 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _eager_tokens(root: Path, request: dict, lengths: list[int]) -> list[np.ndarray]:
     """Each row alone, at its real length, through the exported fp32 module."""
-    from tpserve.triton_models.torch_runtime import load_program
+    from tpserve.triton_models.runtime.torch_runtime import load_program
 
     module = load_program(root / "work" / "tokens" / "model.pt2").float()
     rows = []

@@ -13,8 +13,8 @@ pytestmark = [
 transformers = pytest.importorskip("transformers")
 
 from tpserve.loadtest.workloads import text as tw  # noqa: E402
-from tpserve.triton_models import ragged  # noqa: E402
-from tpserve.triton_models.ragged_runner import RaggedRunner  # noqa: E402
+from tpserve.triton_models.runtime import ragged  # noqa: E402
+from tpserve.triton_models.runtime.ragged_runner import RaggedRunner  # noqa: E402
 
 NAMES = ["input_ids", "attention_mask"]
 
@@ -75,7 +75,7 @@ def _runner(module, dtype=torch.float32):
 
 
 def test_cpu_traced_export_compiles_and_graphs_match_unbatched_fp32(program):
-    from tpserve.triton_models import torch_runtime as rt
+    from tpserve.triton_models.runtime import torch_runtime as rt
 
     path, reference = program
     engine = rt.compiled(rt.load_program(path, "cuda").to("cuda"))
@@ -93,7 +93,7 @@ def test_cpu_traced_export_compiles_and_graphs_match_unbatched_fp32(program):
 
 
 def test_fp16_graphs_stay_within_cosine_of_fp32(program):
-    from tpserve.triton_models import torch_runtime as rt
+    from tpserve.triton_models.runtime import torch_runtime as rt
 
     path, reference = program
     runner = _runner(rt.compiled(rt.load_program(path, "cuda").to("cuda", dtype=torch.float16)))

@@ -1,4 +1,4 @@
-/* The guard's frame rewriting (tpserve/server/triton_guard.c, included here; its libc wrappers renamed g_* at compile time)
+/* The guard's frame rewriting (server/triton/triton_guard.c, included here; its libc wrappers renamed g_* at compile time)
  * against a model of what it must do, under AddressSanitizer and UBSan. Each step the peer sends whole HTTP/2
  * frames, split at random points, and the program reads them through the guard with random buffer sizes and
  * calls (recv, recvmsg over several buffers, read, readv; rooms of 1 byte up); the server's own writes end streams
@@ -17,7 +17,7 @@
 #include <sys/uio.h>
 #include <time.h>
 
-#include "../../server/triton_guard.c"
+#include "../../tpserve/server/triton/triton_guard.c"
 
 static uint64_t state = 88172645463325252ull;
 static uint64_t next(void) {

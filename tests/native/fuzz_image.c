@@ -2,7 +2,7 @@
  * FP32 [rows, 3, 4, 4], buckets of 4 and 8 rows. */
 #include <stdio.h>
 
-#include "../../triton_models/inprocess_native.c"
+#include "../../tpserve/triton_models/inprocess/native/image_path.c"
 #include "fuzz_common.h"
 
 static void open_path(void* instance) {

@@ -2,7 +2,7 @@
  * adversarial requests: ids [rows, tokens] INT64 within value_range [0, 1000), a prefix mask. */
 #include <stdio.h>
 
-#include "../../triton_models/inprocess_ragged_native.c"
+#include "../../tpserve/triton_models/inprocess/native/ragged_path.c"
 #include "fuzz_common.h"
 
 /* An id moved from inside value_range to 2^30 in the client's buffer, after the request was checked. */

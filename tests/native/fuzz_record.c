@@ -1,4 +1,4 @@
-/* The native gRPC recorder (tpserve/server/record_grpc.c) under AddressSanitizer and UBSan, through the stand-in for
+/* The native gRPC recorder (server/edge/record_grpc.c) under AddressSanitizer and UBSan, through the stand-in for
  * Envoy's side of the ABI (tests/fixtures/record_grpc/harness.c, built beside it): gRPC bodies of ModelInfer
  * messages, well formed, truncated, with fields and lengths mutated at random and plain random bytes, cut into
  * random chunks, each stream recorded at most once. A read past a chunk, an overflow or a leak fails the run.
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "../../server/record_grpc.c"
+#include "../../tpserve/server/edge/record_grpc.c"
 
 /* tests/fixtures/record_grpc/harness.c, built beside this file */
 void harness_set_path(const char *path, size_t length);

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "inprocess_native.h"
+#include "native.h"
 
 struct TRITONSERVER_Error {
   int code;

@@ -2,10 +2,10 @@
 for a bounded time (tests/native/). The in-process backend's request paths (image, sequence, tokenize, Python's batch
 calls) run against a stand-in for Triton's backend API and the CUDA driver: a read past a client's buffer, an
 overflow, a leak, a request answered or released other than once, or an id outside value_range reaching the device
-fails it. The guard's frame rewriting (tpserve/server/triton_guard.c) reads split frame streams through every read
+fails it. The guard's frame rewriting (server/triton/triton_guard.c) reads split frame streams through every read
 call with
 rooms of 1 byte up: what it hands out must be the model's rewriting, and no read may fail. The gRPC recorder
-(tpserve/server/record_grpc.c) reads well-formed, mutated, cut and random gRPC bodies in random chunks. Longer, with
+(server/edge/record_grpc.c) reads well-formed, mutated, cut and random gRPC bodies in random chunks. Longer, with
 other
 seeds: `make fuzz-native`."""
 
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from tpserve.server.secret_args import c_compiler
+from tpserve.server.triton.preloads import c_compiler
 
 ROOT = Path(__file__).resolve().parents[2]
 NATIVE = ROOT / "tests" / "native"
-MODELS = ROOT / "triton_models"
+MODELS = ROOT / "tpserve" / "triton_models" / "inprocess" / "native"
 SOURCES = [
     NATIVE / "fuzz_native.c",
     NATIVE / "fuzz_tokenize.c",
@@ -28,9 +28,9 @@ SOURCES = [
     NATIVE / "fuzz_image.c",
     NATIVE / "stand_in.c",
     MODELS / "ragged_plan.c",
-    MODELS / "inprocess_tokenize_native.c",
+    MODELS / "tokenize_path.c",
     MODELS / "bert_tokenize.c",
-    MODELS / "inprocess_batch_calls.c",
+    MODELS / "batch_calls.c",
 ]
 GUARD = ROOT / "tests" / "native" / "fuzz_guard.c"
 RECORDER = [ROOT / "tests" / "native" / "fuzz_record.c", ROOT / "tests" / "fixtures" / "record_grpc" / "harness.c"]

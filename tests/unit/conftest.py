@@ -30,8 +30,8 @@ def digits_build(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def shim():
-    """The shim's library (tpserve/server/triton_shim.c and triton_guard.c), built as `make install` builds it."""
-    from tpserve.server.secret_args import build_library
+    """The shim's library (server/triton/triton_shim.c and triton_guard.c), built as `make install` builds it."""
+    from tpserve.server.triton.preloads import build_library
 
     try:
         return build_library()
@@ -46,7 +46,7 @@ def c_library(tmp_path_factory):
     import ctypes
     import subprocess
 
-    from tpserve.server.secret_args import c_compiler
+    from tpserve.server.triton.preloads import c_compiler
 
     def build(source, name: str) -> ctypes.CDLL:
         compiler = c_compiler()

@@ -1,4 +1,5 @@
-"""The native tokenizer (tpserve/triton_models/bert_tokenize.c) against the tokenizers library: for every text it reads
+"""The native tokenizer (triton_models/inprocess/native/bert_tokenize.c) against the tokenizers library: for every
+text it reads
 (printable ASCII, tab, newline, carriage return; not blank; no added token's text) the tokenize step's native path
 must give exactly the ids tokenizer.encode gives, truncation included; every other text it must leave to Python."""
 
@@ -7,15 +8,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tpserve.triton_models import INPROCESS_TOKENIZE, native_tokenize
-from tpserve.triton_models.tokenize_core import load_tokenizer
+from tpserve.triton_models import NATIVE
+from tpserve.triton_models.inprocess import native_tokenize
+from tpserve.triton_models.runtime.tokenize_core import load_tokenizer
 
 tokenizers = pytest.importorskip("tokenizers")
 
 
 @pytest.fixture(scope="module")
 def library(c_library):
-    return c_library(INPROCESS_TOKENIZE[1], "bert_tokenize")
+    return c_library(NATIVE / "bert_tokenize.c", "bert_tokenize")
 
 
 @pytest.fixture(scope="module")

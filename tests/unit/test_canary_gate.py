@@ -1,4 +1,4 @@
-"""The canary's gate (tpserve/operations/canary.py): windows from the edge's route stats (answers by status class, a
+"""The canary's gate (operations/canary.py): windows from the edge's route stats (answers by status class, a
 latency histogram) and Triton's counters (mean latency), Envoy's JSON stats read into routes, breaches on errors,
 mean latency and p99 against the old version, the last step's old figures standing in at 100%, and the share set
 to 0 before a breach is raised (on a test clock)."""

@@ -1,4 +1,5 @@
-"""The models' side of the edge's cancelled-calls table (tpserve/triton_models/cancelled_calls.py): a request whose call
+"""The models' side of the edge's cancelled-calls table (triton_models/python_backend/cancelled_calls.py): a
+request whose call
 id is in the table is answered CANCELLED without running; the others run as before, answered in order."""
 
 import json
@@ -6,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from tpserve.server.cancel_table import make_table
-from tpserve.triton_models.cancelled_calls import SLOTS, CancelledCalls, call_id, serve_live
+from tpserve.server.edge.cancel_table import make_table
+from tpserve.triton_models.python_backend.cancelled_calls import SLOTS, CancelledCalls, call_id, serve_live
 
 
 class Sender:
@@ -98,7 +99,7 @@ def test_the_backlog_file_is_private_and_each_server_is_told_its_slot(tmp_path):
     import stat
 
     from tpserve.common.errors import ServerError
-    from tpserve.server import cancel_table
+    from tpserve.server.edge import cancel_table
 
     table = make_table(tmp_path)
     backlog = cancel_table.backlog_of(table)

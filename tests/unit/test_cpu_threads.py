@@ -1,9 +1,10 @@
-"""ONNX Runtime's threads per CPU instance (tpserve/triton_models/cpu_threads.py): the cores shared among a model's
+"""ONNX Runtime's threads per CPU instance (triton_models/python_backend/cpu_threads.py): the cores shared among a
+model's
 instances, so two instances do not each take every core."""
 
 import pytest
 
-from tpserve.triton_models.cpu_threads import intra_op_threads
+from tpserve.triton_models.python_backend.cpu_threads import intra_op_threads
 
 
 def _config(*counts):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
-from tpserve.server.launcher import RESTRICTED
+from tpserve.server.triton.launcher import RESTRICTED
 
 DOCKER = Path(__file__).parents[2] / "docker"
 BIN = Path(sys.executable).parent

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tpserve.server.cluster import envoy_binary
-from tpserve.server.envoy_config import Balancing, EnvoySettings, Replica, envoy_config
+from tpserve.server.edge.envoy_config import Balancing, EnvoySettings, Replica, envoy_config
 
 REPLICAS = (Replica("replica-0", 9100, 9101, 9103), Replica("replica-1", 9200, 9201, 9203))
 
@@ -123,7 +123,7 @@ def test_replica_ports_can_be_given_as_a_base():
 
 def test_cluster_state_is_a_typed_record_and_old_files_still_read():
     from tpserve.server.cluster import ClusterState
-    from tpserve.server.envoy_config import Replica
+    from tpserve.server.edge.envoy_config import Replica
 
     state = ClusterState(
         host="127.0.0.1", http_port=1, admin_port=3, repo="/r", replicas=[Replica("replica-0", 4, 5, 6)]
@@ -194,7 +194,7 @@ def test_unary_grpc_inference_is_retried_on_not_found_and_nothing_else_is():
 
 
 def test_grpc_deadlines_stay_with_the_client_and_the_answer_lua_runs_on_registration_only():
-    from tpserve.server.envoy_config import GRPC_ERRORS_FILTER, GRPC_SHM_REGISTER
+    from tpserve.server.edge.envoy_config import GRPC_ERRORS_FILTER, GRPC_SHM_REGISTER
 
     config = envoy_config(
         EnvoySettings(
@@ -226,7 +226,8 @@ def test_a_rolling_restart_starts_each_replica_with_its_guard_and_tuning(tmp_pat
     """cluster-restart reads how the replicas were started from cluster.json: their internal ports (the guard's)
     and tritonserver's tuning, not the defaults (it once restarted replicas without the guard)."""
     from tpserve.common import endpoints
-    from tpserve.server import cluster, launcher
+    from tpserve.server import cluster
+    from tpserve.server.triton import launcher
 
     tuning = launcher.TritonTuning.parse("--http-thread-count=8", True, "0.9:0.01")
     settings = cluster.ClusterSettings(tmp_path / "repo", replicas=2, state_dir=tmp_path, tuning=tuning)
@@ -271,7 +272,7 @@ def test_a_connection_whose_calls_are_mostly_cancelled_at_once_is_closed_after_5
 def test_requests_that_may_wait_follow_the_repository(tmp_path):
     """Two full batches per instance of the largest model wait at most, per replica, within [64, 4096]: past that
     the circuit breaker refuses at once."""
-    from tpserve.server.admission import CEILING, FLOOR, waiting_bound
+    from tpserve.server.edge.admission import CEILING, FLOOR, waiting_bound
 
     def model(name: str, text: str) -> None:
         (tmp_path / name).mkdir()
@@ -305,7 +306,7 @@ def test_a_grpc_connection_holds_at_most_1024_calls_in_flight():
     """What one connection's hang-up leaves running for nobody is bounded: the gRPC listener advertises
     SETTINGS_MAX_CONCURRENT_STREAMS 1024 (the client's library queues the rest). Not lower: a client multiplexing
     its load on one connection would queue at itself instead of meeting the edge's bound on waiting requests."""
-    from tpserve.server.envoy_config import STREAMS_PER_CONNECTION
+    from tpserve.server.edge.envoy_config import STREAMS_PER_CONNECTION
 
     settings = EnvoySettings(replicas=REPLICAS, http_port=8000, grpc_port=8001, stats_port=0, admin_socket="/a.sock")
     (grpc,) = [x for x in envoy_config(settings)["static_resources"]["listeners"] if x["name"] == "triton_grpc"]

@@ -1,4 +1,4 @@
-"""Envoy's keeper (tpserve/server/envoy_process.py) is stopped alone and gives Envoy one SIGTERM: a second one, landing
+"""Envoy's keeper (server/edge/envoy_process.py) is stopped alone and gives Envoy one SIGTERM: a second one, landing
 after Envoy dropped its handler, kills it before it writes the access log lines it holds (a recording's last)."""
 
 import subprocess
@@ -7,7 +7,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from tpserve.server.processes import alive, terminate_group
+from tpserve.server.triton.processes import alive, terminate_group
 
 # Stands in for Envoy: counts each SIGTERM in a file and takes 0.5 s to shut down after the first.
 FAKE_ENVOY = """\
@@ -33,7 +33,7 @@ def _keeper(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     code = textwrap.dedent(
         f"""
         from pathlib import Path
-        from tpserve.server.envoy_process import run
+        from tpserve.server.edge.envoy_process import run
         run(Path({str(fake)!r}), Path("unused.json"), Path({str(log)!r}))
         """
     )

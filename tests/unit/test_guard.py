@@ -7,7 +7,7 @@ from tpserve.builders.checks.guard import GuardError, Target, check_manifest
 from tpserve.builders.repository.manifest import read_manifest, update_manifest
 from tpserve.builders.request import BuildRequest
 from tpserve.common.errors import ToolError
-from tpserve.server import launcher
+from tpserve.server.triton import launcher
 
 H100 = Target("10.13.3", "9.0", "NVIDIA H100 80GB HBM3", "image tritonserver:25.08-py3")
 

@@ -1,8 +1,8 @@
-"""The tokenize step's batch answer (tpserve/triton_models/inprocess_tokenize.py): rows padded to the batch's widest."""
+"""The tokenize step's batch answer (triton_models/inprocess/tokenize_path.py): rows padded to the batch's widest."""
 
 import numpy as np
 
-from tpserve.triton_models.inprocess_tokenize import pad_together
+from tpserve.triton_models.inprocess.tokenize_path import pad_together
 
 
 def test_every_request_keeps_its_rows_in_order_padded_to_the_widest():
@@ -23,7 +23,7 @@ def test_one_request_is_answered_as_it_is():
 
 
 def test_a_batch_that_cannot_be_padded_is_refused_request_by_request_not_half_answered():
-    from tpserve.triton_models.inprocess_tokenize import TokenizeBatch
+    from tpserve.triton_models.inprocess.tokenize_path import TokenizeBatch
 
     failed = []
 

@@ -107,7 +107,7 @@ def test_probes_gpu_and_the_admin_key_secret():
 
 
 def test_the_pods_keep_the_latency_quantiles_make_serve_keeps():
-    from tpserve.server.launcher import DEFAULT_QUANTILES
+    from tpserve.server.triton.launcher import DEFAULT_QUANTILES
 
     wanted = f"--metrics-config=summary_quantiles={DEFAULT_QUANTILES}"
     assert wanted in _container()["args"]

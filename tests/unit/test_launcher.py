@@ -9,8 +9,8 @@ import pytest
 
 from tpserve.common import endpoints
 from tpserve.common.errors import ConfigError, ServerError
-from tpserve.server import launcher
-from tpserve.server.install import find_install
+from tpserve.server.triton import launcher
+from tpserve.server.triton.install import find_install
 
 
 def test_port_in_use_is_named(tmp_path):
@@ -90,7 +90,9 @@ def test_the_supervisor_is_started_with_the_same_tuning(tmp_path):
 
     tuning = launcher.TritonTuning.parse("--http-thread-count=16", False, "0.9:0.01")
     seen = {}
-    with mock.patch("tpserve.server.supervisor.serve", lambda settings, *rest: seen.update(settings=settings)):
+    with mock.patch(
+        "tpserve.server.supervision.supervisor.serve", lambda settings, *rest: seen.update(settings=settings)
+    ):
         words = ["--repo", str(tmp_path), "--ports", "1", "2", "3", "4", "--internal", "http", *tuning.cli_args()]
         result = CliRunner().invoke(supervise, [*words, "--state-dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
@@ -106,7 +108,7 @@ def test_stop_without_a_server_says_so(tmp_path):
 def test_numpy_2_is_refused_only_for_models_that_answer_with_numpy_arrays(tmp_path):
     from tpserve.builders.repository.writer import ServingOptions, TorchRuntime, model_config, torch_config
     from tpserve.builders.spec import zoo
-    from tpserve.server.launcher import numpy_problem
+    from tpserve.server.triton.launcher import numpy_problem
 
     spec = zoo.get_spec("digits_cnn")
     for name, config in (
@@ -182,7 +184,7 @@ def test_internal_ports_reach_the_guard_as_port_numbers(tmp_path):
 
 
 def test_a_crash_cause_is_read_without_the_backtrace(tmp_path):
-    from tpserve.server.liveness import crash_cause, log_tail
+    from tpserve.server.supervision.liveness import crash_cause, log_tail
 
     log = tmp_path / "tritonserver.log"
     lines = ["===== tritonserver starting 1 =====", "I ok", "terminate called after throwing 'std::bad_alloc'"]
@@ -195,11 +197,11 @@ def test_a_crash_cause_is_read_without_the_backtrace(tmp_path):
 def test_a_model_built_before_the_package_rename_is_left_out_saying_rebuild(tmp_path):
     """A repository built before tpserve: its model.py copies import `triton_models`; `make serve` serves the rest
     and names those with the fix instead of failing inside the stub."""
-    from tpserve.server.launcher import built_before_tpserve
+    from tpserve.server.triton.launcher import built_before_tpserve
 
     for name, text in {
         "old": "from triton_models.cancelled_calls import CancelledCalls\n",
-        "new": "from tpserve.triton_models.cancelled_calls import CancelledCalls\n",
+        "new": "from tpserve.triton_models.python_backend.cancelled_calls import CancelledCalls\n",
     }.items():
         (tmp_path / name / "1").mkdir(parents=True)
         (tmp_path / name / "1" / "model.py").write_text(text)

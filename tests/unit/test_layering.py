@@ -114,5 +114,5 @@ def test_the_wheel_holds_the_product_and_no_instrument(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert tops == {"tpserve"} and {n.split("/")[1] for n in names if n.count("/") > 1} >= set(PRODUCT)
-    assert "tpserve/loadtest/benches/soak.py" in names and "tpserve/server/triton_guard.c" in names
+    assert "tpserve/loadtest/benches/soak.py" in names and "tpserve/server/triton/triton_guard.c" in names
     assert not [name for name in names if "record_bench" in name or "reconcile" in name]

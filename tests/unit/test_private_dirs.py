@@ -7,7 +7,7 @@ import tempfile
 
 import pytest
 
-from tpserve.triton_models.private_dirs import (
+from tpserve.triton_models.runtime.private_dirs import (
     UnsafeFolderError,
     kernel_cache_env,
     private_dir,
@@ -68,7 +68,7 @@ def test_a_given_cache_that_others_can_write_is_refused(tmp_path, monkeypatch):
 
 def test_inductors_precompiled_headers_move_into_our_kernel_folder(tmp_path, monkeypatch):
     codecache = pytest.importorskip("torch._inductor.codecache")
-    from tpserve.triton_models.private_dirs import keep_inductor_headers_private
+    from tpserve.triton_models.runtime.private_dirs import keep_inductor_headers_private
 
     if not hasattr(codecache, "_HEADER_DIR"):
         pytest.skip("this torch keeps no precompiled headers")
@@ -85,7 +85,7 @@ def test_a_new_kernel_folder_forgets_the_headers_made_in_the_last_one(tmp_path, 
     """A build compiles in a temporary folder removed when it ends: the next build in the same process must not
     reuse header paths inductor remembered there."""
     codecache = pytest.importorskip("torch._inductor.codecache")
-    from tpserve.triton_models.private_dirs import keep_inductor_headers_private
+    from tpserve.triton_models.runtime.private_dirs import keep_inductor_headers_private
 
     if not hasattr(codecache, "_precompile_header"):
         pytest.skip("this torch keeps no precompiled headers")

@@ -1,9 +1,9 @@
-"""Batching across lengths (tpserve/triton_models/ragged.py): grids, plans, gathering and splitting."""
+"""Batching across lengths (triton_models/runtime/ragged.py): grids, plans, gathering and splitting."""
 
 import numpy as np
 import pytest
 
-from tpserve.triton_models import ragged
+from tpserve.triton_models.runtime import ragged
 
 
 def grid(budget=64):
@@ -167,7 +167,7 @@ def test_a_batch_pooled_elsewhere_equals_one_pooled_here():
 
 
 def test_value_bounds_cover_integer_inputs_but_the_mask():
-    from tpserve.triton_models.inprocess_ragged import value_bounds
+    from tpserve.triton_models.inprocess.ragged_path import value_bounds
 
     spec = {
         "inputs": [

@@ -3,7 +3,7 @@
 import numpy as np
 
 from benchmarks.ragged_plan_cost import capped_cost, markdown, variants
-from tpserve.triton_models import ragged
+from tpserve.triton_models.runtime import ragged
 
 
 def test_the_old_cost_is_a_floor_and_the_new_one_adds_it():

@@ -1,4 +1,5 @@
-"""The native plan (tpserve/triton_models/ragged_plan.c) against ragged.plan: the native path for sequence models must
+"""The native plan (triton_models/inprocess/native/ragged_plan.c) against ragged.plan: the native path for sequence
+models must
 group every batch's rows exactly as the Python path does (same rows, same order, same lengths)."""
 
 from __future__ import annotations
@@ -8,13 +9,14 @@ import ctypes
 import numpy as np
 import pytest
 
-from tpserve.triton_models import INPROCESS_RAGGED, ragged
-from tpserve.triton_models.native_path import MAX_BATCHES, MAX_LENGTHS, grid_struct
+from tpserve.triton_models import NATIVE
+from tpserve.triton_models.inprocess.native_path import MAX_BATCHES, MAX_LENGTHS, grid_struct
+from tpserve.triton_models.runtime import ragged
 
 
 @pytest.fixture(scope="module")
 def plan_library(c_library):
-    library = c_library(INPROCESS_RAGGED[1], "ragged_plan")
+    library = c_library(NATIVE / "ragged_plan.c", "ragged_plan")
     pointer = ctypes.POINTER(ctypes.c_int64)
     library.ipr_plan.argtypes = (ctypes.c_void_p, pointer, ctypes.c_int64, pointer, pointer, pointer)
     library.ipr_plan.restype = ctypes.c_int64
@@ -79,7 +81,7 @@ def test_the_native_plan_refuses_a_row_longer_than_the_grid(plan_library):
 
 
 def test_the_grid_bounds_match_the_native_side():
-    header = INPROCESS_RAGGED[1].with_suffix(".h").read_text()
+    header = (NATIVE / "ragged_plan.h").read_text()
     assert f"IPR_MAX_LENGTHS = {MAX_LENGTHS}" in header and f"IPR_MAX_BATCHES = {MAX_BATCHES}" in header
 
 
@@ -88,7 +90,7 @@ def test_a_sequence_model_off_the_gpu_or_turned_off_says_why_it_stays_on_python(
 
     import torch
 
-    from tpserve.triton_models.native_path import ragged_why_not
+    from tpserve.triton_models.inprocess.native_path import ragged_why_not
 
     library = types.SimpleNamespace(ipr_open=object())
     runner = types.SimpleNamespace(cuda=False, graphs={}, grid=GRIDS["few buckets"], names=["ids"], per_token=[0])

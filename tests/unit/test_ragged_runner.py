@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from tpserve.triton_models import ragged
-from tpserve.triton_models.ragged_runner import RaggedRunner
+from tpserve.triton_models.runtime import ragged
+from tpserve.triton_models.runtime.ragged_runner import RaggedRunner
 
 transformers = pytest.importorskip("transformers")
 
@@ -92,7 +92,7 @@ def test_token_outputs_come_back_at_each_requests_length(encoder):
 
 def test_cpu_exported_programs_lose_their_device_asserts(encoder, tmp_path):
     """An export traced on the CPU pins devices (aten._assert_tensor_metadata); load_program drops them."""
-    from tpserve.triton_models.torch_runtime import load_program
+    from tpserve.triton_models.runtime.torch_runtime import load_program
 
     _, pooled = encoder
     ids = torch.randint(1, 1000, (2, 16))

@@ -1,4 +1,4 @@
-"""The native gRPC recorder (tpserve/server/record_grpc.c) read through a stand-in for Envoy's side of the ABI
+"""The native gRPC recorder (server/edge/record_grpc.c) read through a stand-in for Envoy's side of the ABI
 (tests/fixtures/record_grpc/harness.c): what it records for each message, however the body is cut into chunks,
 and what it leaves unrecorded. Through the real Envoy: tests/functional/test_recording.py."""
 
@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tpserve.server.record_module import SOURCE, module_config
-from tpserve.server.secret_args import c_compiler
+from tpserve.server.edge.record_module import SOURCE, module_config
+from tpserve.server.triton.preloads import c_compiler
 
 HARNESS = Path(__file__).parent.parent / "fixtures" / "record_grpc" / "harness.c"
 INFER = b"/inference.GRPCInferenceService/ModelInfer"
@@ -306,7 +306,7 @@ def test_the_module_writes_on_after_the_file_is_rotated_and_refuses_a_bad_log_li
 
 def test_the_module_is_used_only_with_the_envoy_it_is_built_for(tmp_path):
     from tpserve.server.cluster import envoy_binary
-    from tpserve.server.record_module import runs_on
+    from tpserve.server.edge.record_module import runs_on
 
     assert runs_on(envoy_binary())
     other = tmp_path / "envoy"

@@ -1,4 +1,4 @@
-"""Recording at the edge (tpserve/server/recording.py): RECORD's modes, Envoy's access log and gRPC filters (accepted by
+"""Recording at the edge (server/edge/recording.py): RECORD's modes, Envoy's access log and gRPC filters (accepted by
 the real Envoy), the access log's lines as recorded requests, and rotation under a cap."""
 
 import json
@@ -11,9 +11,9 @@ import pytest
 from tpserve.common.errors import ServerError
 from tpserve.common.traffic import CURRENT, CURRENT_GRPC, RecordedRequest, read_recording, recording_files
 from tpserve.server.cluster import envoy_binary
-from tpserve.server.edge import EdgeLimits, ModelRules, http_filters
-from tpserve.server.envoy_config import GRPC_ERRORS_FILTER, EnvoySettings, Replica, envoy_config
-from tpserve.server.recording import RecordSettings, access_logs, grpc_filters, prepare, record_settings, rotate
+from tpserve.server.edge.envoy_config import GRPC_ERRORS_FILTER, EnvoySettings, Replica, envoy_config
+from tpserve.server.edge.recording import RecordSettings, access_logs, grpc_filters, prepare, record_settings, rotate
+from tpserve.server.edge.request_checks import EdgeLimits, ModelRules, http_filters
 
 ROUTER = "envoy.filters.http.router"
 RULES = {"digits_cnn": ModelRules(8, {"input": {"datatype": "FP32", "dims": [1, 8, 8]}})}

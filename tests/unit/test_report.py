@@ -139,10 +139,12 @@ def test_a_server_gone_after_the_run_still_gives_a_report_that_says_so(tmp_path)
 def test_refusals_show_with_what_the_server_answered(tmp_path):
     """A Locust run's failures appear in the report grouped by their error, most frequent first: an overload's
     refusal says "reset reason: overflow" there."""
-    overflow = "StatusCode.UNAVAILABLE: upstream connect error or disconnect/reset before headers. reset reason: overflow"
+    overflow = (
+        "StatusCode.UNAVAILABLE: upstream connect error or disconnect/reset before headers. reset reason: overflow"
+    )
     (tmp_path / "locust_failures.csv").write_text(
         "Method,Name,Error,Occurrences\n"
-        'GRPC,resnet50 b1,"RequestFailed(\'StatusCode.UNAVAILABLE: Exceeds maximum queue size\')",3\n'
+        "GRPC,resnet50 b1,\"RequestFailed('StatusCode.UNAVAILABLE: Exceeds maximum queue size')\",3\n"
         f"GRPC,resnet50 b1,\"RequestFailed('{overflow}')\",220\n"
     )
     (tmp_path / "environment.json").write_text(json.dumps({"host": {"gpu": None, "cpu": "test"}}))

@@ -12,8 +12,8 @@ from tpserve.builders.repository.model_config import parse_pbtxt
 from tpserve.clients.checks import CheckFailed, Gate, _output_problem, accuracy_gate
 from tpserve.common.errors import ServerError
 from tpserve.operations.rollout import RolloutError, _check_compatible
-from tpserve.server import model_versions as mv
-from tpserve.server.rollout_lock import LOCK, paused_models, rollout_lock
+from tpserve.server.supervision.rollout_lock import LOCK, paused_models, rollout_lock
+from tpserve.server.triton import model_versions as mv
 
 CONFIG = """
 name: "m"

@@ -1,4 +1,4 @@
-"""The shim (tpserve/server/triton_shim.c) for real, on a stand-in program: the secret reaches the program's argv
+"""The shim (server/triton/triton_shim.c) for real, on a stand-in program: the secret reaches the program's argv
 while /proc/<pid>/cmdline and the environment keep only the placeholder; docker/serve.sh does the same
 with a key file."""
 
@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from tpserve.server.secret_args import FD_VARIABLE, PLACEHOLDER, pass_secret
+from tpserve.server.triton.preloads import FD_VARIABLE, PLACEHOLDER, pass_secret
 
 ROOT = Path(__file__).parents[2]
 # prints what main() received, then waits so that its /proc entries can be read
@@ -60,7 +60,7 @@ def test_serve_sh_reads_the_key_file(shim, tmp_path):
 def test_the_c_compiler_is_the_one_cc_names_or_none(monkeypatch, tmp_path):
     import shutil
 
-    from tpserve.server.secret_args import c_compiler
+    from tpserve.server.triton.preloads import c_compiler
 
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     assert c_compiler() is None, "the compiler asked for is missing: not silently replaced"

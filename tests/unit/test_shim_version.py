@@ -1,4 +1,4 @@
-"""The shim runs only in the tritonserver it was tested with (tpserve/server/triton_shim.c, check_server_version):
+"""The shim runs only in the tritonserver it was tested with (server/triton/triton_shim.c, check_server_version):
 another
 server API version stops the process before main() with a message naming both and the override. The real
 tritonserver of the wheel is used; a shim built as if tested with other versions stands in for a newer server."""
@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from tpserve.server.install import find_install, server_environment
-from tpserve.server.secret_args import SOURCES, c_compiler
+from tpserve.server.triton.install import find_install, server_environment
+from tpserve.server.triton.preloads import SOURCES, c_compiler
 
 
 def _help(shim, **extra) -> subprocess.CompletedProcess:

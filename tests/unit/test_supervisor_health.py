@@ -3,8 +3,8 @@ when loaded, not healing or broken, and, for an ensemble, when every step is rea
 
 from tpserve.builders.repository.pipelines import write_image_pipelines
 from tpserve.builders.spec import zoo
-from tpserve.server.launcher import ensemble_steps
-from tpserve.server.supervisor import Health, _answer
+from tpserve.server.supervision.supervisor import Health, _answer
+from tpserve.server.triton.launcher import ensemble_steps
 
 
 def _health(**kw) -> Health:
@@ -49,7 +49,7 @@ def test_a_model_broken_for_months_keeps_status_and_memory_bounded(caplog):
     import json
     import logging
 
-    from tpserve.server.supervisor import KEEP_EVENTS, KEEP_RESTARTS, Health
+    from tpserve.server.supervision.supervisor import KEEP_EVENTS, KEEP_RESTARTS, Health
 
     health = Health()
     with caplog.at_level(logging.WARNING, logger="supervisor"):
@@ -69,7 +69,7 @@ def test_a_model_broken_for_months_keeps_status_and_memory_bounded(caplog):
 def test_a_model_that_ran_batches_since_the_last_round_is_busy_not_hung():
     """A probe lost behind a flood is no failure while the model's work count grows; a count that stands still (or
     cannot be read) is no evidence of work."""
-    from tpserve.server.probes import ProbeState, busy
+    from tpserve.server.supervision.probes import ProbeState, busy
 
     state = ProbeState()
     assert not busy(state, "resnet50", 100)  # the first look: nothing to compare with

@@ -4,8 +4,9 @@ marks: its models were loaded by the server itself, so nothing retries (unloads)
 import subprocess
 
 from tpserve.common import endpoints
-from tpserve.server import launcher, supervisor
-from tpserve.server.supervisor import Supervisor
+from tpserve.server.supervision import supervisor
+from tpserve.server.supervision.supervisor import Supervisor
+from tpserve.server.triton import launcher
 
 
 def _supervisor(tmp_path) -> Supervisor:

@@ -248,7 +248,7 @@ def test_where_a_batch_went_names_the_native_steps_per_request():
 
 
 def test_the_native_paths_unload_line_gives_each_step_per_request():
-    from tpserve.triton_models.native_path import RAGGED_COUNTS, RAGGED_TIMERS, per_request_us
+    from tpserve.triton_models.inprocess.native_path import RAGGED_COUNTS, RAGGED_TIMERS, per_request_us
 
     counted = dict.fromkeys(RAGGED_COUNTS, 0) | {name: 0 for name in RAGGED_TIMERS}
     assert per_request_us(counted) == ""

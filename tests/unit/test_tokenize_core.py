@@ -1,4 +1,4 @@
-"""The tokenize step's work (tpserve/triton_models/tokenize_core.py): one encode_batch per batch, each request padded to
+"""The tokenize step's work (triton_models/runtime/tokenize_core.py): one encode_batch per batch, each request padded to
 its own longest text exactly as the tokenizer pads, bad requests refused alone, Triton's BYTES layout parsed."""
 
 import struct
@@ -6,7 +6,7 @@ import struct
 import numpy as np
 import pytest
 
-from tpserve.triton_models import tokenize_core as core
+from tpserve.triton_models.runtime import tokenize_core as core
 
 tokenizers = pytest.importorskip("tokenizers")
 

@@ -1,4 +1,4 @@
-"""The tokenize step's child process (tpserve/triton_models/tokenize_worker.py): the same answers as in-process, a bad
+"""The tokenize step's child process (triton_models/runtime/tokenize_worker.py): the same answers as in-process, a bad
 request refused alone, a child that died started again, and the child gone at close."""
 
 import struct
@@ -6,8 +6,8 @@ import struct
 import numpy as np
 import pytest
 
-from tpserve.triton_models import tokenize_core as core
-from tpserve.triton_models.tokenize_worker import TokenizeWorker
+from tpserve.triton_models.runtime import tokenize_core as core
+from tpserve.triton_models.runtime.tokenize_worker import TokenizeWorker
 
 pytest.importorskip("tokenizers")
 
@@ -58,7 +58,7 @@ def test_a_child_that_died_is_started_again_and_close_ends_it(tokenizer_path):
 def test_a_small_batch_is_tokenized_in_the_server_and_a_large_one_in_the_child(tokenizer_path):
     from pathlib import Path
 
-    from tpserve.triton_models.tokenize_serving import TokenizeServing
+    from tpserve.triton_models.inprocess.tokenize_serving import TokenizeServing
 
     config = {"name": "tok", "input": [{"name": "TEXT"}], "parameters": {"max_length": {"string_value": "32"}}}
     serving = TokenizeServing(config, str(Path(tokenizer_path).parent))
@@ -79,7 +79,7 @@ def test_a_small_batch_is_tokenized_in_the_server_and_a_large_one_in_the_child(t
 
 
 def test_split_keeps_order_and_balances_texts():
-    from tpserve.triton_models.tokenize_worker import split
+    from tpserve.triton_models.runtime.tokenize_worker import split
 
     requests = [(b"", n) for n in (32, 1, 1, 30, 16, 16)]
     groups = split(requests, 3)
@@ -90,7 +90,7 @@ def test_split_keeps_order_and_balances_texts():
 
 
 def test_a_pool_answers_each_request_in_order_as_one_child_would(tokenizer_path):
-    from tpserve.triton_models.tokenize_worker import TokenizePool
+    from tpserve.triton_models.runtime.tokenize_worker import TokenizePool
 
     requests = [raw([f"text number {i}".encode()] * (1 + i % 3)) for i in range(9)] + [raw([b"\xff"])]
     pool = TokenizePool(tokenizer_path, 32, 3)
@@ -109,7 +109,7 @@ def test_a_pool_answers_each_request_in_order_as_one_child_would(tokenizer_path)
 def test_a_bad_process_count_is_refused_with_the_fix(tokenizer_path):
     from pathlib import Path
 
-    from tpserve.triton_models.tokenize_serving import TokenizeServing
+    from tpserve.triton_models.inprocess.tokenize_serving import TokenizeServing
 
     params = {"tokenize_processes": {"string_value": "many"}}
     with pytest.raises(ValueError, match="expected a whole number"):

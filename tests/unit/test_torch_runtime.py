@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from tpserve.clients.inputs import preprocess_image
-from tpserve.triton_models import torch_runtime as rt
+from tpserve.triton_models.runtime import torch_runtime as rt
 
 
 def test_buckets_are_powers_of_two_and_the_max():
@@ -62,7 +62,7 @@ def test_dlpack_exchange_is_zero_copy():
 def test_the_staged_runner_batches_requests_without_cat_and_answers_on_the_host():
     import torch
 
-    from tpserve.triton_models.torch_runtime import StagedRunner
+    from tpserve.triton_models.runtime.torch_runtime import StagedRunner
 
     def whole(batch):  # the wire tensor (uint8) to the outputs, as the served graph does
         x = batch.float() / 255
@@ -91,7 +91,7 @@ def test_staged_slots_hold_two_batches_at_once_and_rows_written_by_the_caller():
     staging, where the caller (the in-process backend) wrote them."""
     import ctypes
 
-    from tpserve.triton_models.torch_runtime import Staged, StagedRunner
+    from tpserve.triton_models.runtime.torch_runtime import Staged, StagedRunner
 
     runner = StagedRunner(lambda b: [b.float().sum(dim=(1, 2))], (3, 4), torch.uint8, "cpu", (1, 2, 4), slots=2)
     address, row_bytes = runner.staging(1)
@@ -120,7 +120,7 @@ def test_the_in_process_variant_names_its_backend():
 
 
 def test_a_server_builds_the_in_process_backend_only_for_a_repository_that_names_it(tmp_path):
-    from tpserve.server.inprocess_build import uses_inprocess
+    from tpserve.server.triton.inprocess_build import uses_inprocess
 
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "config.pbtxt").write_text('name: "a"\nbackend: "python"\n')

@@ -1,4 +1,4 @@
-"""The traffic recording's format (tpserve/common/traffic.py): lines that read back as written, rotation under a size
+"""The traffic recording's format (common/traffic.py): lines that read back as written, rotation under a size
 cap, private files, and a bad line named by file and number."""
 
 import json

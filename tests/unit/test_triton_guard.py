@@ -1,4 +1,4 @@
-"""The guard (tpserve/server/triton_guard.c) for real, loaded into a stand-in program that listens as tritonserver does:
+"""The guard (server/triton/triton_guard.c) for real, loaded into a stand-in program that listens as tritonserver does:
 a connection of another user to an internal port is closed before the program reads a byte, and the HTTP/2 bytes
 a program reads on a guarded gRPC port carry no RST_STREAM, each rewritten in place as the stream's state asks."""
 
@@ -205,7 +205,7 @@ def _slot(path, slot: int) -> int:
 
 
 def test_calls_the_peer_reset_that_the_server_still_runs_are_counted_in_its_backlog_slot(shim, tmp_path):
-    """The edge's backlog (tpserve/server/cancel_notice.c reads it): a unary call the peer reset counts until the server
+    """The edge's backlog (server/edge/cancel_notice.c reads it): a unary call the peer reset counts until the server
     ends it, and a closed connection takes its calls with it. The slot starts at 0 whatever a server before left."""
     backlog = tmp_path / "edge_backlog"
     backlog.write_bytes(struct.pack("<Q", 0) * 16 + struct.pack("<Q", 99) + bytes(4096 - 17 * 8))  # slot 2: 99

@@ -1,4 +1,4 @@
-"""The tokenize step's word cache (tpserve/triton_models/word_cache.py) gives exactly the tokenizer's own ids: on plain
+"""The tokenize step's word cache (triton_models/runtime/word_cache.py) gives exactly the tokenizer's own ids: on plain
 text, punctuation, long words, truncation, odd whitespace and control characters, and non-ASCII text (which it
 hands to the tokenizer whole), with its cache full or not."""
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from tpserve.triton_models.word_cache import WordCache, bert_style
+from tpserve.triton_models.runtime.word_cache import WordCache, bert_style
 
 tokenizers = pytest.importorskip("tokenizers")
 

@@ -463,7 +463,7 @@ def prometheus(action, port, interval, state_dir):
     if action == "stop":
         click.echo("prometheus stopped" if prom.stop(state_dir) else "no prometheus was running")
         return
-    from tpserve.server.launcher import check_port_free
+    from tpserve.server.triton.launcher import check_port_free
 
     check_port_free("127.0.0.1", "prometheus", port)
     state = prom.start(state_dir, port, interval)

@@ -336,7 +336,7 @@ def run(request: SearchRun) -> str:
     """Start a server (explicit model control) on free ports, search, stop it, write the winner back and the
     report (search.md, search.json); return the report's text."""
     from tpserve.loadtest.perf.tools import find_perf_analyzer
-    from tpserve.server.launcher import running
+    from tpserve.server.triton.launcher import running
 
     request.out.mkdir(parents=True, exist_ok=True)
     with running(request.repo, request.out / "state", model_control="explicit") as state:

@@ -1,7 +1,7 @@
 """Canary by traffic share (`make rollout ... CANARY="1 10 50 100"`).
 
 The new build serves beside the old one as <model>__candidate. The edge sends it a share of the model's HTTP
-inference requests (tpserve/server/envoy_config.py: a route per model that rewrites the name for the percent held in
+inference requests (server/edge/envoy_config.py: a route per model that rewrites the name for the percent held in
 Envoy's runtime key canary.<model>, set here through the admin socket; the rest of the model's unpinned HTTP
 inference requests take a route of their own). Each step is held for hold_s and gated, every poll_s, on the
 candidate's own figures against the old version's over the same window:
@@ -115,7 +115,7 @@ def read_edge(admin_socket: Path, model: str) -> dict[str, Route]:
     import urllib.parse
 
     from tpserve.server.cluster import admin_get
-    from tpserve.server.envoy_config import canary_stat
+    from tpserve.server.edge.envoy_config import canary_stat
 
     names = "|".join(re.escape(canary_stat(model, side)) for side in ("new", "old"))
     query = "/stats?format=json&histogram_buckets=cumulative&filter=" + urllib.parse.quote(rf"\.route\.({names})\.")
@@ -224,7 +224,7 @@ def set_share(admin_socket: Path, model: str, percent: int) -> None:
         ServerError: Envoy did not take it.
     """
     from tpserve.server.cluster import admin_get
-    from tpserve.server.envoy_config import canary_key
+    from tpserve.server.edge.envoy_config import canary_key
 
     status, body = admin_get(admin_socket, f"/runtime_modify?{canary_key(model)}={int(percent)}", "POST")
     if status != 200:

@@ -32,9 +32,9 @@ from tpserve.common.cli import step
 from tpserve.common.endpoints import Endpoint
 from tpserve.common.errors import ServerError, ToolError
 from tpserve.operations.canary import CanaryPlan
-from tpserve.server import launcher
-from tpserve.server import model_versions as mv
-from tpserve.server.rollout_lock import rollout_lock
+from tpserve.server.supervision.rollout_lock import rollout_lock
+from tpserve.server.triton import launcher
+from tpserve.server.triton import model_versions as mv
 
 CANDIDATE = "{model}__candidate"
 
@@ -54,7 +54,7 @@ class RolloutRequest:
     gate: Gate = Gate()
     keep: int = 2  # version folders kept on disk (the serving one and the newest retired ones)
     timeout: float = 300.0
-    share: CanaryPlan | None = None  # canary by traffic share through the edge (tpserve/operations/canary.py)
+    share: CanaryPlan | None = None  # canary by traffic share through the edge (operations/canary.py)
     warm_s: float = 2.0  # a canary by share: the candidate warmed this long on each server before its first step
 
 
@@ -466,7 +466,7 @@ def _await_retired(plan: Plan, target: Target, version: int) -> None:
 
 def _stale_stubs(target: Target, plan: Plan, version: int | None) -> list:
     """Stubs of the candidate, and of the model's versions other than `version`, on target."""
-    from tpserve.server.processes import stubs
+    from tpserve.server.triton.processes import stubs
 
     candidate, model = CANDIDATE.format(model=plan.req.model), plan.req.model
     other = (lambda v: v != str(version)) if version is not None else (lambda v: False)  # noqa: E731

@@ -53,7 +53,7 @@ def tuning_options(command):
 
 
 def _tuning(server_args: str, latency_summaries: bool, latency_quantiles: str):
-    from tpserve.server.launcher import TritonTuning
+    from tpserve.server.triton.launcher import TritonTuning
 
     return TritonTuning.parse(server_args, latency_summaries, latency_quantiles)
 
@@ -140,8 +140,8 @@ def start(
 ):
     """Start the server and return once every model is ready."""
     from tpserve.common.endpoints import read_state
-    from tpserve.server.launcher import ServerSettings, start
-    from tpserve.server.recording import record_settings
+    from tpserve.server.edge.recording import record_settings
+    from tpserve.server.triton.launcher import ServerSettings, start
 
     tuning = _tuning(server_args, latency_summaries, latency_quantiles)  # checked before anything starts
     step(f"starting tritonserver on {repo} (http {http_port}, grpc {grpc_port}, metrics {metrics_port})")
@@ -164,7 +164,7 @@ def start(
             settings, health_port, max_request_mb, tls, internal_http_port, recording, max_waiting
         )
     elif supervise:
-        from tpserve.server.supervisor_process import start_supervised
+        from tpserve.server.supervision.supervisor_process import start_supervised
 
         start_supervised(settings, health_port)
         state = read_state(state_dir)
@@ -187,11 +187,12 @@ def _start_behind_edge(
     record=None,
     max_waiting: int = 0,
 ):
-    """One supervised server whose HTTP port is Envoy's edge (tpserve/server/edge.py); its state as clients see it."""
+    """One supervised server whose HTTP port is Envoy's edge (server/edge/request_checks.py); its state as clients
+    see it."""
     from tpserve.common.endpoints import read_state
     from tpserve.server.cluster import ClusterSettings, start_cluster
-    from tpserve.server.edge import MIB, EdgeLimits
-    from tpserve.server.envoy_config import Balancing
+    from tpserve.server.edge.envoy_config import Balancing
+    from tpserve.server.edge.request_checks import MIB, EdgeLimits
 
     limits = EdgeLimits(max_request_bytes=int(max_request_mb * MIB))
     cluster = ClusterSettings(
@@ -258,11 +259,11 @@ def supervise(
     """Run the supervisor in the foreground (what `start --supervise` spawns)."""
     import logging
 
-    from tpserve.server.launcher import ServerSettings
+    from tpserve.server.triton.launcher import ServerSettings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from tpserve.server.probes import ProbeSettings
-    from tpserve.server.supervisor import RetrySettings, serve
+    from tpserve.server.supervision.probes import ProbeSettings
+    from tpserve.server.supervision.supervisor import RetrySettings, serve
 
     http_port, grpc_port, metrics_port, health_port = ports
     ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
@@ -324,8 +325,8 @@ def cluster(
 ):
     """Start REPLICAS supervised tritonservers behind Envoy; return once Envoy routes to every one."""
     from tpserve.server.cluster import ClusterSettings, start_cluster
-    from tpserve.server.envoy_config import Balancing
-    from tpserve.server.recording import record_settings
+    from tpserve.server.edge.envoy_config import Balancing
+    from tpserve.server.edge.recording import record_settings
 
     settings = ClusterSettings(
         repo,
@@ -372,12 +373,12 @@ def _tls(cert, key):
 def envoy_run(config, log, record_dir, record_file_mb, record_files, admin_socket):
     """Run Envoy in the foreground, restarting it if it dies, rotating a recording (what `cluster` starts)."""
     from tpserve.server.cluster import envoy_binary
-    from tpserve.server.envoy_process import run
+    from tpserve.server.edge.envoy_process import run
 
     keep = None
     if record_dir is not None:
         from tpserve.server.cluster import admin_get
-        from tpserve.server.recording import RecordSettings, rotate
+        from tpserve.server.edge.recording import RecordSettings, rotate
 
         record = RecordSettings(record_dir, max_file_mb=record_file_mb, max_files=record_files)
         keep = lambda: rotate(record, lambda: admin_get(admin_socket, "/reopen_logs", "POST"))  # noqa: E731
@@ -398,14 +399,14 @@ def cluster_restart(state_dir):
 @cli.command("build-shim")
 @user_errors
 def build_shim():
-    """Compile the server's native parts into .tools/: the shim (tpserve/server/triton_shim.c: admin key out of argv,
-    private shared memory) and the gRPC recorder (tpserve/server/record_grpc.c, an Envoy module for RECORD=1)."""
-    from tpserve.server.record_module import build_module
-    from tpserve.server.secret_args import build_library
+    """Compile the server's native parts into .tools/: the shim (server/triton/triton_shim.c: admin key out of argv,
+    private shared memory) and the gRPC recorder (server/edge/record_grpc.c, an Envoy module for RECORD=1)."""
+    from tpserve.server.edge.record_module import build_module
+    from tpserve.server.triton.preloads import build_library
 
     click.echo(f"admin-key shim: {build_library()}")
     click.echo(f"gRPC recorder: {build_module()}")
-    from tpserve.server import cancel_table
+    from tpserve.server.edge import cancel_table
 
     click.echo(f"cancelled-calls notice: {cancel_table.build_module()}")
 
@@ -415,8 +416,8 @@ def build_shim():
 def stop(state_dir):
     """Stop the server started from STATE_DIR (and its supervisor)."""
     from tpserve.server.cluster import CLUSTER, read_cluster, stop_cluster
-    from tpserve.server.launcher import stop
-    from tpserve.server.supervisor_process import stop_supervisor
+    from tpserve.server.supervision.supervisor_process import stop_supervisor
+    from tpserve.server.triton.launcher import stop
 
     single = (state_dir / CLUSTER).exists() and read_cluster(state_dir).single
     if stop_cluster(state_dir):

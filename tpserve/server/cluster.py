@@ -23,14 +23,20 @@ from typing import Any
 from tpserve.common import endpoints
 from tpserve.common.cli import step
 from tpserve.common.errors import ServerError
-from tpserve.server import cancel_table, launcher
-from tpserve.server.admission import waiting_bound
-from tpserve.server.edge import EdgeLimits, http_filters, model_rules
-from tpserve.server.envoy_config import Balancing, EnvoySettings, Replica, envoy_config
-from tpserve.server.processes import terminate_group
-from tpserve.server.recording import RecordSettings, access_logs, grpc_filters, prepare
-from tpserve.server.supervisor import HEALTH_SOCKET
-from tpserve.server.supervisor_process import await_supervisor, signal_supervisor, start_supervised, stop_supervisor
+from tpserve.server.edge import cancel_table
+from tpserve.server.edge.admission import waiting_bound
+from tpserve.server.edge.envoy_config import Balancing, EnvoySettings, Replica, envoy_config
+from tpserve.server.edge.recording import RecordSettings, access_logs, grpc_filters, prepare
+from tpserve.server.edge.request_checks import EdgeLimits, http_filters, model_rules
+from tpserve.server.supervision.supervisor import HEALTH_SOCKET
+from tpserve.server.supervision.supervisor_process import (
+    await_supervisor,
+    signal_supervisor,
+    start_supervised,
+    stop_supervisor,
+)
+from tpserve.server.triton import launcher
+from tpserve.server.triton.processes import terminate_group
 
 CLUSTER = "cluster.json"
 ADMIN_SOCKET = "envoy-admin.sock"
@@ -240,9 +246,7 @@ def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> in
     stats = 0 if settings.single else settings.admin_port
     socket_path = str(admin_socket(settings.state_dir))
     balancing = settings.balancing
-    if (
-        not balancing.max_requests
-    ):  # requests that may wait: the repository's, per replica (tpserve/server/admission.py)
+    if not balancing.max_requests:  # requests that may wait: the repository's, per replica (server/edge/admission.py)
         balancing = replace(balancing, max_requests=waiting_bound(settings.repo) * len(replicas))
     envoy = EnvoySettings(
         replicas=replicas,
@@ -282,7 +286,7 @@ def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> in
 def _prepare_cancel_table(settings: ClusterSettings) -> None:
     """A fresh cancelled-calls table where the edge runs the module (Envoy 1.40 with the edge on); else none, and
     cancelled calls are computed as before (said once)."""
-    from tpserve.server.record_module import ENVOY_VERSION, runs_on
+    from tpserve.server.edge.record_module import ENVOY_VERSION, runs_on
 
     (settings.state_dir / cancel_table.TABLE).unlink(missing_ok=True)
     (settings.state_dir / cancel_table.BACKLOG).unlink(missing_ok=True)
@@ -310,7 +314,7 @@ def _recording(settings: ClusterSettings, rules: dict) -> dict:
     """EnvoySettings' fields for a recording: the gRPC listener's Lua and both listeners' access logs."""
     if settings.record is None:
         return {}
-    from tpserve.server.record_module import ENVOY_VERSION, runs_on
+    from tpserve.server.edge.record_module import ENVOY_VERSION, runs_on
 
     record = settings.record
     native = record.values or runs_on(envoy_binary())
@@ -482,7 +486,7 @@ def stop_cluster(state_dir: Path) -> bool:
     if not path.exists():
         return False
     state = ClusterState.from_dict(json.loads(path.read_text() or "{}"))
-    if state.envoy_pid:  # its keeper alone: it gives Envoy one SIGTERM (tpserve/server/envoy_process.py says why)
+    if state.envoy_pid:  # its keeper alone: it gives Envoy one SIGTERM (server/edge/envoy_process.py says why)
         terminate_group(state.envoy_pid, leader_only=True)
     # with Envoy gone nothing routes to a replica: each stops at once (no drain), all of them together
     folders = [state_dir / replica.name for replica in state.replicas]

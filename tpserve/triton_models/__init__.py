@@ -1,26 +1,37 @@
-"""Code that runs inside tritonserver: the Python-backend model.py files of the embedded target.
+"""Code that runs inside tritonserver, by the process it runs in:
 
-The builders copy these files into <repository>/<model>/<version>/model.py. They depend on
-nothing of the builders (the torch runtime loads a torch.export program, not the model's
-source), so the layers stay one way: spec -> artifacts -> repository -> server -> measurement.
+- python_backend/: the Python backend's stubs (the model.py files the builders copy into repositories);
+- runtime/: serving code without Triton's API (torch runtime, ragged planning and running, the tokenizer core);
+- inprocess/: the in-process backend, embedded in tritonserver's own process, with its C in inprocess/native/.
+
+It imports no other part of tpserve (the torch runtime loads a torch.export program, not the model's source), so
+the layers stay one way: spec -> artifacts -> repository -> server -> measurement.
 """
 
 from pathlib import Path
 
-ONNXRUNTIME_MODEL = Path(__file__).with_name("onnxruntime_model.py")
-TORCH_MODEL = Path(__file__).with_name("torch_model.py")
-IMAGE_PREPROCESS = Path(__file__).with_name("image_preprocess.py")
-CLASSIFY_POSTPROCESS = Path(__file__).with_name("classify_postprocess.py")
-TEXT_TOKENIZE = Path(__file__).with_name("text_tokenize.py")
-TEXT_POOL = Path(__file__).with_name("text_pool.py")
-INPROCESS_SHIM = Path(__file__).with_name("inprocess_shim.c")
-INPROCESS_NATIVE = Path(__file__).with_name("inprocess_native.c")  # compiled into the same library
-INPROCESS_BATCH_CALLS = Path(__file__).with_name("inprocess_batch_calls.c")  # Python's per-batch calls, same library
-# the native path of sequence models and its plan, compiled into it too (headers: inprocess_native.h, ragged_plan.h)
-INPROCESS_RAGGED = (Path(__file__).with_name("inprocess_ragged_native.c"), Path(__file__).with_name("ragged_plan.c"))
-INPROCESS_METRICS = Path(__file__).with_name("inprocess_metrics.c")  # the backend's latency histogram, same library
-# the tokenize step's native path (BERT-style tokenizers, ASCII texts), same library
-INPROCESS_TOKENIZE = (
-    Path(__file__).with_name("inprocess_tokenize_native.c"),
-    Path(__file__).with_name("bert_tokenize.c"),
+_HERE = Path(__file__).parent
+STUBS = _HERE / "python_backend"
+NATIVE = _HERE / "inprocess" / "native"
+
+ONNXRUNTIME_MODEL = STUBS / "onnxruntime_model.py"
+TORCH_MODEL = STUBS / "torch_model.py"
+IMAGE_PREPROCESS = STUBS / "image_preprocess.py"
+CLASSIFY_POSTPROCESS = STUBS / "classify_postprocess.py"
+TEXT_TOKENIZE = STUBS / "text_tokenize.py"
+TEXT_POOL = STUBS / "text_pool.py"
+# the in-process backend's library: the shim that starts Python inside tritonserver, and the native request paths
+INPROCESS_SHIM = NATIVE / "shim.c"
+INPROCESS_SOURCES = tuple(
+    NATIVE / name
+    for name in (
+        "shim.c",
+        "image_path.c",  # and the helpers every path shares (native.h)
+        "batch_calls.c",  # Python's per-batch calls
+        "ragged_path.c",
+        "ragged_plan.c",
+        "metrics.c",  # the backend's latency histogram
+        "tokenize_path.c",  # the tokenize step (BERT-style tokenizers, ASCII texts)
+        "bert_tokenize.c",
+    )
 )

@@ -73,11 +73,11 @@ def profile_shapes(spec: ModelSpec, options: EngineOptions) -> dict[str, tuple[t
 
 def length_profiles(spec: ModelSpec, options: EngineOptions) -> list[dict[str, tuple[tuple[int, ...], ...]]]:
     """Sequence models: one optimization profile per length bucket of the served engine's grid
-    (tpserve/triton_models/ragged.py), so each length band gets kernels tuned for it, as the CUDA graphs do: lengths
+    (triton_models/runtime/ragged.py), so each length band gets kernels tuned for it, as the CUDA graphs do: lengths
     (previous bucket, bucket], batches 1 .. the rows the token budget allows there (opt: half of that).
     Other models: the single profile of profile_shapes."""
     from tpserve.builders.repository.writer import ragged_inputs
-    from tpserve.triton_models import ragged
+    from tpserve.triton_models.runtime import ragged
 
     if not ragged_inputs(spec) or options.static_batch:
         return [profile_shapes(spec, options)]

@@ -86,7 +86,7 @@ def compile_engine(program: Path, spec, runtime: repository.TorchRuntime, device
     """(runner, seconds): the program compiled and warmed on every batch bucket, as the server will run it."""
     import torch
 
-    from tpserve.triton_models import torch_runtime as rt
+    from tpserve.triton_models.runtime import torch_runtime as rt
 
     dtype = rt.DTYPES[runtime.precision]
     fmt = torch.channels_last if runtime.channels_last else torch.contiguous_format
@@ -115,12 +115,12 @@ def compile_engine(program: Path, spec, runtime: repository.TorchRuntime, device
 
 def ragged_engine(engine, spec, runtime: repository.TorchRuntime, device: str):
     """A sequence model's engine as the server runs it: rows grouped by length, CUDA graphs over the grid's
-    (rows x length) cells on a GPU (tpserve/triton_models/ragged_runner.py). Called like the module, one request."""
+    (rows x length) cells on a GPU (triton_models/runtime/ragged_runner.py). Called like the module, one request."""
     import torch
 
-    from tpserve.triton_models import ragged
-    from tpserve.triton_models.ragged_runner import for_spec
-    from tpserve.triton_models.torch_serving import TORCH_DTYPES
+    from tpserve.triton_models.runtime import ragged
+    from tpserve.triton_models.runtime.ragged_runner import for_spec
+    from tpserve.triton_models.runtime.torch_serving import TORCH_DTYPES
 
     grid = ragged.default_grid(
         spec.longest_sequence(),
@@ -165,7 +165,7 @@ def _gate(runner, program: Path, spec, runtime, device: str, report_path: Path) 
     """The engine at its precision against the fp32 eager program, on the spec's shape cases."""
     import torch
 
-    from tpserve.triton_models import torch_runtime as rt
+    from tpserve.triton_models.runtime import torch_runtime as rt
 
     reference = rt.load_program(program, device).to(device)
     dtypes = [getattr(torch, {"FP32": "float32", "FP16": "float16"}.get(t.dtype, "float32")) for t in spec.outputs]

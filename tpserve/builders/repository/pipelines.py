@@ -128,7 +128,7 @@ def text_pipeline_configs(
 ) -> list[ModelConfig]:
     """tokenize → encoder (→ pool, where the encoder does not pool itself), and the ensemble <model>_pipeline
     (TEXT in, EMBEDDING out). The tokenize step batches dynamically: one Rust encode_batch per batch; inprocess:
-    it runs in the in-process backend (tpserve/triton_models/tokenize_serving.py) instead of a Python-backend stub."""
+    it runs in the in-process backend (triton_models/inprocess/tokenize_serving.py) instead of a Python-backend stub."""
     ids, mask = (TensorConfig(t.name, f"TYPE_{t.dtype}", t.dims) for t in spec.inputs)
     hidden = spec.outputs[0].dims[-1]
     common: dict[str, Any] = dict(

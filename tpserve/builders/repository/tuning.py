@@ -98,13 +98,13 @@ def _quantile(counts: Counter, q: float) -> int:
 
 
 def _batch_steps(high: int) -> tuple[int, ...]:
-    from tpserve.triton_models.ragged import batch_steps
+    from tpserve.triton_models.runtime.ragged import batch_steps
 
     return batch_steps(max(1, high))
 
 
 def _default_buckets(longest: int) -> tuple[int, ...]:
-    from tpserve.triton_models.ragged import MIN_LENGTH_BUCKET, length_steps
+    from tpserve.triton_models.runtime.ragged import MIN_LENGTH_BUCKET, length_steps
 
     return length_steps(min(MIN_LENGTH_BUCKET, longest), longest)
 

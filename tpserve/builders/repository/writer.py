@@ -29,7 +29,7 @@ LABELS = "labels.txt"
 # requests waiting until it (35 of 20,003 at concurrency 8 on a tiny model here; triton-inference-server/server#8870,
 # #5783); with max_queue_size alone a two-instance ragged text model swung between 26 and 470 infer/s at concurrency
 # 2 (perf_analyzer could not stabilize; without the policy it did at once). Set them per model where you want them;
-# a cancelling client's calls are answered unrun instead (tpserve/triton_models/cancelled_calls.py), and Envoy bounds what
+# a cancelling client's calls are answered unrun instead (triton_models/python_backend/cancelled_calls.py), and Envoy bounds what
 # is in flight per replica (its circuit breaker).
 DEFAULT_QUEUE_TIMEOUT_MS = 0.0
 QUEUE_PER_BATCH = 8  # queued requests per batch the instances can run at once, by default
@@ -149,7 +149,7 @@ def instance_count(spec: ModelSpec, target: str, options: ServingOptions) -> int
 
 def ragged_inputs(spec: ModelSpec) -> bool:
     """Whether every input is one sequence axis per sample ([-1]): such requests batch across lengths
-    (tpserve/triton_models/ragged.py) in the embedded target's backends."""
+    (triton_models/runtime/ragged.py) in the embedded target's backends."""
     return all(list(t.dims) == [-1] for t in spec.inputs)
 
 
@@ -189,7 +189,7 @@ class TorchRuntime:
     compiler: str = ""  # "inductor": a compiled engine (torch.compile, built ahead of time with its cache)
     host_outputs: bool = False  # outputs leave the stub from host memory instead of CUDA IPC
     staged: bool = True  # with CUDA graphs: the staged request path (torch_runtime.StagedRunner); False: earlier
-    inprocess: bool = False  # served by the in-process backend (tpserve/triton_models/inprocess_backend.py), not a stub
+    inprocess: bool = False  # served by the in-process backend (triton_models/inprocess/backend.py), not a stub
     native: bool = True  # in-process with CUDA graphs: batches served natively (no Python per batch); False: by Python
     length_buckets: tuple[int, ...] = ()  # sequence models: the lengths rows are padded to (default 16, 32, ...)
     token_budget: int = 0  # sequence models: most rows x length per run (0: 16,384)
@@ -280,7 +280,7 @@ def torch_config(spec: ModelSpec, runtime: TorchRuntime, options: ServingOptions
     return dataclasses.replace(base, backend=backend, parameters=params, inputs=inputs, warmup=warmup)
 
 
-INPROCESS_BACKEND = "torch_inprocess"  # tpserve/server/inprocess_build.py builds it where a repository names it
+INPROCESS_BACKEND = "torch_inprocess"  # server/triton/inprocess_build.py builds it where a repository names it
 
 
 def write_model(repo: Path, spec: ModelSpec, config: ModelConfig, artifacts: dict, target: str) -> Path:

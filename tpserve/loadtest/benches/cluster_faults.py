@@ -54,7 +54,7 @@ def kill_stub(state_dir: Path, model: str, name: str = "replica-0") -> dict:
     """SIGKILL model's stub on one replica; seconds until its supervisor calls the model ready again."""
     from tpserve.common.endpoints import read_state
     from tpserve.server.cluster import replica_ready
-    from tpserve.server.processes import stubs
+    from tpserve.server.triton.processes import stubs
 
     server = read_state(state_dir / name).pid
     victims = [pid for found, _, pid in stubs(server) if found == model]

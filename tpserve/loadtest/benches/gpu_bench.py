@@ -98,7 +98,7 @@ def compiled_rows(spec, program: Path, gpu_batch: int, precisions=("fp16", "bf16
 
     from tpserve.builders.formats.torch_compiled import compile_engine
     from tpserve.builders.repository.writer import TorchRuntime
-    from tpserve.triton_models.torch_runtime import DTYPES
+    from tpserve.triton_models.runtime.torch_runtime import DTYPES
 
     rows, shape = [], tuple(spec.inputs[0].dims)
     batches = [b for b in (gpu_batch, 2 * gpu_batch, 4 * gpu_batch) if b <= spec.max_batch_size]
@@ -137,7 +137,7 @@ def inprocess_rows(spec, onnx_path: Path, weights: Path, gpu_batch: int, cpu_bat
     import torch
 
     from tpserve.builders.spec.zoo import architecture
-    from tpserve.triton_models.torch_runtime import GraphRunner
+    from tpserve.triton_models.runtime.torch_runtime import GraphRunner
 
     shape = tuple(spec.inputs[0].dims)
     x1, xb = (np.random.default_rng(0).standard_normal((b, *shape)).astype(np.float32) for b in (1, cpu_batch))
@@ -410,7 +410,7 @@ def cold_start(repo: Path, model: str, out: Path, with_cache: bool = True) -> fl
     import shutil
     import tempfile
 
-    from tpserve.server.launcher import running
+    from tpserve.server.triton.launcher import running
 
     alone = out / f"cold-{model}-{'cache' if with_cache else 'nocache'}"
     shutil.copytree(repo / model, alone / model)
@@ -438,7 +438,7 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
 
     from tpserve.builders.spec import zoo
     from tpserve.loadtest.perf.tools import find_perf_analyzer
-    from tpserve.server.launcher import running
+    from tpserve.server.triton.launcher import running
 
     spec = zoo.get_spec(settings.model, max_batch_size=max(settings.max_batch, settings.gpu_batch))
     spec = dataclasses.replace(spec, validation_batch_sizes=(1, 2))

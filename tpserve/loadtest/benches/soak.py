@@ -68,7 +68,7 @@ def served_processes(state_dir: Path) -> dict[str, int]:
     import json
 
     from tpserve.common.endpoints import read_state
-    from tpserve.server.processes import children
+    from tpserve.server.triton.processes import children
 
     folders = sorted(p.parent for p in state_dir.glob("replica-*/server.json")) or [state_dir]
     found: dict[str, int] = {}
@@ -98,7 +98,7 @@ def _envoy_keeper(state_dir: Path) -> int | None:
 
 def processes(server_pid: int) -> dict[str, int]:
     """Label -> pid of tritonserver and each of its stubs ('<model> #<n>', by pid order)."""
-    from tpserve.server.processes import stubs
+    from tpserve.server.triton.processes import stubs
 
     found = {"tritonserver": server_pid}
     by_model: dict[str, list[int]] = {}

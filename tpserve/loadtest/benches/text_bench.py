@@ -185,7 +185,7 @@ def _inproc_row(name, label, count, real, seconds, efficiency, note="") -> TextR
 
 def runner_rows(runner, lengths: np.ndarray, label: str, batch: int) -> list[TextRow]:
     """The served engine's runner in-process: sorted sentences in batches, and batches in arrival order."""
-    from tpserve.triton_models import ragged
+    from tpserve.triton_models.runtime import ragged
 
     ids, mask = tw.token_rows(lengths)
     real, rows = int(lengths.sum()), []
@@ -232,7 +232,7 @@ def text_words(settings) -> tuple[tuple[str, ...], float]:
 def tokenizer_rows(settings, workloads) -> list[TextRow]:
     """The tokenize step's own work on this host (tokenize_core: decode, one encode_batch per batch, cut per
     request), on the workload's texts in requests of per_request, batches of the served max batch."""
-    from tpserve.triton_models.tokenize_core import load_tokenizer, tokenize
+    from tpserve.triton_models.runtime.tokenize_core import load_tokenizer, tokenize
 
     path = settings.tokenizer or _default_tokenizer()
     if path is None:
@@ -269,7 +269,7 @@ def single_sentence_ms(runner, module, device: str, length: int = 32) -> tuple[f
     """One sentence of `length` tokens: eager module, and the served engine's runner (median ms)."""
     import torch
 
-    from tpserve.triton_models import ragged
+    from tpserve.triton_models.runtime import ragged
 
     ids, mask = tw.token_rows(np.array([length]))
     a, m = torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device)
@@ -787,7 +787,7 @@ def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
     import torch
 
     from tpserve.loadtest.perf.tools import find_perf_analyzer
-    from tpserve.server.launcher import TritonTuning, running
+    from tpserve.server.triton.launcher import TritonTuning, running
 
     gpu = torch.cuda.is_available()
     settings = for_device(settings, gpu)
@@ -832,7 +832,7 @@ def _keep_metrics(state, path: Path) -> None:
 
 def _reference(program: Path):
     """The exported module in fp32 on the CPU: what served embeddings are compared with."""
-    from tpserve.triton_models import torch_runtime as rt
+    from tpserve.triton_models.runtime import torch_runtime as rt
 
     return rt.load_program(program).float()
 
@@ -843,7 +843,7 @@ def inprocess(settings, spec, work: Path, gpu: bool, workloads) -> list[TextRow]
 
     from tpserve.builders.formats.torch_compiled import ragged_engine
     from tpserve.builders.repository.writer import TorchRuntime
-    from tpserve.triton_models import torch_runtime as rt
+    from tpserve.triton_models.runtime import torch_runtime as rt
 
     device = "cuda" if gpu else "cpu"
     precision = settings.precision or ("fp16" if gpu else "fp32")

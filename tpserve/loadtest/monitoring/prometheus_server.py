@@ -17,7 +17,7 @@ from pathlib import Path
 from tpserve.common.cli import step
 from tpserve.common.errors import MeasurementError
 from tpserve.loadtest.monitoring.prometheus_rules import DEFAULT_RULES, RuleSettings, rule_groups
-from tpserve.server.processes import terminate_group
+from tpserve.server.triton.processes import terminate_group
 
 STATE = "prometheus.json"
 

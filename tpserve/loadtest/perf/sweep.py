@@ -14,7 +14,7 @@ from tpserve.common.cli import step
 from tpserve.common.endpoints import Endpoint
 from tpserve.common.errors import MeasurementError
 from tpserve.loadtest.perf.tools import PerfAnalyzer
-from tpserve.server.secret_args import PLACEHOLDER
+from tpserve.server.triton.preloads import PLACEHOLDER
 
 SHARED_MEMORY = ("none", "system", "cuda")
 # perf_analyzer's words when its windows disagree, or when one was too short to hold a request (a busy host)
@@ -95,7 +95,7 @@ def perf_args(sweep: Sweep, ep: Endpoint, batch: int, load: tuple[str, str], csv
         if sweep.output_shm_bytes:
             args += ["--output-shared-memory-size", str(sweep.output_shm_bytes)]
     for key in ep.admin_headers:  # perf_analyzer reads the (restricted) statistics API; the key itself
-        args += ["-H", f"{key}:{PLACEHOLDER}"]  # goes through a pipe, never argv (tpserve/server/secret_args.py)
+        args += ["-H", f"{key}:{PLACEHOLDER}"]  # goes through a pipe, never argv (server/triton/preloads.py)
     return args
 
 

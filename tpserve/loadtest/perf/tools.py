@@ -39,7 +39,7 @@ class PerfAnalyzer:
 
     def attempt(self, args: list[str], timeout: float, secret: str | None = None) -> subprocess.CompletedProcess:
         """Run perf_analyzer with args and return what it did, whatever its exit status. With a secret, the
-        args carry its placeholder and the secret itself goes through a pipe (tpserve/server/secret_args.py).
+        args carry its placeholder and the secret itself goes through a pipe (server/triton/preloads.py).
 
         Raises:
             MeasurementError: it ran past timeout (it was ended).
@@ -47,7 +47,7 @@ class PerfAnalyzer:
         env = self.env
         fds: tuple[int, ...] = ()
         if secret is not None:
-            from tpserve.server.secret_args import pass_secret
+            from tpserve.server.triton.preloads import pass_secret
 
             env, fd = pass_secret(self.env, secret)
             fds = (fd,)
@@ -116,7 +116,7 @@ def perf_libraries(pytriton_libs: Path) -> dict[str, Path]:
 
 
 def _install_legacy_binary(scratch: Path) -> None:
-    from tpserve.server.install import find_install
+    from tpserve.server.triton.install import find_install
 
     step(f"perf_analyzer: fetching the binary of {LEGACY_CLIENT}")
     subprocess.run(

@@ -1,4 +1,4 @@
-"""A recording as a replay: when to send what (tpserve/common/traffic.py's requests, in arrival order, SPEED times
+"""A recording as a replay: when to send what (common/traffic.py's requests, in arrival order, SPEED times
 faster), the inputs to send, and the figures that compare a replay with its recording.
 
 The dispatcher is open loop: each request leaves at its recorded offset whatever the earlier ones are doing.

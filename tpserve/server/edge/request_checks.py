@@ -1,0 +1,136 @@
+"""The edge: what Envoy checks on HTTP before a request reaches tritonserver (server/edge/edge.lua).
+
+The rules come from the served repository's config.pbtxt files: each model's inputs (datatype, dims)
+and max_batch_size, plus limits on the body, on any one tensor and on JSON nesting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tpserve.common.errors import ServerError
+
+LUA_SOURCE = Path(__file__).with_name("edge.lua")
+RECORD_LUA = Path(__file__).with_name("record.lua")  # appended while recording (server/edge/recording.py)
+BUFFER = "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer"
+LUA = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"
+MIB = 1 << 20
+
+
+# Config override fields a load through the edge may not set: each names files or code the server would
+# load (a backend library, an execution environment, warmup data files, repository agents).
+REFUSED_OVERRIDE_KEYS = (
+    "backend",
+    "platform",
+    "runtime",
+    "parameters",
+    "model_warmup",
+    "model_repository_agents",
+    "cc_model_filenames",
+    "model_transaction_policy",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EdgeLimits:
+    """Limits the edge enforces on every HTTP request (bytes; depth in JSON levels; counts)."""
+
+    max_request_bytes: int = 64 * MIB  # the whole body (413 beyond it); chunked bodies included
+    max_tensor_bytes: int = 256 * MIB  # any one input, as its shape and datatype declare it
+    max_depth: int = 32  # JSON nesting
+    max_keys: int = 64  # keys of any one JSON object (parameters included)
+    max_items: int = 64  # items of any one JSON array other than tensor data (inputs, outputs, shape)
+    max_header_kb: int = 16  # request line and headers (431 beyond them); tritonserver's own parser stops near 16 KB
+    max_connections: int = 1024  # downstream connections Envoy accepts at once, all listeners together
+    echo_reading: bool = False  # tests only: answer with header x-edge-read, what the edge read of each input
+
+    def __post_init__(self):
+        counts = (self.max_request_bytes, self.max_tensor_bytes, self.max_depth, self.max_keys, self.max_items)
+        if min(*counts, self.max_header_kb, self.max_connections) < 1:
+            raise ServerError(f"edge limits must be positive: {self}")
+        if self.max_depth < 8:
+            raise ServerError(f"max_depth {self.max_depth}: inference requests need at least 8 levels")
+        if self.max_header_kb > 60:
+            raise ServerError(f"max_header_kb {self.max_header_kb}: tritonserver cannot take headers over 60 KB")
+
+
+@dataclass(frozen=True)
+class ModelRules:
+    max_batch_size: int
+    inputs: dict = field(default_factory=dict)  # name -> {"datatype": "FP32", "dims": [...]}
+
+
+def model_rules(repo: Path) -> dict[str, ModelRules]:
+    """Per model of the repository: its inputs and max_batch_size, from config.pbtxt."""
+    from tritonclient.grpc import model_config_pb2
+
+    from tpserve.builders.repository.model_config import repository_configs
+
+    found = {}
+    for name, config in repository_configs(repo):
+        inputs = {
+            i.name: {
+                "datatype": model_config_pb2.DataType.Name(i.data_type).removeprefix("TYPE_"),
+                "dims": [int(d) for d in i.dims],
+            }
+            for i in config.input
+        }
+        found[name] = ModelRules(int(config.max_batch_size), _strings_as_bytes(inputs))
+    return found
+
+
+def _strings_as_bytes(inputs: dict) -> dict:
+    """TYPE_STRING in a config is BYTES on the wire."""
+    return {n: {**i, "datatype": "BYTES" if i["datatype"] == "STRING" else i["datatype"]} for n, i in inputs.items()}
+
+
+def lua_literal(value) -> str:
+    """value (str, bool, int, list, dict with str keys) as a Lua expression; strings byte-escaped."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return (
+            '"' + "".join(chr(b) if 32 <= b < 127 and b not in (34, 92) else f"\\{b:03d}" for b in value.encode()) + '"'
+        )
+    if isinstance(value, (list, tuple)):
+        return "{" + ", ".join(lua_literal(v) for v in value) + "}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"[{lua_literal(str(k))}] = {lua_literal(v)}" for k, v in value.items()) + "}"
+    raise ServerError(f"the edge's configuration cannot carry {type(value).__name__} values: {value!r}")
+
+
+def lua_code(rules: dict[str, ModelRules], limits: EdgeLimits, record=None) -> str:
+    """edge.lua with its CONFIG: the rules and limits as a Lua table (and record.lua, where record is a
+    server.recording.RecordSettings)."""
+    config = {
+        "models": {n: asdict(r) for n, r in rules.items()},
+        "max_tensor_bytes": limits.max_tensor_bytes,
+        "max_depth": limits.max_depth,
+        "max_keys": limits.max_keys,
+        "max_items": limits.max_items,
+        "refused_override_keys": list(REFUSED_OVERRIDE_KEYS),
+        "echo_reading": limits.echo_reading,
+    }
+    echo = "envoy_on_response = edge_echo_reading\n" if limits.echo_reading else ""
+    source = LUA_SOURCE.read_text()
+    if record is not None:
+        config.update(record.lua_config())
+        source += "\n" + RECORD_LUA.read_text()
+    return source + "\nCONFIG = " + lua_literal(config) + "\n" + echo
+
+
+def http_filters(rules: dict[str, ModelRules], limits: EdgeLimits, record=None) -> list[dict]:
+    """Envoy HTTP filters of the edge, before the router: buffer (size cap, chunked bodies), then Lua."""
+    return [
+        {
+            "name": "envoy.filters.http.buffer",
+            "typed_config": {"@type": BUFFER, "max_request_bytes": limits.max_request_bytes},
+        },
+        {
+            "name": "envoy.filters.http.lua",
+            "typed_config": {"@type": LUA, "default_source_code": {"inline_string": lua_code(rules, limits, record)}},
+        },
+    ]

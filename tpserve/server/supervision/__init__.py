@@ -1,0 +1,1 @@
+"""The supervisor: probes, reloads, restarts, readiness, rollouts' lock."""

@@ -1,0 +1,115 @@
+"""The admin key reaches tritonserver without appearing in its argv or environment.
+
+Triton 2.51 reads restricted-API keys only from its command line, which every local user can read
+in /proc/<pid>/cmdline. The command line therefore carries PLACEHOLDER; the key travels through a
+pipe whose read end the server inherits, and server/triton/triton_shim.c (LD_PRELOAD, built into
+.tools/triton_shim/ by `make install`; it also keeps shared memory private) fills it in before
+tritonserver's main() runs. The launcher then proves the substitution: the real key must open the
+admin API and the placeholder must not.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from tpserve.common.cli import step
+from tpserve.common.errors import ServerError
+from tpserve.paths import TOOLS
+
+PLACEHOLDER = "@TRITON_ADMIN_KEY@"
+FD_VARIABLE = "TRITON_SECRET_FD"
+SOURCE = Path(__file__).with_name("triton_shim.c")
+GUARD_SOURCE = Path(__file__).with_name("triton_guard.c")  # tritonserver 2.51's internal ports, gRPC resets, shm
+SOURCES = (SOURCE, GUARD_SOURCE)
+TOOLS_DIR = TOOLS / "triton_shim"
+LIBRARY = TOOLS_DIR / "libtriton_shim.so"
+
+
+def c_compiler() -> str | None:
+    """The C compiler for the server's native parts ($CC, cc or gcc) as a path, None where there is none ($CC
+    naming no program is None too: the one asked for is missing, not replaced)."""
+    if os.environ.get("CC"):
+        return shutil.which(os.environ["CC"])
+    return shutil.which("cc") or shutil.which("gcc")
+
+
+REFUSAL = """# Started by triton_shim in place of a model file it refused: the load fails at once with why.
+class TritonPythonModel:
+    def initialize(self, args):
+        raise RuntimeError("{why}")
+"""
+REFUSALS = {
+    "outside": "refused by the server's shim: the config names a model file outside the model's version folder, "
+    "or one whose path holds characters other than letters, digits and _ . / : = + -",
+    "missing": "the model file the config names does not exist in the model's version folder",
+}
+
+
+def write_refusal_models(folder: Path) -> None:
+    """folder/refused/<reason>/0/model.py: the models the shim starts instead of a refused or missing file
+    (tritonserver 2.51 waits forever for a stub that cannot start, so the shim never lets that happen)."""
+    for reason, why in REFUSALS.items():
+        target = folder / "refused" / reason / "0"
+        target.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (target / "model.py").write_text(REFUSAL.format(why=why))
+
+
+def build_library(force: bool = False) -> Path:
+    """Compile triton_shim.c and triton_guard.c into .tools/triton_shim/ (idempotent: rebuilt when a source is
+    newer).
+
+    Raises:
+        ServerError: no C compiler, or the compile failed.
+    """
+    if LIBRARY.exists() and not force and LIBRARY.stat().st_mtime >= max(s.stat().st_mtime for s in SOURCES):
+        write_refusal_models(TOOLS_DIR)
+        return LIBRARY
+    compiler = c_compiler()
+    if compiler is None:
+        raise ServerError(
+            "no C compiler (cc/gcc) to build the admin-key shim: install gcc (Debian: apt-get install "
+            "gcc) and run `make install` again"
+        )
+    TOOLS_DIR.mkdir(parents=True, exist_ok=True)
+    partial = LIBRARY.with_suffix(".partial")
+    step(f"admin-key shim: compiling {' and '.join(s.name for s in SOURCES)} into {LIBRARY}")
+    done = subprocess.run(
+        [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-o", str(partial), *map(str, SOURCES), "-ldl", "-lpthread"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if done.returncode != 0:
+        raise ServerError(f"compiling {' and '.join(map(str, SOURCES))} failed:\n{done.stderr.strip()[-800:]}")
+    partial.replace(LIBRARY)
+    write_refusal_models(TOOLS_DIR)
+    return LIBRARY
+
+
+def library() -> Path:
+    """The built shim ($TRITON_SHIM overrides), building it when a compiler is at hand.
+
+    Raises:
+        ServerError: not built and cannot be; the message says how to fix it.
+    """
+    given = os.environ.get("TRITON_SHIM")
+    if given:
+        if not Path(given).is_file():
+            raise ServerError(f"TRITON_SHIM={given} is not a file; unset it or point it at libtriton_shim.so")
+        return Path(given)
+    return build_library()
+
+
+def pass_secret(env: dict, secret: str) -> tuple[dict, int]:
+    """An environment that loads the shim, and the read end of a pipe holding the secret.
+
+    The caller passes the descriptor to the child (`pass_fds`) and closes it after the start.
+    """
+    preload = " ".join(p for p in (str(library()), env.get("LD_PRELOAD", "")) if p)
+    read_end, write_end = os.pipe()
+    with os.fdopen(write_end, "w") as pipe:
+        pipe.write(secret)
+    return {**env, "LD_PRELOAD": preload, FD_VARIABLE: str(read_end)}, read_end

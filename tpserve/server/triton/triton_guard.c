@@ -1,0 +1,726 @@
+/*
+ * triton_guard: built into the same LD_PRELOAD library as triton_shim.c, it keeps three doors of the embedded
+ * tritonserver 2.51 shut that its own code leaves open. Each reads exactly the bytes or names Triton reads.
+ *
+ * 1. Internal ports are the edge's. TRITON_GUARD_OWN_PORTS lists the ports (the HTTP and gRPC ports behind
+ *    Envoy) that only processes of the server's own user may reach. accept() below asks the kernel (sock_diag)
+ *    which user owns the connecting socket, and closes a connection of any other user before tritonserver
+ *    reads a byte of it: tritonserver 2.51's HTTP parser crashed on 2,000,000 one-byte chunks and on a body
+ *    with a duplicated key, and the edge's checks apply only to what passes through the edge.
+ *
+ * 2. A cancelled gRPC call is never seen as cancelled. tritonserver 2.51's gRPC frontend crashes (SIGSEGV)
+ *    when a call is cancelled while its response completes (triton-inference-server/server#8034, #7840). On
+ *    the ports in TRITON_GUARD_H2_PORTS (the gRPC port behind Envoy, which holds no client's connection
+ *    open: a client that hangs up costs Envoy a stream reset, never the upstream connection, and Envoy strips
+ *    grpc-timeout) every RST_STREAM frame the peer sends is rewritten, in place and byte for byte, before gRPC
+ *    reads it: for a stream the peer had already half-closed (a unary call, whole before Envoy forwards it) it
+ *    becomes a WINDOW_UPDATE of 1 on that stream, which the server ignores; for a stream still open (a
+ *    ModelStreamInfer stream) it becomes an empty DATA frame ending the stream, so the server finishes the
+ *    stream's requests as if the client had closed its side. Either way the server completes the call and
+ *    Envoy drops the answer (the padding counts against the server's receive window, not Envoy's: 4 bytes of
+ *    credit per rewritten open stream; docs/security/red_team.md). Only HTTP/2 framing is read (9-byte frame headers
+ *    after the 24-byte preface), which has one reading; nothing of a header block or message is touched. Every
+ *    frame header handed to gRPC is whole: one a read ends in is held back (at most 8 bytes) and handed out with
+ *    the next read, so a split frame never waits for its rest. The server's writes are followed too: a stream
+ *    either side ends leaves the table of open streams, which grows as needed (no cap a client can fill).
+ *
+ * 3. Clients register only their own shared memory. A system shared-memory registration makes tritonserver
+ *    open the named region (shm_open without O_CREAT, from the server's own code, not a backend's). Below,
+ *    such an open of a region named as the Python backend names its IPC regions is refused: a key holder
+ *    could otherwise map the backend's private memory and write model outputs into it.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define OWN_VARIABLE "TRITON_GUARD_OWN_PORTS"
+#define H2_VARIABLE "TRITON_GUARD_H2_PORTS"
+#define BACKLOG_VARIABLE "TRITON_GUARD_BACKLOG"
+#define BACKLOG_SLOTS 64
+#define BACKLOG_LINE 64 /* bytes per slot: one cache line each */
+#define MAX_PORTS 8
+#define MAX_FDS 65536
+#define PREFACE 24
+#define BACKEND_REGIONS "triton_python_backend"
+
+static int own_ports[MAX_PORTS], own_count = 0;
+static int h2_ports[MAX_PORTS], h2_count = 0;
+static unsigned long refusals = 0;
+
+/* A stream the peer opened and the server has not ended: still open on the peer's side (a ModelStreamInfer
+ * stream), half-closed by it (a unary call, whole), or reset by it (nobody waits: an orphan the server still runs). */
+enum { PEER_OPEN = 1, RUNNING = 2, ORPHAN = 3 };
+struct stream_state {
+    uint32_t stream;  /* 0: a free slot */
+    uint32_t state;
+};
+
+/* One HTTP/2 connection: where the peer's byte stream stands, its streams the server has not ended, and where the
+ * server's own byte stream stands (its writes end streams). */
+struct h2_reader {
+    uint32_t preface_left;
+    uint8_t head[9];
+    uint32_t head_at;  /* bytes of the current frame header seen (9: in the payload) */
+    uint32_t payload_left;
+    const uint8_t *replace;  /* the payload bytes to write instead (a rewritten RST_STREAM), or NULL */
+    uint32_t replace_at;
+    uint8_t held[9];  /* the start of a frame header a read ended in, not yet decided: read again whole */
+    uint32_t held_count;
+    uint8_t ready[9];  /* a decided header's bytes a short read had no room for: handed out first */
+    uint32_t ready_count;
+    pthread_mutex_t lock;  /* the table: gRPC may write (server_wrote) while it reads */
+    struct stream_state *streams;  /* the peer's streams the server has not ended: grown as needed, no fixed cap */
+    uint32_t stream_count, stream_room;  /* stream_room: 0 or a power of two (open addressing) */
+    uint32_t orphans;  /* streams the peer reset that the server still runs */
+    uint8_t out_head[9];  /* the server's frames, as it writes them */
+    uint32_t out_head_at, out_payload_left;
+};
+
+static struct h2_reader *readers[MAX_FDS];
+
+/* The edge's backlog: this server's slot of the file TRITON_GUARD_BACKLOG names ("slot:path", a file of the state
+ * folder, 0600, made by the launcher: server/edge/cancel_table.py), counting the calls the edge gave up on that this
+ * server still runs. The edge reads every slot and refuses new calls while the sum is over its bound
+ * (server/edge/cancel_notice.c): what cancelling clients leave behind stays bounded. NULL: not behind the edge. */
+static uint64_t *backlog = NULL;
+
+static void count_orphans(struct h2_reader *r, int64_t change) {
+    r->orphans = (uint32_t)((int64_t)r->orphans + change);
+    if (backlog != NULL) __atomic_add_fetch(backlog, (uint64_t)change, __ATOMIC_RELAXED);
+}
+
+static const uint8_t WINDOW_UPDATE_ONE[4] = {0, 0, 0, 1};
+static const uint8_t EMPTY_PADDED[4] = {3, 0, 0, 0}; /* pad length 3, no data, 3 bytes of padding */
+
+static ssize_t (*real_recvmsg)(int, struct msghdr *, int);
+static ssize_t (*real_recv)(int, void *, size_t, int);
+static ssize_t (*real_read)(int, void *, size_t);
+static ssize_t (*real_readv)(int, const struct iovec *, int);
+static ssize_t (*real_sendmsg)(int, const struct msghdr *, int);
+static ssize_t (*real_send)(int, const void *, size_t, int);
+static ssize_t (*real_write)(int, const void *, size_t);
+static ssize_t (*real_writev)(int, const struct iovec *, int);
+static int (*real_accept4)(int, struct sockaddr *, socklen_t *, int);
+static int (*real_close)(int);
+static int (*real_shm_open)(const char *, int, mode_t);
+
+static void say(const char *format, ...) {
+    char line[512];
+    va_list args;
+    va_start(args, format);
+    int length = vsnprintf(line, sizeof line, format, args);
+    va_end(args);
+    if (length > 0) (void)!write(2, line, (size_t)length < sizeof line ? (size_t)length : sizeof line - 1);
+}
+
+static int read_ports(const char *variable, int *ports) {
+    const char *text = getenv(variable);
+    int count = 0;
+    for (const char *at = text; at && *at && count < MAX_PORTS;) {
+        char *end;
+        long port = strtol(at, &end, 10);
+        if (end == at) break;
+        if (port > 0 && port < 65536) ports[count++] = (int)port;
+        at = *end == ',' ? end + 1 : end;
+    }
+    unsetenv(variable);
+    return count;
+}
+
+/* The functions wrapped here, looked up once: a wrapper can run before any constructor (the shim's own reads
+ * the admin key), so each calls this first. */
+static void resolve(void) {
+    if (real_close != NULL) return;
+    real_recvmsg = dlsym(RTLD_NEXT, "recvmsg");
+    real_recv = dlsym(RTLD_NEXT, "recv");
+    real_read = dlsym(RTLD_NEXT, "read");
+    real_readv = dlsym(RTLD_NEXT, "readv");
+    real_sendmsg = dlsym(RTLD_NEXT, "sendmsg");
+    real_send = dlsym(RTLD_NEXT, "send");
+    real_write = dlsym(RTLD_NEXT, "write");
+    real_writev = dlsym(RTLD_NEXT, "writev");
+    real_accept4 = dlsym(RTLD_NEXT, "accept4");
+    real_shm_open = dlsym(RTLD_NEXT, "shm_open");
+    real_close = dlsym(RTLD_NEXT, "close");
+}
+
+/* This server's slot of the backlog file ("slot:path"), zeroed: the calls of a server that was before it are gone. */
+static void open_backlog(void) {
+    const char *text = getenv(BACKLOG_VARIABLE);
+    char *path = NULL;
+    long slot = text ? strtol(text, &path, 10) : -1;
+    if (slot >= 0 && slot < BACKLOG_SLOTS && path != NULL && *path == ':') {
+        int fd = open(path + 1, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        struct stat st;
+        void *map = MAP_FAILED;
+        if (fd >= 0 && fstat(fd, &st) == 0 && st.st_uid == geteuid() && !(st.st_mode & 077) &&
+            st.st_size == BACKLOG_SLOTS * BACKLOG_LINE)
+            map = mmap(NULL, BACKLOG_SLOTS * BACKLOG_LINE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (fd >= 0) real_close(fd);
+        if (map != MAP_FAILED) {
+            backlog = (uint64_t *)((uint8_t *)map + slot * BACKLOG_LINE);
+            __atomic_store_n(backlog, 0, __ATOMIC_RELAXED);
+        } else {
+            say("triton_guard: cannot use the backlog file %s (not a 0600 file of this user of %d bytes): the edge "
+                "does not see what cancelled calls leave behind\n", path + 1, BACKLOG_SLOTS * BACKLOG_LINE);
+        }
+    }
+    if (text != NULL) unsetenv(BACKLOG_VARIABLE);
+}
+
+__attribute__((constructor)) static void start_guard(void) {
+    resolve();
+    own_count = read_ports(OWN_VARIABLE, own_ports);
+    h2_count = read_ports(H2_VARIABLE, h2_ports);
+    open_backlog();
+}
+
+/* ---- 1. who may connect ---- */
+
+static int listed(int port, const int *ports, int count) {
+    for (int i = 0; i < count; i++) {
+        if (ports[i] == port) return 1;
+    }
+    return 0;
+}
+
+static int local_port(int fd) {
+    struct sockaddr_storage address;
+    socklen_t length = sizeof address;
+    if (getsockname(fd, (struct sockaddr *)&address, &length) != 0) return -1;
+    if (address.ss_family == AF_INET) return ntohs(((struct sockaddr_in *)&address)->sin_port);
+    if (address.ss_family == AF_INET6) return ntohs(((struct sockaddr_in6 *)&address)->sin6_port);
+    return -1;
+}
+
+/* The owner of the TCP socket at the other end of conn, as the kernel knows it (sock_diag); -1 if unknown. */
+static long tcp_peer_owner(int conn) {
+    struct sockaddr_storage mine, theirs;
+    socklen_t mine_length = sizeof mine, theirs_length = sizeof theirs;
+    if (getsockname(conn, (struct sockaddr *)&mine, &mine_length) != 0) return -1;
+    if (getpeername(conn, (struct sockaddr *)&theirs, &theirs_length) != 0) return -1;
+    struct {
+        struct nlmsghdr header;
+        struct inet_diag_req_v2 request;
+    } query;
+    memset(&query, 0, sizeof query);
+    query.header.nlmsg_len = sizeof query;
+    query.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+    query.header.nlmsg_flags = NLM_F_REQUEST;
+    query.request.sdiag_family = (uint8_t)theirs.ss_family;
+    query.request.sdiag_protocol = IPPROTO_TCP;
+    query.request.idiag_states = ~0U;
+    query.request.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+    query.request.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+    if (theirs.ss_family == AF_INET) { /* the peer's socket: its source is their address, its destination ours */
+        struct sockaddr_in *a = (struct sockaddr_in *)&theirs, *b = (struct sockaddr_in *)&mine;
+        query.request.id.idiag_sport = a->sin_port;
+        query.request.id.idiag_dport = b->sin_port;
+        memcpy(query.request.id.idiag_src, &a->sin_addr, 4);
+        memcpy(query.request.id.idiag_dst, &b->sin_addr, 4);
+    } else if (theirs.ss_family == AF_INET6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&theirs, *b = (struct sockaddr_in6 *)&mine;
+        query.request.id.idiag_sport = a->sin6_port;
+        query.request.id.idiag_dport = b->sin6_port;
+        memcpy(query.request.id.idiag_src, &a->sin6_addr, 16);
+        memcpy(query.request.id.idiag_dst, &b->sin6_addr, 16);
+    } else {
+        return -1;
+    }
+    int link = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+    if (link < 0) return -1;
+    long owner = -1;
+    char answer[8192];
+    if (send(link, &query, sizeof query, 0) == (ssize_t)sizeof query) {
+        ssize_t got = real_recv(link, answer, sizeof answer, 0);
+        struct nlmsghdr *header = (struct nlmsghdr *)answer;
+        if (got >= (ssize_t)sizeof *header && NLMSG_OK(header, (size_t)got) && header->nlmsg_type == SOCK_DIAG_BY_FAMILY)
+            owner = ((struct inet_diag_msg *)NLMSG_DATA(header))->idiag_uid;
+    }
+    real_close(link);
+    return owner;
+}
+
+static long peer_owner(int conn) {
+    struct ucred credentials;
+    socklen_t length = sizeof credentials;
+    struct sockaddr_storage mine;
+    socklen_t mine_length = sizeof mine;
+    if (getsockname(conn, (struct sockaddr *)&mine, &mine_length) == 0 && mine.ss_family == AF_UNIX)
+        return getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 ? (long)credentials.uid : -1;
+    return tcp_peer_owner(conn);
+}
+
+static void say_refused(int port, long owner) {
+    refusals++;
+    if (refusals <= 10 || refusals % 1000 == 0)
+        say("triton_guard: refused a connection to internal port %d from user %ld (only user %ld, the edge's, may "
+            "connect; %lu refused so far)\n", port, owner, (long)geteuid(), refusals);
+}
+
+static void forget(int fd) {
+    if (fd < 0 || fd >= MAX_FDS || readers[fd] == NULL) return;
+    struct h2_reader *reader = readers[fd];
+    readers[fd] = NULL;
+    count_orphans(reader, -(int64_t)reader->orphans); /* the connection is gone: so are its calls */
+    pthread_mutex_destroy(&reader->lock);
+    free(reader->streams);
+    free(reader);
+}
+
+static void watch(int fd) {
+    forget(fd);
+    if (fd < 0 || fd >= MAX_FDS) return;
+    struct h2_reader *reader = calloc(1, sizeof *reader);
+    if (reader == NULL) return;
+    reader->preface_left = PREFACE;
+    pthread_mutex_init(&reader->lock, NULL);
+    readers[fd] = reader;
+}
+
+/* conn if it may stay, or -1 once closed; watches it when its port speaks HTTP/2. */
+static int admit(int listener, int conn) {
+    if (conn < 0 || (own_count == 0 && h2_count == 0)) return conn;
+    int port = local_port(listener);
+    if (listed(port, own_ports, own_count)) {
+        long owner = peer_owner(conn);
+        if (owner != (long)geteuid()) {
+            say_refused(port, owner);
+            real_close(conn);
+            return -1;
+        }
+    }
+    if (listed(port, h2_ports, h2_count)) watch(conn);
+    else forget(conn);
+    return conn;
+}
+
+int accept4(int fd, struct sockaddr *address, socklen_t *length, int flags) {
+    resolve();
+    socklen_t given = length ? *length : 0;
+    for (;;) { /* a refused connection is closed and the next one taken (EAGAIN on a non-blocking listener) */
+        int got = real_accept4(fd, address, length, flags);
+        if (got < 0) return got;
+        int conn = admit(fd, got);
+        if (conn >= 0) return conn;
+        if (length) *length = given;
+    }
+}
+
+int accept(int fd, struct sockaddr *address, socklen_t *length) {
+    return accept4(fd, address, length, 0);
+}
+
+int close(int fd) {
+    resolve();
+    if (fd >= 0 && fd < MAX_FDS && readers[fd] != NULL) forget(fd);
+    return real_close(fd);
+}
+
+/* ---- 2. RST_STREAM rewritten ---- */
+
+static uint32_t slot_of(uint32_t stream, uint32_t room) {
+    return (stream * 2654435761u) & (room - 1);
+}
+
+static struct stream_state *table_find(const struct h2_reader *r, uint32_t stream) {
+    if (r->stream_room == 0 || stream == 0) return NULL;
+    for (uint32_t i = slot_of(stream, r->stream_room);; i = (i + 1) & (r->stream_room - 1)) {
+        if (r->streams[i].stream == stream) return &r->streams[i];
+        if (r->streams[i].stream == 0) return NULL;
+    }
+}
+
+/* Room for one more (the table kept at most half full); 0 when out of memory. */
+static int make_room(struct h2_reader *r) {
+    if ((r->stream_count + 1) * 2 <= r->stream_room) return 1;
+    uint32_t room = r->stream_room ? r->stream_room * 2 : 64;
+    if (room <= r->stream_room) return 0;
+    struct stream_state *grown = calloc(room, sizeof *grown);
+    if (grown == NULL) return 0;
+    for (uint32_t i = 0; i < r->stream_room; i++) {
+        if (r->streams[i].stream == 0) continue;
+        uint32_t at = slot_of(r->streams[i].stream, room);
+        while (grown[at].stream != 0) at = (at + 1) & (room - 1);
+        grown[at] = r->streams[i];
+    }
+    free(r->streams);
+    r->streams = grown, r->stream_room = room;
+    return 1;
+}
+
+static void table_put(struct h2_reader *r, uint32_t stream, uint32_t state) {
+    struct stream_state *known = table_find(r, stream);
+    if (known != NULL) {
+        known->state = state;
+        return;
+    }
+    if (stream == 0 || !make_room(r)) return; /* out of memory: its RST_STREAM becomes a WINDOW_UPDATE */
+    uint32_t at = slot_of(stream, r->stream_room);
+    while (r->streams[at].stream != 0) at = (at + 1) & (r->stream_room - 1);
+    r->streams[at] = (struct stream_state){stream, state};
+    r->stream_count++;
+}
+
+/* Removes the stream (backward-shift deletion: no tombstones to fill the table). */
+static void table_drop(struct h2_reader *r, struct stream_state *gone) {
+    uint32_t mask = r->stream_room - 1, hole = (uint32_t)(gone - r->streams);
+    for (uint32_t i = (hole + 1) & mask; r->streams[i].stream != 0; i = (i + 1) & mask) {
+        uint32_t home = slot_of(r->streams[i].stream, r->stream_room);
+        if (((i - home) & mask) >= ((i - hole) & mask)) { /* its home is at or before the hole: move it back */
+            r->streams[hole] = r->streams[i];
+            hole = i;
+        }
+    }
+    r->streams[hole].stream = 0;
+    r->stream_count--;
+}
+
+/* The server ended the stream: it leaves the table, and the backlog if nobody waited for it. */
+static void server_ended(struct h2_reader *r, uint32_t stream) {
+    struct stream_state *known = table_find(r, stream);
+    if (known == NULL) return;
+    if (known->state == ORPHAN) count_orphans(r, -1);
+    table_drop(r, known);
+}
+
+static uint32_t stream_of(const uint8_t *id) {
+    return ((uint32_t)(id[0] & 0x7f) << 24) | ((uint32_t)id[1] << 16) | ((uint32_t)id[2] << 8) | id[3];
+}
+
+static uint32_t length_of(const uint8_t *head) {
+    return ((uint32_t)head[0] << 16) | ((uint32_t)head[1] << 8) | head[2];
+}
+
+/* The bytes a read returned, as one sequence over its buffers. */
+struct received {
+    const struct iovec *iov;
+    size_t parts;
+    size_t total;
+};
+
+/* The byte at position at of what was received. */
+static uint8_t *byte_at(const struct received *in, size_t at) {
+    for (size_t p = 0; p < in->parts; p++) {
+        if (at < in->iov[p].iov_len) return (uint8_t *)in->iov[p].iov_base + at;
+        at -= in->iov[p].iov_len;
+    }
+    return NULL;
+}
+
+/* A whole frame header from the peer, its first byte at position at: a RST_STREAM is rewritten in place (type and
+ * flags; its payload as it passes), HEADERS and DATA open and half-close streams. */
+static void peer_header(struct h2_reader *r, const struct received *in, size_t at) {
+    static const uint8_t rst_length[3] = {0, 0, 4};
+    uint8_t type = r->head[3], flags = r->head[4];
+    uint32_t stream = stream_of(r->head + 5);
+    r->replace = NULL;
+    r->replace_at = 0;
+    r->payload_left = length_of(r->head);
+    struct stream_state *known = table_find(r, stream);
+    if (type == 3 && memcmp(r->head, rst_length, 3) == 0) {
+        int open = known != NULL && known->state == PEER_OPEN;
+        r->replace = open ? EMPTY_PADDED : WINDOW_UPDATE_ONE;
+        *byte_at(in, at + 3) = open ? 0x0 : 0x8;  /* DATA : WINDOW_UPDATE */
+        *byte_at(in, at + 4) = open ? 0x9 : 0x0;  /* END_STREAM | PADDED : no flags */
+        if (known != NULL && known->state != ORPHAN) {
+            known->state = ORPHAN;
+            count_orphans(r, 1);
+        }
+    } else if (stream != 0 && (type == 0 || type == 1)) {
+        int ends = flags & 0x1; /* END_STREAM */
+        if (known == NULL && type == 1) table_put(r, stream, ends ? RUNNING : PEER_OPEN);
+        else if (known != NULL && ends && known->state == PEER_OPEN) known->state = RUNNING;
+    }
+}
+
+/* Walks the bytes of one read from position from on (the held bytes of the last one first), rewriting RST_STREAM
+ * frames; returns how many bytes end in a frame header not yet whole (held back for the next read). */
+static size_t filter(struct h2_reader *r, const struct received *in, size_t from) {
+    size_t i = from, header_start = from;
+    r->head_at = r->head_at == 9 ? 9 : 0; /* a partial header was held back: it is read again from its start */
+    pthread_mutex_lock(&r->lock);
+    while (i < in->total) {
+        if (r->preface_left > 0) {
+            size_t skip = in->total - i < r->preface_left ? in->total - i : r->preface_left;
+            r->preface_left -= (uint32_t)skip;
+            i += skip;
+        } else if (r->head_at < 9) {
+            if (r->head_at == 0) header_start = i;
+            r->head[r->head_at++] = *byte_at(in, i++);
+            if (r->head_at == 9) {
+                peer_header(r, in, header_start);
+                if (r->payload_left == 0) r->head_at = 0;
+            }
+        } else if (r->replace != NULL) {
+            *byte_at(in, i++) = r->replace[r->replace_at++];
+            if (--r->payload_left == 0) r->head_at = 0;
+        } else {
+            size_t skip = in->total - i < r->payload_left ? in->total - i : r->payload_left;
+            r->payload_left -= (uint32_t)skip;
+            i += skip;
+            if (r->payload_left == 0) r->head_at = 0;
+        }
+    }
+    pthread_mutex_unlock(&r->lock);
+    return r->head_at < 9 ? r->head_at : 0;
+}
+
+static int watched(int fd) {
+    return fd >= 0 && fd < MAX_FDS && readers[fd] != NULL;
+}
+
+/* Copies n bytes into the sequence of buffers from its start. */
+static void put_front(const struct iovec *iov, size_t parts, const uint8_t *bytes, size_t n) {
+    for (size_t p = 0; p < parts && n > 0; p++) {
+        size_t take = iov[p].iov_len < n ? iov[p].iov_len : n;
+        memcpy(iov[p].iov_base, bytes, take);
+        bytes += take, n -= take;
+    }
+}
+
+/* The buffers past their first `skip` bytes, into shifted (at most MAX_PARTS of them); returns how many. */
+#define MAX_PARTS 64
+static size_t shift_iov(const struct iovec *iov, size_t parts, size_t skip, struct iovec *shifted) {
+    size_t count = 0;
+    for (size_t p = 0; p < parts && count < MAX_PARTS; p++) {
+        if (skip >= iov[p].iov_len) {
+            skip -= iov[p].iov_len;
+            continue;
+        }
+        shifted[count].iov_base = (uint8_t *)iov[p].iov_base + skip;
+        shifted[count++].iov_len = iov[p].iov_len - skip;
+        skip = 0;
+    }
+    return count;
+}
+
+typedef ssize_t (*reader_fn)(int fd, struct iovec *iov, size_t parts, void *context);
+
+/* Hands out up to room bytes of the decided header bytes waiting; returns how many. */
+static size_t hand_ready(struct h2_reader *r, const struct iovec *iov, size_t parts, size_t room) {
+    size_t n = r->ready_count < room ? r->ready_count : room;
+    put_front(iov, parts, r->ready, n);
+    memmove(r->ready, r->ready + n, r->ready_count - n);
+    r->ready_count -= (uint32_t)n;
+    return n;
+}
+
+/* The held header completed from what the socket has now (never waiting), decided, and moved to ready: 1 done;
+ * 0 with *result set when the socket has nothing (EAGAIN), ended (0) or failed. */
+static int complete_held(int fd, struct h2_reader *r, ssize_t *result) {
+    int flags = fcntl(fd, F_GETFL), blocking = flags >= 0 && !(flags & O_NONBLOCK); /* a blocking reader waits */
+    ssize_t got;
+    do {
+        got = real_recv(fd, r->held + r->held_count, sizeof r->held - r->held_count, blocking ? 0 : MSG_DONTWAIT);
+        if (got > 0) r->held_count += (uint32_t)got;
+    } while (blocking && got > 0 && r->held_count < sizeof r->held);
+    if (got <= 0) {
+        *result = got;
+        return 0;
+    }
+    struct iovec whole = {r->held, r->held_count};
+    struct received in = {&whole, 1, r->held_count};
+    size_t keep = filter(r, &in, 0);
+    if (keep) { /* still not whole: nothing more has arrived */
+        errno = EAGAIN;
+        *result = -1;
+        return 0;
+    }
+    memcpy(r->ready, r->held, r->held_count);
+    r->ready_count = r->held_count;
+    r->held_count = 0;
+    return 1;
+}
+
+/* One read on a watched connection. Every frame header handed out is decided on whole: a header a read ends in
+ * is held back (at most 8 bytes) and read again with what follows it, so a split frame never waits for its rest;
+ * where the caller's buffer is too small for it, the header's decided bytes are handed out over several reads.
+ * Nothing whole is ever kept from the caller while the socket is quiet. */
+static ssize_t guarded_read(int fd, const struct iovec *iov, size_t parts, reader_fn read_more, void *context) {
+    struct h2_reader *r = readers[fd];
+    size_t room = 0;
+    for (size_t p = 0; p < parts; p++) room += iov[p].iov_len;
+    if (room == 0) return read_more(fd, (struct iovec *)iov, parts, context);
+    if (r->ready_count > 0) return (ssize_t)hand_ready(r, iov, parts, room);
+    size_t held = r->held_count;
+    if (room <= held) { /* no room past the held bytes: complete the header from the socket, or say EAGAIN */
+        ssize_t result = 0;
+        if (!complete_held(fd, r, &result)) return result;
+        return (ssize_t)hand_ready(r, iov, parts, room);
+    }
+    put_front(iov, parts, r->held, held);
+    struct iovec shifted[MAX_PARTS];
+    size_t count = shift_iov(iov, parts, held, shifted);
+    ssize_t got = read_more(fd, shifted, count, context);
+    int error = errno;
+    if (got == 0) { /* the peer is gone: a partial header means nothing */
+        r->held_count = 0;
+        return 0;
+    }
+    if (got < 0) {
+        errno = error;
+        return -1; /* the held bytes stay held */
+    }
+    size_t total = held + (size_t)got;
+    struct received in = {iov, parts, total};
+    r->held_count = 0;
+    size_t keep = filter(r, &in, 0);
+    for (size_t k = 0; k < keep; k++) r->held[k] = *byte_at(&in, total - keep + k);
+    r->held_count = (uint32_t)keep;
+    if (total > keep) return (ssize_t)(total - keep);
+    ssize_t result = 0; /* all of it a header's start: what completes it may be there already */
+    if (!complete_held(fd, r, &result)) return result;
+    return (ssize_t)hand_ready(r, iov, parts, room);
+}
+
+static ssize_t read_iov(int fd, struct iovec *iov, size_t parts, void *context) {
+    (void)context;
+    return real_readv(fd, iov, (int)parts);
+}
+
+/* recvmsg's message (its control buffer and flags kept) and flags, for a read over other buffers. */
+struct message_read {
+    struct msghdr *message;
+    int flags;
+};
+
+static ssize_t read_message(int fd, struct iovec *iov, size_t parts, void *context) {
+    struct message_read *call = context;
+    struct msghdr plain = {0}, shifted = call->message ? *call->message : plain;
+    shifted.msg_iov = iov;
+    shifted.msg_iovlen = parts;
+    ssize_t got = real_recvmsg(fd, &shifted, call->flags);
+    if (call->message) {
+        call->message->msg_flags = shifted.msg_flags;
+        call->message->msg_controllen = shifted.msg_controllen;
+        call->message->msg_namelen = shifted.msg_namelen;
+    }
+    return got;
+}
+
+ssize_t recvmsg(int fd, struct msghdr *message, int flags) {
+    resolve();
+    if (!watched(fd) || (flags & (MSG_PEEK | MSG_ERRQUEUE))) return real_recvmsg(fd, message, flags); /* not the stream */
+    struct message_read call = {message, flags};
+    return guarded_read(fd, message->msg_iov, message->msg_iovlen, read_message, &call);
+}
+
+ssize_t recv(int fd, void *buffer, size_t length, int flags) {
+    resolve();
+    if (!watched(fd) || (flags & (MSG_PEEK | MSG_ERRQUEUE))) return real_recv(fd, buffer, length, flags);
+    struct iovec one = {buffer, length};
+    struct message_read call = {NULL, flags};
+    return guarded_read(fd, &one, 1, read_message, &call);
+}
+
+ssize_t read(int fd, void *buffer, size_t length) {
+    resolve();
+    if (!watched(fd)) return real_read(fd, buffer, length);
+    struct iovec one = {buffer, length};
+    return guarded_read(fd, &one, 1, read_iov, NULL);
+}
+
+ssize_t readv(int fd, const struct iovec *iov, int parts) {
+    resolve();
+    if (!watched(fd) || parts < 0) return real_readv(fd, iov, parts);
+    return guarded_read(fd, iov, (size_t)parts, read_iov, NULL);
+}
+
+/* The server's own frames as written: a stream it ends (END_STREAM, or its RST_STREAM) leaves the table. */
+static void server_wrote(int fd, const struct iovec *iov, size_t parts, size_t total) {
+    struct h2_reader *r = readers[fd];
+    struct received in = {iov, parts, total};
+    size_t i = 0;
+    pthread_mutex_lock(&r->lock);
+    while (i < total) {
+        if (r->out_head_at < 9) {
+            r->out_head[r->out_head_at++] = *byte_at(&in, i++);
+            if (r->out_head_at < 9) continue;
+            uint8_t type = r->out_head[3], flags = r->out_head[4];
+            uint32_t stream = stream_of(r->out_head + 5);
+            if (stream != 0 && (type == 3 || ((type == 0 || type == 1) && (flags & 0x1)))) server_ended(r, stream);
+            r->out_payload_left = length_of(r->out_head);
+            if (r->out_payload_left == 0) r->out_head_at = 0;
+        } else {
+            size_t skip = total - i < r->out_payload_left ? total - i : r->out_payload_left;
+            r->out_payload_left -= (uint32_t)skip;
+            i += skip;
+            if (r->out_payload_left == 0) r->out_head_at = 0;
+        }
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+ssize_t sendmsg(int fd, const struct msghdr *message, int flags) {
+    resolve();
+    ssize_t sent = real_sendmsg(fd, message, flags);
+    if (sent > 0 && watched(fd)) server_wrote(fd, message->msg_iov, message->msg_iovlen, (size_t)sent);
+    return sent;
+}
+
+ssize_t send(int fd, const void *buffer, size_t length, int flags) {
+    resolve();
+    ssize_t sent = real_send(fd, buffer, length, flags);
+    struct iovec one = {(void *)buffer, length};
+    if (sent > 0 && watched(fd)) server_wrote(fd, &one, 1, (size_t)sent);
+    return sent;
+}
+
+ssize_t write(int fd, const void *buffer, size_t length) {
+    resolve();
+    ssize_t sent = real_write(fd, buffer, length);
+    struct iovec one = {(void *)buffer, length};
+    if (sent > 0 && watched(fd)) server_wrote(fd, &one, 1, (size_t)sent);
+    return sent;
+}
+
+ssize_t writev(int fd, const struct iovec *iov, int parts) {
+    resolve();
+    ssize_t sent = real_writev(fd, iov, parts);
+    if (sent > 0 && watched(fd)) server_wrote(fd, iov, (size_t)parts, (size_t)sent);
+    return sent;
+}
+
+/* ---- 3. shared memory the server made is not a client's ---- */
+
+static int from_server_itself(const void *caller) {
+    Dl_info at, main_program;
+    if (dladdr(caller, &at) == 0 || dladdr((void *)getauxval(AT_ENTRY), &main_program) == 0) return 0;
+    return at.dli_fbase == main_program.dli_fbase;
+}
+
+static int backend_region(const char *name) {
+    while (*name == '/') name++;
+    return strncmp(name, BACKEND_REGIONS, strlen(BACKEND_REGIONS)) == 0;
+}
+
+int shm_open(const char *name, int flags, mode_t mode) {
+    resolve();
+    if (name != NULL && !(flags & O_CREAT) && backend_region(name) && from_server_itself(__builtin_return_address(0))) {
+        say("triton_guard: refused to register a shared-memory region the server created for itself (a client may "
+            "register only regions it created)\n");
+        errno = EACCES;
+        return -1;
+    }
+    return real_shm_open(name, flags, mode);
+}

@@ -1,0 +1,78 @@
+"""Calls nobody waits for, answered without running: the model side of the edge's cancelled-calls table.
+
+The edge gives every call an id (x-edge-call, 16 hex digits) that tritonserver passes to the model as a request
+parameter, and writes the id of every call that ended without an answer (the client cancelled it, hung up or
+timed out) into a table in the server's state folder: slot id % SLOTS holds the id (server/edge/cancel_notice.c). A
+Python-backend model checks its batch's ids before it computes and answers a cancelled request at once with
+CANCELLED; the rest run as before. Outside the edge (no table, no ids) nothing changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+VARIABLE = "TRITON_CANCELLED_CALLS"  # the table's path, set by the launcher (server/edge/cancel_table.py)
+PARAMETER = "x-edge-call"
+SLOTS = 1 << 18
+WHY = "cancelled: the client stopped waiting for this call, so it was not run"
+
+
+class CancelledCalls:
+    """The table, mapped read-only."""
+
+    def __init__(self, path: str):
+        self.slots = np.memmap(path, np.uint64, "r", shape=(SLOTS,))
+
+    @classmethod
+    def from_environment(cls) -> CancelledCalls | None:
+        """The table the launcher named, or None (not behind the edge, or no table)."""
+        path = os.environ.get(VARIABLE, "")
+        try:
+            return cls(path) if path and os.path.getsize(path) == SLOTS * 8 else None
+        except (OSError, ValueError):
+            return None
+
+    def cancelled(self, ids: list[int]) -> list[bool]:
+        """Whether each id (0: none) is in the table."""
+        found = np.asarray(ids, np.uint64)
+        return [bool(x) for x in (found != 0) & (self.slots[found % SLOTS] == found)]
+
+
+def call_id(request) -> int:
+    """The edge's id of a request's call, 0 where it has none."""
+    try:
+        text = request.parameters()
+    except Exception:  # a stub without request parameters
+        return 0
+    if PARAMETER not in text.lower():
+        return 0
+    # HTTP headers may arrive capitalized (X-Edge-Call), gRPC metadata lowercase
+    value = next((v for k, v in json.loads(text).items() if k.lower() == PARAMETER), None)
+    try:
+        return int(value, 16) if isinstance(value, str) and len(value) == 16 else 0
+    except ValueError:
+        return 0
+
+
+def serve_live(requests, table: CancelledCalls | None, execute, pb_utils):
+    """execute(requests) for the requests someone still waits for; each cancelled one answered at once with
+    CANCELLED. Returns what execute returns where nothing was cancelled; else answers every request through its
+    response sender and returns None."""
+    if table is None or not requests:
+        return execute(requests)
+    gone = table.cancelled([call_id(r) for r in requests])
+    if not any(gone):
+        return execute(requests)
+    code = getattr(pb_utils.TritonError, "CANCELLED", pb_utils.TritonError.UNAVAILABLE)
+    final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+    for request in (r for r, g in zip(requests, gone) if g):
+        error = pb_utils.TritonError(WHY, code)
+        request.get_response_sender().send(pb_utils.InferenceResponse(output_tensors=[], error=error), flags=final)
+    live = [r for r, g in zip(requests, gone) if not g]
+    answers = execute(live) if live else None
+    for request, response in zip(live, answers or []):
+        request.get_response_sender().send(response, flags=final)
+    return None
