@@ -34,7 +34,7 @@ def _run(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.Complet
 def _perf(args: list[str], out: Path, cwd: Path) -> subprocess.CompletedProcess:
     """`loadtest perf` at concurrency 1 with short, loose windows (a functional check, not a measurement)."""
     quick = ["--concurrency", "1", "--interval-ms", "300", "--stability", "100", "--out", str(out)]
-    return _run(["loadtest", "perf", *args, *quick], cwd, timeout=600)
+    return _run(["tpserve.loadtest", "perf", *args, *quick], cwd, timeout=600)
 
 
 def _key(state) -> list[str]:
@@ -55,7 +55,7 @@ def _key(state) -> list[str]:
 def test_infer_any_model_by_url(foreign, model, protocol, extra, expected):
     state, root = foreign
     url = state.http_url if protocol == "http" else state.grpc_url
-    done = _run(["clients", "infer", model, "--url", url, "--protocol", protocol, *extra, *NO_STATE], root)
+    done = _run(["tpserve.clients", "infer", model, "--url", url, "--protocol", protocol, *extra, *NO_STATE], root)
     assert done.returncode == 0, done.stderr[-1500:]
     assert expected in done.stdout
 
@@ -71,7 +71,7 @@ def test_infer_any_model_by_url(foreign, model, protocol, extra, expected):
 def test_what_cannot_be_made_up_is_refused_with_the_flag(foreign, model, args, message):
     state, root = foreign
     url = state.grpc_url if "--protocol" not in args else state.http_url
-    done = _run(["clients", "infer", model, "--url", url, "--protocol", "grpc", *args, *NO_STATE], root)
+    done = _run(["tpserve.clients", "infer", model, "--url", url, "--protocol", "grpc", *args, *NO_STATE], root)
     assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr
 
 
@@ -239,9 +239,9 @@ def test_infer_and_perf_over_tls(behind_tls, protocol):
     settings, cert, root = behind_tls
     port = settings.http_port if protocol == "http" else settings.grpc_port
     tls = ["--url", f"127.0.0.1:{port}", "--protocol", protocol, "--tls", "--ca-file", str(cert), *NO_STATE]
-    done = _run(["clients", "infer", "add_sub", *tls], root)
+    done = _run(["tpserve.clients", "infer", "add_sub", *tls], root)
     assert done.returncode == 0 and f"add_sub over {protocol}" in done.stdout, done.stderr[-1500:]
-    plain = _run(["clients", "infer", "add_sub", *tls[:4], *NO_STATE], root)
+    plain = _run(["tpserve.clients", "infer", "add_sub", *tls[:4], *NO_STATE], root)
     assert plain.returncode != 0  # the listener speaks only TLS
     key = ["--header", f"admin-key: {(settings.state_dir / 'admin_key').read_text().strip()}"]
     out = root / f"perf-{protocol}"
