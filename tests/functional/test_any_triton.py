@@ -80,7 +80,7 @@ def test_bytes_from_the_users_data(foreign, tmp_path):
     np.savez(tmp_path / "data.npz", PAYLOAD=np.array([[b"hello"], [b"four"]]))
     done = _run(
         [
-            "clients",
+            "tpserve.clients",
             "infer",
             "byte_length",
             "--url",
@@ -121,7 +121,7 @@ def test_locust_drives_any_model_by_url(foreign, protocol):
     models = "add_sub accumulate repeat doubled byte_length"
     done = _run(
         [
-            "loadtest",
+            "tpserve.loadtest",
             "locust",
             "--url",
             url,
@@ -159,7 +159,7 @@ def test_search_edits_only_the_winners_config_of_a_repository_it_did_not_build(t
     before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
     done = _run(
         [
-            "loadtest",
+            "tpserve.loadtest",
             "search",
             "--repo",
             str(repo),
@@ -250,7 +250,7 @@ def test_infer_and_perf_over_tls(behind_tls, protocol):
     assert "| add_sub |" in (out / "perf.md").read_text()
     done = _run(
         [
-            "loadtest",
+            "tpserve.loadtest",
             "locust",
             "--models",
             "add_sub",
@@ -275,7 +275,7 @@ def test_a_short_soak_of_a_server_we_did_not_start(foreign):
     out = root / "soak"
     done = _run(
         [
-            "loadtest",
+            "tpserve.loadtest",
             "soak",
             "--model",
             "add_sub",
