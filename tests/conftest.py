@@ -1,6 +1,10 @@
 """Fixtures shared by unit and functional tests."""
 
+import os
+
 import pytest
+
+os.environ.setdefault("TPSERVE_NATIVE_WERROR", "1")  # whatever C the tests build: every warning an error
 
 
 def free_port() -> int:

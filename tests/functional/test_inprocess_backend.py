@@ -31,7 +31,7 @@ def _toolchain_missing() -> str:
     import sysconfig
     from pathlib import Path
 
-    from tpserve.server.triton.preloads import c_compiler
+    from tpserve.common.native_build import c_compiler
 
     if c_compiler() is None:
         return "no C compiler ($CC, cc or gcc): the in-process backend is built on the serving host"

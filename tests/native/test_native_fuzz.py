@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tpserve.server.triton.preloads import c_compiler
+from tpserve.common.native_build import c_compiler
 
 ROOT = Path(__file__).resolve().parents[2]
 NATIVE = ROOT / "tests" / "native"

@@ -46,7 +46,7 @@ def c_library(tmp_path_factory):
     import ctypes
     import subprocess
 
-    from tpserve.server.triton.preloads import c_compiler
+    from tpserve.common.native_build import c_compiler
 
     def build(source, name: str) -> ctypes.CDLL:
         compiler = c_compiler()

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tpserve.common.native_build import c_compiler
 from tpserve.server.edge.record_module import SOURCE, module_config
-from tpserve.server.triton.preloads import c_compiler
 
 HARNESS = Path(__file__).parent.parent / "fixtures" / "record_grpc" / "harness.c"
 INFER = b"/inference.GRPCInferenceService/ModelInfer"

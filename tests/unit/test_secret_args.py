@@ -60,7 +60,7 @@ def test_serve_sh_reads_the_key_file(shim, tmp_path):
 def test_the_c_compiler_is_the_one_cc_names_or_none(monkeypatch, tmp_path):
     import shutil
 
-    from tpserve.server.triton.preloads import c_compiler
+    from tpserve.common.native_build import c_compiler
 
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     assert c_compiler() is None, "the compiler asked for is missing: not silently replaced"

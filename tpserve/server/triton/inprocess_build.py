@@ -8,15 +8,17 @@ libpython: what torch.compile needs on a GPU host already.
 
 from __future__ import annotations
 
-import subprocess
+import shutil
 import sys
 import sysconfig
 from pathlib import Path
 
 from tpserve.common.errors import ServerError
+from tpserve.paths import TOOLS
 
 BACKEND = "torch_inprocess"
 LIBRARY = f"libtriton_{BACKEND}.so"
+BUILT = TOOLS / "inprocess"  # built once per set of inputs (tpserve/common/native_build.py), copied per server
 
 
 def uses_inprocess(repo: Path) -> bool:
@@ -25,25 +27,32 @@ def uses_inprocess(repo: Path) -> bool:
 
 
 def build_inprocess(backends: Path) -> Path:
-    """Compile the shim into backends/torch_inprocess/; return the library's path.
+    """The in-process backend's library in backends/torch_inprocess/ (compiled into .tools/inprocess/ when an input
+    changed, copied from there); return its path.
 
     Raises:
         ServerError: no C compiler, no Python headers, or no shared libpython (what to install is named).
     """
-    from tpserve.triton_models import INPROCESS_SHIM, INPROCESS_SOURCES
-
-    compiler, include, library = _toolchain()
+    built = build_native()
     target = backends / BACKEND
     target.mkdir(parents=True, exist_ok=True)
     partial = target / f".{LIBRARY}.partial"
-    command = [
-        compiler,
-        "-O2",
-        "-shared",
-        "-fPIC",
-        "-o",
-        str(partial),
-        *(str(path) for path in INPROCESS_SOURCES),
+    shutil.copyfile(built, partial)  # the server's backends folder holds its own copy
+    partial.replace(target / LIBRARY)
+    return target / LIBRARY
+
+
+def build_native(force: bool = False) -> Path:
+    """The library in .tools/inprocess/, compiled when an input changed (tpserve/common/native_build.py).
+
+    Raises:
+        ServerError: no C compiler, no Python headers, or no shared libpython (what to install is named).
+    """
+    from tpserve.common import native_build
+    from tpserve.triton_models import INPROCESS_SHIM, INPROCESS_SOURCES
+
+    include, library = _toolchain()
+    arguments = [
         f"-I{include}",
         f"-I{INPROCESS_SHIM.parent}",
         str(library),
@@ -53,21 +62,17 @@ def build_inprocess(backends: Path) -> Path:
         "-ldl",
         "-lpthread",
     ]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        partial.unlink(missing_ok=True)
-        raise ServerError(
-            f"building the in-process backend failed ({' '.join(command[:6])} ...):\n{done.stderr[-2000:]}"
-        )
-    partial.rename(target / LIBRARY)
-    return target / LIBRARY
+    instead = "or serve the model with the Python backend (build it without --inprocess)"
+    return native_build.build_library(
+        INPROCESS_SOURCES, BUILT / LIBRARY, "the in-process backend", instead, arguments, force
+    )
 
 
-def _toolchain() -> tuple[str, str, Path]:
-    from tpserve.server.triton.preloads import c_compiler
+def _toolchain() -> tuple[str, Path]:
+    """The Python headers' folder and the shared libpython the library links (a compiler is checked first)."""
+    from tpserve.common.native_build import c_compiler
 
-    compiler = c_compiler()
-    if compiler is None:
+    if c_compiler() is None:
         raise ServerError(
             f"the in-process backend ({BACKEND}) is built on this host and no C compiler was found ($CC, cc or gcc): "
             "install gcc, or serve the model with the Python backend (build it without --inprocess)"
@@ -79,7 +84,7 @@ def _toolchain() -> tuple[str, str, Path]:
             f"the in-process backend needs the Python {version} headers ({include}/Python.h is missing): "
             f"install python{version}-dev"
         )
-    return compiler, include, _libpython(version)
+    return include, _libpython(version)
 
 
 def _libpython(version: str) -> Path:

@@ -11,11 +11,9 @@ admin API and the placeholder must not.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
-from tpserve.common.cli import step
+from tpserve.common import native_build
 from tpserve.common.errors import ServerError
 from tpserve.paths import TOOLS
 
@@ -26,14 +24,6 @@ GUARD_SOURCE = Path(__file__).with_name("triton_guard.c")  # tritonserver 2.51's
 SOURCES = (SOURCE, GUARD_SOURCE)
 TOOLS_DIR = TOOLS / "triton_shim"
 LIBRARY = TOOLS_DIR / "libtriton_shim.so"
-
-
-def c_compiler() -> str | None:
-    """The C compiler for the server's native parts ($CC, cc or gcc) as a path, None where there is none ($CC
-    naming no program is None too: the one asked for is missing, not replaced)."""
-    if os.environ.get("CC"):
-        return shutil.which(os.environ["CC"])
-    return shutil.which("cc") or shutil.which("gcc")
 
 
 REFUSAL = """# Started by triton_shim in place of a model file it refused: the load fails at once with why.
@@ -58,35 +48,17 @@ def write_refusal_models(folder: Path) -> None:
 
 
 def build_library(force: bool = False) -> Path:
-    """Compile triton_shim.c and triton_guard.c into .tools/triton_shim/ (idempotent: rebuilt when a source is
-    newer).
+    """Compile triton_shim.c and triton_guard.c into .tools/triton_shim/ (tpserve/common/native_build.py: again
+    only when an input changed).
 
     Raises:
         ServerError: no C compiler, or the compile failed.
     """
-    if LIBRARY.exists() and not force and LIBRARY.stat().st_mtime >= max(s.stat().st_mtime for s in SOURCES):
-        write_refusal_models(TOOLS_DIR)
-        return LIBRARY
-    compiler = c_compiler()
-    if compiler is None:
-        raise ServerError(
-            "no C compiler (cc/gcc) to build the admin-key shim: install gcc (Debian: apt-get install "
-            "gcc) and run `make install` again"
-        )
-    TOOLS_DIR.mkdir(parents=True, exist_ok=True)
-    partial = LIBRARY.with_suffix(".partial")
-    step(f"admin-key shim: compiling {' and '.join(s.name for s in SOURCES)} into {LIBRARY}")
-    done = subprocess.run(
-        [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-o", str(partial), *map(str, SOURCES), "-ldl", "-lpthread"],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    built = native_build.build_library(
+        SOURCES, LIBRARY, "the admin-key shim", "or serve without it", ["-ldl", "-lpthread"], force
     )
-    if done.returncode != 0:
-        raise ServerError(f"compiling {' and '.join(map(str, SOURCES))} failed:\n{done.stderr.strip()[-800:]}")
-    partial.replace(LIBRARY)
     write_refusal_models(TOOLS_DIR)
-    return LIBRARY
+    return built
 
 
 def library() -> Path:

@@ -72,13 +72,6 @@ class LengthGrid:
         """Every (rows, length) shape a run may take: batch buckets up to rows_for(length), per length bucket."""
         return [(b, n) for n in self.lengths for b in self.batches if b <= self.rows_for(n)]
 
-    def length_bucket(self, length: int) -> int:
-        """The smallest length bucket that holds `length`."""
-        at = int(np.searchsorted(self.lengths, length))
-        if at == len(self.lengths):
-            raise ValueError(f"length {length} exceeds the longest bucket {self.max_length}")
-        return self.lengths[at]
-
     def batch_bucket(self, rows: int) -> int:
         at = bisect.bisect_left(self.batches, rows)
         if at == len(self.batches):
@@ -92,15 +85,6 @@ class LengthGrid:
             "graph_batch_sizes": " ".join(map(str, self.batches)),
             "token_budget": str(self.token_budget),
         }
-
-
-def powers_of_two(low: int, high: int) -> tuple[int, ...]:
-    """Powers of two from `low` up to `high`, and `high` itself."""
-    sizes, size = {high}, low
-    while size < high:
-        sizes.add(size)
-        size *= 2
-    return tuple(sorted(sizes))
 
 
 def length_steps(low: int, high: int) -> tuple[int, ...]:

@@ -26,30 +26,10 @@
 #include <time.h>
 
 #include "native.h"
+#include "specs.h"
 
-enum { IPN_MAX_DIMS = 8, IPN_MAX_OUTPUTS = 8, IPN_MAX_BUCKETS = 32, IPN_SLOTS = 2, IPN_MAX_INSTANCES = 64 };
+enum { IPN_SLOTS = 2, IPN_MAX_INSTANCES = 64 };
 
-/* What Python hands over (triton_models/inprocess/native_path.py mirrors it field by field). */
-typedef struct {
-  int32_t device;
-  uint64_t stream;
-  char input_name[128];
-  int32_t input_dtype;
-  uint32_t input_dims; /* inner dims: the shape without the batch axis */
-  int64_t input_shape[IPN_MAX_DIMS];
-  uint64_t input_row_bytes;
-  uint32_t buckets;
-  int64_t bucket_rows[IPN_MAX_BUCKETS];
-  uint64_t graphs[IPN_MAX_BUCKETS];      /* cudaGraphExec_t of each bucket */
-  uint64_t static_inputs[IPN_MAX_BUCKETS]; /* device addresses */
-  uint64_t static_outputs[IPN_MAX_BUCKETS][IPN_MAX_OUTPUTS];
-  uint32_t outputs;
-  char output_names[IPN_MAX_OUTPUTS][128];
-  int32_t output_dtypes[IPN_MAX_OUTPUTS];
-  uint32_t output_dims[IPN_MAX_OUTPUTS];
-  int64_t output_shapes[IPN_MAX_OUTPUTS][IPN_MAX_DIMS];
-  uint64_t output_row_bytes[IPN_MAX_OUTPUTS];
-} ipn_spec;
 
 ipn_driver cu;
 

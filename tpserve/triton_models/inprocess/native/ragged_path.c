@@ -26,12 +26,9 @@
 
 #include "native.h"
 #include "ragged_plan.h"
+#include "specs.h"
 
 enum {
-  IPR_MAX_INPUTS = 4,
-  IPR_MAX_OUTPUTS = 8,
-  IPR_MAX_DIMS = 8,
-  IPR_MAX_CELLS = 1024,
   IPR_SLOTS = 2,
   IPR_MAX_INSTANCES = 64,
   IPR_SPLIT_AT = 8,  /* requests in a batch from which two threads send the answers */
@@ -50,32 +47,6 @@ typedef struct {
   uint32_t count;
   uint64_t rows, exec_start, compute_start, compute_end, answered; /* answered: every answer sent */
 } ipr_release;
-
-/* What Python hands over (triton_models/inprocess/native_path.py mirrors it field by field). */
-typedef struct {
-  int32_t device;
-  uint64_t stream;
-  ipr_grid grid;
-  uint32_t inputs;
-  char input_names[IPR_MAX_INPUTS][128];
-  int32_t input_dtypes[IPR_MAX_INPUTS];
-  uint32_t input_bytes[IPR_MAX_INPUTS]; /* bytes per element */
-  int32_t mask;                         /* the input whose non-zero entries mark real tokens; -1: none */
-  int32_t bounded[IPR_MAX_INPUTS];      /* 1: the input's values must lie in [low, high) (its value_range) */
-  int64_t low[IPR_MAX_INPUTS], high[IPR_MAX_INPUTS];
-  int32_t cell_of[IPR_MAX_LENGTHS][IPR_MAX_BATCHES]; /* the cell of (length bucket, batch bucket); -1: none */
-  uint32_t cells;
-  uint64_t graphs[IPR_MAX_CELLS]; /* cudaGraphExec_t of each cell */
-  uint64_t static_inputs[IPR_MAX_CELLS][IPR_MAX_INPUTS];
-  uint64_t static_outputs[IPR_MAX_CELLS][IPR_MAX_OUTPUTS];
-  uint32_t outputs;
-  char output_names[IPR_MAX_OUTPUTS][128];
-  int32_t output_dtypes[IPR_MAX_OUTPUTS];
-  int32_t per_token[IPR_MAX_OUTPUTS]; /* 1: [rows, length, ...]; 0: one row per row */
-  uint32_t output_dims[IPR_MAX_OUTPUTS]; /* dims after the rows (and the length, per token) */
-  int64_t output_shapes[IPR_MAX_OUTPUTS][IPR_MAX_DIMS];
-  uint64_t output_unit_bytes[IPR_MAX_OUTPUTS]; /* bytes per row, or per token for a per-token output */
-} ipr_spec;
 
 /* --- one instance */
 
