@@ -163,7 +163,7 @@ def _count(text: str, family: str, model: str) -> float:
 
 
 def test_the_backend_histogram_counts_every_successful_request(served):
-    """torch_inprocess_request_duration_ms (inprocess_metrics.c): one observation per request answered, by every
+    """torch_inprocess_request_duration_ms (metrics.c): one observation per request answered, by every
     path (Python's per request, the batch calls'); a refused request is not observed."""
     import time
 

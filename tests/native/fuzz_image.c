@@ -1,4 +1,4 @@
-/* The image path (inprocess_native.c, included here for its spec's layout) under random and adversarial requests:
+/* The image path (image_path.c, included here for its spec's layout) under random and adversarial requests:
  * FP32 [rows, 3, 4, 4], buckets of 4 and 8 rows. */
 #include <stdio.h>
 

@@ -1,4 +1,4 @@
-/* The sequence path (inprocess_ragged_native.c, included here for its spec's layout) under random and
+/* The sequence path (ragged_path.c, included here for its spec's layout) under random and
  * adversarial requests: ids [rows, tokens] INT64 within value_range [0, 1000), a prefix mask. */
 #include <stdio.h>
 

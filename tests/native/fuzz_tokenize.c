@@ -1,15 +1,10 @@
-/* The tokenize step's native path (inprocess_tokenize_native.c) and Python's batch calls (inprocess_batch_calls.c)
+/* The tokenize step's native path (tokenize_path.c) and Python's batch calls (batch_calls.c)
  * under random and adversarial requests. */
 #include <stdio.h>
 
-#include "bert_tokenize.h"
+#include "batch_calls.h"
 #include "fuzz_common.h"
-
-int ipt_open(void* instance, const ipt_spec* spec);
-void ipt_close(void* instance, uint64_t* counts);
-int ipt_execute(void* instance, void** requests, uint32_t count);
-void ipb_input_shapes(void** requests, uint32_t count, const char** names, uint32_t n, int32_t* dtypes,
-                      int64_t* shapes, uint8_t* status, const int64_t* element_bytes);
+#include "tokenize_path.h"
 
 static const char* WORDS[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello", "world", "##s", "a", "b", "x"};
 enum { WORD_COUNT = 10 };

@@ -171,7 +171,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportBatchStatistics(void* insta
   return NULL;
 }
 
-/* inprocess_metrics.c's part, without Triton's metrics API */
+/* metrics.c's part, without Triton's metrics API */
 void ipn_report(void* instance, void* request, int ok, uint64_t exec_start, uint64_t compute_start,
                 uint64_t compute_end, uint64_t exec_end, uint64_t answered) {
   (void)answered;

@@ -27,6 +27,7 @@ SOURCES = [
     NATIVE / "fuzz_ragged.c",
     NATIVE / "fuzz_image.c",
     NATIVE / "stand_in.c",
+    MODELS / "common.c",
     MODELS / "ragged_plan.c",
     MODELS / "tokenize_path.c",
     MODELS / "bert_tokenize.c",

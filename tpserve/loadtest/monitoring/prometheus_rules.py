@@ -93,7 +93,7 @@ def adapter_configmap(window: str = "1m") -> dict:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
 
 
-BACKEND_HISTOGRAM = "torch_inprocess_request_duration_ms"  # the in-process backend's own (inprocess_metrics.c)
+BACKEND_HISTOGRAM = "torch_inprocess_request_duration_ms"  # the in-process backend's own (metrics.c)
 
 
 def p99_ms(window: str) -> str:

@@ -2,7 +2,7 @@
 
 The Python backend runs each instance in a stub process: every request crosses shared memory twice and
 the instance runs one execute at a time, so nothing overlaps the GPU (docs/gpu/request_profile_h100.md).
-Here a small native library (inprocess_shim.c, built on the serving host) hands Triton's backend entry
+Here a small native library (shim.c, built on the serving host) hands Triton's backend entry
 points to this module, in an interpreter inside tritonserver:
 
 - inputs are read where Triton holds them (request memory, or the client's CUDA shared memory) and copied
@@ -154,7 +154,7 @@ class Instance:
         self.outputs = [(o["name"], o["data_type"].removeprefix("TYPE_")) for o in model["config"]["output"]]
         self.native = self._open_native(handle, device, params.get("native_path", {}).get("string_value") != "0")
         self.python_executes = 0  # batches whose execute entered this module (the native path's: none)
-        self.ragged = None  # sequence models: read, run and answered a batch at a time (inprocess_ragged.py)
+        self.ragged = None  # sequence models: read, run and answered a batch at a time (ragged_path.py)
         if getattr(self.serving, "ragged", False) and CALLS is not None and not self.native:
             from tpserve.triton_models.inprocess.ragged_path import RaggedPath
 
@@ -173,8 +173,8 @@ class Instance:
         self.worker.start()
 
     def _open_native(self, handle: int, device, wanted: bool) -> bool:
-        """Whether later batches are served natively, with no Python per batch (inprocess_native.c for the
-        image engines, inprocess_ragged_native.c for sequence models, inprocess_tokenize_native.c for the text
+        """Whether later batches are served natively, with no Python per batch (image_path.c for the
+        image engines, ragged_path.c for sequence models, tokenize_path.c for the text
         pipeline's tokenize step); the load says which path the instance took, and why not the native one."""
         ragged = getattr(self.serving, "ragged", False)
         tokenize = hasattr(self.serving, "tokenizer")  # the text pipeline's tokenize step (TokenizeServing)
@@ -408,7 +408,7 @@ class Instance:
             self._release(request, False, (start, now, now))
 
     def _release(self, request: int, ok: bool, times: tuple) -> None:
-        if CALLS is not None:  # Triton's statistics and the backend's latency histogram (inprocess_metrics.c)
+        if CALLS is not None:  # Triton's statistics and the backend's latency histogram (metrics.c)
             CALLS.report(self.handle, request, int(ok), *times, time.monotonic_ns(), 0)
         else:
             API.report(self.handle, request, ok, (*times, time.monotonic_ns()))

@@ -2,7 +2,7 @@
 
 The in-process backend's ragged path spent tens of microseconds of Python per request on ctypes calls (inputs
 located, response made, output written, sent, reported, released): about 5,000 single-sentence requests a
-second. inprocess_shim.c does those loops in C (ipb_input_shapes, ipb_gather, ipb_answer); this module binds
+second. shim.c does those loops in C (ipb_input_shapes, ipb_gather, ipb_answer); this module binds
 them (ctypes.PyDLL: the GIL stays held, each call takes microseconds) and shapes their arguments as numpy
 arrays. A request these calls cannot handle (inputs not plain host tensors; outputs Triton places in device
 memory) is handed back to Python, which does it the slow way.
@@ -69,7 +69,7 @@ class BatchCalls:
         u64 = ctypes.c_uint64
         self.report = _bind(free.ipn_report, [_P, _P, ctypes.c_int, u64, u64, u64, u64, u64])  # + the histogram
         self._names: dict[tuple, tuple] = {}  # names -> (the C array, the encoded names it points at)
-        self.native = free  # inprocess_native.c's ipn_* (native_path.py binds them)
+        self.native = free  # image_path.c's ipn_* (native_path.py binds them)
 
     def names(self, names: tuple[str, ...]):
         """A C array of the names (kept: the pointers must outlive every call)."""

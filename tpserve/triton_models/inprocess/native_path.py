@@ -1,4 +1,4 @@
-"""The in-process backend's native per-batch path (inprocess_native.c), opened for one instance at load.
+"""The in-process backend's native per-batch path (image_path.c), opened for one instance at load.
 
 Python builds the engine, captures its CUDA graphs and knows their buffers; this module hands the native side
 what it needs to serve every later batch alone: each bucket's graph executable (torch's
@@ -7,8 +7,8 @@ stream, and the input's and outputs' names, datatypes and shapes. From then on T
 instance runs no Python, inputs in GPU memory (CUDA shared memory) included.
 
 Which models take it: a staged runner on a GPU (one fixed-shape input, a graph for every bucket, contiguous
-outputs): the image engines (inprocess_native.c); and a ragged runner under CUDA graphs: sequence models, pooled
-or per-token outputs (inprocess_ragged_native.c, its plan ragged_plan.c). The tokenize step has a native path of
+outputs): the image engines (image_path.c); and a ragged runner under CUDA graphs: sequence models, pooled
+or per-token outputs (ragged_path.c, its plan ragged_plan.c). The tokenize step has a native path of
 its own for BERT-style tokenizers (native_tokenize.py); `why_not` and `ragged_why_not` say why a model cannot take
 this one, and the instance's load says which path it took.
 """
@@ -139,7 +139,7 @@ def counts(handle: int, library, close: bool = False) -> tuple[int, int]:
     return found[0], found[1]
 
 
-# --- sequence models (inprocess_ragged_native.c): a dynamic batch of any lengths under the grid's CUDA graphs
+# --- sequence models (ragged_path.c): a dynamic batch of any lengths under the grid's CUDA graphs
 
 MAX_INPUTS, MAX_LENGTHS, MAX_BATCHES, MAX_CELLS = 4, 64, 64, 1024  # the C side's IPR_MAX_*
 
@@ -280,7 +280,7 @@ def open_ragged(handle: int, serving, device, outputs, library, wanted: bool = T
 
 
 RAGGED_COUNTS = ("batches", "requests", "rows", "real_tokens", "computed_tokens", "runs")
-# where the native path's time went, ns summed over batches (inprocess_ragged_native.c's timers, in its order)
+# where the native path's time went, ns summed over batches (ragged_path.c's timers, in its order)
 RAGGED_TIMERS = (
     "native: read and check",
     "native: plan, stage and launch",

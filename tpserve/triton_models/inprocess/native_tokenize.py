@@ -1,4 +1,4 @@
-"""The tokenize step's native path (inprocess_tokenize_native.c): what Python hands it when an instance starts.
+"""The tokenize step's native path (tokenize_path.c): what Python hands it when an instance starts.
 
 A BERT-style tokenizer (the WordCache's test: BertNormalizer with clean_text, BertPreTokenizer, WordPiece) is read
 natively for texts of printable ASCII: the vocabulary, WordPiece's prefix, [UNK] and the longest word it reads,

@@ -7,7 +7,7 @@ backend's face of it: on a KIND_GPU instance inputs arrive through DLPack (on th
 client used CUDA shared memory, with FORCE_CPU_ONLY_INPUT_TENSORS=no) and outputs leave through
 DLPack (from host memory with host_outputs=1, cheaper than handing GPU tensors back through CUDA IPC).
 
-The in-process backend (inprocess_backend.py) serves the same folders without this file's stub process.
+The in-process backend (backend.py) serves the same folders without this file's stub process.
 """
 
 import json

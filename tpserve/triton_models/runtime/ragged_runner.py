@@ -65,7 +65,7 @@ class RaggedRunner:
         self.names, self.dtypes = [n for n, _ in inputs], [d for _, d in inputs]
         self.mask, self.cuda = mask, self.device.type == "cuda" and graphs
         self.counters = ragged.Counters()
-        # where a native path serves the batches (inprocess_ragged_native.c), what it counted: rows, tokens, runs
+        # where a native path serves the batches (ragged_path.c), what it counted: rows, tokens, runs
         self.native_counts: Callable[[], dict[str, int]] | None = None
         self.timings: dict[str, float] = {}  # seconds per step, summed over calls (the backend adds its own)
         self.graphs: dict = {}

@@ -1,7 +1,7 @@
 """A torch-runtime model folder loaded on one device: what both of its Triton faces run.
 
 The faces: torch_model.py (the Python backend's model.py, a stub process per instance) and
-inprocess_backend.py (the in-process backend, no stub). Each turns Triton's tensors into torch tensors and
+backend.py (the in-process backend, no stub). Each turns Triton's tensors into torch tensors and
 back; this class holds the rest: the config's parameters, the module (torch.export program, compiled or
 not), the staged CUDA-graph path or the general one, and per-request outputs.
 

@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "batch_calls.h"
+#include "metrics.h"
 #include "native.h"
 
 enum { MAX_DIMS = 8 };

@@ -1,5 +1,5 @@
 /* A BERT-style tokenizer read natively for texts of printable ASCII (bert_tokenize.c): what the tokenize step's
- * native path (inprocess_tokenize_native.c) tokenizes with. A unit test holds it to the tokenizers library. */
+ * native path (tokenize_path.c) tokenizes with. A unit test holds it to the tokenizers library. */
 #ifndef BERT_TOKENIZE_H
 #define BERT_TOKENIZE_H
 

@@ -15,48 +15,21 @@
  *
  * A request whose input is wrong hears why and is released here; the batch goes on without it. Inputs in GPU
  * memory (the client's CUDA shared memory) are copied device to device, outputs Triton places there host to
- * device. Nothing here holds the GIL. The CUDA driver is reached through dlopen (libcuda.so.1), as the server's own libraries do.
+ * device. Nothing here holds the GIL. The CUDA driver is reached through dlopen (libcuda.so.1; common.c binds it), as the server's own libraries do.
  */
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "image_path.h"
+#include "metrics.h"
 #include "native.h"
 #include "specs.h"
 
 enum { IPN_SLOTS = 2, IPN_MAX_INSTANCES = 64 };
 
-
-ipn_driver cu;
-
-int ipn_load_driver(void) {
-  if (cu.loaded) return 1;
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == NULL) return 0;
-#define BIND(field, symbol) \
-  if ((*(void**)&cu.field = dlsym(lib, symbol)) == NULL) return 0;
-  BIND(DeviceGet, "cuDeviceGet");
-  BIND(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
-  BIND(CtxSetCurrent, "cuCtxSetCurrent");
-  BIND(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
-  BIND(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
-  BIND(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
-  BIND(GraphLaunch, "cuGraphLaunch");
-  BIND(EventCreate, "cuEventCreate");
-  BIND(EventRecord, "cuEventRecord");
-  BIND(EventSynchronize, "cuEventSynchronize");
-  BIND(EventDestroy, "cuEventDestroy_v2");
-  BIND(StreamSynchronize, "cuStreamSynchronize");
-  BIND(MemAllocHost, "cuMemAllocHost_v2");
-  BIND(MemFreeHost, "cuMemFreeHost");
-#undef BIND
-  cu.loaded = 1;
-  return 1;
-}
 
 typedef struct {
   void** requests; /* the batch's requests that run (others were answered at execute) */
@@ -89,55 +62,12 @@ typedef struct {
 static ipn_state* registry[IPN_MAX_INSTANCES];
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 
-uint64_t ipn_now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
-
 static ipn_state* find(void* instance) {
   for (int i = 0; i < IPN_MAX_INSTANCES; ++i) {
     ipn_state* s = registry[i];
     if (s != NULL && s->instance == instance) return s;
   }
   return NULL;
-}
-
-int ipn_ok(TRITONSERVER_Error* err) {
-  if (err == NULL) return 1;
-  TRITONSERVER_ErrorDelete(err);
-  return 0;
-}
-
-void ipn_refuse(void* instance, void* request, int code, const char* message, uint64_t started) {
-  void* response = NULL;
-  if (ipn_ok(TRITONBACKEND_ResponseNew(&response, request)) && response != NULL) {
-    TRITONSERVER_Error* why = TRITONSERVER_ErrorNew(code, message);
-    ipn_ok(TRITONBACKEND_ResponseSend(response, COMPLETE_FINAL, why));
-    TRITONSERVER_ErrorDelete(why); /* the sender keeps its error: Triton copies what it sends */
-  }
-  uint64_t now = ipn_now();
-  ipn_report(instance, request, 0, started, now, now, now, 0);
-  ipn_ok(TRITONBACKEND_RequestRelease(request, RELEASE_ALL));
-}
-
-static const char* DTYPE_NAMES[] = {"INVALID", "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16",
-                                    "INT32",   "INT64", "FP16", "FP32", "FP64", "BYTES", "BF16"};
-
-const char* ipn_dtype_name(int dtype) { return dtype >= 0 && dtype <= 14 ? DTYPE_NAMES[dtype] : "?"; }
-
-int ipn_pinned(char** buffer, uint64_t* room, uint64_t bytes) {
-  if (*buffer != NULL && *room >= bytes) return 1;
-  uint64_t size = *room ? *room : 4096;
-  while (size < bytes) size *= 2;
-  if (*buffer != NULL) cu.MemFreeHost(*buffer);
-  *buffer = NULL, *room = 0;
-  if (cu.MemAllocHost((void**)buffer, (size_t)size) != 0) {
-    *buffer = NULL;
-    return 0;
-  }
-  *room = size;
-  return 1;
 }
 
 static void describe_shape(char* out, size_t room, const int64_t* shape, uint32_t dims, int batch_axis) {
@@ -238,16 +168,6 @@ static void gather(TRITONBACKEND_Input* input, ipn_cursor* c) {
       c->at += bytes;
     }
   }
-}
-
-int ipn_wanted_output(void* request, const char* name, uint32_t outputs) {
-  uint32_t asked = 0;
-  if (outputs == 1 || !ipn_ok(TRITONBACKEND_RequestOutputCount(request, &asked)) || asked == 0) return 1;
-  for (uint32_t k = 0; k < asked; ++k) {
-    const char* other = NULL;
-    if (ipn_ok(TRITONBACKEND_RequestOutputName(request, k, &other)) && other && strcmp(other, name) == 0) return 1;
-  }
-  return 0;
 }
 
 /* One request's rows of every output into its response, sent; 1 when it went out whole. */

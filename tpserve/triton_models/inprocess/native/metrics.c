@@ -15,32 +15,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "metrics.h"
 #include "native.h"
 
-typedef struct TRITONSERVER_MetricFamily TRITONSERVER_MetricFamily;
-typedef struct TRITONSERVER_Metric TRITONSERVER_Metric;
-typedef struct TRITONSERVER_MetricArgs TRITONSERVER_MetricArgs;
-typedef struct TRITONSERVER_Parameter TRITONSERVER_Parameter;
 
-extern TRITONSERVER_Error* TRITONSERVER_MetricFamilyNew(TRITONSERVER_MetricFamily** family, int kind,
-                                                        const char* name, const char* description);
-extern TRITONSERVER_Error* TRITONSERVER_MetricFamilyDelete(TRITONSERVER_MetricFamily* family);
-extern TRITONSERVER_Error* TRITONSERVER_MetricArgsNew(TRITONSERVER_MetricArgs** args);
-extern TRITONSERVER_Error* TRITONSERVER_MetricArgsSetHistogram(TRITONSERVER_MetricArgs* args, const double* buckets,
-                                                               uint64_t count);
-extern TRITONSERVER_Error* TRITONSERVER_MetricArgsDelete(TRITONSERVER_MetricArgs* args);
-extern TRITONSERVER_Error* TRITONSERVER_MetricNewWithArgs(TRITONSERVER_Metric** metric,
-                                                          TRITONSERVER_MetricFamily* family,
-                                                          const TRITONSERVER_Parameter** labels, uint64_t count,
-                                                          const TRITONSERVER_MetricArgs* args);
-extern TRITONSERVER_Error* TRITONSERVER_MetricDelete(TRITONSERVER_Metric* metric);
-extern TRITONSERVER_Error* TRITONSERVER_MetricObserve(TRITONSERVER_Metric* metric, double value);
-extern TRITONSERVER_Parameter* TRITONSERVER_ParameterNew(const char* name, int type, const void* value);
-extern void TRITONSERVER_ParameterDelete(TRITONSERVER_Parameter* parameter);
-extern TRITONSERVER_Error* TRITONBACKEND_ModelInstanceName(void* instance, const char** name);
-extern TRITONSERVER_Error* TRITONBACKEND_ModelInstanceModel(void* instance, void** model);
-extern TRITONSERVER_Error* TRITONBACKEND_ModelName(void* model, const char** name);
-extern TRITONSERVER_Error* TRITONBACKEND_ModelVersion(void* model, uint64_t* version);
 
 enum { KIND_HISTOGRAM = 2, PARAMETER_STRING = 0, IPM_MAX_INSTANCES = 256 };
 

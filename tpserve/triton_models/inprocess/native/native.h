@@ -1,37 +1,13 @@
-/* What the in-process backend's C files share: Triton's backend API as they call it (declared once, here), the
- * CUDA driver calls of the native per-batch paths (inprocess_native.c binds them) and those paths' small helpers.
- * The server compiles these files together into one library (server/triton/inprocess_build.py). */
-#ifndef INPROCESS_NATIVE_H
-#define INPROCESS_NATIVE_H
+/* What the in-process backend's C files share: Triton's API (backend_api.h), the CUDA driver calls of the native
+ * per-batch paths and those paths' small helpers (common.c). The server compiles these files together into one
+ * library (server/triton/inprocess_build.py). */
+#ifndef TPSERVE_NATIVE_H
+#define TPSERVE_NATIVE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct TRITONSERVER_Error TRITONSERVER_Error;
-typedef struct TRITONBACKEND_Input TRITONBACKEND_Input;
-extern TRITONSERVER_Error* TRITONSERVER_ErrorNew(int code, const char* msg);
-extern void TRITONSERVER_ErrorDelete(TRITONSERVER_Error* error);
-extern TRITONSERVER_Error* TRITONBACKEND_RequestInput(void* request, const char* name, TRITONBACKEND_Input** input);
-extern TRITONSERVER_Error* TRITONBACKEND_InputProperties(TRITONBACKEND_Input* input, const char** name, int* datatype,
-                                                         const int64_t** shape, uint32_t* dims, uint64_t* byte_size,
-                                                         uint32_t* buffer_count);
-extern TRITONSERVER_Error* TRITONBACKEND_InputBuffer(TRITONBACKEND_Input* input, uint32_t index, const void** buffer,
-                                                     uint64_t* byte_size, int* memory_type, int64_t* memory_type_id);
-extern TRITONSERVER_Error* TRITONBACKEND_RequestOutputCount(void* request, uint32_t* count);
-extern TRITONSERVER_Error* TRITONBACKEND_RequestOutputName(void* request, uint32_t index, const char** name);
-extern TRITONSERVER_Error* TRITONBACKEND_ResponseNew(void** response, void* request);
-extern TRITONSERVER_Error* TRITONBACKEND_ResponseOutput(void* response, void** output, const char* name, int datatype,
-                                                        const int64_t* shape, uint32_t dims);
-extern TRITONSERVER_Error* TRITONBACKEND_OutputBuffer(void* output, void** buffer, uint64_t byte_size, int* memory_type,
-                                                      int64_t* memory_type_id);
-extern TRITONSERVER_Error* TRITONBACKEND_ResponseSend(void* response, uint32_t flags, TRITONSERVER_Error* error);
-extern TRITONSERVER_Error* TRITONBACKEND_RequestRelease(void* request, uint32_t flags);
-extern TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportStatistics(void* instance, void* request, _Bool ok,
-                                                                       uint64_t exec_start, uint64_t compute_start,
-                                                                       uint64_t compute_end, uint64_t exec_end);
-extern TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportBatchStatistics(void* instance, uint64_t batch_size,
-                                                                            uint64_t exec_start, uint64_t compute_start,
-                                                                            uint64_t compute_end, uint64_t exec_end);
+#include "backend_api.h"
 
 /* Bounds every native path holds a request to, whatever Triton checked before: rows of one batch, bytes of one
  * input. A request beyond them is refused (or left to Python), never multiplied into a size that wraps. */
@@ -84,7 +60,11 @@ int ipn_load_driver(void);
 /* CLOCK_MONOTONIC in nanoseconds: Triton's statistics' clock. */
 uint64_t ipn_now(void);
 /* 1 for no error; an error is deleted and gives 0. */
-int ipn_ok(TRITONSERVER_Error* err);
+static inline int ipn_ok(TRITONSERVER_Error* err) {
+  if (err == NULL) return 1;
+  TRITONSERVER_ErrorDelete(err);
+  return 0;
+}
 /* The request hears why (code, message) and is released with failed statistics. */
 void ipn_refuse(void* instance, void* request, int code, const char* message, uint64_t started);
 /* Triton's name of a datatype ("INT64"). */
@@ -92,15 +72,6 @@ const char* ipn_dtype_name(int dtype);
 /* Whether the request asked for the output (a request that names none gets every one; outputs: the model's, 1
  * answers yes at once, 0 always asks). */
 int ipn_wanted_output(void* request, const char* name, uint32_t outputs);
-/* Reports a request's statistics to Triton and, when it succeeded, observes its time (exec_start to answered, or
- * to exec_end where answered is 0) in the instance's latency histogram (inprocess_metrics.c). */
-void ipn_report(void* instance, void* request, int ok, uint64_t exec_start, uint64_t compute_start,
-                uint64_t compute_end, uint64_t exec_end, uint64_t answered);
-/* The histogram's family (backend start and end) and each instance's metric (instance start and end). */
-void ipm_start(void);
-void ipm_stop(void);
-void ipm_instance_open(void* instance);
-void ipm_instance_close(void* instance);
 /* A pinned host buffer of at least `bytes` (grown by doubling; *room tracks its size); 0 when it failed. */
 int ipn_pinned(char** buffer, uint64_t* room, uint64_t bytes);
 

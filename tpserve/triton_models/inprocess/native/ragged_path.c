@@ -24,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ragged_path.h"
+#include "metrics.h"
 #include "native.h"
 #include "ragged_plan.h"
 #include "specs.h"

@@ -14,7 +14,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "image_path.h"
+#include "metrics.h"
 #include "native.h"
+#include "ragged_path.h"
+#include "tokenize_path.h"
 
 static PyObject* backend_module = NULL;
 
@@ -115,12 +119,9 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize(void* instance) {
   return err;
 }
 
-/* inprocess_native.c (fixed-shape models), inprocess_ragged_native.c (sequence models) and
- * inprocess_tokenize_native.c (the tokenize step): a batch of an instance
+/* image_path.c (fixed-shape models), ragged_path.c (sequence models) and
+ * tokenize_path.c (the tokenize step): a batch of an instance
  * that took a native path is served there, without the GIL. */
-extern int ipn_execute(void* instance, void** requests, uint32_t count);
-extern int ipr_execute(void* instance, void** requests, uint32_t count);
-extern int ipt_execute(void* instance, void** requests, uint32_t count);
 
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(void* instance, void** requests, const uint32_t count) {
   if (ipn_execute(instance, requests, count) || ipr_execute(instance, requests, count) ||

@@ -14,7 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tokenize_path.h"
 #include "bert_tokenize.h"
+#include "metrics.h"
 #include "native.h"
 
 enum { IPT_MAX_INSTANCES = 256, IPT_COUNTERS = 4 };
