@@ -25,14 +25,16 @@ def test_one_request_is_answered_as_it_is():
 def test_a_batch_that_cannot_be_padded_is_refused_request_by_request_not_half_answered():
     from tpserve.triton_models.inprocess.tokenize_path import TokenizeBatch
 
+    from tpserve.triton_models.inprocess.answers import Answers
+
     failed = []
 
-    class Instance:
-        outputs = [("input_ids", "INT64"), ("attention_mask", "INT64")]
-
-        def _fail(self, request, err, start):
+    class Refusals(Answers):  # the explicit object the path answers through; here it only notes refusals
+        def fail(self, request, err, start):
             failed.append(request)
 
-    batch = TokenizeBatch(Instance(), calls=None, api=None)  # never reached: nothing is answered
+    outputs = [("input_ids", "INT64"), ("attention_mask", "INT64")]
+    answers = Refusals(api=None, calls=None, handle=1, name="tokenize", outputs=outputs, write_output=None)
+    batch = TokenizeBatch(answers, read_and_run=None, calls=None, api=None)  # never reached: nothing is answered
     batch._answer(np.array([7, 8], np.uint64), [("not", "arrays"), ("at", "all")], 0, 0)
     assert failed == [7, 8]

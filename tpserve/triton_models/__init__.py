@@ -26,7 +26,8 @@ INPROCESS_SOURCES = tuple(
     NATIVE / name
     for name in (
         "shim.c",
-        "image_path.c",  # and the helpers every path shares (native.h)
+        "common.c",  # the helpers every path shares (native.h)
+        "image_path.c",
         "batch_calls.c",  # Python's per-batch calls
         "ragged_path.c",
         "ragged_plan.c",

@@ -22,15 +22,14 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import queue
 import sys
 import threading
 import time
 from typing import Any
 
+from tpserve.triton_models.inprocess.answers import Answers, Slots
 from tpserve.triton_models.inprocess.buffers import BackendError, HostRows, as_array, as_tensor, device_bytes
 from tpserve.triton_models.inprocess.triton_api import (
-    ERROR_INVALID_ARG,
     ERROR_UNSUPPORTED,
     KIND_GPU,
     MEMORY_GPU,
@@ -136,7 +135,7 @@ class Instance:
         from tpserve.triton_models.runtime.torch_serving import TorchServing
 
         self.handle, self.name, self.device = handle, model["name"], device
-        self.serving: Any  # TorchServing, or TokenizeServing for the text pipeline's first step (duck-typed)
+        self.serving: Any  # TorchServing, or TokenizeServing for the text pipeline's first step
         if is_tokenize(model["config"]):  # the text pipeline's first step: no torch module
             self.serving = TokenizeServing(model["config"], model["folder"])
         else:
@@ -148,27 +147,31 @@ class Instance:
         if self.serving.staged:
             wire_shape, wire_dtype = self.serving.wire()
             self.wire = (tuple(wire_shape), _DATATYPES[wire_dtype])
-        self.all_outputs = {o["name"] for o in model["config"]["output"]}
         params = model["config"].get("parameters", {})
         self.inline_rows = int(params.get("inline_rows", {}).get("string_value", INLINE_ROWS))
         self.outputs = [(o["name"], o["data_type"].removeprefix("TYPE_")) for o in model["config"]["output"]]
+        # which path serves the batches, decided once: the tokenize step, a sequence model, staged engines, or
+        # the general path (several inputs, dynamic axes, the CPU)
+        self.kind = (
+            "tokenize"
+            if isinstance(self.serving, TokenizeServing)
+            else ("ragged" if self.serving.ragged else ("staged" if self.serving.staged else "general"))
+        )
+        self.answers = Answers(API, CALLS, handle, self.name, self.outputs, write_output)
+        self.slots = Slots(self.SLOTS)
         self.native = self._open_native(handle, device, params.get("native_path", {}).get("string_value") != "0")
         self.python_executes = 0  # batches whose execute entered this module (the native path's: none)
         self.ragged = None  # sequence models: read, run and answered a batch at a time (ragged_path.py)
-        if getattr(self.serving, "ragged", False) and CALLS is not None and not self.native:
+        if self.kind == "ragged" and CALLS is not None and not self.native:
             from tpserve.triton_models.inprocess.ragged_path import RaggedPath
 
-            self.ragged = RaggedPath(self, CALLS, API)
+            self.ragged = RaggedPath(self.serving, self.answers, self.slots, CALLS, API, self.inline_rows)
         self.tokenize = None  # the tokenize step: its batch answered in the shim's batch calls
-        if isinstance(self.serving, TokenizeServing) and CALLS is not None:
+        if self.kind == "tokenize" and CALLS is not None:
             from tpserve.triton_models.inprocess.tokenize_path import TokenizeBatch
 
-            self.tokenize = TokenizeBatch(self, CALLS, API)
+            self.tokenize = TokenizeBatch(self.answers, self.read_and_run, CALLS, API)
         self.thread = threading.local()
-        self.free: queue.Queue = queue.Queue()
-        for slot in range(self.SLOTS):
-            self.free.put(slot)
-        self.done: queue.Queue = queue.Queue()
         self.worker = threading.Thread(target=self._complete, name=f"{self.name}-responses", daemon=True)
         self.worker.start()
 
@@ -176,17 +179,15 @@ class Instance:
         """Whether later batches are served natively, with no Python per batch (image_path.c for the
         image engines, ragged_path.c for sequence models, tokenize_path.c for the text
         pipeline's tokenize step); the load says which path the instance took, and why not the native one."""
-        ragged = getattr(self.serving, "ragged", False)
-        tokenize = hasattr(self.serving, "tokenizer")  # the text pipeline's tokenize step (TokenizeServing)
-        if not (self.serving.staged or ragged or tokenize) or CALLS is None:
+        if self.kind == "general" or CALLS is None:
             return False
         from tpserve.triton_models.inprocess import native_path, native_tokenize
 
         native = "native (no Python per batch)"
-        if tokenize:  # a batch with a text it does not read goes to Python, whole
+        if self.kind == "tokenize":  # a batch with a text it does not read goes to Python, whole
             reason = native_tokenize.open_path(handle, self.serving.tokenizer, self.outputs, CALLS.native, wanted)
             native = "native for texts of printable ASCII, Python for a batch with any other"
-        elif ragged:
+        elif self.kind == "ragged":
             reason = native_path.open_ragged(handle, self.serving, device, self.outputs, CALLS.native, wanted)
             if reason is None:  # the runner's statistics file counts what the native side ran
                 self.serving.runner.native_counts = lambda: native_path.ragged_counts(handle, CALLS.native)
@@ -199,25 +200,24 @@ class Instance:
     def close(self) -> None:
         if self.native and CALLS is not None:
             self._close_native()
-        self.done.put(None)
+        self.slots.close()
         self.worker.join(timeout=30)
         if self.ragged is not None:
             self.ragged.close()
-        close = getattr(self.serving, "close", None)
-        if close is not None:  # the tokenize step's child process
-            close()
+        if self.kind == "tokenize":  # its child processes
+            self.serving.close()
 
     def _close_native(self) -> None:
         from tpserve.triton_models.inprocess import native_path
 
         assert CALLS is not None, "a native path opens only where the batch calls loaded"
-        if hasattr(self.serving, "tokenizer"):
+        if self.kind == "tokenize":
             from tpserve.triton_models.inprocess import native_tokenize
 
             counted = native_tokenize.counts(self.handle, CALLS.native, close=True)
             native, requests = counted["batches"], counted["requests"]
             steps = f"; {counted['texts']} texts tokenized natively, {counted['python_batches']} batches left to Python"
-        elif getattr(self.serving, "ragged", False):
+        elif self.kind == "ragged":
             counted = native_path.ragged_counts(self.handle, CALLS.native, close=True)
             self.serving.runner.native_counts = lambda: counted  # the last statistics file keeps them
             native, requests = counted["batches"], counted["requests"]
@@ -243,26 +243,23 @@ class Instance:
                 views.append(self._views(request))
                 kept.append(request)
             except Exception as err:  # this request alone is refused; the others run
-                self._fail(request, err, start)
+                self.answers.fail(request, err, start)
         if not kept:
             return
         if self.tokenize is not None:
             return self.tokenize.execute(kept, views, start)
         if not self.serving.staged:
             return self._run_now(kept, views, start)
-        slot = self.free.get()  # two batches in flight at most: the third waits for the first's responses
-        alone = self.free.qsize() == self.SLOTS - 1  # the other slots are free: nothing else is in flight
+        slot, alone = self.slots.take()  # two batches in flight at most: the third waits for the first's answers
         try:
             pending = self._submit([v[0] for v in views], slot, alone)
         except Exception as err:  # the requests are ours now: each one hears why
-            self.free.put(slot)
-            for request in kept:
-                self._fail(request, err, start)
-            return
+            self.slots.give(slot)
+            return self.answers.fail_all(kept, err, start)
         job = (kept, [v[0].shape[0] for v in views], pending, start, time.monotonic_ns())
         if alone and pending.count <= self.inline_rows:  # nothing to overlap: answer here, no hand-over
             return self._finish(job)
-        self.done.put(job)
+        self.slots.hand_over(job)
 
     def _views(self, request: int) -> list:
         views = [API.input(request, name) for name in self.serving.input_names]
@@ -316,13 +313,14 @@ class Instance:
         """The general path (no CUDA graphs: several inputs, dynamic axes, CPU; the tokenize step): run, then
         answer. A request whose inputs cannot be read is refused alone."""
         results, compute = self.read_and_run(views)
+        # where a ragged runner's batch time goes (TRITON_RAGGED_STATS); other runners keep no such record
         spent = getattr(getattr(self.serving, "runner", None), "spent", None)
         ended = time.monotonic_ns()
         for request, result in zip(requests, results):
             if isinstance(result, Exception):
-                self._fail(request, result, start)
+                self.answers.fail(request, result, start)
             else:
-                self._answer(request, result, (start, compute, ended))
+                self.answers.answer(request, result, (start, compute, ended))
         rows = sum(v[0].shape[0] for v in views)
         answered = time.monotonic_ns()
         API.report_batch(self.handle, rows, (start, compute, ended, answered))
@@ -333,9 +331,10 @@ class Instance:
     def read_and_run(self, views: list) -> tuple[list, int]:
         """Every request's outputs, or the error that refuses it alone (its inputs unreadable, or the run's own),
         in the order of views; and when the run began (monotonic ns)."""
-        read = getattr(self.serving, "read", None) or (lambda view: as_tensor(view, self.device))
-        run = self.serving.run
-        if getattr(self.serving, "ragged", False):  # numpy views of Triton's buffers in, arrays out
+        read, run = (lambda view: as_tensor(view, self.device)), self.serving.run
+        if self.kind == "tokenize":  # texts read from Triton's BYTES buffers
+            read = self.serving.read
+        elif self.kind == "ragged":  # numpy views of Triton's buffers in, arrays out
             read, run = as_array, self.serving.run_arrays
         results: list = [None] * len(views)
         feeds = []
@@ -356,10 +355,10 @@ class Instance:
     # --- the completion thread
     def _complete(self) -> None:
         while True:
-            job = self.done.get()
+            job = self.slots.next()
             if job is None:
                 return
-            if not isinstance(job, tuple):  # a ragged batch (inprocess_ragged._Job)
+            if not isinstance(job, tuple):  # a sequence model's batch (ragged_path._Job)
                 job.finish()
                 continue
             self._finish(job)
@@ -374,45 +373,13 @@ class Instance:
             offset = 0
             for request, size in zip(requests, sizes):
                 rows = [HostRows(base + offset * row, (size, *dims), size * row) for base, row, dims in bases]
-                self._answer(request, rows, (start, compute, ended))
+                self.answers.answer(request, rows, (start, compute, ended))
                 offset += size
             API.report_batch(self.handle, offset, (start, compute, ended, time.monotonic_ns()))
         except Exception as err:  # the batch failed on the device: every request of it hears why
-            for request in requests:
-                self._fail(request, err, start)
+            self.answers.fail_all(requests, err, start)
         finally:
-            self.free.put(pending.slot)
-
-    # --- responses
-    def _answer(self, request: int, outputs: list, times: tuple) -> None:
-        response = API.response_new(request)
-        try:
-            asked = set(API.requested_outputs(request)) if len(self.outputs) > 1 else None  # one output: no query
-            wanted = asked or self.all_outputs
-            for (name, datatype), tensor in zip(self.outputs, outputs):
-                if name in wanted:
-                    write_output(response, name, datatype, tensor)
-        except Exception as err:
-            API.send(response, API.error(ERROR_INVALID_ARG, f"{self.name}: {err}"))
-            return self._release(request, False, times)
-        API.send(response)
-        self._release(request, True, times)
-
-    def _fail(self, request: int, err: Exception, start: int) -> None:
-        """The request hears why it failed, and is released whatever happens on the way."""
-        now = time.monotonic_ns()
-        try:
-            response = API.response_new(request)
-            API.send(response, API.error(getattr(err, "code", ERROR_INVALID_ARG), f"{self.name}: {err}"))
-        finally:
-            self._release(request, False, (start, now, now))
-
-    def _release(self, request: int, ok: bool, times: tuple) -> None:
-        if CALLS is not None:  # Triton's statistics and the backend's latency histogram (metrics.c)
-            CALLS.report(self.handle, request, int(ok), *times, time.monotonic_ns(), 0)
-        else:
-            API.report(self.handle, request, ok, (*times, time.monotonic_ns()))
-        API.release(request)
+            self.slots.give(pending.slot)
 
 
 INLINE_ROWS = 8  # a lone batch this small is answered by execute itself (parameter inline_rows; 0: never)

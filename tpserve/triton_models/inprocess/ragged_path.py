@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from tpserve.triton_models.inprocess import batch_calls as bc
+from tpserve.triton_models.inprocess.answers import Answers, Slots
 from tpserve.triton_models.inprocess.buffers import BackendError, HostRows, as_array, device_bytes
 from tpserve.triton_models.inprocess.triton_api import DATATYPES
 
@@ -28,18 +29,21 @@ class RaggedPath:
     """One instance's ragged path.
 
     Args:
-        instance: the backend's Instance (its handle, slots, completion queue and failure reporting).
+        serving: the instance's TorchServing (a ragged runner).
+        answers: how its requests are answered (answers.Answers).
+        slots: its batches in flight and the completion thread's queue (answers.Slots).
         calls: the shim's batch calls.
         api: the backend's TritonApi.
+        inline_rows: a lone batch up to this many rows is answered by execute itself.
     """
 
     BACKLOG = 4  # answered batches whose requests may wait for their statistics and release
     SPLIT_AT = 8  # requests in a batch from which two threads send the answers
     RELEASERS = 2  # statistics go one at a time (the model's statistics lock): a second thread releases meanwhile
 
-    def __init__(self, instance, calls: bc.BatchCalls, api):
-        self.instance, self.calls, self.api = instance, calls, api
-        serving = instance.serving
+    def __init__(self, serving, answers: Answers, slots: Slots, calls: bc.BatchCalls, api, inline_rows: int):
+        self.answers, self.slots, self.calls, self.api = answers, slots, calls, api
+        self.inline_rows = inline_rows
         self.runner, self.serving = serving.runner, serving
         self.names = tuple(serving.input_names)
         spec_inputs = {i["name"]: i["dtype"] for i in serving.spec["inputs"]}
@@ -49,17 +53,17 @@ class RaggedPath:
         self.bounds = value_bounds(serving.spec, self.runner.mask)
         self.spent_ns = np.zeros(4, np.uint64)  # the native answers' steps (batch_calls.BatchCalls.answer)
         self.helper_ns = np.zeros(4, np.uint64)  # the same, of the helper's half
-        self.helper = ThreadPoolExecutor(1, thread_name_prefix=f"{instance.name}-answers")
+        self.helper = ThreadPoolExecutor(1, thread_name_prefix=f"{answers.name}-answers")
         # bounded: where statistics fall behind (they cap a model near 25,000 requests/s), answering waits for them
         self.releases: queue.Queue = queue.Queue(maxsize=self.BACKLOG)
         self.release_ns = [np.zeros(4, np.uint64) for _ in range(self.RELEASERS)]  # each releaser's steps
         self.releasers = [
-            threading.Thread(target=self._release_loop, args=(k,), name=f"{instance.name}-releases{k}", daemon=True)
+            threading.Thread(target=self._release_loop, args=(k,), name=f"{answers.name}-releases{k}", daemon=True)
             for k in range(self.RELEASERS)
         ]
         for thread in self.releasers:
             thread.start()
-        self.outputs = instance.outputs
+        self.outputs = answers.outputs
         self.contiguous = not any(self.runner.per_token)  # every output one row per row: answered natively
 
     # --- read
@@ -89,7 +93,7 @@ class RaggedPath:
                     found.dtypes[index, i] = DATATYPES.index(views[i].datatype)
                     found.shapes[index, i] = array.shape if array.ndim == 2 else (-1, -1)
             except Exception as err:  # this request alone
-                self.instance._fail(requests[index], err, start)
+                self.answers.fail(requests[index], err, start)
                 found.dtypes[index] = -1
         return arrays
 
@@ -102,7 +106,7 @@ class RaggedPath:
                 continue
             reason = self._wrong(found.dtypes[index], found.shapes[index])
             if reason:
-                self.instance._fail(requests[index], BackendError(reason), start)
+                self.answers.fail(requests[index], BackendError(reason), start)
                 keep[index] = False
         return keep
 
@@ -165,7 +169,7 @@ class RaggedPath:
         from tpserve.triton_models.runtime.ragged import RaggedBatch
 
         for index, reason in reasons.items():
-            self.instance._fail(int(handles[index]), BackendError(reason), start)
+            self.answers.fail(int(handles[index]), BackendError(reason), start)
         keep, rows = ~bad, np.repeat(~bad, sizes)
         combined = {name: np.ascontiguousarray(array[rows]) for name, array in batch.combined.items()}
         kept_widths = [int(w) for w, k in zip(batch.widths, keep) if k]
@@ -176,7 +180,7 @@ class RaggedPath:
 
     # --- run
     def _run(self, handles, batch, first_row, start: int) -> None:
-        instance, runner = self.instance, self.runner
+        runner = self.runner
         if not runner.cuda:  # the CPU: run now, answer now
             compute = time.monotonic_ns()
             try:
@@ -184,19 +188,18 @@ class RaggedPath:
             except Exception as err:
                 return self._fail_all(handles, err, start)
             return self.answer(handles, batch, first_row, outputs, (start, compute, time.monotonic_ns()))
-        slot = instance.free.get()
-        alone = instance.free.qsize() == instance.SLOTS - 1
+        slot, alone = self.slots.take()
         compute = time.monotonic_ns()
         try:
             with self.serving.on_stream():
                 pending = runner.submit(batch, slot)
         except Exception as err:
-            instance.free.put(slot)
+            self.slots.give(slot)
             return self._fail_all(handles, err, start)
         job = _Job(self, handles, batch, first_row, pending, (start, compute))
-        if alone and len(batch.lengths) <= instance.inline_rows:
+        if alone and len(batch.lengths) <= self.inline_rows:
             return job.finish()
-        instance.done.put(job)
+        self.slots.hand_over(job)
 
     def finish(self, job: "_Job") -> None:
         try:
@@ -204,7 +207,7 @@ class RaggedPath:
         except Exception as err:  # the batch failed on the device: each of its requests hears why
             return self._fail_all(job.handles, err, job.times[0])
         finally:
-            self.instance.free.put(job.pending.slot)
+            self.slots.give(job.pending.slot)
         self.answer(job.handles, job.batch, job.first_row, outputs, (*job.times, time.monotonic_ns()))
 
     # --- answer
@@ -215,7 +218,7 @@ class RaggedPath:
         rows = len(batch.lengths)
         if not self.contiguous:
             for handle, result in zip(handles.tolist(), batch.split(outputs, self.runner.per_token)):
-                self.instance._answer(handle, result, times)
+                self.answers.answer(handle, result, times)
             self.runner.spent("answer (backend)", time.perf_counter() - answered)
             return self.releases.put((None, None, times, rows))
         arrays = [(name, dtype, np.ascontiguousarray(out)) for (name, dtype), out in zip(self.outputs, outputs)]
@@ -255,9 +258,9 @@ class RaggedPath:
             handles, done, times, rows = job
             began = time.perf_counter()
             if handles is not None:
-                self.calls.release(self.instance.handle, handles, done, times, spent)
+                self.calls.release(self.answers.handle, handles, done, times, spent)
                 self._note_steps()
-            self.api.report_batch(self.instance.handle, rows, (*times, time.monotonic_ns()))
+            self.api.report_batch(self.answers.handle, rows, (*times, time.monotonic_ns()))
             self.runner.spent("release (backend)", time.perf_counter() - began)
 
     def _note_steps(self) -> None:
@@ -273,11 +276,10 @@ class RaggedPath:
             thread.join(timeout=30)
 
     def _deferred(self, done: bc.Answered, arrays, first_row, sizes) -> None:
-        send_deferred(self.api, self.instance.name, done, arrays, first_row, sizes)
+        send_deferred(self.api, self.answers.name, done, arrays, first_row, sizes)
 
     def _fail_all(self, handles, err: Exception, start: int) -> None:
-        for handle in handles.tolist():
-            self.instance._fail(handle, err, start)
+        self.answers.fail_all(handles.tolist(), err, start)
 
 
 class _Job:

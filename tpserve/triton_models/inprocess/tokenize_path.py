@@ -11,10 +11,12 @@ downstream. A request refused (bad UTF-8, an empty text) hears why alone, as bef
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 
 from tpserve.triton_models.inprocess import batch_calls as bc
+from tpserve.triton_models.inprocess.answers import Answers
 from tpserve.triton_models.inprocess.ragged_path import send_deferred
 
 
@@ -36,18 +38,19 @@ def pad_together(results: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarr
 
 
 class TokenizeBatch:
-    """Runs and answers a tokenize instance's batches (Instance.execute hands them over)."""
+    """Runs and answers a tokenize instance's batches (Instance.execute hands them over). read_and_run(views):
+    every request's (ids, mask) or the error that refuses it alone, and when the run began."""
 
-    def __init__(self, instance, calls: bc.BatchCalls, api):
-        self.instance, self.calls, self.api = instance, calls, api
+    def __init__(self, answers: Answers, read_and_run: Callable, calls: bc.BatchCalls, api):
+        self.answers, self.read_and_run, self.calls, self.api = answers, read_and_run, calls, api
         self.spent_ns = np.zeros(4, np.uint64)
 
     def execute(self, requests: list[int], views: list, start: int) -> None:
-        results, compute = self.instance.read_and_run(views)
+        results, compute = self.read_and_run(views)
         good = []
         for request, result in zip(requests, results):
             if isinstance(result, Exception):  # this request alone
-                self.instance._fail(request, result, start)
+                self.answers.fail(request, result, start)
             else:
                 good.append((request, result))
         if good:
@@ -58,12 +61,10 @@ class TokenizeBatch:
             ids, mask, rows = pad_together(results)
             ended = time.monotonic_ns()
             first_row = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
-            arrays = [(name, dtype, array) for (name, dtype), array in zip(self.instance.outputs, (ids, mask))]
+            arrays = [(name, dtype, array) for (name, dtype), array in zip(self.answers.outputs, (ids, mask))]
         except Exception as err:  # nothing answered yet: every request hears why
-            for handle in handles.tolist():
-                self.instance._fail(handle, err, start)
-            return
+            return self.answers.fail_all(handles.tolist(), err, start)
         done = self.calls.answer(handles, rows, first_row, arrays, self.spent_ns)
-        send_deferred(self.api, self.instance.name, done, arrays, first_row, rows)  # the client's device memory
-        self.calls.release(self.instance.handle, handles, done, (start, compute, ended), self.spent_ns)
-        self.api.report_batch(self.instance.handle, int(rows.sum()), (start, compute, ended, time.monotonic_ns()))
+        send_deferred(self.api, self.answers.name, done, arrays, first_row, rows)  # the client's device memory
+        self.calls.release(self.answers.handle, handles, done, (start, compute, ended), self.spent_ns)
+        self.api.report_batch(self.answers.handle, int(rows.sum()), (start, compute, ended, time.monotonic_ns()))
