@@ -23,9 +23,8 @@ def test_one_request_is_answered_as_it_is():
 
 
 def test_a_batch_that_cannot_be_padded_is_refused_request_by_request_not_half_answered():
-    from tpserve.triton_models.inprocess.tokenize_path import TokenizeBatch
-
     from tpserve.triton_models.inprocess.answers import Answers
+    from tpserve.triton_models.inprocess.tokenize_path import TokenizeBatch
 
     failed = []
 
