@@ -52,16 +52,16 @@ def served(tmp_path_factory):
     root = tmp_path_factory.mktemp("first_time")
     (root / "models.toml").write_text(SPEC)
     (root / "encoders.py").write_text(ENCODERS.read_text())
-    build = ("builders", "build", "--spec", "models.toml", "--repo", "repo", "--work-dir", "work")
+    build = ("tpserve.builders", "build", "--spec", "models.toml", "--repo", "repo", "--work-dir", "work")
     _cli(*build, "--compiled", "fp16", "--kind", "KIND_GPU", "--inprocess", cwd=root)
     http, grpc, metrics, health = endpoints.free_ports(4)
     ports = ("--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics))
-    start = ("server", "start", "--repo", "repo", *ports, "--health-port", str(health), "--state-dir", "state")
+    start = ("tpserve.server", "start", "--repo", "repo", *ports, "--health-port", str(health), "--state-dir", "state")
     printed = _cli(*start, cwd=root)
     try:
         yield root, endpoints.read_state(root / "state"), printed
     finally:
-        _cli("server", "stop", "--state-dir", "state", cwd=root)
+        _cli("tpserve.server", "stop", "--state-dir", "state", cwd=root)
 
 
 def _engine(root: Path) -> str:
