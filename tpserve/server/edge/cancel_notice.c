@@ -36,19 +36,9 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef struct {
-  const char *ptr;
-  size_t length;
-} dm_buffer;
+#include "envoy_module.h"
 
-typedef struct {
-  const char *key;
-  size_t key_length;
-  const char *value;
-  size_t value_length;
-} dm_header;
-
-enum { HEADER_REQUEST = 0, HEADER_RESPONSE = 2, CONTINUE = 0, STOP = 1, CANCEL_SLOTS = 1 << 18 };
+enum { CANCEL_SLOTS = 1 << 18 };
 enum { BACKLOG_SLOTS = 64, BACKLOG_LINE = 64, RECENT = 4096, ATTRIBUTE_CONNECTION_ID = 28 };
 enum { EVERYONE_AT = 4 };                       /* times the bound: past it, every new call is refused */
 enum { BUCKETS = 16, WINDOW = 10 };             /* calls ended unanswered, per 100 ms: the last second counts */
@@ -57,8 +47,6 @@ static const uint64_t RECENT_NS = 2000000000ull; /* a connection that cancelled 
 
 extern bool envoy_dynamic_module_callback_http_set_header(void *filter, int header_type, dm_buffer key,
                                                           dm_buffer value);
-extern bool envoy_dynamic_module_callback_http_get_header(void *filter, int header_type, dm_buffer key,
-                                                          dm_buffer *result, size_t index, size_t *count);
 extern void envoy_dynamic_module_callback_http_send_response(void *filter, uint32_t status, dm_header *headers,
                                                              size_t count, dm_buffer body, dm_buffer details);
 extern bool envoy_dynamic_module_callback_http_filter_get_attribute_int(void *filter, int id, uint64_t *result);
@@ -69,7 +57,6 @@ extern int envoy_dynamic_module_callback_http_filter_config_increment_counter(vo
                                                                              dm_buffer *labels, size_t count,
                                                                              uint64_t value);
 
-#define ABI_VERSION "v0.2.0"
 #define HEADER "x-edge-call"
 #define WHY "the server is still answering calls their clients cancelled; retry after 1 s"
 
@@ -339,37 +326,3 @@ int envoy_dynamic_module_on_http_filter_response_body(void *f, void *m, bool e) 
 }
 int envoy_dynamic_module_on_http_filter_response_trailers(void *f, void *m) { (void)f, (void)m; return CONTINUE; }
 void envoy_dynamic_module_on_http_filter_stream_complete(void *f, void *m) { (void)f, (void)m; }
-void envoy_dynamic_module_on_http_filter_scheduled(void *f, void *m, uint64_t id) { (void)f, (void)m, (void)id; }
-void envoy_dynamic_module_on_http_filter_config_scheduled(void *c, uint64_t id) { (void)c, (void)id; }
-void envoy_dynamic_module_on_http_filter_http_callout_done(void *f, void *m, uint64_t id, int result, void *headers,
-                                                           size_t nheaders, void *body, size_t nbody) {
-  (void)f, (void)m, (void)id, (void)result, (void)headers, (void)nheaders, (void)body, (void)nbody;
-}
-void envoy_dynamic_module_on_http_filter_http_stream_headers(void *f, void *m, uint64_t id, void *h, size_t n,
-                                                             bool e) {
-  (void)f, (void)m, (void)id, (void)h, (void)n, (void)e;
-}
-void envoy_dynamic_module_on_http_filter_http_stream_data(void *f, void *m, uint64_t id, const void *d, size_t n,
-                                                          bool e) {
-  (void)f, (void)m, (void)id, (void)d, (void)n, (void)e;
-}
-void envoy_dynamic_module_on_http_filter_http_stream_trailers(void *f, void *m, uint64_t id, void *t, size_t n) {
-  (void)f, (void)m, (void)id, (void)t, (void)n;
-}
-void envoy_dynamic_module_on_http_filter_http_stream_complete(void *f, void *m, uint64_t id) {
-  (void)f, (void)m, (void)id;
-}
-void envoy_dynamic_module_on_http_filter_http_stream_reset(void *f, void *m, uint64_t id, int reason) {
-  (void)f, (void)m, (void)id, (void)reason;
-}
-void envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(void *f, void *m) {
-  (void)f, (void)m;
-}
-void envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(void *f, void *m) {
-  (void)f, (void)m;
-}
-void *envoy_dynamic_module_on_http_filter_per_route_config_new(dm_buffer name, dm_buffer text) {
-  (void)name, (void)text;
-  return NULL;
-}
-void envoy_dynamic_module_on_http_filter_per_route_config_destroy(void *c) { (void)c; }

@@ -37,25 +37,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "envoy_module.h"
+
 /* ---- the ABI, as far as this module uses it ---- */
 
-typedef struct {
-  const char *ptr;
-  size_t length;
-} dm_buffer; /* envoy_dynamic_module_type_envoy_buffer and _module_buffer: the same layout */
-
-enum { HEADER_REQUEST = 0, HEADER_RESPONSE = 2, TRAILER_RESPONSE = 3 }; /* ..._http_header_type_* */
-enum { BODY_RECEIVED_REQUEST = 0 };  /* envoy_dynamic_module_type_http_body_type_ReceivedRequestBody */
-enum { CONTINUE = 0 };               /* every on_http_filter_*_status: Continue */
-
-extern bool envoy_dynamic_module_callback_http_get_header(void *filter, int header_type, dm_buffer key,
-                                                          dm_buffer *result, size_t index, size_t *count);
+enum { BODY_RECEIVED_REQUEST = 0 }; /* envoy_dynamic_module_type_http_body_type_ReceivedRequestBody */
 extern size_t envoy_dynamic_module_callback_http_get_body_chunks_size(void *filter, int body_type);
 extern bool envoy_dynamic_module_callback_http_get_body_chunks(void *filter, int body_type, dm_buffer *chunks);
 extern void envoy_dynamic_module_callback_http_set_dynamic_metadata_string(void *filter, dm_buffer ns,
                                                                            dm_buffer key, dm_buffer value);
 
-#define ABI_VERSION "v0.2.0"
 
 /* ---- configuration: "head_bytes N", then "log hex(path)" where the module writes the lines, then one
  * "max_batch_size hex(model name)" line a model ---- */
@@ -671,37 +662,3 @@ int envoy_dynamic_module_on_http_filter_local_reply(void *f, void *m, uint32_t c
 void envoy_dynamic_module_on_http_filter_stream_complete(void *filter, void *module) {
   if (module) write_line(filter, module, true);
 }
-void envoy_dynamic_module_on_http_filter_scheduled(void *f, void *m, uint64_t id) { (void)f, (void)m, (void)id; }
-void envoy_dynamic_module_on_http_filter_config_scheduled(void *c, uint64_t id) { (void)c, (void)id; }
-void envoy_dynamic_module_on_http_filter_http_callout_done(void *f, void *m, uint64_t id, int result, void *headers,
-                                                           size_t nheaders, void *body, size_t nbody) {
-  (void)f, (void)m, (void)id, (void)result, (void)headers, (void)nheaders, (void)body, (void)nbody;
-}
-void envoy_dynamic_module_on_http_filter_http_stream_headers(void *f, void *m, uint64_t id, void *h, size_t n,
-                                                             bool e) {
-  (void)f, (void)m, (void)id, (void)h, (void)n, (void)e;
-}
-void envoy_dynamic_module_on_http_filter_http_stream_data(void *f, void *m, uint64_t id, const void *d, size_t n,
-                                                          bool e) {
-  (void)f, (void)m, (void)id, (void)d, (void)n, (void)e;
-}
-void envoy_dynamic_module_on_http_filter_http_stream_trailers(void *f, void *m, uint64_t id, void *t, size_t n) {
-  (void)f, (void)m, (void)id, (void)t, (void)n;
-}
-void envoy_dynamic_module_on_http_filter_http_stream_complete(void *f, void *m, uint64_t id) {
-  (void)f, (void)m, (void)id;
-}
-void envoy_dynamic_module_on_http_filter_http_stream_reset(void *f, void *m, uint64_t id, int reason) {
-  (void)f, (void)m, (void)id, (void)reason;
-}
-void envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(void *f, void *m) {
-  (void)f, (void)m;
-}
-void envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(void *f, void *m) {
-  (void)f, (void)m;
-}
-void *envoy_dynamic_module_on_http_filter_per_route_config_new(dm_buffer name, dm_buffer text) {
-  (void)name, (void)text;
-  return NULL;
-}
-void envoy_dynamic_module_on_http_filter_per_route_config_destroy(void *c) { (void)c; }

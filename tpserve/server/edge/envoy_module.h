@@ -1,0 +1,31 @@
+/* What the edge's Envoy dynamic modules (cancel_notice.c, record_grpc.c) share: the ABI's types and constants as
+ * Envoy 1.40 defines them (ABI v0.2: source/extensions/dynamic_modules/abi/abi.h of Envoy), and the callbacks
+ * both call. The hooks neither needs are defined once, in envoy_module.c, compiled into each module. */
+#ifndef TPSERVE_ENVOY_MODULE_H
+#define TPSERVE_ENVOY_MODULE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+  const char *ptr;
+  size_t length;
+} dm_buffer; /* envoy_dynamic_module_type_envoy_buffer and _module_buffer: the same layout */
+
+typedef struct {
+  const char *key;
+  size_t key_length;
+  const char *value;
+  size_t value_length;
+} dm_header; /* envoy_dynamic_module_type_module_http_header */
+
+enum { HEADER_REQUEST = 0, HEADER_RESPONSE = 2, TRAILER_RESPONSE = 3 }; /* ..._http_header_type_* */
+enum { CONTINUE = 0, STOP = 1 }; /* every on_http_filter_*_status: Continue; request headers: StopIteration */
+
+#define ABI_VERSION "v0.2.0"
+
+extern bool envoy_dynamic_module_callback_http_get_header(void *filter, int header_type, dm_buffer key,
+                                                          dm_buffer *result, size_t index, size_t *count);
+
+#endif
