@@ -7,8 +7,9 @@ import subprocess
 
 import pytest
 
+from tpserve.common.native_build import c_compiler
 from tpserve.server.triton.install import find_install, server_environment
-from tpserve.server.triton.preloads import SOURCES, c_compiler
+from tpserve.server.triton.preloads import SOURCES
 
 
 def _help(shim, **extra) -> subprocess.CompletedProcess:
