@@ -176,6 +176,8 @@ def build(
         for n in names
     ]
     given = _given_serving(click.get_current_context(), options)
+    typed = click.get_current_context().get_parameter_source("precisions") == click.core.ParameterSource.COMMANDLINE
+    extra = tuple(_split(precisions)) if typed else ()  # PRECISIONS="fp32 int8" adds int8 to the spec's models too
     for user in spec_files.load(spec_file) if spec_file else []:
         request = BuildRequest(
             spec=_with_max_batch(user.spec, max_batch),
@@ -184,7 +186,7 @@ def build(
             work_dir=work_dir,
             options=dataclasses.replace(user.serving, **given),
             force=force,
-            precisions=user.precisions,
+            precisions=tuple(dict.fromkeys((*user.precisions, *extra))),
             calibration=user.calibration or calibration,
             eval_data=user.eval_data,
         )
