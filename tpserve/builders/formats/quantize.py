@@ -44,7 +44,10 @@ def calibration_data(spec: ModelSpec, source: Path | None, default: np.ndarray |
     """
     if source is None:
         if default is None:
-            raise SpecError(f"model {spec.name!r} has no default calibration data: pass --calibration DIR|FILE.npy")
+            raise SpecError(
+                f"model {spec.name!r} has no default calibration data for INT8: give the spec's model "
+                'calibration = "calib.npz" (one array per input), or --calibration DIR|FILE.npy (make: CALIBRATION=...)'
+            )
         data = default
     elif source.is_dir():
         data = _images(source, spec)
