@@ -34,3 +34,32 @@ def test_a_second_server_on_the_same_ports_is_refused(served, tmp_path):
     )
     with pytest.raises(ServerError, match=f"http port {state.http_port} on 127.0.0.1 is in use"):
         launcher.start(settings)
+
+
+def test_a_second_server_from_the_same_state_dir_is_refused_and_the_first_keeps_serving(served, tmp_path):
+    """Other ports, the same STATE_DIR: refused before anything starts (a second stack would overwrite the first's
+    records, and `make stop` would then stop only one of them), naming the running one and how to stop it; the
+    first still serves, and its records are untouched. Through the edge (serve's default) as well."""
+    import os
+
+    from tpserve.common import endpoints
+    from tpserve.server.cluster import ClusterSettings, start_cluster
+
+    folder = served.state_dir
+    before = (folder / endpoints.STATE).read_text()
+    ports = {"http_port": free_port(), "grpc_port": free_port(), "metrics_port": free_port()}
+    settings = launcher.ServerSettings(served.repo, **ports, state_dir=folder)
+    with pytest.raises(ServerError, match=rf"a server started from {folder} is running \(tritonserver pid \d+"):
+        launcher.start(settings)
+    edge = ClusterSettings(
+        served.repo,
+        replicas=1,
+        **{k: v for k, v in ports.items() if k != "metrics_port"},
+        admin_port=free_port(),
+        state_dir=folder,
+        single=True,
+    )
+    with pytest.raises(ServerError, match="make stop STATE_DIR="):
+        start_cluster(edge)
+    assert (folder / endpoints.STATE).read_text() == before
+    os.kill(endpoints.read_state(folder).pid, 0)  # still there

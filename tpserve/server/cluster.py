@@ -167,6 +167,7 @@ def start_cluster(settings: ClusterSettings) -> ClusterState:
     Raises:
         ServerError: a port is taken, a replica or Envoy did not come up (everything started is stopped).
     """
+    launcher.refuse_running(settings.state_dir)  # before anything: a second stack would overwrite its records
     front: tuple[tuple[str, int], ...] = (("http", settings.http_port), ("grpc", settings.grpc_port))
     front += () if settings.single else (("metrics", settings.admin_port),)
     for label, port in front:

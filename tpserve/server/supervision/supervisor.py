@@ -60,6 +60,7 @@ from tpserve.server.triton.processes import (
     remember_regions,
     remove_regions,
     stub_pids,
+    terminate_group,
 )
 
 STATE = "supervisor.json"
@@ -497,6 +498,9 @@ class Supervisor:
         time.sleep(self.drain)
         self.http.shutdown()
         launcher.stop(self.settings.state_dir)
+        own = self.state.pid if self.state is not None else 0
+        if own and is_tritonserver(own):  # the state file named another server: its own goes too, never orphaned
+            terminate_group(own)
 
 
 def _retire(pids: set[int], timeout: float) -> None:

@@ -254,6 +254,7 @@ def start(settings: ServerSettings) -> ServerState:
     """
     if not (settings.repo / "manifest.json").exists() and not any(settings.repo.glob("*/config.pbtxt")):
         raise ServerError(f"no model repository at {settings.repo}: build one first (`make build-engines`)")
+    refuse_running(settings.state_dir)
     _guard_plans(settings.repo)
     check_ports_free(settings)
     left_out = {**numpy_left_out(settings.repo), **built_before_tpserve(settings.repo)}
@@ -363,6 +364,32 @@ NUMPY_WHY = (
     "numpy {version} is installed, but the embedded tritonserver's Python-backend stub was built for numpy 1: its "
     "outputs made from numpy arrays would reach clients empty (pip install numpy==1.26.4 serves it)"
 )
+
+
+def running_from(state_dir: Path) -> str | None:
+    """What still runs of a server started from state_dir (its tritonserver, or a replica's), said in a few
+    words; None where nothing does."""
+    from tpserve.server.triton.processes import alive, is_tritonserver
+
+    for folder in (Path(state_dir), *sorted(Path(state_dir).glob("replica-*"))):
+        try:
+            state = read_state(folder)
+        except ServerError:
+            continue
+        if state.pid and alive(state.pid) and is_tritonserver(state.pid):
+            return f"tritonserver pid {state.pid} (http {state.http_url}, grpc {state.grpc_url})"
+    return None
+
+
+def refuse_running(state_dir: Path) -> None:
+    """Raises ServerError where a server started from state_dir still runs: a second one would overwrite its
+    records, and `make stop` would then stop only one of them."""
+    running = running_from(state_dir)
+    if running:
+        raise ServerError(
+            f"a server started from {state_dir} is running ({running}): stop it first (`make stop "
+            f"STATE_DIR={state_dir}`), or give this one another STATE_DIR"
+        )
 
 
 def numpy_left_out(repo: Path, version: str | None = None) -> dict[str, str]:
