@@ -278,3 +278,36 @@ def test_a_client_process_busy_nearly_all_along_marks_the_figure_as_possibly_the
     )
     assert result.client_bound is bound
     assert ("client-bound" in client_load(result)) is bound and "the client's 2 processes" in client_load(result)
+
+
+def test_a_models_own_ids_range_and_axis_are_honoured_not_berts(tmp_path):
+    """A user's text model (ids in [0, 1000), a mask in [0, 2), a seq axis of 1..64): perf's and Locust's data
+    stay inside its value_range and its axis, masks are prefix masks, and nothing of BERT is assumed."""
+    from types import SimpleNamespace
+
+    from tpserve.builders.spec.model_spec import ModelSpec, TensorSpec
+    from tpserve.loadtest.workloads import text as tw
+
+    spec = ModelSpec(
+        name="topic_textcls",
+        builder="factory",
+        inputs=(
+            TensorSpec("input_ids", "INT64", (-1,), axes=("seq",), value_range=(0, 1000)),
+            TensorSpec("attention_mask", "INT64", (-1,), axes=("seq",), value_range=(0, 2)),
+        ),
+        outputs=(TensorSpec("logits", "FP32", (4,)),),
+        max_batch_size=16,
+        dynamic_axes={"seq": (1, 64)},
+    )
+    assert tw.spec_ids_range(spec) == (0, 1000) and tw.spec_longest(spec) == 64
+    inputs = (SimpleNamespace(name="input_ids", optional=False), SimpleNamespace(name="attention_mask", optional=False))
+    plan = SimpleNamespace(token_inputs=True, text_input=False, inputs=inputs)
+    made = tw.workload_requests(plan, spec, "lognormal", batch=4, seed=3, count=64)
+    for request in made:
+        ids, mask = request["input_ids"], request["attention_mask"]
+        assert ids.min() >= 0 and ids.max() < 1000 and 1 <= ids.shape[1] <= 64
+        lengths = mask.sum(axis=1)
+        assert (mask == (np.arange(mask.shape[1])[None, :] < lengths[:, None])).all(), "prefix masks"
+    path, said = tw.workload_data(plan, tw.Lengths.parse("lognormal", longest=64), 1, tmp_path / "d.json", spec=spec)
+    entries = json.loads(path.read_text())["data"]
+    assert max(max(e["input_ids"]["content"]) for e in entries) < 1000

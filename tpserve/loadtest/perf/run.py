@@ -133,8 +133,8 @@ def _workload(request: PerfRequest, spec, model_plan, batches, path: Path) -> tu
 
     if request.input_data or request.shapes or not (model_plan.token_inputs or model_plan.text_input):
         return None, ""
-    lengths = tw.Lengths.parse(request.lengths, longest=tw.spec_longest(spec))
-    return tw.workload_data(model_plan, lengths, max(batches), path)
+    lengths = tw.Lengths.parse(request.lengths, longest=tw.spec_longest(spec), shortest=tw.spec_shortest(spec))
+    return tw.workload_data(model_plan, lengths, max(batches), path, spec=spec)
 
 
 def comparable_earlier(run_dir: Path) -> Path | None:

@@ -52,14 +52,14 @@ class Lengths:
             )
 
     @classmethod
-    def parse(cls, text: str, longest: int = 256, seed: int = 0) -> Lengths:
+    def parse(cls, text: str, longest: int = 256, seed: int = 0, shortest: int = 3) -> Lengths:
         """'lognormal' (median 40), 'lognormal:MEDIAN' or 'fixed:N'."""
         kind, _, value = text.partition(":")
         try:
             if kind == "fixed":
-                return cls(fixed=int(value), longest=longest, seed=seed)
+                return cls(fixed=int(value), longest=longest, shortest=min(shortest, longest), seed=seed)
             if kind == "lognormal":
-                return cls(median=float(value or 40), longest=longest, seed=seed)
+                return cls(median=float(value or 40), longest=longest, shortest=min(shortest, longest), seed=seed)
         except ValueError:
             pass
         raise MeasurementError(f"lengths {text!r}: use 'lognormal', 'lognormal:MEDIAN' or 'fixed:N'")
@@ -92,21 +92,30 @@ def summary(lengths: np.ndarray) -> dict:
     }
 
 
-def token_rows(lengths: np.ndarray, seed: int = 0, vocab: int = 30522) -> tuple[np.ndarray, np.ndarray]:
-    """ids and mask [rows, longest] (int64): [CLS] random wordpieces [SEP], then zeros past each length."""
+def token_rows(
+    lengths: np.ndarray, seed: int = 0, vocab: int = 30522, ids_range: tuple[int, int] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """ids and mask [rows, longest] (int64), zeros past each length (the mask a prefix mask). ids_range: the
+    model's own value_range of its ids, [low, high), drawn uniformly; without one, BERT's: [CLS] random wordpieces
+    of a `vocab`-word vocabulary [SEP]."""
     rng = np.random.default_rng(seed)
     rows, width = len(lengths), int(lengths.max())
     mask = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)
+    if ids_range is not None:  # the model's own ids: nothing of BERT assumed
+        low, high = int(ids_range[0]), int(ids_range[1])
+        return (rng.integers(low, max(high, low + 1), (rows, width)) * mask).astype(np.int64), mask
     ids = rng.integers(FIRST_WORDPIECE, vocab, (rows, width)) * mask
     ids[:, 0] = CLS
     ids[np.arange(rows), lengths - 1] = SEP
     return ids.astype(np.int64), mask
 
 
-def requests(lengths: np.ndarray, per_request: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+def requests(
+    lengths: np.ndarray, per_request: int, seed: int = 0, ids_range: tuple[int, int] | None = None
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """The sentences cut into requests of per_request rows, each padded to its own longest sentence."""
     return [
-        token_rows(lengths[start : start + per_request], seed + start)
+        token_rows(lengths[start : start + per_request], seed + start, ids_range=ids_range)
         for start in range(0, len(lengths) - per_request + 1, per_request)
     ]
 
@@ -136,6 +145,7 @@ def perf_input_data(
     names=("input_ids", "attention_mask"),
     text: bool = False,
     words: tuple = (WORDS, 0.0),
+    ids_range: tuple[int, int] | None = None,
 ) -> Path:
     """perf_analyzer --input-data JSON: one entry per sentence, `per_request` consecutive entries per request,
     each request's sentences padded to its longest (as a client batching them would); names: the token
@@ -151,7 +161,7 @@ def perf_input_data(
         if text:
             entries += [{"TEXT": _bytes_entry(sentence)} for sentence in texts(group, start, *words)]
             continue
-        arrays = token_arrays(names, *token_rows(group, start))
+        arrays = token_arrays(names, *token_rows(group, start, ids_range=ids_range))
         for row in range(len(group)):
             entries.append({n: {"content": a[row].tolist(), "shape": [a.shape[1]]} for n, a in arrays.items()})
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -172,7 +182,9 @@ def _bytes_entry(sentence: str) -> dict:
     return {"b64": base64.b64encode(struct.pack("<I", len(blob)) + blob).decode(), "shape": [1]}
 
 
-def workload_data(model_plan, lengths: Lengths, batch: int, path: Path, count: int = 512) -> tuple[Path, str]:
+def workload_data(
+    model_plan, lengths: Lengths, batch: int, path: Path, count: int = 512, spec=None
+) -> tuple[Path, str]:
     """perf_analyzer input data for a token or text model under a length distribution, and what it holds.
 
     Batch 1: each request one sentence at its own length. Larger batches: perf_analyzer needs the rows of a
@@ -183,9 +195,11 @@ def workload_data(model_plan, lengths: Lengths, batch: int, path: Path, count: i
     names = tuple(t.name for t in model_plan.inputs if not t.optional)
     if model_plan.text_input:
         return perf_input_data(drawn, 1, path, text=True), f"TEXT: {lengths.describe()}"
+    ids = spec_ids_range(spec)
     if batch == 1:
-        return perf_input_data(drawn, 1, path, names), f"{', '.join(names)}: {lengths.describe()}, one per request"
-    path = perf_input_data(drawn, count, path, names)  # one group: every row padded to the longest drawn
+        made = perf_input_data(drawn, 1, path, names, ids_range=ids)
+        return made, f"{', '.join(names)}: {lengths.describe()}, one per request"
+    path = perf_input_data(drawn, count, path, names, ids_range=ids)  # one group: every row padded to the longest
     return path, f"{', '.join(names)}: {lengths.describe()}, rows padded to {int(drawn.max())}"
 
 
@@ -195,7 +209,8 @@ def workload_requests(model_plan, spec, lengths: str, batch: int, seed: int, cou
     padded to its own longest; None for other models."""
     if not (model_plan.token_inputs or model_plan.text_input):
         return None
-    drawn = Lengths.parse(lengths, longest=spec_longest(spec), seed=seed).sample(count * batch)
+    given = Lengths.parse(lengths, longest=spec_longest(spec), shortest=spec_shortest(spec), seed=seed)
+    drawn = given.sample(count * batch)
     if model_plan.text_input:
         made = texts(drawn, seed)
         return [
@@ -203,7 +218,29 @@ def workload_requests(model_plan, spec, lengths: str, batch: int, seed: int, cou
             for i in range(0, len(made), batch)
         ]
     names = [t.name for t in model_plan.inputs if not t.optional]
-    return [token_arrays(names, ids, mask) for ids, mask in requests(drawn, batch, seed)]
+    rows = requests(drawn, batch, seed, ids_range=spec_ids_range(spec))
+    return [token_arrays(names, ids, mask) for ids, mask in rows]
+
+
+def spec_ids_range(spec) -> tuple[int, int] | None:
+    """The value_range of our spec's ids (its first integer input that is not a mask or segment), None where the
+    spec is not known or declares none (then BERT-like ids)."""
+    for tensor in spec.inputs if spec is not None else ():
+        name = tensor.name.lower()
+        if "mask" in name or "type" in name or tensor.dtype not in ("INT64", "INT32"):
+            continue
+        return (int(tensor.value_range[0]), int(tensor.value_range[1])) if tensor.value_range else None
+    return None
+
+
+def spec_shortest(spec) -> int:
+    """The shortest sequence to draw: our spec's axis minimum where it is above 3 (room for [CLS] and [SEP]),
+    3 otherwise (less where the axis' maximum is); 3 for other models."""
+    axes = spec.inputs[0].axes if spec is not None and spec.inputs else ()
+    if not axes:
+        return 3
+    low, high = spec.axis_range(axes[0])
+    return max(low, min(3, high or 3))
 
 
 def spec_longest(spec) -> int:
