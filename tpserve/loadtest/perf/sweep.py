@@ -224,11 +224,11 @@ def measure_point(
             rows = parse_csv(csv_path, tried, batch, load[0])
             return [_stamp(r, "yes", window_spread(done.stdout), tried) for r in rows]
         if not any(words in done.stdout + done.stderr for words in UNSTABLE):
-            raise MeasurementError(f"perf_analyzer failed (exit {done.returncode}):\n{_tail(done)}")
+            raise MeasurementError(_failure(done))
     last = replace(tried, stability_percent=ACCEPT_ANY, max_trials=3)
     done = _run(analyzer, perf_args(last, ep, batch, load, csv_path), last, admin_secret(ep))
     if done.returncode != 0:
-        raise MeasurementError(f"perf_analyzer failed (exit {done.returncode}):\n{_tail(done)}")
+        raise MeasurementError(_failure(done))
     spread = window_spread(done.stdout)
     step(
         f"perf: {sweep.model} batch {batch} {load[0]} {load[1]} unstable (windows spread {spread:g}%): kept and "
@@ -243,6 +243,19 @@ def _stamp(row: dict, stable: str, spread: float, sweep: Sweep) -> dict:
 
 def _tail(done) -> str:
     return "\n".join((done.stdout + done.stderr).strip().splitlines()[-8:])
+
+
+def _failure(done) -> str:
+    """perf_analyzer's failure, its reason on the first line (what the console shows): the last line of its
+    output that names an error (the server's answer included), else its last line; never empty."""
+    lines = [line.strip() for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    named = [line for line in lines if any(w in line.lower() for w in ("error", "failed", "invalid", "unable"))]
+    reason = (
+        named
+        or lines
+        or ["it printed nothing; send one request with the same data (make infer) to see the server's answer"]
+    )[-1]
+    return f"perf_analyzer failed (exit {done.returncode}): {reason[:400]}\n{_tail(done)}"
 
 
 def _row(record: dict, sweep: Sweep, batch: int, kind: str) -> dict:
