@@ -152,3 +152,13 @@ def test_refusals_show_with_what_the_server_answered(tmp_path):
     section = text[text.index("Failures, by what the server answered") :]
     assert section.index("reset reason: overflow") < section.index("Exceeds maximum queue size")
     assert "| 220 |" in section
+
+
+def test_points_that_failed_show_with_why(tmp_path):
+    """A run whose points all failed does not read as if nothing ran: each failed point is listed with the reason
+    perf_analyzer gave (the server's answer)."""
+    why = "perf_analyzer failed (exit 99): Thread [0] had error: indices element out of data bounds"
+    (tmp_path / "failed.json").write_text(json.dumps([{"model": "topic", "point": "b1 concurrency 1", "why": why}]))
+    (tmp_path / "environment.json").write_text(json.dumps({"host": {"gpu": None, "cpu": "test"}}))
+    text = build_report(tmp_path, None).read_text()
+    assert "Failed points (1), and why" in text and "indices element out of data bounds" in text

@@ -82,6 +82,10 @@ def run(request: PerfRequest, ep) -> PerfResult:
     extra = (f"\n## Failed points\n\n{failed}\n" if failed else "") + (f"\n## Not measured\n\n{notes}" if notes else "")
     (out / "perf.md").write_text(f"# perf_analyzer sweep\n\n{table}\n{extra}")
     write_skipped(out, served, skipped)
+    failed_points = [  # the report shows them with why (a run of failures only is not "no points")
+        {"model": f.model, "point": f"b{f.batch} {f.load} {f.level}", "why": f.message.splitlines()[0]} for f in failures
+    ]
+    (out / "failed.json").write_text(json.dumps(failed_points, indent=2))
     if rows:
         throughput_vs_latency(rows, out / "perf.png")
     write_context(out, ep, names)

@@ -279,6 +279,10 @@ def build_report(run: Path, repo: Path | None, earlier: Path | None = None, prom
     if unreachable:
         url = environment["server"].get("url", "?")
         sections.append((f"Server: {url} did not answer after the run ({unreachable})", None, None))
+    failed = _json(run / "failed.json")
+    if failed:  # points that gave no measurement: each with why (the server's answer, perf_analyzer's own)
+        rows = [[f["model"], f["point"], f["why"]] for f in failed]
+        sections.append((f"Failed points ({len(failed)}), and why", (["model", "point", "why"], rows), None))
     skipped = _json(run / "skipped.json")
     if skipped:
         sections.append(("Not measured, and why", (["model", "why"], [[m, w] for m, w in skipped.items()]), None))
