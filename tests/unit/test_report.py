@@ -162,3 +162,13 @@ def test_points_that_failed_show_with_why(tmp_path):
     (tmp_path / "environment.json").write_text(json.dumps({"host": {"gpu": None, "cpu": "test"}}))
     text = build_report(tmp_path, None).read_text()
     assert "Failed points (1), and why" in text and "indices element out of data bounds" in text
+
+
+def test_the_console_names_the_failures_reasons(tmp_path):
+    from tpserve.loadtest.__main__ import _failure_reasons
+
+    (tmp_path / "locust_failures.csv").write_text(
+        "Method,Name,Error,Occurrences\nGRPC,m b1,\"RequestFailed('a')\",2\nGRPC,m b1,\"RequestFailed('values must lie in [0, 1000)')\",7\n"
+    )
+    said = _failure_reasons(tmp_path / "locust_failures.csv").splitlines()
+    assert said[0].startswith("  7 x m b1:") and "values must lie" in said[0] and len(said) == 2

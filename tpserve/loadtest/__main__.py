@@ -18,6 +18,17 @@ def cli():
     private_files()
 
 
+def _failure_reasons(path: Path, most: int = 5) -> str:
+    """Locust's failures grouped by reason, the most frequent first: "  <count> x <reason>" lines."""
+    import csv
+
+    if not path.exists():
+        return ""
+    with open(path, newline="") as handle:
+        rows = sorted(csv.DictReader(handle), key=lambda r: -int(r.get("Occurrences") or 0))
+    return "\n".join(f"  {r['Occurrences']} x {r['Name']}: {r['Error'][:300]}" for r in rows[:most])
+
+
 @cli.command("install-perf-analyzer")
 @user_errors
 def install_perf_analyzer():
@@ -190,7 +201,10 @@ def locust(
     if not result.slo_ok:
         raise SystemExit("SLO breached: see the log")
     if result.exit_code:
-        raise SystemExit("some requests failed: see the table and the log")
+        reasons = _failure_reasons(report.parent / "locust_failures.csv")
+        raise SystemExit(
+            "some requests failed" + (f", by what the server answered:\n{reasons}" if reasons else ": see the log")
+        )
 
 
 @cli.command()
