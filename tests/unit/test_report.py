@@ -168,7 +168,9 @@ def test_the_console_names_the_failures_reasons(tmp_path):
     from tpserve.loadtest.__main__ import _failure_reasons
 
     (tmp_path / "locust_failures.csv").write_text(
-        "Method,Name,Error,Occurrences\nGRPC,m b1,\"RequestFailed('a')\",2\nGRPC,m b1,\"RequestFailed('values must lie in [0, 1000)')\",7\n"
+        "Method,Name,Error,Occurrences\n"
+        "GRPC,m b1,\"RequestFailed('a')\",2\n"
+        "GRPC,m b1,\"RequestFailed('values must lie in [0, 1000)')\",7\n"
     )
     said = _failure_reasons(tmp_path / "locust_failures.csv").splitlines()
     assert said[0].startswith("  7 x m b1:") and "values must lie" in said[0] and len(said) == 2
