@@ -10,7 +10,7 @@ import pytest
 from tpserve.common import endpoints
 from tpserve.common.errors import ConfigError, ServerError
 from tpserve.server.triton import launcher
-from tpserve.server.triton.install import find_install
+from tpserve.server.triton.installed import find_install
 
 
 def test_port_in_use_is_named(tmp_path):

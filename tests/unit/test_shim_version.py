@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from tpserve.common.native_build import c_compiler
-from tpserve.server.triton.install import find_install, server_environment
+from tpserve.server.triton.installed import find_install, server_environment
 from tpserve.server.triton.preloads import SOURCES
 
 

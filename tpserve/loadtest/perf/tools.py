@@ -116,7 +116,7 @@ def perf_libraries(pytriton_libs: Path) -> dict[str, Path]:
 
 
 def _install_legacy_binary(scratch: Path) -> None:
-    from tpserve.server.triton.install import find_install
+    from tpserve.server.triton.installed import find_install
 
     step(f"perf_analyzer: fetching the binary of {LEGACY_CLIENT}")
     subprocess.run(

@@ -27,7 +27,7 @@ from tpserve.common.endpoints import (
 from tpserve.common.errors import ConfigError, ServerError
 from tpserve.server.edge import cancel_table
 from tpserve.server.triton.inprocess_build import build_inprocess, uses_inprocess
-from tpserve.server.triton.install import find_install, prepare_backends, server_environment
+from tpserve.server.triton.installed import find_install, prepare_backends, server_environment
 from tpserve.server.triton.preloads import PLACEHOLDER, pass_secret
 from tpserve.server.triton.processes import (
     is_tritonserver,
