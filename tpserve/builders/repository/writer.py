@@ -116,7 +116,7 @@ def model_config(spec: ModelSpec, target: str, options: ServingOptions = Serving
             for b in options.warmup_batch_sizes
         ],
         response_cache=options.response_cache,
-        **_backend_fields(target, options),
+        **_backend_fields(target, options, spec),
     )
 
 
@@ -170,9 +170,34 @@ def _warm_fill(spec: ModelSpec, inputs) -> dict[str, int]:
     return fill
 
 
-def _backend_fields(target: str, options: ServingOptions) -> dict:
+def input_checks(spec: ModelSpec):
+    """The spec's declaration that a served model holds each request to (triton_models/runtime/input_checks.py):
+    integer inputs' value ranges, named axes and their lengths; None where there is nothing to check."""
+    from tpserve.triton_models.runtime.input_checks import InputChecks
+
+    ranges = {
+        t.name: [int(t.value_range[0]), int(t.value_range[1])]
+        for t in spec.inputs
+        if t.value_range is not None and t.dtype.startswith(("INT", "UINT"))
+    }
+    axes = {t.name: _dim_axes(t) for t in spec.inputs if -1 in t.dims}
+    lengths = {axis: list(spec.axis_range(axis)) for names in axes.values() for axis in names if axis}
+    found = InputChecks(ranges, axes, lengths)
+    return found if ranges or axes else None
+
+
+def _dim_axes(tensor) -> list[str | None]:
+    """The axis name of each dim of a tensor (None where the dim is fixed); unnamed dynamic dims are dim<i>."""
+    names = iter(tensor.axes or [f"dim{i}" for i, d in enumerate(tensor.dims) if d == -1])
+    return [next(names, f"dim{i}") if d == -1 else None for i, d in enumerate(tensor.dims)]
+
+
+def _backend_fields(target: str, options: ServingOptions, spec: ModelSpec | None = None) -> dict:
     if target == "embedded":
         params = {"artifact": "model.onnx", "runtime": "onnxruntime", "intra_op_threads": options.intra_op_threads}
+        checks = input_checks(spec) if spec is not None else None
+        if checks is not None:
+            params["input_checks"] = checks.to_json()
         return {"backend": "python", "parameters": params}
     return {"platform": "onnxruntime_onnx", "backend": None, "default_model_filename": "model.onnx"}
 

@@ -41,6 +41,10 @@ class TritonPythonModel:
         self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         self.input_names = [i["name"] for i in config["input"]]
         self.output_names = [o["name"] for o in config["output"]]
+        from tpserve.triton_models.runtime.input_checks import PARAMETER, InputChecks
+
+        self.checks = InputChecks.from_json(params.get(PARAMETER, ""))  # the spec's declaration, held per request
+        self.batching = config.get("max_batch_size", 0) > 0
         self.ragged = all(i.get("allow_ragged_batch") and list(i["dims"]) == [-1] for i in config["input"])
         if self.ragged:
             from tpserve.triton_models.runtime import ragged
@@ -50,7 +54,28 @@ class TritonPythonModel:
             self.mask = next((n for n in self.input_names if "mask" in n), "")
 
     def execute(self, requests):
-        return serve_live(requests, self.cancelled, self._execute, pb_utils)
+        return serve_live(requests, self.cancelled, self._checked, pb_utils)
+
+    def _checked(self, requests):
+        """_execute for the requests whose inputs fit the model's declaration; each other one answered alone with
+        why, before anything runs (the in-process paths' messages)."""
+        if self.checks is None:
+            return self._execute(requests)
+        why = [self.checks.why_not(self._feeds(r), self.batching) for r in requests]
+        if not any(why):
+            return self._execute(requests)
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        for request, reason in zip(requests, why):
+            if reason:
+                error = pb_utils.TritonError(reason, pb_utils.TritonError.INVALID_ARG)
+                request.get_response_sender().send(
+                    pb_utils.InferenceResponse(output_tensors=[], error=error), flags=final
+                )
+        good = [r for r, reason in zip(requests, why) if not reason]
+        answers = self._execute(good) if good else None
+        for request, response in zip(good, answers or []):
+            request.get_response_sender().send(response, flags=final)
+        return None
 
     def _execute(self, requests):
         feeds = [self._feeds(r) for r in requests]
