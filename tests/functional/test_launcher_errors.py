@@ -63,3 +63,13 @@ def test_a_second_server_from_the_same_state_dir_is_refused_and_the_first_keeps_
         start_cluster(edge)
     assert (folder / endpoints.STATE).read_text() == before
     os.kill(endpoints.read_state(folder).pid, 0)  # still there
+
+
+def test_status_lists_the_loaded_models_with_version_and_state(served):
+    from click.testing import CliRunner
+
+    from tpserve.server.__main__ import cli
+
+    said = CliRunner().invoke(cli, ["status", "--state-dir", str(served.state_dir)])
+    assert said.exit_code == 0, said.output
+    assert "models: " in said.output and "digits_cnn v1 READY" in said.output

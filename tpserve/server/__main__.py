@@ -445,6 +445,7 @@ def status(state_dir):
     state = read_state(state_dir)
     if not (state_dir / CLUSTER).exists():
         click.echo(f"pid {state.pid}, http {state.http_url}, grpc {state.grpc_url}, repo {state.repo}, log {state.log}")
+        click.echo(_models_line(state))
         return
     cluster = read_cluster(state_dir)
     front = "edge (Envoy, HTTP and gRPC)" if cluster.single else "Envoy"
@@ -459,6 +460,22 @@ def status(state_dir):
             f"  {replica.name}: tritonserver pid {inner.pid}, http {inner.http_url}, grpc {inner.grpc_url}, "
             f"readiness {replica.health_port}, log {inner.log}"
         )
+        click.echo("  " + _models_line(inner))
+
+
+def _models_line(state) -> str:
+    """The server's models as its repository index says them: name, version and state (with why, if not ready)."""
+    try:
+        with state.endpoint("http").client() as client:
+            index = client.get_model_repository_index(headers=state.admin_headers("http"))
+    except Exception as err:  # a server that does not answer: said, not raised
+        return f"models: not known ({' '.join(str(err).split())[:200]})"
+    items = [
+        f"{m['name']} v{m.get('version') or '-'} {m.get('state') or 'UNKNOWN'}"
+        + (f" ({m['reason']})" if m.get("reason") and m.get("state") != "READY" else "")
+        for m in sorted(index, key=lambda m: (m["name"], m.get("version", "")))
+    ]
+    return "models: " + (", ".join(items) if items else "none")
 
 
 if __name__ == "__main__":
