@@ -63,15 +63,23 @@ def serve_live(requests, table: CancelledCalls | None, execute, pb_utils):
     response sender and returns None."""
     if table is None or not requests:
         return execute(requests)
-    gone = table.cancelled([call_id(r) for r in requests])
-    if not any(gone):
-        return execute(requests)
     code = getattr(pb_utils.TritonError, "CANCELLED", pb_utils.TritonError.UNAVAILABLE)
+    gone = table.cancelled([call_id(r) for r in requests])
+    return answer_apart(requests, [(code, WHY) if g else None for g in gone], execute, pb_utils)
+
+
+def answer_apart(requests, refusals: list, execute, pb_utils):
+    """execute(requests) for those whose refusal is None; each other one answered at once with its (code,
+    message) error, unrun. Returns what execute returns where none is refused; else answers every request through
+    its response sender and returns None."""
+    if not any(refusals):
+        return execute(requests)
     final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-    for request in (r for r, g in zip(requests, gone) if g):
-        error = pb_utils.TritonError(WHY, code)
-        request.get_response_sender().send(pb_utils.InferenceResponse(output_tensors=[], error=error), flags=final)
-    live = [r for r, g in zip(requests, gone) if not g]
+    for request, refusal in zip(requests, refusals):
+        if refusal:
+            error = pb_utils.TritonError(refusal[1], refusal[0])
+            request.get_response_sender().send(pb_utils.InferenceResponse(output_tensors=[], error=error), flags=final)
+    live = [r for r, refusal in zip(requests, refusals) if not refusal]
     answers = execute(live) if live else None
     for request, response in zip(live, answers or []):
         request.get_response_sender().send(response, flags=final)
