@@ -1,9 +1,13 @@
-"""A user's own small text model (issue 64's shape): its own package, ids in [0, 1000), a 0/1 mask, a `seq` axis
-of 1..64, four labels; built from a spec file (ONNX Runtime, the embedded target) and served. Requests that cannot
-be valid are refused before ONNX Runtime runs, with the in-process paths' messages, over HTTP and gRPC: an id
-outside value_range, a length beyond the axis, ids and a mask of different lengths; a good request beside them is
-answered."""
+"""A user's own small text model: its own package, ids in [0, 1000), a 0/1 mask, a `seq` axis of 1..64, four
+labels; built from a spec file (ONNX Runtime, the embedded target, and its compiled engine on the torch runtime)
+and served. Requests that cannot be valid are refused before the model runs, with the in-process paths' messages,
+over HTTP and gRPC, on both backends: an id outside value_range, a length beyond the axis, ids and a mask of
+different lengths, a wrong datatype or rank; a good request beside them is answered. perf and Locust measure it
+with their defaults and with the user's own rows (INPUT_DATA), without one failure, and refuse data that cannot
+fit before measuring."""
 
+import csv
+import json
 import re
 import subprocess
 import sys
@@ -13,8 +17,8 @@ import pytest
 
 from tests.functional.conftest import endpoint_of
 from tpserve.clients.infer import infer
+from tpserve.common import endpoints
 from tpserve.common.errors import ClientError
-from tpserve.server.triton import launcher
 
 pytestmark = pytest.mark.functional
 
@@ -54,36 +58,96 @@ labels = ["sport", "tech", "arts", "news"]
 
 @pytest.fixture(scope="module")
 def topic_served(tmp_path_factory):
+    """Built, then served as `make serve` serves it: `server start`, the edge in front, on free ports."""
     root = tmp_path_factory.mktemp("topic_project")
     (root / "src" / "topic").mkdir(parents=True)
     (root / "src" / "topic" / "__init__.py").write_text("")
     (root / "src" / "topic" / "model.py").write_text(MODULE)
     (root / "models.toml").write_text(SPEC)
     command = [sys.executable, "-m", "tpserve.builders", "build", "--spec", "models.toml", "--target", "embedded"]
+    command += ["--compiled", "fp32"]  # the torch runtime's compiled engine beside ONNX Runtime
     built = subprocess.run([*command, "--repo", "repo"], cwd=root, capture_output=True, text=True, timeout=900)
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
-    with launcher.running(root / "repo", root / "state") as state:
-        yield state, root / "repo"
+    state_dir, ports = root / "state", [str(p) for p in endpoints.free_ports(4)]
+    server = [sys.executable, "-m", "tpserve.server"]
+    start = [*server, "start", "--repo", str(root / "repo"), "--state-dir", str(state_dir)]
+    start += ["--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2], "--health-port", ports[3]]
+    try:
+        started = subprocess.run(start, capture_output=True, text=True, timeout=300)
+        assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
+        yield endpoints.read_state(state_dir), root / "repo", state_dir
+    finally:
+        subprocess.run([*server, "stop", "--state-dir", str(state_dir)], capture_output=True, timeout=120)
 
 
-def _tokens(length: int) -> dict:
-    ids = np.random.default_rng(length).integers(0, 1000, (1, length)).astype(np.int64)
-    return {"input_ids": ids, "attention_mask": np.ones((1, length), np.int64)}
+MODELS = ["topic_textcls", "topic_textcls_inductor_fp32_nographs"]  # ONNX Runtime; torch.compile on the torch runtime
 
 
+def _tokens(length: int, dtype=np.int64) -> dict:
+    ids = np.random.default_rng(length).integers(0, 1000, (1, length)).astype(dtype)
+    return {"input_ids": ids, "attention_mask": np.ones((1, length), dtype)}
+
+
+@pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_requests_that_cannot_be_valid_are_refused_with_why_and_a_good_one_is_answered(topic_served, protocol):
-    state, repo = topic_served
+def test_requests_that_cannot_be_valid_are_refused_with_why_and_a_good_one_is_answered(topic_served, protocol, model):
+    state, repo, _ = topic_served
     ep = endpoint_of(state, repo, protocol)
-    assert infer(ep, "topic_textcls", _tokens(12)).outputs["logits"].shape == (1, 4)
+    assert infer(ep, model, _tokens(12)).outputs["logits"].shape == (1, 4)
     outside = _tokens(12)
     outside["input_ids"][0, 0] = 30000  # a BERT wordpiece, not one of this model's ids
-    bad = {
-        "values must lie in [0, 1000) (the model's value_range)": outside,
-        "axis 'seq' has length 100; the model takes 1..64": _tokens(100),
-        "share axis 'seq' but have lengths 8 and 6": {**_tokens(8), "attention_mask": np.ones((1, 6), np.int64)},
+    wrong_type = {**_tokens(8), "input_ids": _tokens(8)["input_ids"].astype(np.int32)}
+    bad = {  # what the answer must say (a pattern)
+        re.escape("values must lie in [0, 1000) (the model's value_range)"): outside,
+        re.escape("100 tokens per row exceed the model's longest length 64; truncate to 64 tokens"): _tokens(100),
+        re.escape("must have one shape: input_ids [1, 8], attention_mask [1, 6]"): {
+            **_tokens(8),
+            "attention_mask": np.ones((1, 6), np.int64),
+        },
+        # datatype and rank: the edge refuses them on HTTP, Triton's own check on gRPC, before any backend runs;
+        # either names the input at fault and what the model takes
+        "input_ids.*INT32.*INT64": wrong_type,
+        r"(input_ids|attention_mask).*\[1, ?1, ?8\]": {k: v[None] for k, v in _tokens(8).items()},
     }
     for why, arrays in bad.items():
-        with pytest.raises(ClientError, match=re.escape(why)):
-            infer(ep, "topic_textcls", arrays)
-    assert infer(ep, "topic_textcls", _tokens(64)).outputs["logits"].shape == (1, 4)  # the server stayed up
+        with pytest.raises(ClientError, match=why):
+            infer(ep, model, arrays)
+    assert infer(ep, model, _tokens(64)).outputs["logits"].shape == (1, 4)  # the server stayed up
+
+
+def _loadtest(state, out, *args) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "tpserve.loadtest", *args, "--models", MODELS[0], "--state-dir", str(state)]
+    return subprocess.run([*command, "--out", str(out)], capture_output=True, text=True, timeout=600)
+
+
+def _locust_failures(out) -> int:
+    with open(out / "locust_stats.csv", newline="") as handle:
+        return sum(int(row["Failure Count"]) for row in csv.DictReader(handle) if row["Name"] == "Aggregated")
+
+
+def test_perf_and_locust_measure_it_from_its_declaration_and_from_the_users_rows_without_a_failure(
+    topic_served, tmp_path
+):
+    _, _, state = topic_served
+    ids = np.random.default_rng(0).integers(0, 1000, (64, 20)).astype(np.int64)
+    np.savez(tmp_path / "rows.npz", input_ids=ids, attention_mask=np.ones_like(ids))
+    for name, given in {"declared": [], "rows": ["--input-data", str(tmp_path / "rows.npz")]}.items():
+        perf = _loadtest(
+            state, tmp_path / f"perf_{name}", "perf", "--concurrency", "1 2", "--interval-ms", "500", *given
+        )
+        assert perf.returncode == 0, perf.stdout[-3000:] + perf.stderr[-3000:]
+        assert json.loads((tmp_path / f"perf_{name}" / "failed.json").read_text()) == []
+        assert len((tmp_path / f"perf_{name}" / "perf.csv").read_text().splitlines()) == 3  # header, c1, c2
+        locust = _loadtest(state, tmp_path / f"locust_{name}", "locust", "--run-time", "4", "--users", "2", *given)
+        assert locust.returncode == 0, locust.stdout[-3000:] + locust.stderr[-3000:]
+        assert _locust_failures(tmp_path / f"locust_{name}") == 0
+
+
+def test_rows_that_cannot_fit_are_refused_before_anything_is_measured(topic_served, tmp_path):
+    _, _, state = topic_served
+    ids = np.full((8, 12), 30000, np.int64)  # BERT's wordpieces, not this model's ids
+    np.savez(tmp_path / "bert.npz", input_ids=ids, attention_mask=np.ones_like(ids))
+    for tool in ("perf", "locust"):
+        run = _loadtest(state, tmp_path / tool, tool, "--input-data", str(tmp_path / "bert.npz"))
+        assert run.returncode != 0
+        assert "row 0: input input_ids: values must lie in [0, 1000)" in run.stdout + run.stderr

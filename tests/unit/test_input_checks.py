@@ -31,8 +31,10 @@ def test_each_fault_has_its_message_and_a_good_request_none():
         checks.why_not(_feed([5, 1000], [1, 1]))
         == "input input_ids: values must lie in [0, 1000) (the model's value_range)"
     )
-    assert (
-        checks.why_not(_feed([1] * 65, [1] * 65)) == "input input_ids: axis 'seq' has length 65; the model takes 1..64"
+    assert checks.why_not(_feed([1] * 65, [1] * 65)) == (
+        "input_ids: 65 tokens per row exceed the model's longest length 64; truncate to 64 tokens"
     )
-    assert "share axis 'seq' but have lengths 3 and 2" in checks.why_not(_feed([1, 2, 3], [1, 1]))
+    assert checks.why_not(_feed([1, 2, 3], [1, 1])) == (
+        "the inputs of one request must have one shape: input_ids [1, 3], attention_mask [1, 2]"
+    )
     assert InputChecks.from_json("") is None

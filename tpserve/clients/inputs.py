@@ -75,8 +75,8 @@ def plan_inputs(plan, batch: int, shapes: dict | None = None, spec: ModelSpec | 
     (no batch axis where max_batch_size is 0), dynamic dims from shapes or the manifest's spec, values from
     the spec where the model is ours; optional inputs left out.
 
-    Without a spec, integers are drawn from [0, 2) (valid as indices, masks and flags) and floats from a
-    standard normal.
+    Without a spec, integers are drawn from the config's declared value_range (input_checks) or [0, 2) (valid as
+    indices, masks and flags) and floats from a standard normal.
 
     Raises:
         NotMeasurable: a dynamic dim without a length, or a BYTES input without a known payload.
@@ -102,15 +102,17 @@ def plan_inputs(plan, batch: int, shapes: dict | None = None, spec: ModelSpec | 
 
             arrays[tensor.name] = random_values(rng, ours, tuple(shape))
         else:
-            arrays[tensor.name] = made_up_values(rng, numpy_dtype(tensor.datatype), shape)
+            declared = plan.checks.ranges.get(tensor.name) if plan.checks is not None else None
+            arrays[tensor.name] = made_up_values(rng, numpy_dtype(tensor.datatype), shape, declared)
     return arrays
 
 
-def made_up_values(rng, dtype, shape) -> np.ndarray:
-    """Values for a tensor without a spec: floats from a standard normal, integers and flags from [0, 2) (valid as
-    indices, masks and flags)."""
+def made_up_values(rng, dtype, shape, value_range=None) -> np.ndarray:
+    """Values for a tensor without a spec: floats from a standard normal, integers from the config's declared
+    value_range where it has one, else from [0, 2) (valid as indices, masks and flags)."""
     dtype = np.dtype(dtype)
-    values = rng.standard_normal(shape) if dtype.kind == "f" else rng.integers(0, 2, shape)
+    low, high = value_range or (0, 2)
+    values = rng.standard_normal(shape) if dtype.kind == "f" else rng.integers(low, max(high, low + 1), shape)
     return values.astype(dtype)
 
 
@@ -126,7 +128,7 @@ def data_inputs(path: Path, plan) -> dict:
         with np.load(path, allow_pickle=False) as archive:
             arrays = {k: archive[k] for k in archive.files}
     elif path.suffix == ".json":
-        arrays = _from_perf_json(json.loads(path.read_text())["data"][0], plan)
+        arrays = from_perf_entry(json.loads(path.read_text())["data"][0], plan)
     else:
         raise ClientError(f"--input-data {path}: expected an .npz, perf_analyzer's .json or a folder of images")
     missing = [n for n in required if n not in arrays]
@@ -165,7 +167,8 @@ def image_folder(folder: Path, plan, limit: int = 64) -> dict:
     return {tensor.name: batch.astype(dtype) if dtype.kind in "iu" else (batch / 255.0).astype(dtype)}
 
 
-def _from_perf_json(entry: dict, plan) -> dict:
+def from_perf_entry(entry: dict, plan) -> dict:
+    """One entry of perf_analyzer's input data as arrays (a batch axis of 1 where the model batches)."""
     import base64
     import struct
 

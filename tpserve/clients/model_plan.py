@@ -38,6 +38,15 @@ class ModelPlan:
     platform: str = ""
     decoupled: bool = False
     sequence: bool = False
+    checks_json: str = ""  # the config's input_checks parameter (our builders write it), "" where none
+
+    @property
+    def checks(self):
+        """The model's declared value ranges and axis lengths (runtime/input_checks.InputChecks), None where its
+        config does not carry them (a repository we did not make)."""
+        from tpserve.triton_models.runtime.input_checks import InputChecks
+
+        return InputChecks.from_json(self.checks_json)
 
     @property
     def batching(self) -> bool:
@@ -127,7 +136,14 @@ def plan(client, model: str, headers: dict | None = None) -> ModelPlan:
         platform=config.get("platform") or config.get("backend", ""),
         decoupled=bool(config.get("model_transaction_policy", {}).get("decoupled")),
         sequence="sequence_batching" in config,
+        checks_json=_parameter(config, "input_checks"),
     )
+
+
+def _parameter(config: dict, key: str) -> str:
+    """A config parameter's string value ("" where absent or not a string)."""
+    value = (config.get("parameters") or {}).get(key) or {}
+    return value.get("string_value", "") if isinstance(value, dict) else ""
 
 
 def parse_shapes(items) -> dict[str, list[int]]:

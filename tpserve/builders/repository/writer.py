@@ -288,6 +288,9 @@ def torch_config(spec: ModelSpec, runtime: TorchRuntime, options: ServingOptions
         "graph_batch_sizes": " ".join(map(str, runtime.graph_batch_sizes)),
         "FORCE_CPU_ONLY_INPUT_TENSORS": "no" if options.kind == "KIND_GPU" else "yes",
     }
+    checks = input_checks(spec)
+    if checks is not None:  # held per request by every path (runtime/input_checks.py)
+        params["input_checks"] = checks.to_json()
     if sequence:
         params.update(ragged=1, length_buckets=" ".join(map(str, runtime.length_buckets)))
         params["token_budget"] = runtime.token_budget or ""

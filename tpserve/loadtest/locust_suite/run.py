@@ -355,7 +355,8 @@ def weighted(models: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
 def unmeasurable(ep, run: LocustRun, served) -> dict[str, str]:
     """Models Locust cannot drive, with why and the flag that fixes it (the rest run); served:
     clients.served.Served (the specs where the repository is ours)."""
-    from tpserve.clients.inputs import data_inputs, plan_inputs
+    from tpserve.clients.given_data import given_rows
+    from tpserve.clients.inputs import plan_inputs
     from tpserve.clients.model_plan import NotMeasurable, plan
 
     skipped = {}
@@ -364,8 +365,8 @@ def unmeasurable(ep, run: LocustRun, served) -> dict[str, str]:
             described = plan(client, model, ep.headers)
             try:
                 described.require_protocol(ep.protocol)
-                if run.input_data:
-                    data_inputs(Path(run.input_data), described)
+                if run.input_data:  # checked before any user starts, as perf_analyzer reads it
+                    given_rows(Path(run.input_data), described, run.batch if described.batching else 1)
                 else:
                     plan_inputs(described, run.batch, run.shapes, served.spec(model))
             except NotMeasurable as err:

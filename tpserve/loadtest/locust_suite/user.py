@@ -19,7 +19,8 @@ from pathlib import Path  # noqa: E402
 from locust import User, constant_throughput, events, task  # noqa: E402
 
 from tpserve.clients.infer import build_request  # noqa: E402
-from tpserve.clients.inputs import data_inputs, plan_inputs  # noqa: E402
+from tpserve.clients.given_data import given_rows, request_of  # noqa: E402
+from tpserve.clients.inputs import plan_inputs  # noqa: E402
 from tpserve.clients.model_plan import plan  # noqa: E402
 from tpserve.clients.served import served_spec  # noqa: E402
 from tpserve.clients.streaming import sequence_ids, stream_infer  # noqa: E402
@@ -82,9 +83,10 @@ class TritonUser(User):
         self.plan = plan(self.triton, self.model, self.endpoint.headers)
         self.output_names = list(self.plan.outputs)
         self.workload = text_requests(self.plan, self.batch) if not (INPUT_DATA or SHAPES) else None
+        self.rows = given_rows(Path(INPUT_DATA), self.plan, self.batch) if INPUT_DATA else None
         self.arrays = (
-            data_inputs(Path(INPUT_DATA), self.plan)
-            if INPUT_DATA
+            request_of(self.rows, 0, self.batch, self.plan.batching)
+            if self.rows
             else self.workload[0]
             if self.workload
             else plan_inputs(self.plan, self.batch, SHAPES, served_spec(REPO, self.model))
@@ -104,6 +106,9 @@ class TritonUser(User):
             return self._stream()
         if self.workload:  # the next request of the length distribution
             self.arrays = self.workload[self.drawn % len(self.workload)]
+            self.request_bytes, self.drawn = _bytes(self.arrays), self.drawn + 1
+        elif self.rows and len(self.rows) > 1:  # the next rows of the user's data, as perf_analyzer takes them
+            self.arrays = request_of(self.rows, self.drawn, self.batch, self.plan.batching)
             self.request_bytes, self.drawn = _bytes(self.arrays), self.drawn + 1
         inputs, outputs = build_request(self.endpoint.module(), self.arrays, self.output_names)
         start, error = time.perf_counter(), None

@@ -110,7 +110,8 @@ def model_sweep(request: PerfRequest, ep, spec, model: str, skipped: dict):
         path = request.out / "raw" / f"{model}_input.json"
         data, shapes = _workload(request, spec, model_plan, batches, path)
         if data is None:
-            data = sweeps.input_data_file(ep, model, path, request.shapes, request.input_data, spec)
+            largest = min(max(batches), model_plan.max_batch_size or 1)
+            data = sweeps.input_data_file(ep, model, path, request.shapes, request.input_data, spec, largest)
     except NotMeasurable as err:
         skipped[model] = str(err).removeprefix(f"{model}: ")
         step(f"not measured: {err}")
@@ -137,7 +138,7 @@ def _workload(request: PerfRequest, spec, model_plan, batches, path: Path) -> tu
 
     if request.input_data or request.shapes or not (model_plan.token_inputs or model_plan.text_input):
         return None, ""
-    lengths = tw.Lengths.parse(request.lengths, longest=tw.spec_longest(spec), shortest=tw.spec_shortest(spec))
+    lengths = tw.Lengths.parse(request.lengths, longest=tw.spec_longest(spec, model_plan), shortest=tw.spec_shortest(spec, model_plan))
     return tw.workload_data(model_plan, lengths, max(batches), path, spec=spec)
 
 

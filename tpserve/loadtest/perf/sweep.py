@@ -116,33 +116,33 @@ def admin_secret(ep: Endpoint) -> str | None:
 
 
 def input_data_file(
-    ep: Endpoint, model: str, path: Path, shapes: dict | None = None, data: Path | None = None, spec=None
+    ep: Endpoint, model: str, path: Path, shapes: dict | None = None, data: Path | None = None, spec=None, batch=1
 ) -> Path | None:
     """perf_analyzer input data for a model, from its server-side plan (clients.model_plan): the user's data
-    (an .npz, or their perf_analyzer JSON passed as it is), else made-up inputs where they can be made up
-    (BYTES payloads of our pipelines, integer value ranges and dynamic lengths from our spec or --shape).
+    (clients/given_data.py: one entry per row, perf_analyzer taking `batch` consecutive ones per request;
+    their perf_analyzer JSON passed as it is), checked against the model first; else made-up inputs where they
+    can be made up (BYTES payloads of our pipelines, integer value ranges and dynamic lengths from our spec or --shape).
     None where perf_analyzer's own random data fits (fixed-shape float inputs only). spec: the model's
     ModelSpec where the repository is ours (clients.served.Served.spec), else None.
 
     Raises:
         NotMeasurable: the model's inputs cannot be made up; the message names the flag that fixes it.
     """
-    from tpserve.clients.inputs import data_inputs, plan_inputs
+    from tpserve.clients.given_data import given_rows
+    from tpserve.clients.inputs import plan_inputs
     from tpserve.clients.model_plan import plan
 
-    if data is not None and data.suffix == ".json":
-        return data
     with ep.client() as client:
         model_plan = plan(client, model, ep.headers)
+    if data is not None:
+        given_rows(data, model_plan, batch)  # checked before anything is measured, as Locust reads it
+        if data.suffix == ".json":
+            return data
     fixed = all(t.datatype in ("FP32", "FP16") and -1 not in t.dims for t in model_plan.inputs)
     if data is None and fixed and not shapes:
         return None
-    arrays = data_inputs(data, model_plan) if data else plan_inputs(model_plan, 1, shapes, spec)
-    rows = len(next(iter(arrays.values()))) if model_plan.batching and data is not None and data.is_dir() else 1
-    entries = [
-        _perf_entry({k: v[i : i + 1] for k, v in arrays.items()} if rows > 1 else arrays, model_plan)
-        for i in range(rows)
-    ]  # a folder of images: one entry per image, perf_analyzer cycles
+    rows = given_rows(data, model_plan, batch) if data else [plan_inputs(model_plan, 1, shapes, spec)]
+    entries = [_perf_entry(row, model_plan) for row in rows]  # one per row: perf_analyzer forms its batches
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"data": entries}))
     return path

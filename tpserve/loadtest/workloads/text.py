@@ -195,7 +195,7 @@ def workload_data(
     names = tuple(t.name for t in model_plan.inputs if not t.optional)
     if model_plan.text_input:
         return perf_input_data(drawn, 1, path, text=True), f"TEXT: {lengths.describe()}"
-    ids = spec_ids_range(spec)
+    ids = spec_ids_range(spec, model_plan)
     if batch == 1:
         made = perf_input_data(drawn, 1, path, names, ids_range=ids)
         return made, f"{', '.join(names)}: {lengths.describe()}, one per request"
@@ -209,7 +209,7 @@ def workload_requests(model_plan, spec, lengths: str, batch: int, seed: int, cou
     padded to its own longest; None for other models."""
     if not (model_plan.token_inputs or model_plan.text_input):
         return None
-    given = Lengths.parse(lengths, longest=spec_longest(spec), shortest=spec_shortest(spec), seed=seed)
+    given = Lengths.parse(lengths, longest=spec_longest(spec, model_plan), shortest=spec_shortest(spec, model_plan), seed=seed)
     drawn = given.sample(count * batch)
     if model_plan.text_input:
         made = texts(drawn, seed)
@@ -218,32 +218,52 @@ def workload_requests(model_plan, spec, lengths: str, batch: int, seed: int, cou
             for i in range(0, len(made), batch)
         ]
     names = [t.name for t in model_plan.inputs if not t.optional]
-    rows = requests(drawn, batch, seed, ids_range=spec_ids_range(spec))
+    rows = requests(drawn, batch, seed, ids_range=spec_ids_range(spec, model_plan))
     return [token_arrays(names, ids, mask) for ids, mask in rows]
 
 
-def spec_ids_range(spec) -> tuple[int, int] | None:
-    """The value_range of our spec's ids (its first integer input that is not a mask or segment), None where the
-    spec is not known or declares none (then BERT-like ids)."""
-    for tensor in spec.inputs if spec is not None else ():
-        name = tensor.name.lower()
-        if "mask" in name or "type" in name or tensor.dtype not in ("INT64", "INT32"):
+def spec_ids_range(spec, model_plan=None) -> tuple[int, int] | None:
+    """The value_range of the model's ids (its first integer input that is not a mask or segment): from our spec
+    where it is known, else from the config's declaration (model_plan.checks); None where neither declares one
+    (then BERT-like ids)."""
+    if spec is None:
+        checks = model_plan.checks if model_plan is not None else None
+        names = [t.name for t in model_plan.inputs if not t.optional] if checks is not None else []
+        ids = [checks.ranges[n] for n in names if n in checks.ranges and not _mask_or_segment(n)]
+        return (int(ids[0][0]), int(ids[0][1])) if ids else None
+    for tensor in spec.inputs:
+        if _mask_or_segment(tensor.name) or tensor.dtype not in ("INT64", "INT32"):
             continue
         return (int(tensor.value_range[0]), int(tensor.value_range[1])) if tensor.value_range else None
     return None
 
 
-def spec_shortest(spec) -> int:
-    """The shortest sequence to draw: our spec's axis minimum where it is above 3 (room for [CLS] and [SEP]),
-    3 otherwise (less where the axis' maximum is); 3 for other models."""
+def _mask_or_segment(name: str) -> bool:
+    return "mask" in name.lower() or "type" in name.lower()
+
+
+def _axis_range(spec, model_plan) -> tuple[int, int | None] | None:
+    """(shortest, longest) of the sequence axis: our spec's first input's, else the config's declaration."""
     axes = spec.inputs[0].axes if spec is not None and spec.inputs else ()
-    if not axes:
+    if axes:
+        return spec.axis_range(axes[0])
+    checks = model_plan.checks if spec is None and model_plan is not None else None
+    first = next((t.name for t in model_plan.inputs if not t.optional), None) if checks is not None else None
+    named = [a for a in checks.axes.get(first, []) if a is not None] if first else []
+    return tuple(checks.lengths.get(named[0], (1, None))) if named else None
+
+
+def spec_shortest(spec, model_plan=None) -> int:
+    """The shortest sequence to draw: the declared axis minimum where it is above 3 (room for [CLS] and [SEP]),
+    3 otherwise (less where the axis' maximum is); 3 for models that declare none."""
+    found = _axis_range(spec, model_plan)
+    if not found:
         return 3
-    low, high = spec.axis_range(axes[0])
+    low, high = found
     return max(low, min(3, high or 3))
 
 
-def spec_longest(spec) -> int:
-    """The longest sequence our spec allows (its first input's axis max, at most 512); 256 for other models."""
-    axes = spec.inputs[0].axes if spec is not None and spec.inputs else ()
-    return min((spec.axis_range(axes[0])[1] if axes else None) or 256, 512)
+def spec_longest(spec, model_plan=None) -> int:
+    """The longest sequence the declared axis allows (at most 512); 256 for models that declare none."""
+    found = _axis_range(spec, model_plan)
+    return min((found[1] if found else None) or 256, 512)

@@ -20,8 +20,9 @@ sys.path[:0] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if
 import torch  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
-from tpserve.triton_models.python_backend.cancelled_calls import CancelledCalls, serve_live  # noqa: E402
+from tpserve.triton_models.python_backend.cancelled_calls import CancelledCalls, answer_apart, serve_live  # noqa: E402
 from tpserve.triton_models.runtime import torch_runtime as rt  # noqa: E402
+from tpserve.triton_models.runtime.input_checks import PARAMETER, InputChecks  # noqa: E402
 from tpserve.triton_models.runtime.ragged_runner import STATS_VARIABLE  # noqa: E402
 from tpserve.triton_models.runtime.torch_serving import TorchServing  # noqa: E402
 
@@ -35,13 +36,27 @@ class TritonPythonModel:
         stats = os.environ.get(STATS_VARIABLE)  # the stub's environment is how the server passes it
         self.serving = TorchServing(config, folder, device, stats_folder=stats)
         self.cancelled = CancelledCalls.from_environment()  # calls nobody waits for are answered unrun
+        check = config.get("parameters", {}).get(PARAMETER, {}).get("string_value", "")
+        self.checks = InputChecks.from_json(check)  # the spec's declaration, held per request
+        self.batching = int(config.get("max_batch_size", 0)) > 0
 
     def execute(self, requests):
-        return serve_live(requests, self.cancelled, self._execute, pb_utils)
+        return serve_live(requests, self.cancelled, self._checked, pb_utils)
 
-    def _execute(self, requests):
+    def _checked(self, requests):
+        """_execute for the requests whose inputs fit the model's declaration; each other one answered alone with
+        why, before the module runs (the words of the ONNX Runtime and in-process paths)."""
         names = self.serving.input_names
-        feeds = [[rt.from_triton(pb_utils.get_input_tensor_by_name(r, n)) for n in names] for r in requests]
+        feeds = {id(r): [rt.from_triton(pb_utils.get_input_tensor_by_name(r, n)) for n in names] for r in requests}
+        refusals = [None] * len(requests)
+        if self.checks is not None:
+            invalid = pb_utils.TritonError.INVALID_ARG
+            whys = (self.checks.why_not(_as_arrays(names, feeds[id(r)]), self.batching) for r in requests)
+            refusals = [(invalid, why) if why else None for why in whys]
+        run = lambda live: self._execute([feeds[id(r)] for r in live])  # noqa: E731
+        return answer_apart(requests, refusals, run, pb_utils)
+
+    def _execute(self, feeds):
         results = self.serving.run(feeds)
         responses = [self._response(r) for r in results]
         return responses
@@ -55,3 +70,27 @@ class TritonPythonModel:
         outputs = self.serving.outputs
         tensors = [pb_utils.Tensor.from_dlpack(name, rt.to_dlpack(o)) for (name, _), o in zip(outputs, result)]
         return pb_utils.InferenceResponse(output_tensors=tensors)
+
+
+def _as_arrays(names, tensors) -> dict:
+    """What InputChecks reads of each input (shape, dtype, size, min, max), the tensor left where it is."""
+    return {name: _Checked(tensor) for name, tensor in zip(names, tensors)}
+
+
+class _Checked:
+    """A torch tensor seen as InputChecks reads an array: its min and max are read only where it asks."""
+
+    def __init__(self, tensor):
+        import numpy as np
+
+        self.tensor, self.shape, self.size = tensor, tuple(tensor.shape), tensor.numel()
+        try:
+            self.dtype = np.dtype(str(tensor.dtype).removeprefix("torch."))
+        except TypeError:  # bfloat16 and others numpy lacks: floats, never range-checked
+            self.dtype = np.dtype(np.float32)
+
+    def min(self):
+        return self.tensor.min().item()
+
+    def max(self):
+        return self.tensor.max().item()
