@@ -54,7 +54,7 @@ def test_sixty_four_rows_measured_at_batch_one_are_sixty_four_requests_not_one(t
     "override, why",
     [
         ({"input_ids": np.full((4, 12), 30000, np.int64)}, "row 0: input input_ids: values must lie in [0, 1000)"),
-        ({"input_ids": np.ones((4, 100), np.int64)}, "100 tokens per row exceed the model's longest length 64; truncate to 64 tokens"),
+        ({"input_ids": np.ones((4, 100), np.int64)}, "100 tokens per row exceed the model's longest length 64"),
         ({"input_ids": np.ones((4, 12), np.int32)}, "input input_ids is int32; topic takes INT64 (save it as int64)"),
         ({"input_ids": np.ones((4, 12, 2), np.int64)}, "input input_ids has shape [12, 2]; topic takes [-1] per row"),
         ({"attention_mask": np.ones((3, 12), np.int64)}, "hold different numbers of rows"),
