@@ -62,10 +62,10 @@ MAX_WAITING ?= 0
 NGC_RELEASE ?= $(shell sed -n 's/^NGC_RELEASE=//p' docker/.env)
 COMPOSE := docker compose --env-file docker/.env -f docker/compose.yaml
 # the admin key's file (created on first use, mode 600): Docker reads it as a secret, nothing passes the key itself
-ADMIN_KEY_FILE = $$($(PY) -c 'from server.launcher import admin_key; print(admin_key(__import__("pathlib").Path("$(STATE_DIR)")).resolve())')
+ADMIN_KEY_FILE = $$($(PY) -c 'from tpserve.server.triton.launcher import admin_key; print(admin_key(__import__("pathlib").Path("$(STATE_DIR)")).resolve())')
 
 .PHONY: help install build-engines serve stop status infer perf loadtest replay test test-unit test-chaos lint demo clean \
-	rollout soak cluster monitor fuzz-edge fuzz-native install-prometheus cluster-restart build-engines-docker serve-docker stop-docker perf-docker docker-lint bundle gpu-bench text-bench install-browser docs
+	rollout soak cluster monitor fuzz-edge fuzz-native install-prometheus cluster-restart build-engines-docker serve-docker stop-docker perf-docker docker-lint container-engine image bundle gpu-bench text-bench install-browser docs
 
 help: ## List the targets and their variables
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-15s\033[0m %s\n", $$1, $$2}'
@@ -191,12 +191,31 @@ demo: install ## Build DEMO_MODELS, serve them, measure with perf_analyzer, prin
 build-engines-docker: install ## NGC: ONNX + TensorRT plans inside the TensorRT container (GPU host + Docker)
 	MODELS="$(MODELS)" $(COMPOSE) --profile build run --rm builder
 
-serve-docker: install ## NGC: guard the plans against the server image, then start tritonserver
+# a GPU and the NGC image here: the NGC path; otherwise our own image (make image)
+NGC_HERE = $(shell command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 && \
+	docker image inspect nvcr.io/nvidia/tritonserver:$(NGC_RELEASE)-py3 >/dev/null 2>&1 && echo 1)
+BASE_IMAGE ?=
+
+container-engine: ## Install a container engine where none runs (Debian's podman, runc, debootstrap; system-wide, needs root)
+	@if $(PY) -c 'from tpserve.server.container import no_engine_reason as r; raise SystemExit(1 if r() else 0)' 2>/dev/null; then \
+		echo "container engine: one runs here"; else \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+			podman runc debootstrap uidmap slirp4netns fuse-overlayfs; fi
+
+image: install ## The server image for hosts without a GPU or NGC (docker/Dockerfile.embedded); BASE_IMAGE=<Debian 12 image>, else one made from Debian's packages
+	$(PY) -m tpserve.server image $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE))
+
+serve-docker: install ## Serve REPO from a container: the NGC image where a GPU and it are here, else our image (make image)
+ifeq ($(NGC_HERE),1)
 	$(PY) -m tpserve.builders guard --repo $(REPO) --image nvcr.io/nvidia/tritonserver:$(NGC_RELEASE)-py3
 	ADMIN_KEY_FILE=$(ADMIN_KEY_FILE) REPO=$(abspath $(REPO)) $(COMPOSE) up -d --build --wait tritonserver
+else
+	$(PY) -m tpserve.server container-start --repo $(REPO) $(SERVER_PORTS) --health-port $(HEALTH_PORT) --state-dir $(STATE_DIR)
+endif
 
-stop-docker: ## NGC: stop the containers
-	ADMIN_KEY_FILE=/dev/null $(COMPOSE) --profile build --profile perf down
+stop-docker: ## Stop the container(s) serve-docker started
+	@if [ -f $(STATE_DIR)/container.json ]; then $(PY) -m tpserve.server container-stop --state-dir $(STATE_DIR); \
+	else ADMIN_KEY_FILE=/dev/null $(COMPOSE) --profile build --profile perf down; fi
 
 perf-docker: install ## NGC: perf_analyzer from the SDK image against MODEL (system shared memory)
 	ADMIN_KEY_FILE=$(ADMIN_KEY_FILE) MODEL=$(MODEL) $(COMPOSE) --profile perf run --rm --build sdk
@@ -204,6 +223,7 @@ perf-docker: install ## NGC: perf_analyzer from the SDK image against MODEL (sys
 docker-lint: install ## Validate the Docker files statically (hadolint, compose schema): no engine needed
 	$(VENV)/bin/hadolint docker/Dockerfile.builder
 	$(VENV)/bin/hadolint docker/Dockerfile.server
+	$(VENV)/bin/hadolint docker/Dockerfile.embedded
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec docker/compose.yaml
 
 BUNDLE_PYTHON ?= 3.12

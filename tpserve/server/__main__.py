@@ -1,6 +1,7 @@
 """Command line of the launcher: `python -m tpserve.server start|stop|status`."""
 
 import dataclasses
+import sys
 from pathlib import Path
 
 import click
@@ -113,6 +114,11 @@ def cli():
 @TLS_KEY
 @STATE_DIR
 @tuning_options
+@click.option(
+    "--foreground",
+    is_flag=True,
+    help="Stay after the start (a container's entry): the logs to stdout; SIGTERM or SIGINT drains and stops.",
+)
 @user_errors
 def start(
     repo,
@@ -137,8 +143,9 @@ def start(
     server_args,
     latency_summaries,
     latency_quantiles,
+    foreground,
 ):
-    """Start the server and return once every model is ready."""
+    """Start the server and return once every model is ready (with --foreground: stay until told to stop)."""
     from tpserve.common.endpoints import read_state
     from tpserve.server.edge.recording import record_settings
     from tpserve.server.triton.launcher import ServerSettings, start
@@ -176,6 +183,10 @@ def start(
     for model, why in state.left_out.items():  # the rest serves; these could not here
         click.echo(f"not served: {model}: {why}")
     click.echo(f"admin key (header '{'admin-key'}') in {state.admin_key_file}")
+    if foreground:
+        from tpserve.server.foreground import hold
+
+        sys.exit(hold(state_dir, stop_everything))
 
 
 def _start_behind_edge(
@@ -420,18 +431,27 @@ def build_shim():
 @cli.command()
 @STATE_DIR
 def stop(state_dir):
-    """Stop the server started from STATE_DIR (and its supervisor)."""
+    """Stop the server started from STATE_DIR (and its supervisor; in a container: the container)."""
+    from tpserve.server import container
+
+    if container.record(state_dir) is not None:  # served from a container: its pids are not this host's
+        click.echo(container.stop(state_dir))
+        return
+    click.echo(stop_everything(state_dir))
+
+
+def stop_everything(state_dir: Path) -> str:
+    """Stop what was started from state_dir (a cluster, the edge and its server, or a server); what was stopped."""
     from tpserve.server.cluster import CLUSTER, read_cluster, stop_cluster
     from tpserve.server.supervision.supervisor_process import stop_supervisor
     from tpserve.server.triton.launcher import stop
 
     single = (state_dir / CLUSTER).exists() and read_cluster(state_dir).single
     if stop_cluster(state_dir):
-        click.echo("tritonserver and its edge stopped" if single else "cluster stopped (envoy and every replica)")
-        return
+        return "tritonserver and its edge stopped" if single else "cluster stopped (envoy and every replica)"
     supervised = stop_supervisor(state_dir)
     stopped = stop(state_dir) or supervised
-    click.echo("tritonserver stopped" if stopped else "no tritonserver was running")
+    return "tritonserver stopped" if stopped else "no tritonserver was running"
 
 
 @cli.command()
@@ -476,6 +496,51 @@ def _models_line(state) -> str:
         for m in sorted(index, key=lambda m: (m["name"], m.get("version", "")))
     ]
     return "models: " + (", ".join(items) if items else "none")
+
+
+@cli.command("image")
+@click.option(
+    "--base-image", default="", help="A Debian 12 image to build on (default: one made from Debian's packages)."
+)
+@click.option("--tag", default="", help="The image's name (default: localhost/tpserve-server:latest).")
+@user_errors
+def image(base_image, tag):
+    """Build the server image for hosts without a GPU or the NGC registry (docker/Dockerfile.embedded)."""
+    from tpserve.server import container
+
+    click.echo(f"image ready: {container.build_image(base_image, tag or container.IMAGE)}")
+
+
+@cli.command("container-start")
+@REPO
+@ports()
+@click.option("--health-port", type=int, default=HEALTH_PORT, show_default=True, help="The supervisor's readiness.")
+@click.option("--image", "tag", default="", help="The image (default: localhost/tpserve-server:latest).")
+@click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds to wait for readiness.")
+@STATE_DIR
+@user_errors
+def container_start(repo, http_port, grpc_port, metrics_port, health_port, tag, timeout, state_dir):
+    """Serve REPO from the server image, supervised, behind the edge, on this host's loopback ports."""
+    from tpserve.server import container
+
+    ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
+    serve = container.ContainerServe(repo, state_dir, **ports, health_port=health_port, timeout_s=timeout)
+    state = container.start(dataclasses.replace(serve, image=tag) if tag else serve)
+    click.echo(f"tritonserver ready in a container: http {state.http_url}, grpc {state.grpc_url} (through the edge)")
+    click.echo(f"supervisor: readiness at http://127.0.0.1:{health_port}/v2/health/ready; logs in {state_dir}")
+    for model, why in state.left_out.items():
+        click.echo(f"not served: {model}: {why}")
+    click.echo(f"admin key (header 'admin-key') in {state.admin_key_file}; stop with `make stop-docker`")
+
+
+@cli.command("container-stop")
+@STATE_DIR
+@user_errors
+def container_stop(state_dir):
+    """Stop and remove the container serving from STATE_DIR."""
+    from tpserve.server import container
+
+    click.echo(container.stop(state_dir))
 
 
 if __name__ == "__main__":

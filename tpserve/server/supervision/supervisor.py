@@ -495,12 +495,14 @@ class Supervisor:
         self.stopping.set()
         with self.health.lock:
             self.health.server_up = False
+        LOG.info("stopping: not ready for %.0f s (load balancers move away), then tritonserver stops", self.drain)
         time.sleep(self.drain)
         self.http.shutdown()
         launcher.stop(self.settings.state_dir)
         own = self.state.pid if self.state is not None else 0
         if own and is_tritonserver(own):  # the state file named another server: its own goes too, never orphaned
             terminate_group(own)
+        LOG.info("stopped")
 
 
 def _retire(pids: set[int], timeout: float) -> None:

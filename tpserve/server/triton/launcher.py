@@ -194,9 +194,15 @@ def admin_key(state_dir: Path) -> Path:
     path = state_dir / "admin_key"
     if not path.exists():
         private_state(state_dir)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(secrets.token_hex(24) + "\n")
+        write_key(path)
+    return path
+
+
+def write_key(path: Path) -> Path:
+    """A new admin key in path (mode 600; never over an existing file)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secrets.token_hex(24) + "\n")
     return path
 
 

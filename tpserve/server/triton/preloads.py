@@ -43,8 +43,11 @@ def write_refusal_models(folder: Path) -> None:
     (tritonserver 2.51 waits forever for a stub that cannot start, so the shim never lets that happen)."""
     for reason, why in REFUSALS.items():
         target = folder / "refused" / reason / "0"
+        text, path = REFUSAL.format(why=why), target / "model.py"
+        if path.is_file() and path.read_text() == text:
+            continue  # as built (an image's read-only copy included)
         target.mkdir(mode=0o700, parents=True, exist_ok=True)
-        (target / "model.py").write_text(REFUSAL.format(why=why))
+        path.write_text(text)
 
 
 def build_library(force: bool = False) -> Path:

@@ -1,0 +1,105 @@
+"""Triton in a container on a host without a GPU: the server image (docker/Dockerfile.embedded) built with the
+engine here (its layers cached between runs), the zoo's digits_cnn served from it behind the edge, answered over
+HTTP and gRPC from the host, a tritonserver killed inside restarted by the supervisor, and a clean stop. Skips with
+the reason only where no container engine can run."""
+
+import os
+import subprocess
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+from tests.functional.conftest import endpoint_of
+from tpserve.builders.build import build_model
+from tpserve.builders.request import BuildRequest
+from tpserve.clients.infer import infer
+from tpserve.common import endpoints
+from tpserve.server import container
+
+pytestmark = pytest.mark.functional
+
+WHY_NOT = container.no_engine_reason()
+
+
+@pytest.fixture(scope="module")
+def image():
+    if WHY_NOT:
+        pytest.skip(WHY_NOT)
+    return container.build_image()
+
+
+@pytest.fixture
+def repo(tmp_path, digits_build):
+    spec, built, _ = digits_build
+    repo = tmp_path / "repo"
+    build_model(BuildRequest(spec=spec, target="embedded", repo=repo, work_dir=tmp_path / "work"), built)
+    if os.geteuid() == 0:  # the container serves as the repository's owner, never as root
+        for path in [repo, *repo.rglob("*")]:
+            os.chown(path, container.UID, container.UID, follow_symlinks=False)
+    return repo
+
+
+def _ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
+
+
+def test_the_image_serves_digits_behind_the_edge_survives_a_kill_and_stops_cleanly(image, repo, tmp_path):
+    ports = endpoints.free_ports(4)
+    state_dir = tmp_path / "state"
+    serve = container.ContainerServe(repo, state_dir, *ports, image=image)
+    found = container.engine()
+    try:
+        state = container.start(serve)
+        name = container.record(state_dir)["name"]
+        image_input = {"input": np.random.default_rng(0).random((2, 1, 8, 8), dtype=np.float32)}
+        for protocol in ("http", "grpc"):
+            answer = infer(endpoint_of(state, repo, protocol), "digits_cnn", image_input)
+            assert answer.outputs["logits"].shape == (2, 10)
+        inner = endpoints.read_state(state_dir / "replica-0")
+        kill = f"import os; os.kill({inner.pid}, 9)"  # tritonserver, inside the container (no procps there)
+        found.run("exec", name, "python3", "-c", kill)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and "restarted" not in (state_dir / "replica-0/supervisor.log").read_text():
+            time.sleep(0.5)
+        while time.monotonic() < deadline and not _ready(ports[3]):
+            time.sleep(0.5)
+        assert infer(endpoint_of(state, repo, "grpc"), "digits_cnn", image_input).outputs["logits"].shape == (2, 10)
+        shared = [str(p) for p in state_dir.rglob("*") if p.stat().st_mode & 0o077 and not p.is_symlink()]
+        assert shared == [], "files or folders other users can read"
+    finally:
+        said = container.stop(state_dir)
+    assert "stopped and removed" in said
+    left = found.run("ps", "-a", "--format", "{{.Names}}").stdout.split()
+    assert name not in left
+    logs = (state_dir / "replica-0/supervisor.log").read_text()
+    assert "stopping: not ready" in logs and logs.rstrip().endswith("stopped")  # the supervisor's own clean stop
+    assert not _ready(ports[3])
+
+
+def test_a_repository_of_root_is_refused_with_how_to_fix_it(tmp_path):
+    if WHY_NOT:
+        pytest.skip(WHY_NOT)
+    if os.geteuid() != 0:
+        pytest.skip("only root owns a repository of root")
+    (tmp_path / "repo").mkdir()
+    serve = container.ContainerServe(tmp_path / "repo", tmp_path / "state", *endpoints.free_ports(4))
+    with pytest.raises(Exception, match="never as root"):
+        container.start(serve)
+    assert not (tmp_path / "state" / container.RECORD).exists()
+
+
+def test_make_stop_stops_the_container_not_a_host_process_of_the_same_pid(image, repo, tmp_path):
+    ports = endpoints.free_ports(4)
+    state_dir = tmp_path / "state"
+    container.start(container.ContainerServe(repo, state_dir, *ports, image=image))
+    done = subprocess.run(
+        ["make", "-s", "stop", f"STATE_DIR={state_dir}"], capture_output=True, text=True, timeout=300, cwd=os.getcwd()
+    )
+    assert "stopped and removed" in done.stdout, done.stdout + done.stderr
+    assert container.record(state_dir) is None and not _ready(ports[3])

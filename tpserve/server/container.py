@@ -1,0 +1,332 @@
+"""Triton in a container on hosts without a GPU or the NGC registry: the image (`make image`), and a repository
+served from it (`make serve-docker`, `make stop-docker`) so that every host-side tool measures it as it measures
+`make serve`.
+
+The image (docker/Dockerfile.embedded) is built from a context under .tools/image: the serve set's wheels,
+downloaded once (again when the requirements change), and this project's wheel, made at each build (a code change
+rebuilds the last layers only). Its base is BASE_IMAGE where one is given, else a Debian 12 made here from Debian's
+packages (debootstrap; root), once. The container runs with the host's network, so the edge's ports are the
+host's loopback ports as with `make serve`; as the repository's owner (never root), with the repository read-only
+and the state folder mounted at the same paths, so the state records, the admin key file (a file, never an
+argument or a variable) and the logs are where the host's tools look for them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tpserve.common.cli import step
+from tpserve.common.errors import ServerError
+from tpserve.paths import CHECKOUT, TOOLS
+
+IMAGE = "localhost/tpserve-server:latest"
+BASE_IMAGE = "localhost/tpserve-base:bookworm"
+DOCKERFILE = CHECKOUT / "docker" / "Dockerfile.embedded"
+REQUIREMENTS = CHECKOUT / "docker" / "serve-requirements.txt"
+CONSTRAINTS = CHECKOUT / "constraints.txt"
+PODMAN_CONF = CHECKOUT / "docker" / "containers.conf"
+CONTEXT = TOOLS / "image"
+RECORD = "container.json"
+UID = 10001  # the image's own user
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A container engine that answers: its program and the environment it runs with."""
+
+    name: str  # "podman" or "docker"
+    env: dict
+
+    def run(self, *args, check: bool = True, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
+        done = subprocess.run(
+            [self.name, *args], env=self.env, capture_output=True, text=True, timeout=timeout, **kwargs
+        )
+        if check and done.returncode != 0:
+            raise ServerError(f"{self.name} {args[0]} failed: {(done.stderr or done.stdout).strip()[-1500:]}")
+        return done
+
+    def has_image(self, tag: str) -> bool:
+        return self.run("image", "inspect", tag, check=False).returncode == 0
+
+
+def engine() -> Engine:
+    """podman or docker, whichever answers (podman with this project's containers.conf unless one is set).
+
+    Raises:
+        ServerError: neither runs here (the message says how to get one).
+    """
+    env = dict(os.environ)
+    if shutil.which("podman"):
+        env.setdefault("CONTAINERS_CONF", str(PODMAN_CONF))
+        if subprocess.run(["podman", "info"], env=env, capture_output=True, timeout=60).returncode == 0:
+            return Engine("podman", env)
+    if shutil.which("docker") and subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode == 0:
+        return Engine("docker", dict(os.environ))
+    raise ServerError(
+        "no container engine runs here: install Docker, or podman (`make container-engine` installs Debian's "
+        "podman, runc and debootstrap; it needs root)"
+    )
+
+
+def no_engine_reason() -> str | None:
+    """Why no container can run here (None: one can)."""
+    try:
+        engine()
+    except ServerError as err:
+        return str(err)
+    return None
+
+
+def build_image(base_image: str = "", tag: str = IMAGE) -> str:
+    """Build the server image (layers cached by the engine); returns its tag."""
+    found = engine()
+    base = base_image or BASE_IMAGE
+    if not found.has_image(base):
+        if base_image:
+            step(f"image: pulling {base_image}")
+            found.run("pull", base_image, timeout=1800)
+        else:
+            make_base(found)
+    context = _context()
+    step(f"image: building {tag} from {base} ({found.name})")
+    command = ["build", "--network", "host", "-f", str(DOCKERFILE), "--build-arg", f"BASE_IMAGE={base}", "-t", tag]
+    command += ["--format", "docker"] if found.name == "podman" else []  # OCI images drop the HEALTHCHECK
+    done = subprocess.run([found.name, *command, str(context)], env=found.env, timeout=3600)
+    if done.returncode != 0:
+        raise ServerError(f"{found.name} build failed (exit {done.returncode}); its output is above")
+    return tag
+
+
+def make_base(found: Engine) -> None:
+    """BASE_IMAGE from Debian's packages: debootstrap's minimal Debian 12, imported (needs root and debootstrap)."""
+    if shutil.which("debootstrap") is None or os.geteuid() != 0:
+        raise ServerError(
+            f"no base image {BASE_IMAGE}: give one (BASE_IMAGE=python:3.11-slim-bookworm where a registry is "
+            "reachable), or make it from Debian's packages as root with debootstrap (`make container-engine`)"
+        )
+    CONTEXT.mkdir(mode=0o700, parents=True, exist_ok=True)
+    rootfs = CONTEXT / "rootfs"
+    shutil.rmtree(rootfs, ignore_errors=True)
+    step(f"image: making {BASE_IMAGE} from Debian's packages (debootstrap, about a minute)")
+    try:
+        made = subprocess.run(
+            ["debootstrap", "--variant=minbase", "bookworm", str(rootfs)], capture_output=True, text=True, timeout=1800
+        )
+        if made.returncode != 0:
+            raise ServerError(f"debootstrap failed: {made.stderr.strip()[-1500:]}")
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        found.run("import", "-", BASE_IMAGE, stdin=tar.stdout, timeout=900)
+        tar.wait(timeout=60)
+    finally:
+        shutil.rmtree(rootfs, ignore_errors=True)
+
+
+def _context() -> Path:
+    """The build context: wheels/ (the serve set, fetched again only when its inputs change) and project/."""
+    wheels, project = CONTEXT / "wheels", CONTEXT / "project"
+    CONTEXT.mkdir(mode=0o700, parents=True, exist_ok=True)
+    wanted = hashlib.sha256(REQUIREMENTS.read_bytes() + CONSTRAINTS.read_bytes()).hexdigest()
+    stamp = CONTEXT / "wheels.inputs"
+    if not (stamp.exists() and stamp.read_text().strip() == wanted):
+        step("image: downloading the serve set's wheels (once)")
+        shutil.rmtree(wheels, ignore_errors=True)
+        pip = [sys.executable, "-m", "pip", "download", "-q", "-d", str(wheels)]
+        _pip([*pip, "-c", str(CONSTRAINTS), "-r", str(REQUIREMENTS)])
+        stamp.write_text(wanted + "\n")
+    for source in (REQUIREMENTS, CONSTRAINTS):
+        shutil.copy2(source, wheels / source.name)
+    shutil.rmtree(project, ignore_errors=True)
+    _pip(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(project),
+            str(CHECKOUT),
+        ]
+    )
+    return CONTEXT
+
+
+def _pip(command: list[str]) -> None:
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise ServerError(f"{' '.join(command[2:4])} failed: {done.stderr.strip()[-1500:]}")
+
+
+@dataclass(frozen=True)
+class ContainerServe:
+    """What `make serve-docker` serves and where."""
+
+    repo: Path
+    state_dir: Path
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    health_port: int
+    image: str = IMAGE
+    timeout_s: float = 300.0
+
+
+def start(serve: ContainerServe):
+    """Serve the repository from a container; its state as `read_state` gives it, once every model is ready.
+
+    Raises:
+        ServerError: no engine or image, a root-owned repository, a port taken, or the server did not come up
+            (its last log lines in the message).
+    """
+    from tpserve.common.endpoints import read_state
+    from tpserve.server.triton import launcher
+
+    found = engine()
+    if not found.has_image(serve.image):
+        raise ServerError(f"no image {serve.image}: build it with `make image`")
+    repo, state_dir = serve.repo.resolve(), serve.state_dir.absolute()
+    owner = _owner(repo)
+    running = record(state_dir)
+    if running is not None and _running(found, running["name"]):
+        raise ServerError(f"{running['name']} serves from {state_dir}: `make stop-docker STATE_DIR={state_dir}` first")
+    for label, port in [("http", serve.http_port), ("grpc", serve.grpc_port), ("metrics", serve.metrics_port)]:
+        launcher.check_port_free("127.0.0.1", label, port)
+    launcher.check_port_free("127.0.0.1", "health", serve.health_port)
+    _own_state(state_dir, owner)
+    name = "tpserve-" + hashlib.sha256(str(state_dir).encode()).hexdigest()[:12]
+    found.run("rm", "-f", name, check=False)
+    found.run(*_run_args(serve, repo, state_dir, owner, name))
+    _write_record(state_dir, {"engine": found.name, "name": name, "image": serve.image})
+    _await(found, name, state_dir, serve.timeout_s)
+    return read_state(state_dir)
+
+
+def _run_args(serve: ContainerServe, repo: Path, state_dir: Path, owner: tuple[int, int], name: str) -> list[str]:
+    ports = ["--http-port", serve.http_port, "--grpc-port", serve.grpc_port, "--metrics-port", serve.metrics_port]
+    return [
+        "run",
+        "-d",
+        "--name",
+        name,
+        "--network",
+        "host",
+        "--user",
+        f"{owner[0]}:{owner[1]}",
+        "--read-only",
+        "--tmpfs",
+        "/tmp:rw,mode=1777",
+        "--security-opt",
+        "no-new-privileges",
+        "--env",
+        "HOME=/tmp",
+        "--env",
+        f"TPSERVE_HEALTH_PORT={serve.health_port}",
+        "--volume",
+        f"{repo}:{repo}:ro",
+        "--volume",
+        f"{state_dir}:{state_dir}:rw",
+        serve.image,
+        "--repo",
+        str(repo),
+        "--state-dir",
+        str(state_dir),
+        *map(str, ports),
+        "--health-port",
+        str(serve.health_port),
+    ]
+
+
+def _owner(repo: Path) -> tuple[int, int]:
+    if not repo.is_dir():
+        raise ServerError(f"no repository at {repo}: build one with `make build-engines`")
+    info = repo.stat()
+    if info.st_uid == 0:
+        raise ServerError(
+            f"{repo} belongs to root, and the container serves as the repository's owner, never as root: build the "
+            "repository as another user, or give it one (chown -R USER REPO)"
+        )
+    return info.st_uid, info.st_gid
+
+
+def _own_state(state_dir: Path, owner: tuple[int, int]) -> None:
+    """The state folder (0700) and its admin key (0600) made the container user's: it writes the one, reads the
+    other.
+
+    Raises:
+        ServerError: they belong to someone else and this process cannot give them to the owner.
+    """
+    from tpserve.server.triton import launcher
+
+    if not state_dir.exists() or state_dir.stat().st_uid == os.geteuid():
+        launcher.private_state(state_dir)
+    key = state_dir / "admin_key"
+    if not key.exists():
+        launcher.write_key(key)
+    for path in (state_dir, key):
+        if path.stat().st_uid == owner[0]:
+            continue
+        if os.geteuid() != 0:
+            raise ServerError(f"{path} is not the repository owner's (uid {owner[0]}): use a STATE_DIR of that user")
+        os.chown(path, *owner)
+
+
+def _write_record(state_dir: Path, data: dict) -> None:
+    path = state_dir / RECORD
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(data, handle)
+
+
+def record(state_dir: Path) -> dict | None:
+    """The container serving from state_dir, as `start` recorded it, or None."""
+    path = Path(state_dir) / RECORD
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _running(found: Engine, name: str) -> bool:
+    done = found.run("inspect", "--format", "{{.State.Running}}", name, check=False)
+    return done.returncode == 0 and done.stdout.strip() == "true"
+
+
+def _await(found: Engine, name: str, state_dir: Path, timeout_s: float) -> None:
+    from tpserve.common.endpoints import STATE as FRONT
+    from tpserve.server.supervision.supervisor import STATE
+
+    deadline = time.monotonic() + timeout_s
+    ready = state_dir / "replica-0" / STATE
+    while time.monotonic() < deadline:
+        if not _running(found, name):
+            logs = found.run("logs", "--tail", "40", name, check=False)
+            found.run("rm", "-f", name, check=False)
+            (state_dir / RECORD).unlink(missing_ok=True)
+            raise ServerError(f"the container {name} ended before it was ready:\n{(logs.stdout + logs.stderr)[-3000:]}")
+        if ready.exists() and json.loads(ready.read_text() or "{}").get("ready") and (state_dir / FRONT).exists():
+            return
+        time.sleep(0.5)
+    stop(state_dir)
+    raise ServerError(
+        f"the container {name} was not ready after {timeout_s:.0f} s; its logs: `{found.name} logs {name}`"
+    )
+
+
+def stop(state_dir: Path, timeout_s: int = 90) -> str:
+    """Stop the container serving from state_dir (SIGTERM: the supervisor drains), then remove it."""
+    found_record = record(state_dir)
+    if found_record is None:
+        return f"no container serves from {state_dir}"
+    found = engine()
+    name = found_record["name"]
+    found.run("stop", "-t", str(timeout_s), name, check=False, timeout=timeout_s + 60)
+    found.run("rm", "-f", name, check=False)
+    (Path(state_dir) / RECORD).unlink(missing_ok=True)
+    return f"container {name} stopped and removed"
