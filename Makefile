@@ -224,7 +224,7 @@ docker-lint: install ## Validate the Docker files statically (hadolint, compose 
 	$(VENV)/bin/hadolint docker/Dockerfile.builder
 	$(VENV)/bin/hadolint docker/Dockerfile.server
 	$(VENV)/bin/hadolint docker/Dockerfile.embedded
-	$(VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec docker/compose.yaml
+	$(VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec docker/compose.yaml docker/compose.embedded.yaml
 
 BUNDLE_PYTHON ?= 3.12
 bundle: install ## Offline tarball (tritonserver, perf_analyzer, wheels) for GPU hosts: BUNDLE_PYTHON=3.12

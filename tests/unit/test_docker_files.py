@@ -65,7 +65,15 @@ def test_server_is_locked_down_like_the_embedded_one():
 
 
 def test_serve_docker_runs_the_guard_before_starting_the_server():
-    done = _run("make", "-n", "-C", DOCKER.parent, "serve-docker", "REPO=model_repository")
+    done = _run("make", "-n", "-C", DOCKER.parent, "serve-docker", "REPO=model_repository", "NGC_HERE=1")
     lines = [line for line in done.stdout.splitlines() if "builders guard" in line or "compose" in line]
     assert "builders guard" in lines[0] and "--image nvcr.io/nvidia/tritonserver:" in lines[0]
     assert "up -d --build --wait tritonserver" in lines[1] and "ADMIN_KEY_FILE=" in lines[1]
+    assert "from tpserve.server.triton.launcher import admin_key" in lines[1]  # the key file's path, not the key
+
+
+def test_serve_docker_without_a_gpu_and_the_ngc_image_serves_our_image():
+    done = _run("make", "-n", "-C", DOCKER.parent, "serve-docker", "REPO=model_repository", "NGC_HERE=")
+    (line,) = [line for line in done.stdout.splitlines() if "container-start" in line]
+    assert "--repo model_repository" in line and "--health-port" in line and "--state-dir" in line
+    assert "compose" not in done.stdout

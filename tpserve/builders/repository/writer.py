@@ -65,14 +65,17 @@ class ServingOptions:
 
 
 def default_target() -> str:
-    """'ngc' where a Docker engine answers, else 'embedded'."""
+    """'ngc' where a Docker engine answers and a GPU is here (the NGC images' hosts), else 'embedded' (a laptop
+    with Docker serves the embedded target from our own image: `make serve-docker`)."""
     import subprocess
 
     try:
-        done = subprocess.run(["docker", "info"], capture_output=True, timeout=10)
+        for command in (["docker", "info"], ["nvidia-smi", "-L"]):
+            if subprocess.run(command, capture_output=True, timeout=10).returncode != 0:
+                return "embedded"
     except (OSError, subprocess.TimeoutExpired):
         return "embedded"
-    return "ngc" if done.returncode == 0 else "embedded"
+    return "ngc"
 
 
 def _tensor_config(tensor, label_file: str | None = None) -> TensorConfig:
