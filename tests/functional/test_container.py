@@ -49,6 +49,29 @@ def _ready(port: int) -> bool:
         return False
 
 
+def _scraped(state_dir) -> bool:
+    """Whether a Prometheus started on the state folder (make monitor) sees its target up."""
+    import json
+    import sys
+
+    port = endpoints.free_ports(1)[0]
+    prometheus = [sys.executable, "-m", "tpserve.loadtest", "prometheus"]
+    start = [*prometheus, "start", "--state-dir", str(state_dir), "--port", str(port), "--interval", "1s"]
+    subprocess.run(start, check=True, capture_output=True, timeout=120)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            query = f"http://127.0.0.1:{port}/api/v1/query?query=up"
+            with urllib.request.urlopen(query, timeout=5) as answer:
+                found = json.loads(answer.read())["data"]["result"]
+            if found and all(r["value"][1] == "1" for r in found):
+                return True
+            time.sleep(1)
+        return False
+    finally:
+        subprocess.run([*prometheus, "stop", "--state-dir", str(state_dir)], capture_output=True, timeout=60)
+
+
 def test_the_image_serves_digits_behind_the_edge_survives_a_kill_and_stops_cleanly(image, repo, tmp_path):
     ports = endpoints.free_ports(4)
     state_dir = tmp_path / "state"
@@ -61,6 +84,7 @@ def test_the_image_serves_digits_behind_the_edge_survives_a_kill_and_stops_clean
         for protocol in ("http", "grpc"):
             answer = infer(endpoint_of(state, repo, protocol), "digits_cnn", image_input)
             assert answer.outputs["logits"].shape == (2, 10)
+        assert _scraped(state_dir), "Prometheus on the host scrapes the container's metrics, as make monitor does"
         inner = endpoints.read_state(state_dir / "replica-0")
         kill = f"import os; os.kill({inner.pid}, 9)"  # tritonserver, inside the container (no procps there)
         found.run("exec", name, "python3", "-c", kill)
