@@ -205,17 +205,21 @@ def start(serve: ContainerServe):
     _own_state(state_dir, owner)
     name = "tpserve-" + hashlib.sha256(str(state_dir).encode()).hexdigest()[:12]
     found.run("rm", "-f", name, check=False)
-    found.run(*_run_args(serve, repo, state_dir, owner, name))
+    rootless = found.name == "podman" and os.geteuid() != 0  # ids inside map to the host's only with keep-id
+    found.run(*_run_args(serve, repo, state_dir, owner, name, rootless))
     _write_record(state_dir, {"engine": found.name, "name": name, "image": serve.image})
     _await(found, name, state_dir, serve.timeout_s)
     return read_state(state_dir)
 
 
-def _run_args(serve: ContainerServe, repo: Path, state_dir: Path, owner: tuple[int, int], name: str) -> list[str]:
+def _run_args(
+    serve: ContainerServe, repo: Path, state_dir: Path, owner: tuple[int, int], name: str, rootless: bool = False
+) -> list[str]:
     ports = ["--http-port", serve.http_port, "--grpc-port", serve.grpc_port, "--metrics-port", serve.metrics_port]
     return [
         "run",
         "-d",
+        *(["--userns", "keep-id"] if rootless else []),
         "--name",
         name,
         "--network",
