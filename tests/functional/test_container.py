@@ -85,6 +85,9 @@ def test_the_image_serves_digits_behind_the_edge_survives_a_kill_and_stops_clean
             answer = infer(endpoint_of(state, repo, protocol), "digits_cnn", image_input)
             assert answer.outputs["logits"].shape == (2, 10)
         assert _scraped(state_dir), "Prometheus on the host scrapes the container's metrics, as make monitor does"
+        if found.name == "podman":  # the image's HEALTHCHECK (podman runs it on demand without systemd's timers)
+            assert found.run("healthcheck", "run", name, check=False).returncode == 0
+        assert "Started GRPCInferenceService" in found.run("logs", name).stdout  # the server's logs on stdout
         inner = endpoints.read_state(state_dir / "replica-0")
         kill = f"import os; os.kill({inner.pid}, 9)"  # tritonserver, inside the container (no procps there)
         found.run("exec", name, "python3", "-c", kill)
