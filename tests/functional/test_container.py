@@ -121,10 +121,14 @@ def test_a_repository_of_root_is_refused_with_how_to_fix_it(tmp_path):
     assert not (tmp_path / "state" / container.RECORD).exists()
 
 
-def test_make_stop_stops_the_container_not_a_host_process_of_the_same_pid(image, repo, tmp_path):
+def test_make_status_lists_its_models_and_make_stop_stops_the_container_not_a_host_pid(image, repo, tmp_path):
     ports = endpoints.free_ports(4)
     state_dir = tmp_path / "state"
     container.start(container.ContainerServe(repo, state_dir, *ports, image=image))
+    status = subprocess.run(
+        ["make", "-s", "status", f"STATE_DIR={state_dir}"], capture_output=True, text=True, timeout=120
+    )
+    assert "in the container" in status.stdout and "digits_cnn v1 READY" in status.stdout, status.stdout + status.stderr
     done = subprocess.run(
         ["make", "-s", "stop", f"STATE_DIR={state_dir}"], capture_output=True, text=True, timeout=300, cwd=os.getcwd()
     )

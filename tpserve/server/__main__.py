@@ -460,6 +460,7 @@ def stop_everything(state_dir: Path) -> str:
 def status(state_dir):
     """Show the running server's pid, ports and log."""
     from tpserve.common.endpoints import read_state
+    from tpserve.server import container
     from tpserve.server.cluster import CLUSTER, read_cluster
 
     state = read_state(state_dir)
@@ -474,13 +475,16 @@ def status(state_dir):
     )
     if cluster.recording:
         click.echo(f"  recording the traffic in {cluster.recording}")
+    boxed = container.record(state_dir)
+    if boxed is not None:  # its pids are the container's; its server's own ports take no one but its user
+        click.echo(f"  in the container {boxed['name']} ({boxed['engine']}, image {boxed['image']}); pids inside it")
     for replica in cluster.replicas:
         inner = read_state(state_dir / replica.name)
         click.echo(
             f"  {replica.name}: tritonserver pid {inner.pid}, http {inner.http_url}, grpc {inner.grpc_url}, "
             f"readiness {replica.health_port}, log {inner.log}"
         )
-        click.echo("  " + _models_line(inner))
+        click.echo("  " + _models_line(state if boxed is not None else inner))
 
 
 def _models_line(state) -> str:
