@@ -21,6 +21,7 @@ def hold(state_dir: Path, stop, poll_s: float = 0.5) -> int:
     logs = _Logs(state_dir)
     while not asked.is_set():
         logs.copy_new()
+        _reap_orphans()
         if not any(alive(pid) for pid in supervisor_pids(state_dir)):
             logs.copy_new()
             print("foreground: the supervisor ended; stopping what is left", flush=True)
@@ -31,6 +32,24 @@ def hold(state_dir: Path, stop, poll_s: float = 0.5) -> int:
     stop(state_dir)
     logs.copy_new()
     return 0
+
+
+def _reap_orphans() -> None:
+    """As a container's first process, collect the exit of every orphan handed to it (a stub whose tritonserver was
+    killed), which would otherwise stay a zombie; the supervisor's own pid is read through its record, not waited."""
+    import os
+
+    if os.getpid() != 1:
+        return
+    watched = set()
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0 or pid in watched:
+            return
+        watched.add(pid)
 
 
 def supervisor_pids(state_dir: Path) -> list[int]:
