@@ -21,6 +21,9 @@ from tpserve.server import container
 pytestmark = pytest.mark.functional
 
 WHY_NOT = container.no_engine_reason()
+ZOMBIES = (  # run inside the container (no procps there): how many of its processes are zombies
+    "import glob; print(sum(open(p).read().split(')')[-1].split()[0] == 'Z' for p in glob.glob('/proc/[0-9]*/stat')))"
+)
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +100,10 @@ def test_the_image_serves_digits_behind_the_edge_survives_a_kill_and_stops_clean
         while time.monotonic() < deadline and not _ready(ports[3]):
             time.sleep(0.5)
         assert infer(endpoint_of(state, repo, "grpc"), "digits_cnn", image_input).outputs["logits"].shape == (2, 10)
+        zombies = ZOMBIES
+        while time.monotonic() < deadline and found.run("exec", name, "python3", "-c", zombies).stdout.strip() != "0":
+            time.sleep(0.5)  # the stubs of the killed server, orphaned: reaped by the container's first process
+        assert found.run("exec", name, "python3", "-c", zombies).stdout.strip() == "0"
         shared = [str(p) for p in state_dir.rglob("*") if p.stat().st_mode & 0o077 and not p.is_symlink()]
         assert shared == [], "files or folders other users can read"
     finally:
