@@ -17,6 +17,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from tpserve.common.wheel import project_wheel as _project_wheel
 from tpserve.paths import CHECKOUT
 
 from tpserve.common.cli import step
@@ -129,19 +130,6 @@ def _download_wheels(dest: Path, python: str, names: list[str], project: bool = 
     )
     if project:
         _project_wheel(dest)
-
-
-def _project_wheel(dest: Path) -> None:
-    """This project's wheel into dest; the build/ folder setuptools leaves in the checkout goes, unless it was there."""
-    root = CHECKOUT
-    left = root / "build"
-    existed = left.exists()
-    try:
-        pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), str(root)]
-        subprocess.run(pip, check=True)
-    finally:
-        if not existed:
-            shutil.rmtree(left, ignore_errors=True)
 
 
 def make_bundle(out: Path, python: str) -> tuple[Path, Path]:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from tpserve.common.cli import step
 from tpserve.common.errors import ServerError
+from tpserve.common.wheel import project_wheel
 from tpserve.paths import CHECKOUT, TOOLS
 
 IMAGE = "localhost/tpserve-server:latest"
@@ -144,20 +145,12 @@ def _context() -> Path:
     for source in (REQUIREMENTS, CONSTRAINTS):
         shutil.copy2(source, wheels / source.name)
     shutil.rmtree(project, ignore_errors=True)
-    _pip(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "-w",
-            str(project),
-            str(CHECKOUT),
-        ]
-    )
+    try:
+        project_wheel(project)  # the checkout left as it was (no build/ behind)
+    except subprocess.CalledProcessError as err:
+        raise ServerError(
+            f"building this project's wheel failed (exit {err.returncode}); pip's output is above"
+        ) from err
     return CONTEXT
 
 

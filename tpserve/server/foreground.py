@@ -70,7 +70,8 @@ class _Logs:
     name in front."""
 
     def __init__(self, state_dir: Path):
-        self.state_dir, self.read = state_dir, {}
+        self.state_dir = state_dir
+        self.read: dict[Path, int] = {}
 
     def copy_new(self) -> None:
         for path in sorted(self.state_dir.rglob("*.log")):

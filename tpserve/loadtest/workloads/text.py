@@ -228,7 +228,9 @@ def spec_ids_range(spec, model_plan=None) -> tuple[int, int] | None:
     (then BERT-like ids)."""
     if spec is None:
         checks = model_plan.checks if model_plan is not None else None
-        names = [t.name for t in model_plan.inputs if not t.optional] if checks is not None else []
+        if checks is None:
+            return None
+        names = [t.name for t in model_plan.inputs if not t.optional]
         ids = [checks.ranges[n] for n in names if n in checks.ranges and not _mask_or_segment(n)]
         return (int(ids[0][0]), int(ids[0][1])) if ids else None
     for tensor in spec.inputs:
@@ -248,7 +250,9 @@ def _axis_range(spec, model_plan) -> tuple[int, int | None] | None:
     if axes:
         return spec.axis_range(axes[0])
     checks = model_plan.checks if spec is None and model_plan is not None else None
-    first = next((t.name for t in model_plan.inputs if not t.optional), None) if checks is not None else None
+    if checks is None:
+        return None
+    first = next((t.name for t in model_plan.inputs if not t.optional), None)
     named = [a for a in checks.axes.get(first, []) if a is not None] if first else []
     return tuple(checks.lengths.get(named[0], (1, None))) if named else None
 
