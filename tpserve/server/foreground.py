@@ -41,15 +41,13 @@ def _reap_orphans() -> None:
 
     if os.getpid() != 1:
         return
-    watched = set()
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
+        except ChildProcessError:  # no child left
             return
-        if pid == 0 or pid in watched:
+        if pid == 0:  # none has ended
             return
-        watched.add(pid)
 
 
 def supervisor_pids(state_dir: Path) -> list[int]:

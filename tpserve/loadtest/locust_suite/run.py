@@ -366,7 +366,7 @@ def unmeasurable(ep, run: LocustRun, served) -> dict[str, str]:
             try:
                 described.require_protocol(ep.protocol)
                 if run.input_data:  # checked before any user starts, as perf_analyzer reads it
-                    given_rows(Path(run.input_data), described, run.batch if described.batching else 1)
+                    given_rows(Path(run.input_data), described, run.batch)
                 else:
                     plan_inputs(described, run.batch, run.shapes, served.spec(model))
             except NotMeasurable as err:

@@ -134,14 +134,13 @@ def input_data_file(
 
     with ep.client() as client:
         model_plan = plan(client, model, ep.headers)
-    if data is not None:
-        given_rows(data, model_plan, batch)  # checked before anything is measured, as Locust reads it
-        if data.suffix == ".json":
-            return data
+    rows = given_rows(data, model_plan, batch) if data is not None else None  # checked first, as Locust reads it
+    if data is not None and data.suffix == ".json":
+        return data
     fixed = all(t.datatype in ("FP32", "FP16") and -1 not in t.dims for t in model_plan.inputs)
-    if data is None and fixed and not shapes:
+    if rows is None and fixed and not shapes:
         return None
-    rows = given_rows(data, model_plan, batch) if data else [plan_inputs(model_plan, 1, shapes, spec)]
+    rows = rows or [plan_inputs(model_plan, 1, shapes, spec)]
     entries = [_perf_entry(row, model_plan) for row in rows]  # one per row: perf_analyzer forms its batches
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"data": entries}))

@@ -84,3 +84,16 @@ def answer_apart(requests, refusals: list, execute, pb_utils):
     for request, response in zip(live, answers or []):
         request.get_response_sender().send(response, flags=final)
     return None
+
+
+def answer_checked(requests, read, checks, batching: bool, execute, pb_utils, *, seen=lambda inputs: inputs):
+    """execute(requests, inputs) for the requests whose inputs fit the model's declaration (checks: InputChecks, or
+    None for none); each other one answered alone with why, unrun. read(request) gives a request's inputs, read
+    once; seen(inputs) is what checks reads of them (name -> array-like)."""
+    inputs = {id(r): read(r) for r in requests}
+    refusals: list = [None] * len(requests)
+    if checks is not None:
+        invalid = pb_utils.TritonError.INVALID_ARG
+        whys = (checks.why_not(seen(inputs[id(r)]), batching) for r in requests)
+        refusals = [(invalid, why) if why else None for why in whys]
+    return answer_apart(requests, refusals, lambda live: execute(live, [inputs[id(r)] for r in live]), pb_utils)

@@ -20,7 +20,7 @@ sys.path[:0] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if
 import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
-from tpserve.triton_models.python_backend.cancelled_calls import answer_apart, serve_live  # noqa: E402
+from tpserve.triton_models.python_backend.cancelled_calls import answer_checked, serve_live  # noqa: E402
 
 
 class TritonPythonModel:
@@ -59,14 +59,7 @@ class TritonPythonModel:
     def _checked(self, requests):
         """_execute for the requests whose inputs fit the model's declaration; each other one answered alone with
         why, before anything runs (the in-process paths' messages). Each request's inputs are read once."""
-        feeds = {id(r): self._feeds(r) for r in requests}
-        refusals = [None] * len(requests)
-        if self.checks is not None:
-            invalid = pb_utils.TritonError.INVALID_ARG
-            whys = (self.checks.why_not(feeds[id(r)], self.batching) for r in requests)
-            refusals = [(invalid, why) if why else None for why in whys]
-        run = lambda live: self._execute(live, [feeds[id(r)] for r in live])  # noqa: E731
-        return answer_apart(requests, refusals, run, pb_utils)
+        return answer_checked(requests, self._feeds, self.checks, self.batching, self._execute, pb_utils)
 
     def _execute(self, requests, feeds):
         if self.ragged and len(feeds) > 1 and self._answer_ragged(requests, feeds):

@@ -20,7 +20,7 @@ sys.path[:0] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if
 import torch  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
-from tpserve.triton_models.python_backend.cancelled_calls import CancelledCalls, answer_apart, serve_live  # noqa: E402
+from tpserve.triton_models.python_backend.cancelled_calls import CancelledCalls, answer_checked, serve_live  # noqa: E402
 from tpserve.triton_models.runtime import torch_runtime as rt  # noqa: E402
 from tpserve.triton_models.runtime.input_checks import PARAMETER, InputChecks  # noqa: E402
 from tpserve.triton_models.runtime.ragged_runner import STATS_VARIABLE  # noqa: E402
@@ -47,14 +47,10 @@ class TritonPythonModel:
         """_execute for the requests whose inputs fit the model's declaration; each other one answered alone with
         why, before the module runs (the words of the ONNX Runtime and in-process paths)."""
         names = self.serving.input_names
-        feeds = {id(r): [rt.from_triton(pb_utils.get_input_tensor_by_name(r, n)) for n in names] for r in requests}
-        refusals = [None] * len(requests)
-        if self.checks is not None:
-            invalid = pb_utils.TritonError.INVALID_ARG
-            whys = (self.checks.why_not(_as_arrays(names, feeds[id(r)]), self.batching) for r in requests)
-            refusals = [(invalid, why) if why else None for why in whys]
-        run = lambda live: self._execute([feeds[id(r)] for r in live])  # noqa: E731
-        return answer_apart(requests, refusals, run, pb_utils)
+        read = lambda r: [rt.from_triton(pb_utils.get_input_tensor_by_name(r, n)) for n in names]  # noqa: E731
+        seen = lambda tensors: _as_arrays(names, tensors)  # noqa: E731
+        execute = lambda _live, feeds: self._execute(feeds)  # noqa: E731
+        return answer_checked(requests, read, self.checks, self.batching, execute, pb_utils, seen=seen)
 
     def _execute(self, feeds):
         results = self.serving.run(feeds)
