@@ -77,6 +77,59 @@ def envoy_bench(model, protocols, concurrency, interval_ms, out, state_dir):
     click.echo(f"report: {out}/envoy.md")
 
 
+@cli.command("edge-cost")
+@click.option("--model", default="digits_cnn", show_default=True)
+@click.option("--protocols", default="grpc http", show_default=True)
+@click.option("--concurrency", default="1 4", show_default=True)
+@click.option("--rounds", type=int, default=3, show_default=True, help="Alternated rounds; medians are reported.")
+@click.option("--interval-ms", type=int, default=2000, show_default=True, help="perf_analyzer measurement window.")
+@click.option("--ablation/--no-ablation", default=True, show_default=True, help="Also the stripped copies of the edge.")
+@click.option("--host-label", default="this host", show_default=True, help="Names the host in the report.")
+@click.option("--out", type=click.Path(path_type=Path), default=None)
+@options.STATE_DIR
+@user_errors
+def edge_cost(model, protocols, concurrency, rounds, interval_ms, ablation, host_label, out, state_dir):
+    """The edge `make serve` puts in front against tritonserver's own port, and where its cost goes (copies of its
+    Envoy stripped step by step), in alternated rounds (benchmarks/edge_cost.py)."""
+    import json
+
+    from benchmarks import edge_cost as bench
+    from tpserve.loadtest.perf.tools import find_perf_analyzer
+    from tpserve.server.cluster import envoy_binary
+
+    config = state_dir / "envoy.json"
+    if not config.exists() or not (state_dir / "replica-0").is_dir():
+        raise click.ClickException(f"no server behind the edge in {state_dir}: start one with `make serve`")
+    out = out or Path("reports") / time.strftime("edge-cost-%Y%m%d-%H%M%S")
+    served = json.loads(config.read_text())
+    copies = []
+    try:
+        for variant in bench.VARIANTS if ablation else ():
+            copies.append(bench.start_copy(served, variant, out / "copies", envoy_binary()))
+        rows = bench.measure(
+            state_dir,
+            model,
+            protocols.split(),
+            numbers(concurrency),
+            rounds,
+            find_perf_analyzer(),
+            out,
+            copies,
+            measurement_ms=interval_ms,
+            stability_percent=50.0,
+            max_trials=10,
+        )
+    finally:
+        for running in copies:
+            bench.stop_copy(running)
+    header = (
+        f"{host_label}, {time.strftime('%Y-%m-%d')}, {model}, {rounds} alternated rounds, medians; "
+        f"`python -m benchmarks edge-cost --model {model} --rounds {rounds}` against `make serve`."
+    )
+    click.echo(bench.write(bench.compare(rows), rows, out, header))
+    click.echo(f"report: {out}/edge_cost.md")
+
+
 @cli.command("record-bench")
 @options.REPO
 @click.option("--models", default="digits_cnn", show_default=True, help="Measured as `loadtest perf` measures them.")

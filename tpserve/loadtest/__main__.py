@@ -563,9 +563,16 @@ def report(run, compare, repo, prometheus_url, state_dir):
     "inductor_u8_unstaged inductor_u8_inproc.",
 )
 @click.option("--quick", is_flag=True, help="Compiled fp16 and served rows only (no CPU/eager rows, bf16, cold start).")
+@click.option(
+    "--direct/--no-direct",
+    default=True,
+    show_default=True,
+    help="Each served row also at tritonserver's own port, beside the edge's figure (served is always through the "
+    "edge, as `server start` serves).",
+)
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
-def gpu_bench(model, gpu_batch, cpu_batch, served_points, instances, interval_ms, max_batch, served, quick, out):
+def gpu_bench(model, gpu_batch, cpu_batch, served_points, instances, interval_ms, max_batch, served, quick, direct, out):
     """CPU vs GPU vs TensorRT vs compiled engines for MODEL, in-process and served, in one run."""
     from tpserve.loadtest.benches import gpu_bench as bench
 
@@ -583,6 +590,7 @@ def gpu_bench(model, gpu_batch, cpu_batch, served_points, instances, interval_ms
         max_batch=max_batch,
         served=rows,
         quick=quick,
+        direct=direct,
     )
     bench.run(settings, out)
     click.echo((out / "gpu_bench.md").read_text())
@@ -645,6 +653,13 @@ def gpu_bench(model, gpu_batch, cpu_batch, served_points, instances, interval_ms
     help="Triton's p50/p90/p99 summaries per model (off: the p99 the alert rules read is the in-process backend's "
     "own histogram).",
 )
+@click.option(
+    "--direct/--no-direct",
+    default=True,
+    show_default=True,
+    help="Each served point also at tritonserver's own port, beside the edge's figure (the served path is always "
+    "`server start`'s: through the edge).",
+)
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
 def text_bench(
@@ -665,6 +680,7 @@ def text_bench(
     python_path_too,
     queue_delay_us,
     latency_summaries,
+    direct,
     out,
 ):
     """A text model in-process and served (ids and raw text), over length distributions, in one run."""
@@ -689,6 +705,7 @@ def text_bench(
         python_too=python_path_too,
         queue_delay_us=queue_delay_us,
         latency_summaries=latency_summaries,
+        direct=direct,
     )
     bench.run(settings, out)
     click.echo((out / "text_bench.md").read_text())

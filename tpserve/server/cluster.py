@@ -16,6 +16,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import KW_ONLY, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -68,6 +70,7 @@ class ClusterSettings:
     internal_http_port: int = 0  # single: tritonserver's own HTTP port behind Envoy (0: a free one)
     record: RecordSettings | None = None  # record the traffic at the edge (HTTP and gRPC both go through Envoy)
     tuning: launcher.TritonTuning = launcher.TritonTuning()  # every replica's tritonserver knobs
+    ragged_stats: Path | None = None  # where ragged models write their per-batch statistics (text-bench reads them)
 
     @property
     def internal(self) -> tuple[str, ...]:
@@ -229,6 +232,7 @@ def _start_replica(settings: ClusterSettings, index: int, env: dict) -> Replica:
         tuning=settings.tuning,
         cancelled_calls=cancelled_calls(settings.state_dir),
         backlog_slot=index,
+        ragged_stats=settings.ragged_stats,
     )
     start_supervised(replica_settings, health, drain=settings.balancing.drain_seconds, env=env)
     return Replica(f"replica-{index}", http, grpc, health, settings.host, str(folder.absolute() / HEALTH_SOCKET))
@@ -499,3 +503,29 @@ def stop_cluster(state_dir: Path) -> bool:
     path.unlink(missing_ok=True)
     (state_dir / endpoints.STATE).unlink(missing_ok=True)
     return True
+
+
+@contextmanager
+def served_as_started(
+    repo: Path, state_dir: Path, **options
+) -> Iterator[tuple[launcher.ServerState, launcher.ServerState]]:
+    """One supervised server behind the edge on free 127.0.0.1 ports, as `server start` serves by default, for the
+    length of a with block: yields (front, direct), the edge's state (the ports clients use) and tritonserver's own
+    (the figure beside it); always stopped. options: other ClusterSettings fields (startup_timeout, tuning, ...)."""
+    http_port, grpc_port, metrics_port, health_port = endpoints.free_ports(4)
+    settings = ClusterSettings(
+        repo,
+        replicas=1,
+        single=True,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        admin_port=metrics_port,
+        health_port=health_port,
+        state_dir=state_dir,
+        **options,
+    )
+    start_cluster(settings)
+    try:
+        yield endpoints.read_state(state_dir), endpoints.read_state(state_dir / "replica-0")
+    finally:
+        stop_cluster(state_dir)

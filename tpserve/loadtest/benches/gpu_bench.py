@@ -38,6 +38,8 @@ class BenchRow:
     served_b1_p50_ms: float | None = None
     served_tput: float | None = None
     served_setup: str = ""
+    direct_b1_p50_ms: float | None = None  # the same points at tritonserver's own port (served goes through the edge)
+    direct_tput: float | None = None
     note: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -239,17 +241,24 @@ def markdown(rows: list[BenchRow], header: str) -> str:
         header,
         "",
         "| runtime | in-process batch 1 (ms) | in-process img/s (batch) | served batch-1 p50 (ms) "
-        "| served img/s | served / in-process | served setup | note |",
-        "|" + "---|" * 8,
+        "| served img/s | served / in-process | at tritonserver's own port: batch-1 p50 ms, img/s | served setup "
+        "| note |",
+        "|" + "---|" * 9,
     ]
     for r in rows:
         batch = f" ({r.inproc_batch})" if r.inproc_batch else ""
         lines.append(
             f"| {r.runtime} | {fmt(r.inproc_b1_ms, '.2f')} | {fmt(r.inproc_tput, ',.0f')}{batch} | "
             f"{fmt(r.served_b1_p50_ms, '.2f')} | {fmt(r.served_tput, ',.0f')} | {fmt(r.efficiency, '.2f')} | "
-            f"{r.served_setup} | {r.note} |"
+            f"{_direct(r, fmt)} | {r.served_setup} | {r.note} |"
         )
     return "\n".join(lines)
+
+
+def _direct(row: BenchRow, fmt) -> str:
+    if row.direct_b1_p50_ms is None and row.direct_tput is None:
+        return "—"
+    return f"{fmt(row.direct_b1_p50_ms, '.2f')}, {fmt(row.direct_tput, ',.0f')}"
 
 
 def plot(rows: list[BenchRow], path: Path) -> Path:
@@ -284,6 +293,7 @@ class BenchSettings:
     max_batch: int = 0  # the served models' max batch (0: gpu_batch); the compiled rows measure up to it
     served: tuple[str, ...] = ()  # served rows (runtime names); empty: every servable one
     quick: bool = False  # only the compiled fp16 rows and the served ones: no CPU/eager rows, no bf16, no cold start
+    direct: bool = True  # each served row also at tritonserver's own port, beside the edge's figure
 
 
 def _served_variants(spec, work: Path, repo: Path, settings: BenchSettings) -> dict:
@@ -438,7 +448,7 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
 
     from tpserve.builders.spec import zoo
     from tpserve.loadtest.perf.tools import find_perf_analyzer
-    from tpserve.server.triton.launcher import running
+    from tpserve.server.cluster import served_as_started
 
     spec = zoo.get_spec(settings.model, max_batch_size=max(settings.max_batch, settings.gpu_batch))
     spec = dataclasses.replace(spec, validation_batch_sizes=(1, 2))
@@ -474,8 +484,9 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
         )
         rows.insert(rows.index(graphs) + 1, extra_row)
     analyzer = find_perf_analyzer()
-    with running(repo, out / "state", startup_timeout=600) as state:
+    with served_as_started(repo, out / "state", startup_timeout=600) as (state, inner):  # `server start`'s path
         eps = {protocol: state.endpoint(protocol, repo) for protocol in ("grpc", "http")}
+        direct = {protocol: inner.endpoint(protocol, repo) for protocol in ("grpc", "http")}
         for row in rows:
             if row.runtime in variants:
                 step(f"gpu-bench: served {row.runtime} ({variants[row.runtime]})")
@@ -485,6 +496,11 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
                     eps, analyzer, variants[row.runtime], gpu, settings, out / "raw"
                 )
                 row.extra["points"] = points
+                if settings.direct:
+                    row.direct_b1_p50_ms, row.direct_tput, _, alone, _ = _measure_served(
+                        direct, analyzer, variants[row.runtime], gpu, settings, out / "raw" / "direct"
+                    )
+                    row.extra["direct_points"] = alone
                 _same_batch(row, rows, batch)
                 _write(rows, out, settings, csv)  # as results come: a run cut short keeps what it measured
     for name in () if settings.quick else (COMPILED_U8, COMPILED):

@@ -60,6 +60,7 @@ class TextBenchSettings:
     text: bool = True  # the rows served from raw text
     python_too: bool = False  # GPU: the same engine through Python's per-batch path (native_path 0) served beside
     latency_summaries: bool = True  # Triton's p99 summaries (off: the alert rules' p99 is the backend's histogram)
+    direct: bool = True  # each served point also at tritonserver's own port, beside the edge's figure
 
 
 def for_device(settings: TextBenchSettings, gpu: bool) -> TextBenchSettings:
@@ -88,6 +89,8 @@ class TextRow:
     mean_batch: float | None = None
     padding_efficiency: float | None = None
     gpu_mib: float | None = None
+    direct_sentences_s: float | None = None  # the same point at tritonserver's own port (served rows go through the edge)
+    direct_p50_ms: float | None = None
     note: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -622,10 +625,11 @@ def _metadata(client, model: str) -> dict:
 
 
 def served_rows(
-    settings, eps: dict, analyzer, models: dict, lengths: np.ndarray, label: str, stats, raw: Path
+    settings, eps: dict, analyzer, models: dict, lengths: np.ndarray, label: str, stats, raw: Path, direct=None
 ) -> list[TextRow]:
     """Every served point of one length distribution: ids (per_request and single sentences, these over gRPC and
-    HTTP), text, before. eps: the server's Endpoint per protocol (gRPC's unless a point says)."""
+    HTTP), text, before. eps: the edge's Endpoint per protocol (gRPC's unless a point says); direct: tritonserver's
+    own, measured after each point and reported beside it (None: not)."""
     window = settings.interval_ms
     engine = models["engine"]
     points = [
@@ -682,7 +686,17 @@ def served_rows(
                 for c in settings.single_concurrency[:1]
                 for protocol in (SINGLE_PROTOCOLS if key == "echo" else ("grpc",))
             ]
-    return [_safe_point(p, eps[p.protocol], analyzer, lengths, label, stats, raw) for p in points]
+    return [_beside(p, eps, direct, analyzer, lengths, label, stats, raw) for p in points]
+
+
+def _beside(point, eps: dict, direct: dict | None, analyzer, lengths, label, stats, raw) -> TextRow:
+    """The point through the edge (the default path's figure), then at tritonserver's own port: its sentences/s
+    and p50 go beside the edge's in the same row."""
+    row = _safe_point(point, eps[point.protocol], analyzer, lengths, label, stats, raw)
+    if direct is not None:
+        alone = _safe_point(point, direct[point.protocol], analyzer, lengths, label, stats, raw / "direct")
+        row.direct_sentences_s, row.direct_p50_ms = alone.sentences_s, alone.p50_ms
+    return row
 
 
 def _safe_point(point, ep, analyzer, lengths, label, stats, raw) -> TextRow:
@@ -744,8 +758,9 @@ def accuracy_rows(ep, models: dict, reference, tokenizer: Path | None, label: st
     return rows
 
 
-def latency_rows(settings, state, repo: Path, analyzer, models: dict, stats, raw: Path) -> list[TextRow]:
-    """One 32-token sentence per request, concurrency 1: p50 from ids and from text, over gRPC and over HTTP."""
+def latency_rows(settings, eps: dict, analyzer, models: dict, stats, raw: Path, direct=None) -> list[TextRow]:
+    """One 32-token sentence per request, concurrency 1: p50 from ids and from text, over gRPC and over HTTP;
+    through the edge (eps), tritonserver's own port (direct) beside."""
     one = tw.Lengths(fixed=32).sample(256)
     label = "one sentence of 32 tokens"
     window = settings.interval_ms
@@ -778,8 +793,8 @@ def latency_rows(settings, state, repo: Path, analyzer, models: dict, stats, raw
             continue
         other = models[key]
         points.append(Point(path=path, model=other, encoder=other, per_request=1, concurrency=1, interval_ms=window))
-    endpoints = [state.endpoint(protocol, repo) for protocol in ("grpc", "http")]
-    return [_safe_point(p, ep, analyzer, one, label, stats, raw) for p in points for ep in endpoints]
+    over = [dataclasses.replace(p, protocol=protocol) for p in points for protocol in ("grpc", "http")]
+    return [_beside(p, eps, direct, analyzer, one, label, stats, raw) for p in over]
 
 
 def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
@@ -787,7 +802,8 @@ def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
     import torch
 
     from tpserve.loadtest.perf.tools import find_perf_analyzer
-    from tpserve.server.triton.launcher import TritonTuning, running
+    from tpserve.server.cluster import served_as_started
+    from tpserve.server.triton.launcher import TritonTuning
 
     gpu = torch.cuda.is_available()
     settings = for_device(settings, gpu)
@@ -803,16 +819,20 @@ def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
     stats = RaggedStats(out / "ragged_stats")
     analyzer = find_perf_analyzer()
     tuning = TritonTuning(latency_summaries=settings.latency_summaries)
-    with running(repo, out / "state", startup_timeout=900, ragged_stats=stats.folder, tuning=tuning) as state:
+    serving = served_as_started(repo, out / "state", startup_timeout=900, ragged_stats=stats.folder, tuning=tuning)
+    with serving as (state, inner):  # as `server start` serves: through the edge, its own port beside
         eps = {protocol: state.endpoint(protocol, repo) for protocol in PROTOCOLS}
+        direct = {protocol: inner.endpoint(protocol, repo) for protocol in PROTOCOLS} if settings.direct else None
         ep = eps["grpc"]
         reference = _reference(work / spec.name / "model.pt2")
         rows += accuracy_rows(ep, models, reference, settings.tokenizer or _default_tokenizer(), "")
-        rows += latency_rows(settings, state, repo, analyzer, models, stats, out / "raw")
+        rows += latency_rows(settings, eps, analyzer, models, stats, out / "raw", direct)
         _write(rows, out, settings, spec)
         for workload in workloads:
             lengths = workload.sample(settings.sentences)
-            rows += served_rows(settings, eps, analyzer, models, lengths, workload.describe(), stats, out / "raw")
+            rows += served_rows(
+                settings, eps, analyzer, models, lengths, workload.describe(), stats, out / "raw", direct
+            )
             _write(rows, out, settings, spec)  # as results come: a run cut short keeps what it measured
         _keep_metrics(state, out / "metrics.txt")
     return rows
@@ -881,18 +901,27 @@ def markdown(rows: list[TextRow], header: str) -> str:
         header,
         "",
         "| path | runtime / model | lengths | sentences per request | concurrency | sentences/s | tokens/s | p50 ms "
-        "| p99 ms | mean batch (rows) | padding efficiency | GPU MiB | note |",
-        "|" + "---|" * 13,
+        "| p99 ms | at tritonserver's own port: sentences/s, p50 ms | mean batch (rows) | padding efficiency "
+        "| GPU MiB | note |",
+        "|" + "---|" * 14,
     ]
     for r in rows:
         lines.append(
             f"| {r.path} | {r.runtime} | {r.lengths} | {r.per_request or '—'} "
             f"| {r.concurrency or '—'} | "
             f"{fmt(r.sentences_s, ',.0f')} | {fmt(r.tokens_s, ',.0f')} | {fmt(r.p50_ms, '.2f')} | "
-            f"{fmt(r.p99_ms, '.2f')} | "
+            f"{fmt(r.p99_ms, '.2f')} | {_direct(r)} | "
             f"{fmt(r.mean_batch, '.1f')} | {fmt(r.padding_efficiency, '.2f')} | {fmt(r.gpu_mib, ',.0f')} | {r.note} |"
         )
     return "\n".join(lines)
+
+
+def _direct(row: TextRow) -> str:
+    if row.direct_sentences_s is None and row.direct_p50_ms is None:
+        return "—"
+    rate = "—" if row.direct_sentences_s is None else f"{row.direct_sentences_s:,.0f}"
+    p50 = "—" if row.direct_p50_ms is None else f"{row.direct_p50_ms:.2f}"
+    return f"{rate}, {p50}"
 
 
 def plot(rows: list[TextRow], path: Path) -> Path:
