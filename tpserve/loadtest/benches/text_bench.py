@@ -22,6 +22,7 @@ import dataclasses
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,7 +90,9 @@ class TextRow:
     mean_batch: float | None = None
     padding_efficiency: float | None = None
     gpu_mib: float | None = None
-    direct_sentences_s: float | None = None  # the same point at tritonserver's own port (served rows go through the edge)
+    direct_sentences_s: float | None = (
+        None  # the same point at tritonserver's own port (served rows go through the edge)
+    )
     direct_p50_ms: float | None = None
     note: str = ""
     extra: dict = field(default_factory=dict)
@@ -626,10 +629,10 @@ def _metadata(client, model: str) -> dict:
 
 def served_rows(
     settings, eps: dict, analyzer, models: dict, lengths: np.ndarray, label: str, stats, raw: Path, direct=None
-) -> list[TextRow]:
+) -> Iterator[TextRow]:
     """Every served point of one length distribution: ids (per_request and single sentences, these over gRPC and
     HTTP), text, before. eps: the edge's Endpoint per protocol (gRPC's unless a point says); direct: tritonserver's
-    own, measured after each point and reported beside it (None: not)."""
+    own, measured after each point and reported beside it (None: not). Yields each row as it is measured."""
     window = settings.interval_ms
     engine = models["engine"]
     points = [
@@ -686,7 +689,8 @@ def served_rows(
                 for c in settings.single_concurrency[:1]
                 for protocol in (SINGLE_PROTOCOLS if key == "echo" else ("grpc",))
             ]
-    return [_beside(p, eps, direct, analyzer, lengths, label, stats, raw) for p in points]
+    for point in points:
+        yield _beside(point, eps, direct, analyzer, lengths, label, stats, raw)
 
 
 def _beside(point, eps: dict, direct: dict | None, analyzer, lengths, label, stats, raw) -> TextRow:
@@ -830,10 +834,12 @@ def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
         _write(rows, out, settings, spec)
         for workload in workloads:
             lengths = workload.sample(settings.sentences)
-            rows += served_rows(
+            measured = served_rows(
                 settings, eps, analyzer, models, lengths, workload.describe(), stats, out / "raw", direct
             )
-            _write(rows, out, settings, spec)  # as results come: a run cut short keeps what it measured
+            for row in measured:
+                rows.append(row)
+                _write(rows, out, settings, spec)  # as results come: a run cut short keeps what it measured
         _keep_metrics(state, out / "metrics.txt")
     return rows
 
