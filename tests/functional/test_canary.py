@@ -114,7 +114,10 @@ def test_a_build_failing_5_percent_is_rolled_back_and_only_its_own_answers_faile
         rollout(RolloutRequest(model="digits_cnn", source=root / "faulty", state_dir=settings.state_dir, share=PLAN))
     event = read_manifest(root / "repo")["models"]["digits_cnn"]["history"][-1]
     last = event["steps"][-1]
-    assert event["status"] == "rolled back" and last["percent"] == 10 and last["seconds"] <= 10
+    # rolled back at the first step whose share saw the build's errors (10% where the host serves it 20 single-row
+    # requests within the hold; a busy host may need the 50% step), never promoted to all the traffic
+    assert event["status"] == "rolled back" and last["percent"] < 100 and last["seconds"] <= 10
+    assert last["candidate"]["failed"] >= 1 and all(s["candidate"]["failed"] == 0 for s in event["steps"][:-1])
     failures = load.failures()
     assert all("injected fault" in f[3] and f[0] == "http" for f in failures), failures[:3]
     assert 1 <= len(failures) <= last["candidate"]["failed"] + 1  # + 1: one answered as the share went to 0
