@@ -184,6 +184,8 @@ def test_text_bench_rows_round_trip_through_csv_and_plot(tmp_path):
             mean_batch=100.0,
             padding_efficiency=0.7,
             gpu_mib=4.0,
+            direct_sentences_s=1200.0,
+            direct_p50_ms=1.5,
         ),
         TextRow(
             path="served ids",
@@ -201,15 +203,17 @@ def test_text_bench_rows_round_trip_through_csv_and_plot(tmp_path):
         writer.writeheader()
         writer.writerows({k: v for k, v in dataclasses.asdict(r).items() if k != "extra"} for r in rows)
     back = rows_from_csv(path)
-    assert [(r.per_request, r.concurrency, r.sentences_s, r.mean_batch) for r in back] == [
-        (0, 0, 1000.0, None),
-        (32, 64, 900.0, 100.0),
-        (1, 1, 500.0, None),
+    assert [(r.per_request, r.concurrency, r.sentences_s, r.mean_batch, r.direct_p50_ms) for r in back] == [
+        (0, 0, 1000.0, None, None),
+        (32, 64, 900.0, 100.0, 1.5),
+        (1, 1, 500.0, None, None),
     ]
+    table = markdown(back, "# t")  # through the edge first, tritonserver's own port beside
     assert (
-        "| served ids | m | lognormal, median 40 tokens | 32 | 64 | 900 | 48,600 | 2.00 | 5.00 | 100.0 | 0.70 | 4 |"
-        in markdown(back, "# t")
+        "| served ids | m | lognormal, median 40 tokens | 32 | 64 | 900 | 48,600 | 2.00 | 5.00 | 1,200, 1.50 | 100.0 "
+        "| 0.70 | 4 |" in table
     )
+    assert "| served ids | m | all 32 tokens | 1 | 1 | 500 | — | 1.90 | — | — |" in table
     pytest.importorskip("matplotlib")
     assert plot(back, tmp_path / "t.png").stat().st_size > 0
 
