@@ -118,7 +118,7 @@ def variant_config(served: dict, variant: Variant, http_port: int, grpc_port: in
             for group in cluster["load_assignment"]["endpoints"]:
                 for endpoint in group["lb_endpoints"]:
                     endpoint["endpoint"].pop("health_check_config", None)
-    config.pop("overload_manager", None) if variant.plain_cluster else None
+        config.pop("overload_manager", None)
     return config
 
 

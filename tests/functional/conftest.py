@@ -77,19 +77,7 @@ def served(tmp_path_factory, digits_build):
 def behind_edge(repo: Path, state_dir: Path, record=None, **edge):
     """ClusterSettings of one supervised server behind the edge (what `make serve` starts), on free ports;
     edge: EdgeLimits fields (echo_reading=True for the differential test); record: a RecordSettings."""
-    from tpserve.server.cluster import ClusterSettings
+    from tpserve.server.cluster import one_behind_edge
     from tpserve.server.edge.request_checks import EdgeLimits
 
-    http_port, grpc_port, metrics_port, health_port = endpoints.free_ports(4)
-    return ClusterSettings(
-        repo,
-        replicas=1,
-        http_port=http_port,
-        grpc_port=grpc_port,
-        admin_port=metrics_port,
-        state_dir=state_dir,
-        single=True,
-        health_port=health_port,
-        edge=EdgeLimits(**edge),
-        record=record,
-    )
+    return one_behind_edge(repo, state_dir, edge=EdgeLimits(**edge), record=record)

@@ -505,15 +505,11 @@ def stop_cluster(state_dir: Path) -> bool:
     return True
 
 
-@contextmanager
-def served_as_started(
-    repo: Path, state_dir: Path, **options
-) -> Iterator[tuple[launcher.ServerState, launcher.ServerState]]:
-    """One supervised server behind the edge on free 127.0.0.1 ports, as `server start` serves by default, for the
-    length of a with block: yields (front, direct), the edge's state (the ports clients use) and tritonserver's own
-    (the figure beside it); always stopped. options: other ClusterSettings fields (startup_timeout, tuning, ...)."""
+def one_behind_edge(repo: Path, state_dir: Path, **options) -> ClusterSettings:
+    """ClusterSettings of one supervised server behind the edge (what `server start` serves by default) on free
+    127.0.0.1 ports; options: other ClusterSettings fields (edge, record, tuning, startup_timeout, ...)."""
     http_port, grpc_port, metrics_port, health_port = endpoints.free_ports(4)
-    settings = ClusterSettings(
+    return ClusterSettings(
         repo,
         replicas=1,
         single=True,
@@ -524,7 +520,15 @@ def served_as_started(
         state_dir=state_dir,
         **options,
     )
-    start_cluster(settings)
+
+
+@contextmanager
+def served_as_started(
+    repo: Path, state_dir: Path, **options
+) -> Iterator[tuple[launcher.ServerState, launcher.ServerState]]:
+    """One server as one_behind_edge starts it, for the length of a with block: yields (front, direct), the
+    edge's state (the ports clients use) and tritonserver's own (the figure beside it); always stopped."""
+    start_cluster(one_behind_edge(repo, state_dir, **options))
     try:
         yield endpoints.read_state(state_dir), endpoints.read_state(state_dir / "replica-0")
     finally:
