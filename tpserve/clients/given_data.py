@@ -92,7 +92,7 @@ def _json_rows(path: Path, plan) -> list[dict]:
     try:
         entries = json.loads(path.read_text())["data"]
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ClientError(f"could not read {path} as perf_analyzer input data ({{\"data\": [...]}}): {err}") from err
+        raise ClientError(f'could not read {path} as perf_analyzer input data ({{"data": [...]}}): {err}') from err
     if entries and isinstance(entries[0], list):
         entries = entries[0]  # several streams: the first, as perf_analyzer's first stream
     required = [t.name for t in plan.inputs if not t.optional]

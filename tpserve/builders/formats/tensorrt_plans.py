@@ -13,7 +13,13 @@ import time
 from pathlib import Path
 
 from tpserve.builders.formats import quantize
-from tpserve.builders.formats.tensorrt_build import build_engine, compare_engine, engine_metadata, require_tensorrt, time_engine
+from tpserve.builders.formats.tensorrt_build import (
+    build_engine,
+    compare_engine,
+    engine_metadata,
+    require_tensorrt,
+    time_engine,
+)
 from tpserve.builders.formats.tensorrt_profile import (
     EngineOptions,
     batch_range,

@@ -29,8 +29,8 @@ LABELS = "labels.txt"
 # requests waiting until it (35 of 20,003 at concurrency 8 on a tiny model here; triton-inference-server/server#8870,
 # #5783); with max_queue_size alone a two-instance ragged text model swung between 26 and 470 infer/s at concurrency
 # 2 (perf_analyzer could not stabilize; without the policy it did at once). Set them per model where you want them;
-# a cancelling client's calls are answered unrun instead (triton_models/python_backend/cancelled_calls.py), and Envoy bounds what
-# is in flight per replica (its circuit breaker).
+# a cancelling client's calls are answered unrun instead (triton_models/python_backend/cancelled_calls.py), and
+# Envoy bounds what is in flight per replica (its circuit breaker).
 DEFAULT_QUEUE_TIMEOUT_MS = 0.0
 QUEUE_PER_BATCH = 8  # queued requests per batch the instances can run at once, by default
 MIN_QUEUE = 64

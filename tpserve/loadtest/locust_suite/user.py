@@ -18,8 +18,8 @@ from pathlib import Path  # noqa: E402
 
 from locust import User, constant_throughput, events, task  # noqa: E402
 
-from tpserve.clients.infer import build_request  # noqa: E402
 from tpserve.clients.given_data import given_rows, request_of  # noqa: E402
+from tpserve.clients.infer import build_request  # noqa: E402
 from tpserve.clients.inputs import plan_inputs  # noqa: E402
 from tpserve.clients.model_plan import plan  # noqa: E402
 from tpserve.clients.served import served_spec  # noqa: E402

@@ -13,10 +13,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tpserve.paths import TOOLS
-
 from tpserve.common.cli import step
 from tpserve.common.errors import MeasurementError, ToolError
+from tpserve.paths import TOOLS
 
 TOOLS_DIR = TOOLS / "prometheus"
 PACKAGE = "prometheus"

@@ -83,7 +83,8 @@ def run(request: PerfRequest, ep) -> PerfResult:
     (out / "perf.md").write_text(f"# perf_analyzer sweep\n\n{table}\n{extra}")
     write_skipped(out, served, skipped)
     failed_points = [  # the report shows them with why (a run of failures only is not "no points")
-        {"model": f.model, "point": f"b{f.batch} {f.load} {f.level}", "why": f.message.splitlines()[0]} for f in failures
+        {"model": f.model, "point": f"b{f.batch} {f.load} {f.level}", "why": f.message.splitlines()[0]}
+        for f in failures
     ]
     (out / "failed.json").write_text(json.dumps(failed_points, indent=2))
     if rows:
@@ -138,7 +139,9 @@ def _workload(request: PerfRequest, spec, model_plan, batches, path: Path) -> tu
 
     if request.input_data or request.shapes or not (model_plan.token_inputs or model_plan.text_input):
         return None, ""
-    lengths = tw.Lengths.parse(request.lengths, longest=tw.spec_longest(spec, model_plan), shortest=tw.spec_shortest(spec, model_plan))
+    lengths = tw.Lengths.parse(
+        request.lengths, longest=tw.spec_longest(spec, model_plan), shortest=tw.spec_shortest(spec, model_plan)
+    )
     return tw.workload_data(model_plan, lengths, max(batches), path, spec=spec)
 
 

@@ -18,14 +18,11 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpserve.paths import TOOLS
-
 from tpserve.common.cli import step
 from tpserve.common.errors import MeasurementError
+from tpserve.paths import TOOLS
 
-TOOLS_DIR = Path(
-    os.environ.get("PERF_ANALYZER_HOME") or TOOLS / "perf_analyzer"
-)
+TOOLS_DIR = Path(os.environ.get("PERF_ANALYZER_HOME") or TOOLS / "perf_analyzer")
 LEGACY_CLIENT = "tritonclient==2.41.1"
 LIBRARIES = {"libb64.so.0d": "libb64-*.so.0d", "libcudart.so.12": "libcudart-*.so.12*"}
 

@@ -209,7 +209,9 @@ def workload_requests(model_plan, spec, lengths: str, batch: int, seed: int, cou
     padded to its own longest; None for other models."""
     if not (model_plan.token_inputs or model_plan.text_input):
         return None
-    given = Lengths.parse(lengths, longest=spec_longest(spec, model_plan), shortest=spec_shortest(spec, model_plan), seed=seed)
+    given = Lengths.parse(
+        lengths, longest=spec_longest(spec, model_plan), shortest=spec_shortest(spec, model_plan), seed=seed
+    )
     drawn = given.sample(count * batch)
     if model_plan.text_input:
         made = texts(drawn, seed)
