@@ -64,7 +64,7 @@ COMPOSE := docker compose --env-file docker/.env -f docker/compose.yaml
 # the admin key's file (created on first use, mode 600): Docker reads it as a secret, nothing passes the key itself
 ADMIN_KEY_FILE = $$($(PY) -c 'from tpserve.server.triton.launcher import admin_key; print(admin_key(__import__("pathlib").Path("$(STATE_DIR)")).resolve())')
 
-.PHONY: help install build-engines serve stop status infer perf loadtest replay test test-unit test-chaos lint demo clean \
+.PHONY: help install build-engines serve stop status infer perf loadtest replay plan test test-unit test-chaos lint demo clean \
 	rollout soak cluster monitor fuzz-edge fuzz-native install-prometheus cluster-restart build-engines-docker serve-docker stop-docker perf-docker docker-lint container-engine image bundle gpu-bench text-bench install-browser docs
 
 help: ## List the targets and their variables
@@ -151,6 +151,12 @@ SPEED ?= 1
 replay: install ## Replay FROM (a recording: STATE_DIR/traffic of `make serve RECORD=1`) open loop through Locust; SPEED=3 for 3x; URL= (with PROTOCOL=) for any Triton
 	@test -n "$(FROM)" || { echo "usage: make replay FROM=<recording folder or file> [SPEED=1] [URL=host:port PROTOCOL=http|grpc]"; exit 2; }
 	$(PY) -m tpserve.loadtest replay --from "$(FROM)" --speed $(SPEED) $(REPLAY_TARGET)
+
+GROWTH ?= 1
+plan: install ## The smallest deployment for GROWTH x the traffic of FROM (a recording) at p99 <= SLO_P99_MS, found by replaying it (REPO=; MAX_REPLICAS=); reports/plan-<time>/
+	@test -n "$(FROM)" -a -n "$(SLO_P99_MS)" || { echo "usage: make plan FROM=<recording> SLO_P99_MS=<ms> [GROWTH=2] [REPO=...] [MAX_REPLICAS=n]"; exit 2; }
+	$(PY) -m tpserve.loadtest plan --from "$(FROM)" --slo-p99-ms $(SLO_P99_MS) --growth $(GROWTH) --repo $(REPO) \
+		$(if $(MAX_REPLICAS),--max-replicas $(MAX_REPLICAS)) $(if $(GIVEN_MODELS),--models "$(GIVEN_MODELS)")
 
 MINUTES ?= 10
 soak: install ## Bounded load on MODEL (default digits_cnn_pipeline) for MINUTES with RSS sampled (after `make serve`)

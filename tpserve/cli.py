@@ -30,6 +30,7 @@ STEPS = {
     "loadtest": ("tpserve.loadtest.__main__", "locust"),
     "replay": ("tpserve.loadtest.__main__", "replay"),
     "search": ("tpserve.loadtest.__main__", "search"),
+    "plan": ("tpserve.loadtest.__main__", "plan"),
     "rollout": ("tpserve.operations.__main__", "rollout"),
 }
 # a part's whole group, under its name
@@ -47,6 +48,7 @@ SAYS = {
     "loadtest": "A Locust run against any Triton (python -m tpserve.loadtest locust).",
     "replay": "Replay a recording open loop (python -m tpserve.loadtest replay).",
     "search": "Search serving configurations for the best one (python -m tpserve.loadtest search).",
+    "plan": "How much to run for GROWTH x a recording's traffic at a p99 SLO (python -m tpserve.loadtest plan).",
     "rollout": "Replace a served model without downtime (python -m tpserve.operations rollout).",
     "builders": "Every build command.",
     "server": "Every server command.",

@@ -404,6 +404,68 @@ def replay(
     _show_report(write_report(summary, out, header))
 
 
+@cli.command()
+@click.option(
+    "--from", "recording", type=click.Path(path_type=Path), required=True, help="A recording (make serve RECORD=1)."
+)
+@click.option("--slo-p99-ms", type=float, required=True, help="The p99 latency to hold, in ms.")
+@click.option("--growth", type=float, default=1.0, show_default=True, help="Times the recorded rate to plan for.")
+@options.REPO
+@click.option(
+    "--models", default="", help="Whose recorded traffic to replay (default: every one the repository serves)."
+)
+@click.option(
+    "--max-replicas",
+    type=int,
+    default=0,
+    help="Most replicas to try (default: one per GPU where several, else up to 4 within the cores).",
+)
+@click.option("--instances", default="1 2", show_default=True, help="Instances per model to try.")
+@click.option(
+    "--delays-us", default="0 1000 5000", show_default=True, help="Batching delays tried one size below the choice."
+)
+@click.option(
+    "--probe-seconds",
+    type=float,
+    default=0.0,
+    help="A probe's length in replay seconds (default: a fifth of the replay, at least 2).",
+)
+@click.option(
+    "--headroom",
+    type=float,
+    default=1.5,
+    show_default=True,
+    help="The choice is also probed at this many times GROWTH.",
+)
+@click.option(
+    "--out", type=click.Path(path_type=Path), default=None, help="Report folder (default reports/plan-<time>)."
+)
+@user_errors
+def plan(recording, slo_p99_ms, growth, repo, models, max_replicas, instances, delays_us, probe_seconds, headroom, out):
+    """The smallest deployment of this host (replicas, instances, batching delay) that serves GROWTH times the
+    recorded traffic at p99 <= SLO with no failed request, found by replaying the recording open loop, proven by a
+    closing replay, extrapolated to replicas and GPUs beyond this host; a report folder (md, HTML, PNG, JSON)."""
+    from tpserve.loadtest.planning import report
+    from tpserve.loadtest.planning.plan import PlanRequest, make_plan
+
+    out = out or Path("reports") / time.strftime("plan-%Y%m%d-%H%M%S")
+    request = PlanRequest(
+        recording=recording,
+        repo=Path(repo),
+        slo_p99_ms=slo_p99_ms,
+        growth=growth,
+        out=out,
+        models=tuple(words(models)),
+        max_replicas=max_replicas,
+        instances=numbers(instances),
+        delays_us=numbers(delays_us),
+        probe_seconds=probe_seconds,
+        headroom=headroom,
+    )
+    command = f"python -m tpserve.loadtest plan --from {recording} --slo-p99-ms {slo_p99_ms:g} --growth {growth:g}"
+    _show_report(report.write(make_plan(request), command))
+
+
 @cli.command("fit-workload")
 @click.option("--from", "recording", type=click.Path(path_type=Path), required=True, help="A recording.")
 @click.option("--bin-seconds", type=float, default=10.0, show_default=True, help="The rate's time resolution.")
@@ -572,7 +634,9 @@ def report(run, compare, repo, prometheus_url, state_dir):
 )
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
-def gpu_bench(model, gpu_batch, cpu_batch, served_points, instances, interval_ms, max_batch, served, quick, direct, out):
+def gpu_bench(
+    model, gpu_batch, cpu_batch, served_points, instances, interval_ms, max_batch, served, quick, direct, out
+):
     """CPU vs GPU vs TensorRT vs compiled engines for MODEL, in-process and served, in one run."""
     from tpserve.loadtest.benches import gpu_bench as bench
 

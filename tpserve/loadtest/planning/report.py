@@ -1,0 +1,221 @@
+"""The plan's report folder: plan.md (and plan.html beside it), plan.png (each trial's p99 against the rate it
+was offered, the SLO drawn across), plan.json (everything)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from tpserve.loadtest.planning.deployment import counted, repository_for, start_command
+from tpserve.loadtest.planning.plan import Plan
+from tpserve.loadtest.planning.search import TARGET_UTILISATION
+from tpserve.loadtest.planning.trial import MEETS, Trial
+
+
+def _ms(value: float) -> str:
+    return "—" if value != value or value == float("inf") else f"{value:.1f}"
+
+
+def _trial_rows(plan: Plan) -> list[str]:
+    rows = [
+        "| # | deployment | replay | offered /s | answered /s | p99 ms | failed | over SLO | queue µs | compute µs | "
+        "verdict |",
+        "|" + "---|" * 11,
+    ]
+    named = [(f"{i + 1}", t) for i, t in enumerate(plan.found.trials)]
+    named += [(label, t) for label, t in (("closing", plan.closing), ("headroom", plan.headroom)) if t is not None]
+    for label, t in named:
+        replay = f"x{t.speed:g}{', first seconds' if t.probe else ', whole'}"
+        phases = t.phases_us or {}
+        rows.append(
+            f"| {label} | {t.deployment.label()} | {replay} | {t.offered_per_s:.1f} | {t.answered_per_s:.1f} | "
+            f"{_ms(t.p99_ms)} | {t.failed} | {t.over_slo} | {phases.get('queue_us', 0):.0f} | "
+            f"{phases.get('compute_us', 0):.0f} | {t.verdict}: {t.why} |"
+        )
+    return rows
+
+
+def _choice(plan: Plan) -> list[str]:
+    request, chosen, closing = plan.request, plan.found.chosen, plan.closing
+    if chosen is None or closing is None:
+        return [
+            f"**Nothing this host can run meets p99 ≤ {request.slo_p99_ms:g} ms at x{request.growth:g}**: the "
+            f"largest deployment tried ({plan.space.sizes()[-1].label()}) missed "
+            f"({plan.found.largest_miss.why if plan.found.largest_miss else 'not measured'}).",
+            "",
+        ]
+    repository = repository_for(request.repo, chosen.deployment, request.out / "deployments" / chosen.deployment.slug())
+    held = "holds" if closing.verdict == MEETS else "**does not hold**"
+    lines = [
+        f"**Run {chosen.deployment.label()}.** Start it with:",
+        "",
+        "```sh",
+        start_command(chosen.deployment, repository),
+        "```",
+        "",
+    ]
+    if repository != request.repo:
+        lines += [
+            f"`{repository}` is your repository with these knobs written into each model's config "
+            "(model files linked, not copied): serve it, or copy its configs into yours.",
+            "",
+        ]
+    lines += [
+        f"**Closing replay** (the whole recording at x{request.growth:g}, a fresh start of the choice): p99 "
+        f"**{_ms(closing.p99_ms)} ms** against the SLO of {request.slo_p99_ms:g} ms, {closing.sent} requests, "
+        f"{closing.failed} failed: the plan {held}. The search's own trial of it predicted p99 "
+        f"{_ms(chosen.p99_ms)} ms.",
+        "",
+    ]
+    if closing.phases_us:
+        lines += [
+            f"**Where the time goes** (the closing replay, per request, from the server's statistics): "
+            f"{closing.phases_us['queue_us']:.0f} µs waiting in the queue, {closing.phases_us['compute_us']:.0f} µs "
+            "computing.",
+            "",
+        ]
+    lines += _headroom(plan)
+    return lines
+
+
+def _headroom(plan: Plan) -> list[str]:
+    closing, probe, request = plan.closing, plan.headroom, plan.request
+    assert closing is not None
+    lines = [f"**Headroom**: p99 is {closing.p99_ms / request.slo_p99_ms:.0%} of the SLO"]
+    if probe is not None:
+        lines[0] += (
+            f"; at x{probe.speed:g} ({request.headroom:g} times the growth, the first seconds) the choice "
+            f"{'still meets it' if probe.verdict == MEETS else 'misses it'} ({probe.why})"
+        )
+    if plan.capacity_per_replica:
+        capacity = plan.capacity_per_replica * closing.deployment.replicas
+        lines[0] += (
+            f"; its estimated capacity is {capacity:.0f} requests/s, {capacity / max(closing.offered_per_s, 1e-9):.1f}x"
+            " the rate offered"
+        )
+    return [lines[0] + ".", ""]
+
+
+def _beyond(plan: Plan) -> list[str]:
+    """Kubernetes' replica count: the measured choice's, or (nothing on this host met the SLO) an extrapolation
+    from what one replica sustained."""
+    chosen = plan.found.chosen
+    each = "one GPU each" if plan.space.gpu_per_replica else "each a pod of this host's shape"
+    if chosen is not None:
+        return [
+            "## On Kubernetes",
+            "",
+            f"{counted(chosen.deployment.replicas, 'replica')} ({each}; kubernetes/deployment.yaml), the measured "
+            "choice:",
+            "",
+            "```sh",
+            f"kubectl scale deployment/triton --replicas={chosen.deployment.replicas}",
+            "```",
+            "",
+        ]
+    if plan.capacity_per_replica is None or plan.replicas_for_growth is None:
+        return [
+            "Per-replica capacity: not measured (no trial overloaded a replica), so no extrapolation beyond the sizes "
+            "tried.",
+            "",
+        ]
+    request, needed = plan.request, plan.replicas_for_growth
+    return [
+        "## Beyond this host (an extrapolation, not a measurement)",
+        "",
+        f"One replica sustained at most {plan.capacity_per_replica:.0f} requests/s when overloaded. At "
+        f"{request.growth:g}x the recorded rate ({plan.traffic.rate * request.growth:.0f} requests/s) and "
+        f"{TARGET_UTILISATION:.0%} utilisation that is **{needed} replicas** ({each}), more than the "
+        f"{plan.space.max_replicas} this host runs. On Kubernetes (kubernetes/deployment.yaml):",
+        "",
+        "```sh",
+        f"kubectl scale deployment/triton --replicas={needed}",
+        "```",
+        "",
+        "Linear scaling across replicas is assumed: replay the recording against that deployment to measure it.",
+        "",
+    ]
+
+
+def plot(plan: Plan, path: Path) -> Path:
+    """Each trial's p99 against the rate offered, one marker per deployment (hollow: a probe), the SLO across."""
+    from tpserve.loadtest.reporting.plots import pyplot, save
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    trials = [t for t in [*plan.found.trials, plan.closing, plan.headroom] if t is not None]
+    for label in dict.fromkeys(t.deployment.label() for t in trials):
+        mine = [t for t in trials if t.deployment.label() == label]
+        for probe in (False, True):
+            points = [(t.offered_per_s, min(t.p99_ms, 1e6)) for t in mine if t.probe == probe]
+            if points:
+                ax.scatter(
+                    *zip(*points),
+                    label=f"{label}{' (probe)' if probe else ''}",
+                    facecolors="none" if probe else None,
+                    edgecolors="C0" if probe else None,
+                )
+    ax.axhline(plan.request.slo_p99_ms, color="red", linestyle="--", label=f"SLO {plan.request.slo_p99_ms:g} ms")
+    ax.set_yscale("log")
+    ax.set_xlabel("offered rate (requests/s)")
+    ax.set_ylabel("p99 latency (ms, log)")
+    ax.set_title(f"Plan trials: p99 against offered rate (x{plan.request.growth:g} of the recording)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return save(fig, path)
+
+
+def write(plan: Plan, command: str) -> Path:
+    """plan.md, plan.html, plan.png, plan.json in the plan's folder; returns plan.md's path."""
+    from tpserve.loadtest.reporting.html_page import write_html
+
+    request, traffic, out = plan.request, plan.traffic, plan.request.out
+    plot(plan, out / "plan.png")
+    lines = [
+        f"# Capacity plan: x{request.growth:g} of the recorded traffic at p99 ≤ {request.slo_p99_ms:g} ms",
+        "",
+        f"Recording {request.recording}: {traffic.requests} answered requests of {', '.join(traffic.models)} over "
+        f"{traffic.seconds:.1f} s ({traffic.rate:.1f}/s); replayed open loop at x{request.growth:g} "
+        f"({traffic.rate * request.growth:.1f}/s)." + (f" Left out: {traffic.left_out}." if traffic.left_out else ""),
+        f"Host: {os.cpu_count()} cores"
+        + (f", {plan.space.max_replicas} GPUs" if plan.space.gpu_per_replica else "")
+        + f"; {time.strftime('%Y-%m-%d')}; command: `{command}`.",
+        "",
+        *_choice(plan),
+        *_beyond(plan),
+        "## Every trial",
+        "",
+        "Each deployment was started fresh on free ports, one replica as `serve` starts it (behind the edge), more "
+        "as `cluster` does. A probe replays the first seconds; a probe whose slow or failed answers alone exceed 1% "
+        "of the whole replay's requests is a clear miss, and the whole replay is skipped.",
+        "",
+        *_trial_rows(plan),
+        "",
+        "![p99 against offered rate](plan.png)",
+        "",
+    ]
+    path = out / "plan.md"
+    path.write_text("\n".join(lines))
+    write_html(path)
+    (out / "plan.json").write_text(json.dumps(_as_json(plan), indent=2, default=str))
+    return path
+
+
+def _as_json(plan: Plan) -> dict:
+    def trial(t: Trial | None):
+        return None if t is None else t.to_dict()
+
+    return {
+        "slo_p99_ms": plan.request.slo_p99_ms,
+        "growth": plan.request.growth,
+        "recorded_per_s": plan.traffic.rate,
+        "requests": plan.traffic.requests,
+        "chosen": trial(plan.found.chosen),
+        "closing": trial(plan.closing),
+        "headroom": trial(plan.headroom),
+        "capacity_per_replica": plan.capacity_per_replica,
+        "replicas_for_growth": plan.replicas_for_growth,
+        "trials": [t.to_dict() for t in plan.found.trials],
+    }
