@@ -59,12 +59,14 @@ SERVER_TUNING = $(if $(SERVER_ARGS),--server-args "$(SERVER_ARGS)") \
 	$(if $(LATENCY_QUANTILES),--latency-quantiles "$(LATENCY_QUANTILES)")
 # requests that may wait per replica behind the edge before refusals (0: two full batches of the largest model)
 MAX_WAITING ?= 0
+# QUEUE_SLO_MS=20 (or "model=20 *=50"): the edge refuses a model's calls at once while its queue time is over it
+QUEUE_SLO_MS ?=
 NGC_RELEASE ?= $(shell sed -n 's/^NGC_RELEASE=//p' docker/.env)
 COMPOSE := docker compose --env-file docker/.env -f docker/compose.yaml
 # the admin key's file (created on first use, mode 600): Docker reads it as a secret, nothing passes the key itself
 ADMIN_KEY_FILE = $$($(PY) -c 'from tpserve.server.triton.launcher import admin_key; print(admin_key(__import__("pathlib").Path("$(STATE_DIR)")).resolve())')
 
-.PHONY: help install build-engines serve stop status infer perf loadtest replay plan test test-unit test-chaos lint demo clean \
+.PHONY: help install build-engines serve stop status infer perf loadtest replay plan model-analyzer install-model-analyzer test test-unit test-chaos lint demo clean \
 	rollout soak cluster monitor fuzz-edge fuzz-native install-prometheus cluster-restart build-engines-docker serve-docker stop-docker perf-docker docker-lint container-engine image bundle gpu-bench text-bench install-browser docs
 
 help: ## List the targets and their variables
@@ -89,10 +91,10 @@ build-engines: install ## Export, validate, quantize, write the repository: MODE
 		$(if $(COMPILED),--compiled "$(COMPILED)") $(if $(SHAPES_FROM),--shapes-from "$(SHAPES_FROM)") \
 		$(if $(filter 0,$(RAGGED)),--no-ragged-batching)
 
-serve: install ## Start the embedded tritonserver on REPO, supervised (HEALTH_PORT: readiness for load balancers; LATENCY_SUMMARIES=0: no p99 summaries; RECORD=1|values: record the traffic; MAX_WAITING=n: requests that may wait before refusals)
+serve: install ## Start the embedded tritonserver on REPO, supervised (HEALTH_PORT: readiness for load balancers; LATENCY_SUMMARIES=0: no p99 summaries; RECORD=1|values: record the traffic; MAX_WAITING=n: requests that may wait before refusals; QUEUE_SLO_MS=ms: refuse a model's calls while its queue time is over it)
 	$(PY) -m tpserve.server start --repo $(REPO) $(SERVER_PORTS) --health-port $(HEALTH_PORT) --state-dir $(STATE_DIR) $(SERVER_TLS) \
 		$(if $(INTERNAL_HTTP_PORT),--internal-http-port $(INTERNAL_HTTP_PORT)) $(RECORDING) $(SERVER_TUNING) \
-		--max-waiting $(MAX_WAITING)
+		--max-waiting $(MAX_WAITING) $(if $(QUEUE_SLO_MS),--queue-slo-ms "$(QUEUE_SLO_MS)")
 
 stop: ## Stop what `make serve`, `make cluster` or `make monitor` started in STATE_DIR
 	@if [ -x $(PY) ]; then $(PY) -m tpserve.loadtest prometheus stop --state-dir $(STATE_DIR) >/dev/null; \
@@ -102,7 +104,8 @@ REPLICAS ?= 2
 cluster: install ## REPLICAS supervised tritonservers on REPO behind Envoy on HTTP_PORT/GRPC_PORT (stats: METRICS_PORT); GPU_PER_REPLICA=1 REPLICA_BASE_PORT=9100 RECORD=1; `make stop` ends all
 	$(PY) -m tpserve.server cluster --replicas $(REPLICAS) --repo $(REPO) $(SERVER_PORTS) --state-dir $(STATE_DIR) \
 		$(if $(GPU_PER_REPLICA),--gpu-per-replica) $(if $(REPLICA_BASE_PORT),--replica-base-port $(REPLICA_BASE_PORT)) \
-		$(SERVER_TLS) $(RECORDING) $(SERVER_TUNING) --max-waiting $(MAX_WAITING)
+		$(SERVER_TLS) $(RECORDING) $(SERVER_TUNING) --max-waiting $(MAX_WAITING) \
+		$(if $(QUEUE_SLO_MS),--queue-slo-ms "$(QUEUE_SLO_MS)")
 
 cluster-restart: install ## Rolling restart of the cluster's replicas (each back in Envoy before the next)
 	$(PY) -m tpserve.server cluster-restart --state-dir $(STATE_DIR)
@@ -113,6 +116,13 @@ monitor: install install-prometheus ## Prometheus on PROMETHEUS_PORT scraping th
 
 install-prometheus: install ## Unpack Prometheus + promtool into .tools/prometheus (Debian's package, no root, no service)
 	@$(PY) -m tpserve.loadtest install-prometheus || echo "prometheus unavailable: the Prometheus tests will be skipped (set PROMETHEUS_BINARY to use one)"
+
+install-model-analyzer: install ## NVIDIA Model Analyzer in an environment of its own, .tools/model-analyzer (no root)
+	@$(PY) -m tpserve.loadtest install-model-analyzer || echo "Model Analyzer unavailable: its test will be skipped"
+
+model-analyzer: install install-model-analyzer ## Model Analyzer's profile of MODELS (REPO=) on this checkout's tritonserver and perf_analyzer (bin/); reports/ma-<time>/
+	@test -n "$(GIVEN_MODELS)" || { echo "usage: make model-analyzer MODELS=\"a b\" [REPO=...]"; exit 2; }
+	$(PY) -m tpserve.loadtest model-analyzer --repo $(REPO) --models "$(GIVEN_MODELS)"
 
 install-browser: install ## Unpack a headless browser for the report tests into .tools/chromium (Debian's chromium-headless-shell, no root)
 	@$(PY) -m tests.browser || echo "the report tests in a browser will be skipped"
@@ -163,7 +173,7 @@ soak: install ## Bounded load on MODEL (default digits_cnn_pipeline) for MINUTES
 	$(PY) -m tpserve.loadtest soak $(if $(MODEL),--model $(MODEL)) --minutes $(MINUTES) --state-dir $(STATE_DIR) \
 		$(if $(URL),--url $(URL) --protocols $(PROTOCOL))
 
-test: install install-prometheus install-browser ## Run every test: unit, golden fixtures, functional (real tritonserver), the docs site, reports in a browser; what CI runs
+test: install install-prometheus install-browser install-model-analyzer ## Run every test: unit, golden fixtures, functional (real tritonserver), the docs site, reports in a browser; what CI runs
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 test-unit: install ## The fast tier for the edit-test loop: no server, no training (under 2 minutes)
@@ -173,9 +183,9 @@ test-chaos: install ## The stub-kill recovery test under load (prints the failed
 	$(PY) -m pytest tests/functional/test_supervisor.py -m chaos -s $(PYTEST_ARGS)
 
 FUZZ_EXAMPLES ?= 20000
-fuzz-native: install ## The native request paths, the guard's frame rewriting and the gRPC recorder under ASan/UBSan with random and adversarial input: FUZZ_SECONDS (300) per seed, FUZZ_SEEDS="1 2 3"
+fuzz-native: install ## The native request paths, the guard's frame rewriting, the gRPC recorder and the edge's admission reading under ASan/UBSan with random and adversarial input: FUZZ_SECONDS (300) per seed, FUZZ_SEEDS="1 2 3"
 	$(PY) -c 'import sys; sys.path.insert(0, "tests/native"); from pathlib import Path; import tempfile; from test_native_fuzz import build_fuzzer, run_fuzzer; \
-	where = Path(tempfile.mkdtemp()); b = [build_fuzzer(where / f"fuzz_{p}", p) for p in ("paths", "guard", "recorder")]; \
+	where = Path(tempfile.mkdtemp()); b = [build_fuzzer(where / f"fuzz_{p}", p) for p in ("paths", "guard", "recorder", "admission")]; \
 	rc = [print(f"seed {s}:", (d := run_fuzzer(f, float("$(or $(FUZZ_SECONDS),300)"), int(s))).stdout.strip(), d.stderr[-3000:]) or d.returncode for f in b for s in "$(or $(FUZZ_SEEDS),1 2 3)".split()]; \
 	sys.exit(max(rc))'
 

@@ -13,7 +13,15 @@ from tpserve.common import endpoints
 from tpserve.loadtest.locust_suite.run import LocustRun, read_stats, run_locust
 from tpserve.loadtest.monitoring import dashboard
 from tpserve.loadtest.monitoring import prometheus_server as prom
-from tpserve.loadtest.monitoring.prometheus_rules import P99, QUEUE_PER_REQUEST, REQUESTS, THROUGHPUT, RuleSettings
+from tpserve.loadtest.monitoring.prometheus_rules import (
+    BUSY,
+    P99,
+    QUEUE_PER_REQUEST,
+    REPLICAS_NEEDED,
+    REQUESTS,
+    THROUGHPUT,
+    RuleSettings,
+)
 from tpserve.loadtest.monitoring.prometheus_tools import find_tool
 from tpserve.loadtest.reporting.report import build_report
 from tpserve.server.cluster import ClusterSettings, start_cluster, stop_cluster
@@ -94,6 +102,10 @@ def test_recorded_series_agree_with_locusts_count(monitored):
     assert queued and float(queued[0]["value"][1]) >= 0
     p99 = prom.query(url, f'max_over_time({P99}:rate{RULES.window}{{model="digits_cnn"}}[30s])')
     assert p99 and 0 < float(p99[0]["value"][1]) < 5_000, p99  # ms, from the servers' latency summaries
+    busy = prom.query(url, f'max_over_time({BUSY}:rate{RULES.window}{{model="digits_cnn"}}[30s])')
+    assert busy and 0 < float(busy[0]["value"][1]) < 2 * 8, busy  # instance-seconds a second, 2 replicas
+    needed = prom.query(url, f"max_over_time({REPLICAS_NEEDED}[30s])")
+    assert needed and float(needed[0]["value"][1]) >= 1, needed
 
 
 def test_the_report_gains_the_server_side_view(monitored):

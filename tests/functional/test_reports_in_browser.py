@@ -1,7 +1,8 @@
 """The HTML reports as a reader opens them: a real headless browser (tests/browser.py) loads each page from its
 folder and finds its tables and plots drawn, no console error, no failed request, no local link to nowhere.
 
-Reports: perf (report.html), Locust (locust.html, and report.html of a Locust run), the replay, text-bench,
+Reports: perf (report.html), Locust (locust.html, and report.html of a Locust run), the replay, the capacity plan,
+text-bench,
 gpu-bench and the soak, each written by the code that writes it in a run (figures from committed runs where the
 run needs a GPU)."""
 
@@ -51,6 +52,14 @@ def test_the_gpu_bench_report_renders(tmp_path):
     rows = gpu_bench.rows_from_csv(DOCS / "gpu" / "gpu_bench_h100.csv")
     gpu_bench.write_report(rows, tmp_path, "# resnet50: CPU vs GPU vs TensorRT")
     _readable(open_page(tmp_path / "gpu_bench.html"), tables=1, images=1)
+
+
+def test_the_capacity_plan_renders(tmp_path):
+    from tests.unit.test_plan_search import sample_plan
+    from tpserve.loadtest.planning import report
+
+    page = open_page(report.write(sample_plan(tmp_path), "python -m tpserve.loadtest plan ...").with_suffix(".html"))
+    _readable(page, tables=1, images=1)
 
 
 def test_the_replay_report_renders(tmp_path):

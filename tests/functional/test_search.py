@@ -26,9 +26,10 @@ def test_quick_and_exhaustive_search_and_write_back(served, tmp_path):
             ep,
             find_perf_analyzer(),
             {"p99_ms": 1000.0, "accuracy": 0.01},
-            {"concurrency": 4, "interval_ms": 500},
+            {"concurrency": (1, 4), "interval_ms": 500, "repeats": 2},
             tmp_path,
         )
+        searcher.checkpoint = search.Checkpoint(tmp_path / "checkpoint.jsonl", {"test": 1})
         space = search.SearchSpace(
             ("digits_cnn", "digits_cnn_int8"), 1, (0,), {"digits_cnn": 16, "digits_cnn_int8": 16}
         )
@@ -42,6 +43,13 @@ def test_quick_and_exhaustive_search_and_write_back(served, tmp_path):
     assert written.dynamic_batching.max_queue_delay_microseconds == 0
     assert list(written.dynamic_batching.preferred_batch_size) == list(best.candidate.preferred)
     assert "6 candidates measured" in search.report(searcher.results, best, "exhaustive")
+    assert best.level in (1, 4) and best.low <= best.throughput <= best.high
+    assert [p[0] for p in best.points] == [1, 4], "every level swept, medians of the repeats"
+    assert search.plot(searcher.results, best, tmp_path / "search.png").stat().st_size > 1000
+    resumed = search.Searcher(repo, None, None, {"p99_ms": 1000.0, "accuracy": 0.01}, {}, tmp_path)
+    resumed.checkpoint = search.Checkpoint(tmp_path / "checkpoint.jsonl", {"test": 1})
+    again = resumed.measure(best.candidate, ("digits_cnn", "digits_cnn_int8"))  # no server: from the checkpoint
+    assert again.throughput == best.throughput and len(resumed.checkpoint.rows) == 6
 
 
 def test_the_accuracy_budget_uses_the_manifest(served):

@@ -151,6 +151,21 @@ def test_the_hpa_scales_on_the_adapters_queue_time_metric():
     assert rule["metricsQuery"] == expected
 
 
+def test_the_hpa_also_scales_to_the_replicas_the_live_load_needs():
+    hpa, adapter = _docs("hpa.yaml")[0], _docs("prometheus-adapter.yaml")[0]
+    (external,) = yaml.safe_load(adapter["data"]["config.yaml"])["externalRules"]
+    (metric,) = [m for m in hpa["spec"]["metrics"] if m["type"] == "External"]
+    assert metric["external"]["metric"]["name"] == external["name"]["as"] == prometheus_rules.REPLICAS_NEEDED_METRIC
+    assert metric["external"]["target"] == {"type": "AverageValue", "averageValue": "1"}  # exactly that many
+    recorded = {
+        r["record"]
+        for g in _docs("prometheus-rules.yaml")[0]["spec"]["groups"]
+        for r in g.get("rules", [])
+        if "record" in r
+    }
+    assert external["metricsQuery"] == prometheus_rules.REPLICAS_NEEDED in recorded
+
+
 @pytest.mark.skipif(find_tool("promtool") is None, reason="promtool not installed: make install-prometheus")
 def test_promtool_accepts_the_rules(tmp_path):
     path = tmp_path / "rules.yml"

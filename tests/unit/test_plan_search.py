@@ -150,7 +150,8 @@ def test_a_plan_request_refuses_what_cannot_be_planned(tmp_path):
         PlanRequest(recording=tmp_path, repo=tmp_path, slo_p99_ms=5, growth=2, out=tmp_path, instances=(0,))
 
 
-def test_the_report_folder(tmp_path):
+def sample_plan(tmp_path) -> Plan:
+    """A plan as the search finds it on the stand-in host (4 replicas of 300/s for 1000/s), closed and probed."""
     repo = _repo(tmp_path)
     request = PlanRequest(recording=tmp_path / "rec", repo=repo, slo_p99_ms=SLO, growth=2, out=tmp_path / "out")
     request.out.mkdir()
@@ -158,7 +159,7 @@ def test_the_report_folder(tmp_path):
     chosen = found.chosen
     assert chosen is not None
     closing = _trial(chosen.deployment, False, phases_us={"queue_us": 120.0, "compute_us": 900.0, "requests": 9})
-    plan = Plan(
+    return Plan(
         request,
         Traffic(tmp_path / "rec", ("m",), COUNT, 20.0, {}),
         Space(max_replicas=8, instances=(1,)),
@@ -168,6 +169,11 @@ def test_the_report_folder(tmp_path):
         per_replica_capacity(found.trials),
         replicas_needed(OFFERED, PER_REPLICA),
     )
+
+
+def test_the_report_folder(tmp_path):
+    plan = sample_plan(tmp_path)
+    request, found = plan.request, plan.found
     path = report.write(plan, "python -m tpserve.loadtest plan ...")
     text = path.read_text()
     copy = request.out / "deployments" / "r4-i1-dasbuilt" / "repository"
@@ -182,3 +188,46 @@ def test_the_report_folder(tmp_path):
     assert (tmp_path / "out" / "plan.html").exists() and (tmp_path / "out" / "plan.png").stat().st_size > 1000
     data = json.loads((tmp_path / "out" / "plan.json").read_text())
     assert data["chosen"] is None and len(data["trials"]) == len(found.trials)
+
+
+def test_deployments_serving_the_same_configs_are_measured_once_but_the_closing_replay_always_runs(
+    tmp_path, monkeypatch
+):
+    from tpserve.loadtest.planning import plan as planning
+
+    runs = []
+
+    def replayed(run, deployment, speed, seconds, slo_ms, name):
+        runs.append(deployment)
+        fields = dict(offered_per_s=10.0, sent=10, failed=0, p99_ms=5.0, answered_per_s=10.0, over_slo=0)
+        return {**fields, "behind_ms": 0.0, "phases_us": {}}
+
+    monkeypatch.setattr(planning, "run_trial", replayed)
+    repo = _repo(tmp_path)  # instances 2, delay 100 as built
+    request = PlanRequest(recording=tmp_path, repo=repo, slo_p99_ms=SLO, growth=2, out=tmp_path / "out")
+    evaluate = planning.Evaluator(request, Traffic(tmp_path, ("m",), 10, 10.0, {}))
+    first = evaluate(Deployment(1), False)
+    same = evaluate(Deployment(1, 2, 100), False)
+    assert len(runs) == 1 and same.verdict == first.verdict and "as 1 replica, instances as built" in same.why
+    evaluate(Deployment(1, 2, 0), False)
+    evaluate(Deployment(1, 2, 100), False, fresh=True)
+    assert len(runs) == 3
+
+
+def test_a_choice_whose_closing_replay_misses_gives_way_to_the_next_size():
+    from tpserve.loadtest.planning.plan import _closed
+    from tpserve.loadtest.planning.search import Search
+
+    space = Space(max_replicas=3, instances=(1,))
+    found = Search(chosen=judge(_trial(Deployment(1, 1), False), SLO, COUNT))
+    closings = []
+
+    def evaluate(deployment, probe, growth=None, fresh=False):
+        closings.append(deployment)
+        p99 = 80.0 if deployment.replicas == 1 else 20.0  # the search's meet was noise's
+        return judge(_trial(deployment, probe, p99_ms=p99), SLO, COUNT)
+
+    closing = _closed(found, space, evaluate)
+    assert closing.verdict == MEETS and closing.deployment == Deployment(2, 1)
+    assert found.chosen is closing and [t.deployment for t in found.overruled] == [Deployment(1, 1)]
+    assert closings == [Deployment(1, 1), Deployment(2, 1)]

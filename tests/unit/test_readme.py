@@ -58,7 +58,7 @@ def test_no_process_is_ended_by_name():
     hits = [
         str(p.relative_to(ROOT))
         for p in sources
-        if ".venv" not in p.parts
+        if not {".venv", ".tools"} & set(p.parts)  # installed, not ours
         and p.is_file()
         and p != Path(__file__)
         and pattern.search(p.read_text(errors="replace"))

@@ -126,3 +126,72 @@ def test_a_replay_narrowed_to_its_first_seconds_goes_to_the_target_without_its_b
         (0.0, "m_int8", "", None),
         (5.0, "m_int8", "", None),
     ]
+
+
+def _runs():
+    """Three repeated sweeps at concurrency 1 and 8 (rows as perf_analyzer's parse gives them)."""
+    return [
+        [{"level": 1, "throughput": 100.0 + d, "p99_ms": 2.0}, {"level": 8, "throughput": 400.0 + 10 * d, "p99_ms": p}]
+        for d, p in ((0, 9.0), (2, 11.0), (-2, 10.0))
+    ]
+
+
+def test_repeats_become_medians_with_their_range_and_the_best_level_within_the_budget():
+    from tpserve.loadtest.search import best_point, level_points
+
+    points = level_points(_runs())
+    assert [(p["level"], p["throughput"], p["p99_ms"]) for p in points] == [(1, 100.0, 2.0), (8, 400.0, 10.0)]
+    assert (points[1]["low"], points[1]["high"]) == (380.0, 420.0) and points[1]["spread_pct"] == 10.0
+    assert best_point(points, 50.0)["level"] == 8
+    assert best_point(points, 5.0)["level"] == 1  # concurrency 8's p99 is over the budget
+    assert best_point(points, 1.0)["level"] == 1  # none within: the lowest p99, judged infeasible
+
+
+def test_candidates_within_the_winners_noise_are_named():
+    from tpserve.loadtest.search import Result, within_noise
+
+    best = Result(Candidate("m", 1, 0, ()), 400.0, 5.0, True, low=380.0, high=420.0)
+    tied = Result(Candidate("m", 2, 0, ()), 370.0, 5.0, True, low=350.0, high=385.0)
+    apart = Result(Candidate("m", 1, 100, ()), 300.0, 5.0, True, low=290.0, high=310.0)
+    infeasible = Result(Candidate("m", 2, 100, ()), 410.0, 90.0, False, low=400.0, high=420.0)
+    results = {r.candidate: r for r in (best, tied, apart, infeasible)}
+    assert within_noise(results, best) == [tied]
+
+
+def test_a_checkpoint_resumes_the_same_search_and_sets_aside_another(tmp_path):
+    from tpserve.loadtest.search import Checkpoint, read_checkpoint
+
+    path, settings = tmp_path / "checkpoint.jsonl", {"repo": "r", "measure": {"concurrency": (1, 8)}}
+    first = Checkpoint(path, settings)
+    first.add(Candidate("m", 1, 0, (8,)), {"throughput": 1.0, "p99_ms": 2.0})
+    with open(path, "a") as handle:
+        handle.write('{"label": "cut sh')  # a stop in the middle of a line
+    again = Checkpoint(path, settings)
+    assert again.get(Candidate("m", 1, 0, (8,)).label()) == {"throughput": 1.0, "p99_ms": 2.0}
+    other = Checkpoint(path, {**settings, "measure": {"concurrency": (4,)}})
+    assert other.get(Candidate("m", 1, 0, (8,)).label()) is None
+    assert path.with_name("checkpoint.jsonl.old").exists() and len(read_checkpoint(path)) == 1
+    assert Checkpoint(path, settings, resume=False).rows == {}
+
+
+def test_a_checkpoint_is_judged_again_under_new_budgets_without_a_server(tmp_path):
+    import json
+
+    import pytest
+
+    from tpserve.builders.repository.manifest import update_manifest
+    from tpserve.common.errors import MeasurementError
+    from tpserve.loadtest.search import Checkpoint, reanalyse
+
+    (tmp_path / "repo").mkdir()
+    update_manifest(tmp_path / "repo", {"name": "m", "accuracy": 0.99})
+    with pytest.raises(MeasurementError, match="no search checkpoint"):
+        reanalyse(tmp_path, tmp_path / "repo", {"p99_ms": 50.0, "accuracy": 0.01})
+    checkpoint = Checkpoint(tmp_path / "checkpoint.jsonl", {"variants": ("m",)})
+    fast = {"throughput": 300.0, "p99_ms": 4.0, "level": 1, "points": [], "low": 290.0, "high": 310.0}
+    more = {"throughput": 500.0, "p99_ms": 20.0, "level": 8, "points": [], "low": 480.0, "high": 520.0}
+    checkpoint.add(Candidate("m", 1, 0, ()), fast)
+    checkpoint.add(Candidate("m", 2, 0, ()), more)
+    assert "best: m i2 d0" in reanalyse(tmp_path, tmp_path / "repo", {"p99_ms": 50.0, "accuracy": 0.01})
+    assert "best: m i1 d0" in reanalyse(tmp_path, tmp_path / "repo", {"p99_ms": 10.0, "accuracy": 0.01})
+    assert json.loads((tmp_path / "search.json").read_text())["winner"] == "m i1 d0 p-"

@@ -224,7 +224,30 @@ def locust(
     show_default=True,
     help="Largest accuracy gap to the best variant (from the manifest).",
 )
-@click.option("--concurrency", type=int, default=8, show_default=True)
+@click.option(
+    "--concurrency",
+    default="1 8",
+    show_default=True,
+    help="Concurrency levels swept per candidate (the best within the latency budget counts).",
+)
+@click.option(
+    "--repeats",
+    type=click.IntRange(1),
+    default=3,
+    show_default=True,
+    help="Sweeps per candidate: medians, and the range that says which candidates the noise cannot tell apart.",
+)
+@click.option(
+    "--resume/--fresh",
+    default=True,
+    show_default=True,
+    help="Reuse what OUT's checkpoint measured with the same settings.",
+)
+@click.option(
+    "--reanalyse",
+    is_flag=True,
+    help="Judge OUT's checkpoint again under --p99-ms and --accuracy-budget, without a server (seconds).",
+)
 @click.option("--max-instances", type=int, default=2, show_default=True)
 @click.option("--delays-us", default="0 100 1000 5000", show_default=True)
 @click.option("--interval-ms", type=int, default=1500, show_default=True)
@@ -253,6 +276,9 @@ def search(
     p99_ms,
     accuracy_budget,
     concurrency,
+    repeats,
+    resume,
+    reanalyse,
     max_instances,
     delays_us,
     interval_ms,
@@ -272,8 +298,15 @@ def search(
     from tpserve.clients.model_plan import parse_shapes
     from tpserve.loadtest import search as s
 
+    budgets = {"p99_ms": p99_ms, "accuracy": accuracy_budget}
+    if reanalyse:
+        if out is None:
+            raise click.UsageError("--reanalyse reads the checkpoint of a search's --out folder: name it")
+        click.echo(s.reanalyse(out, repo, budgets))
+        click.echo(f"report: {out}/search.md")
+        return
     out = out or Path("reports") / time.strftime("search-%Y%m%d-%H%M%S")
-    measure = {"concurrency": concurrency, "interval_ms": interval_ms}
+    measure = {"concurrency": numbers(concurrency), "interval_ms": interval_ms, "repeats": repeats}
     measure.update(shapes=parse_shapes(shapes), input_data=input_data)
     if replayed is not None:
         measure["replay"] = s.replay_workload(replayed, speed, replay_seconds, replay_model or words(variants)[:1])
@@ -282,11 +315,12 @@ def search(
         out=out,
         variants=tuple(variants.split()),
         mode=mode,
-        budgets={"p99_ms": p99_ms, "accuracy": accuracy_budget},
+        budgets=budgets,
         measure=measure,
         max_instances=max_instances,
         delays_us=numbers(delays_us),
         write_back=write_back,
+        resume=resume,
     )
     click.echo(s.run(request))
     click.echo(f"report: {out}/search.md")
@@ -418,7 +452,7 @@ def replay(
     "--max-replicas",
     type=int,
     default=0,
-    help="Most replicas to try (default: one per GPU where several, else up to 4 within the cores).",
+    help="Most replicas to try (default: one per GPU where there is one, else up to 4 within the cores).",
 )
 @click.option("--instances", default="1 2", show_default=True, help="Instances per model to try.")
 @click.option(
@@ -464,6 +498,51 @@ def plan(recording, slo_p99_ms, growth, repo, models, max_replicas, instances, d
     )
     command = f"python -m tpserve.loadtest plan --from {recording} --slo-p99-ms {slo_p99_ms:g} --growth {growth:g}"
     _show_report(report.write(make_plan(request), command))
+
+
+@cli.command("install-model-analyzer")
+@user_errors
+def install_model_analyzer():
+    """NVIDIA Model Analyzer in an environment of its own, .tools/model-analyzer (no root)."""
+    from tpserve.loadtest import model_analyzer
+
+    click.echo(f"model-analyzer: {model_analyzer.install()}")
+
+
+@cli.command("model-analyzer")
+@options.REPO
+@click.option("--models", required=True, help="The models to profile ('a b').")
+@click.option("--max-concurrency", type=int, default=8, show_default=True)
+@click.option("--max-instance-count", type=int, default=2, show_default=True)
+@click.option("--max-model-batch-size", type=int, default=16, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Folder (default reports/ma-<time>).")
+@user_errors
+def model_analyzer_profile(repo, models, max_concurrency, max_instance_count, max_model_batch_size, out):
+    """Model Analyzer's profile of REPO's models, in its local launch mode on this checkout's tritonserver
+    (bin/tritonserver) and perf_analyzer (bin/perf_analyzer); its reports and checkpoint in OUT."""
+    from tpserve.loadtest import model_analyzer
+
+    out = out or Path("reports") / time.strftime("ma-%Y%m%d-%H%M%S")
+    search = {
+        "max_concurrency": max_concurrency,
+        "max_instance_count": max_instance_count,
+        "max_model_batch_size": max_model_batch_size,
+    }
+    export = model_analyzer.profile(Path(repo), tuple(words(models)), out, search)
+    click.echo(f"Model Analyzer: results {export}/results, reports {export}/reports")
+
+
+@cli.command(
+    "perf-analyzer", context_settings={"ignore_unknown_options": True, "help_option_names": []}, add_help_option=False
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@user_errors
+def perf_analyzer(args):
+    """perf_analyzer with every argument given and its libraries found (bin/perf_analyzer: Model Analyzer's
+    --perf-analyzer-path)."""
+    from tpserve.loadtest.perf.tools import exec_perf_analyzer
+
+    exec_perf_analyzer(list(args))
 
 
 @cli.command("fit-workload")

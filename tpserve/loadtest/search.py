@@ -104,6 +104,53 @@ class Result:
     feasible: bool
     reason: str = ""
     objective: str = "throughput"  # what ranks feasible candidates: throughput, or p99 (a replay's fixed arrivals)
+    level: int = 0  # the concurrency the figures are taken at (the best within the latency budget)
+    low: float = 0.0  # the throughput's range over the repeats at that level: what noise alone moves it by
+    high: float = 0.0
+    points: tuple = ()  # (concurrency, median throughput, median p99 ms, spread %) per level swept
+
+
+def level_points(runs: list[list[dict]]) -> list[dict]:
+    """Repeated sweeps (each a row per concurrency level) as one point per level: median throughput and p99, the
+    throughput's range, its spread in percent of the median."""
+    import statistics
+
+    levels = sorted({row["level"] for rows in runs for row in rows})
+    points = []
+    for level in levels:
+        rows = [row for rows in runs for row in rows if row["level"] == level]
+        throughputs = [row["throughput"] for row in rows]
+        median = statistics.median(throughputs)
+        points.append(
+            {
+                "level": level,
+                "throughput": median,
+                "p99_ms": statistics.median(row["p99_ms"] for row in rows),
+                "low": min(throughputs),
+                "high": max(throughputs),
+                "spread_pct": 100 * (max(throughputs) - min(throughputs)) / median if median else 0.0,
+                "repeats": len(rows),
+            }
+        )
+    return points
+
+
+def best_point(points: list[dict], p99_budget_ms: float) -> dict:
+    """The level with the most throughput within the latency budget; where none is within, the lowest p99."""
+    within = [p for p in points if p["p99_ms"] <= p99_budget_ms]
+    return max(within, key=lambda p: p["throughput"]) if within else min(points, key=lambda p: p["p99_ms"])
+
+
+def within_noise(results: dict, winner: Result) -> list[Result]:
+    """Feasible candidates whose throughput range over the repeats overlaps the winner's: the measurement cannot
+    tell them from it."""
+    if winner.objective != "throughput" or not winner.high:
+        return []
+    return [
+        r
+        for r in results.values()
+        if r is not winner and r.feasible and r.high >= winner.low and r.candidate != winner.candidate
+    ]
 
 
 def one_instance_only(config) -> bool:
@@ -136,6 +183,53 @@ def candidate_config(base, candidate: Candidate):
     return config
 
 
+class Checkpoint:
+    """Every measured candidate's row, appended as it is measured (checkpoint.jsonl, its first line the settings
+    measured with): a search cut short resumes where it stopped, and a finished one is judged again under new
+    budgets (--reanalyse) in seconds, without a server. A checkpoint of other settings is set aside, not mixed in."""
+
+    def __init__(self, path: Path, settings: dict, resume: bool = True):
+        self.path, self.rows = path, {}
+        settings = json.loads(json.dumps(settings, default=str))
+        if resume and path.exists():
+            lines = read_checkpoint(path)
+            if lines and lines[0].get("settings") == settings:
+                self.rows = {line["label"]: line["row"] for line in lines[1:]}
+                step(f"search: resuming from {path} ({len(self.rows)} candidates measured)")
+            elif lines:
+                step(f"search: {path} was measured with other settings; it is kept as {path.name}.old")
+                path.replace(path.with_name(path.name + ".old"))
+        if not self.rows:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"settings": settings}) + "\n")
+
+    def get(self, label: str) -> dict | None:
+        return self.rows.get(label)
+
+    def add(self, candidate: Candidate, row: dict) -> None:
+        self.rows[candidate.label()] = row
+        line = {"label": candidate.label(), "candidate": dataclasses.asdict(candidate), "row": row}
+        with open(self.path, "a") as handle:
+            handle.write(json.dumps(line, default=str) + "\n")
+
+
+def read_checkpoint(path: Path) -> list[dict]:
+    """A checkpoint's lines: the settings, then one per measured candidate (a line cut short by a stop: left out).
+
+    Raises:
+        MeasurementError: no checkpoint there.
+    """
+    if not path.exists():
+        raise MeasurementError(f"no search checkpoint at {path}: run the search with --out {path.parent} first")
+    lines = []
+    for text in path.read_text().splitlines():
+        try:
+            lines.append(json.loads(text))
+        except json.JSONDecodeError:
+            continue
+    return lines
+
+
 class Searcher:
     """Measures candidates on a running server (explicit model control) with perf_analyzer."""
 
@@ -152,6 +246,7 @@ class Searcher:
         self.parse = parse_pbtxt
         self.results: dict[Candidate, Result] = {}
         self.data: dict[str, Path | None] = {}
+        self.checkpoint: Checkpoint | None = None
 
     def _input_data(self, variant: str):
         """perf_analyzer data for a variant (dynamic dims from --shape, the user's --input-data), once per variant."""
@@ -178,6 +273,18 @@ class Searcher:
     def measure(self, candidate: Candidate, variants: tuple[str, ...]) -> Result:
         if candidate in self.results:
             return self.results[candidate]
+        row = self.checkpoint.get(candidate.label()) if self.checkpoint else None
+        if row is None:
+            row = self._measured(candidate)
+            if self.checkpoint is not None:
+                self.checkpoint.add(candidate, row)
+        else:
+            step(f"search: {candidate.label()} measured before (checkpoint): reused")
+        result = judge(candidate, row, self.budgets, self.manifest, variants, "p99" if self.load.get("replay") else "")
+        self.results[candidate] = result
+        return result
+
+    def _measured(self, candidate: Candidate) -> dict:
         from google.protobuf import json_format
 
         step(f"search: measuring {candidate.label()} ({len(self.results) + 1})")
@@ -185,35 +292,29 @@ class Searcher:
         with self.ep.client() as client:
             client.load_model(candidate.variant, config=config, headers=self.ep.admin_headers)
             try:
-                row = self._replayed(candidate) if self.load.get("replay") else self._swept(candidate)
+                return self._replayed(candidate) if self.load.get("replay") else self._swept(candidate)
             finally:
                 client.unload_model(candidate.variant, headers=self.ep.admin_headers)
-        accurate, why = accuracy_ok(self.manifest, candidate.variant, variants, self.budgets["accuracy"])
-        fast = row["p99_ms"] <= self.budgets["p99_ms"]
-        reason = why or ("" if fast else f"p99 {row['p99_ms']:.2f} ms > {self.budgets['p99_ms']:g} ms")
-        if row.get("failed"):
-            reason = "; ".join(filter(None, [reason, f"{row['failed']} of the replay's requests failed"]))
-        if row.get("stable") == "no":  # a busy host: kept, and said so beside the figure
-            reason = "; ".join(filter(None, [reason, f"unstable ±{row['spread_pct'] / 2:.0f}%"]))
-        feasible = accurate and fast and not row.get("failed")
-        objective = "p99" if self.load.get("replay") else "throughput"
-        result = Result(candidate, row["throughput"], row["p99_ms"], feasible, reason, objective)
-        self.results[candidate] = result
-        return result
 
     def _swept(self, candidate: Candidate) -> dict:
+        """perf_analyzer over the concurrency levels, repeated: the best level within the budget, with its range."""
         from tpserve.loadtest.perf.sweep import Sweep, run_sweep
 
+        levels = self.load["concurrency"]
         sweep = Sweep(
             candidate.variant,
-            concurrency=(self.load["concurrency"],),
+            concurrency=tuple(levels) if isinstance(levels, (tuple, list)) else (levels,),
             measurement_ms=self.load["interval_ms"],
             max_trials=10,
             stability_percent=50,
             input_data=self._input_data(candidate.variant),
         )
-        (row,) = run_sweep(sweep, self.ep, self.analyzer, self.out / "raw")
-        return row
+        repeats = max(1, int(self.load.get("repeats", 1)))
+        runs = [run_sweep(sweep, self.ep, self.analyzer, self.out / "raw") for _ in range(repeats)]
+        points = level_points(runs)
+        best = best_point(points, self.budgets["p99_ms"])
+        unstable = any(row.get("stable") == "no" for rows in runs for row in rows)
+        return {**best, "points": points, "stable": "no" if unstable else "yes"}
 
     def _replayed(self, candidate: Candidate) -> dict:
         """The replay's requests sent to this candidate: answered per second, client p99, failed."""
@@ -237,6 +338,33 @@ def accuracy_ok(manifest: dict, variant: str, variants: tuple[str, ...], budget:
         return True, ""
     gap = max(known) - scores[variant]
     return (True, "") if gap <= budget else (False, f"accuracy {scores[variant]:.4f} is {gap:.4f} below the best")
+
+
+def judge(candidate: Candidate, row: dict, budgets: dict, manifest: dict, variants, objective: str = "") -> Result:
+    """A candidate's measured row against the budgets (latency, accuracy): a result, feasible or with why not.
+    Measuring and judging are apart, so that a checkpoint is judged again under new budgets without a server."""
+    accurate, why = accuracy_ok(manifest, candidate.variant, variants, budgets["accuracy"])
+    fast = row["p99_ms"] <= budgets["p99_ms"]
+    reason = why or ("" if fast else f"p99 {row['p99_ms']:.2f} ms > {budgets['p99_ms']:g} ms")
+    if row.get("failed"):
+        reason = "; ".join(filter(None, [reason, f"{row['failed']} of the replay's requests failed"]))
+    if row.get("spread_pct", 0) > 10:  # a busy host: kept, and said so beside the figure
+        reason = "; ".join(filter(None, [reason, f"noisy: ±{row['spread_pct'] / 2:.0f}% over the repeats"]))
+    elif row.get("stable") == "no":
+        reason = "; ".join(filter(None, [reason, "perf_analyzer could not stabilize"]))
+    points = tuple(tuple(p[k] for k in ("level", "throughput", "p99_ms", "spread_pct")) for p in row.get("points", ()))
+    return Result(
+        candidate,
+        row["throughput"],
+        row["p99_ms"],
+        accurate and fast and not row.get("failed"),
+        reason,
+        objective or "throughput",
+        level=int(row.get("level", 0)),
+        low=row.get("low", row["throughput"]),
+        high=row.get("high", row["throughput"]),
+        points=points,
+    )
 
 
 def _score(result: Result) -> float:
@@ -277,12 +405,26 @@ def write_back(repo: Path, winner: Candidate, base) -> Path:
 
 
 def report(results: dict, winner: Result, mode: str, before: Result | None = None) -> str:
-    """Every measured candidate, best first, with the verdict; with a replay, the config as built beside."""
+    """Every measured candidate, best first, with the verdict and the repeats' range; which candidates the
+    measurement cannot tell from the best; with a replay, the config as built beside."""
+    at = f" at concurrency {winner.level}" if winner.level else ""
     lines = [
         f"## {mode}: {len(results)} candidates measured; best: {winner.candidate.label()} "
-        f"({winner.throughput:.1f} infer/s, p99 {winner.p99_ms:.2f} ms)",
+        f"({winner.throughput:.1f} infer/s{at}, p99 {winner.p99_ms:.2f} ms)",
         "",
     ]
+    tied = within_noise(results, winner)
+    if winner.objective == "throughput" and winner.high:
+        lines += [
+            (
+                f"Within the best's noise (throughput ranges over the repeats overlap): "
+                f"{', '.join(r.candidate.label() for r in tied)}. Any of them may win a rerun."
+                if tied
+                else "No other feasible candidate's range over the repeats reaches the best's: its lead is beyond "
+                "the noise measured."
+            ),
+            "",
+        ]
     if before is not None:
         lines += [
             f"On the replayed traffic: p99 **{before.p99_ms:.2f} ms** with the config as built "
@@ -291,13 +433,14 @@ def report(results: dict, winner: Result, mode: str, before: Result | None = Non
             "",
         ]
     lines += [
-        "| candidate | infer/s | p99 ms | feasible | why not |",
-        "|---|---|---|---|---|",
+        "| candidate | infer/s | range over repeats | at concurrency | p99 ms | feasible | why not |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in sorted(results.values(), key=_score, reverse=True):
+        spread = f"{r.low:.1f}-{r.high:.1f}" if r.high and r.high != r.low else "—"
         lines.append(
-            f"| {r.candidate.label()} | {r.throughput:.1f} | {r.p99_ms:.2f} | {'yes' if r.feasible else 'no'} "
-            f"| {r.reason} |"
+            f"| {r.candidate.label()} | {r.throughput:.1f} | {spread} | {r.level or '—'} | {r.p99_ms:.2f} "
+            f"| {'yes' if r.feasible else 'no'} | {r.reason} |"
         )
     return "\n".join(lines)
 
@@ -311,6 +454,9 @@ def summary_json(results: dict, winner: Result) -> str:
             "p99_ms": r.p99_ms,
             "feasible": r.feasible,
             "reason": r.reason,
+            "level": r.level,
+            "range": [r.low, r.high],
+            "points": [dict(zip(("level", "throughput", "p99_ms", "spread_pct"), p)) for p in r.points],
         }
         for r in results.values()
     ]
@@ -330,11 +476,19 @@ class SearchRun:
     max_instances: int = 2
     delays_us: tuple[int, ...] = DELAYS_US
     write_back: bool = True
+    resume: bool = True  # reuse what a checkpoint of the same settings in out measured
+
+
+def _settings(request: SearchRun, names: tuple[str, ...]) -> dict:
+    """What a checkpoint's rows were measured with: resuming under other settings would mix two searches."""
+    measure = {k: v for k, v in request.measure.items() if k != "replay"}
+    replay = request.measure.get("replay")
+    return {"repo": str(request.repo), "variants": names, "measure": measure, "replay": repr(replay) if replay else ""}
 
 
 def run(request: SearchRun) -> str:
     """Start a server (explicit model control) on free ports, search, stop it, write the winner back and the
-    report (search.md, search.json); return the report's text."""
+    report (search.md, search.json, search.png, checkpoint.jsonl); return the report's text."""
     from tpserve.loadtest.perf.tools import find_perf_analyzer
     from tpserve.server.triton.launcher import running
 
@@ -347,6 +501,7 @@ def run(request: SearchRun) -> str:
         analyzer = None if request.measure.get("replay") else find_perf_analyzer()
         urls = (state.http_url, state.grpc_url)
         searcher = Searcher(request.repo, ep, analyzer, request.budgets, request.measure, request.out, urls)
+        searcher.checkpoint = Checkpoint(request.out / "checkpoint.jsonl", _settings(request, names), request.resume)
         space = SearchSpace(
             names,
             request.max_instances,
@@ -358,9 +513,71 @@ def run(request: SearchRun) -> str:
     if request.write_back and winner.feasible:
         written = write_back(request.repo, winner.candidate, searcher.base_config(winner.candidate.variant))
         text += f"\n\nwinner written to {written}"
-    (request.out / "search.md").write_text(f"# Config search\n\n{text}\n")
-    (request.out / "search.json").write_text(summary_json(searcher.results, winner))
+    return _write_report(request.out, searcher.results, winner, text)
+
+
+def _write_report(out: Path, results: dict, winner: Result, text: str) -> str:
+    plot(results, winner, out / "search.png")
+    (out / "search.md").write_text(f"# Config search\n\n{text}\n\n![throughput against p99](search.png)\n")
+    (out / "search.json").write_text(summary_json(results, winner))
     return text
+
+
+def reanalyse(out: Path, repo: Path, budgets: dict) -> str:
+    """Judge a finished (or cut short) search's checkpoint again under new budgets, without a server; rewrite its
+    report. The winner is not written back (a search that measured writes back)."""
+    from tpserve.builders.repository.manifest import read_manifest
+
+    lines = read_checkpoint(out / "checkpoint.jsonl")
+    measured = [line for line in lines[1:] if "candidate" in line]
+    if not measured:
+        raise MeasurementError(f"{out / 'checkpoint.jsonl'} holds no measured candidate yet")
+    manifest = read_manifest(repo)["models"]
+    variants = tuple(lines[0]["settings"].get("variants", ()))
+    objective = "p99" if lines[0]["settings"].get("replay") else ""
+    results = {}
+    for line in measured:
+        given = {**line["candidate"], "preferred": tuple(line["candidate"]["preferred"])}
+        candidate = Candidate(**given)
+        results[candidate] = judge(
+            candidate, line["row"], budgets, manifest, variants or (candidate.variant,), objective
+        )
+    winner = max(results.values(), key=_score)
+    text = report(
+        results, winner, f"re-analysed (p99 ≤ {budgets['p99_ms']:g} ms, accuracy within {budgets['accuracy']:g})"
+    )
+    return _write_report(out, results, winner, text)
+
+
+def plot(results: dict, winner: Result, path: Path) -> Path | None:
+    """Each candidate's throughput against p99 over the concurrency levels swept (the winner drawn thick);
+    nothing where no candidate was swept (a replay measures one point)."""
+    from tpserve.loadtest.reporting.plots import pyplot, save
+
+    swept = [r for r in results.values() if r.points]
+    if not swept:
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for r in sorted(swept, key=_score, reverse=True):
+        xs, ys = [p[2] for p in r.points], [p[1] for p in r.points]
+        mine = r is winner
+        ax.plot(
+            xs,
+            ys,
+            marker="o",
+            linewidth=2.5 if mine else 1,
+            alpha=1 if mine else 0.6,
+            label=f"{r.candidate.label()}{' (best)' if mine else ''}",
+        )
+        for level, x, y in zip((p[0] for p in r.points), xs, ys):
+            ax.annotate(f"c{level}", (x, y), textcoords="offset points", xytext=(3, 3), fontsize=6)
+    ax.set_xlabel("p99 latency (ms, median over repeats)")
+    ax.set_ylabel("throughput (infer/s, median over repeats)")
+    ax.set_title("Config search: each candidate over its concurrency levels")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6)
+    return save(fig, path)
 
 
 def replay_workload(path: Path, speed: float, seconds: float, model) -> "Replay":

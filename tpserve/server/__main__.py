@@ -59,6 +59,13 @@ def _tuning(server_args: str, latency_summaries: bool, latency_quantiles: str):
     return TritonTuning.parse(server_args, latency_summaries, latency_quantiles)
 
 
+QUEUE_SLO = click.option(
+    "--queue-slo-ms",
+    "queue_slo",
+    default="",
+    help="Admission by queue time: the edge refuses a model's new calls at once (HTTP 429, gRPC UNAVAILABLE, retry "
+    "hint) while its queue time per request is over this ('20', or 'model=20 *=50'); empty: off.",
+)
 MAX_WAITING = click.option(
     "--max-waiting",
     type=click.IntRange(0),
@@ -101,6 +108,7 @@ def cli():
 )
 @click.option("--max-request-mb", type=float, default=64.0, show_default=True, help="The edge's cap on a body.")
 @MAX_WAITING
+@QUEUE_SLO
 @RECORD
 @RECORD_FILE_MB
 @RECORD_FILES
@@ -133,6 +141,7 @@ def start(
     edge,
     max_request_mb,
     max_waiting,
+    queue_slo,
     internal_http_port,
     tls_cert,
     tls_key,
@@ -165,10 +174,12 @@ def start(
     recording = record_settings(record, state_dir, record_file_mb, record_files)
     if recording is not None and not (supervise and edge):
         raise click.UsageError("--record needs the edge and the supervisor (drop --no-edge / --no-supervise)")
+    if queue_slo and not (supervise and edge):
+        raise click.UsageError("--queue-slo-ms needs the edge and the supervisor (drop --no-edge / --no-supervise)")
     if supervise and edge:
         tls = _tls(tls_cert, tls_key)
         state = _start_behind_edge(
-            settings, health_port, max_request_mb, tls, internal_http_port, recording, max_waiting
+            settings, health_port, max_request_mb, tls, internal_http_port, recording, max_waiting, queue_slo
         )
     elif supervise:
         from tpserve.server.supervision.supervisor_process import start_supervised
@@ -197,6 +208,7 @@ def _start_behind_edge(
     internal_http_port: int = 0,
     record=None,
     max_waiting: int = 0,
+    queue_slo: str = "",
 ):
     """One supervised server whose HTTP port is Envoy's edge (server/edge/request_checks.py); its state as clients
     see it."""
@@ -223,6 +235,7 @@ def _start_behind_edge(
         internal_http_port=internal_http_port,
         record=record,
         balancing=Balancing(max_requests=max_waiting),
+        queue_slo=queue_slo,
     )
     start_cluster(cluster)
     state = read_state(settings.state_dir / "replica-0")
@@ -248,6 +261,8 @@ def _start_behind_edge(
 @click.option("--internal", default="", help="Comma-separated ports behind the edge: http, grpc, metrics.")
 @click.option("--cancelled-calls", default="", help="The edge's cancelled-calls table (empty: none).")
 @click.option("--backlog-slot", default=0, type=int, help="This server's slot of the edge's backlog file.")
+@click.option("--admission-table", default="", help="The edge's admission table (empty: none).")
+@click.option("--queue-slo", default="", help="Queue-time budgets the edge admits by ('20' or 'model=20 *=50').")
 @click.option("--retry", nargs=2, type=float, default=(1.0, 30.0), help="A failed reload's first and longest wait.")
 @STATE_DIR
 @tuning_options
@@ -261,6 +276,8 @@ def supervise(
     internal,
     cancelled_calls,
     backlog_slot,
+    admission_table,
+    queue_slo,
     retry,
     state_dir,
     server_args,
@@ -291,6 +308,8 @@ def supervise(
         tuning=tuning,
         cancelled_calls=table,
         backlog_slot=backlog_slot,
+        admission_table=Path(admission_table) if admission_table else None,
+        queue_budgets=queue_slo,
     )
     probing = ProbeSettings(probes[0], probes[1], int(probes[2]))
     serve(settings, health_port, drain, probing, RetrySettings(*retry))
@@ -305,6 +324,7 @@ def supervise(
 @click.option("--timeout", type=float, default=180.0, show_default=True, help="Seconds per replica to get ready.")
 @click.option("--gpu-per-replica", is_flag=True, help="Replica i sees GPU i only (CUDA_VISIBLE_DEVICES=i).")
 @MAX_WAITING
+@QUEUE_SLO
 @TLS_CERT
 @TLS_KEY
 @STATE_DIR
@@ -324,6 +344,7 @@ def cluster(
     timeout,
     gpu_per_replica,
     max_waiting,
+    queue_slo,
     tls_cert,
     tls_key,
     state_dir,
@@ -354,6 +375,7 @@ def cluster(
         tls=_tls(tls_cert, tls_key),
         record=record_settings(record, state_dir, record_file_mb, record_files),
         balancing=Balancing(max_requests=max_waiting * replicas),
+        queue_slo=queue_slo,
     )
     state = start_cluster(settings)
     click.echo(
@@ -405,6 +427,19 @@ def cluster_restart(state_dir):
 
     for done in restart_replicas(state_dir):
         click.echo(f"{done['replica']}: restarted and routed again in {done['seconds']} s")
+
+
+@cli.command(
+    "tritonserver", context_settings={"ignore_unknown_options": True, "help_option_names": []}, add_help_option=False
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@user_errors
+def tritonserver(args):
+    """The embedded tritonserver with every argument given (bin/tritonserver: Model Analyzer's
+    --triton-server-path), set up as `start` sets it up, without the admin key or the edge."""
+    from tpserve.server.triton.standalone import exec_tritonserver
+
+    exec_tritonserver(list(args))
 
 
 @cli.command("build-shim")

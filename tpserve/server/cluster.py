@@ -25,7 +25,7 @@ from typing import Any
 from tpserve.common import endpoints
 from tpserve.common.cli import step
 from tpserve.common.errors import ServerError
-from tpserve.server.edge import cancel_table
+from tpserve.server.edge import admission_table, cancel_table
 from tpserve.server.edge.admission import waiting_bound
 from tpserve.server.edge.envoy_config import Balancing, EnvoySettings, Replica, envoy_config
 from tpserve.server.edge.recording import RecordSettings, access_logs, grpc_filters, prepare
@@ -71,6 +71,7 @@ class ClusterSettings:
     record: RecordSettings | None = None  # record the traffic at the edge (HTTP and gRPC both go through Envoy)
     tuning: launcher.TritonTuning = launcher.TritonTuning()  # every replica's tritonserver knobs
     ragged_stats: Path | None = None  # where ragged models write their per-batch statistics (text-bench reads them)
+    queue_slo: str = ""  # admission by queue time: "20" or "model=20 *=50" (ms; supervision/admission_control.py)
 
     @property
     def internal(self) -> tuple[str, ...]:
@@ -88,6 +89,12 @@ class ClusterSettings:
             )
         if self.single and self.replicas != 1:
             raise ServerError("a single server behind the edge has one replica")
+        if self.queue_slo:
+            from tpserve.server.supervision.admission_control import QueueBudgets
+
+            QueueBudgets.parse(self.queue_slo)  # a budget that is not one: said before anything starts
+            if self.edge is None:
+                raise ServerError("admission by queue time (QUEUE_SLO_MS) is the edge's: turn the edge on")
         top = self.replica_base_port + 4 * self.replicas - 1
         if self.replica_base_port and not 1024 <= self.replica_base_port <= top <= 65535:
             raise ServerError(
@@ -147,6 +154,7 @@ class ClusterState:
     env: dict[str, dict] = field(default_factory=dict)  # per replica: its environment (CUDA_VISIBLE_DEVICES)
     internal: list[str] = field(default_factory=list)  # the replicas' ports only the edge reaches (the guard's)
     tuning: dict = field(default_factory=dict)  # the replicas' TritonTuning, as started (a restart keeps it)
+    queue_slo: str = ""  # the queue-time budgets the edge admits by (a restart keeps them)
     format_version: int = 1
 
     def to_dict(self) -> dict:
@@ -208,6 +216,7 @@ def _new_state(settings: ClusterSettings, stats_port: int) -> ClusterState:
         recording=str(settings.record.folder) if settings.record else "",
         internal=list(settings.internal),
         tuning=asdict(settings.tuning),
+        queue_slo=settings.queue_slo,
     )
 
 
@@ -233,6 +242,8 @@ def _start_replica(settings: ClusterSettings, index: int, env: dict) -> Replica:
         cancelled_calls=cancelled_calls(settings.state_dir),
         backlog_slot=index,
         ragged_stats=settings.ragged_stats,
+        admission_table=admission_of(settings.state_dir),
+        queue_budgets=settings.queue_slo,
     )
     start_supervised(replica_settings, health, drain=settings.balancing.drain_seconds, env=env)
     return Replica(f"replica-{index}", http, grpc, health, settings.host, str(folder.absolute() / HEALTH_SOCKET))
@@ -242,9 +253,10 @@ def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> in
     """Write envoy.json and start `python -m tpserve.server envoy-run` (Envoy's keeper); return the keeper's pid."""
     rules = model_rules(settings.repo) if settings.edge else {}
     table = cancelled_calls(settings.state_dir)
+    admission = admission_of(settings.state_dir)
     notice = (
-        (cancel_table.module_filter(table, len(replicas)),) if table else ()
-    )  # every call's id; unanswered ones noted
+        (cancel_table.module_filter(table, len(replicas), admission),) if table else ()
+    )  # every call's id; unanswered ones noted; admission by queue time where asked
     edge = (*notice, *http_filters(rules, settings.edge, settings.record)) if settings.edge else ()
     recording = _recording(settings, rules)
     recording["grpc_filters"] = (*notice, *recording.get("grpc_filters", ()))
@@ -295,13 +307,24 @@ def _prepare_cancel_table(settings: ClusterSettings) -> None:
 
     (settings.state_dir / cancel_table.TABLE).unlink(missing_ok=True)
     (settings.state_dir / cancel_table.BACKLOG).unlink(missing_ok=True)
+    (settings.state_dir / admission_table.FILE).unlink(missing_ok=True)
     if settings.edge is None:
         return
     if not runs_on(envoy_binary()):
         step(f"cancelled calls are computed: the edge's notice is built for Envoy {ENVOY_VERSION.strip('/.')}")
+        if settings.queue_slo:
+            raise ServerError(f"admission by queue time needs the edge's module, built for Envoy {ENVOY_VERSION}")
         return
     cancel_table.build_module()
     cancel_table.make_table(settings.state_dir)
+    if settings.queue_slo:
+        admission_table.make_table(settings.state_dir)
+
+
+def admission_of(state_dir: Path) -> Path | None:
+    """The cluster's admission table, where it admits by queue time."""
+    path = Path(state_dir) / admission_table.FILE
+    return path.resolve() if path.is_file() else None
 
 
 def cancelled_calls(state_dir: Path) -> Path | None:
@@ -477,6 +500,8 @@ def restart_replicas(state_dir: Path, timeout: float = 180.0) -> list[dict]:
             tuning=_tuning_of(state),
             cancelled_calls=cancelled_calls(state_dir),
             backlog_slot=index,
+            admission_table=admission_of(state_dir),
+            queue_budgets=state.queue_slo,
         )
         env = state.env.get(replica.name, {})
         start_supervised(settings, replica.health_port, drain=Balancing().drain_seconds, env=env)

@@ -14,6 +14,9 @@ THROUGHPUT = "triton:inference_throughput"
 REQUESTS = "triton:request_success"
 P99 = "triton:request_p99_ms"
 GPU_UTILIZATION = "triton:gpu_utilization"
+BUSY = "triton:busy_instances"  # instance-seconds of compute per second, per model, over every replica
+REPLICAS_NEEDED = "tpserve:replicas_needed"
+TARGET_UTILISATION = 0.8  # replicas are sized for their capacity at this share (as `plan` sizes them)
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,7 @@ class RuleSettings:
     queue_budget_us: float = 10_000.0  # 10 ms of queueing per request: add replicas
     alert_for: str = "2m"
     p99_budget_ms: float = 1_000.0  # a model's p99 above a second: someone should look
+    instances: tuple[tuple[str, int], ...] = ()  # instances per replica of a model (any other: 1)
 
     def __post_init__(self):
         if not self.window[:-1].isdigit() or self.window[-1] not in "smh":
@@ -59,7 +63,40 @@ def requests_per_s(window: str) -> str:
     return f"sum by (model) (rate(nv_inference_request_success[{window}]))"
 
 
+def busy_instances(window: str) -> str:
+    """Instance-seconds of compute per second per model, over every replica: each request's compute time (input,
+    infer, output), which tritonserver counts once per request of a batch, times executions per request."""
+    compute = " + ".join(
+        f"sum by (model) (rate(nv_inference_compute_{phase}_duration_us[{window}]))"
+        for phase in ("input", "infer", "output")
+    )
+    per_request = (
+        f"sum by (model) (rate(nv_inference_exec_count[{window}])) / "
+        f"(sum by (model) (rate(nv_inference_request_success[{window}])) > 0)"
+    )
+    return f"({compute}) / 1e6 * ({per_request})"
+
+
+def replicas_needed(s: RuleSettings) -> str:
+    """Replicas the live load needs: the busiest model's busy instances over its instances per replica at
+    TARGET_UTILISATION, rounded up; and, while a model's queue time per request is over the scale-out budget, one
+    more than run now (a saturated replica's busy time cannot show how much more is asked of it)."""
+    busy = f"{BUSY}:rate{s.window}"
+    if s.instances:
+        per_model = " or ".join(f'label_replace(vector({int(k)}), "model", "{m}", "", "")' for m, k in s.instances)
+        capacity = f"(({per_model}) or on(model) (0 * {busy} + 1))"
+        load = f"{busy} / on(model) group_left() {capacity}"
+    else:
+        load = busy
+    running = "count(count by (instance) (nv_inference_request_success))"
+    queued = f"max({QUEUE_PER_REQUEST}:rate{s.window}) > bool {s.queue_budget_us:g}"
+    by_load = f'label_replace(ceil(max({load}) / {TARGET_UTILISATION:g}), "term", "load", "", "")'
+    by_queue = f'label_replace(({running} + 1) * ({queued}), "term", "queue", "", "")'
+    return f"max({by_load} or {by_queue})"
+
+
 HPA_METRIC = "triton_queue_time_per_request_us"
+REPLICAS_NEEDED_METRIC = "tpserve_replicas_needed"  # as prometheus-adapter serves it (External)
 
 
 def prometheus_rule(s: RuleSettings = DEFAULT_RULES) -> dict:
@@ -81,7 +118,13 @@ def adapter_config(window: str = "1m") -> dict:
         "name": {"matches": "^nv_inference_queue_duration_us$", "as": HPA_METRIC},
         "metricsQuery": queue_time_per_request(window, "<<.GroupBy>>", "<<.LabelMatchers>>"),
     }
-    return {"rules": [rule]}
+    needed = {  # the fleet's replicas needed, for the HPA's External metric (the recording rule above)
+        "seriesQuery": REPLICAS_NEEDED,
+        "resources": {"namespaced": False},
+        "name": {"matches": f"^{REPLICAS_NEEDED}$", "as": REPLICAS_NEEDED_METRIC},
+        "metricsQuery": REPLICAS_NEEDED,
+    }
+    return {"rules": [rule], "externalRules": [needed]}
 
 
 def adapter_configmap(window: str = "1m") -> dict:
@@ -119,6 +162,8 @@ def recording_rules(s: RuleSettings) -> list[dict]:
         {"record": f"{QUEUE_PER_REQUEST}:rate{w}", "expr": queue_time_per_request(w)},
         {"record": f"{P99}:rate{w}", "expr": p99_ms(w)},
         {"record": f"{GPU_UTILIZATION}:avg", "expr": "avg by (gpu_uuid) (nv_gpu_utilization)"},
+        {"record": f"{BUSY}:rate{w}", "expr": busy_instances(w)},
+        {"record": REPLICAS_NEEDED, "expr": replicas_needed(s)},
     ]
 
 

@@ -33,7 +33,8 @@ class Target:
 
 
 def targets_of(state_dir: Path) -> list[Target]:
-    """The replicas' metrics endpoints and Envoy's (a cluster), or the single server's."""
+    """The replicas' metrics endpoints and Envoy's (a cluster), or the single server's; with admission by queue
+    time, each replica's supervisor's /metrics too."""
     from tpserve.common.endpoints import read_state
     from tpserve.server.cluster import CLUSTER, read_cluster
 
@@ -44,6 +45,9 @@ def targets_of(state_dir: Path) -> list[Target]:
     for replica in cluster.replicas:
         state = read_state(state_dir / replica.name)
         found.append(Target("triton", f"{state.host}:{state.metrics_port}", labels={"replica": replica.name}))
+        if cluster.queue_slo:  # admission by queue time: what its supervisor measured and the edge refused
+            address = f"{replica.host}:{replica.health_port}"
+            found.append(Target("tpserve", address, "/metrics", labels={"replica": replica.name}))
     if cluster.stats_port:  # a single server behind the edge has no Envoy stats port
         found.append(Target("envoy", f"{cluster.host}:{cluster.admin_port}", "/stats/prometheus"))
     return found
@@ -82,9 +86,32 @@ def find_prometheus() -> Path:
     return found
 
 
+def served_instances(state_dir: Path) -> tuple[tuple[str, int], ...]:
+    """Instances per replica of each model the server of state_dir serves (its repository's configs), for the
+    replicas-needed rule; () where the repository cannot be read."""
+    from tpserve.builders.repository.model_config import repository_configs
+    from tpserve.common.endpoints import read_state
+    from tpserve.common.errors import ServerError
+    from tpserve.server.edge.admission import instances
+
+    try:
+        repo = Path(read_state(state_dir).repo)
+        return tuple(
+            (name, instances(config)) for name, config in repository_configs(repo) if config.platform != "ensemble"
+        )
+    except (OSError, ServerError):  # a state without a readable repository: one instance per model
+        return ()
+
+
 def start(state_dir: Path, port: int, interval: str = "5s", rules: RuleSettings = DEFAULT_RULES) -> dict:
-    """Write the config and rules into STATE_DIR/prometheus/, start Prometheus on 127.0.0.1:port, await ready."""
+    """Write the config and rules into STATE_DIR/prometheus/, start Prometheus on 127.0.0.1:port, await ready.
+    The replicas-needed rule counts the served repository's instances per model."""
+    import dataclasses
+
     import yaml
+
+    if not rules.instances:
+        rules = dataclasses.replace(rules, instances=served_instances(state_dir))
 
     binary, folder = find_prometheus(), state_dir / "prometheus"
     folder.mkdir(parents=True, exist_ok=True)

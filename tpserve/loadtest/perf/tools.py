@@ -153,3 +153,10 @@ def install_perf_analyzer() -> PerfAnalyzer:
     with tempfile.TemporaryDirectory() as scratch:
         _install_legacy_binary(Path(scratch))
     return find_perf_analyzer()
+
+
+def exec_perf_analyzer(args: list[str]) -> None:
+    """Become the perf_analyzer found here, with its libraries (never returns): `bin/perf_analyzer`, for tools
+    such as Model Analyzer (--perf-analyzer-path) that start perf_analyzer themselves."""
+    found = find_perf_analyzer()
+    os.execve(str(found.binary), [str(found.binary), *args], found.env)

@@ -76,6 +76,17 @@ def _linked_copy(source: Path, target: Path) -> None:
     shutil.copytree(source, target, copy_function=link, symlinks=False)
 
 
+def served_configs(repo: Path, deployment: Deployment) -> tuple[str, ...]:
+    """The configs the deployment's replicas would load, as text: two deployments with the same replicas and these
+    serve the same thing (a knob set to what the config already has changes nothing)."""
+    from tpserve.builders.repository.model_config import parse_pbtxt, proto_to_pbtxt
+
+    return tuple(
+        proto_to_pbtxt(_rewritten(parse_pbtxt(path.read_text()), deployment))
+        for path in sorted(repo.glob("*/config.pbtxt"))
+    )
+
+
 def repository_for(repo: Path, deployment: Deployment, folder: Path) -> Path:
     """The repository a deployment serves: repo itself where no knob changes, else folder/repository, a linked
     copy of repo whose configs carry the knobs (written whole, then renamed into place).

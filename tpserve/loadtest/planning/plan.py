@@ -13,9 +13,9 @@ from pathlib import Path
 
 from tpserve.common.cli import step
 from tpserve.common.errors import MeasurementError
-from tpserve.loadtest.planning.deployment import Deployment
+from tpserve.loadtest.planning.deployment import Deployment, served_configs
 from tpserve.loadtest.planning.search import Search, Space, per_replica_capacity, replicas_needed, search
-from tpserve.loadtest.planning.trial import BEHIND_MS, Trial, TrialRun, judge, run_trial
+from tpserve.loadtest.planning.trial import BEHIND_MS, MEETS, Trial, TrialRun, judge, run_trial
 
 MIN_PROBE_S = 2.0
 
@@ -30,7 +30,7 @@ class PlanRequest:
     growth: float
     out: Path
     models: tuple[str, ...] = ()  # default: every recorded model the repository serves
-    max_replicas: int = 0  # 0: one per GPU where there are several, else up to 4 within the CPU cores
+    max_replicas: int = 0  # 0: one per GPU where there is one, else up to 4 within the CPU cores
     instances: tuple[int, ...] = (1, 2)
     delays_us: tuple[int, ...] = (0, 1000, 5000)
     probe_seconds: float = 0.0  # 0: a fifth of the replay, at least MIN_PROBE_S
@@ -120,13 +120,20 @@ class Evaluator:
 
     def __init__(self, request: PlanRequest, traffic: Traffic):
         self.request, self.traffic, self.count = request, traffic, 0
+        self.seen: dict[tuple, Trial] = {}  # what deployments serving the same configs showed
         self.run = TrialRun(repo=request.repo, recording=traffic.path, models=traffic.models, out=request.out)
         replay_s = traffic.seconds / request.growth
         self.probe_s = request.probe_seconds or max(MIN_PROBE_S, replay_s / 5)
 
-    def __call__(self, deployment: Deployment, probe: bool, growth: float | None = None) -> Trial:
-        self.count += 1
+    def __call__(self, deployment: Deployment, probe: bool, growth: float | None = None, fresh: bool = False) -> Trial:
         speed = growth or self.request.growth
+        same = (deployment.replicas, deployment.gpu_per_replica, served_configs(self.request.repo, deployment))
+        key = (*same, probe, speed)
+        if key in self.seen and not fresh:  # the search's own trials: one measurement per thing served
+            earlier = self.seen[key]
+            step(f"plan: {deployment.label()} serves what {earlier.deployment.label()} did: its verdict stands")
+            return replace(earlier, deployment=deployment, why=f"{earlier.why} (as {earlier.deployment.label()})")
+        self.count += 1
         name = f"{self.count:02d}-{'probe' if probe else 'whole'}"
         found = run_trial(self.run, deployment, speed, self.probe_s if probe else 0.0, self.request.slo_p99_ms, name)
         trial = Trial(deployment=deployment, speed=speed, probe=probe, **found)
@@ -134,6 +141,7 @@ class Evaluator:
         if trial.behind_ms > BEHIND_MS:  # kept, and said: the figures understate the load asked for
             trial = replace(trial, why=f"{trial.why}; the load generator fell {trial.behind_ms:.0f} ms behind")
         step(f"plan: {name}: {trial.verdict} ({trial.why})")
+        self.seen.setdefault(key, trial)
         return trial
 
 
@@ -151,6 +159,26 @@ class Plan:
     replicas_for_growth: int | None
 
 
+CLOSING_TRIES = 3
+
+
+def _closed(found: Search, space: Space, evaluate: Evaluator) -> Trial:
+    """The closing replay of the choice (a fresh start, the whole recording). Where it misses, the choice was
+    noise's: the next larger size is closed in its place (at most CLOSING_TRIES), and found.chosen follows, so
+    that the plan never recommends what its own closing replay failed."""
+    assert found.chosen is not None
+    closing = evaluate(found.chosen.deployment, False, fresh=True)
+    larger = [d for d in space.sizes() if d.cost() > found.chosen.deployment.cost()]
+    for deployment in larger[: CLOSING_TRIES - 1]:
+        if closing.verdict == MEETS:
+            break
+        step(f"plan: the closing replay of {closing.deployment.label()} missed ({closing.why}): closing the next size")
+        found.overruled.append(closing)
+        closing = evaluate(deployment, False, fresh=True)
+        found.chosen = closing
+    return closing
+
+
 def make_plan(request: PlanRequest) -> Plan:
     """Search, close and extrapolate (see the module's text); the report is written by planning.report."""
     request.out.mkdir(parents=True, exist_ok=True)
@@ -163,8 +191,8 @@ def make_plan(request: PlanRequest) -> Plan:
     found = search(space, evaluate)
     closing = headroom = None
     if found.chosen is not None:
-        closing = evaluate(found.chosen.deployment, False)
-        headroom = evaluate(found.chosen.deployment, True, request.growth * request.headroom)
+        closing = _closed(found, space, evaluate)
+        headroom = evaluate(closing.deployment, True, request.growth * request.headroom, fresh=True)
     capacity = per_replica_capacity(found.trials + [t for t in (closing, headroom) if t])
     needed = replicas_needed(traffic.rate * request.growth, capacity) if capacity else None
     return Plan(request, traffic, space, found, closing, headroom, capacity, needed)

@@ -25,6 +25,7 @@ def _trial_rows(plan: Plan) -> list[str]:
         "|" + "---|" * 11,
     ]
     named = [(f"{i + 1}", t) for i, t in enumerate(plan.found.trials)]
+    named += [("closing (missed)", t) for t in plan.found.overruled]
     named += [(label, t) for label, t in (("closing", plan.closing), ("headroom", plan.headroom)) if t is not None]
     for label, t in named:
         replay = f"x{t.speed:g}{', first seconds' if t.probe else ', whole'}"
@@ -65,10 +66,20 @@ def _choice(plan: Plan) -> list[str]:
     lines += [
         f"**Closing replay** (the whole recording at x{request.growth:g}, a fresh start of the choice): p99 "
         f"**{_ms(closing.p99_ms)} ms** against the SLO of {request.slo_p99_ms:g} ms, {closing.sent} requests, "
-        f"{closing.failed} failed: the plan {held}. The search's own trial of it predicted p99 "
-        f"{_ms(chosen.p99_ms)} ms.",
+        f"{closing.failed} failed: the plan {held}."
+        + (
+            ""
+            if plan.found.overruled
+            else f" The search's own trial of it predicted p99 {_ms(_predicted(plan, chosen.deployment))} ms."
+        ),
         "",
     ]
+    for earlier in plan.found.overruled:
+        lines += [
+            f"The closing replay of {earlier.deployment.label()}, the search's first choice, missed ({earlier.why}): "
+            "the plan moved to the next size and closed that.",
+            "",
+        ]
     if closing.phases_us:
         lines += [
             f"**Where the time goes** (the closing replay, per request, from the server's statistics): "
@@ -78,6 +89,13 @@ def _choice(plan: Plan) -> list[str]:
         ]
     lines += _headroom(plan)
     return lines
+
+
+def _predicted(plan: Plan, deployment) -> float:
+    """The p99 the search's whole replay of the deployment measured (the probe's where it had none)."""
+    mine = [t for t in plan.found.trials if t.deployment == deployment]
+    whole = [t for t in mine if not t.probe]
+    return (whole or mine)[-1].p99_ms if mine else float("nan")
 
 
 def _headroom(plan: Plan) -> list[str]:
@@ -102,7 +120,7 @@ def _beyond(plan: Plan) -> list[str]:
     """Kubernetes' replica count: the measured choice's, or (nothing on this host met the SLO) an extrapolation
     from what one replica sustained."""
     chosen = plan.found.chosen
-    each = "one GPU each" if plan.space.gpu_per_replica else "each a pod of this host's shape"
+    each = "one GPU each" if plan.space.gpus else "each a pod of this host's shape"
     if chosen is not None:
         return [
             "## On Kubernetes",
@@ -180,7 +198,7 @@ def write(plan: Plan, command: str) -> Path:
         f"{traffic.seconds:.1f} s ({traffic.rate:.1f}/s); replayed open loop at x{request.growth:g} "
         f"({traffic.rate * request.growth:.1f}/s)." + (f" Left out: {traffic.left_out}." if traffic.left_out else ""),
         f"Host: {os.cpu_count()} cores"
-        + (f", {plan.space.max_replicas} GPUs" if plan.space.gpu_per_replica else "")
+        + (f", {plan.space.gpus} GPU(s)" if plan.space.gpus else "")
         + f"; {time.strftime('%Y-%m-%d')}; command: `{command}`.",
         "",
         *_choice(plan),

@@ -24,6 +24,7 @@ class Space:
     instances: tuple[int, ...] = (1, 2)
     delays_us: tuple[int, ...] = (0, 1000, 5000)
     gpu_per_replica: bool = False
+    gpus: int = 0  # on this host: a replica is one GPU's worth where there is one
 
     def sizes(self) -> list[Deployment]:
         """Every size, cheapest first (fewer replicas, then fewer instances), delays as built."""
@@ -44,6 +45,7 @@ class Search:
     trials: list[Trial] = field(default_factory=list)
     chosen: Trial | None = None
     largest_miss: Trial | None = None
+    overruled: list[Trial] = field(default_factory=list)  # choices whose closing replay missed
 
     def record(self, trial: Trial) -> Trial:
         self.trials.append(trial)

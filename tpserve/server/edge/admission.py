@@ -17,7 +17,7 @@ QUEUED_BATCHES = 2
 FLOOR, CEILING = 64, 4096
 
 
-def _instances(config) -> int:
+def instances(config) -> int:
     """Instances of a model: its groups' counts (1 without a group), a group on listed GPUs once per GPU."""
     if not config.instance_group:
         return 1
@@ -32,5 +32,5 @@ def waiting_bound(repo: Path) -> int:
         configs = list(repository_configs(repo))
     except OSError:  # a repository we cannot read is the server's to judge: keep Envoy's bound modest
         return FLOOR
-    wanted = max((QUEUED_BATCHES * max(1, int(c.max_batch_size)) * _instances(c) for _, c in configs), default=0)
+    wanted = max((QUEUED_BATCHES * max(1, int(c.max_batch_size)) * instances(c) for _, c in configs), default=0)
     return max(FLOOR, min(CEILING, wanted))

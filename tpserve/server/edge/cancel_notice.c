@@ -21,8 +21,17 @@
  * Beside it, a refusal for overload (HTTP 503, gRPC UNAVAILABLE answered at once: a full queue) gets a retry hint:
  * Retry-After: 1, grpc-retry-pushback-ms: 1000.
  *
- * Configuration: "table hex(path) backlog hex(path) limit n". The files are made by the launcher
- * (server/edge/cancel_table.py); without a backlog nothing is refused. */
+ * Admission by queue time (where the server was started with queue budgets): each replica's supervisor measures its
+ * models' queue time per request from tritonserver's own counters and marks, in its region of the admission table
+ * (a file of the state folder, 0600: server/edge/admission_table.py), the models whose queue time is over their
+ * budget. A new inference call for a model every replica marks is refused at once: HTTP 429 (gRPC UNAVAILABLE)
+ * with the same retry hint, response details "admission_queue_time", counted in Envoy's stats
+ * (dynamicmodulescustom.refused_queue_time) and in the table, which the supervisor of replica 0 exports
+ * (tpserve_admission_refused_total). The model is read from the HTTP path, or from the first bytes of a gRPC
+ * ModelInfer message (server/edge/admission_parse.h); where it cannot be read there, the call is admitted.
+ *
+ * Configuration: "table hex(path) backlog hex(path) limit n [admission hex(path) replicas n]". The files are made
+ * by the launcher (server/edge/cancel_table.py, admission_table.py); without a backlog nothing is refused. */
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -36,6 +45,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "admission_parse.h"
 #include "envoy_module.h"
 
 enum { CANCEL_SLOTS = 1 << 18 };
@@ -49,6 +59,8 @@ extern bool envoy_dynamic_module_callback_http_set_header(void *filter, int head
                                                           dm_buffer value);
 extern void envoy_dynamic_module_callback_http_send_response(void *filter, uint32_t status, dm_header *headers,
                                                              size_t count, dm_buffer body, dm_buffer details);
+extern void envoy_dynamic_module_callback_http_send_response_headers(void *filter, dm_header *headers, size_t count,
+                                                                     bool end_stream);
 extern bool envoy_dynamic_module_callback_http_filter_get_attribute_int(void *filter, int id, uint64_t *result);
 extern int envoy_dynamic_module_callback_http_filter_config_define_counter(void *config, dm_buffer name,
                                                                           dm_buffer *labels, size_t count,
@@ -57,6 +69,11 @@ extern int envoy_dynamic_module_callback_http_filter_config_increment_counter(vo
                                                                              dm_buffer *labels, size_t count,
                                                                              uint64_t value);
 
+enum { ADMISSION_REGIONS = 128, ADMISSION_MODELS = 64, ADMISSION_ENTRY = 32 }; /* as admission_table.py has them */
+enum { BODY_STOP_NO_BUFFER = 3 }; /* on_http_filter_request_body_status: StopIterationNoBuffer */
+#define ADMISSION_BYTES ((size_t)ADMISSION_REGIONS * ADMISSION_MODELS * ADMISSION_ENTRY)
+#define GRPC_INFER "/inference.GRPCInferenceService/ModelInfer"
+#define GRPC_STREAM_INFER "/inference.GRPCInferenceService/ModelStreamInfer"
 #define HEADER "x-edge-call"
 #define WHY "the server is still answering calls their clients cancelled; retry after 1 s"
 
@@ -67,8 +84,10 @@ typedef struct {
   uint64_t limit;  /* new calls of cancelling connections refused from this backlog on (0: never) */
   uint64_t recent_connection[RECENT], recent_ns[RECENT]; /* who cancelled lately, by connection id % RECENT */
   uint64_t bucket_tick[BUCKETS], bucket_count[BUCKETS];  /* calls ended unanswered lately, by 10 ms */
-  size_t cancelled_counter, refused_counter;
+  size_t cancelled_counter, refused_counter, admission_counter;
   bool counters;
+  uint8_t *admission; /* ADMISSION_REGIONS regions of ADMISSION_MODELS entries: hash, refuse until (ns), refused */
+  uint64_t replicas;  /* regions in use: a model is refused while every one of them marks it */
 } config;
 
 typedef struct {
@@ -76,6 +95,9 @@ typedef struct {
   uint64_t id;   /* 0: no call of ours (no id given) */
   uint64_t connection; /* Envoy's id of the client's connection (0: unknown) */
   bool answered; /* a response (the server's or the edge's own) began */
+  bool check_body; /* a gRPC inference call whose model the first bytes of its body name: headers held */
+  bool grpc;       /* the call is gRPC (content-type application/grpc...) */
+  bool refused;    /* the edge answered it: nothing more of it goes on */
 } call;
 
 static int hex_value(int c) {
@@ -129,11 +151,14 @@ static void *map_private(const char *path, size_t bytes) {
 
 static void define_counters(config *c) {
   dm_buffer cancelled = {"cancelled_calls", 15}, refused = {"refused_cancelled_backlog", 25};
+  dm_buffer admission = {"refused_queue_time", 18};
   c->counters =
       envoy_dynamic_module_callback_http_filter_config_define_counter(c->envoy, cancelled, NULL, 0,
                                                                       &c->cancelled_counter) == 0 &&
       envoy_dynamic_module_callback_http_filter_config_define_counter(c->envoy, refused, NULL, 0,
-                                                                      &c->refused_counter) == 0;
+                                                                      &c->refused_counter) == 0 &&
+      envoy_dynamic_module_callback_http_filter_config_define_counter(c->envoy, admission, NULL, 0,
+                                                                      &c->admission_counter) == 0;
 }
 
 static void count(config *c, size_t counter) {
@@ -158,6 +183,22 @@ static config *open_config(void *envoy, const char *text, size_t length) {
   const char *limit = field(text, length, "limit", &digits);
   for (size_t i = 0; limit && i < digits && i < 12 && limit[i] >= '0' && limit[i] <= '9'; i++)
     c->limit = c->limit * 10 + (uint64_t)(limit[i] - '0');
+  char *admission = hex_path(text, length, "admission");
+  if (admission) {
+    void *table = map_private(admission, ADMISSION_BYTES);
+    free(admission);
+    if (table == MAP_FAILED) { /* named but not a private file of ours: refuse the configuration */
+      munmap(c->slots, (size_t)CANCEL_SLOTS * sizeof(uint64_t));
+      if (c->backlog) munmap((void *)c->backlog, BACKLOG_SLOTS * BACKLOG_LINE);
+      free(c);
+      return NULL;
+    }
+    c->admission = table;
+    const char *replicas = field(text, length, "replicas", &digits);
+    for (size_t i = 0; replicas && i < digits && i < 4 && replicas[i] >= '0' && replicas[i] <= '9'; i++)
+      c->replicas = c->replicas * 10 + (uint64_t)(replicas[i] - '0');
+    if (c->replicas == 0 || c->replicas > ADMISSION_REGIONS) c->replicas = 1;
+  }
   if (envoy) define_counters(c);
   return c;
 }
@@ -174,6 +215,7 @@ void envoy_dynamic_module_on_http_filter_config_destroy(void *c) {
   if (!conf) return;
   munmap(conf->slots, (size_t)CANCEL_SLOTS * sizeof(uint64_t));
   if (conf->backlog) munmap((void *)conf->backlog, BACKLOG_SLOTS * BACKLOG_LINE);
+  if (conf->admission) munmap(conf->admission, ADMISSION_BYTES);
   free(conf);
 }
 
@@ -227,6 +269,30 @@ static bool cancelling(const config *c, uint64_t connection, uint64_t now) {
          now - __atomic_load_n(&c->recent_ns[at], __ATOMIC_RELAXED) < RECENT_NS;
 }
 
+/* The edge's answer to a call it refuses, with a retry hint. gRPC: a trailers-only answer, UNAVAILABLE (Envoy's
+ * local reply from a dynamic module would say grpc-status 0, OK, with an empty message: a client would take the
+ * refusal for an answer); HTTP: status with Retry-After and a JSON error. */
+static void refuse_call(void *filter, call *it, uint32_t status, const char *why, const char *details) {
+  if (it->grpc) {
+    dm_header headers[] = {
+        {":status", 7, "200", 3},
+        {"content-type", 12, "application/grpc", 16},
+        {"grpc-status", 11, "14", 2},
+        {"grpc-message", 12, why, strlen(why)},
+        {"grpc-retry-pushback-ms", 22, "1000", 4},
+    };
+    envoy_dynamic_module_callback_http_send_response_headers(filter, headers, 5, true);
+  } else {
+    char body[256];
+    int n = snprintf(body, sizeof body, "{\"error\":\"%s\"}", why);
+    size_t length = n < 0 ? 0 : (size_t)n < sizeof body ? (size_t)n : sizeof body - 1;
+    dm_header hints[] = {{"retry-after", 11, "1", 1}, {"grpc-retry-pushback-ms", 22, "1000", 4}};
+    envoy_dynamic_module_callback_http_send_response(filter, status, hints, 2, (dm_buffer){body, length},
+                                                     (dm_buffer){details, strlen(details)});
+  }
+  it->answered = it->refused = true;
+}
+
 /* Refused while the backlog is at the bound: new calls of connections that cancelled lately (the servers' count
  * and what was cancelled in the last second, which they may not have read yet), and everyone's at EVERYONE_AT
  * times the servers' count. UNAVAILABLE / 503 with a retry hint. */
@@ -237,13 +303,63 @@ static bool refuse(void *filter, call *it) {
   if (load < c->limit * EVERYONE_AT &&
       !(cancelling(c, it->connection, now) && load + unanswered_lately(c, now) >= c->limit))
     return false;
-  dm_header hints[] = {{"retry-after", 11, "1", 1}, {"grpc-retry-pushback-ms", 22, "1000", 4}};
-  static const char body[] = "{\"error\":\"" WHY "\"}";
-  envoy_dynamic_module_callback_http_send_response(filter, 503, hints, 2, (dm_buffer){body, sizeof body - 1},
-                                                   (dm_buffer){"cancelled_calls_backlog", 23});
-  it->answered = true;
+  refuse_call(filter, it, 503, WHY, "cancelled_calls_backlog");
   count(c, c->refused_counter);
   return true;
+}
+
+/* The entry of a model in a replica's region (NULL: that replica has not marked it). */
+static uint64_t *admission_entry(const config *c, uint64_t region, uint64_t hash) {
+  uint8_t *base = c->admission + region * ADMISSION_MODELS * ADMISSION_ENTRY;
+  for (size_t i = 0; i < ADMISSION_MODELS; i++) {
+    uint64_t *entry = (uint64_t *)(base + i * ADMISSION_ENTRY);
+    if (__atomic_load_n(&entry[0], __ATOMIC_RELAXED) == hash) return entry;
+  }
+  return NULL;
+}
+
+/* Every replica marks the model as over its queue budget, now. */
+static bool over_budget(const config *c, const char *name, size_t length) {
+  uint64_t hash = admission_hash(name, length), now = now_ns();
+  for (uint64_t r = 0; r < c->replicas; r++) {
+    uint64_t *entry = admission_entry(c, r, hash);
+    if (!entry || __atomic_load_n(&entry[1], __ATOMIC_RELAXED) <= now) return false;
+  }
+  return true;
+}
+
+/* Refused for its model's queue time: 429 (gRPC: UNAVAILABLE) with a retry hint; counted here and in the table. */
+static bool admit(void *filter, call *it, const char *name, size_t length) {
+  config *c = it->config;
+  if (!c->admission || !over_budget(c, name, length)) return true;
+  refuse_call(filter, it, 429, "the model's queue time is over its budget; retry after 1 s", "admission_queue_time");
+  count(c, c->admission_counter);
+  uint64_t *entry = admission_entry(c, 0, admission_hash(name, length));
+  if (entry) __atomic_add_fetch(&entry[2], 1, __ATOMIC_RELAXED);
+  return false;
+}
+
+static bool path_is(dm_buffer path, const char *want) {
+  size_t n = strlen(want);
+  return path.length == n && memcmp(path.ptr, want, n) == 0;
+}
+
+/* HTTP: the model is in the path, decided now. gRPC inference: in the body's first bytes; the headers are held
+ * until then (a call without a body is Triton's to refuse). Returns false where the call was refused. */
+static int admission_on_headers(void *filter, call *it, bool end_of_stream) {
+  if (!it->config->admission) return CONTINUE;
+  dm_buffer path = {0}, key = {":path", 5};
+  if (!envoy_dynamic_module_callback_http_get_header(filter, HEADER_REQUEST, key, &path, 0, NULL) || !path.ptr)
+    return CONTINUE;
+  if (path_is(path, GRPC_INFER) || path_is(path, GRPC_STREAM_INFER)) {
+    it->check_body = !end_of_stream;
+    return it->check_body ? STOP : CONTINUE;
+  }
+  const char *name = NULL;
+  size_t length = 0;
+  if (admission_model_from_path(path.ptr, path.length, &name, &length) && !admit(filter, it, name, length))
+    return STOP;
+  return CONTINUE;
 }
 
 int envoy_dynamic_module_on_http_filter_request_headers(void *filter, void *module, bool end_of_stream) {
@@ -253,6 +369,9 @@ int envoy_dynamic_module_on_http_filter_request_headers(void *filter, void *modu
   if (!envoy_dynamic_module_callback_http_filter_get_attribute_int(filter, ATTRIBUTE_CONNECTION_ID,
                                                                    &it->connection))
     it->connection = 0;
+  dm_buffer type = {0}, content_type = {"content-type", 12};
+  it->grpc = envoy_dynamic_module_callback_http_get_header(filter, HEADER_REQUEST, content_type, &type, 0, NULL) &&
+             type.ptr && type.length >= 16 && memcmp(type.ptr, "application/grpc", 16) == 0;
   if (refuse(filter, it)) return STOP;
   uint64_t id = 0;
   while (id == 0 && getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id) id = 0;
@@ -260,7 +379,7 @@ int envoy_dynamic_module_on_http_filter_request_headers(void *filter, void *modu
   snprintf(text, sizeof text, "%016llx", (unsigned long long)id);
   dm_buffer key = {HEADER, sizeof HEADER - 1}, value = {text, 16};
   if (envoy_dynamic_module_callback_http_set_header(filter, HEADER_REQUEST, key, value)) it->id = id;
-  return CONTINUE;
+  return admission_on_headers(filter, it, end_of_stream);
 }
 
 static bool header_is(void *filter, const char *name, const char *value) {
@@ -315,11 +434,35 @@ void envoy_dynamic_module_on_http_filter_destroy(void *module) {
 }
 
 /* The hooks Envoy resolves for every HTTP filter module; none of the others is needed here. */
-int envoy_dynamic_module_on_http_filter_request_body(void *f, void *m, bool e) {
-  (void)f, (void)m, (void)e;
+/* A held gRPC inference call: its model from the first bytes received (copied once, then read), admitted or not. */
+int envoy_dynamic_module_on_http_filter_request_body(void *filter, void *module, bool end_of_stream) {
+  (void)end_of_stream;
+  call *it = module;
+  if (it && it->refused) return BODY_STOP_NO_BUFFER; /* answered by the edge: the rest goes nowhere */
+  if (!it || !it->check_body) return CONTINUE;
+  it->check_body = false;
+  uint8_t head[5 + 16 + ADMISSION_NAME_MAX + 16];
+  size_t have = 0, count = envoy_dynamic_module_callback_http_get_body_chunks_size(filter, BODY_RECEIVED_REQUEST);
+  dm_buffer few[8];
+  dm_buffer *chunks = count <= 8 ? few : calloc(count, sizeof(dm_buffer));
+  if (!chunks) return CONTINUE;
+  if (count && envoy_dynamic_module_callback_http_get_body_chunks(filter, BODY_RECEIVED_REQUEST, chunks))
+    for (size_t i = 0; i < count && have < sizeof head; i++) { /* the head only: copied once, then read */
+      size_t take = chunks[i].length < sizeof head - have ? chunks[i].length : sizeof head - have;
+      if (take) memcpy(head + have, chunks[i].ptr, take);
+      have += take;
+    }
+  if (chunks != few) free(chunks);
+  const char *name = NULL;
+  size_t length = 0;
+  if (admission_model_from_grpc(head, have, &name, &length) && !admit(filter, it, name, length))
+    return BODY_STOP_NO_BUFFER;
   return CONTINUE;
 }
-int envoy_dynamic_module_on_http_filter_request_trailers(void *f, void *m) { (void)f, (void)m; return CONTINUE; }
+int envoy_dynamic_module_on_http_filter_request_trailers(void *f, void *m) {
+  (void)f;
+  return m && ((call *)m)->refused ? STOP : CONTINUE; /* answered by the edge: the rest goes nowhere */
+}
 int envoy_dynamic_module_on_http_filter_response_body(void *f, void *m, bool e) {
   (void)f, (void)m, (void)e;
   return CONTINUE;

@@ -72,23 +72,28 @@ def read_backlog(table: Path) -> list[int]:
     return [int.from_bytes(data[i : i + 8], "little") for i in range(0, BACKLOG_SLOTS * BACKLOG_LINE, BACKLOG_LINE)]
 
 
-def module_config(table: Path, servers: int) -> str:
-    """The module's configuration: the two files (hex of their paths) and the bound for this many servers."""
+def module_config(table: Path, servers: int, admission: Path | None = None) -> str:
+    """The module's configuration: the two files (hex of their paths) and the bound for this many servers; the
+    admission table where the edge admits by queue time (server/edge/admission_table.py)."""
+    from tpserve.server.edge import admission_table
+
     hexed = lambda path: str(path).encode().hex()  # noqa: E731
     limit = BACKLOG_PER_SERVER * max(1, servers)
-    return f"table {hexed(table)}\nbacklog {hexed(backlog_of(table))}\nlimit {limit}\n"
+    text = f"table {hexed(table)}\nbacklog {hexed(backlog_of(table))}\nlimit {limit}\n"
+    return text + (admission_table.module_config(admission, servers) if admission else "")
 
 
-def module_filter(table: Path, servers: int = 1) -> dict:
-    """The HTTP filter that gives each call its id, notes the calls that end unanswered and refuses cancelling
-    clients while the servers' backlog is at its bound (built first where it is not)."""
+def module_filter(table: Path, servers: int = 1, admission: Path | None = None) -> dict:
+    """The HTTP filter that gives each call its id, notes the calls that end unanswered, refuses cancelling
+    clients while the servers' backlog is at its bound, and (admission given) the calls of a model over its
+    queue-time budget (built first where it is not)."""
     return {
         "name": "edge.cancel_notice",
         "typed_config": {
             "@type": MODULE_FILTER,
             "dynamic_module_config": {"module": {"local": {"filename": str(build_module())}}},
             "filter_name": "cancel_notice",
-            "filter_config": {"@type": STRING_VALUE, "value": module_config(table, servers)},
+            "filter_config": {"@type": STRING_VALUE, "value": module_config(table, servers, admission)},
         },
     }
 

@@ -25,6 +25,10 @@ enum { CONTINUE = 0, STOP = 1 }; /* every on_http_filter_*_status: Continue; req
 
 #define ABI_VERSION "v0.2.0"
 
+enum { BODY_RECEIVED_REQUEST = 0 }; /* envoy_dynamic_module_type_http_body_type_ReceivedRequestBody */
+extern size_t envoy_dynamic_module_callback_http_get_body_chunks_size(void *filter, int body_type);
+extern bool envoy_dynamic_module_callback_http_get_body_chunks(void *filter, int body_type, dm_buffer *chunks);
+
 extern bool envoy_dynamic_module_callback_http_get_header(void *filter, int header_type, dm_buffer key,
                                                           dm_buffer *result, size_t index, size_t *count);
 

@@ -41,9 +41,6 @@
 
 /* ---- the ABI, as far as this module uses it ---- */
 
-enum { BODY_RECEIVED_REQUEST = 0 }; /* envoy_dynamic_module_type_http_body_type_ReceivedRequestBody */
-extern size_t envoy_dynamic_module_callback_http_get_body_chunks_size(void *filter, int body_type);
-extern bool envoy_dynamic_module_callback_http_get_body_chunks(void *filter, int body_type, dm_buffer *chunks);
 extern void envoy_dynamic_module_callback_http_set_dynamic_metadata_string(void *filter, dm_buffer ns,
                                                                            dm_buffer key, dm_buffer value);
 

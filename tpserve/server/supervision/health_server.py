@@ -27,7 +27,7 @@ REQUEST_TIMEOUT_S = 2.0
 MAX_REQUEST_BYTES = 8192
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
 
-Answer = Callable[[str], tuple[int, dict]]  # path -> (status, JSON body)
+Answer = Callable[[str], tuple[int, dict | str]]  # path -> (status, JSON body, or text: Prometheus' /metrics)
 
 
 class HealthServer:
@@ -88,7 +88,7 @@ class HealthServer:
             self.open.pop(writer, None)
             writer.close()
 
-    def _respond(self, head: bytes) -> tuple[int, dict]:
+    def _respond(self, head: bytes) -> tuple[int, dict | str]:
         parts = head.split(b"\r\n", 1)[0].split(b" ")
         if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
             return 400, {"error": "not an HTTP/1.x request line"}
@@ -115,10 +115,11 @@ class HealthServer:
             self.socket_path.unlink(missing_ok=True)
 
 
-def _response(status: int, body: dict) -> bytes:
-    data = json.dumps(body).encode()
+def _response(status: int, body: dict | str) -> bytes:
+    data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+    kind = "text/plain; version=0.0.4" if isinstance(body, str) else "application/json"
     head = (
-        f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\nContent-Type: application/json\r\n"
+        f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\nContent-Type: {kind}\r\n"
         f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
     )
     return head.encode() + data

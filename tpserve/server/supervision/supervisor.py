@@ -26,6 +26,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from tpserve.common import endpoints
 from tpserve.common.errors import ServerError
@@ -168,7 +169,8 @@ class Supervisor:
         self.health, self.interval, self.stopping = Health(), interval, threading.Event()
         self.drain = drain  # seconds of "not ready" before the server stops: load balancers route away first
         socket_path = settings.state_dir / HEALTH_SOCKET
-        self.http = HealthServer(settings.host, health_port, _answer(self.health), socket_path)
+        self.admission: Any = None  # admission_control.Controller, where the edge admits by queue time
+        self.http = HealthServer(settings.host, health_port, _answer(self.health, self._metrics), socket_path)
         self.liveness, self.misses, self.kill_reason = liveness, Misses(), ""
         self.state: endpoints.ServerState | None = None
         self.stubs: dict[str, set[int]] = {}
@@ -192,6 +194,22 @@ class Supervisor:
             threading.Thread(target=self._probe_loop, daemon=True).start()
         threading.Thread(target=self._liveness_loop, daemon=True).start()
         threading.Thread(target=self._retry_loop, daemon=True).start()
+        self._start_admission()
+
+    def _start_admission(self) -> None:
+        """Admission by queue time (supervision/admission_control.py), where the edge has a table and budgets."""
+        from tpserve.server.supervision import admission_control
+
+        budgets = admission_control.QueueBudgets.parse(self.settings.queue_budgets)
+        if self.settings.admission_table is None or not budgets.enabled:
+            return
+        url = f"http://{self.settings.host}:{self.settings.metrics_port}/metrics"
+        table, region = self.settings.admission_table, self.settings.backlog_slot
+        self.admission = admission_control.start(budgets, table, region, url, self.stopping)
+
+    def _metrics(self) -> str:
+        """GET /metrics: what admission control measured and refused (empty without it)."""
+        return self.admission.prometheus() if self.admission is not None else ""
 
     def _liveness_loop(self) -> None:
         """Every liveness.interval: is the server answering? Not ready after a miss, killed after several."""
@@ -515,12 +533,14 @@ def _retire(pids: set[int], timeout: float) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _answer(health: Health):
-    """The readiness endpoint's answers: path -> (status, JSON body)."""
+def _answer(health: Health, metrics=lambda: ""):
+    """The readiness endpoint's answers: path -> (status, JSON body; /metrics: Prometheus text)."""
 
-    def answer(path: str) -> tuple[int, dict]:
+    def answer(path: str) -> tuple[int, dict | str]:
         if path == "/status":
             return 200, health.snapshot()
+        if path == "/metrics":
+            return 200, metrics()
         if path in ("/v2/health/ready", "/ready"):
             ok = health.ready()
             return (200 if ok else 503), {"ready": ok, "models_not_ready": health.not_ready()}

@@ -156,6 +156,10 @@ class ServerSettings:
     # the cancelled ones; None: no edge, nothing skipped
     cancelled_calls: Path | None = None
     backlog_slot: int = 0  # this server's slot of the edge's backlog file (a replica's index)
+    # admission by queue time (supervision/admission_control.py): the edge's admission table and the budgets
+    # ("20" or "model=20 *=50"); the supervisor marks this server's region (backlog_slot) of it. None: no admission
+    admission_table: Path | None = None
+    queue_budgets: str = ""
 
     def __post_init__(self):
         unknown = set(self.internal) - set(INTERNAL_PORTS)

@@ -1,0 +1,160 @@
+"""Admission by queue time through the edge (server/edge/cancel_notice.c, supervision/admission_control.py): a
+model whose queue time per request is over its budget has its new calls refused at once, HTTP 429 and gRPC
+UNAVAILABLE with a retry hint, counted in the supervisor's /metrics and Envoy's stats; only that model, and only
+while it is over; the server stays up."""
+
+import collections
+import concurrent.futures
+import shutil
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import InferenceServerException
+
+from tpserve.common import endpoints
+from tpserve.server.cluster import admin_get, admin_socket, admission_of, one_behind_edge, start_cluster, stop_cluster
+from tpserve.server.edge.admission_table import Region
+
+pytestmark = pytest.mark.functional
+SLOW = Path(__file__).resolve().parent.parent / "fixtures" / "slow_model"
+
+
+def _serve(repo: Path, state_dir: Path, queue_slo: str):
+    settings = one_behind_edge(repo, state_dir, queue_slo=queue_slo)
+    start_cluster(settings)
+    return settings
+
+
+def _metrics(settings) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{settings.health_port}/metrics", timeout=5) as answer:
+        return answer.read().decode()
+
+
+def _envoy_refusals(settings) -> int:
+    _, text = admin_get(admin_socket(settings.state_dir), "/stats?filter=refused_queue_time")
+    return int(text.split(":")[-1])
+
+
+def _http(url: str, model: str, name: str, data: np.ndarray, version: str = ""):
+    started = time.monotonic()
+    where = f"/versions/{version}" if version else ""
+    request = urllib.request.Request(
+        f"http://{url}/v2/models/{model}{where}/infer",
+        data=(
+            f'{{"inputs":[{{"name":"{name}","shape":{list(data.shape)},"datatype":"FP32",'
+            f'"data":{data.flatten().tolist()}}}]}}'
+        ).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.status, None, time.monotonic() - started
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers.get("retry-after"), time.monotonic() - started
+
+
+def _grpc(stub, model: str, name: str, data: np.ndarray):
+    message = service_pb2.ModelInferRequest(model_name=model)
+    message.inputs.add(name=name, datatype="FP32", shape=list(data.shape))
+    message.raw_input_contents.append(data.tobytes())
+    try:
+        stub.ModelInfer(message, timeout=60)
+        return "OK", None
+    except grpc.RpcError as err:
+        return err.code().name, dict(err.trailing_metadata() or ()).get("grpc-retry-pushback-ms")
+
+
+def test_a_model_over_its_queue_budget_is_refused_at_once_then_admitted_again(tmp_path):
+    shutil.copytree(SLOW, tmp_path / "repo")  # a quarter of a second a request, one instance
+    settings = _serve(tmp_path / "repo", tmp_path / "state", "slow=100")
+    try:
+        front = endpoints.read_state(settings.state_dir)
+        pid = endpoints.read_state(settings.state_dir / "replica-0").pid
+        x = np.ones((1, 1), np.float32)
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(front.grpc_url))
+        deadline = time.monotonic() + 8
+
+        def flood_http(_):
+            seen = []
+            while time.monotonic() < deadline:
+                seen.append(_http(front.http_url, "slow", "X", x))
+            return seen
+
+        def flood_grpc(_):
+            seen = []
+            while time.monotonic() < deadline:
+                seen.append(_grpc(stub, "slow", "X", x))
+            return seen
+
+        with concurrent.futures.ThreadPoolExecutor(12) as pool:  # both protocols at once
+            over_http = [pool.submit(flood_http, i) for i in range(6)]
+            over_grpc = [pool.submit(flood_grpc, i) for i in range(6)]
+            http = [a for done in over_http for a in done.result()]
+            grpc_answers = [a for done in over_grpc for a in done.result()]
+        print(
+            f"http {collections.Counter(s for s, _, _ in http)}, grpc {collections.Counter(c for c, _ in grpc_answers)}"
+        )
+        refused = [(hint, took) for status, hint, took in http if status == 429]
+        assert refused and all(hint == "1" for hint, _ in refused), http[:20]
+        assert sorted(took for _, took in refused)[len(refused) // 2] < 0.5, "refused at once, not after queueing"
+        assert {status for status, _, _ in http} <= {200, 429, 503}, http[:20]
+        unavailable = [hint for code, hint in grpc_answers if code == "UNAVAILABLE"]
+        assert unavailable and all(hint == "1000" for hint in unavailable), grpc_answers[:20]
+        assert "OK" in {code for code, _ in grpc_answers} and 200 in {s for s, _, _ in http}, "some were admitted"
+        time.sleep(1.5)  # the queue drains: the mark lapses
+        assert _http(front.http_url, "slow", "X", x)[0] == 200
+        counted = _envoy_refusals(settings)
+        metrics = _metrics(settings)
+        assert f'tpserve_admission_refused_total{{model="slow"}} {counted}' in metrics, metrics
+        assert counted >= len(refused) + len(unavailable)
+        assert endpoints.read_state(settings.state_dir / "replica-0").pid == pid, "the server stayed up"
+    finally:
+        stop_cluster(settings.state_dir)
+
+
+def test_only_the_model_marked_over_its_budget_is_refused_on_either_protocol(served, tmp_path):
+    settings = _serve(served.repo, tmp_path / "state", "a_model_not_served=5")  # the controller marks nothing here
+    try:
+        front = endpoints.read_state(settings.state_dir)
+        region, stop = Region(admission_of(settings.state_dir), 0), threading.Event()
+
+        def hold():  # digits_cnn over its budget, as its replica's supervisor would mark it
+            while not stop.wait(0.05):
+                region.mark("digits_cnn", time.clock_gettime_ns(time.CLOCK_MONOTONIC) + 10**9, 9000)
+
+        region.mark("digits_cnn", time.clock_gettime_ns(time.CLOCK_MONOTONIC) + 10**9, 9000)
+        marker = threading.Thread(target=hold)
+        marker.start()
+        x = np.random.rand(1, 1, 8, 8).astype(np.float32)
+        try:
+            with httpclient.InferenceServerClient(front.http_url) as client:
+                tensor = httpclient.InferInput("input", [1, 1, 8, 8], "FP32")
+                tensor.set_data_from_numpy(x)
+                with pytest.raises(InferenceServerException, match="queue time is over its budget") as refused:
+                    client.infer("digits_cnn", [tensor])
+                assert refused.value.status() == "429"
+            assert _http(front.http_url, "digits_cnn", "input", x, version="1")[:2] == (429, "1")
+            with grpcclient.InferenceServerClient(front.grpc_url) as client:
+                tensor = grpcclient.InferInput("input", [1, 1, 8, 8], "FP32")
+                tensor.set_data_from_numpy(x)
+                with pytest.raises(InferenceServerException, match="queue time is over its budget") as refused:
+                    client.infer("digits_cnn", [tensor])
+                assert refused.value.status() == "StatusCode.UNAVAILABLE"
+            ok = _http(front.http_url, "digits_cnn_int8", "input", x)
+            assert ok[0] == 200, "another model is admitted meanwhile"
+        finally:
+            stop.set()
+            marker.join()
+        region.mark("digits_cnn", 0, 0)
+        assert _http(front.http_url, "digits_cnn", "input", x)[0] == 200, "admitted once the mark is lifted"
+        assert _envoy_refusals(settings) == 3
+    finally:
+        stop_cluster(settings.state_dir)
