@@ -184,6 +184,7 @@ def test_the_report_folder(tmp_path):
     plan.found.chosen = plan.closing = plan.headroom = None
     text = report.write(plan, "python -m tpserve.loadtest plan ...").read_text()
     assert "Nothing this host can run meets" in text and "an extrapolation" in text
+    assert "each with a host of its own: 8 replicas on this one share its cores" in text
     assert "kubectl scale deployment/triton --replicas=5" in text
     assert (tmp_path / "out" / "plan.html").exists() and (tmp_path / "out" / "plan.png").stat().st_size > 1000
     data = json.loads((tmp_path / "out" / "plan.json").read_text())

@@ -195,3 +195,14 @@ def test_a_checkpoint_is_judged_again_under_new_budgets_without_a_server(tmp_pat
     assert "best: m i2 d0" in reanalyse(tmp_path, tmp_path / "repo", {"p99_ms": 50.0, "accuracy": 0.01})
     assert "best: m i1 d0" in reanalyse(tmp_path, tmp_path / "repo", {"p99_ms": 10.0, "accuracy": 0.01})
     assert json.loads((tmp_path / "search.json").read_text())["winner"] == "m i1 d0 p-"
+
+
+def test_under_a_new_budget_a_swept_candidate_is_judged_at_the_level_within_it():
+    from tpserve.loadtest.search import judge, level_points
+
+    points = level_points(_runs())  # concurrency 1: 100/s at 2 ms; concurrency 8: 400/s at 10 ms
+    row = {"throughput": 400.0, "p99_ms": 10.0, "level": 8, "points": points}
+    loose = judge(Candidate("m", 1, 0, ()), row, {"p99_ms": 50.0, "accuracy": 1.0}, {}, ("m",))
+    tight = judge(Candidate("m", 1, 0, ()), row, {"p99_ms": 5.0, "accuracy": 1.0}, {}, ("m",))
+    assert (loose.level, loose.throughput, loose.feasible) == (8, 400.0, True)
+    assert (tight.level, tight.throughput, tight.feasible) == (1, 100.0, True)

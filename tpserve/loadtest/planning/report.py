@@ -145,8 +145,14 @@ def _beyond(plan: Plan) -> list[str]:
         "",
         f"One replica sustained at most {plan.capacity_per_replica:.0f} requests/s when overloaded. At "
         f"{request.growth:g}x the recorded rate ({plan.traffic.rate * request.growth:.0f} requests/s) and "
-        f"{TARGET_UTILISATION:.0%} utilisation that is **{needed} replicas** ({each}), more than the "
-        f"{plan.space.max_replicas} this host runs. On Kubernetes (kubernetes/deployment.yaml):",
+        f"{TARGET_UTILISATION:.0%} utilisation that is **{counted(needed, 'replica')}** ({each}), "
+        + (
+            f"more than the {plan.space.max_replicas} this host runs."
+            if needed > plan.space.max_replicas
+            else f"each with a host of its own: {plan.space.max_replicas} replicas on this one share its "
+            f"{'GPUs' if plan.space.gpus else 'cores'} and missed."
+        )
+        + " On Kubernetes (kubernetes/deployment.yaml):",
         "",
         "```sh",
         f"kubectl scale deployment/triton --replicas={needed}",
