@@ -38,6 +38,8 @@ def test_counters_are_summed_per_model_over_versions():
     text = _text(100, 4) + '\nnv_inference_request_success{model="m",version="2"} 6'
     assert counters(text)["m"]["nv_inference_request_success"] == 10
     assert "nv_inference_request_success" in counters(text)["other"]
+    quoted = 'nv_inference_request_success{model="a\\"b",version="1"} 3'  # a label value as Prometheus escapes it
+    assert counters(quoted) == {'a"b': {"nv_inference_request_success": 3.0}}
 
 
 def test_the_controller_marks_a_model_over_its_budget_and_lifts_the_mark_when_it_is_not(tmp_path):

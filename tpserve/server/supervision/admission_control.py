@@ -25,7 +25,7 @@ INTERVAL_S = 0.25
 HOLD_S = 0.6  # a mark outlives the next measurement: refusals do not lapse between two
 COUNTERS = ("nv_inference_queue_duration_us", "nv_inference_request_success", "nv_inference_pending_request_count")
 _LINE = re.compile(r"^(nv_inference_\w+)\{([^}]*)\}\s+([0-9.eE+-]+)$")
-_MODEL = re.compile(r'(?:^|,)model="([^"]*)"')
+_MODEL = re.compile(r'(?:^|,)model="((?:[^"\\]|\\.)*)"')  # a label value, escapes included
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,8 @@ def counters(text: str) -> dict[str, dict[str, float]]:
             continue
         model = _MODEL.search(match.group(2))
         if model:
-            per = found.setdefault(model.group(1), {})
+            name = re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), model.group(1))
+            per = found.setdefault(name, {})
             per[match.group(1)] = per.get(match.group(1), 0.0) + float(match.group(3))
     return found
 
@@ -148,7 +149,8 @@ class Controller:
         ]
         with self.lock:
             for model, state in sorted(self.models.items()):
-                label = f'{{model="{model}"}}'
+                escaped = model.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+                label = f'{{model="{escaped}"}}'
                 lines += [
                     f"tpserve_queue_time_per_request_ms{label} {state.queue_ms:.3f}",
                     f"tpserve_queue_budget_ms{label} {self.budgets.of(model):g}",
