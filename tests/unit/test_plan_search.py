@@ -4,6 +4,7 @@ repository (knobs written into copies, the user's configs untouched) and the rep
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -232,3 +233,16 @@ def test_a_choice_whose_closing_replay_misses_gives_way_to_the_next_size():
     assert closing.verdict == MEETS and closing.deployment == Deployment(2, 1)
     assert found.chosen is closing and [t.deployment for t in found.overruled] == [Deployment(1, 1)]
     assert closings == [Deployment(1, 1), Deployment(2, 1)]
+
+
+def test_this_hosts_sizes_are_one_replica_per_gpu_or_within_the_cores(monkeypatch, tmp_path):
+    from tpserve.loadtest.planning import plan as planning
+
+    request = PlanRequest(recording=tmp_path, repo=tmp_path, slo_p99_ms=SLO, growth=2, out=tmp_path)
+    for gpus, most, own in ((1, 1, False), (4, 4, True)):
+        monkeypatch.setattr(planning, "gpu_count", lambda gpus=gpus: gpus)
+        space = planning.space_of(request)
+        assert (space.max_replicas, space.gpu_per_replica, space.gpus) == (most, own, gpus)
+    monkeypatch.setattr(planning, "gpu_count", lambda: 0)
+    assert 1 <= planning.space_of(request).max_replicas <= 4 and planning.space_of(request).gpus == 0
+    assert planning.space_of(replace(request, max_replicas=3)).max_replicas == 3

@@ -71,10 +71,17 @@ def gpu_count() -> int:
 
 
 def space_of(request: PlanRequest) -> Space:
-    """This host's sizes: one replica per GPU where there are several, else replicas within the CPU cores."""
+    """This host's sizes: one replica per GPU where there is one (each on its own GPU where there are several),
+    else replicas within the CPU cores (4 at most)."""
     gpus = gpu_count()
-    most = request.max_replicas or (gpus if gpus > 1 else max(1, min(4, os.cpu_count() or 1)))
-    return Space(max_replicas=most, instances=request.instances, delays_us=request.delays_us, gpu_per_replica=gpus > 1)
+    most = request.max_replicas or gpus or max(1, min(4, os.cpu_count() or 1))
+    return Space(
+        max_replicas=most,
+        instances=request.instances,
+        delays_us=request.delays_us,
+        gpu_per_replica=gpus > 1,
+        gpus=gpus,
+    )
 
 
 def answered_traffic(request: PlanRequest) -> Traffic:

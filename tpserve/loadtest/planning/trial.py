@@ -82,10 +82,15 @@ class TrialRun:
     models: tuple[str, ...]
     out: Path
     startup_timeout: float = 300.0
+    warmup_s: float = 2.0  # replay seconds sent to a fresh deployment first, not measured: its cold start is not
+    # its capacity
 
 
 def run_trial(run: TrialRun, deployment: Deployment, speed: float, seconds: float, slo_ms: float, name: str) -> dict:
-    """Start the deployment, replay (seconds > 0: only the first seconds), stop it; the trial's figures."""
+    """Start the deployment, warm it (the first warmup_s seconds replayed, not counted), replay (seconds > 0: only
+    the first seconds), stop it; the trial's figures."""
+    from dataclasses import replace
+
     from tpserve.common import endpoints
     from tpserve.loadtest.locust_suite.replay import Replay, run_replay
     from tpserve.server.cluster import start_cluster, stop_cluster
@@ -97,6 +102,9 @@ def run_trial(run: TrialRun, deployment: Deployment, speed: float, seconds: floa
     try:
         state = endpoints.read_state(folder / "state")
         replay = Replay(recording=run.recording, speed=speed, models=run.models, max_seconds=seconds)
+        if run.warmup_s > 0:
+            warm = replace(replay, max_seconds=run.warmup_s)
+            run_replay(warm, state.http_url, state.grpc_url, repository, folder / "warmup")
         result = run_replay(replay, state.http_url, state.grpc_url, repository, folder / "replay")
         phases = _phases(folder / "state", repository, run.models, deployment.replicas)
     finally:
