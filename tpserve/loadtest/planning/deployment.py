@@ -96,14 +96,12 @@ def repository_for(repo: Path, deployment: Deployment, folder: Path) -> Path:
     """
     from tpserve.builders.repository.model_config import parse_pbtxt, proto_to_pbtxt
 
-    configs = sorted(repo.glob("*/config.pbtxt"))
+    configs = sorted(repo.glob("*/config.pbtxt"))  # the order served_configs writes them in
     if not configs:
         raise MeasurementError(f"{repo} has no model (no */config.pbtxt): build it first (make build-engines)")
-    rewritten = {path: proto_to_pbtxt(_rewritten(parse_pbtxt(path.read_text()), deployment)) for path in configs}
-    if not deployment.changes_configs() or all(
-        text == proto_to_pbtxt(parse_pbtxt(path.read_text())) for path, text in rewritten.items()
-    ):
-        return repo  # the knobs are the configs' own: the user's repository as it is
+    rewritten = dict(zip(configs, served_configs(repo, deployment)))
+    if all(text == proto_to_pbtxt(parse_pbtxt(path.read_text())) for path, text in rewritten.items()):
+        return repo  # the knobs are the configs' own (or none is set): the user's repository as it is
     target = folder / "repository"
     partial = folder / "repository.partial"
     shutil.rmtree(partial, ignore_errors=True)

@@ -31,14 +31,9 @@ def name_hash(name: str) -> int:
 
 def make_table(state_dir: Path) -> Path:
     """A fresh table of zeros in state_dir (0600); its path."""
-    path = Path(state_dir) / FILE
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW, 0o600)
-    try:
-        os.ftruncate(fd, SIZE)
-    finally:
-        os.close(fd)
-    return path.resolve()
+    from tpserve.server.edge.cancel_table import fresh_file
+
+    return fresh_file(Path(state_dir) / FILE, SIZE)
 
 
 class Region:
@@ -85,8 +80,3 @@ class Region:
 
     def close(self) -> None:
         self.map.close()
-
-
-def module_config(path: Path, replicas: int) -> str:
-    """What the edge's module reads to find the table (hex of its path) and how many regions are in use."""
-    return f"admission {str(path).encode().hex()}\nreplicas {max(1, replicas)}\n"

@@ -44,7 +44,8 @@ def build_module(force: bool = False) -> Path:
     return compile_module(SOURCE, LIBRARY, "the cancelled-calls notice", "or serve without the edge", force)
 
 
-def _fresh_file(path: Path, size: int) -> Path:
+def fresh_file(path: Path, size: int) -> Path:
+    """A new file of size zero bytes at path (0600, made exclusively, never through a link); its resolved path."""
     path.unlink(missing_ok=True)
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW, 0o600)
     try:
@@ -57,8 +58,8 @@ def _fresh_file(path: Path, size: int) -> Path:
 def make_table(state_dir: Path) -> Path:
     """A fresh, empty table in state_dir (0600, SLOTS ids of 8 bytes) and the backlog file beside it (0600, zeros);
     the table's path."""
-    _fresh_file(Path(state_dir) / BACKLOG, BACKLOG_SLOTS * BACKLOG_LINE)
-    return _fresh_file(Path(state_dir) / TABLE, SLOTS * 8)
+    fresh_file(Path(state_dir) / BACKLOG, BACKLOG_SLOTS * BACKLOG_LINE)
+    return fresh_file(Path(state_dir) / TABLE, SLOTS * 8)
 
 
 def backlog_of(table: Path) -> Path:
@@ -74,13 +75,11 @@ def read_backlog(table: Path) -> list[int]:
 
 def module_config(table: Path, servers: int, admission: Path | None = None) -> str:
     """The module's configuration: the two files (hex of their paths) and the bound for this many servers; the
-    admission table where the edge admits by queue time (server/edge/admission_table.py)."""
-    from tpserve.server.edge import admission_table
-
+    admission table where the edge admits by queue time (server/edge/admission_table.py) and the regions in use."""
     hexed = lambda path: str(path).encode().hex()  # noqa: E731
     limit = BACKLOG_PER_SERVER * max(1, servers)
     text = f"table {hexed(table)}\nbacklog {hexed(backlog_of(table))}\nlimit {limit}\n"
-    return text + (admission_table.module_config(admission, servers) if admission else "")
+    return text + (f"admission {hexed(admission)}\nreplicas {max(1, servers)}\n" if admission else "")
 
 
 def module_filter(table: Path, servers: int = 1, admission: Path | None = None) -> dict:
