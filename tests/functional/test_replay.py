@@ -1,5 +1,5 @@
 """Replay end to end (`make replay`): a synthetic recording (HTTP and gRPC, two shapes, one refused request)
-replayed open loop through Locust against a server that records what it sees; the server's recording of the
+replayed open loop through Locust, and through the fast generator's two processes, against a server that records what it sees; the server's recording of the
 replay has the same requests, protocols and shape histogram, and the report is written."""
 
 import pytest
@@ -38,7 +38,8 @@ def _synthetic(folder) -> list[RecordedRequest]:
     return written
 
 
-def test_a_replay_reaches_the_server_as_recorded(digits_build, tmp_path):
+@pytest.mark.parametrize("generator", ["locust", "fast"])
+def test_a_replay_reaches_the_server_as_recorded(generator, digits_build, tmp_path):
     spec, built, _ = digits_build
     build_model(BuildRequest(spec=spec, target="embedded", repo=tmp_path / "repo", work_dir=tmp_path / "work"), built)
     original = _synthetic(tmp_path / "recording")
@@ -47,7 +48,11 @@ def test_a_replay_reaches_the_server_as_recorded(digits_build, tmp_path):
     try:
         state = endpoints.read_state(settings.state_dir)
         result = run_replay(
-            Replay(recording=tmp_path / "recording"), state.http_url, state.grpc_url, None, tmp_path / "out"
+            Replay(recording=tmp_path / "recording", generator=generator, processes=2),
+            state.http_url,
+            state.grpc_url,
+            None,
+            tmp_path / "out",
         )
     finally:
         stop_cluster(settings.state_dir)

@@ -391,7 +391,17 @@ def soak(model, minutes, interval, clients, protocols, warmup, max_growth, out, 
     help="Send everything over this protocol (default: each request's own; with --url, required).",
 )
 @click.option("--models", default="", help="Replay only these models (default: all).")
-@click.option("--connections", type=int, default=64, show_default=True, help="HTTP connections at most.")
+@click.option(
+    "--connections", type=int, default=64, show_default=True, help="HTTP connections at most (fast: a process)."
+)
+@click.option(
+    "--generator",
+    type=click.Choice(["locust", "fast"]),
+    default="locust",
+    show_default=True,
+    help="Locust (one process), or fast: requests serialized once, sent by worker processes (GPU rates).",
+)
+@click.option("--processes", type=int, default=0, help="The fast generator's processes (default: for the rate).")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Report folder (default reports/<time>).")
 @options.URL
 @options.HEADER
@@ -400,10 +410,26 @@ def soak(model, minutes, interval, clients, protocols, warmup, max_growth, out, 
 @options.STATE_DIR
 @user_errors
 def replay(
-    recording, speed, workload, scale, seed, protocol, models, connections, out, url, headers, tls, ca_file, state_dir
+    recording,
+    speed,
+    workload,
+    scale,
+    seed,
+    protocol,
+    models,
+    connections,
+    generator,
+    processes,
+    out,
+    url,
+    headers,
+    tls,
+    ca_file,
+    state_dir,
 ):
-    """Replay a recording open loop through Locust (arrival times, models, protocols, shapes) against the server
-    of `make serve` or any Triton (--url with --protocol); report recorded and replayed side by side."""
+    """Replay a recording open loop through Locust, or the fast generator (arrival times, models, protocols,
+    shapes) against the server of `make serve` or any Triton (--url with --protocol); report recorded and
+    replayed side by side."""
     from tpserve.clients.connection import endpoint, parse_headers
     from tpserve.loadtest.locust_suite.replay import Replay, run_replay
     from tpserve.loadtest.reporting.replay_report import summarize, write_report
@@ -425,6 +451,8 @@ def replay(
         tls=tls,
         ca_file=ca_file or "",
         connections=connections,
+        generator=generator,
+        processes=processes,
     )
     out = out or Path("reports") / time.strftime("replay-%Y%m%d-%H%M%S")
     result = run_replay(given, eps["http"].url, eps["grpc"].url, eps["http"].repo, out)
@@ -472,10 +500,32 @@ def replay(
     help="The choice is also probed at this many times GROWTH.",
 )
 @click.option(
+    "--generator",
+    type=click.Choice(["fast", "locust"]),
+    default="fast",
+    show_default=True,
+    help="The replay's load generator: fast (worker processes, requests serialized once) or Locust's replay.",
+)
+@click.option("--processes", type=int, default=0, help="The fast generator's processes (default: for the rate).")
+@click.option(
     "--out", type=click.Path(path_type=Path), default=None, help="Report folder (default reports/plan-<time>)."
 )
 @user_errors
-def plan(recording, slo_p99_ms, growth, repo, models, max_replicas, instances, delays_us, probe_seconds, headroom, out):
+def plan(
+    recording,
+    slo_p99_ms,
+    growth,
+    repo,
+    models,
+    max_replicas,
+    instances,
+    delays_us,
+    probe_seconds,
+    headroom,
+    generator,
+    processes,
+    out,
+):
     """The smallest deployment of this host (replicas, instances, batching delay) that serves GROWTH times the
     recorded traffic at p99 <= SLO with no failed request, found by replaying the recording open loop, proven by a
     closing replay, extrapolated to replicas and GPUs beyond this host; a report folder (md, HTML, PNG, JSON)."""
@@ -495,8 +545,11 @@ def plan(recording, slo_p99_ms, growth, repo, models, max_replicas, instances, d
         delays_us=numbers(delays_us),
         probe_seconds=probe_seconds,
         headroom=headroom,
+        generator=generator,
+        processes=processes,
     )
     command = f"python -m tpserve.loadtest plan --from {recording} --slo-p99-ms {slo_p99_ms:g} --growth {growth:g}"
+    command += f" --generator {generator}" if generator != "fast" else ""
     _show_report(report.write(make_plan(request), command))
 
 

@@ -37,6 +37,8 @@ class Replay:
     connections: int = 64  # HTTP connections at most (gRPC: one channel)
     max_seconds: float = 0.0  # only the schedule's first seconds (0: all of it)
     target: str = ""  # every request to this model instead (a variant of the recorded one; made-up values)
+    generator: str = "locust"  # or "fast": workloads/open_loop.py, worker processes, for rates Locust cannot hold
+    processes: int = 0  # the fast generator's (0: enough for the rate, within half the cores)
 
 
 def run_replay(replay: Replay, http_url: str, grpc_url: str, repo: Path | None, out: Path) -> dict:
@@ -46,6 +48,8 @@ def run_replay(replay: Replay, http_url: str, grpc_url: str, repo: Path | None, 
         RecordingError: no recording, or nothing in it to replay.
         MeasurementError: Locust failed.
     """
+    if replay.generator not in GENERATORS:
+        raise MeasurementError(f"GENERATOR={replay.generator}: the replay's generators are {', '.join(GENERATORS)}")
     out.mkdir(parents=True, exist_ok=True)
     recorded, items, left_out = _requests(replay)
     items = _narrowed(items, replay)
@@ -53,10 +57,38 @@ def run_replay(replay: Replay, http_url: str, grpc_url: str, repo: Path | None, 
     duration = items[-1].offset_s
     source = f"speed {replay.speed:g}) from {replay.recording}" if replay.recording else f"x{replay.scale:g}) from"
     step(f"replay: {len(items)} requests over {duration:.0f} s ({source} {replay.workload or ''}".rstrip())
+    if replay.generator == "fast":
+        found = _run_fast(replay, items, http_url, grpc_url, repo, out)
+        return {"recorded": recorded, "left_out": left_out, "results": found, "items": items}
     results = out / "replay_results.jsonl"
     env = _environment(replay, http_url, grpc_url, repo, path, results, out)
     _run_locust(env, out, timeout=duration + 300)
     return {"recorded": recorded, "left_out": left_out, "results": read_results(results), "items": items}
+
+
+GENERATORS = ("locust", "fast")
+
+
+def _run_fast(replay: Replay, items: list, http_url: str, grpc_url: str, repo: Path | None, out: Path) -> dict:
+    from tpserve.loadtest.workloads.open_loop import Target, processes_for, run_open_loop
+
+    target = Target(
+        http_url=http_url,
+        grpc_url=grpc_url,
+        headers={**replay.headers, REPLAY_HEADER: "1"},
+        tls=replay.tls,
+        ca_file=replay.ca_file,
+        connections=replay.connections,
+    )
+    processes = replay.processes or processes_for(items)
+    step(f"replay: the fast generator, {processes} process{'es' if processes > 1 else ''}")
+    found = run_open_loop(items, repo, target, out, processes)
+    late = found["behind_s"] * 1000
+    step(
+        f"replay: {len(items)} requests sent, at most {late:.0f} ms behind schedule; busiest client process "
+        f"{found['client_busy']:.0%} of a core"
+    )
+    return found
 
 
 def _requests(replay: Replay) -> tuple[list, list, Counter]:

@@ -35,6 +35,8 @@ class PlanRequest:
     delays_us: tuple[int, ...] = (0, 1000, 5000)
     probe_seconds: float = 0.0  # 0: a fifth of the replay, at least MIN_PROBE_S
     headroom: float = 1.5  # the choice is also probed at this many times GROWTH
+    generator: str = "fast"  # the replay's load generator (locust_suite/replay.GENERATORS)
+    processes: int = 0  # the fast generator's (0: enough for the rate)
 
     def __post_init__(self):
         if not self.slo_p99_ms > 0 or not self.growth > 0:
@@ -128,7 +130,14 @@ class Evaluator:
     def __init__(self, request: PlanRequest, traffic: Traffic):
         self.request, self.traffic, self.count = request, traffic, 0
         self.seen: dict[tuple, Trial] = {}  # what deployments serving the same configs showed
-        self.run = TrialRun(repo=request.repo, recording=traffic.path, models=traffic.models, out=request.out)
+        self.run = TrialRun(
+            repo=request.repo,
+            recording=traffic.path,
+            models=traffic.models,
+            out=request.out,
+            generator=request.generator,
+            processes=request.processes,
+        )
         replay_s = traffic.seconds / request.growth
         self.probe_s = request.probe_seconds or max(MIN_PROBE_S, replay_s / 5)
 

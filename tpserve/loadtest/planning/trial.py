@@ -12,6 +12,7 @@ from tpserve.common.cli import step
 from tpserve.loadtest.planning.deployment import Deployment, repository_for
 
 MEETS, MISSES, CLEAR_MISS = "meets", "misses", "clear miss"
+CONNECTIONS = 256  # HTTP connections a fast replay process may open: an overloaded deployment queues, not the client
 BEHIND_MS = 100.0  # a replay further behind its schedule measured the load generator, not the deployment
 
 
@@ -29,6 +30,7 @@ class Trial:
     answered_per_s: float  # answers over the time from the first send to the last answer
     over_slo: int  # answers slower than the SLO
     behind_ms: float  # how far the load generator fell behind its schedule at worst
+    client_busy: float = 0.0  # the busiest load-generating process's CPU over the replay, in cores (fast generator)
     phases_us: dict = field(default_factory=dict)  # per request, from the server: queue, compute
     verdict: str = MISSES
     why: str = ""
@@ -84,6 +86,8 @@ class TrialRun:
     startup_timeout: float = 300.0
     warmup_s: float = 2.0  # replay seconds sent to a fresh deployment first, not measured: its cold start is not
     # its capacity
+    generator: str = "fast"
+    processes: int = 0
 
 
 def run_trial(run: TrialRun, deployment: Deployment, speed: float, seconds: float, slo_ms: float, name: str) -> dict:
@@ -101,7 +105,15 @@ def run_trial(run: TrialRun, deployment: Deployment, speed: float, seconds: floa
     start_cluster(_settings(repository, deployment, folder / "state", run.startup_timeout))
     try:
         state = endpoints.read_state(folder / "state")
-        replay = Replay(recording=run.recording, speed=speed, models=run.models, max_seconds=seconds)
+        replay = Replay(
+            recording=run.recording,
+            speed=speed,
+            models=run.models,
+            max_seconds=seconds,
+            generator=run.generator,
+            processes=run.processes,
+            connections=CONNECTIONS if run.generator == "fast" else 64,
+        )
         if run.warmup_s > 0:
             warm = replace(replay, max_seconds=run.warmup_s)
             run_replay(warm, state.http_url, state.grpc_url, repository, folder / "warmup")
@@ -110,7 +122,8 @@ def run_trial(run: TrialRun, deployment: Deployment, speed: float, seconds: floa
     finally:
         stop_cluster(folder / "state")
     found = figures(result["results"]["sent"], result["items"], slo_ms)
-    return {**found, "behind_ms": result["results"]["behind_s"] * 1000, "phases_us": phases}
+    client_busy = result["results"].get("client_busy", 0.0)
+    return {**found, "behind_ms": result["results"]["behind_s"] * 1000, "client_busy": client_busy, "phases_us": phases}
 
 
 def _settings(repository: Path, deployment: Deployment, state_dir: Path, timeout: float):

@@ -58,13 +58,13 @@ class LoadResult:
         return self.requests / self.seconds if self.seconds else 0.0
 
 
-def serialize(model: str, requests: list[dict], outputs: list[str]) -> list[bytes]:
-    """Each request (input name -> array [rows, ...]) as ModelInferRequest bytes."""
+def serialize(model: str, requests: list[dict], outputs: list[str], version: str = "") -> list[bytes]:
+    """Each request (input name -> array [rows, ...]) as ModelInferRequest bytes (to one version if given)."""
     from tritonclient.grpc import service_pb2
 
     made = []
     for arrays in requests:
-        message = service_pb2.ModelInferRequest(model_name=model)
+        message = service_pb2.ModelInferRequest(model_name=model, model_version=version)
         for name, array in arrays.items():
             tensor = message.inputs.add(name=name, datatype=_datatype(array))
             tensor.shape.extend(array.shape)
@@ -76,15 +76,15 @@ def serialize(model: str, requests: list[dict], outputs: list[str]) -> list[byte
 
 
 def serialize_http(
-    model: str, requests: list[dict], outputs: list[str], url: str, headers: dict | None = None
+    model: str, requests: list[dict], outputs: list[str], url: str, headers: dict | None = None, version: str = ""
 ) -> list[bytes]:
     """Each request (input name -> array [rows, ...]) as a whole HTTP/1.1 POST to Triton's infer URL: a JSON
-    header, then every input's raw contents (Triton's binary tensor extension), outputs asked for as binary;
-    headers: sent with each (a gateway's, say)."""
+    header, then every input's raw contents (Triton's binary tensor extension), outputs asked for as binary (no
+    outputs named: every one, binary); headers: sent with each (a gateway's, say); version: to that one."""
     made = []
     for arrays in requests:
         raws = [_raw(array) for array in arrays.values()]
-        header = {
+        header: dict = {
             "inputs": [
                 {
                     "name": name,
@@ -94,20 +94,29 @@ def serialize_http(
                 }
                 for (name, array), raw in zip(arrays.items(), raws)
             ],
-            "outputs": [{"name": name, "parameters": {"binary_data": True}} for name in outputs],
         }
+        if outputs:
+            header["outputs"] = [{"name": name, "parameters": {"binary_data": True}} for name in outputs]
+        else:
+            header["parameters"] = {"binary_data_output": True}
         head = json.dumps(header, separators=(",", ":")).encode()
-        body = head + b"".join(raws)
-        lines = [
-            f"POST /v2/models/{model}/infer HTTP/1.1",
-            f"Host: {url}",
-            "Content-Type: application/octet-stream",
-            f"Inference-Header-Content-Length: {len(head)}",
-            f"Content-Length: {len(body)}",
-            *(f"{name}: {value}" for name, value in (headers or {}).items()),
-        ]
-        made.append(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        made.append(http_post(infer_path(model, version), head + b"".join(raws), len(head), url, headers))
     return made
+
+
+def infer_path(model: str, version: str = "") -> str:
+    return f"/v2/models/{model}{f'/versions/{version}' if version else ''}/infer"
+
+
+def http_post(path: str, body: bytes, header_length: int, url: str, headers: dict | None = None) -> bytes:
+    """A whole HTTP/1.1 POST of body to path on url (host:port); header_length: the JSON header's length where
+    binary tensors follow it (0: the body is all JSON)."""
+    kind = "application/octet-stream" if header_length else "application/json"
+    lines = [f"POST {path} HTTP/1.1", f"Host: {url}", f"Content-Type: {kind}"]
+    if header_length:
+        lines.append(f"Inference-Header-Content-Length: {header_length}")
+    lines += [f"Content-Length: {len(body)}", *(f"{name}: {value}" for name, value in (headers or {}).items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
 def _datatype(array: np.ndarray) -> str:
