@@ -1,6 +1,7 @@
 """Replay end to end (`make replay`): a synthetic recording (HTTP and gRPC, two shapes, one refused request)
-replayed open loop through Locust, and through the fast generator's two processes, against a server that records what it sees; the server's recording of the
-replay has the same requests, protocols and shape histogram, and the report is written."""
+replayed open loop through Locust, and through the fast generator's two processes, against a server that records
+what it sees; the server's recording of the replay has the same requests, protocols and shape histogram, and the
+report is written."""
 
 import pytest
 
