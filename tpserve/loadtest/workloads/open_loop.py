@@ -122,7 +122,8 @@ def _run_workers(shares: list[list], table: list[bytes], target: Target, timeout
         start_at.value = time.time() + 0.05
         go.set()
         total, begun = sum(len(s) for s in shares), time.monotonic()
-        found, shown = [], begun
+        found: list = []
+        shown = begun
         while len(found) < len(workers):
             found += _drain(answers)
             if time.monotonic() - shown >= PROGRESS_S:
@@ -260,7 +261,8 @@ class HttpSender:
         import asyncio
 
         self.host, _, port = target.http_url.rpartition(":")
-        self.port, self.idle = int(port), []
+        self.port = int(port)
+        self.idle: list = []
         self.ssl = _ssl_context(target) if target.tls else None
         self.slots = asyncio.Semaphore(max(1, target.connections))
 
