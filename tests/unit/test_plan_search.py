@@ -108,6 +108,7 @@ def test_a_replays_figures():
     assert found["offered_per_s"] == pytest.approx(101)
     assert found["failed"] == 1 and found["over_slo"] == 1 and found["sent"] == 101
     assert found["p99_ms"] == 5.0  # the 99th of 100 answers by nearest rank
+    assert found["failures"] == {"http 503": 1}, "what the failed ones got, said the way each protocol says it"
     missing = figures(sent[:50], items, SLO)
     assert missing["failed"] == 51, "requests the replay never sent count as failed"
 
@@ -181,9 +182,12 @@ def test_the_report_folder(tmp_path):
     assert f"make cluster REPO={copy} REPLICAS=4" in text and (copy / "m" / "config.pbtxt").exists()
     assert "the plan holds" in text and "120 µs waiting in the queue" in text
     assert "kubectl scale deployment/triton --replicas=4" in text and "extrapolation" not in text
+    assert "The load generator (fast) fell at most" in text
     assert json.loads((tmp_path / "out" / "plan.json").read_text())["chosen"]["deployment"]["replicas"] == 4
     plan.found.chosen = plan.closing = plan.headroom = None
+    plan.found.trials[0] = replace(plan.found.trials[0], failures={"grpc UNAVAILABLE": 7}, client_busy=0.5)
     text = report.write(plan, "python -m tpserve.loadtest plan ...").read_text()
+    assert "- 1: grpc UNAVAILABLE ×7" in text and "busiest process used at most 50% of a core" in text
     assert "Nothing this host can run meets" in text and "an extrapolation" in text
     assert "each with a host of its own: 8 replicas on this one share its cores" in text
     assert "kubectl scale deployment/triton --replicas=5" in text

@@ -18,16 +18,21 @@ def _ms(value: float) -> str:
     return "—" if value != value or value == float("inf") else f"{value:.1f}"
 
 
+def _numbered(plan: Plan) -> list[tuple[str, Trial]]:
+    """Every trial with its label in the report: its number, or what it was for."""
+    named = [(f"{i + 1}", t) for i, t in enumerate(plan.found.trials)]
+    named += [("closing (missed)", t) for t in plan.found.overruled]
+    named += [(label, t) for label, t in (("closing", plan.closing), ("headroom", plan.headroom)) if t is not None]
+    return named
+
+
 def _trial_rows(plan: Plan) -> list[str]:
     rows = [
         "| # | deployment | replay | offered /s | answered /s | p99 ms | failed | over SLO | queue µs | compute µs | "
         "verdict |",
         "|" + "---|" * 11,
     ]
-    named = [(f"{i + 1}", t) for i, t in enumerate(plan.found.trials)]
-    named += [("closing (missed)", t) for t in plan.found.overruled]
-    named += [(label, t) for label, t in (("closing", plan.closing), ("headroom", plan.headroom)) if t is not None]
-    for label, t in named:
+    for label, t in _numbered(plan):
         replay = f"x{t.speed:g}{', first seconds' if t.probe else ', whole'}"
         phases = t.phases_us or {}
         rows.append(
@@ -217,6 +222,7 @@ def write(plan: Plan, command: str) -> Path:
         "",
         *_trial_rows(plan),
         "",
+        *_generator(plan),
         "![p99 against offered rate](plan.png)",
         "",
     ]
@@ -225,6 +231,23 @@ def write(plan: Plan, command: str) -> Path:
     write_html(path)
     (out / "plan.json").write_text(json.dumps(_as_json(plan), indent=2, default=str))
     return path
+
+
+def _generator(plan: Plan) -> list[str]:
+    """How the load was made, how far behind its schedule it fell, how busy it was; what the failures were."""
+    trials = [t for _, t in _numbered(plan)]
+    if not trials:
+        return []
+    behind = max(t.behind_ms for t in trials)
+    busy = max(t.client_busy for t in trials)
+    said = f"The load generator ({plan.request.generator}) fell at most {behind:.0f} ms behind its schedule"
+    said += f"; its busiest process used at most {busy:.0%} of a core." if busy else "."
+    failed = [(number, t.failures) for number, t in _numbered(plan) if t.failures]
+    if not failed:
+        return [said, ""]
+    lines = [said, "", "What the failed requests got, by trial:", ""]
+    lines += [f"- {number}: " + ", ".join(f"{what} ×{count}" for what, count in got.items()) for number, got in failed]
+    return [*lines, ""]
 
 
 def _as_json(plan: Plan) -> dict:

@@ -32,6 +32,7 @@ class Trial:
     behind_ms: float  # how far the load generator fell behind its schedule at worst
     client_busy: float = 0.0  # the busiest load-generating process's CPU over the replay, in cores (fast generator)
     phases_us: dict = field(default_factory=dict)  # per request, from the server: queue, compute
+    failures: dict = field(default_factory=dict)  # what the failed requests got (the commonest, with counts)
     verdict: str = MISSES
     why: str = ""
 
@@ -72,7 +73,18 @@ def figures(sent: list[dict], items: list, slo_ms: float) -> dict:
         "p99_ms": percentile(latencies, 99) if latencies else float("inf"),
         "answered_per_s": len(ok) / max(last_answer, 1e-3),
         "over_slo": sum(1 for ms in latencies if ms > slo_ms),
+        "failures": _failures(sent),
     }
+
+
+def _failures(sent: list[dict]) -> dict:
+    from collections import Counter
+
+    from tpserve.loadtest.reporting.replay_report import outcome
+
+    said = Counter(outcome(s.get("protocol", ""), s["status"]) for s in sent)
+    said.pop("ok", None)
+    return dict(said.most_common(4))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,7 +17,7 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q, method="nearest")) if values else float("nan")
 
 
-def _outcome(protocol: str, status) -> str:
+def outcome(protocol: str, status) -> str:
     """A status as 'ok' or what it was ('http 400', 'grpc 3', the replay's error text)."""
     if status in ("ok", 200) or (protocol == "grpc" and status == 0):
         return "ok"
@@ -72,8 +72,8 @@ def _models(recorded, sent) -> list[dict]:
 
 
 def _statuses(recorded, sent) -> list[dict]:
-    before = Counter((r.protocol, _outcome(r.protocol, r.status)) for r in recorded)
-    after = Counter((s["protocol"], _outcome(s["protocol"], s["status"])) for s in sent)
+    before = Counter((r.protocol, outcome(r.protocol, r.status)) for r in recorded)
+    after = Counter((s["protocol"], outcome(s["protocol"], s["status"])) for s in sent)
     keys = sorted(set(before) | set(after))
     return [{"protocol": p, "status": o, "recorded": before[(p, o)], "replayed": after[(p, o)]} for p, o in keys]
 
