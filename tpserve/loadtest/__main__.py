@@ -917,11 +917,11 @@ def bundle(python_version, out):
     from tpserve.loadtest.bundle import make_bundle
 
     out = out or Path("dist") / f"triton-bundle-py{python_version.replace('.', '')}.tar.xz"
-    path, edge = make_bundle(out, python_version)
+    path, edge, locust = make_bundle(out, python_version)
+    sizes = ", ".join(f"{p} ({p.stat().st_size / 2**20:.1f} MiB)" for p in (path, edge, locust))
+    unpack = " && ".join(f"tar -xJf {p.name}" for p in (path, edge, locust))
     click.echo(
-        f"bundle: {path} ({path.stat().st_size / 2**20:.1f} MiB) and the edge's Envoy {edge} "
-        f"({edge.stat().st_size / 2**20:.1f} MiB); on the host: tar -xJf {path.name} && tar -xJf {edge.name} && "
-        "sh triton-bundle/install.sh  (prints the environment to export)"
+        f"bundle: {sizes}; on the host: {unpack} && sh triton-bundle/install.sh  (prints the environment to export)"
     )
 
 

