@@ -161,14 +161,14 @@ SPEED ?= 1
 replay: install ## Replay FROM (a recording: STATE_DIR/traffic of `make serve RECORD=1`) open loop through Locust; SPEED=3 for 3x; URL= (with PROTOCOL=) for any Triton
 	@test -n "$(FROM)" || { echo "usage: make replay FROM=<recording folder or file> [SPEED=1] [URL=host:port PROTOCOL=http|grpc]"; exit 2; }
 	$(PY) -m tpserve.loadtest replay --from "$(FROM)" --speed $(SPEED) $(REPLAY_TARGET) \
-		$(if $(GENERATOR),--generator $(GENERATOR))
+		$(if $(GENERATOR),--generator $(GENERATOR)) $(if $(filter-out 0,$(MAX_WAITING)),--max-waiting $(MAX_WAITING))
 
 GROWTH ?= 1
 plan: install ## The smallest deployment for GROWTH x the traffic of FROM (a recording) at p99 <= SLO_P99_MS, found by replaying it (REPO=; MAX_REPLICAS=); reports/plan-<time>/
 	@test -n "$(FROM)" -a -n "$(SLO_P99_MS)" || { echo "usage: make plan FROM=<recording> SLO_P99_MS=<ms> [GROWTH=2] [REPO=...] [MAX_REPLICAS=n]"; exit 2; }
 	$(PY) -m tpserve.loadtest plan --from "$(FROM)" --slo-p99-ms $(SLO_P99_MS) --growth $(GROWTH) --repo $(REPO) \
 		$(if $(MAX_REPLICAS),--max-replicas $(MAX_REPLICAS)) $(if $(GIVEN_MODELS),--models "$(GIVEN_MODELS)") \
-		$(if $(GENERATOR),--generator $(GENERATOR))
+		$(if $(GENERATOR),--generator $(GENERATOR)) $(if $(filter-out 0,$(MAX_WAITING)),--max-waiting $(MAX_WAITING))
 
 MINUTES ?= 10
 soak: install ## Bounded load on MODEL (default digits_cnn_pipeline) for MINUTES with RSS sampled (after `make serve`)

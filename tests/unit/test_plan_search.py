@@ -196,6 +196,22 @@ def test_the_report_folder(tmp_path):
     assert data["chosen"] is None and len(data["trials"]) == len(found.trials)
 
 
+def test_a_closing_replay_that_failed_recommends_nothing_and_says_what_to_try(tmp_path):
+    """Seen on an H200 host: the search's trials met the SLO, the closing replay got HTTP 503 from the edge's
+    bound on waiting requests in a burst; the report must not tell anyone to launch on it."""
+    plan = sample_plan(tmp_path)
+    assert plan.closing is not None
+    failed = replace(plan.closing, failed=106, failures={"http 503": 106})
+    plan.closing = judge(failed, SLO, COUNT)
+    text = report.write(plan, "python -m tpserve.loadtest plan ...").read_text()
+    assert "No deployment this host can run held the closing replay" in text and "Run 4 replicas" not in text
+    assert "106 of its failures were the edge refusing past the 64 requests that may wait" in text
+    assert "MAX_WAITING=128" in text and "No replica count to apply" in text and "kubectl scale" not in text
+    plan = replace(plan, request=replace(plan.request, max_waiting=500))
+    text = report.write(plan, "python -m tpserve.loadtest plan ...").read_text()
+    assert "past the 500 requests" in text and "MAX_WAITING=1000" in text and "REPLICAS=4 MAX_WAITING=500" in text
+
+
 def test_deployments_serving_the_same_configs_are_measured_once_but_the_closing_replay_always_runs(
     tmp_path, monkeypatch
 ):

@@ -508,6 +508,12 @@ def replay(
 )
 @click.option("--processes", type=int, default=0, help="The fast generator's processes (default: for the rate).")
 @click.option(
+    "--max-waiting",
+    type=int,
+    default=0,
+    help="Requests that may wait on a replica before the edge refuses, as MAX_WAITING= (default: as serve sets it).",
+)
+@click.option(
     "--out", type=click.Path(path_type=Path), default=None, help="Report folder (default reports/plan-<time>)."
 )
 @user_errors
@@ -524,6 +530,7 @@ def plan(
     headroom,
     generator,
     processes,
+    max_waiting,
     out,
 ):
     """The smallest deployment of this host (replicas, instances, batching delay) that serves GROWTH times the
@@ -547,9 +554,11 @@ def plan(
         headroom=headroom,
         generator=generator,
         processes=processes,
+        max_waiting=max_waiting,
     )
     command = f"python -m tpserve.loadtest plan --from {recording} --slo-p99-ms {slo_p99_ms:g} --growth {growth:g}"
     command += f" --generator {generator}" if generator != "fast" else ""
+    command += f" --max-waiting {max_waiting}" if max_waiting else ""
     _show_report(report.write(make_plan(request), command))
 
 

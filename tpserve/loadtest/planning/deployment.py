@@ -116,9 +116,11 @@ def repository_for(repo: Path, deployment: Deployment, folder: Path) -> Path:
     return target
 
 
-def start_command(deployment: Deployment, repository: Path) -> str:
-    """The command that starts the deployment on this host (`make serve` / `make cluster`)."""
+def start_command(deployment: Deployment, repository: Path, max_waiting: int = 0) -> str:
+    """The command that starts the deployment on this host (`make serve` / `make cluster`); max_waiting: the
+    requests that may wait on a replica, where the plan set them."""
+    waiting = f" MAX_WAITING={max_waiting}" if max_waiting else ""
     if deployment.replicas == 1:
-        return f"make serve REPO={repository}"
+        return f"make serve REPO={repository}{waiting}"
     gpus = " GPU_PER_REPLICA=1" if deployment.gpu_per_replica else ""
-    return f"make cluster REPO={repository} REPLICAS={deployment.replicas}{gpus}"
+    return f"make cluster REPO={repository} REPLICAS={deployment.replicas}{gpus}{waiting}"

@@ -37,6 +37,7 @@ class PlanRequest:
     headroom: float = 1.5  # the choice is also probed at this many times GROWTH
     generator: str = "fast"  # the replay's load generator (locust_suite/replay.GENERATORS)
     processes: int = 0  # the fast generator's (0: enough for the rate)
+    max_waiting: int = 0  # requests that may wait on a replica before the edge refuses (0: as serve sets it)
 
     def __post_init__(self):
         if not self.slo_p99_ms > 0 or not self.growth > 0:
@@ -46,6 +47,8 @@ class PlanRequest:
             )
         if any(i < 1 for i in self.instances) or any(d < 0 for d in self.delays_us) or self.max_replicas < 0:
             raise MeasurementError("instances are counts from 1, delays microseconds from 0, max replicas from 1")
+        if self.max_waiting < 0:
+            raise MeasurementError(f"MAX_WAITING={self.max_waiting}: requests that may wait, from 1 (0: as serve)")
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,7 @@ class Evaluator:
             out=request.out,
             generator=request.generator,
             processes=request.processes,
+            max_waiting=request.max_waiting,
         )
         replay_s = traffic.seconds / request.growth
         self.probe_s = request.probe_seconds or max(MIN_PROBE_S, replay_s / 5)

@@ -54,14 +54,16 @@ def _choice(plan: Plan) -> list[str]:
         ]
     repository = repository_for(request.repo, chosen.deployment, request.out / "deployments" / chosen.deployment.slug())
     held = "holds" if closing.verdict == MEETS else "**does not hold**"
-    lines = [
-        f"**Run {chosen.deployment.label()}.** Start it with:",
-        "",
-        "```sh",
-        start_command(chosen.deployment, repository),
-        "```",
-        "",
-    ]
+    if closing.verdict == MEETS:
+        lines = [f"**Run {chosen.deployment.label()}.** Start it with:"]
+    else:
+        lines = [
+            f"**No deployment this host can run held the closing replay**: the search's trials of "
+            f"{chosen.deployment.label()} met p99 ≤ {request.slo_p99_ms:g} ms, but a fresh replay of the whole "
+            f"recording did not ({closing.why}). Do not launch on it: {_advice(plan, closing)} The deployment "
+            "closed last was started with:"
+        ]
+    lines += ["", "```sh", start_command(chosen.deployment, repository, request.max_waiting), "```", ""]
     if repository != request.repo:
         lines += [
             f"`{repository}` is your repository with these knobs written into each model's config "
@@ -96,6 +98,25 @@ def _choice(plan: Plan) -> list[str]:
     return lines
 
 
+REFUSED = ("http 503", "grpc UNAVAILABLE")  # how the edge refuses past the requests that may wait
+
+
+def _advice(plan: Plan, closing: Trial) -> str:
+    """What to try where the closing replay failed: where the edge refused past the requests that may wait (a
+    burst in the recording), a larger bound; otherwise more of this host's sizes, or more hosts."""
+    from tpserve.server.edge.admission import waiting_bound
+
+    refused = sum(count for what, count in closing.failures.items() if what in REFUSED)
+    if refused:
+        now = plan.request.max_waiting or waiting_bound(plan.request.repo)
+        return (
+            f"{refused} of its failures were the edge refusing past the {now} requests that may wait on a replica "
+            f"(a burst of the recording): plan again with a larger bound (MAX_WAITING={2 * now}), or allow more "
+            "replicas (MAX_REPLICAS=, on hosts of their own)."
+        )
+    return "allow more instances (--instances) or replicas (MAX_REPLICAS=, on hosts of their own), and plan again."
+
+
 def _predicted(plan: Plan, deployment) -> float:
     """The p99 the search's whole replay of the deployment measured (the probe's where it had none)."""
     mine = [t for t in plan.found.trials if t.deployment == deployment]
@@ -126,6 +147,8 @@ def _beyond(plan: Plan) -> list[str]:
     from what one replica sustained."""
     chosen = plan.found.chosen
     each = "one GPU each" if plan.space.gpus else "each a pod of this host's shape"
+    if chosen is not None and (plan.closing is None or plan.closing.verdict != MEETS):
+        return ["## On Kubernetes", "", "No replica count to apply: the closing replay did not hold (above).", ""]
     if chosen is not None:
         return [
             "## On Kubernetes",

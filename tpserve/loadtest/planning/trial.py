@@ -100,6 +100,7 @@ class TrialRun:
     # its capacity
     generator: str = "fast"
     processes: int = 0
+    max_waiting: int = 0  # requests that may wait on a replica before the edge refuses (0: the repository's)
 
 
 def run_trial(run: TrialRun, deployment: Deployment, speed: float, seconds: float, slo_ms: float, name: str) -> dict:
@@ -114,7 +115,7 @@ def run_trial(run: TrialRun, deployment: Deployment, speed: float, seconds: floa
     folder = run.out / "trials" / name
     repository = repository_for(run.repo, deployment, run.out / "deployments" / deployment.slug())
     step(f"plan: {name}: {deployment.label()}, replay x{speed:g}{f' (first {seconds:g} s)' if seconds else ''}")
-    start_cluster(_settings(repository, deployment, folder / "state", run.startup_timeout))
+    start_cluster(_settings(repository, deployment, folder / "state", run.startup_timeout, run.max_waiting))
     try:
         state = endpoints.read_state(folder / "state")
         replay = Replay(
@@ -138,13 +139,16 @@ def run_trial(run: TrialRun, deployment: Deployment, speed: float, seconds: floa
     return {**found, "behind_ms": result["results"]["behind_s"] * 1000, "client_busy": client_busy, "phases_us": phases}
 
 
-def _settings(repository: Path, deployment: Deployment, state_dir: Path, timeout: float):
-    """One replica: as `serve` starts it (one server behind the edge); more: as `cluster` does; free ports."""
+def _settings(repository: Path, deployment: Deployment, state_dir: Path, timeout: float, max_waiting: int = 0):
+    """One replica: as `serve` starts it (one server behind the edge); more: as `cluster` does; free ports;
+    max_waiting: as MAX_WAITING= sets it (per replica)."""
     from tpserve.common import endpoints
     from tpserve.server.cluster import ClusterSettings, one_behind_edge
+    from tpserve.server.edge.envoy_config import Balancing
 
+    balancing = Balancing(max_requests=max_waiting * deployment.replicas)
     if deployment.replicas == 1:
-        return one_behind_edge(repository, state_dir, startup_timeout=timeout)
+        return one_behind_edge(repository, state_dir, startup_timeout=timeout, balancing=balancing)
     http_port, grpc_port, admin_port = endpoints.free_ports(3)
     return ClusterSettings(
         repository,
@@ -155,6 +159,7 @@ def _settings(repository: Path, deployment: Deployment, state_dir: Path, timeout
         state_dir=state_dir,
         startup_timeout=timeout,
         gpu_per_replica=deployment.gpu_per_replica,
+        balancing=balancing,
     )
 
 
