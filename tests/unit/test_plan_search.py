@@ -188,6 +188,7 @@ def test_the_report_folder(tmp_path):
     plan.found.trials[0] = replace(plan.found.trials[0], failures={"grpc UNAVAILABLE": 7}, client_busy=0.5)
     text = report.write(plan, "python -m tpserve.loadtest plan ...").read_text()
     assert "- 1: grpc UNAVAILABLE ×7" in text and "busiest process used at most 50% of a core" in text
+    assert "In 1 trial, 7 of the failures were the edge refusing past the 64 requests" in text
     assert "Nothing this host can run meets" in text and "an extrapolation" in text
     assert "each with a host of its own: 8 replicas on this one share its cores" in text
     assert "kubectl scale deployment/triton --replicas=5" in text
@@ -205,7 +206,7 @@ def test_a_closing_replay_that_failed_recommends_nothing_and_says_what_to_try(tm
     plan.closing = judge(failed, SLO, COUNT)
     text = report.write(plan, "python -m tpserve.loadtest plan ...").read_text()
     assert "No deployment this host can run held the closing replay" in text and "Run 4 replicas" not in text
-    assert "106 of its failures were the edge refusing past the 64 requests that may wait" in text
+    assert "106 of the failures were the edge refusing past the 64 requests that may wait" in text
     assert "MAX_WAITING=128" in text and "No replica count to apply" in text and "kubectl scale" not in text
     plan = replace(plan, request=replace(plan.request, max_waiting=500))
     text = report.write(plan, "python -m tpserve.loadtest plan ...").read_text()

@@ -46,10 +46,12 @@ def _trial_rows(plan: Plan) -> list[str]:
 def _choice(plan: Plan) -> list[str]:
     request, chosen, closing = plan.request, plan.found.chosen, plan.closing
     if chosen is None or closing is None:
+        refused = [t for _, t in _numbered(plan) if _refused(t)]
+        hint = f" In {counted(len(refused), 'trial')}, {_advice(plan, refused[-1])}" if refused else ""
         return [
             f"**Nothing this host can run meets p99 ≤ {request.slo_p99_ms:g} ms at x{request.growth:g}**: the "
             f"largest deployment tried ({plan.space.sizes()[-1].label()}) missed "
-            f"({plan.found.largest_miss.why if plan.found.largest_miss else 'not measured'}).",
+            f"({plan.found.largest_miss.why if plan.found.largest_miss else 'not measured'}).{hint}",
             "",
         ]
     repository = repository_for(request.repo, chosen.deployment, request.out / "deployments" / chosen.deployment.slug())
@@ -106,15 +108,20 @@ def _advice(plan: Plan, closing: Trial) -> str:
     burst in the recording), a larger bound; otherwise more of this host's sizes, or more hosts."""
     from tpserve.server.edge.admission import waiting_bound
 
-    refused = sum(count for what, count in closing.failures.items() if what in REFUSED)
+    refused = _refused(closing)
     if refused:
         now = plan.request.max_waiting or waiting_bound(plan.request.repo)
         return (
-            f"{refused} of its failures were the edge refusing past the {now} requests that may wait on a replica "
+            f"{refused} of the failures were the edge refusing past the {now} requests that may wait on a replica "
             f"(a burst of the recording): plan again with a larger bound (MAX_WAITING={2 * now}), or allow more "
             "replicas (MAX_REPLICAS=, on hosts of their own)."
         )
     return "allow more instances (--instances) or replicas (MAX_REPLICAS=, on hosts of their own), and plan again."
+
+
+def _refused(trial: Trial) -> int:
+    """The trial's requests the edge refused past the requests that may wait on a replica."""
+    return sum(count for what, count in trial.failures.items() if what in REFUSED)
 
 
 def _predicted(plan: Plan, deployment) -> float:
