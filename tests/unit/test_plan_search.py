@@ -71,6 +71,31 @@ def test_the_search_jumps_from_one_replicas_capacity_then_bisects():
     assert clear and all((d, False) not in host.asked for d in clear), "a clear miss skips the whole replay"
 
 
+class BurstyHost(Host):
+    """The edge refuses a burst (HTTP 503) wherever fewer than `needs` requests may wait on a replica."""
+
+    def __init__(self, needs: int):
+        super().__init__()
+        self.needs = needs
+
+    def __call__(self, d: Deployment, probe: bool) -> Trial:
+        if (d.max_waiting or 64) < self.needs:
+            self.asked.append((d, probe))
+            return judge(_trial(d, probe, failed=30, failures={"http 503": 30}), SLO, COUNT)
+        return super().__call__(d, probe)
+
+
+def test_a_burst_the_edge_refused_is_tried_again_with_twice_the_waiting_bound_and_kept():
+    host = BurstyHost(needs=128)
+    found = search(Space(max_replicas=8, instances=(1,), delays_us=(), waiting_base=64), host)
+    assert found.chosen is not None and found.chosen.deployment == Deployment(4, 1, AS_BUILT, max_waiting=128)
+    assert [d.max_waiting for d, _ in host.asked[:3]] == [0, 0, 128], "probe and whole refused, then twice the bound"
+    assert all(d.max_waiting == 128 for d, _ in host.asked[2:]), "later sizes keep the larger bound"
+    endless = BurstyHost(needs=10_000)
+    found = search(Space(max_replicas=2, instances=(1,), delays_us=(), waiting_base=64), endless)
+    assert found.chosen is None and max(d.max_waiting for d, _ in endless.asked) == 256, "doubled twice at most"
+
+
 def test_a_batching_knob_that_helps_one_size_below_is_chosen():
     host = Host(helpful_delay=1000)
     found = search(Space(max_replicas=8, instances=(1,), delays_us=(0, 1000, 5000)), host)
@@ -143,6 +168,8 @@ def test_a_deployments_repository_carries_its_knobs_and_leaves_the_users_alone(t
     assert start_command(Deployment(1), repo) == f"make serve REPO={repo}"
     assert start_command(Deployment(3, gpu_per_replica=True), repo).endswith("REPLICAS=3 GPU_PER_REPLICA=1")
     assert Deployment(2, AS_BUILT, 1000).slug() == "r2-iasbuilt-d1000"
+    assert Deployment(1, max_waiting=128).slug() == "r1-iasbuilt-dasbuilt-w128"
+    assert start_command(Deployment(1, max_waiting=128), repo) == f"make serve REPO={repo} MAX_WAITING=128"
 
 
 def test_a_plan_request_refuses_what_cannot_be_planned(tmp_path):
@@ -189,6 +216,9 @@ def test_the_report_folder(tmp_path):
     text = report.write(plan, "python -m tpserve.loadtest plan ...").read_text()
     assert "- 1: grpc UNAVAILABLE ×7" in text and "busiest process used at most 50% of a core" in text
     assert "In 1 trial, 7 of the failures were the edge refusing past the 64 requests" in text
+    plan.found.trials[1] = replace(plan.found.trials[1], deployment=Deployment(2, max_waiting=128))
+    text = report.write(plan, "python -m tpserve.loadtest plan ...").read_text()
+    assert "refused bursts past 64 requests waiting on a replica; with 128 allowed to wait, they waited" in text
     assert "Nothing this host can run meets" in text and "an extrapolation" in text
     assert "each with a host of its own: 8 replicas on this one share its cores" in text
     assert "kubectl scale deployment/triton --replicas=5" in text
@@ -208,7 +238,8 @@ def test_a_closing_replay_that_failed_recommends_nothing_and_says_what_to_try(tm
     assert "No deployment this host can run held the closing replay" in text and "Run 4 replicas" not in text
     assert "106 of the failures were the edge refusing past the 64 requests that may wait" in text
     assert "MAX_WAITING=128" in text and "No replica count to apply" in text and "kubectl scale" not in text
-    plan = replace(plan, request=replace(plan.request, max_waiting=500))
+    waited = replace(plan.closing, deployment=replace(plan.closing.deployment, max_waiting=500))
+    plan.found.chosen, plan.closing = replace(plan.found.chosen, deployment=waited.deployment), waited
     text = report.write(plan, "python -m tpserve.loadtest plan ...").read_text()
     assert "past the 500 requests" in text and "MAX_WAITING=1000" in text and "REPLICAS=4 MAX_WAITING=500" in text
 
@@ -254,6 +285,26 @@ def test_a_choice_whose_closing_replay_misses_gives_way_to_the_next_size():
     assert closing.verdict == MEETS and closing.deployment == Deployment(2, 1)
     assert found.chosen is closing and [t.deployment for t in found.overruled] == [Deployment(1, 1)]
     assert closings == [Deployment(1, 1), Deployment(2, 1)]
+
+
+def test_a_closing_replay_refused_in_a_burst_is_closed_again_with_twice_the_waiting_bound():
+    """As on an H200 host: the search met, the fresh closing replay got 503s from the edge's waiting bound."""
+    from tpserve.loadtest.planning.plan import _closed
+    from tpserve.loadtest.planning.search import Search
+
+    space = Space(max_replicas=1, instances=(1,), waiting_base=64)
+    found = Search(chosen=judge(_trial(Deployment(1, 1), False), SLO, COUNT))
+    closings = []
+
+    def evaluate(deployment, probe, growth=None, fresh=False):
+        closings.append(deployment)
+        if deployment.max_waiting < 128:
+            return judge(_trial(deployment, probe, failed=106, failures={"http 503": 106}), SLO, COUNT)
+        return judge(_trial(deployment, probe), SLO, COUNT)
+
+    closing = _closed(found, space, evaluate)
+    assert closing.verdict == MEETS and closing.deployment == Deployment(1, 1, max_waiting=128)
+    assert closings == [Deployment(1, 1), Deployment(1, 1, max_waiting=128)]
 
 
 def test_this_hosts_sizes_are_one_replica_per_gpu_or_within_the_cores(monkeypatch, tmp_path):

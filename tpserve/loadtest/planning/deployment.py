@@ -17,16 +17,18 @@ AS_BUILT = -1  # a knob left as the repository has it
 @dataclass(frozen=True)
 class Deployment:
     """One candidate: `replicas` servers (one behind the edge as `serve` starts it, more as `cluster`),
-    `instances` per model and the dynamic batcher's delay (AS_BUILT: the configs' own)."""
+    `instances` per model and the dynamic batcher's delay (AS_BUILT: the configs' own); max_waiting: the requests
+    that may wait on a replica before the edge refuses (MAX_WAITING=; 0: as `serve` sets it)."""
 
     replicas: int = 1
     instances: int = AS_BUILT
     delay_us: int = AS_BUILT
     gpu_per_replica: bool = False
+    max_waiting: int = 0
 
-    def cost(self) -> tuple[int, int, int]:
+    def cost(self) -> tuple[int, int, int, int]:
         """What it takes, for ordering: replicas (hosts' or GPUs' worth) first, then instances."""
-        return (self.replicas, max(1, self.instances), max(0, self.delay_us))
+        return (self.replicas, max(1, self.instances), max(0, self.delay_us), self.max_waiting)
 
     def label(self) -> str:
         instances = (
@@ -34,12 +36,17 @@ class Deployment:
         )
         delay = "" if self.delay_us == AS_BUILT else f", delay {self.delay_us} µs"
         gpus = " (1 GPU each)" if self.gpu_per_replica else ""
-        return f"{counted(self.replicas, 'replica')}{gpus}, {instances}{delay}"
+        waiting = f", {self.max_waiting} waiting" if self.max_waiting else ""
+        return f"{counted(self.replicas, 'replica')}{gpus}, {instances}{delay}{waiting}"
 
     def slug(self) -> str:
         """A folder name for the deployment (r2-i1-dasbuilt: 2 replicas, 1 instance, delay as built)."""
         knob = {AS_BUILT: "asbuilt"}
-        return f"r{self.replicas}-i{knob.get(self.instances, self.instances)}-d{knob.get(self.delay_us, self.delay_us)}"
+        waiting = f"-w{self.max_waiting}" if self.max_waiting else ""
+        return (
+            f"r{self.replicas}-i{knob.get(self.instances, self.instances)}-d{knob.get(self.delay_us, self.delay_us)}"
+            + waiting
+        )
 
     def changes_configs(self) -> bool:
         return self.instances != AS_BUILT or self.delay_us != AS_BUILT
@@ -116,10 +123,9 @@ def repository_for(repo: Path, deployment: Deployment, folder: Path) -> Path:
     return target
 
 
-def start_command(deployment: Deployment, repository: Path, max_waiting: int = 0) -> str:
-    """The command that starts the deployment on this host (`make serve` / `make cluster`); max_waiting: the
-    requests that may wait on a replica, where the plan set them."""
-    waiting = f" MAX_WAITING={max_waiting}" if max_waiting else ""
+def start_command(deployment: Deployment, repository: Path) -> str:
+    """The command that starts the deployment on this host (`make serve` / `make cluster`)."""
+    waiting = f" MAX_WAITING={deployment.max_waiting}" if deployment.max_waiting else ""
     if deployment.replicas == 1:
         return f"make serve REPO={repository}{waiting}"
     gpus = " GPU_PER_REPLICA=1" if deployment.gpu_per_replica else ""

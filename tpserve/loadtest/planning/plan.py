@@ -15,7 +15,7 @@ from tpserve.common.cli import step
 from tpserve.common.errors import MeasurementError
 from tpserve.loadtest.planning.deployment import Deployment, served_configs
 from tpserve.loadtest.planning.search import Search, Space, per_replica_capacity, replicas_needed, search
-from tpserve.loadtest.planning.trial import BEHIND_MS, MEETS, Trial, TrialRun, judge, run_trial
+from tpserve.loadtest.planning.trial import BEHIND_MS, MEETS, Trial, TrialRun, judge, refused, run_trial
 
 MIN_PROBE_S = 2.0
 
@@ -78,6 +78,8 @@ def gpu_count() -> int:
 def space_of(request: PlanRequest) -> Space:
     """This host's sizes: one replica per GPU where there is one (each on its own GPU where there are several),
     else replicas within the CPU cores (4 at most)."""
+    from tpserve.server.edge.admission import waiting_bound
+
     gpus = gpu_count()
     most = request.max_replicas or gpus or max(1, min(4, os.cpu_count() or 1))
     return Space(
@@ -86,6 +88,8 @@ def space_of(request: PlanRequest) -> Space:
         delays_us=request.delays_us,
         gpu_per_replica=gpus > 1,
         gpus=gpus,
+        waiting=request.max_waiting,
+        waiting_base=request.max_waiting or waiting_bound(request.repo),
     )
 
 
@@ -140,14 +144,18 @@ class Evaluator:
             out=request.out,
             generator=request.generator,
             processes=request.processes,
-            max_waiting=request.max_waiting,
         )
         replay_s = traffic.seconds / request.growth
         self.probe_s = request.probe_seconds or max(MIN_PROBE_S, replay_s / 5)
 
     def __call__(self, deployment: Deployment, probe: bool, growth: float | None = None, fresh: bool = False) -> Trial:
         speed = growth or self.request.growth
-        same = (deployment.replicas, deployment.gpu_per_replica, served_configs(self.request.repo, deployment))
+        same = (
+            deployment.replicas,
+            deployment.gpu_per_replica,
+            deployment.max_waiting,
+            served_configs(self.request.repo, deployment),
+        )
         key = (*same, probe, speed)
         if key in self.seen and not fresh:  # the search's own trials: one measurement per thing served
             earlier = self.seen[key]
@@ -184,19 +192,33 @@ CLOSING_TRIES = 3
 
 def _closed(found: Search, space: Space, evaluate: Evaluator) -> Trial:
     """The closing replay of the choice (a fresh start, the whole recording). Where it misses, the choice was
-    noise's: the next larger size is closed in its place (at most CLOSING_TRIES), and found.chosen follows, so
-    that the plan never recommends what its own closing replay failed."""
+    noise's: the same size with twice the waiting bound where the edge refused a burst, else the next larger size,
+    is closed in its place (CLOSING_TRIES in all), and found.chosen follows, so that the plan never recommends
+    what its own closing replay failed."""
     assert found.chosen is not None
     closing = evaluate(found.chosen.deployment, False, fresh=True)
-    larger = [d for d in space.sizes() if d.cost() > found.chosen.deployment.cost()]
-    for deployment in larger[: CLOSING_TRIES - 1]:
-        if closing.verdict == MEETS:
+    for _ in range(CLOSING_TRIES - 1):
+        following = _next_to_close(closing.deployment, space, refused(closing) > 0)
+        if closing.verdict == MEETS or following is None:
             break
-        step(f"plan: the closing replay of {closing.deployment.label()} missed ({closing.why}): closing the next size")
+        step(
+            f"plan: the closing replay of {closing.deployment.label()} missed ({closing.why}): closing "
+            f"{following.label()}"
+        )
         found.overruled.append(closing)
-        closing = evaluate(deployment, False, fresh=True)
+        closing = evaluate(following, False, fresh=True)
         found.chosen = closing
     return closing
+
+
+def _next_to_close(missed: Deployment, space: Space, burst: bool) -> Deployment | None:
+    """Twice the waiting bound where the edge refused a burst (within the search's doublings), else the next
+    larger size with the same bound; None where there is neither."""
+    waiting = missed.max_waiting or space.waiting_base
+    if burst and waiting * 2 <= space.waiting_base << space.waiting_doublings:
+        return replace(missed, max_waiting=waiting * 2)
+    larger = [d for d in space.sizes() if d.cost()[:2] > missed.cost()[:2]]
+    return replace(larger[0], max_waiting=missed.max_waiting) if larger else None
 
 
 def make_plan(request: PlanRequest) -> Plan:

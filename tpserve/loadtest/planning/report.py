@@ -11,7 +11,7 @@ from pathlib import Path
 from tpserve.loadtest.planning.deployment import counted, repository_for, start_command
 from tpserve.loadtest.planning.plan import Plan
 from tpserve.loadtest.planning.search import TARGET_UTILISATION
-from tpserve.loadtest.planning.trial import MEETS, Trial
+from tpserve.loadtest.planning.trial import MEETS, Trial, refused
 
 
 def _ms(value: float) -> str:
@@ -46,8 +46,7 @@ def _trial_rows(plan: Plan) -> list[str]:
 def _choice(plan: Plan) -> list[str]:
     request, chosen, closing = plan.request, plan.found.chosen, plan.closing
     if chosen is None or closing is None:
-        refused = [t for _, t in _numbered(plan) if _refused(t)]
-        hint = f" In {counted(len(refused), 'trial')}, {_advice(plan, refused[-1])}" if refused else ""
+        hint = _refusals_hint(plan)
         return [
             f"**Nothing this host can run meets p99 ≤ {request.slo_p99_ms:g} ms at x{request.growth:g}**: the "
             f"largest deployment tried ({plan.space.sizes()[-1].label()}) missed "
@@ -65,7 +64,7 @@ def _choice(plan: Plan) -> list[str]:
             f"recording did not ({closing.why}). Do not launch on it: {_advice(plan, closing)} The deployment "
             "closed last was started with:"
         ]
-    lines += ["", "```sh", start_command(chosen.deployment, repository, request.max_waiting), "```", ""]
+    lines += ["", "```sh", start_command(chosen.deployment, repository), "```", ""]
     if repository != request.repo:
         lines += [
             f"`{repository}` is your repository with these knobs written into each model's config "
@@ -100,7 +99,23 @@ def _choice(plan: Plan) -> list[str]:
     return lines
 
 
-REFUSED = ("http 503", "grpc UNAVAILABLE")  # how the edge refuses past the requests that may wait
+def _refusals_hint(plan: Plan) -> str:
+    """Where nothing met: what the edge's bound on waiting requests did in the trials it refused in."""
+    from tpserve.server.edge.admission import waiting_bound
+
+    trials = [t for _, t in _numbered(plan)]
+    refusing = [t for t in trials if refused(t)]
+    if not refusing:
+        return ""
+    last = refusing[-1]
+    most = max(t.deployment.max_waiting for t in trials)
+    if most > last.deployment.max_waiting:
+        now = last.deployment.max_waiting or waiting_bound(plan.request.repo)
+        return (
+            f" In {counted(len(refusing), 'trial')} the edge refused bursts past {now} requests waiting on a "
+            f"replica; with {most} allowed to wait, they waited past the SLO instead."
+        )
+    return f" In {counted(len(refusing), 'trial')}, {_advice(plan, last)}"
 
 
 def _advice(plan: Plan, closing: Trial) -> str:
@@ -108,20 +123,15 @@ def _advice(plan: Plan, closing: Trial) -> str:
     burst in the recording), a larger bound; otherwise more of this host's sizes, or more hosts."""
     from tpserve.server.edge.admission import waiting_bound
 
-    refused = _refused(closing)
-    if refused:
-        now = plan.request.max_waiting or waiting_bound(plan.request.repo)
+    count = refused(closing)
+    if count:
+        now = closing.deployment.max_waiting or waiting_bound(plan.request.repo)
         return (
-            f"{refused} of the failures were the edge refusing past the {now} requests that may wait on a replica "
+            f"{count} of the failures were the edge refusing past the {now} requests that may wait on a replica "
             f"(a burst of the recording): plan again with a larger bound (MAX_WAITING={2 * now}), or allow more "
             "replicas (MAX_REPLICAS=, on hosts of their own)."
         )
     return "allow more instances (--instances) or replicas (MAX_REPLICAS=, on hosts of their own), and plan again."
-
-
-def _refused(trial: Trial) -> int:
-    """The trial's requests the edge refused past the requests that may wait on a replica."""
-    return sum(count for what, count in trial.failures.items() if what in REFUSED)
 
 
 def _predicted(plan: Plan, deployment) -> float:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from tpserve.loadtest.planning.deployment import AS_BUILT, Deployment
-from tpserve.loadtest.planning.trial import CLEAR_MISS, MEETS, Trial
+from tpserve.loadtest.planning.trial import CLEAR_MISS, MEETS, Trial, refused
 
 TARGET_UTILISATION = 0.8  # a p99 SLO needs slack: a deployment is sized for its capacity at this share
 
@@ -25,6 +25,9 @@ class Space:
     delays_us: tuple[int, ...] = (0, 1000, 5000)
     gpu_per_replica: bool = False
     gpus: int = 0  # on this host: a replica is one GPU's worth where there is one
+    waiting: int = 0  # the requests that may wait on a replica to start from (0: as serve sets them)
+    waiting_base: int = 64  # what 0 means here (server/edge/admission.waiting_bound of the repository)
+    waiting_doublings: int = 2  # where the edge refused past them (a burst), twice as many, at most this often
 
     def sizes(self) -> list[Deployment]:
         """Every size, cheapest first (fewer replicas, then fewer instances), delays as built."""
@@ -46,6 +49,7 @@ class Search:
     chosen: Trial | None = None
     largest_miss: Trial | None = None
     overruled: list[Trial] = field(default_factory=list)  # choices whose closing replay missed
+    waiting: int = 0  # the bound every later trial starts from (raised where the edge refused in a burst)
 
     def record(self, trial: Trial) -> Trial:
         self.trials.append(trial)
@@ -64,8 +68,22 @@ def replicas_needed(offered_per_s: float, capacity: float) -> int:
     return max(1, math.ceil(offered_per_s / (capacity * TARGET_UTILISATION)))
 
 
-def _tried(evaluate: Callable[[Deployment, bool], Trial], search: Search, deployment: Deployment) -> Trial:
-    """A probe, then (unless the probe is a clear miss) the whole replay; both recorded."""
+def _tried(
+    evaluate: Callable[[Deployment, bool], Trial], search: Search, deployment: Deployment, space: Space
+) -> Trial:
+    """The deployment with the search's bound on waiting requests, as a probe, then (unless the probe is a clear
+    miss) the whole replay, both recorded. Where it missed and the edge refused past that bound (a burst of the
+    recording), the same again with twice the bound (space.waiting_doublings times at most); later trials keep
+    the larger bound."""
+    trial = _probe_then_whole(evaluate, search, replace(deployment, max_waiting=search.waiting))
+    most = space.waiting_base << space.waiting_doublings
+    while trial.verdict != MEETS and refused(trial) and (search.waiting or space.waiting_base) * 2 <= most:
+        search.waiting = (search.waiting or space.waiting_base) * 2
+        trial = _probe_then_whole(evaluate, search, replace(deployment, max_waiting=search.waiting))
+    return trial
+
+
+def _probe_then_whole(evaluate, search: Search, deployment: Deployment) -> Trial:
     probe = search.record(evaluate(deployment, True))
     if probe.verdict == CLEAR_MISS:
         return probe
@@ -84,11 +102,11 @@ def _jump(sizes: list[Deployment], low: int, trial: Trial) -> int:
 
 def search(space: Space, evaluate: Callable[[Deployment, bool], Trial]) -> Search:
     """The smallest deployment of the space that meets the SLO (see the module's text)."""
-    sizes, found = space.sizes(), Search()
+    sizes, found = space.sizes(), Search(waiting=space.waiting)
     low, high = -1, None  # sizes[low] missed (-1: none tried), sizes[high] met
     at = 0
     while high is None and at < len(sizes):
-        trial = _tried(evaluate, found, sizes[at])
+        trial = _tried(evaluate, found, sizes[at], space)
         if trial.verdict == MEETS:
             high = at
             found.chosen = trial
@@ -99,14 +117,14 @@ def search(space: Space, evaluate: Callable[[Deployment, bool], Trial]) -> Searc
         at = _jump(sizes, low, trial)
     while high is not None and high - low > 1:  # bisect between the largest miss and the smallest meet
         middle = (low + high) // 2
-        trial = _tried(evaluate, found, sizes[middle])
+        trial = _tried(evaluate, found, sizes[middle], space)
         if trial.verdict == MEETS:
             high, found.chosen = middle, trial
         else:
             low, found.largest_miss = middle, trial
     if high is not None and low >= 0:  # the knobs, one size below the choice
         for delay in space.delays_us:
-            trial = _tried(evaluate, found, replace(sizes[low], delay_us=delay))
+            trial = _tried(evaluate, found, replace(sizes[low], delay_us=delay), space)
             if trial.verdict == MEETS:
                 found.chosen = trial
                 break

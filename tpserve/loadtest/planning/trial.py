@@ -42,6 +42,14 @@ class Trial:
         return data
 
 
+REFUSED = ("http 503", "grpc UNAVAILABLE")  # how the edge refuses past the requests that may wait on a replica
+
+
+def refused(trial: Trial) -> int:
+    """The trial's requests the edge refused past the requests that may wait on a replica."""
+    return sum(count for what, count in trial.failures.items() if what in REFUSED)
+
+
 def judge(trial: Trial, slo_ms: float, full_count: int) -> Trial:
     """The verdict: meets (no failure, p99 within the SLO), misses, or a clear miss (a probe whose slow or failed
     answers alone exceed 1% of the whole replay's requests: the whole replay's p99 cannot meet the SLO)."""
@@ -100,7 +108,6 @@ class TrialRun:
     # its capacity
     generator: str = "fast"
     processes: int = 0
-    max_waiting: int = 0  # requests that may wait on a replica before the edge refuses (0: the repository's)
 
 
 def run_trial(run: TrialRun, deployment: Deployment, speed: float, seconds: float, slo_ms: float, name: str) -> dict:
@@ -115,7 +122,7 @@ def run_trial(run: TrialRun, deployment: Deployment, speed: float, seconds: floa
     folder = run.out / "trials" / name
     repository = repository_for(run.repo, deployment, run.out / "deployments" / deployment.slug())
     step(f"plan: {name}: {deployment.label()}, replay x{speed:g}{f' (first {seconds:g} s)' if seconds else ''}")
-    start_cluster(_settings(repository, deployment, folder / "state", run.startup_timeout, run.max_waiting))
+    start_cluster(_settings(repository, deployment, folder / "state", run.startup_timeout))
     try:
         state = endpoints.read_state(folder / "state")
         replay = Replay(
@@ -139,14 +146,14 @@ def run_trial(run: TrialRun, deployment: Deployment, speed: float, seconds: floa
     return {**found, "behind_ms": result["results"]["behind_s"] * 1000, "client_busy": client_busy, "phases_us": phases}
 
 
-def _settings(repository: Path, deployment: Deployment, state_dir: Path, timeout: float, max_waiting: int = 0):
-    """One replica: as `serve` starts it (one server behind the edge); more: as `cluster` does; free ports;
-    max_waiting: as MAX_WAITING= sets it (per replica)."""
+def _settings(repository: Path, deployment: Deployment, state_dir: Path, timeout: float):
+    """One replica: as `serve` starts it (one server behind the edge); more: as `cluster` does; free ports; the
+    requests that may wait as MAX_WAITING= sets them (per replica)."""
     from tpserve.common import endpoints
     from tpserve.server.cluster import ClusterSettings, one_behind_edge
     from tpserve.server.edge.envoy_config import Balancing
 
-    balancing = Balancing(max_requests=max_waiting * deployment.replicas)
+    balancing = Balancing(max_requests=deployment.max_waiting * deployment.replicas)
     if deployment.replicas == 1:
         return one_behind_edge(repository, state_dir, startup_timeout=timeout, balancing=balancing)
     http_port, grpc_port, admin_port = endpoints.free_ports(3)
