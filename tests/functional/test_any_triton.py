@@ -328,3 +328,25 @@ def _await_state(client, state, model: str, wanted: str, timeout: float = 60) ->
             return
         time.sleep(0.2)
     raise AssertionError(f"{model} never became {wanted}")
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_the_fast_replay_over_tls(behind_tls, protocol):
+    """`replay --generator fast` against an endpoint we did not start, over TLS with the given roots: every
+    request answered; without the roots, none is (the certificate is checked)."""
+    from tpserve.common.traffic import RecordedInput, RecordedRequest, RecordingWriter
+
+    settings, cert, root = behind_tls
+    recording = root / f"recording-{protocol}"
+    inputs = tuple(RecordedInput(name, "FP32", (4,)) for name in ("INPUT0", "INPUT1"))
+    with RecordingWriter(recording) as writer:
+        for i in range(30):
+            writer.write(RecordedRequest(arrival_us=i * 20_000, model="add_sub", protocol=protocol, inputs=inputs))
+    port = settings.http_port if protocol == "http" else settings.grpc_port
+    target = ["--url", f"127.0.0.1:{port}", "--protocol", protocol, "--tls", *NO_STATE, "--generator", "fast"]
+    for roots, answered in (["--ca-file", str(cert)], 30), ([], 0):
+        out = root / f"replay-{protocol}-{answered}"
+        done = _run(["tpserve.loadtest", "replay", "--from", str(recording), *target, *roots, "--out", str(out)], root)
+        assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
+        lines = [json.loads(line) for line in (out / "replay_results.jsonl").read_text().splitlines()[1:]]
+        assert len(lines) == 30 and sum(line["status"] == "ok" for line in lines) == answered
