@@ -121,6 +121,20 @@ def test_the_http_client_reads_an_answer_by_its_content_length_and_refuses_what_
         assert asyncio.run(read()) == expected
 
 
+def test_an_answer_that_closes_its_connection_says_so():
+    import asyncio
+
+    async def read(answer: bytes):
+        reader = asyncio.StreamReader()
+        reader.feed_data(answer)
+        reader.feed_eof()
+        return await ragged_load.read_answer_closing(reader)
+
+    closed = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 2\r\n\r\nno"
+    assert asyncio.run(read(closed)) == (503, b"no", True)
+    assert asyncio.run(read(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx"))[2] is False
+
+
 def test_text_bench_fills_its_sizes_for_the_host_and_keeps_what_was_given():
     from tpserve.loadtest.benches.text_bench import TextBenchSettings, for_device
 

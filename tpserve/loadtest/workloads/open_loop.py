@@ -287,12 +287,15 @@ class HttpSender:
             try:
                 connection = self.idle.pop() if self.idle else await self._connect()
                 connection[1].write(payload)
-                status, _ = await ragged_load.read_answer(connection[0])
+                status, _, closing = await ragged_load.read_answer_closing(connection[0])
             except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, ssl.SSLError) as err:
                 if connection is not None:
                     connection[1].close()
                 return f"{type(err).__name__}: {err}"
-            self.idle.append(connection)
+            if closing:  # the server closes it after this answer: never sent on again
+                connection[1].close()
+            else:
+                self.idle.append(connection)
             return "ok" if status == 200 else f"http {status}"
 
     async def close(self) -> None:

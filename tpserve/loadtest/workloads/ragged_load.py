@@ -197,6 +197,13 @@ async def read_answer(reader) -> tuple[int, bytes]:
     Raises:
         ValueError: not an HTTP/1.1 answer this client reads (no status, no Content-Length, chunked).
     """
+    status, body, _ = await read_answer_closing(reader)
+    return status, body
+
+
+async def read_answer_closing(reader) -> tuple[int, bytes, bool]:
+    """read_answer's status and body, and whether the server closes the connection after it (Connection: close):
+    a connection to reuse only where it does not."""
     head = await reader.readuntil(b"\r\n\r\n")
     lines = head.split(b"\r\n")
     parts = lines[0].split(None, 2)
@@ -208,7 +215,8 @@ async def read_answer(reader) -> tuple[int, bytes]:
         fields[name.strip().lower()] = value.strip()
     if b"chunked" in fields.get(b"transfer-encoding", b"").lower() or not fields.get(b"content-length", b"").isdigit():
         raise ValueError("an answer without a Content-Length")
-    return int(parts[1]), await reader.readexactly(int(fields[b"content-length"]))
+    closing = fields.get(b"connection", b"").lower() == b"close"
+    return int(parts[1]), await reader.readexactly(int(fields[b"content-length"])), closing
 
 
 def _error_text(body: bytes) -> str:
