@@ -73,3 +73,17 @@ def test_every_request_to_a_closed_port_is_accounted_for_in_sending_order(tmp_pa
     assert {s["protocol"] for s in sent} == {"http", "grpc"}
     lines = (tmp_path / "replay_results.jsonl").read_text().splitlines()
     assert len(lines) == 41 and json.loads(lines[0])["processes"] == 2
+
+
+def test_each_process_gets_only_the_payloads_it_sends():
+    from tpserve.loadtest.workloads.open_loop import _own_table
+
+    table = [b"a", b"b", b"c"]
+    share = [(0.0, "http", 2, 0), (0.1, "http", NOT_SENT, 2), (0.2, "grpc", 2, 4), (0.3, "http", 0, 6)]
+    renumbered, own = _own_table(share, table)
+    assert own == [b"c", b"a"] and [own[p] if p != NOT_SENT else None for _, _, p, _ in renumbered] == [
+        b"c",
+        None,
+        b"c",
+        b"a",
+    ]

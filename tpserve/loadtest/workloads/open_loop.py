@@ -95,24 +95,33 @@ def run_open_loop(items: list[ReplayItem], repo: Path | None, target: Target, ou
     """
     table, chosen = payloads(items, repo, target)
     processes = processes or processes_for(items)
-    shares = [
+    dealt = [
         [(items[i].offset_s, items[i].protocol, chosen[i], i) for i in range(k, len(items), processes)]
         for k in range(processes)
     ]
-    shares = [s for s in shares if s]
-    found = _run_workers(shares, table, target, timeout=items[-1].offset_s + 300)
+    found = _run_workers([_own_table(s, table) for s in dealt if s], target, timeout=items[-1].offset_s + 300)
     results = _merged(found, items)
     _write(results, out / "replay_results.jsonl")
     return results
 
 
-def _run_workers(shares: list[list], table: list[bytes], target: Target, timeout: float) -> list:
+def _own_table(share: list[tuple], table: list[bytes]) -> tuple[list[tuple], list[bytes]]:
+    """A share with only the payloads it sends (recorded bodies can each be distinct: no process gets them all)."""
+    local: dict[int, int] = {}
+    for _, _, payload, _ in share:
+        if payload != NOT_SENT and payload not in local:
+            local[payload] = len(local)
+    renumbered = [(o, p, local.get(payload, NOT_SENT), i) for o, p, payload, i in share]
+    return renumbered, [table[index] for index in local]
+
+
+def _run_workers(shares: list[tuple[list[tuple], list[bytes]]], target: Target, timeout: float) -> list:
     ctx = multiprocessing.get_context("spawn")
     ready, answers, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     start_at, answered = ctx.Value("d", 0.0), ctx.Array("q", len(shares), lock=False)
     workers = [
         ctx.Process(target=_worker, args=(k, share, table, target, ready, go, start_at, answered, answers), daemon=True)
-        for k, share in enumerate(shares)
+        for k, (share, table) in enumerate(shares)
     ]
     for worker in workers:
         worker.start()
@@ -121,7 +130,7 @@ def _run_workers(shares: list[list], table: list[bytes], target: Target, timeout
             _await(ready, workers, 120.0, "open its connections")
         start_at.value = time.time() + 0.05
         go.set()
-        total, begun = sum(len(s) for s in shares), time.monotonic()
+        total, begun = sum(len(s) for s, _ in shares), time.monotonic()
         found: list = []
         shown = begun
         while len(found) < len(workers):
