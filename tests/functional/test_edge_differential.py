@@ -3,8 +3,10 @@
 Every request goes through the edge (Envoy + server/edge/edge.lua, echo_reading on) to a real tritonserver
 serving tests/fixtures/edge_echo (a model that answers with what Triton read of each input). For every
 body the edge passes and Triton serves, the names, datatypes and shapes Triton read must be those the edge
-checked; no request may take the server down (no 5xx, same pid). `make fuzz-edge` runs the same property
-longer, with random seeds, and writes docs/security/edge_fuzz.md.
+checked; no request may take the server down (no 5xx, same pid). The same checks in C
+(tpserve/server/triton/http_checks.c, under ASan/UBSan) must give every request edge.lua's verdict: the same status,
+and where it passes, the same reading. `make fuzz-edge` runs the same property longer, with random seeds, and
+writes docs/security/edge_fuzz.md.
 """
 
 import http.client
@@ -19,8 +21,11 @@ from hypothesis import HealthCheck, given, settings
 
 from tests.edge_requests import infer_request
 from tests.functional.conftest import behind_edge
+from tests.native.c_checks import CChecks
 from tpserve.common import endpoints
+from tpserve.common.native_build import c_compiler
 from tpserve.server.cluster import start_cluster, stop_cluster
+from tpserve.server.edge.request_checks import EdgeLimits, checks_json, model_rules
 
 pytestmark = pytest.mark.functional
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "edge_echo"
@@ -38,6 +43,17 @@ def echo_edge(tmp_path_factory):
     start_cluster(cluster)
     yield cluster
     stop_cluster(cluster.state_dir)
+
+
+@pytest.fixture(scope="module")
+def c_checks(echo_edge, tmp_path_factory):
+    """The C checks under the rules the edge serves with, or None where no C compiler is (the edge alone)."""
+    if c_compiler() is None:
+        yield None
+        return
+    checks = CChecks(tmp_path_factory.mktemp("c_checks"), checks_json(model_rules(echo_edge.repo), EdgeLimits()))
+    yield checks
+    checks.close()
 
 
 class Edge:
@@ -72,11 +88,16 @@ def triton_view(body: bytes) -> list[str]:
     return sorted(p for p in outputs[0]["data"][0].split(";") if p)
 
 
-def check(edge: Edge, request) -> str:
+def check(edge: Edge, request, c_checks: CChecks | None = None) -> str:
     """Send request; assert the property; return the outcome's name."""
     status, headers, body = edge.send(request)
     assert status < 500, f"{status} {body[:300]!r} for {request.meant!r}: the server failed or went away"
-    if headers.get("x-edge") == "refused":
+    refused = headers.get("x-edge") == "refused"
+    if c_checks is not None:
+        verdict = c_checks.verdict("POST", request.path, request.body, request.headers)
+        assert verdict.status == (status if refused else 0), (verdict, status, body[:300], request.meant)
+        assert refused or verdict.view() == edge_view(headers.get("x-edge-read", "")), (verdict, request.meant)
+    if refused:
         assert 400 <= status < 500 and b"error" in body
         return "refused by the edge"
     if status != 200:
@@ -85,7 +106,7 @@ def check(edge: Edge, request) -> str:
     return "served: Triton read what the edge checked"
 
 
-def test_triton_reads_what_the_edge_checked(echo_edge):
+def test_triton_reads_what_the_edge_checked(echo_edge, c_checks):
     pid = endpoints.read_state(echo_edge.state_dir / "replica-0").pid
     edge = Edge(echo_edge.http_port)
 
@@ -98,7 +119,7 @@ def test_triton_reads_what_the_edge_checked(echo_edge):
     )
     @given(infer_request())
     def property_holds(request):
-        outcome = check(edge, request)
+        outcome = check(edge, request, c_checks)
         OUTCOMES[outcome] += 1
         if len(SAMPLES.setdefault(outcome, [])) < 5:
             SAMPLES[outcome].append(request.meant)

@@ -36,6 +36,7 @@ SOURCES = [
 GUARD = ROOT / "tests" / "native" / "fuzz_guard.c"
 RECORDER = [ROOT / "tests" / "native" / "fuzz_record.c", ROOT / "tests" / "fixtures" / "record_grpc" / "harness.c"]
 ADMISSION = [ROOT / "tests" / "native" / "fuzz_admission.c"]
+CHECKS = [ROOT / "tests" / "native" / "fuzz_checks.c", ROOT / "tpserve" / "server" / "triton" / "http_checks.c"]
 # the guard's libc wrappers, renamed so that the fuzzer calls them on its own sockets (libc keeps its own)
 RENAMED = (
     "recv",
@@ -56,15 +57,15 @@ SANITIZERS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
 
 def build_fuzzer(target: Path, part: str = "paths") -> Path:
     """A fuzzer compiled with the sanitizers and every warning as an error: part "paths" (the request paths),
-    "guard", "recorder" or "admission" (the edge's reading of a call's model)."""
+    "guard", "recorder", "admission" (the edge's reading of a call's model) or "checks" (the HTTP request checks)."""
     compiler = c_compiler()
     if compiler is None:
         pytest.skip("no C compiler (cc/gcc): the in-process backend is built where it serves")
     flags = ["-g", "-O1", "-Wall", "-Wextra", "-Werror", *SANITIZERS, f"-I{MODELS}", f"-I{NATIVE}"]
-    sources = {"paths": SOURCES, "guard": [GUARD], "recorder": RECORDER, "admission": ADMISSION}[part]
+    sources = {"paths": SOURCES, "guard": [GUARD], "recorder": RECORDER, "admission": ADMISSION, "checks": CHECKS}[part]
     if part == "guard":
         flags += [f"-D{name}=g_{name}" for name in RENAMED]
-    subprocess.run([compiler, *flags, "-o", str(target), *map(str, sources), "-lpthread", "-ldl"], check=True)
+    subprocess.run([compiler, *flags, "-o", str(target), *map(str, sources), "-lpthread", "-ldl", "-lm"], check=True)
     return target
 
 
@@ -99,5 +100,12 @@ def test_the_grpc_recorder_reads_any_body_within_its_bytes(tmp_path, seed):
 @pytest.mark.parametrize("seed", [1, random.randrange(1, 2**31)])
 def test_the_admission_check_reads_a_calls_model_within_its_bytes(tmp_path, seed):
     done = run_fuzzer(build_fuzzer(tmp_path / "fuzz_admission", "admission"), 3, seed)
+    assert done.returncode == 0, f"seed {seed}:\n{done.stdout[-2000:]}\n{done.stderr[-6000:]}"
+    assert "0 failures" in done.stdout
+
+
+@pytest.mark.parametrize("seed", [1, random.randrange(1, 2**31)])
+def test_the_http_checks_read_any_request_within_its_bytes(tmp_path, seed):
+    done = run_fuzzer(build_fuzzer(tmp_path / "fuzz_checks", "checks"), 3, seed)
     assert done.returncode == 0, f"seed {seed}:\n{done.stdout[-2000:]}\n{done.stderr[-6000:]}"
     assert "0 failures" in done.stdout

@@ -102,18 +102,30 @@ def lua_literal(value) -> str:
     raise ServerError(f"the edge's configuration cannot carry {type(value).__name__} values: {value!r}")
 
 
-def lua_code(rules: dict[str, ModelRules], limits: EdgeLimits, record=None) -> str:
-    """edge.lua with its CONFIG: the rules and limits as a Lua table (and record.lua, where record is a
-    server.recording.RecordSettings)."""
-    config = {
+def check_config(rules: dict[str, ModelRules], limits: EdgeLimits) -> dict:
+    """What the checks read, whoever runs them: the rules and limits of edge.lua's CONFIG and of the C checks
+    (server/triton/http_checks.c, which reads it as JSON: checks_json)."""
+    return {
         "models": {n: asdict(r) for n, r in rules.items()},
         "max_tensor_bytes": limits.max_tensor_bytes,
         "max_depth": limits.max_depth,
         "max_keys": limits.max_keys,
         "max_items": limits.max_items,
         "refused_override_keys": list(REFUSED_OVERRIDE_KEYS),
-        "echo_reading": limits.echo_reading,
     }
+
+
+def checks_json(rules: dict[str, ModelRules], limits: EdgeLimits) -> str:
+    """The rules file of the C checks: check_config as JSON, strings as UTF-8 (no escapes in keys needed)."""
+    import json
+
+    return json.dumps(check_config(rules, limits), ensure_ascii=False)
+
+
+def lua_code(rules: dict[str, ModelRules], limits: EdgeLimits, record=None) -> str:
+    """edge.lua with its CONFIG: the rules and limits as a Lua table (and record.lua, where record is a
+    server.recording.RecordSettings)."""
+    config = {**check_config(rules, limits), "echo_reading": limits.echo_reading}
     echo = "envoy_on_response = edge_echo_reading\n" if limits.echo_reading else ""
     source = LUA_SOURCE.read_text()
     if record is not None:

@@ -1,0 +1,58 @@
+"""The C HTTP request checks (tpserve/server/triton/http_checks.c) as the tests call them: the sanitized fuzzer's
+`serve` mode, one verdict per request over a pipe (tests/native/fuzz_checks.c says the format)."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: int  # 0: passes
+    reading: str  # of an inference request that passes: "name:DATATYPE:[dims]:source;..."
+    why: str
+
+    def view(self) -> list[str]:
+        """The reading as the differential test compares it: name:DATATYPE:[dims] per input, sorted."""
+        return sorted(":".join(part.split(":")[:3]) for part in self.reading.split(";") if part)
+
+
+class CChecks:
+    """A running fuzz_checks serving verdicts under the rules of rules_json (request_checks.checks_json)."""
+
+    def __init__(self, folder: Path, rules_json: str):
+        from tests.native.test_native_fuzz import build_fuzzer
+
+        binary = build_fuzzer(folder / "fuzz_checks", "checks")
+        rules = folder / "rules.json"
+        rules.write_text(rules_json, encoding="utf-8")
+        self.process = subprocess.Popen(
+            [str(binary), "serve", str(rules)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+
+    def verdict(self, method: str, path: str, body: bytes = b"", headers: dict | None = None) -> Verdict:
+        found = {k.lower(): v for k, v in (headers or {}).items()}
+        encoding = found.get("content-encoding", "").encode() if "content-encoding" in found else None
+        length = found.get("inference-header-content-length")
+        length = length.encode() if length is not None else None
+        parts = [method.encode(), path.encode(), encoding or b"", length or b"", body]
+        head = (
+            f"{len(parts[0])} {len(parts[1])} {int(encoding is not None)} {len(parts[2])} "
+            f"{int(length is not None)} {len(parts[3])} {len(body)}\n"
+        )
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(head.encode() + b"".join(parts))
+        self.process.stdin.flush()
+        line = self.process.stdout.readline().decode("utf-8", "replace").rstrip("\n")
+        if not line:
+            raise AssertionError(f"the checks stopped answering (rc {self.process.poll()})")
+        status, reading, why = line.split("\t", 2)
+        return Verdict(int(status), reading, why)
+
+    def close(self) -> None:
+        if self.process.stdin:
+            self.process.stdin.close()
+        rc = self.process.wait(timeout=30)
+        assert rc == 0, f"the checks ended with {rc} (a sanitizer finding?)"

@@ -1,0 +1,47 @@
+/*
+ * http_checks: the edge's HTTP request checks (server/edge/edge.lua) in C, to run inside tritonserver's own reads
+ * (the guard), where a check costs no second process on the path. One whole request in (method, path, the two
+ * headers the checks read, the body: a copy the caller owns and nobody changes), one verdict out. The reading is
+ * strict (a body two JSON parsers could read differently is refused) and agrees with edge.lua: the differential
+ * test holds both to what tritonserver reads (tests/functional/test_edge_differential.py).
+ */
+#ifndef HTTP_CHECKS_H
+#define HTTP_CHECKS_H
+
+#include <stddef.h>
+
+struct check_rules; /* the served models' inputs and the limits, from the rules file (check_rules_load) */
+
+struct check_request {
+    const char *method;
+    size_t method_len;
+    const char *path; /* the request-target as sent */
+    size_t path_len;
+    const char *content_encoding; /* NULL: absent */
+    size_t content_encoding_len;
+    int content_encoding_count; /* how many times the header came: more than once is refused */
+    const char *header_length; /* Inference-Header-Content-Length; NULL: absent */
+    size_t header_length_len;
+    int header_length_count;
+    const char *body;
+    size_t body_len;
+};
+
+#define CHECK_WHY 400
+#define CHECK_READING 2048
+
+struct check_verdict {
+    int status;               /* 0: the request passes; otherwise the HTTP status it is refused with */
+    char why[CHECK_WHY];      /* why it was refused: what was wrong, how to fix it */
+    char reading[CHECK_READING]; /* of an inference request that passes: "name:DATATYPE:[dims];..." (tests) */
+};
+
+/* The rules from their JSON text (written by server/edge/request_checks.py): NULL and why on a failure. */
+struct check_rules *check_rules_load(const char *text, size_t len, char *why, size_t why_room);
+void check_rules_free(struct check_rules *rules);
+
+/* The verdict on one whole request. Allocates only while it runs; never reads outside request's buffers. */
+void check_http_request(const struct check_rules *rules, const struct check_request *request,
+                        struct check_verdict *verdict);
+
+#endif
