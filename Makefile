@@ -185,9 +185,9 @@ test-chaos: install ## The stub-kill recovery test under load (prints the failed
 	$(PY) -m pytest tests/functional/test_supervisor.py -m chaos -s $(PYTEST_ARGS)
 
 FUZZ_EXAMPLES ?= 20000
-fuzz-native: install ## The native request paths, the guard's frame rewriting, the gRPC recorder, the edge's admission reading and the HTTP request checks under ASan/UBSan with random and adversarial input: FUZZ_SECONDS (300) per seed, FUZZ_SEEDS="1 2 3"
+fuzz-native: install ## The native request paths, the guard's frame rewriting, the gRPC recorder, the edge's admission reading and the HTTP request checks (alone and in tritonserver's reads) under ASan/UBSan with random and adversarial input: FUZZ_SECONDS (300) per seed, FUZZ_SEEDS="1 2 3"
 	$(PY) -c 'import sys; sys.path.insert(0, "tests/native"); from pathlib import Path; import tempfile; from test_native_fuzz import build_fuzzer, run_fuzzer; \
-	where = Path(tempfile.mkdtemp()); b = [build_fuzzer(where / f"fuzz_{p}", p) for p in ("paths", "guard", "recorder", "admission", "checks")]; \
+	where = Path(tempfile.mkdtemp()); b = [build_fuzzer(where / f"fuzz_{p}", p) for p in ("paths", "guard", "recorder", "admission", "checks", "front")]; \
 	rc = [print(f"seed {s}:", (d := run_fuzzer(f, float("$(or $(FUZZ_SECONDS),300)"), int(s))).stdout.strip(), d.stderr[-3000:]) or d.returncode for f in b for s in "$(or $(FUZZ_SEEDS),1 2 3)".split()]; \
 	sys.exit(max(rc))'
 

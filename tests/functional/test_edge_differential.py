@@ -13,6 +13,8 @@ import http.client
 import json
 import os
 import shutil
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -46,14 +48,32 @@ def echo_edge(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def c_checks(echo_edge, tmp_path_factory):
+def c_checks(tmp_path_factory):
     """The C checks under the rules the edge serves with, or None where no C compiler is (the edge alone)."""
     if c_compiler() is None:
         yield None
         return
-    checks = CChecks(tmp_path_factory.mktemp("c_checks"), checks_json(model_rules(echo_edge.repo), EdgeLimits()))
+    checks = CChecks(tmp_path_factory.mktemp("c_checks"), checks_json(model_rules(FIXTURE), EdgeLimits()))
     yield checks
     checks.close()
+
+
+@pytest.fixture(scope="module")
+def checked_echo(tmp_path_factory):
+    """tests/fixtures/edge_echo served with the edge's checks inside tritonserver (`start --no-edge
+    --checks-in-server`): its state."""
+    if c_compiler() is None:
+        pytest.skip("no C compiler (cc/gcc): the checks in tritonserver are built where it serves")
+    root = tmp_path_factory.mktemp("checked_echo")
+    shutil.copytree(FIXTURE, root / "repo")
+    ports = [str(p) for p in endpoints.free_ports(4)]
+    command = [sys.executable, "-m", "tpserve.server", "start", "--no-edge", "--checks-in-server", "--repo",
+               str(root / "repo"), "--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2],
+               "--health-port", ports[3], "--state-dir", str(root / "state")]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    yield endpoints.read_state(root / "state"), root / "state"
+    subprocess.run([sys.executable, "-m", "tpserve.server", "stop", "--state-dir", str(root / "state")], timeout=120)
 
 
 class Edge:
@@ -131,6 +151,37 @@ def test_triton_reads_what_the_edge_checked(echo_edge, c_checks):
     if report:
         Path(report).write_text(fuzz_report(EXAMPLES, RANDOM, OUTCOMES, SAMPLES))
     assert OUTCOMES["served: Triton read what the edge checked"] > EXAMPLES // 10, OUTCOMES  # the test reaches Triton
+
+
+def test_triton_reads_what_the_checks_inside_it_checked(checked_echo, c_checks):
+    """The same requests to tritonserver's own HTTP port, checked inside its reads: each gets the C checks' verdict
+    (the same status where refused), and where Triton serves one, it read what the checks read."""
+    state, state_dir = checked_echo
+    server = Edge(state.http_port)
+    outcomes: Counter = Counter()
+
+    @settings(
+        max_examples=max(EXAMPLES // 3, 100),
+        deadline=None,
+        derandomize=not RANDOM,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(infer_request())
+    def property_holds(request):
+        status, headers, body = server.send(request)
+        assert status < 500, f"{status} {body[:300]!r} for {request.meant!r}: the server failed or went away"
+        verdict = c_checks.verdict("POST", request.path, request.body, request.headers)
+        refused = headers.get("x-edge") == "refused"
+        assert refused == (verdict.status != 0) and (not refused or status == verdict.status), (verdict, status)
+        if status == 200:
+            assert verdict.view() == triton_view(body), (verdict, request.meant)
+        outcomes["refused in the server's reads" if refused else f"reached Triton ({status})"] += 1
+
+    property_holds()
+    assert endpoints.read_state(state_dir).pid == state.pid, "tritonserver was restarted"
+    print(f"\nchecks in the server, {sum(outcomes.values())} requests: {dict(outcomes)}")
+    assert outcomes["reached Triton (200)"] > 10, outcomes  # the test reaches Triton
 
 
 def fuzz_report(examples: int, random: bool, outcomes: Counter, samples: dict) -> str:

@@ -33,17 +33,10 @@ class CChecks:
         )
 
     def verdict(self, method: str, path: str, body: bytes = b"", headers: dict | None = None) -> Verdict:
-        found = {k.lower(): v for k, v in (headers or {}).items()}
-        encoding = found.get("content-encoding", "").encode() if "content-encoding" in found else None
-        length = found.get("inference-header-content-length")
-        length = length.encode() if length is not None else None
-        parts = [method.encode(), path.encode(), encoding or b"", length or b"", body]
-        head = (
-            f"{len(parts[0])} {len(parts[1])} {int(encoding is not None)} {len(parts[2])} "
-            f"{int(length is not None)} {len(parts[3])} {len(body)}\n"
-        )
+        from benchmarks.checks_cost import check_record
+
         assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(head.encode() + b"".join(parts))
+        self.process.stdin.write(check_record(method, path, body, headers))
         self.process.stdin.flush()
         line = self.process.stdout.readline().decode("utf-8", "replace").rstrip("\n")
         if not line:

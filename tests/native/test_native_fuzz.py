@@ -3,11 +3,11 @@ for a bounded time (tests/native/). The in-process backend's request paths (imag
 calls) run against a stand-in for Triton's backend API and the CUDA driver: a read past a client's buffer, an
 overflow, a leak, a request answered or released other than once, or an id outside value_range reaching the device
 fails it. The guard's frame rewriting (server/triton/triton_guard.c) reads split frame streams through every read
-call with
-rooms of 1 byte up: what it hands out must be the model's rewriting, and no read may fail. The gRPC recorder
-(server/edge/record_grpc.c) reads well-formed, mutated, cut and random gRPC bodies in random chunks. Longer, with
-other
-seeds: `make fuzz-native`."""
+call with rooms of 1 byte up: what it hands out must be the model's rewriting, and no read may fail. The gRPC
+recorder (server/edge/record_grpc.c) reads well-formed, mutated, cut and random gRPC bodies in random chunks. The
+edge's HTTP checks (server/triton/http_checks.c) read mutated and random requests within their bytes, and in
+tritonserver's reads (http_front.c) hand out only whole requests that pass, whatever the splits and reads. Longer,
+with other seeds: `make fuzz-native`."""
 
 import os
 import random
@@ -33,10 +33,12 @@ SOURCES = [
     MODELS / "bert_tokenize.c",
     MODELS / "batch_calls.c",
 ]
-GUARD = ROOT / "tests" / "native" / "fuzz_guard.c"
+TRITON = ROOT / "tpserve" / "server" / "triton"
+GUARD = [ROOT / "tests" / "native" / "fuzz_guard.c", TRITON / "http_front.c", TRITON / "http_checks.c"]
 RECORDER = [ROOT / "tests" / "native" / "fuzz_record.c", ROOT / "tests" / "fixtures" / "record_grpc" / "harness.c"]
 ADMISSION = [ROOT / "tests" / "native" / "fuzz_admission.c"]
 CHECKS = [ROOT / "tests" / "native" / "fuzz_checks.c", ROOT / "tpserve" / "server" / "triton" / "http_checks.c"]
+FRONT = [ROOT / "tests" / "native" / "fuzz_front.c", *GUARD[1:]]
 # the guard's libc wrappers, renamed so that the fuzzer calls them on its own sockets (libc keeps its own)
 RENAMED = (
     "recv",
@@ -51,18 +53,27 @@ RENAMED = (
     "accept",
     "accept4",
     "shm_open",
+    "ioctl",
 )
 SANITIZERS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]
 
 
 def build_fuzzer(target: Path, part: str = "paths") -> Path:
     """A fuzzer compiled with the sanitizers and every warning as an error: part "paths" (the request paths),
-    "guard", "recorder", "admission" (the edge's reading of a call's model) or "checks" (the HTTP request checks)."""
+    "guard", "recorder", "admission" (the edge's reading of a call's model), "checks" (the HTTP request checks) or
+    "front" (those checks in tritonserver's reads)."""
     compiler = c_compiler()
     if compiler is None:
         pytest.skip("no C compiler (cc/gcc): the in-process backend is built where it serves")
     flags = ["-g", "-O1", "-Wall", "-Wextra", "-Werror", *SANITIZERS, f"-I{MODELS}", f"-I{NATIVE}"]
-    sources = {"paths": SOURCES, "guard": [GUARD], "recorder": RECORDER, "admission": ADMISSION, "checks": CHECKS}[part]
+    sources = {
+        "paths": SOURCES,
+        "guard": GUARD,
+        "recorder": RECORDER,
+        "admission": ADMISSION,
+        "checks": CHECKS,
+        "front": FRONT,
+    }[part]
     if part == "guard":
         flags += [f"-D{name}=g_{name}" for name in RENAMED]
     subprocess.run([compiler, *flags, "-o", str(target), *map(str, sources), "-lpthread", "-ldl", "-lm"], check=True)
@@ -107,5 +118,12 @@ def test_the_admission_check_reads_a_calls_model_within_its_bytes(tmp_path, seed
 @pytest.mark.parametrize("seed", [1, random.randrange(1, 2**31)])
 def test_the_http_checks_read_any_request_within_its_bytes(tmp_path, seed):
     done = run_fuzzer(build_fuzzer(tmp_path / "fuzz_checks", "checks"), 3, seed)
+    assert done.returncode == 0, f"seed {seed}:\n{done.stdout[-2000:]}\n{done.stderr[-6000:]}"
+    assert "0 failures" in done.stdout
+
+
+@pytest.mark.parametrize("seed", [1, random.randrange(1, 2**31)])
+def test_the_checks_in_the_servers_reads_hand_out_only_whole_requests_that_pass(tmp_path, seed):
+    done = run_fuzzer(build_fuzzer(tmp_path / "fuzz_front", "front"), 4, seed)
     assert done.returncode == 0, f"seed {seed}:\n{done.stdout[-2000:]}\n{done.stderr[-6000:]}"
     assert "0 failures" in done.stdout

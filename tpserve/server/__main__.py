@@ -1,6 +1,7 @@
 """Command line of the launcher: `python -m tpserve.server start|stop|status`."""
 
 import dataclasses
+import os
 import sys
 from pathlib import Path
 
@@ -106,6 +107,13 @@ def cli():
     help="HTTP through Envoy, which refuses requests that cannot be valid before tritonserver sees them "
     "(gRPC, metrics and readiness stay the server's own ports). Needs --supervise.",
 )
+@click.option(
+    "--checks-in-server",
+    is_flag=True,
+    help="With --no-edge: the edge's HTTP checks run inside tritonserver's own reads (no Envoy on the HTTP path). "
+    "A step toward the edge without a second process: gRPC is then tritonserver's own port, unguarded as with "
+    "--no-edge (docs/security.md).",
+)
 @click.option("--max-request-mb", type=float, default=64.0, show_default=True, help="The edge's cap on a body.")
 @MAX_WAITING
 @QUEUE_SLO
@@ -139,6 +147,7 @@ def start(
     supervise,
     health_port,
     edge,
+    checks_in_server,
     max_request_mb,
     max_waiting,
     queue_slo,
@@ -160,6 +169,8 @@ def start(
     from tpserve.server.triton.launcher import ServerSettings, start
 
     tuning = _tuning(server_args, latency_summaries, latency_quantiles)  # checked before anything starts
+    if checks_in_server and edge:
+        raise click.UsageError("--checks-in-server is for --no-edge (the edge checks HTTP in Envoy otherwise)")
     step(f"starting tritonserver on {repo} (http {http_port}, grpc {grpc_port}, metrics {metrics_port})")
     ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
     settings = ServerSettings(
@@ -170,6 +181,7 @@ def start(
         startup_timeout=timeout,
         model_control=model_control,
         tuning=tuning,
+        **(_checks_in_server(repo, state_dir, max_request_mb) if checks_in_server else {}),
     )
     recording = record_settings(record, state_dir, record_file_mb, record_files)
     if recording is not None and not (supervise and edge):
@@ -198,6 +210,22 @@ def start(
         from tpserve.server.foreground import hold
 
         sys.exit(hold(state_dir, stop_everything))
+
+
+def _checks_in_server(repo: Path, state_dir: Path, max_request_mb: float) -> dict:
+    """ServerSettings fields that run the edge's HTTP checks inside tritonserver: their rules file, written into the
+    state folder (0600), and their limits."""
+    from tpserve.server.edge.request_checks import MIB, EdgeLimits, checks_json, model_rules
+    from tpserve.server.triton.launcher import private_state
+
+    limits = EdgeLimits(max_request_bytes=int(max_request_mb * MIB))
+    path = private_state(state_dir) / "http_checks.json"
+    path.unlink(missing_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+        out.write(checks_json(model_rules(Path(repo)), limits))
+    head = limits.max_header_kb * 1024
+    return {"http_checks": path, "http_check_limits": f"{limits.max_request_bytes},{head},{limits.max_connections}"}
 
 
 def _start_behind_edge(
@@ -263,6 +291,8 @@ def _start_behind_edge(
 @click.option("--backlog-slot", default=0, type=int, help="This server's slot of the edge's backlog file.")
 @click.option("--admission-table", default="", help="The edge's admission table (empty: none).")
 @click.option("--queue-slo", default="", help="Queue-time budgets the edge admits by ('20' or 'model=20 *=50').")
+@click.option("--http-checks", default="", help="The HTTP checks' rules file, read inside tritonserver (empty: none).")
+@click.option("--http-check-limits", default="", help="Their limits: max_body_bytes,max_head_bytes,max_connections.")
 @click.option("--retry", nargs=2, type=float, default=(1.0, 30.0), help="A failed reload's first and longest wait.")
 @STATE_DIR
 @tuning_options
@@ -278,6 +308,8 @@ def supervise(
     backlog_slot,
     admission_table,
     queue_slo,
+    http_checks,
+    http_check_limits,
     retry,
     state_dir,
     server_args,
@@ -310,6 +342,8 @@ def supervise(
         backlog_slot=backlog_slot,
         admission_table=Path(admission_table) if admission_table else None,
         queue_budgets=queue_slo,
+        http_checks=Path(http_checks) if http_checks else None,
+        http_check_limits=http_check_limits,
     )
     probing = ProbeSettings(probes[0], probes[1], int(probes[2]))
     serve(settings, health_port, drain, probing, RetrySettings(*retry))

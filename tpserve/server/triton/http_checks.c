@@ -342,7 +342,7 @@ static size_t parse_array(struct parser *p, size_t pos, int depth, int32_t self)
         int32_t child;
         if ((at = parse_value(p, at, depth, &child)) == NO_END) return NO_END;
         add_child(p, self, child);
-        char c;
+        char c = 0;
         at = skip_space(p, at);
         if (check_after(p, at, ']', &c) == NO_END) return NO_END;
         if (c == ']') return at + 1;
@@ -389,7 +389,7 @@ static size_t parse_object(struct parser *p, size_t pos, int depth, int32_t self
             p->nodes[child].key_len = key_len;
             add_child(p, self, child);
         }
-        char c;
+        char c = 0;
         at = skip_space(p, at);
         if (check_after(p, at, '}', &c) == NO_END) return NO_END;
         if (c == '}') return at + 1;
@@ -1069,7 +1069,7 @@ void check_http_request(const struct check_rules *rules, const struct check_requ
     int known_path = 0;
     for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0] && route == NULL; i++) {
         const char *found;
-        size_t found_len;
+        size_t found_len = 0;
         if (r->path_len < 1 || r->path[0] != '/' ||
             !path_matches(r->path + 1, r->path_len - 1, ROUTES[i].segments, &found, &found_len))
             continue;

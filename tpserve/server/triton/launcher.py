@@ -160,6 +160,10 @@ class ServerSettings:
     # ("20" or "model=20 *=50"); the supervisor marks this server's region (backlog_slot) of it. None: no admission
     admission_table: Path | None = None
     queue_budgets: str = ""
+    # the edge's HTTP checks inside tritonserver's reads (server/triton/http_front.c): its rules file (0600,
+    # request_checks.checks_json) and "max_body_bytes,max_head_bytes,max_connections"; None: not checked there
+    http_checks: Path | None = None
+    http_check_limits: str = ""
 
     def __post_init__(self):
         unknown = set(self.internal) - set(INTERNAL_PORTS)
@@ -172,7 +176,14 @@ class ServerSettings:
         ports = {"http": self.http_port, "grpc": self.grpc_port, "metrics": self.metrics_port}
         own = ",".join(str(ports[name]) for name in self.internal)
         h2 = str(self.grpc_port) if "grpc" in self.internal else ""
-        return {"TRITON_GUARD_OWN_PORTS": own, "TRITON_GUARD_H2_PORTS": h2}
+        found = {"TRITON_GUARD_OWN_PORTS": own, "TRITON_GUARD_H2_PORTS": h2}
+        if self.http_checks is not None:
+            found.update(
+                TRITON_GUARD_FRONT_HTTP=str(self.http_port),
+                TRITON_GUARD_RULES=str(self.http_checks),
+                TRITON_GUARD_FRONT_LIMITS=self.http_check_limits,
+            )
+        return found
 
 
 def private_state(state_dir: Path) -> Path:

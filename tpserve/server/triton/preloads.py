@@ -21,7 +21,11 @@ PLACEHOLDER = "@TRITON_ADMIN_KEY@"
 FD_VARIABLE = "TRITON_SECRET_FD"
 SOURCE = Path(__file__).with_name("triton_shim.c")
 GUARD_SOURCE = Path(__file__).with_name("triton_guard.c")  # tritonserver 2.51's internal ports, gRPC resets, shm
-SOURCES = (SOURCE, GUARD_SOURCE)
+FRONT_SOURCES = (  # the edge's HTTP checks in tritonserver's reads, where clients reach its HTTP port directly
+    Path(__file__).with_name("http_front.c"),
+    Path(__file__).with_name("http_checks.c"),
+)
+SOURCES = (SOURCE, GUARD_SOURCE, *FRONT_SOURCES)
 TOOLS_DIR = TOOLS / "triton_shim"
 LIBRARY = TOOLS_DIR / "libtriton_shim.so"
 
@@ -51,14 +55,15 @@ def write_refusal_models(folder: Path) -> None:
 
 
 def build_library(force: bool = False) -> Path:
-    """Compile triton_shim.c and triton_guard.c into .tools/triton_shim/ (tpserve/common/native_build.py: again
+    """Compile triton_shim.c, triton_guard.c and the HTTP front (http_front.c, http_checks.c) into
+    .tools/triton_shim/ (tpserve/common/native_build.py: again
     only when an input changed).
 
     Raises:
         ServerError: no C compiler, or the compile failed.
     """
     built = native_build.build_library(
-        SOURCES, LIBRARY, "the admin-key shim", "or serve without it", ["-ldl", "-lpthread"], force
+        SOURCES, LIBRARY, "the admin-key shim", "or serve without it", ["-ldl", "-lpthread", "-lm"], force
     )
     write_refusal_models(TOOLS_DIR)
     return built

@@ -24,6 +24,9 @@
  *    the next read, so a split frame never waits for its rest. The server's writes are followed too: a stream
  *    either side ends leaves the table of open streams, which grows as needed (no cap a client can fill).
  *
+ * 4. (http_front.c) On the ports in TRITON_GUARD_FRONT_HTTP, clients reach tritonserver's HTTP port directly and the
+ *    edge's HTTP checks run inside its reads: it is handed only whole requests that passed them.
+ *
  * 3. Clients register only their own shared memory. A system shared-memory registration makes tritonserver
  *    open the named region (shm_open without O_CREAT, from the server's own code, not a backend's). Below,
  *    such an open of a region named as the Python backend names its IPC regions is refused: a key holder
@@ -44,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
@@ -51,6 +55,8 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "http_front.h"
 
 #define OWN_VARIABLE "TRITON_GUARD_OWN_PORTS"
 #define H2_VARIABLE "TRITON_GUARD_H2_PORTS"
@@ -122,6 +128,7 @@ static ssize_t (*real_writev)(int, const struct iovec *, int);
 static int (*real_accept4)(int, struct sockaddr *, socklen_t *, int);
 static int (*real_close)(int);
 static int (*real_shm_open)(const char *, int, mode_t);
+static int (*real_ioctl)(int, unsigned long, ...);
 
 static void say(const char *format, ...) {
     char line[512];
@@ -160,6 +167,7 @@ static void resolve(void) {
     real_writev = dlsym(RTLD_NEXT, "writev");
     real_accept4 = dlsym(RTLD_NEXT, "accept4");
     real_shm_open = dlsym(RTLD_NEXT, "shm_open");
+    real_ioctl = dlsym(RTLD_NEXT, "ioctl");
     real_close = dlsym(RTLD_NEXT, "close");
 }
 
@@ -192,6 +200,8 @@ __attribute__((constructor)) static void start_guard(void) {
     own_count = read_ports(OWN_VARIABLE, own_ports);
     h2_count = read_ports(H2_VARIABLE, h2_ports);
     open_backlog();
+    struct front_io io = {real_recv, real_write, real_ioctl};
+    if (front_start(&io) < 0) _exit(70); /* never serve the front's ports unchecked */
 }
 
 /* ---- 1. who may connect ---- */
@@ -299,8 +309,13 @@ static void watch(int fd) {
 
 /* conn if it may stay, or -1 once closed; watches it when its port speaks HTTP/2. */
 static int admit(int listener, int conn) {
-    if (conn < 0 || (own_count == 0 && h2_count == 0)) return conn;
+    if (conn < 0 || (own_count == 0 && h2_count == 0 && !front_ports())) return conn;
     int port = local_port(listener);
+    if (front_port(port)) {
+        if (front_accepted(conn) == 0) return conn;
+        real_close(conn); /* over the cap of open connections */
+        return -1;
+    }
     if (listed(port, own_ports, own_count)) {
         long owner = peer_owner(conn);
         if (owner != (long)geteuid()) {
@@ -333,6 +348,7 @@ int accept(int fd, struct sockaddr *address, socklen_t *length) {
 int close(int fd) {
     resolve();
     if (fd >= 0 && fd < MAX_FDS && readers[fd] != NULL) forget(fd);
+    front_forget(fd);
     return real_close(fd);
 }
 
@@ -620,6 +636,7 @@ static ssize_t read_message(int fd, struct iovec *iov, size_t parts, void *conte
 
 ssize_t recvmsg(int fd, struct msghdr *message, int flags) {
     resolve();
+    if (front_watched(fd)) return (flags & MSG_PEEK) ? (errno = EAGAIN, -1) : front_read(fd, message->msg_iov, message->msg_iovlen);
     if (!watched(fd) || (flags & (MSG_PEEK | MSG_ERRQUEUE))) return real_recvmsg(fd, message, flags); /* not the stream */
     struct message_read call = {message, flags};
     return guarded_read(fd, message->msg_iov, message->msg_iovlen, read_message, &call);
@@ -627,6 +644,10 @@ ssize_t recvmsg(int fd, struct msghdr *message, int flags) {
 
 ssize_t recv(int fd, void *buffer, size_t length, int flags) {
     resolve();
+    if (front_watched(fd)) {
+        struct iovec one = {buffer, length};
+        return (flags & MSG_PEEK) ? (errno = EAGAIN, -1) : front_read(fd, &one, 1);
+    }
     if (!watched(fd) || (flags & (MSG_PEEK | MSG_ERRQUEUE))) return real_recv(fd, buffer, length, flags);
     struct iovec one = {buffer, length};
     struct message_read call = {NULL, flags};
@@ -635,15 +656,31 @@ ssize_t recv(int fd, void *buffer, size_t length, int flags) {
 
 ssize_t read(int fd, void *buffer, size_t length) {
     resolve();
-    if (!watched(fd)) return real_read(fd, buffer, length);
     struct iovec one = {buffer, length};
+    if (front_watched(fd)) return front_read(fd, &one, 1);
+    if (!watched(fd)) return real_read(fd, buffer, length);
     return guarded_read(fd, &one, 1, read_iov, NULL);
 }
 
 ssize_t readv(int fd, const struct iovec *iov, int parts) {
     resolve();
+    if (front_watched(fd) && parts >= 0) return front_read(fd, iov, (size_t)parts);
     if (!watched(fd) || parts < 0) return real_readv(fd, iov, parts);
     return guarded_read(fd, iov, (size_t)parts, read_iov, NULL);
+}
+
+/* FIONREAD on a front connection: what a read hands out now, not what the socket holds. */
+int ioctl(int fd, unsigned long request, ...) {
+    resolve();
+    va_list args;
+    va_start(args, request);
+    void *argument = va_arg(args, void *);
+    va_end(args);
+    if (request == FIONREAD && front_watched(fd) && argument != NULL) {
+        *(int *)argument = front_readable(fd);
+        return 0;
+    }
+    return real_ioctl(fd, request, argument);
 }
 
 /* The server's own frames as written: a stream it ends (END_STREAM, or its RST_STREAM) leaves the table. */

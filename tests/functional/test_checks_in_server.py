@@ -1,0 +1,134 @@
+"""The edge's HTTP checks inside tritonserver's own reads (`start --no-edge --checks-in-server`,
+server/triton/http_front.c): the requests that crashed tritonserver 2.51 and every case the edge refuses are refused
+on tritonserver's own HTTP port, with the edge's answers, before it reads a byte of them; good requests (JSON,
+binary, several on one connection, 100-continue) are served; the server's pid never changes."""
+
+import gzip
+import http.client
+import json
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.functional.conftest import endpoint_of
+from tests.functional.test_edge import CRASHERS, DATA64, GOOD, TWO_READINGS
+from tpserve.builders.build import build_model
+from tpserve.builders.request import BuildRequest
+from tpserve.clients.infer import infer
+from tpserve.common import endpoints
+
+pytestmark = pytest.mark.functional
+INFER = "/v2/models/digits_cnn/infer"
+
+
+@pytest.fixture(scope="module")
+def checked(digits_build, tmp_path_factory):
+    spec, built, _ = digits_build
+    root = tmp_path_factory.mktemp("checked")
+    build_model(BuildRequest(spec=spec, target="embedded", repo=root / "repo", work_dir=root / "work"), built)
+    ports = [str(p) for p in endpoints.free_ports(4)]
+    state_dir = root / "state"
+    command = [sys.executable, "-m", "tpserve.server", "start", "--no-edge", "--checks-in-server", "--max-request-mb",
+               "8", "--repo", str(root / "repo"), "--http-port", ports[0], "--grpc-port", ports[1],
+               "--metrics-port", ports[2], "--health-port", ports[3], "--state-dir", str(state_dir)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    yield endpoints.read_state(state_dir), root / "repo", state_dir
+    subprocess.run([sys.executable, "-m", "tpserve.server", "stop", "--state-dir", str(state_dir)], timeout=120)
+
+
+def _http(state, method: str, path: str, body: bytes = b"", headers: dict | None = None) -> tuple[int, dict, str]:
+    conn = http.client.HTTPConnection(state.host, state.http_port, timeout=60)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        answer = conn.getresponse()
+        found = {k.lower(): v for k, v in answer.getheaders()}
+        return answer.status, found, answer.read()[:400].decode(errors="replace")
+    finally:
+        conn.close()
+
+
+def _still_serving(checked) -> None:
+    state, repo, state_dir = checked
+    for protocol in ("http", "grpc"):
+        out = infer(endpoint_of(state, repo, protocol), "digits_cnn", {"input": GOOD})
+        assert out.outputs["logits"].shape == (1, 10)
+    assert endpoints.read_state(state_dir).pid == state.pid, "tritonserver was restarted: a request crashed it"
+
+
+@pytest.mark.parametrize("case", sorted(CRASHERS) + sorted(TWO_READINGS))
+def test_a_request_that_cannot_be_valid_never_reaches_tritonserver(checked, case):
+    state = checked[0]
+    if case in CRASHERS:
+        body = json.dumps({"inputs": CRASHERS[case]}).encode()
+    else:
+        body = TWO_READINGS[case].encode()
+    model = "not_a_model" if "unknown" in case else "digits_cnn"
+    status, headers, answer = _http(state, "POST", f"/v2/models/{model}/infer", body)
+    assert status == 400 and headers.get("x-edge") == "refused" and "error" in answer, (status, answer)
+    _still_serving(checked)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("DELETE", "/v2/models/digits_cnn", 405),
+        ("POST", "/v2/models/digits_cnn/config", 405),
+        ("GET", "/v2/models/%64igits_cnn/ready", 400),
+        ("POST", "/v2/repository/models/../load", 400),
+        ("GET", "/v2/repository/other/index", 404),
+        ("POST", "/v2/models/digits_cnn/generate", 404),
+        ("POST", "/v2/models/digits_cnn/generate_stream", 404),
+    ],
+)
+def test_methods_and_paths_outside_the_allowlist_are_refused(checked, method, path, status):
+    state = checked[0]
+    got, headers, answer = _http(state, method, path, b"[" * 200_000 if "generate" in path else b"{}")
+    assert got == status and headers.get("x-edge") == "refused", answer
+
+
+def test_the_limits_hold_on_tritonserver_s_own_port(checked):
+    state = checked[0]
+    good = json.dumps({"inputs": [{"name": "input", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [0.5] * 64}]})
+    assert _http(state, "POST", INFER, gzip.compress(good.encode()), {"Content-Encoding": "gzip"})[0] == 415
+    assert _http(state, "GET", "/v2/health/ready", b"", {"X-Big": "a" * 20_000})[0] == 431
+    assert _http(state, "POST", INFER, b"0" * (9 * 2**20))[0] == 413  # --max-request-mb 8
+    assert _http(state, "POST", INFER, b"[" * 200_000)[0] == 400  # nested deeper than 32 levels
+    params = "{" + ",".join(f'"p{i}":{i}' for i in range(77_000)) + "}"
+    status, _, answer = _http(state, "POST", INFER, f'{{"parameters":{params},"inputs":[]}}'.encode())
+    assert status == 400 and "more than 64 keys" in answer
+    with socket.create_connection((state.host, state.http_port), timeout=60) as sock:  # chunked: send a length
+        sock.sendall(f"POST {INFER} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\n[\r\n".encode())
+        assert sock.recv(200).startswith(b"HTTP/1.1 411")
+    key = {"admin-key": state.admin_headers()["admin-key"]}
+    files = json.dumps({"parameters": {"file:1/model.py": "aW1wb3J0IG9z"}}).encode()
+    status, _, answer = _http(state, "POST", "/v2/repository/models/x/load", files, key)
+    assert status == 403 and "cannot carry files" in answer
+    _still_serving(checked)
+
+
+def test_good_requests_pass_whole_and_in_order(checked):
+    state, repo, _ = checked
+    one = json.dumps({"inputs": [{"name": "input", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [0.5] * 64}]})
+    request = f"POST {INFER} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(one)}\r\n\r\n{one}".encode()
+    with socket.create_connection((state.host, state.http_port), timeout=60) as sock:  # pipelined, byte by byte
+        for byte in request * 3:
+            sock.send(bytes([byte]))
+        answers = b""
+        while answers.count(b"HTTP/1.1 200") < 3:
+            answers += sock.recv(65536)
+    with socket.create_connection((state.host, state.http_port), timeout=60) as sock:  # 100-continue, answered here
+        sock.sendall(
+            f"POST {INFER} HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: {len(one)}\r\n\r\n".encode()
+        )
+        assert sock.recv(100).startswith(b"HTTP/1.1 100")
+        sock.sendall(one.encode())
+        assert sock.recv(100).startswith(b"HTTP/1.1 200")
+    batch = np.random.default_rng(0).random((16, 1, 8, 8), dtype=np.float32)  # binary, over two reads
+    out = infer(endpoint_of(state, repo, "http"), "digits_cnn", {"input": batch})
+    assert out.outputs["logits"].shape == (16, 10)
+    wrong = json.dumps({"inputs": [{"name": "input", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [DATA64]}]})
+    assert _http(state, "POST", INFER, wrong.encode())[0] == 400  # a string where numbers go: Triton's own 400

@@ -1,0 +1,248 @@
+/* The HTTP checks inside tritonserver's reads (server/triton/http_front.c with http_checks.c), under AddressSanitizer
+ * and UBSan, on a socket pair: each round a client sends a few requests (good ones, ones the checks refuse, heads and
+ * bodies with bytes flipped, cut or repeated, random bytes), split at random points, while the program reads them as
+ * tritonserver does (read, readv over several buffers, recv; rooms of 1 byte up), with FIONREAD asked as libevent
+ * asks it. What the reads hand out must be exactly the requests that pass, whole and in order (an Expect line left
+ * out), up to the first refused one, and then the end of the stream; a refused request gets an answer marked
+ * x-edge: refused. Random bytes: whatever is handed out must be whole requests the checks pass.
+ *
+ *   fuzz_front SECONDS SEED   (prints "N rounds, 0 failures"; exit 0 when none failed) */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../tpserve/server/triton/http_checks.h"
+#include "../../tpserve/server/triton/http_front.h"
+
+static uint64_t state = 88172645463325252ull;
+static uint64_t next(void) {
+  state ^= state >> 12, state ^= state << 25, state ^= state >> 27;
+  return state * 2685821657736338717ull;
+}
+static size_t below(size_t n) { return n ? (size_t)(next() % n) : 0; }
+
+static const char RULES[] =
+    "{\"models\": {\"m\": {\"max_batch_size\": 8, \"inputs\": {\"x\": {\"datatype\": \"FP32\", \"dims\": [-1]}}}},"
+    " \"max_tensor_bytes\": 268435456, \"max_depth\": 32, \"max_keys\": 64, \"max_items\": 64,"
+    " \"refused_override_keys\": [\"backend\"]}";
+
+typedef struct {
+  char *bytes;
+  size_t len, room;
+} buffer;
+
+static void put(buffer *b, const void *bytes, size_t n) {
+  if (n == 0) return;
+  if (b->len + n > b->room) {
+    b->room = (b->len + n) * 2 + 64;
+    b->bytes = realloc(b->bytes, b->room);
+  }
+  memcpy(b->bytes + b->len, bytes, n);
+  b->len += n;
+}
+
+static void puts_(buffer *b, const char *text) { put(b, text, strlen(text)); }
+
+/* One request: `sent` as the client writes it, `handed` as tritonserver must read it; good: whether it passes. */
+static int request(buffer *sent, buffer *handed, int kind) {
+  char head[512], body[70000];
+  size_t n = 0;
+  int good = 1, expect = below(4) == 0;
+  const char *path = "/v2/models/m/infer";
+  if (kind == 0) { /* a good inference request, of a size that spans several reads sometimes */
+    size_t values = below(4) == 0 ? 1 + below(9000) : 1 + below(8);
+    n = (size_t)snprintf(body, sizeof body, "{\"inputs\":[{\"name\":\"x\",\"shape\":[1,%zu],\"datatype\":\"FP32\",\"data\":[", values);
+    for (size_t i = 0; i < values; i++) n += (size_t)snprintf(body + n, sizeof body - n, i ? ",%zu" : "%zu", i % 10);
+    n += (size_t)snprintf(body + n, sizeof body - n, "]}]}");
+  } else if (kind == 1) { /* refused by the checks */
+    n = (size_t)snprintf(body, sizeof body, "{\"inputs\":[{\"name\":\"x\",\"shape\":[1,2147483648],\"datatype\":\"FP32\",\"data\":[1]}]}");
+    good = 0;
+  } else if (kind == 2) { /* a GET, no body */
+    path = "/v2/health/ready";
+    expect = 0;
+  } else { /* a head the front refuses */
+    static const char *const bad[] = {"Transfer-Encoding: chunked\r\n", "Content-Length: 5\r\nContent-Length: 5\r\n",
+                                      " folded\r\n", "Bad Name: x\r\n", "Expect: something\r\n"};
+    int h = snprintf(head, sizeof head, "POST %s HTTP/1.1\r\nHost: x\r\n%s\r\n", path, bad[below(5)]);
+    put(sent, head, (size_t)h);
+    return 0;
+  }
+  int h = snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: x\r\n", kind == 2 ? "GET" : "POST", path);
+  put(sent, head, (size_t)h);
+  put(handed, head, (size_t)h);
+  if (expect) puts_(sent, "Expect: 100-continue\r\n");
+  if (kind != 2) {
+    h = snprintf(head, sizeof head, "Content-Length: %zu\r\n", n);
+    put(sent, head, (size_t)h);
+    put(handed, head, (size_t)h);
+  }
+  puts_(sent, "\r\n"), puts_(handed, "\r\n");
+  put(sent, body, n), put(handed, body, n);
+  return good;
+}
+
+static void mutate(buffer *b) {
+  if (b->len == 0) return;
+  size_t at = below(b->len);
+  switch (below(4)) {
+  case 0: b->bytes[at] = (char)next(); break;
+  case 1: b->len = at; break;
+  case 2: b->bytes[at] = "\r\n :0123456789{}[]\""[below(19)]; break;
+  default: {
+    size_t n = below(b->len - at + 1);
+    char *piece = malloc(n + 1);
+    memcpy(piece, b->bytes + at, n);
+    put(b, piece, n);
+    free(piece);
+  }
+  }
+}
+
+static int failures = 0;
+
+static void fail(const char *what, size_t round) {
+  if (failures++ < 10) fprintf(stderr, "round %zu: %s\n", round, what);
+}
+
+/* tritonserver's read, as one of the calls it makes, with room for 1 byte up */
+static ssize_t read_some(int fd, char *into, size_t room) {
+  size_t want = 1 + below(below(3) ? 8192 : 16);
+  if (want > room) want = room;
+  int available = -1;
+  ioctl(fd, FIONREAD, &available); /* as libevent asks before it reads */
+  if (available < 0) return -9;
+  struct iovec parts[3];
+  switch (below(3)) {
+  case 0: return front_read(fd, &(struct iovec){into, want}, 1);
+  case 1: {
+    size_t first = below(want + 1);
+    parts[0] = (struct iovec){into, first}, parts[1] = (struct iovec){into + first, want - first};
+    return front_read(fd, parts, 2);
+  }
+  default: {
+    size_t a = below(want + 1), b = below(want - a + 1);
+    parts[0] = (struct iovec){into, a}, parts[1] = (struct iovec){into + a, 0}, parts[2] = (struct iovec){into + a, b};
+    return a + b ? front_read(fd, parts, 3) : front_read(fd, &(struct iovec){into, want}, 1);
+  }
+  }
+}
+
+static int ioctl_wrapper(int fd, unsigned long request, ...) {
+  va_list args;
+  va_start(args, request);
+  void *argument = va_arg(args, void *);
+  va_end(args);
+  return ioctl(fd, request, argument);
+}
+
+
+static void round_of(size_t round) {
+  int pair[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0) return fail("socketpair", round);
+  fcntl(pair[0], F_SETFL, O_NONBLOCK), fcntl(pair[1], F_SETFL, O_NONBLOCK);
+  if (front_accepted(pair[0]) != 0) return fail("not watched", round);
+  buffer sent = {0}, handed = {0}, got = {0}, answers = {0};
+  int random_bytes = below(12) == 0, mutated = !random_bytes && below(3) == 0, refused = 0;
+  if (random_bytes) {
+    for (size_t i = 0, n = below(3000); i < n; i++) put(&sent, &(char){(char)next()}, 1);
+  } else {
+    for (size_t r = 0, count = 1 + below(4); r < count && !refused; r++) {
+      int kind = below(6) < 3 ? 0 : (int)below(4);
+      buffer piece = {0}, piece_handed = {0};
+      int good = request(&piece, &piece_handed, kind);
+      if (mutated && below(2)) mutate(&piece), good = -1; /* unknown: only the general property holds */
+      put(&sent, piece.bytes, piece.len);
+      if (good == 1) put(&handed, piece_handed.bytes, piece_handed.len);
+      if (good != 1) refused = 1;
+      free(piece.bytes), free(piece_handed.bytes);
+    }
+  }
+  size_t written = 0;
+  char into[8192];
+  int ended = 0, closed = 0;
+  for (int step = 0; step < 200000 && !ended; step++) {
+    if (written < sent.len && below(2)) {
+      size_t n = 1 + below(below(4) ? 64 : 20000);
+      if (n > sent.len - written) n = sent.len - written;
+      ssize_t w = write(pair[1], sent.bytes + written, n);
+      if (w > 0) written += (size_t)w;
+    } else if (written == sent.len && !closed && below(50) == 0) {
+      shutdown(pair[1], SHUT_WR), closed = 1; /* the client is done: a cut request ends the stream */
+    } else {
+      ssize_t r = read_some(pair[0], into, sizeof into);
+      if (r == -9) return fail("FIONREAD failed", round);
+      if (r > 0) put(&got, into, (size_t)r);
+      if (r == 0) ended = 1;
+      if (r < 0 && errno != EAGAIN) return fail("a read failed other than EAGAIN", round);
+    }
+    char drain[4096];
+    ssize_t answered;
+    while ((answered = read(pair[1], drain, sizeof drain)) > 0) put(&answers, drain, (size_t)answered); /* the front's own */
+  }
+  if (!ended && written == sent.len && closed) fail("the stream never ended", round);
+  if (!random_bytes && !mutated && refused && (answers.len == 0 || !memmem(answers.bytes, answers.len, "x-edge: refused", 15)))
+    fail("a refused request got no refusal", round);
+  if (!random_bytes && !mutated) { /* exactly the good requests, in order */
+    if (got.len != handed.len || (got.len && memcmp(got.bytes, handed.bytes, got.len) != 0)) {
+      char what[200];
+      snprintf(what, sizeof what, "handed out %zu bytes, expected %zu (refused %d)", got.len, handed.len, refused);
+      fail(what, round);
+    }
+  } else if (got.len > 0) { /* whatever was handed out: whole requests that pass */
+    size_t at = 0;
+    while (at < got.len) {
+      const char *end = memmem(got.bytes + at, got.len - at, "\r\n\r\n", 4);
+      if (end == NULL) {
+        fail("a partial head was handed out", round);
+        if (getenv("FUZZ_SHOW")) fprintf(stderr, "got %zu at %zu: [%.*s]\nsent: [%.*s]\n", got.len, at, (int)got.len, got.bytes, (int)sent.len, sent.bytes);
+        break;
+      }
+      size_t head = (size_t)(end - (got.bytes + at)) + 4, body = 0;
+      char *copy = strndup(got.bytes + at, head); /* header names in any case, spaces after the colon */
+      const char *length = strcasestr(copy, "\r\ncontent-length:");
+      if (length) body = strtoul(length + 17, NULL, 10);
+      free(copy);
+      if (at + head + body > got.len) { fail("a partial body was handed out", round); break; }
+      at += head + body;
+    }
+  }
+  front_forget(pair[0]);
+  close(pair[0]), close(pair[1]);
+  free(sent.bytes), free(handed.bytes), free(got.bytes), free(answers.bytes);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 3) return fprintf(stderr, "usage: fuzz_front SECONDS SEED\n"), 2;
+  double seconds = atof(argv[1]);
+  state ^= strtoull(argv[2], NULL, 10) * 0x9E3779B97F4A7C15ull;
+  char path[] = "/tmp/fuzz_front_rulesXXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0 || write(fd, RULES, sizeof RULES - 1) != (ssize_t)(sizeof RULES - 1)) return 2;
+  close(fd);
+  setenv("TRITON_GUARD_FRONT_HTTP", "8000", 1);
+  setenv("TRITON_GUARD_RULES", path, 1);
+  setenv("TRITON_GUARD_FRONT_LIMITS", "1000000,16384,1024", 1);
+  struct front_io io = {recv, write, ioctl_wrapper};
+  int started = front_start(&io);
+  unlink(path);
+  if (started != 0 || !front_port(8000)) return fprintf(stderr, "the front did not start\n"), 2;
+  struct timespec start, now;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  size_t rounds = 0;
+  do {
+    for (int i = 0; i < 20; i++) round_of(rounds++);
+    clock_gettime(CLOCK_MONOTONIC, &now);
+  } while ((double)(now.tv_sec - start.tv_sec) + (double)(now.tv_nsec - start.tv_nsec) / 1e9 < seconds);
+  printf("%zu rounds, %d failures\n", rounds, failures);
+  return failures != 0;
+}

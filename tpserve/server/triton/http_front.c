@@ -1,0 +1,457 @@
+/*
+ * http_front: the edge's HTTP checks inside tritonserver's own reads (see http_front.h), so that a client can reach
+ * tritonserver's HTTP port with no second process on the path and still never hand it a request the edge would
+ * refuse.
+ *
+ * How a request reaches tritonserver. Its bytes are taken from the socket into the connection's buffer as they
+ * come, all but the request's final byte, which is left in the socket; nothing is handed to tritonserver meanwhile
+ * (its reads get EAGAIN). Once the final byte has arrived, the whole request (a copy only this code writes) is
+ * checked: the head strictly here (one request line, header lines of one reading each, Content-Length once), the
+ * rest by http_checks.c. A request that passes is handed out from the buffer, and its final byte is handed out when
+ * tritonserver reads it from the socket: so the socket stays readable until the request is handed out whole
+ * (libevent reads 4 KiB per wake-up, level-triggered), and a read never reaches past a checked request into the
+ * next one. A request that fails is answered here (the edge's JSON error, `x-edge: refused`, `connection: close`)
+ * and tritonserver reads the end of the connection: it never sees a byte of it.
+ *
+ * Heads are at most max_head bytes (431 beyond), bodies at most max_body (413, refused on the Content-Length, before
+ * the body arrives), chunked bodies are refused (411: send Content-Length), and `Expect: 100-continue` is answered
+ * here and left out of the head tritonserver reads. At most max_connections connections are open at once; one more
+ * is closed at accept. Memory: at most a head, or one request (max_body), per connection.
+ */
+#define _GNU_SOURCE
+#include "http_front.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "http_checks.h"
+
+#pragma GCC diagnostic ignored "-Wformat-truncation" /* a refusal's message is capped on purpose */
+
+#define PORTS_VARIABLE "TRITON_GUARD_FRONT_HTTP"
+#define RULES_VARIABLE "TRITON_GUARD_RULES"
+#define LIMITS_VARIABLE "TRITON_GUARD_FRONT_LIMITS"
+#define MAX_FRONT_PORTS 8
+#define FRONT_FDS 65536
+#define KEEP_BUFFER (64 * 1024) /* a connection's buffer larger than this is freed between requests */
+#define MAX_DISCARD (256u << 20) /* a refused body larger than this is not read to its end: the connection is closed */
+
+struct field {
+    size_t at, len; /* within the request's bytes */
+    int count;      /* how many times the header came */
+};
+
+struct conn {
+    char *acc; /* the request gathered: bytes taken from the socket (and, past them, bytes only peeked at) */
+    size_t acc_len, acc_room;
+    size_t head_len, total; /* once the head is whole: its length, and the request's */
+    struct field method, target, encoding, header_length, expect;
+    char *out; /* the request handed out: all but its final byte from here (acc, or a head rewritten) */
+    size_t out_len, out_at;
+    int out_owned;
+    char last; /* its final byte, handed out for the socket's final byte */
+    int final_pending;
+    int closing;        /* a refusal was written: reads end */
+    size_t discard_left; /* after a refusal: the refused request's bytes still to come, read and dropped first */
+};
+
+static struct conn *conns[FRONT_FDS];
+static struct check_rules *rules;
+static struct front_io io;
+static int ports[MAX_FRONT_PORTS], port_count;
+static size_t max_body = 64u << 20, max_head = 16u << 10;
+static long max_connections = 1024, open_connections;
+
+static void say(const char *format, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *format, ...) {
+    char line[512];
+    va_list args;
+    va_start(args, format);
+    int length = vsnprintf(line, sizeof line, format, args);
+    va_end(args);
+    if (length > 0 && io.write) (void)io.write(2, line, (size_t)length < sizeof line ? (size_t)length : sizeof line - 1);
+}
+
+static char *read_private(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rbe");
+    struct stat st;
+    if (f == NULL || fstat(fileno(f), &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 077) || st.st_size > (1 << 24)) {
+        if (f) fclose(f);
+        return NULL;
+    }
+    char *text = malloc((size_t)st.st_size + 1);
+    *len = text ? fread(text, 1, (size_t)st.st_size, f) : 0;
+    fclose(f);
+    return text;
+}
+
+int front_start(const struct front_io *given) {
+    io = *given;
+    const char *text = getenv(PORTS_VARIABLE);
+    for (const char *at = text; at && *at && port_count < MAX_FRONT_PORTS;) {
+        char *end;
+        long port = strtol(at, &end, 10);
+        if (end == at) break;
+        if (port > 0 && port < 65536) ports[port_count++] = (int)port;
+        at = *end == ',' ? end + 1 : end;
+    }
+    const char *limits = getenv(LIMITS_VARIABLE);
+    if (limits) {
+        unsigned long long body = 0, head = 0;
+        long conns_cap = 0;
+        if (sscanf(limits, "%llu,%llu,%ld", &body, &head, &conns_cap) == 3 && body && head && conns_cap > 0)
+            max_body = (size_t)body, max_head = (size_t)head, max_connections = conns_cap;
+    }
+    const char *path = getenv(RULES_VARIABLE);
+    int failed = 0;
+    if (port_count > 0) {
+        size_t len = 0;
+        char *rules_text = path ? read_private(path, &len) : NULL;
+        char why[300] = "no rules file named";
+        if (rules_text) rules = check_rules_load(rules_text, len, why, sizeof why);
+        else if (path) snprintf(why, sizeof why, "%s is not a private file of this user (0600, at most 16 MiB)", path);
+        free(rules_text);
+        if (rules == NULL) {
+            say("triton_guard: the HTTP checks cannot start (%s): not serving port %d unchecked\n", why, ports[0]);
+            failed = 1;
+        }
+    }
+    unsetenv(PORTS_VARIABLE), unsetenv(RULES_VARIABLE), unsetenv(LIMITS_VARIABLE);
+    return failed ? -1 : 0;
+}
+
+int front_ports(void) { return port_count; }
+
+int front_port(int port) {
+    for (int i = 0; i < port_count; i++)
+        if (ports[i] == port) return 1;
+    return 0;
+}
+
+int front_watched(int fd) { return fd >= 0 && fd < FRONT_FDS && conns[fd] != NULL; }
+
+void front_forget(int fd) {
+    if (!front_watched(fd)) return;
+    struct conn *c = conns[fd];
+    conns[fd] = NULL;
+    if (c->out_owned) free(c->out);
+    free(c->acc);
+    free(c);
+    __atomic_sub_fetch(&open_connections, 1, __ATOMIC_RELAXED);
+}
+
+int front_accepted(int fd) {
+    front_forget(fd);
+    if (fd < 0 || fd >= FRONT_FDS) return -1;
+    if (__atomic_add_fetch(&open_connections, 1, __ATOMIC_RELAXED) > max_connections) {
+        __atomic_sub_fetch(&open_connections, 1, __ATOMIC_RELAXED);
+        return -1;
+    }
+    conns[fd] = calloc(1, sizeof(struct conn));
+    if (conns[fd] == NULL) {
+        __atomic_sub_fetch(&open_connections, 1, __ATOMIC_RELAXED);
+        return -1;
+    }
+    return 0;
+}
+
+static int grow(struct conn *c, size_t room) {
+    if (room <= c->acc_room) return 0;
+    size_t want = c->acc_room ? c->acc_room : 4096;
+    while (want < room) want = want > SIZE_MAX / 2 ? room : want * 2;
+    char *grown = realloc(c->acc, want);
+    if (grown == NULL) return -1;
+    c->acc = grown;
+    c->acc_room = want;
+    return 0;
+}
+
+static const char *reason_of(int status) {
+    switch (status) {
+    case 400: return "Bad Request";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 411: return "Length Required";
+    case 413: return "Payload Too Large";
+    case 415: return "Unsupported Media Type";
+    case 417: return "Expectation Failed";
+    case 431: return "Request Header Fields Too Large";
+    default: return "Service Unavailable";
+    }
+}
+
+/* The refusal, as the edge words it; the connection ends after it (tritonserver reads its end). */
+static int refuse(int fd, struct conn *c, int status, const char *why) {
+    char body[CHECK_WHY + 32], answer[CHECK_WHY + 256];
+    int n = snprintf(body, sizeof body, "{\"error\":\"%s\"}", why);
+    for (int i = 10; i < n - 2; i++)
+        if ((unsigned char)body[i] < 0x20 || body[i] == '"' || body[i] == '\\' || body[i] == 0x7f) body[i] = ' ';
+    int length = snprintf(answer, sizeof answer,
+                          "HTTP/1.1 %d %s\r\ncontent-type: application/json\r\nx-edge: refused\r\ncontent-length: %d\r\n"
+                          "connection: close\r\n\r\n%s",
+                          status, reason_of(status), n, body);
+    if (length > 0) (void)io.write(fd, answer, (size_t)length < sizeof answer ? (size_t)length : sizeof answer - 1);
+    /* The rest of the refused request is read and dropped before the connection ends, so that a client still
+     * sending its body reads the answer instead of a reset; where its length is unknown (a head refused before its
+     * end) or too large, what has arrived is dropped and the connection ends. */
+    size_t left = c->total > c->acc_len ? c->total - c->acc_len : 0;
+    if (c->head_len && left <= MAX_DISCARD) {
+        c->discard_left = left;
+    } else {
+        char drain[4096];
+        for (int i = 0; i < 256 && io.recv(fd, drain, sizeof drain, MSG_DONTWAIT) > 0; i++) continue;
+    }
+    c->closing = 1;
+    return -2;
+}
+
+/* After a refusal: the refused request's remaining bytes dropped as they come; then the end of the stream. */
+static ssize_t drop_rest(int fd, struct conn *c) {
+    char drain[16384];
+    while (c->discard_left > 0) {
+        ssize_t got = io.recv(fd, drain, c->discard_left < sizeof drain ? c->discard_left : sizeof drain, MSG_DONTWAIT);
+        if (got == 0) break;
+        if (got < 0) return errno == EAGAIN || errno == EWOULDBLOCK ? -1 : 0;
+        c->discard_left -= (size_t)got;
+    }
+    c->discard_left = 0;
+    return 0;
+}
+
+static int tchar(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+static int same_name(const char *text, size_t len, const char *name) {
+    return len == strlen(name) && strncasecmp(text, name, len) == 0;
+}
+
+static void note(struct field *f, size_t at, size_t len) {
+    if (f->count++ == 0) f->at = at, f->len = len;
+}
+
+/* The head (acc[0, head_len), ending in an empty line) read strictly: 0, or the status to refuse it with. */
+static int read_head(struct conn *c, size_t head_len, size_t *content_length, char *why, size_t why_room) {
+    const char *t = c->acc;
+    size_t at = 0, end = head_len - 2; /* the final empty line's CRLF */
+    size_t line_end = (size_t)((const char *)memmem(t, head_len, "\r\n", 2) - t);
+    size_t i = 0;
+    while (i < line_end && tchar(t[i])) i++;
+    if (i == 0 || i > 20 || t[i] != ' ') return snprintf(why, why_room, "the request line has no method"), 400;
+    c->method = (struct field){0, i, 1};
+    size_t target = ++i;
+    while (i < line_end && (unsigned char)t[i] > 0x20 && (unsigned char)t[i] < 0x7f) i++;
+    if (i == target || t[i] != ' ') return snprintf(why, why_room, "the request line has no target"), 400;
+    c->target = (struct field){target, i - target, 1};
+    if (line_end - i - 1 != 8 || (memcmp(t + i + 1, "HTTP/1.1", 8) != 0 && memcmp(t + i + 1, "HTTP/1.0", 8) != 0))
+        return snprintf(why, why_room, "only HTTP/1.1 and HTTP/1.0 requests are served here"), 400;
+    struct field length = {0};
+    int chunked = 0;
+    for (at = line_end + 2; at < end;) {
+        size_t stop = (size_t)((const char *)memmem(t + at, head_len - at, "\r\n", 2) - t);
+        size_t colon = at;
+        while (colon < stop && tchar(t[colon])) colon++;
+        if (colon == at || colon >= stop || t[colon] != ':')
+            return snprintf(why, why_room, "a header line is not 'name: value' (no folding, no spaces in names)"), 400;
+        size_t v = colon + 1, w = stop;
+        for (size_t k = v; k < stop; k++) {
+            unsigned char b = (unsigned char)t[k];
+            if ((b < 0x20 && b != '\t') || b == 0x7f)
+                return snprintf(why, why_room, "a header value holds a control character"), 400;
+        }
+        while (v < w && (t[v] == ' ' || t[v] == '\t')) v++;
+        while (w > v && (t[w - 1] == ' ' || t[w - 1] == '\t')) w--;
+        const char *name = t + at;
+        size_t name_len = colon - at;
+        if (same_name(name, name_len, "content-length")) note(&length, v, w - v);
+        else if (same_name(name, name_len, "transfer-encoding")) chunked = 1;
+        else if (same_name(name, name_len, "content-encoding")) note(&c->encoding, v, w - v);
+        else if (same_name(name, name_len, "inference-header-content-length")) note(&c->header_length, v, w - v);
+        else if (same_name(name, name_len, "expect")) {
+            if (!same_name(t + v, w - v, "100-continue"))
+                return snprintf(why, why_room, "only 'Expect: 100-continue' is understood here"), 417;
+            note(&c->expect, at, stop + 2 - at); /* the whole line: left out of what tritonserver reads */
+        }
+        at = stop + 2;
+    }
+    if (chunked) return snprintf(why, why_room, "chunked bodies are not accepted here: send Content-Length"), 411;
+    if (c->expect.count > 1) return snprintf(why, why_room, "the header expect appears %d times", c->expect.count), 400;
+    *content_length = 0;
+    if (length.count > 1) return snprintf(why, why_room, "the header content-length appears %d times", length.count), 400;
+    if (length.count == 1) {
+        int plain = length.len >= 1 && length.len <= 15 && !(length.len > 1 && t[length.at] == '0');
+        for (size_t k = 0; k < length.len && plain; k++) plain = t[length.at + k] >= '0' && t[length.at + k] <= '9';
+        if (!plain) return snprintf(why, why_room, "Content-Length is not a plain whole number"), 400;
+        *content_length = (size_t)strtoull(strndupa(t + length.at, length.len), NULL, 10);
+    }
+    if (*content_length > max_body)
+        return snprintf(why, why_room, "a body of %zu bytes is over the limit of %zu", *content_length, max_body), 413;
+    return 0;
+}
+
+/* The request is whole (acc[0, total), its final byte only peeked at): checked, and made ready to hand out. */
+static int release(int fd, struct conn *c) {
+    const char *t = c->acc;
+    struct check_request request = {
+        .method = t + c->method.at, .method_len = c->method.len, .path = t + c->target.at, .path_len = c->target.len,
+        .content_encoding = c->encoding.count ? t + c->encoding.at : NULL, .content_encoding_len = c->encoding.len,
+        .content_encoding_count = c->encoding.count, .header_length = c->header_length.count ? t + c->header_length.at : NULL,
+        .header_length_len = c->header_length.len, .header_length_count = c->header_length.count,
+        .body = t + c->head_len, .body_len = c->total - c->head_len};
+    struct check_verdict verdict;
+    check_http_request(rules, &request, &verdict);
+    if (verdict.status) {
+        char final;
+        (void)io.recv(fd, &final, 1, MSG_DONTWAIT);
+        c->acc_len = c->total; /* all of it read: nothing to drop */
+        return refuse(fd, c, verdict.status, verdict.why);
+    }
+    size_t len = c->total;
+    c->out = c->acc;
+    c->out_owned = 0;
+    if (c->expect.count) { /* answered here: tritonserver reads the head without it */
+        char *rewritten = malloc(c->total - c->expect.len);
+        if (rewritten == NULL) return refuse(fd, c, 503, "out of memory");
+        memcpy(rewritten, t, c->expect.at);
+        memcpy(rewritten + c->expect.at, t + c->expect.at + c->expect.len, c->total - c->expect.at - c->expect.len);
+        c->out = rewritten;
+        c->out_owned = 1;
+        len -= c->expect.len;
+    }
+    c->last = c->out[len - 1];
+    c->out_len = len - 1;
+    c->out_at = 0;
+    c->final_pending = 1;
+    return 1;
+}
+
+static void next_request(struct conn *c) {
+    if (c->out_owned) free(c->out);
+    c->out = NULL;
+    c->out_owned = 0;
+    c->out_len = c->out_at = 0;
+    c->final_pending = 0;
+    c->acc_len = c->head_len = c->total = 0;
+    memset(&c->method, 0, sizeof c->method), memset(&c->target, 0, sizeof c->target);
+    memset(&c->encoding, 0, sizeof c->encoding), memset(&c->header_length, 0, sizeof c->header_length);
+    memset(&c->expect, 0, sizeof c->expect);
+    if (c->acc_room > KEEP_BUFFER) {
+        free(c->acc);
+        c->acc = NULL;
+        c->acc_room = 0;
+    }
+}
+
+/* More of the request from the socket: 1 whole and ready to hand out; 0 the peer is gone; -1 with errno (EAGAIN:
+ * nothing to hand out yet); -2 refused. */
+static int gather(int fd, struct conn *c) {
+    if (c->head_len == 0) {
+        size_t want = max_head + 4 - c->acc_len;
+        if (grow(c, c->acc_len + want) < 0) return refuse(fd, c, 503, "out of memory");
+        ssize_t n = io.recv(fd, c->acc + c->acc_len, want, MSG_PEEK | MSG_DONTWAIT);
+        if (n <= 0) return (int)n;
+        size_t from = c->acc_len > 3 ? c->acc_len - 3 : 0, seen = c->acc_len + (size_t)n;
+        const char *end = memmem(c->acc + from, seen - from, "\r\n\r\n", 4);
+        if (end == NULL) {
+            if (seen > max_head)
+                return refuse(fd, c, 431, "the request line and headers are over the limit of the edge");
+            ssize_t got = io.recv(fd, c->acc + c->acc_len, (size_t)n, MSG_DONTWAIT);
+            if (got > 0) c->acc_len += (size_t)got;
+            errno = EAGAIN;
+            return -1;
+        }
+        size_t head_len = (size_t)(end - c->acc) + 4, body = 0;
+        if (head_len > max_head) return refuse(fd, c, 431, "the request line and headers are over the limit of the edge");
+        char why[CHECK_WHY];
+        int status = read_head(c, head_len, &body, why, sizeof why);
+        if (status == 413) { /* its length is known: the rest of it is dropped (the head was only peeked at) */
+            c->head_len = head_len;
+            c->total = head_len + body;
+        }
+        if (status) return refuse(fd, c, status, why);
+        c->head_len = head_len;
+        c->total = head_len + body;
+        if (c->expect.count && seen < c->total) {
+            static const char go_on[] = "HTTP/1.1 100 Continue\r\n\r\n";
+            (void)io.write(fd, go_on, sizeof go_on - 1);
+        }
+    }
+    if (grow(c, c->total) < 0) return refuse(fd, c, 503, "out of memory");
+    size_t need = c->total - c->acc_len; /* at least 1: the final byte is never taken here */
+    if (need > 1) {
+        int available = 0;
+        if (io.ioctl(fd, FIONREAD, &available) < 0) available = 0;
+        size_t take = (size_t)available < need - 1 ? (size_t)available : need - 1;
+        if (take > 0) {
+            ssize_t got = io.recv(fd, c->acc + c->acc_len, take, MSG_DONTWAIT);
+            if (got == 0) return 0;
+            if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+            if (got > 0) c->acc_len += (size_t)got;
+        }
+    }
+    ssize_t final = io.recv(fd, c->acc + c->total - 1, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (final <= 0) return (int)final;
+    if (c->acc_len + 1 == c->total) return release(fd, c);
+    errno = EAGAIN; /* more of the body is on its way */
+    return -1;
+}
+
+static size_t put_at(const struct iovec *iov, size_t parts, size_t offset, const char *bytes, size_t n) {
+    size_t done = 0;
+    for (size_t p = 0; p < parts && done < n; p++) {
+        if (offset >= iov[p].iov_len) {
+            offset -= iov[p].iov_len;
+            continue;
+        }
+        size_t take = iov[p].iov_len - offset < n - done ? iov[p].iov_len - offset : n - done;
+        memcpy((char *)iov[p].iov_base + offset, bytes + done, take);
+        done += take;
+        offset = 0;
+    }
+    return done;
+}
+
+ssize_t front_read(int fd, const struct iovec *iov, size_t parts) {
+    struct conn *c = conns[fd];
+    size_t room = 0, given = 0;
+    for (size_t p = 0; p < parts; p++) room += iov[p].iov_len;
+    if (room == 0) return 0;
+    if (c->closing) return drop_rest(fd, c);
+    for (;;) {
+        if (c->out_at < c->out_len) {
+            size_t n = c->out_len - c->out_at < room - given ? c->out_len - c->out_at : room - given;
+            given += put_at(iov, parts, given, c->out + c->out_at, n);
+            c->out_at += n;
+            if (given == room) return (ssize_t)given;
+        }
+        if (c->final_pending) {
+            char final;
+            ssize_t got = io.recv(fd, &final, 1, MSG_DONTWAIT);
+            if (got == 1) {
+                given += put_at(iov, parts, given, &c->last, 1);
+                next_request(c);
+                return (ssize_t)given;
+            }
+            return given ? (ssize_t)given : got;
+        }
+        int gathered = gather(fd, c);
+        if (gathered == 1) continue;
+        if (gathered == -2) return drop_rest(fd, c);
+        return gathered;
+    }
+}
+
+int front_readable(int fd) {
+    struct conn *c = conns[fd];
+    if (c->closing) return 0;
+    return (int)(c->out_len - c->out_at) + c->final_pending;
+}
