@@ -85,10 +85,17 @@ def envoy_bench(model, protocols, concurrency, interval_ms, out, state_dir):
 @click.option("--interval-ms", type=int, default=2000, show_default=True, help="perf_analyzer measurement window.")
 @click.option("--ablation/--no-ablation", default=True, show_default=True, help="Also the stripped copies of the edge.")
 @click.option("--host-label", default="this host", show_default=True, help="Names the host in the report.")
+@click.option(
+    "--in-server",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The state folder of a second server of the same repository started with `start --no-edge "
+    "--checks-in-server`: its HTTP port is a target too.",
+)
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @options.STATE_DIR
 @user_errors
-def edge_cost(model, protocols, concurrency, rounds, interval_ms, ablation, host_label, out, state_dir):
+def edge_cost(model, protocols, concurrency, rounds, interval_ms, ablation, host_label, in_server, out, state_dir):
     """The edge `make serve` puts in front against tritonserver's own port, and where its cost goes (copies of its
     Envoy stripped step by step), in alternated rounds (benchmarks/edge_cost.py)."""
     import json
@@ -115,6 +122,7 @@ def edge_cost(model, protocols, concurrency, rounds, interval_ms, ablation, host
             find_perf_analyzer(),
             out,
             copies,
+            in_server,
             measurement_ms=interval_ms,
             stability_percent=50.0,
             max_trials=10,
@@ -124,7 +132,9 @@ def edge_cost(model, protocols, concurrency, rounds, interval_ms, ablation, host
             bench.stop_copy(running)
     header = (
         f"{host_label}, {time.strftime('%Y-%m-%d')}, {model}, {rounds} alternated rounds, medians; "
-        f"`python -m benchmarks edge-cost --model {model} --rounds {rounds}` against `make serve`."
+        f"`python -m benchmarks edge-cost --model {model} --rounds {rounds}"
+        f"{' --in-server DIR' if in_server else ''}` against `make serve`"
+        f"{' and `start --no-edge --checks-in-server` in DIR' if in_server else ''}."
     )
     click.echo(bench.write(bench.compare(rows), rows, out, header))
     click.echo(f"report: {out}/edge_cost.md")
