@@ -92,10 +92,47 @@ def envoy_bench(model, protocols, concurrency, interval_ms, out, state_dir):
     help="The state folder of a second server of the same repository started with `start --no-edge "
     "--checks-in-server`: its HTTP port is a target too.",
 )
+@click.option(
+    "--plain",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="With --in-server: the state folder of a third server started with `start --no-edge` (no checks), what "
+    "the checks in the server are held to.",
+)
+@click.option(
+    "--floors",
+    "floor_values",
+    nargs=2,
+    type=float,
+    default=(0.15, 0.8),
+    show_default=True,
+    help="The floors the report holds the edge to: ms added at concurrency 1, throughput kept above it (issue 65: "
+    "0.15 0.8 on the 2-core host; 0.10 0.9 for single sentences on a GPU host).",
+)
+@click.option(
+    "--input-data",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="perf_analyzer --input-data JSON (real payloads: one 32-token sentence, say); default: random data.",
+)
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @options.STATE_DIR
 @user_errors
-def edge_cost(model, protocols, concurrency, rounds, interval_ms, ablation, host_label, in_server, out, state_dir):
+def edge_cost(
+    model,
+    protocols,
+    concurrency,
+    rounds,
+    interval_ms,
+    ablation,
+    host_label,
+    in_server,
+    plain,
+    floor_values,
+    input_data,
+    out,
+    state_dir,
+):
     """The edge `make serve` puts in front against tritonserver's own port, and where its cost goes (copies of its
     Envoy stripped step by step), in alternated rounds (benchmarks/edge_cost.py)."""
     import json
@@ -123,6 +160,8 @@ def edge_cost(model, protocols, concurrency, rounds, interval_ms, ablation, host
             out,
             copies,
             in_server,
+            plain,
+            input_data=input_data,
             measurement_ms=interval_ms,
             stability_percent=50.0,
             max_trials=10,
@@ -133,10 +172,12 @@ def edge_cost(model, protocols, concurrency, rounds, interval_ms, ablation, host
     header = (
         f"{host_label}, {time.strftime('%Y-%m-%d')}, {model}, {rounds} alternated rounds, medians; "
         f"`python -m benchmarks edge-cost --model {model} --rounds {rounds}"
-        f"{' --in-server DIR' if in_server else ''}` against `make serve`"
-        f"{' and `start --no-edge --checks-in-server` in DIR' if in_server else ''}."
+        f"{' --in-server DIR' if in_server else ''}{' --plain DIR2' if plain else ''}` against `make serve`"
+        f"{' and `start --no-edge --checks-in-server` in DIR' if in_server else ''}"
+        f"{' (held to `start --no-edge` in DIR2, the same server without the checks)' if plain else ''}."
     )
-    click.echo(bench.write(bench.compare(rows), rows, out, header))
+    limits = {"added_ms_c1": floor_values[0], "ratio_c4": floor_values[1]}
+    click.echo(bench.write(bench.compare(rows), rows, out, header, limits))
     click.echo(f"report: {out}/edge_cost.md")
 
 
