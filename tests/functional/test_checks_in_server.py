@@ -9,6 +9,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -132,3 +133,14 @@ def test_good_requests_pass_whole_and_in_order(checked):
     assert out.outputs["logits"].shape == (16, 10)
     wrong = json.dumps({"inputs": [{"name": "input", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [DATA64]}]})
     assert _http(state, "POST", INFER, wrong.encode())[0] == 400  # a string where numbers go: Triton's own 400
+
+
+def test_a_head_that_never_ends_loses_its_connection(checked):
+    """As at the edge: a head must arrive within 10 s of its first byte (slow senders cannot hold the connections)."""
+    state = checked[0]
+    with socket.create_connection((state.host, state.http_port), timeout=30) as sock:
+        sock.sendall(f"POST {INFER} HT".encode())
+        started = time.monotonic()
+        assert sock.recv(100) == b""
+        assert 9.5 < time.monotonic() - started < 15
+    _still_serving(checked)

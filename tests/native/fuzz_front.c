@@ -221,6 +221,36 @@ static void round_of(size_t round) {
   free(sent.bytes), free(handed.bytes), free(got.bytes), free(answers.bytes);
 }
 
+/* The bounds, once: a head that does not arrive in time ends its connection; a body past the budget all connections
+ * share is refused with 503 while another holds it, and fits once that one is gone. */
+static void bounds(void) {
+  int slow[2], first[2], second[2];
+  char into[4096];
+  socketpair(AF_UNIX, SOCK_STREAM, 0, slow), socketpair(AF_UNIX, SOCK_STREAM, 0, first), socketpair(AF_UNIX, SOCK_STREAM, 0, second);
+  for (int i = 0; i < 2; i++) fcntl(slow[i], F_SETFL, O_NONBLOCK), fcntl(first[i], F_SETFL, O_NONBLOCK), fcntl(second[i], F_SETFL, O_NONBLOCK);
+  front_accepted(slow[0]), front_accepted(first[0]), front_accepted(second[0]);
+  (void)!write(slow[1], "POST /v2/models/m/infer HT", 26);
+  if (front_read(slow[0], &(struct iovec){into, sizeof into}, 1) != -1 || errno != EAGAIN) fail("a partial head was not held", 0);
+  static const char big[] = "POST /v2/models/m/infer HTTP/1.1\r\nContent-Length: 600000\r\n\r\n{";
+  (void)!write(first[1], big, sizeof big - 1);
+  if (front_read(first[0], &(struct iovec){into, sizeof into}, 1) != -1) fail("a partial body was handed out", 0);
+  (void)!write(second[1], big, sizeof big - 1);
+  if (front_read(second[0], &(struct iovec){into, sizeof into}, 1) > 0) fail("a body past the budget was handed out", 0);
+  ssize_t answered = read(second[1], into, sizeof into - 1);
+  if (answered < 12 || memcmp(into, "HTTP/1.1 503", 12) != 0) fail("the refusal past the budget is not a 503", 0);
+  front_forget(first[0]);
+  int third[2];
+  socketpair(AF_UNIX, SOCK_STREAM, 0, third), fcntl(third[0], F_SETFL, O_NONBLOCK), front_accepted(third[0]);
+  (void)!write(third[1], big, sizeof big - 1);
+  if (front_read(third[0], &(struct iovec){into, sizeof into}, 1) != -1 || errno != EAGAIN) fail("the budget was not given back", 0);
+  struct timespec pause = {2, 0};
+  nanosleep(&pause, NULL); /* past the head's 1.5 s (the body's 30 s are not up) */
+  if (front_read(slow[0], &(struct iovec){into, sizeof into}, 1) != 0) fail("a slow head kept its connection", 0);
+  if (front_read(third[0], &(struct iovec){into, sizeof into}, 1) != -1) fail("a body in time lost its connection", 0);
+  int fds[] = {slow[0], slow[1], first[0], first[1], second[0], second[1], third[0], third[1]};
+  for (int i = 0; i < 8; i++) front_forget(fds[i]), close(fds[i]);
+}
+
 int main(int argc, char **argv) {
   if (argc != 3) return fprintf(stderr, "usage: fuzz_front SECONDS SEED\n"), 2;
   double seconds = atof(argv[1]);
@@ -231,11 +261,12 @@ int main(int argc, char **argv) {
   close(fd);
   setenv("TRITON_GUARD_FRONT_HTTP", "8000", 1);
   setenv("TRITON_GUARD_RULES", path, 1);
-  setenv("TRITON_GUARD_FRONT_LIMITS", "1000000,16384,1024", 1);
+  setenv("TRITON_GUARD_FRONT_LIMITS", "1000000,16384,1024,1000000,1500", 1); /* budget: one body; heads in 1.5 s */
   struct front_io io = {recv, write, ioctl_wrapper};
   int started = front_start(&io);
   unlink(path);
   if (started != 0 || !front_port(8000)) return fprintf(stderr, "the front did not start\n"), 2;
+  bounds();
   struct timespec start, now;
   clock_gettime(CLOCK_MONOTONIC, &start);
   size_t rounds = 0;

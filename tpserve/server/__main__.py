@@ -212,6 +212,9 @@ def start(
         sys.exit(hold(state_dir, stop_everything))
 
 
+HEAD_TIMEOUT_MS = 10_000  # a request's head must arrive within this of its first byte, as at the edge
+
+
 def _checks_in_server(repo: Path, state_dir: Path, max_request_mb: float) -> dict:
     """ServerSettings fields that run the edge's HTTP checks inside tritonserver: their rules file, written into the
     state folder (0600), and their limits."""
@@ -224,8 +227,9 @@ def _checks_in_server(repo: Path, state_dir: Path, max_request_mb: float) -> dic
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "w", encoding="utf-8") as out:
         out.write(checks_json(model_rules(Path(repo)), limits))
-    head = limits.max_header_kb * 1024
-    return {"http_checks": path, "http_check_limits": f"{limits.max_request_bytes},{head},{limits.max_connections}"}
+    head, budget = limits.max_header_kb * 1024, max(1 << 30, 16 * limits.max_request_bytes)
+    bounds = f"{limits.max_request_bytes},{head},{limits.max_connections},{budget},{HEAD_TIMEOUT_MS}"
+    return {"http_checks": path, "http_check_limits": bounds}
 
 
 def _start_behind_edge(
@@ -292,7 +296,11 @@ def _start_behind_edge(
 @click.option("--admission-table", default="", help="The edge's admission table (empty: none).")
 @click.option("--queue-slo", default="", help="Queue-time budgets the edge admits by ('20' or 'model=20 *=50').")
 @click.option("--http-checks", default="", help="The HTTP checks' rules file, read inside tritonserver (empty: none).")
-@click.option("--http-check-limits", default="", help="Their limits: max_body_bytes,max_head_bytes,max_connections.")
+@click.option(
+    "--http-check-limits",
+    default="",
+    help="Their limits: max_body_bytes,max_head_bytes,max_connections,max_held_bytes,head_timeout_ms.",
+)
 @click.option("--retry", nargs=2, type=float, default=(1.0, 30.0), help="A failed reload's first and longest wait.")
 @STATE_DIR
 @tuning_options

@@ -16,12 +16,15 @@
  * Heads are at most max_head bytes (431 beyond), bodies at most max_body (413, refused on the Content-Length, before
  * the body arrives), chunked bodies are refused (411: send Content-Length), and `Expect: 100-continue` is answered
  * here and left out of the head tritonserver reads. At most max_connections connections are open at once; one more
- * is closed at accept. Memory: at most a head, or one request (max_body), per connection.
+ * is closed at accept. Memory: a head per connection, and the requests being gathered within max_held bytes all
+ * together (503 with a retry hint beyond). Time: a head must arrive within head_timeout_ms of its first byte, a body
+ * within 30 s and a second per MiB of its head; a connection past that is shut down.
  */
 #define _GNU_SOURCE
 #include "http_front.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,6 +33,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "http_checks.h"
@@ -61,6 +65,7 @@ struct conn {
     int final_pending;
     int closing;        /* a refusal was written: reads end */
     size_t discard_left; /* after a refusal: the refused request's bytes still to come, read and dropped first */
+    size_t reserved;     /* bytes of the front's memory budget this request holds (its whole length, once known) */
 };
 
 static struct conn *conns[FRONT_FDS];
@@ -69,6 +74,12 @@ static struct front_io io;
 static int ports[MAX_FRONT_PORTS], port_count;
 static size_t max_body = 64u << 20, max_head = 16u << 10;
 static long max_connections = 1024, open_connections;
+static size_t max_held = (size_t)1 << 30, held; /* all connections' requests together (503 beyond, with a retry hint) */
+static long head_timeout_ms = 10000; /* a request's head must arrive within this of its first byte */
+/* When each connection's request must be whole by (CLOCK_MONOTONIC ns; 0: none pending): a thread shuts down the
+ * connections past theirs, so that slow senders cannot hold every connection (tritonserver's reader then sees the
+ * end of the stream and closes it). A body may take 30 s plus a second per MiB after its head. */
+static int64_t deadline[FRONT_FDS];
 
 static void say(const char *format, ...) __attribute__((format(printf, 1, 2)));
 static void say(const char *format, ...) {
@@ -93,6 +104,31 @@ static char *read_private(const char *path, size_t *len) {
     return text;
 }
 
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static void set_deadline(int fd, int64_t at) { __atomic_store_n(&deadline[fd], at, __ATOMIC_RELAXED); }
+
+/* Every 250 ms: a connection past its deadline is shut down (claimed first, so that it is shut down once). */
+static void *watch_deadlines(void *unused) {
+    (void)unused;
+    for (;;) {
+        struct timespec pause = {0, 250 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+        int64_t now = now_ns();
+        for (int fd = 0; fd < FRONT_FDS; fd++) {
+            int64_t at = __atomic_load_n(&deadline[fd], __ATOMIC_RELAXED);
+            if (at != 0 && at < now && __atomic_compare_exchange_n(&deadline[fd], &at, 0, 0, __ATOMIC_RELAXED,
+                                                                   __ATOMIC_RELAXED))
+                shutdown(fd, SHUT_RDWR);
+        }
+    }
+    return NULL;
+}
+
 int front_start(const struct front_io *given) {
     io = *given;
     const char *text = getenv(PORTS_VARIABLE);
@@ -105,10 +141,13 @@ int front_start(const struct front_io *given) {
     }
     const char *limits = getenv(LIMITS_VARIABLE);
     if (limits) {
-        unsigned long long body = 0, head = 0;
-        long conns_cap = 0;
-        if (sscanf(limits, "%llu,%llu,%ld", &body, &head, &conns_cap) == 3 && body && head && conns_cap > 0)
+        unsigned long long body = 0, head = 0, budget = 0;
+        long conns_cap = 0, timeout = 0;
+        int got = sscanf(limits, "%llu,%llu,%ld,%llu,%ld", &body, &head, &conns_cap, &budget, &timeout);
+        if (got >= 3 && body && head && conns_cap > 0)
             max_body = (size_t)body, max_head = (size_t)head, max_connections = conns_cap;
+        if (got >= 4 && budget >= body) max_held = (size_t)budget;
+        if (got == 5 && timeout > 0) head_timeout_ms = timeout;
     }
     const char *path = getenv(RULES_VARIABLE);
     int failed = 0;
@@ -125,6 +164,14 @@ int front_start(const struct front_io *given) {
         }
     }
     unsetenv(PORTS_VARIABLE), unsetenv(RULES_VARIABLE), unsetenv(LIMITS_VARIABLE);
+    if (!failed && port_count > 0) {
+        pthread_t scanner;
+        if (pthread_create(&scanner, NULL, watch_deadlines, NULL) != 0) {
+            say("triton_guard: cannot start the thread that ends slow requests: not serving port %d\n", ports[0]);
+            return -1;
+        }
+        pthread_detach(scanner);
+    }
     return failed ? -1 : 0;
 }
 
@@ -142,6 +189,8 @@ void front_forget(int fd) {
     if (!front_watched(fd)) return;
     struct conn *c = conns[fd];
     conns[fd] = NULL;
+    set_deadline(fd, 0);
+    __atomic_sub_fetch(&held, c->reserved, __ATOMIC_RELAXED);
     if (c->out_owned) free(c->out);
     free(c->acc);
     free(c);
@@ -197,8 +246,8 @@ static int refuse(int fd, struct conn *c, int status, const char *why) {
         if ((unsigned char)body[i] < 0x20 || body[i] == '"' || body[i] == '\\' || body[i] == 0x7f) body[i] = ' ';
     int length = snprintf(answer, sizeof answer,
                           "HTTP/1.1 %d %s\r\ncontent-type: application/json\r\nx-edge: refused\r\ncontent-length: %d\r\n"
-                          "connection: close\r\n\r\n%s",
-                          status, reason_of(status), n, body);
+                          "%sconnection: close\r\n\r\n%s",
+                          status, reason_of(status), n, status == 503 ? "retry-after: 1\r\n" : "", body);
     if (length > 0) (void)io.write(fd, answer, (size_t)length < sizeof answer ? (size_t)length : sizeof answer - 1);
     /* The rest of the refused request is read and dropped before the connection ends, so that a client still
      * sending its body reads the answer instead of a reset; where its length is unknown (a head refused before its
@@ -327,6 +376,7 @@ static int release(int fd, struct conn *c) {
         c->out_owned = 1;
         len -= c->expect.len;
     }
+    set_deadline(fd, 0); /* whole: tritonserver reads it at its own pace */
     c->last = c->out[len - 1];
     c->out_len = len - 1;
     c->out_at = 0;
@@ -334,7 +384,10 @@ static int release(int fd, struct conn *c) {
     return 1;
 }
 
-static void next_request(struct conn *c) {
+static void next_request(int fd, struct conn *c) {
+    set_deadline(fd, 0);
+    __atomic_sub_fetch(&held, c->reserved, __ATOMIC_RELAXED);
+    c->reserved = 0;
     if (c->out_owned) free(c->out);
     c->out = NULL;
     c->out_owned = 0;
@@ -359,6 +412,7 @@ static int gather(int fd, struct conn *c) {
         if (grow(c, c->acc_len + want) < 0) return refuse(fd, c, 503, "out of memory");
         ssize_t n = io.recv(fd, c->acc + c->acc_len, want, MSG_PEEK | MSG_DONTWAIT);
         if (n <= 0) return (int)n;
+        if (c->acc_len == 0) set_deadline(fd, now_ns() + head_timeout_ms * 1000000);
         size_t from = c->acc_len > 3 ? c->acc_len - 3 : 0, seen = c->acc_len + (size_t)n;
         const char *end = memmem(c->acc + from, seen - from, "\r\n\r\n", 4);
         if (end == NULL) {
@@ -380,6 +434,12 @@ static int gather(int fd, struct conn *c) {
         if (status) return refuse(fd, c, status, why);
         c->head_len = head_len;
         c->total = head_len + body;
+        if (__atomic_add_fetch(&held, c->total, __ATOMIC_RELAXED) > max_held) {
+            __atomic_sub_fetch(&held, c->total, __ATOMIC_RELAXED);
+            return refuse(fd, c, 503, "the server holds as many request bodies as it may; retry after 1 s");
+        }
+        c->reserved = c->total;
+        set_deadline(fd, now_ns() + (30 + (int64_t)(body >> 20)) * 1000000000);
         if (c->expect.count && seen < c->total) {
             static const char go_on[] = "HTTP/1.1 100 Continue\r\n\r\n";
             (void)io.write(fd, go_on, sizeof go_on - 1);
@@ -438,7 +498,7 @@ ssize_t front_read(int fd, const struct iovec *iov, size_t parts) {
             ssize_t got = io.recv(fd, &final, 1, MSG_DONTWAIT);
             if (got == 1) {
                 given += put_at(iov, parts, given, &c->last, 1);
-                next_request(c);
+                next_request(fd, c);
                 return (ssize_t)given;
             }
             return given ? (ssize_t)given : got;
