@@ -136,6 +136,10 @@ def test_a_replays_figures():
     assert found["failures"] == {"http 503": 1}, "what the failed ones got, said the way each protocol says it"
     missing = figures(sent[:50], items, SLO)
     assert missing["failed"] == 51, "requests the replay never sent count as failed"
+    many = [{"sent_s": 0.0, "ms": 1.0, "status": s} for s in ("http 500", "http 400", "http 404", "http 429") * 3]
+    many.append({"sent_s": 0.0, "ms": 1.0, "status": "http 503"})  # the edge's refusal, the least common answer
+    cut = figures(many, items, SLO)
+    assert len(cut["failures"]) == 4 and "http 503" not in cut["failures"] and cut["refused"] == 1
 
 
 def _repo(tmp_path: Path) -> Path:

@@ -29,6 +29,20 @@ def _failure_reasons(path: Path, most: int = 5) -> str:
     return "\n".join(f"  {r['Occurrences']} x {r['Name']}: {r['Error'][:300]}" for r in rows[:most])
 
 
+def generator_option(default: str):
+    """--generator, one option for every command that replays: its choices are the replay's generators."""
+    from tpserve.loadtest.locust_suite import GENERATORS
+
+    return click.option(
+        "--generator",
+        type=click.Choice(GENERATORS),
+        default=default,
+        show_default=True,
+        help="The replay's load generator: locust (one process), or fast (requests serialized once, sent by worker "
+        "processes: GPU rates).",
+    )
+
+
 @cli.command("install-perf-analyzer")
 @user_errors
 def install_perf_analyzer():
@@ -394,13 +408,7 @@ def soak(model, minutes, interval, clients, protocols, warmup, max_growth, out, 
 @click.option(
     "--connections", type=int, default=64, show_default=True, help="HTTP connections at most (fast: a process)."
 )
-@click.option(
-    "--generator",
-    type=click.Choice(["locust", "fast"]),
-    default="locust",
-    show_default=True,
-    help="Locust (one process), or fast: requests serialized once, sent by worker processes (GPU rates).",
-)
+@generator_option("locust")
 @click.option("--processes", type=int, default=0, help="The fast generator's processes (default: for the rate).")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Report folder (default reports/<time>).")
 @options.URL
@@ -499,13 +507,7 @@ def replay(
     show_default=True,
     help="The choice is also probed at this many times GROWTH.",
 )
-@click.option(
-    "--generator",
-    type=click.Choice(["fast", "locust"]),
-    default="fast",
-    show_default=True,
-    help="The replay's load generator: fast (worker processes, requests serialized once) or Locust's replay.",
-)
+@generator_option("fast")
 @click.option("--processes", type=int, default=0, help="The fast generator's processes (default: for the rate).")
 @click.option(
     "--max-waiting",

@@ -14,6 +14,7 @@ from pathlib import Path
 from tpserve.common.cli import step
 from tpserve.common.errors import MeasurementError, RecordingError
 from tpserve.common.traffic import REPLAY_HEADER, read_recording
+from tpserve.loadtest.locust_suite import GENERATORS
 from tpserve.loadtest.locust_suite.run import forget_headers, log_tail, pass_headers
 from tpserve.loadtest.workloads.recorded import schedule, write_schedule
 
@@ -64,9 +65,6 @@ def run_replay(replay: Replay, http_url: str, grpc_url: str, repo: Path | None, 
     env = _environment(replay, http_url, grpc_url, repo, path, results, out)
     _run_locust(env, out, timeout=duration + 300)
     return {"recorded": recorded, "left_out": left_out, "results": read_results(results), "items": items}
-
-
-GENERATORS = ("locust", "fast")
 
 
 def _run_fast(replay: Replay, items: list, http_url: str, grpc_url: str, repo: Path | None, out: Path) -> dict:

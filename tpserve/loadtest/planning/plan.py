@@ -35,7 +35,7 @@ class PlanRequest:
     delays_us: tuple[int, ...] = (0, 1000, 5000)
     probe_seconds: float = 0.0  # 0: a fifth of the replay, at least MIN_PROBE_S
     headroom: float = 1.5  # the choice is also probed at this many times GROWTH
-    generator: str = "fast"  # the replay's load generator (locust_suite/replay.GENERATORS)
+    generator: str = "fast"  # the replay's load generator (locust_suite.GENERATORS)
     processes: int = 0  # the fast generator's (0: enough for the rate)
     max_waiting: int = 0  # requests that may wait on a replica before the edge refuses (0: as serve sets it)
 

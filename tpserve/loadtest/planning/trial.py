@@ -33,6 +33,7 @@ class Trial:
     client_busy: float = 0.0  # the busiest load-generating process's CPU over the replay, in cores (fast generator)
     phases_us: dict = field(default_factory=dict)  # per request, from the server: queue, compute
     failures: dict = field(default_factory=dict)  # what the failed requests got (the commonest, with counts)
+    refused: int = 0  # of them, the edge's refusals past the requests that may wait on a replica (all counted)
     verdict: str = MISSES
     why: str = ""
 
@@ -46,8 +47,9 @@ REFUSED = ("http 503", "grpc UNAVAILABLE")  # how the edge refuses past the requ
 
 
 def refused(trial: Trial) -> int:
-    """The trial's requests the edge refused past the requests that may wait on a replica."""
-    return sum(count for what, count in trial.failures.items() if what in REFUSED)
+    """The trial's requests the edge refused past the requests that may wait on a replica (a trial written before
+    they were counted apart: those among its commonest failures)."""
+    return trial.refused or sum(count for what, count in trial.failures.items() if what in REFUSED)
 
 
 def judge(trial: Trial, slo_ms: float, full_count: int) -> Trial:
@@ -81,18 +83,19 @@ def figures(sent: list[dict], items: list, slo_ms: float) -> dict:
         "p99_ms": percentile(latencies, 99) if latencies else float("inf"),
         "answered_per_s": len(ok) / max(last_answer, 1e-3),
         "over_slo": sum(1 for ms in latencies if ms > slo_ms),
-        "failures": _failures(sent),
+        **_failures(sent),
     }
 
 
 def _failures(sent: list[dict]) -> dict:
+    """What the failed requests got: the four commonest answers, and the edge's refusals counted before that cut."""
     from collections import Counter
 
     from tpserve.loadtest.reporting.replay_report import outcome
 
     said = Counter(outcome(s.get("protocol", ""), s["status"]) for s in sent)
     said.pop("ok", None)
-    return dict(said.most_common(4))
+    return {"failures": dict(said.most_common(4)), "refused": sum(said[what] for what in REFUSED)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,7 +135,7 @@ def run_trial(run: TrialRun, deployment: Deployment, speed: float, seconds: floa
             max_seconds=seconds,
             generator=run.generator,
             processes=run.processes,
-            connections=CONNECTIONS if run.generator == "fast" else 64,
+            connections=CONNECTIONS if run.generator == "fast" else Replay.connections,  # Locust's: the replay's own
         )
         if run.warmup_s > 0:
             warm = replace(replay, max_seconds=run.warmup_s)
