@@ -87,43 +87,21 @@ def run_fuzzer(binary: Path, seconds: float, seed: int) -> subprocess.CompletedP
     )
 
 
-@pytest.mark.parametrize("seed", [1, random.randrange(1, 2**31)])
-def test_the_native_request_paths_hold_under_random_and_adversarial_requests(tmp_path, seed):
-    done = run_fuzzer(build_fuzzer(tmp_path / "fuzz_native"), 8, seed)
-    assert done.returncode == 0, f"seed {seed}:\n{done.stdout[-2000:]}\n{done.stderr[-6000:]}"
-    assert "0 failures" in done.stdout
+# part -> (seconds per seed, what must hold): each fuzzer prints "N ..., 0 failures" and exits 0 when all held
+FUZZERS = {
+    "paths": (8, "the native request paths hold under random and adversarial requests"),
+    "guard": (6, "the guard hands out exactly the rewritten frames whatever the reads"),
+    "recorder": (4, "the gRPC recorder reads any body within its bytes"),
+    "admission": (3, "the admission check reads a call's model within its bytes"),
+    "checks": (3, "the HTTP checks read any request within their bytes"),
+    "front": (4, "the checks in the server's reads hand out only whole requests that pass"),
+}
 
 
 @pytest.mark.parametrize("seed", [1, random.randrange(1, 2**31)])
-def test_the_guard_hands_out_exactly_the_rewritten_frames_whatever_the_reads(tmp_path, seed):
-    done = run_fuzzer(build_fuzzer(tmp_path / "fuzz_guard", "guard"), 6, seed)
-    assert done.returncode == 0, f"seed {seed}:\n{done.stdout[-2000:]}\n{done.stderr[-6000:]}"
-    assert "0 failures" in done.stdout
-
-
-@pytest.mark.parametrize("seed", [1, random.randrange(1, 2**31)])
-def test_the_grpc_recorder_reads_any_body_within_its_bytes(tmp_path, seed):
-    done = run_fuzzer(build_fuzzer(tmp_path / "fuzz_record", "recorder"), 4, seed)
-    assert done.returncode == 0, f"seed {seed}:\n{done.stdout[-2000:]}\n{done.stderr[-6000:]}"
-    assert "0 failures" in done.stdout
-
-
-@pytest.mark.parametrize("seed", [1, random.randrange(1, 2**31)])
-def test_the_admission_check_reads_a_calls_model_within_its_bytes(tmp_path, seed):
-    done = run_fuzzer(build_fuzzer(tmp_path / "fuzz_admission", "admission"), 3, seed)
-    assert done.returncode == 0, f"seed {seed}:\n{done.stdout[-2000:]}\n{done.stderr[-6000:]}"
-    assert "0 failures" in done.stdout
-
-
-@pytest.mark.parametrize("seed", [1, random.randrange(1, 2**31)])
-def test_the_http_checks_read_any_request_within_its_bytes(tmp_path, seed):
-    done = run_fuzzer(build_fuzzer(tmp_path / "fuzz_checks", "checks"), 3, seed)
-    assert done.returncode == 0, f"seed {seed}:\n{done.stdout[-2000:]}\n{done.stderr[-6000:]}"
-    assert "0 failures" in done.stdout
-
-
-@pytest.mark.parametrize("seed", [1, random.randrange(1, 2**31)])
-def test_the_checks_in_the_servers_reads_hand_out_only_whole_requests_that_pass(tmp_path, seed):
-    done = run_fuzzer(build_fuzzer(tmp_path / "fuzz_front", "front"), 4, seed)
-    assert done.returncode == 0, f"seed {seed}:\n{done.stdout[-2000:]}\n{done.stderr[-6000:]}"
+@pytest.mark.parametrize("part", sorted(FUZZERS))
+def test_each_fuzzer_holds_its_property(tmp_path, part, seed):
+    seconds, holds = FUZZERS[part]
+    done = run_fuzzer(build_fuzzer(tmp_path / f"fuzz_{part}", part), seconds, seed)
+    assert done.returncode == 0, f"{holds}? seed {seed}:\n{done.stdout[-2000:]}\n{done.stderr[-6000:]}"
     assert "0 failures" in done.stdout

@@ -835,11 +835,9 @@ static int check_outputs(struct check *c, int32_t outputs) {
     return 0;
 }
 
-static struct limits request_limits(const struct check_rules *rules) { return rules->lim; }
-
 static int read_json(struct check *c, const char *text, size_t len, const char *what, int32_t *root) {
     parser_free(&c->json);
-    if (parse_json(&c->json, text, len, request_limits(c->rules), root) == 0) return 0;
+    if (parse_json(&c->json, text, len, c->rules->lim, root) == 0) return 0;
     return refuse(c, 400, "%s is not JSON the edge accepts: %s", what, c->json.why);
 }
 
@@ -900,12 +898,9 @@ static int outside_folder(const struct node *name) {
 }
 
 static int check_override(struct check *c, const struct node *config) {
-    char *text = malloc(config->len + 1);
-    if (text == NULL) return refuse(c, 503, "out of memory");
-    memcpy(text, config->text, config->len);
     struct check inner = {.rules = c->rules, .request = c->request, .verdict = c->verdict};
     int32_t root;
-    int status = read_json(&inner, text, config->len, "the config override", &root);
+    int status = read_json(&inner, config->text, config->len, "the config override", &root); /* decoded: our copy */
     const struct parser *p = &inner.json;
     if (status == 0 && !kind_is(p, root, J_OBJECT)) status = refuse(c, 400, "the config override is not a JSON object");
     if (status == 0) {
@@ -918,7 +913,6 @@ static int check_override(struct check *c, const struct node *config) {
             status = refuse(c, 403, "a config override cannot set '%s': change the repository instead",
                             c->rules->refused_override_keys[k]);
     parser_free(&inner.json);
-    free(text);
     return status;
 }
 
