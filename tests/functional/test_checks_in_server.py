@@ -144,3 +144,96 @@ def test_a_head_that_never_ends_loses_its_connection(checked):
         assert sock.recv(100) == b""
         assert 9.5 < time.monotonic() - started < 15
     _still_serving(checked)
+
+
+# ---- gRPC on tritonserver's own port: a client's cancel, deadline or hang-up never cancels a call there ----
+
+GRPC_HEADERS = [
+    (":method", "POST"),
+    (":scheme", "http"),
+    (":path", "/inference.GRPCInferenceService/ModelInfer"),
+    (":authority", "localhost"),
+    ("content-type", "application/grpc"),
+    ("te", "trailers"),
+]
+
+
+def _model_infer_message() -> bytes:
+    """A ModelInfer request for digits_cnn, gRPC-framed (a 5-byte prefix)."""
+    import tritonclient.grpc.service_pb2 as pb
+
+    request = pb.ModelInferRequest(model_name="digits_cnn")
+    tensor = request.inputs.add(name="input", datatype="FP32", shape=list(GOOD.shape))
+    del tensor
+    request.raw_input_contents.append(GOOD.astype(np.float32).tobytes())
+    body = request.SerializeToString()
+    return b"\0" + len(body).to_bytes(4, "big") + body
+
+
+def _h2(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+
+def _hang_ups(port: int, seconds: float, calls: int = 16) -> int:
+    """Connections that send calls (some with a deadline) and hang up at once, by FIN or reset: how many."""
+    import random
+    import struct
+
+    from hpack import Encoder
+
+    message, made, end = _model_infer_message(), 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        encoder, sent = Encoder(), b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _h2(4, 0, 0)
+        for i in range(calls):
+            headers = GRPC_HEADERS + ([("grpc-timeout", "1m")] if i % 2 else [])
+            sent += _h2(1, 4, 2 * i + 1, encoder.encode(headers)) + _h2(0, 1, 2 * i + 1, message)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+            if random.random() < 0.5:  # a reset, not a FIN
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.sendall(sent)
+            time.sleep(random.random() * 0.003)
+        made += 1
+    return made
+
+
+def _deadlines(url: str, seconds: float, threads: int = 8) -> int:
+    """Calls with deadlines of 0.2-3 ms, many expiring as the call completes: how many."""
+    import random
+    import threading
+
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    made = [0] * threads
+
+    def run(index: int) -> None:
+        with grpcclient.InferenceServerClient(url) as client:
+            tensor = grpcclient.InferInput("input", list(GOOD.shape), "FP32")
+            tensor.set_data_from_numpy(GOOD.astype(np.float32))
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                try:
+                    client.infer("digits_cnn", [tensor], client_timeout=0.0002 + random.random() * 0.003)
+                except InferenceServerException:
+                    pass  # DEADLINE_EXCEEDED, as asked
+                made[index] += 1
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return sum(made)
+
+
+def test_grpc_clients_that_cancel_time_out_or_hang_up_crash_nothing(checked):
+    from benchmarks.grpc_cancel import storm as cancel_storm
+
+    state = checked[0]
+    cancelled = cancel_storm(state.grpc_url, "digits_cnn", {"input": GOOD}, seconds=8, threads=8)
+    timed_out = _deadlines(state.grpc_url, seconds=8)
+    hung_up = _hang_ups(state.grpc_port, seconds=8)
+    print(f"gRPC at tritonserver's own port: {cancelled} cancelled, {timed_out} with deadlines, {hung_up} hang-ups")
+    assert cancelled > 200 and timed_out > 200 and hung_up > 50
+    time.sleep(2)  # what the hang-ups left running ends
+    _still_serving(checked)

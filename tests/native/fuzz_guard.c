@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
     int pair[2];
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0) return 2;
     fcntl(pair[1], F_SETFL, O_NONBLOCK);
-    watch(pair[1]);
+    watch(pair[1], 0);
     open_n = 0, next_stream = 0;
     if (sendto(pair[0], "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24, 0, NULL, 0) != 24) return 2;
     uint8_t preface[24];

@@ -6,7 +6,8 @@ fails it. The guard's frame rewriting (server/triton/triton_guard.c) reads split
 call with rooms of 1 byte up: what it hands out must be the model's rewriting, and no read may fail. The gRPC
 recorder (server/edge/record_grpc.c) reads well-formed, mutated, cut and random gRPC bodies in random chunks. The
 edge's HTTP checks (server/triton/http_checks.c) read mutated and random requests within their bytes, and in
-tritonserver's reads (http_front.c) hand out only whole requests that pass, whatever the splits and reads. Longer,
+tritonserver's reads (http_front.c) hand out only whole requests that pass, whatever the splits and reads. The
+guard renames a gRPC deadline in any header block and changes nothing else (grpc_headers.c). Longer,
 with other seeds: `make fuzz-native`."""
 
 import os
@@ -34,11 +35,17 @@ SOURCES = [
     MODELS / "batch_calls.c",
 ]
 TRITON = ROOT / "tpserve" / "server" / "triton"
-GUARD = [ROOT / "tests" / "native" / "fuzz_guard.c", TRITON / "http_front.c", TRITON / "http_checks.c"]
+GUARD = [
+    ROOT / "tests" / "native" / "fuzz_guard.c",
+    TRITON / "http_front.c",
+    TRITON / "http_checks.c",
+    TRITON / "grpc_headers.c",
+]
+HEADERS = [ROOT / "tests" / "native" / "fuzz_headers.c", TRITON / "grpc_headers.c"]
 RECORDER = [ROOT / "tests" / "native" / "fuzz_record.c", ROOT / "tests" / "fixtures" / "record_grpc" / "harness.c"]
 ADMISSION = [ROOT / "tests" / "native" / "fuzz_admission.c"]
 CHECKS = [ROOT / "tests" / "native" / "fuzz_checks.c", ROOT / "tpserve" / "server" / "triton" / "http_checks.c"]
-FRONT = [ROOT / "tests" / "native" / "fuzz_front.c", *GUARD[1:]]
+FRONT = [ROOT / "tests" / "native" / "fuzz_front.c", *GUARD[1:3]]
 # the guard's libc wrappers, renamed so that the fuzzer calls them on its own sockets (libc keeps its own)
 RENAMED = (
     "recv",
@@ -61,7 +68,7 @@ SANITIZERS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
 def build_fuzzer(target: Path, part: str = "paths") -> Path:
     """A fuzzer compiled with the sanitizers and every warning as an error: part "paths" (the request paths),
     "guard", "recorder", "admission" (the edge's reading of a call's model), "checks" (the HTTP request checks) or
-    "front" (those checks in tritonserver's reads)."""
+    "front" (those checks in tritonserver's reads) or "headers" (a gRPC deadline renamed in header blocks)."""
     compiler = c_compiler()
     if compiler is None:
         pytest.skip("no C compiler (cc/gcc): the in-process backend is built where it serves")
@@ -73,6 +80,7 @@ def build_fuzzer(target: Path, part: str = "paths") -> Path:
         "admission": ADMISSION,
         "checks": CHECKS,
         "front": FRONT,
+        "headers": HEADERS,
     }[part]
     if part == "guard":
         flags += [f"-D{name}=g_{name}" for name in RENAMED]
@@ -95,6 +103,7 @@ FUZZERS = {
     "admission": (3, "the admission check reads a call's model within its bytes"),
     "checks": (3, "the HTTP checks read any request within their bytes"),
     "front": (4, "the checks in the server's reads hand out only whole requests that pass"),
+    "headers": (3, "a gRPC deadline's name is renamed in any header block, and nothing else changes"),
 }
 
 

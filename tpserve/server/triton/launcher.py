@@ -177,11 +177,13 @@ class ServerSettings:
         own = ",".join(str(ports[name]) for name in self.internal)
         h2 = str(self.grpc_port) if "grpc" in self.internal else ""
         found = {"TRITON_GUARD_OWN_PORTS": own, "TRITON_GUARD_H2_PORTS": h2}
-        if self.http_checks is not None:
+        if self.http_checks is not None:  # the edge's checks in the server: clients reach both ports directly
             found.update(
                 TRITON_GUARD_FRONT_HTTP=str(self.http_port),
                 TRITON_GUARD_RULES=str(self.http_checks),
                 TRITON_GUARD_FRONT_LIMITS=self.http_check_limits,
+                TRITON_GUARD_H2_PORTS=",".join(filter(None, (h2, str(self.grpc_port)))),
+                TRITON_GUARD_H2_PUBLIC=str(self.grpc_port),
             )
         return found
 

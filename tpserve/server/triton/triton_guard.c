@@ -56,10 +56,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "grpc_headers.h"
 #include "http_front.h"
 
 #define OWN_VARIABLE "TRITON_GUARD_OWN_PORTS"
 #define H2_VARIABLE "TRITON_GUARD_H2_PORTS"
+#define PUBLIC_VARIABLE "TRITON_GUARD_H2_PUBLIC"
 #define BACKLOG_VARIABLE "TRITON_GUARD_BACKLOG"
 #define BACKLOG_SLOTS 64
 #define BACKLOG_LINE 64 /* bytes per slot: one cache line each */
@@ -70,6 +72,7 @@
 
 static int own_ports[MAX_PORTS], own_count = 0;
 static int h2_ports[MAX_PORTS], h2_count = 0;
+static int public_ports[MAX_PORTS], public_count = 0;
 static unsigned long refusals = 0;
 
 /* A stream the peer opened and the server has not ended: still open on the peer's side (a ModelStreamInfer
@@ -99,6 +102,18 @@ struct h2_reader {
     uint32_t orphans;  /* streams the peer reset that the server still runs */
     uint8_t out_head[9];  /* the server's frames, as it writes them */
     uint32_t out_head_at, out_payload_left;
+    /* a public port's (TRITON_GUARD_H2_PUBLIC: clients connect straight to gRPC, no Envoy between) */
+    uint8_t public;
+    uint8_t gone;             /* the peer hung up or broke the protocol: gRPC reads nothing more of it */
+    uint8_t block;            /* the payload being read carries a header block fragment */
+    uint8_t padded;           /* its first byte is a pad length, still to come */
+    uint32_t lead, trail;     /* payload bytes before the fragment (pad length, priority) and after (padding) */
+    uint32_t payload_at;      /* payload bytes read of the current frame */
+    uint32_t last_stream;     /* the highest stream the peer opened */
+    size_t cut;               /* where in the read a frame gRPC must never see starts (SIZE_MAX: none) */
+    struct hpack_walk walk;   /* the header block being read: grpc-timeout renamed (grpc_headers.c) */
+    uint8_t *synth;           /* frames of the gone peer's to hand out (stream ends, window credit) */
+    size_t synth_count, synth_room;
 };
 
 static struct h2_reader *readers[MAX_FDS];
@@ -199,6 +214,7 @@ __attribute__((constructor)) static void start_guard(void) {
     resolve();
     own_count = read_ports(OWN_VARIABLE, own_ports);
     h2_count = read_ports(H2_VARIABLE, h2_ports);
+    public_count = read_ports(PUBLIC_VARIABLE, public_ports);
     open_backlog();
     struct front_io io = {real_recv, real_write, real_ioctl};
     if (front_start(&io) < 0) _exit(70); /* never serve the front's ports unchecked */
@@ -294,15 +310,18 @@ static void forget(int fd) {
     count_orphans(reader, -(int64_t)reader->orphans); /* the connection is gone: so are its calls */
     pthread_mutex_destroy(&reader->lock);
     free(reader->streams);
+    free(reader->synth);
     free(reader);
 }
 
-static void watch(int fd) {
+static void watch(int fd, int public) {
     forget(fd);
     if (fd < 0 || fd >= MAX_FDS) return;
     struct h2_reader *reader = calloc(1, sizeof *reader);
     if (reader == NULL) return;
     reader->preface_left = PREFACE;
+    reader->public = (uint8_t)public;
+    reader->cut = SIZE_MAX;
     pthread_mutex_init(&reader->lock, NULL);
     readers[fd] = reader;
 }
@@ -324,8 +343,16 @@ static int admit(int listener, int conn) {
             return -1;
         }
     }
-    if (listed(port, h2_ports, h2_count)) watch(conn);
-    else forget(conn);
+    if (listed(port, h2_ports, h2_count)) {
+        int public = listed(port, public_ports, public_count);
+        watch(conn, public);
+        if (public && (conn >= MAX_FDS || readers[conn] == NULL)) { /* a client's connection is never read unguarded */
+            real_close(conn);
+            return -1;
+        }
+    } else {
+        forget(conn);
+    }
     return conn;
 }
 
@@ -443,8 +470,28 @@ static uint8_t *byte_at(const struct received *in, size_t at) {
     return NULL;
 }
 
+/* A frame a client that reaches gRPC directly must never have gRPC read: one that would make it reset a call
+ * already whole (DATA or HEADERS after the client ended its side) or end the connection (HEADERS reopening a
+ * closed stream or on stream 0, DATA on stream 0). Either cancels calls the server is running. */
+static int breaks_a_call(const struct h2_reader *r, uint8_t type, uint32_t stream, const struct stream_state *known) {
+    if (type != 0 && type != 1) return 0;
+    if (stream == 0) return 1;
+    if (known != NULL) return known->state != PEER_OPEN;
+    return type == 1 && (stream <= r->last_stream || !(stream & 1));
+}
+
+/* How the payload of a HEADERS (type 1) or CONTINUATION (9) frame is read: its header block fragment walked. */
+static void block_begins(struct h2_reader *r, uint8_t type, uint8_t flags) {
+    r->block = type == 1 || type == 9;
+    r->padded = type == 1 && (flags & 0x8);
+    r->lead = type == 1 ? (r->padded ? 1u : 0u) + ((flags & 0x20) ? 5u : 0u) : 0u;
+    r->trail = 0;
+    if (type == 1) hpack_walk_start(&r->walk);
+}
+
 /* A whole frame header from the peer, its first byte at position at: a RST_STREAM is rewritten in place (type and
- * flags; its payload as it passes), HEADERS and DATA open and half-close streams. */
+ * flags; its payload as it passes), HEADERS and DATA open and half-close streams. On a public port, a frame that
+ * would break a call is cut (r->cut) and a header block is walked. */
 static void peer_header(struct h2_reader *r, const struct received *in, size_t at) {
     static const uint8_t rst_length[3] = {0, 0, 4};
     uint8_t type = r->head[3], flags = r->head[4];
@@ -452,7 +499,15 @@ static void peer_header(struct h2_reader *r, const struct received *in, size_t a
     r->replace = NULL;
     r->replace_at = 0;
     r->payload_left = length_of(r->head);
+    r->payload_at = 0;
     struct stream_state *known = table_find(r, stream);
+    if (r->public) {
+        if (breaks_a_call(r, type, stream, known)) {
+            r->cut = at;
+            return;
+        }
+        block_begins(r, type, flags);
+    }
     if (type == 3 && memcmp(r->head, rst_length, 3) == 0) {
         int open = known != NULL && known->state == PEER_OPEN;
         r->replace = open ? EMPTY_PADDED : WINDOW_UPDATE_ONE;
@@ -464,16 +519,32 @@ static void peer_header(struct h2_reader *r, const struct received *in, size_t a
         }
     } else if (stream != 0 && (type == 0 || type == 1)) {
         int ends = flags & 0x1; /* END_STREAM */
-        if (known == NULL && type == 1) table_put(r, stream, ends ? RUNNING : PEER_OPEN);
-        else if (known != NULL && ends && known->state == PEER_OPEN) known->state = RUNNING;
+        if (known == NULL && type == 1) {
+            table_put(r, stream, ends ? RUNNING : PEER_OPEN);
+            if (stream > r->last_stream) r->last_stream = stream;
+        } else if (known != NULL && ends && known->state == PEER_OPEN) {
+            known->state = RUNNING;
+        }
+    }
+}
+
+/* One payload byte of a header-block frame: its pad length, priority, padding, or a fragment byte walked. */
+static void block_byte(struct h2_reader *r, uint8_t *byte) {
+    uint32_t p = r->payload_at++, length = length_of(r->head);
+    if (r->padded && p == 0) {
+        r->trail = *byte;
+    } else if (p >= r->lead && p + r->trail < length) {
+        *byte = hpack_walk_byte(&r->walk, *byte);
     }
 }
 
 /* Walks the bytes of one read from position from on (the held bytes of the last one first), rewriting RST_STREAM
- * frames; returns how many bytes end in a frame header not yet whole (held back for the next read). */
+ * frames; returns how many bytes end in a frame header not yet whole (held back for the next read). Where a frame
+ * is cut (r->cut), the walk stops at its start. */
 static size_t filter(struct h2_reader *r, const struct received *in, size_t from) {
     size_t i = from, header_start = from;
     r->head_at = r->head_at == 9 ? 9 : 0; /* a partial header was held back: it is read again from its start */
+    r->cut = SIZE_MAX;
     pthread_mutex_lock(&r->lock);
     while (i < in->total) {
         if (r->preface_left > 0) {
@@ -485,10 +556,17 @@ static size_t filter(struct h2_reader *r, const struct received *in, size_t from
             r->head[r->head_at++] = *byte_at(in, i++);
             if (r->head_at == 9) {
                 peer_header(r, in, header_start);
+                if (r->cut != SIZE_MAX) { /* gRPC's reading ends at the frame before: a frame boundary */
+                    r->head_at = 0, r->payload_left = 0;
+                    break;
+                }
                 if (r->payload_left == 0) r->head_at = 0;
             }
         } else if (r->replace != NULL) {
             *byte_at(in, i++) = r->replace[r->replace_at++];
+            if (--r->payload_left == 0) r->head_at = 0;
+        } else if (r->block) {
+            block_byte(r, byte_at(in, i++));
             if (--r->payload_left == 0) r->head_at = 0;
         } else {
             size_t skip = in->total - i < r->payload_left ? in->total - i : r->payload_left;
@@ -498,6 +576,7 @@ static size_t filter(struct h2_reader *r, const struct received *in, size_t from
         }
     }
     pthread_mutex_unlock(&r->lock);
+    if (r->cut != SIZE_MAX) return 0;
     return r->head_at < 9 ? r->head_at : 0;
 }
 
@@ -530,6 +609,95 @@ static size_t shift_iov(const struct iovec *iov, size_t parts, size_t skip, stru
     return count;
 }
 
+/* ---- a public port: what a client that hangs up or breaks the protocol leaves is never cancelled ---- */
+
+/* Frames to hand gRPC as if the gone peer had sent them (kept under r->lock). Out of memory: dropped. */
+static void synth_frame(struct h2_reader *r, uint8_t type, uint8_t flags, uint32_t stream, uint32_t increment) {
+    size_t size = type == 8 ? 13 : 9;
+    if (r->synth_count + size > r->synth_room) {
+        size_t room = r->synth_room ? r->synth_room * 2 : 256;
+        while (room < r->synth_count + size) room *= 2;
+        uint8_t *grown = realloc(r->synth, room);
+        if (grown == NULL) return;
+        r->synth = grown, r->synth_room = room;
+    }
+    uint8_t *f = r->synth + r->synth_count;
+    uint8_t length = (uint8_t)(size - 9);
+    uint8_t head[13] = {0, 0, length, type, flags, (uint8_t)(stream >> 24), (uint8_t)(stream >> 16),
+                        (uint8_t)(stream >> 8), (uint8_t)stream, (uint8_t)(increment >> 24),
+                        (uint8_t)(increment >> 16), (uint8_t)(increment >> 8), (uint8_t)increment};
+    memcpy(f, head, size);
+    r->synth_count += size;
+}
+
+/* Whether the server still runs a call of this connection (a stream the peer ended its side of, or reset). */
+static int runs_calls(const struct h2_reader *r) {
+    for (uint32_t i = 0; i < r->stream_room; i++) {
+        if (r->streams[i].stream != 0 && r->streams[i].state != PEER_OPEN) return 1;
+    }
+    return 0;
+}
+
+/* The peer is gone (hung up, or cut for a frame that would break a call): gRPC reads nothing more from it, and
+ * at a frame boundary each stream the peer left open is ended as if it had ended it (an empty DATA with
+ * END_STREAM), so the server finishes it. The connection ends for gRPC once it runs no call. */
+static void peer_gone(struct h2_reader *r) {
+    pthread_mutex_lock(&r->lock);
+    int boundary = r->preface_left == 0 && r->head_at < 9 && r->ready_count == 0;
+    r->gone = 1;
+    r->held_count = 0, r->ready_count = 0;
+    for (uint32_t i = 0; boundary && i < r->stream_room; i++) {
+        if (r->streams[i].stream == 0 || r->streams[i].state != PEER_OPEN) continue;
+        synth_frame(r, 0, 0x1, r->streams[i].stream, 0);
+        r->streams[i].state = RUNNING;
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* A read of a gone peer's connection: its frames, then EAGAIN while the server runs a call of it, then its end. */
+static ssize_t gone_read(int fd, struct h2_reader *r, const struct iovec *iov, size_t parts, size_t room) {
+    pthread_mutex_lock(&r->lock);
+    ssize_t result;
+    if (r->synth_count > 0 && room == 0) { /* nowhere to put them: read again */
+        shutdown(fd, SHUT_RD);
+        errno = EAGAIN;
+        result = -1;
+    } else if (r->synth_count > 0) {
+        size_t n = r->synth_count < room ? r->synth_count : room;
+        put_front(iov, parts, r->synth, n);
+        memmove(r->synth, r->synth + n, r->synth_count - n);
+        r->synth_count -= n;
+        result = (ssize_t)n;
+        if (r->synth_count > 0) shutdown(fd, SHUT_RD);
+    } else if (runs_calls(r)) {
+        errno = EAGAIN;
+        result = -1;
+    } else {
+        result = 0;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return result;
+}
+
+/* gRPC waits for the socket to say it is readable (edge-triggered): shutting down its reading side says so. */
+static void wake(int fd, struct h2_reader *r) {
+    pthread_mutex_lock(&r->lock);
+    int due = r->synth_count > 0 || !runs_calls(r);
+    pthread_mutex_unlock(&r->lock);
+    if (due) shutdown(fd, SHUT_RD);
+}
+
+/* A read that found the peer gone (0) or failed (an error other than one to wait on): hidden from gRPC on a public
+ * port while the server runs a call of the connection. */
+static int hang_up(ssize_t got, int error, struct h2_reader *r) {
+    if (!r->public || got > 0 || (got < 0 && (error == EAGAIN || error == EWOULDBLOCK || error == EINTR))) return 0;
+    pthread_mutex_lock(&r->lock);
+    int running = r->stream_count > 0;
+    pthread_mutex_unlock(&r->lock);
+    if (running) peer_gone(r);
+    return running;
+}
+
 typedef ssize_t (*reader_fn)(int fd, struct iovec *iov, size_t parts, void *context);
 
 /* Hands out up to room bytes of the decided header bytes waiting; returns how many. */
@@ -551,12 +719,26 @@ static int complete_held(int fd, struct h2_reader *r, ssize_t *result) {
         if (got > 0) r->held_count += (uint32_t)got;
     } while (blocking && got > 0 && r->held_count < sizeof r->held);
     if (got <= 0) {
+        int error = errno;
+        if (hang_up(got, error, r)) {
+            *result = gone_read(fd, r, &(struct iovec){r->held, 0}, 1, 0);
+            wake(fd, r);
+            return 0;
+        }
+        errno = error;
         *result = got;
         return 0;
     }
     struct iovec whole = {r->held, r->held_count};
     struct received in = {&whole, 1, r->held_count};
     size_t keep = filter(r, &in, 0);
+    if (r->cut != SIZE_MAX) { /* the header completed is one gRPC must never read */
+        peer_gone(r);
+        wake(fd, r);
+        errno = EAGAIN;
+        *result = -1;
+        return 0;
+    }
     if (keep) { /* still not whole: nothing more has arrived */
         errno = EAGAIN;
         *result = -1;
@@ -577,6 +759,7 @@ static ssize_t guarded_read(int fd, const struct iovec *iov, size_t parts, reade
     size_t room = 0;
     for (size_t p = 0; p < parts; p++) room += iov[p].iov_len;
     if (room == 0) return read_more(fd, (struct iovec *)iov, parts, context);
+    if (r->gone) return gone_read(fd, r, iov, parts, room);
     if (r->ready_count > 0) return (ssize_t)hand_ready(r, iov, parts, room);
     size_t held = r->held_count;
     if (room <= held) { /* no room past the held bytes: complete the header from the socket, or say EAGAIN */
@@ -589,6 +772,7 @@ static ssize_t guarded_read(int fd, const struct iovec *iov, size_t parts, reade
     size_t count = shift_iov(iov, parts, held, shifted);
     ssize_t got = read_more(fd, shifted, count, context);
     int error = errno;
+    if (hang_up(got, error, r)) return gone_read(fd, r, iov, parts, room);
     if (got == 0) { /* the peer is gone: a partial header means nothing */
         r->held_count = 0;
         return 0;
@@ -601,6 +785,13 @@ static ssize_t guarded_read(int fd, const struct iovec *iov, size_t parts, reade
     struct received in = {iov, parts, total};
     r->held_count = 0;
     size_t keep = filter(r, &in, 0);
+    if (r->cut != SIZE_MAX) { /* gRPC reads up to the frame it must never see, and nothing more of this peer */
+        size_t before = r->cut;
+        peer_gone(r);
+        wake(fd, r);
+        if (before > 0) return (ssize_t)before;
+        return gone_read(fd, r, iov, parts, room);
+    }
     for (size_t k = 0; k < keep; k++) r->held[k] = *byte_at(&in, total - keep + k);
     r->held_count = (uint32_t)keep;
     if (total > keep) return (ssize_t)(total - keep);
@@ -694,9 +885,13 @@ static void server_wrote(int fd, const struct iovec *iov, size_t parts, size_t t
             r->out_head[r->out_head_at++] = *byte_at(&in, i++);
             if (r->out_head_at < 9) continue;
             uint8_t type = r->out_head[3], flags = r->out_head[4];
-            uint32_t stream = stream_of(r->out_head + 5);
+            uint32_t stream = stream_of(r->out_head + 5), length = length_of(r->out_head);
             if (stream != 0 && (type == 3 || ((type == 0 || type == 1) && (flags & 0x1)))) server_ended(r, stream);
-            r->out_payload_left = length_of(r->out_head);
+            if (r->gone && type == 0 && length > 0) { /* nobody reads it: credit it back, or the call stalls */
+                synth_frame(r, 8, 0, stream, length);
+                synth_frame(r, 8, 0, 0, length);
+            }
+            r->out_payload_left = length;
             if (r->out_payload_left == 0) r->out_head_at = 0;
         } else {
             size_t skip = total - i < r->out_payload_left ? total - i : r->out_payload_left;
@@ -708,33 +903,56 @@ static void server_wrote(int fd, const struct iovec *iov, size_t parts, size_t t
     pthread_mutex_unlock(&r->lock);
 }
 
+/* A write on a watched connection: what the server wrote, followed. To a gone peer of a public port nothing is sent
+ * (it would fail, and gRPC would end the connection and its calls): the bytes count as written. A write that
+ * fails because the peer is gone makes it gone, while the server runs a call of the connection. */
+static ssize_t guarded_write(int fd, const struct iovec *iov, size_t parts, ssize_t sent) {
+    struct h2_reader *r = readers[fd];
+    size_t total = 0;
+    for (size_t p = 0; p < parts; p++) total += iov[p].iov_len;
+    if (sent < 0 && r->public && !r->gone && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        pthread_mutex_lock(&r->lock);
+        int running = r->stream_count > 0;
+        pthread_mutex_unlock(&r->lock);
+        if (running) peer_gone(r);
+    }
+    if (r->gone) sent = (ssize_t)total;
+    if (sent > 0) server_wrote(fd, iov, parts, (size_t)sent);
+    if (r->gone) wake(fd, r);
+    return sent;
+}
+
+static int gone(int fd) {
+    return watched(fd) && readers[fd]->gone;
+}
+
 ssize_t sendmsg(int fd, const struct msghdr *message, int flags) {
     resolve();
-    ssize_t sent = real_sendmsg(fd, message, flags);
-    if (sent > 0 && watched(fd)) server_wrote(fd, message->msg_iov, message->msg_iovlen, (size_t)sent);
+    ssize_t sent = gone(fd) ? 0 : real_sendmsg(fd, message, flags);
+    if (watched(fd)) return guarded_write(fd, message->msg_iov, message->msg_iovlen, sent);
     return sent;
 }
 
 ssize_t send(int fd, const void *buffer, size_t length, int flags) {
     resolve();
-    ssize_t sent = real_send(fd, buffer, length, flags);
+    ssize_t sent = gone(fd) ? 0 : real_send(fd, buffer, length, flags);
     struct iovec one = {(void *)buffer, length};
-    if (sent > 0 && watched(fd)) server_wrote(fd, &one, 1, (size_t)sent);
+    if (watched(fd)) return guarded_write(fd, &one, 1, sent);
     return sent;
 }
 
 ssize_t write(int fd, const void *buffer, size_t length) {
     resolve();
-    ssize_t sent = real_write(fd, buffer, length);
+    ssize_t sent = gone(fd) ? 0 : real_write(fd, buffer, length);
     struct iovec one = {(void *)buffer, length};
-    if (sent > 0 && watched(fd)) server_wrote(fd, &one, 1, (size_t)sent);
+    if (watched(fd)) return guarded_write(fd, &one, 1, sent);
     return sent;
 }
 
 ssize_t writev(int fd, const struct iovec *iov, int parts) {
     resolve();
-    ssize_t sent = real_writev(fd, iov, parts);
-    if (sent > 0 && watched(fd)) server_wrote(fd, iov, (size_t)parts, (size_t)sent);
+    ssize_t sent = gone(fd) ? 0 : real_writev(fd, iov, parts);
+    if (watched(fd) && parts >= 0) return guarded_write(fd, iov, (size_t)parts, sent);
     return sent;
 }
 

@@ -1,0 +1,195 @@
+"""The guard on a gRPC port clients reach directly (TRITON_GUARD_H2_PUBLIC, `server start --checks-in-server`),
+loaded into a stand-in program: a client's deadline (grpc-timeout) reaches the program renamed, however it was
+HPACK-coded and split, with every other header as sent; a frame that would make gRPC reset a running call is
+never read, nor anything after it; the connection of a client that hangs up or is cut ends for the program only
+once it has ended every call of it. A real HPACK decoder (hpack) reads what the program read."""
+
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+from hpack import Decoder, Encoder
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tpserve.common.endpoints import free_ports
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+END_STREAM, END_HEADERS, PADDED, PRIORITY = 0x1, 0x4, 0x8, 0x20
+DATA, HEADERS, SETTINGS, WINDOW_UPDATE, CONTINUATION = 0x0, 0x1, 0x4, 0x8, 0x9
+
+# accepts one connection on the port in argv[1], reads argv[4] bytes at a time (waiting on EAGAIN) until the
+# peer's end; once it has read argv[2] bytes, or read nothing new for 0.5 s, it writes argv[3] (hex) as its own
+# frames. Prints what it read.
+STAND_IN = """
+import select, socket, sys, time
+server = socket.socket(); server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("127.0.0.1", int(sys.argv[1]))); server.listen(8); print("listening", flush=True)
+conn, _ = server.accept(); conn.setblocking(False)
+read, wrote, after, last = b"", False, int(sys.argv[2]), time.monotonic()
+while True:
+    if not wrote and (len(read) >= after or (read and time.monotonic() - last > 0.5)):
+        conn.sendall(bytes.fromhex(sys.argv[3])); wrote = True
+    select.select([conn], [], [], 0.1)
+    try:
+        chunk = conn.recv(int(sys.argv[4]))
+    except BlockingIOError:
+        time.sleep(0.01)
+        continue
+    except ConnectionResetError:  # the peer's end, as the program would see it
+        break
+    if not chunk:
+        break
+    read, last = read + chunk, time.monotonic()
+sys.stdout.buffer.write(read)
+"""
+TRAILERS = b"\x88"  # :status 200, indexed: the server's end of a stream
+
+
+def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + struct.pack(">I", stream) + payload
+
+
+def frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
+    """(type, flags, stream, payload) of each frame after the preface."""
+    found, at = [], len(PREFACE)
+    while at < len(data):
+        length = int.from_bytes(data[at : at + 3], "big")
+        kind, flags = data[at + 3], data[at + 4]
+        stream = int.from_bytes(data[at + 5 : at + 9], "big") & 0x7FFFFFFF
+        found.append((kind, flags, stream, data[at + 9 : at + 9 + length]))
+        at += 9 + length
+    return found
+
+
+def ends(streams) -> bytes:
+    """The server's end of each stream (trailers with END_STREAM)."""
+    return b"".join(frame(HEADERS, END_HEADERS | END_STREAM, s, TRAILERS) for s in streams)
+
+
+def through_guard(shim, pieces: list[bytes], writes: bytes, after: int = 1 << 30, read_size: int = 65536):
+    """What the stand-in read of pieces sent one by one (and whether it saw the end), on a public gRPC port."""
+    (port,) = free_ports(1)
+    env = {**os.environ, "LD_PRELOAD": str(shim), "TRITON_GUARD_H2_PORTS": str(port)}
+    env["TRITON_GUARD_H2_PUBLIC"] = str(port)
+    command = [sys.executable, "-c", STAND_IN, str(port), str(after), writes.hex(), str(read_size)]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE)
+    assert process.stdout.readline() == b"listening\n"
+    with socket.create_connection(("127.0.0.1", port)) as client:
+        for piece in pieces:
+            client.sendall(piece)
+            time.sleep(0.01)
+    out, _ = process.communicate(timeout=30)
+    return out
+
+
+def block_frames(stream: int, block: bytes, cuts: list[int], padded: bool, flags: int = END_STREAM) -> bytes:
+    """block as a HEADERS frame (padded and with a priority where asked) and CONTINUATION frames, split at cuts."""
+    edges = [0, *sorted({c for c in cuts if 0 < c < len(block)}), len(block)]
+    parts = [block[a:b] for a, b in zip(edges, edges[1:])]
+    last = len(parts) - 1
+    head_flags = flags | (END_HEADERS if last == 0 else 0)
+    first = parts[0]
+    if padded:
+        first, head_flags = bytes([3]) + bytes(5) + first + b"\0\0\0", head_flags | PADDED | PRIORITY
+    out = frame(HEADERS, head_flags, stream, first)
+    for i, part in enumerate(parts[1:], start=1):
+        out += frame(CONTINUATION, END_HEADERS if i == last else 0, stream, part)
+    return out
+
+
+def read_blocks(data: bytes) -> list[list[tuple[str, str]]]:
+    """Each header block the program read, decoded (padding and priority taken off)."""
+    decoder, blocks, pending = Decoder(), [], b""
+    for kind, flags, _, payload in frames(data):
+        if kind == HEADERS:
+            if flags & PADDED:
+                payload = payload[1 : len(payload) - payload[0]]
+            if flags & PRIORITY:
+                payload = payload[5:]
+            pending = payload
+        elif kind == CONTINUATION:
+            pending += payload
+        else:
+            continue
+        if flags & END_HEADERS:
+            blocks.append(
+                [(k.decode() if isinstance(k, bytes) else k, v) for k, v in decoder.decode(pending, raw=False)]
+            )
+    return blocks
+
+
+HEADER_NAMES = st.sampled_from(
+    [":path", "content-type", "te", "grpc-timeout", "user-agent", "x-grpc-timeout", "grpc-timeou"]
+)
+HEADER = st.tuples(HEADER_NAMES, st.text("0123456789mSHu", min_size=1, max_size=9))
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    blocks=st.lists(st.lists(HEADER, min_size=1, max_size=6), min_size=1, max_size=4),
+    huffman=st.booleans(),
+    sensitive=st.booleans(),
+    padded=st.booleans(),
+    cuts=st.lists(st.integers(1, 60), max_size=3),
+    split=st.integers(1, 40),
+)
+def test_a_deadline_reaches_grpc_renamed_and_every_other_header_as_sent(
+    shim, blocks, huffman, sensitive, padded, cuts, split
+):
+    encoder = Encoder()
+    sent = PREFACE + frame(SETTINGS, 0, 0)
+    for i, headers in enumerate(blocks):
+        block = (
+            encoder.encode(headers, huffman=huffman)
+            if not sensitive
+            else encoder.encode([(k, v, True) for k, v in headers], huffman=huffman)
+        )
+        sent += block_frames(1 + 2 * i, block, cuts, padded)
+    pieces = [sent[i : i + split] for i in range(0, len(sent), split)]
+    read = read_blocks(through_guard(shim, pieces, ends(range(1, 2 * len(blocks), 2)), len(sent)))
+    expected = [[("grpc-timeous" if k == "grpc-timeout" else k, v) for k, v in headers] for headers in blocks]
+    assert read == expected
+
+
+def test_a_frame_that_would_reset_a_running_call_is_never_read_and_the_end_waits_for_the_call(shim):
+    call = frame(HEADERS, END_HEADERS, 1, b"\x83\x86") + frame(DATA, END_STREAM, 1, b"\0\0\0\0\x01x")
+    opened = frame(HEADERS, END_HEADERS, 3, b"\x83\x86")  # a stream the client leaves open
+    again = frame(DATA, 0, 1, b"\0\0\0\0\x01y")  # after its END_STREAM: gRPC would reset the call
+    sent = PREFACE + frame(SETTINGS, 0, 0) + call + opened
+    later = again + frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 9))
+    read = through_guard(shim, [sent, later], ends([1, 3]), len(sent) + 9)
+    assert read[: len(sent)] == sent
+    assert frames(read)[len(frames(sent)) :] == [(DATA, END_STREAM, 3, b"")]  # the open stream ended, nothing else
+
+
+def test_a_client_that_hangs_up_is_seen_gone_only_once_its_calls_ended(shim):
+    call = frame(HEADERS, END_HEADERS, 1, b"\x83\x86") + frame(DATA, END_STREAM, 1, b"\0\0\0\0\x01x")
+    sent = PREFACE + frame(SETTINGS, 0, 0) + call
+    answer = frame(HEADERS, END_HEADERS, 1, b"\x88") + frame(DATA, 0, 1, b"\0\0\0\0\x02ok")
+    read = through_guard(shim, [sent], answer + ends([1]))  # written once the client is gone (0.5 s quiet)
+    after = frames(read)[len(frames(sent)) :]
+    credit = struct.pack(">I", 7)  # the answer's DATA, credited back as if the client had read it
+    assert read[: len(sent)] == sent and after == [(WINDOW_UPDATE, 0, 1, credit), (WINDOW_UPDATE, 0, 0, credit)]
+
+
+def test_small_reads_take_the_ended_streams_over_several_reads(shim):
+    opened = b"".join(frame(HEADERS, END_HEADERS, s, b"\x83\x86") for s in (1, 3, 5))
+    sent = PREFACE + frame(SETTINGS, 0, 0) + opened
+    read = through_guard(shim, [sent], ends([1, 3, 5]), len(sent) + 27, read_size=5)
+    ended = sorted(frames(read)[len(frames(sent)) :], key=lambda f: f[2])  # in the order of the guard's table
+    assert ended == [(DATA, END_STREAM, s, b"") for s in (1, 3, 5)]
+
+
+@pytest.mark.parametrize("huffman", [False, True])
+def test_a_name_that_only_starts_like_the_deadline_is_left_alone(shim, huffman):
+    encoder = Encoder()
+    headers = [("grpc-timeout-x", "1S"), ("grpc-timeouts", "2S"), ("grpc-timeout", "3S")]
+    block = encoder.encode(headers, huffman=huffman)
+    sent = PREFACE + frame(SETTINGS, 0, 0) + block_frames(1, block, [], False)
+    read = read_blocks(through_guard(shim, [sent], ends([1]), len(sent)))
+    assert read == [[("grpc-timeout-x", "1S"), ("grpc-timeouts", "2S"), ("grpc-timeous", "3S")]]
