@@ -24,6 +24,15 @@
  *    the next read, so a split frame never waits for its rest. The server's writes are followed too: a stream
  *    either side ends leaves the table of open streams, which grows as needed (no cap a client can fill).
  *
+ * 2b. On the ports also in TRITON_GUARD_H2_PUBLIC (tritonserver's gRPC port where clients reach it directly:
+ *    `--checks-in-server`), nobody holds a client's connection open, so the guard holds what Envoy held: a deadline's
+ *    grpc-timeout is renamed in header blocks as they pass (grpc_headers.c); a hang-up (the read's end or error, or
+ *    a write's) is hidden from gRPC until the server has ended every call of the connection (the streams the client
+ *    left open ended as if it had, the server's writes counted as sent and their flow-control credit handed back),
+ *    then the socket's reading side is shut down to wake gRPC's edge-triggered poller into reading the end; a frame
+ *    that would make gRPC reset a running call (DATA or HEADERS after the client ended its side, HEADERS reopening a
+ *    closed stream or on stream 0) is never read, nor anything after it, and the connection counts as hung up.
+ *
  * 4. (http_front.c) On the ports in TRITON_GUARD_FRONT_HTTP, clients reach tritonserver's HTTP port directly and the
  *    edge's HTTP checks run inside its reads: it is handed only whole requests that passed them.
  *
