@@ -90,7 +90,7 @@ def envoy_bench(model, protocols, concurrency, interval_ms, out, state_dir):
     type=click.Path(path_type=Path),
     default=None,
     help="The state folder of a second server of the same repository started with `start --no-edge "
-    "--checks-in-server`: its HTTP port is a target too.",
+    "--checks-in-server`: its HTTP and gRPC ports are targets too.",
 )
 @click.option(
     "--plain",

@@ -174,9 +174,9 @@ def targets(
         "direct": endpoint(protocol, None, state_dir / "replica-0"),
         "edge": endpoint(protocol, None, state_dir),
     }
-    if in_server is not None and protocol == "http":  # its gRPC port is tritonserver's own: nothing checked there
+    if in_server is not None:  # HTTP checked in its reads; gRPC held by the guard on its public port
         found[IN_SERVER] = endpoint(protocol, None, in_server)
-    if plain is not None and protocol == "http":
+    if plain is not None:
         found[PLAIN] = endpoint(protocol, None, plain)
     for running in copies:
         found[running.variant.name] = dataclasses.replace(found["edge"], url=running.url(protocol))
