@@ -20,7 +20,7 @@ from tpserve.common.endpoints import free_ports
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 END_STREAM, END_HEADERS, PADDED, PRIORITY = 0x1, 0x4, 0x8, 0x20
-DATA, HEADERS, SETTINGS, WINDOW_UPDATE, CONTINUATION = 0x0, 0x1, 0x4, 0x8, 0x9
+DATA, HEADERS, PRIORITY_FRAME, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
 
 # accepts one connection on the port in argv[1], reads argv[4] bytes at a time (waiting on EAGAIN) until the
 # peer's end; once it has read argv[2] bytes, or read nothing new for 0.5 s, it writes argv[3] (hex) as its own
@@ -193,3 +193,66 @@ def test_a_name_that_only_starts_like_the_deadline_is_left_alone(shim, huffman):
     sent = PREFACE + frame(SETTINGS, 0, 0) + block_frames(1, block, [], False)
     read = read_blocks(through_guard(shim, [sent], ends([1]), len(sent)))
     assert read == [[("grpc-timeout-x", "1S"), ("grpc-timeouts", "2S"), ("grpc-timeous", "3S")]]
+
+
+CALL = frame(HEADERS, END_HEADERS, 1, b"\x83\x86") + frame(DATA, END_STREAM, 1, b"\0\0\0\0\x01x")  # running
+BREAKERS = {
+    "DATA on stream 0": frame(DATA, 0, 0, b"x"),
+    "DATA on a stream never opened": frame(DATA, 0, 9, b"x"),
+    "HEADERS again on the running call": frame(HEADERS, END_HEADERS | END_STREAM, 1, b"\x88"),
+    "HEADERS on an even stream": frame(HEADERS, END_HEADERS, 4, b"\x83"),
+    "HEADERS reopening a closed stream": frame(HEADERS, END_HEADERS, 1, b"\x83"),
+    "a reset of stream 0": frame(RST_STREAM, 0, 0, b"\0\0\0\x08"),
+    "a reset of a stream never opened": frame(RST_STREAM, 0, 7, b"\0\0\0\x08"),
+    "a reset of 5 bytes": frame(RST_STREAM, 0, 1, b"\0\0\0\x08\0"),
+    "SETTINGS on a stream": frame(SETTINGS, 0, 1, b""),
+    "SETTINGS of 5 bytes": frame(SETTINGS, 0, 0, b"\0\x04\0\0\0"),
+    "a SETTINGS ACK with a payload": frame(SETTINGS, 0x1, 0, b"\0\x04\0\0\0\x01"),
+    "a PUSH_PROMISE": frame(PUSH_PROMISE, END_HEADERS, 1, b"\0\0\0\x02\x82"),
+    "PING of 7 bytes": frame(PING, 0, 0, b"1234567"),
+    "PING on a stream": frame(PING, 0, 1, b"12345678"),
+    "GOAWAY of 4 bytes": frame(GOAWAY, 0, 0, b"\0\0\0\x01"),
+    "WINDOW_UPDATE of 5 bytes": frame(WINDOW_UPDATE, 0, 0, b"\0\0\0\x01\0"),
+    "WINDOW_UPDATE on a stream never opened": frame(WINDOW_UPDATE, 0, 11, b"\0\0\0\x01"),
+    "PRIORITY of 4 bytes": frame(PRIORITY_FRAME, 0, 3, b"\0\0\0\x01"),
+    "a CONTINUATION outside a header block": frame(CONTINUATION, END_HEADERS, 1, b"\x82"),
+    "another frame inside a header block": frame(HEADERS, 0, 3, b"\x83") + frame(PING, 0, 0, b"12345678"),
+    "a frame longer than the server allows": frame(DATA, 0, 0, b"x" * 16385),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BREAKERS))
+def test_a_frame_that_would_end_the_connection_is_never_read(shim, case):
+    sent = PREFACE + frame(SETTINGS, 0, 0) + CALL
+    bad = BREAKERS[case]
+    kept = bad[: bad.index(frame(PING, 0, 0, b"12345678"))] if case == "another frame inside a header block" else b""
+    read = through_guard(shim, [sent, bad + frame(PING, 0, 0, b"abcdefgh")], ends([1, 3] if kept else [1]))
+    # a header block cut between representations is ended (an empty CONTINUATION), then its stream
+    ended = frame(CONTINUATION, END_HEADERS, 3) + frame(DATA, END_STREAM, 3) if kept else b""
+    assert read == sent + kept + ended
+
+
+def test_a_header_block_cut_inside_a_representation_is_left_unended_and_makes_no_call(shim):
+    sent = PREFACE + frame(SETTINGS, 0, 0) + CALL + frame(HEADERS, 0, 3, b"\x83\x40\x05ab")  # inside a name
+    read = through_guard(shim, [sent, frame(PING, 0, 0, b"1234567")], ends([1]))  # only the call's end awaited
+    assert read == sent
+
+
+def test_frames_a_client_may_send_are_all_read(shim):
+    block = Encoder().encode([(":path", "/x")])
+    sent = (
+        PREFACE + frame(SETTINGS, 0, 0, b"\0\x04\0\x10\0\0") + frame(SETTINGS, 0x1, 0) + frame(PING, 0, 0, b"12345678")
+    )
+    sent += (
+        frame(HEADERS, 0, 1, block[:1])
+        + frame(CONTINUATION, 0, 1, block[1:2])
+        + frame(CONTINUATION, END_HEADERS, 1, block[2:])
+    )
+    sent += (
+        frame(DATA, 0, 1, b"abc")
+        + frame(WINDOW_UPDATE, 0, 1, b"\0\0\x01\0")
+        + frame(PRIORITY_FRAME, 0, 1, b"\0\0\0\0\x10")
+    )
+    sent += frame(HEADERS, END_HEADERS | END_STREAM, 1, b"\x40\x01a\x01b") + frame(0x42, 0, 0, b"unknown")  # trailers
+    sent += frame(WINDOW_UPDATE, 0, 0, b"\0\0\x01\0") + frame(GOAWAY, 0, 0, b"\0\0\0\x01\0\0\0\0")
+    assert through_guard(shim, [sent], ends([1]), len(sent)) == sent

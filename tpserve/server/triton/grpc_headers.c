@@ -125,3 +125,7 @@ uint8_t hpack_walk_byte(struct hpack_walk *w, uint8_t byte) {
         return string_byte(w, byte);
     }
 }
+
+int hpack_walk_between(const struct hpack_walk *w) {
+    return w->state == REPRESENTATION;
+}

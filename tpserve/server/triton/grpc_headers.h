@@ -27,4 +27,7 @@ void hpack_walk_start(struct hpack_walk *w);
 /* One byte of a header block: the byte to hand out in its place (itself unless it ends a grpc-timeout name). */
 uint8_t hpack_walk_byte(struct hpack_walk *w, uint8_t byte);
 
+/* Whether the block read so far ends between representations (so it may end there). */
+int hpack_walk_between(const struct hpack_walk *w);
+
 #endif

@@ -119,6 +119,12 @@ struct h2_reader {
     uint32_t lead, trail;     /* payload bytes before the fragment (pad length, priority) and after (padding) */
     uint32_t payload_at;      /* payload bytes read of the current frame */
     uint32_t last_stream;     /* the highest stream the peer opened */
+    uint32_t continuing;      /* the stream whose header block goes on in CONTINUATION frames (0: none) */
+    uint32_t block_stream;    /* the stream of the last header block begun */
+    uint32_t max_frame;       /* the longest frame the server allows (the largest it announced; 16384 before) */
+    uint8_t out_setting[6];   /* a SETTINGS entry the server is writing */
+    uint32_t out_setting_at;
+    uint8_t out_settings;     /* the server's frame being written is a SETTINGS (not an ACK) */
     size_t cut;               /* where in the read a frame gRPC must never see starts (SIZE_MAX: none) */
     struct hpack_walk walk;   /* the header block being read: grpc-timeout renamed (grpc_headers.c) */
     uint8_t *synth;           /* frames of the gone peer's to hand out (stream ends, window credit) */
@@ -331,6 +337,7 @@ static void watch(int fd, int public) {
     reader->preface_left = PREFACE;
     reader->public = (uint8_t)public;
     reader->cut = SIZE_MAX;
+    reader->max_frame = 16384;
     pthread_mutex_init(&reader->lock, NULL);
     readers[fd] = reader;
 }
@@ -479,14 +486,33 @@ static uint8_t *byte_at(const struct received *in, size_t at) {
     return NULL;
 }
 
-/* A frame a client that reaches gRPC directly must never have gRPC read: one that would make it reset a call
- * already whole (DATA or HEADERS after the client ended its side) or end the connection (HEADERS reopening a
- * closed stream or on stream 0, DATA on stream 0). Either cancels calls the server is running. */
-static int breaks_a_call(const struct h2_reader *r, uint8_t type, uint32_t stream, const struct stream_state *known) {
-    if (type != 0 && type != 1) return 0;
-    if (stream == 0) return 1;
-    if (known != NULL) return known->state != PEER_OPEN;
-    return type == 1 && (stream <= r->last_stream || !(stream & 1));
+/* A frame a client that reaches gRPC directly must never have gRPC read: one that would make gRPC reset a call it
+ * runs, or end the connection and with it every call (RFC 7540's connection errors that a frame header shows).
+ * Stream rules: DATA or HEADERS after the client ended its side, HEADERS on an open stream other than its
+ * trailers; HEADERS reopening a closed stream, on an even one or on stream 0; DATA on stream 0, or a reset or
+ * WINDOW_UPDATE on a stream never opened.
+ * Framing rules: a frame longer than the server allows (its SETTINGS_MAX_FRAME_SIZE); anything but a CONTINUATION
+ * of the same stream inside a header block, or a CONTINUATION outside one; a PUSH_PROMISE (only servers push);
+ * control frames on a stream, or of the wrong size. */
+static int breaks_a_call(const struct h2_reader *r, uint8_t type, uint8_t flags, uint32_t length, uint32_t stream,
+                         const struct stream_state *known) {
+    int idle = stream > r->last_stream && known == NULL;
+    if (length > r->max_frame) return 1;
+    if (r->continuing != 0) return type != 9 || stream != r->continuing;
+    switch (type) {
+    case 0: return stream == 0 || (known != NULL ? known->state != PEER_OPEN : idle);
+    case 1: /* opens a stream, or ends an open one (trailers) */
+        return stream == 0 || (known != NULL ? known->state != PEER_OPEN || !(flags & 0x1) : !idle || !(stream & 1));
+    case 2: return stream == 0 || length != 5;
+    case 3: return stream == 0 || length != 4 || idle;
+    case 4: return stream != 0 || (flags & 0x1 ? length != 0 : length % 6 != 0);
+    case 5: return 1;
+    case 6: return stream != 0 || length != 8;
+    case 7: return stream != 0 || length < 8;
+    case 8: return length != 4 || (stream != 0 && idle);
+    case 9: return 1; /* outside a header block */
+    default: return 0; /* an unknown type: ignored, as RFC 7540 asks */
+    }
 }
 
 /* How the payload of a HEADERS (type 1) or CONTINUATION (9) frame is read: its header block fragment walked. */
@@ -511,11 +537,15 @@ static void peer_header(struct h2_reader *r, const struct received *in, size_t a
     r->payload_at = 0;
     struct stream_state *known = table_find(r, stream);
     if (r->public) {
-        if (breaks_a_call(r, type, stream, known)) {
+        if (breaks_a_call(r, type, flags, r->payload_left, stream, known)) {
             r->cut = at;
             return;
         }
         block_begins(r, type, flags);
+        if (type == 1 || type == 9) {
+            r->continuing = (flags & 0x4) ? 0 : stream; /* END_HEADERS ends the block */
+            r->block_stream = stream;
+        }
     }
     if (type == 3 && memcmp(r->head, rst_length, 3) == 0) {
         int open = known != NULL && known->state == PEER_OPEN;
@@ -653,6 +683,17 @@ static int runs_calls(const struct h2_reader *r) {
 static void peer_gone(struct h2_reader *r) {
     pthread_mutex_lock(&r->lock);
     int boundary = r->preface_left == 0 && r->head_at < 9 && r->ready_count == 0;
+    uint32_t block_stream = r->continuing ? r->continuing : (r->head_at == 9 && r->block ? r->block_stream : 0);
+    if (block_stream != 0) { /* gRPC is inside a header block: it may read nothing but its end */
+        if (boundary && hpack_walk_between(&r->walk)) {
+            synth_frame(r, 9, 0x4, block_stream, 0); /* an empty CONTINUATION with END_HEADERS */
+        } else { /* it ends mid-representation: no call was made of it, and no frame may follow */
+            struct stream_state *known = table_find(r, block_stream);
+            if (known != NULL) table_drop(r, known);
+            boundary = 0;
+        }
+        r->continuing = 0;
+    }
     r->gone = 1;
     r->held_count = 0, r->ready_count = 0;
     for (uint32_t i = 0; boundary && i < r->stream_room; i++) {
@@ -883,6 +924,18 @@ int ioctl(int fd, unsigned long request, ...) {
     return real_ioctl(fd, request, argument);
 }
 
+/* A byte of the server's SETTINGS: the longest frame it allows is the largest it announced (never less than
+ * RFC 7540's 16384), so that a frame the server accepts is never cut. */
+static void server_setting_byte(struct h2_reader *r, uint8_t byte) {
+    r->out_setting[r->out_setting_at++] = byte;
+    if (r->out_setting_at < 6) return;
+    r->out_setting_at = 0;
+    uint32_t id = ((uint32_t)r->out_setting[0] << 8) | r->out_setting[1];
+    uint32_t value = ((uint32_t)r->out_setting[2] << 24) | ((uint32_t)r->out_setting[3] << 16) |
+                     ((uint32_t)r->out_setting[4] << 8) | r->out_setting[5];
+    if (id == 5 && value > r->max_frame && value <= 0xffffff) r->max_frame = value;
+}
+
 /* The server's own frames as written: a stream it ends (END_STREAM, or its RST_STREAM) leaves the table. */
 static void server_wrote(int fd, const struct iovec *iov, size_t parts, size_t total) {
     struct h2_reader *r = readers[fd];
@@ -901,7 +954,11 @@ static void server_wrote(int fd, const struct iovec *iov, size_t parts, size_t t
                 synth_frame(r, 8, 0, 0, length);
             }
             r->out_payload_left = length;
+            r->out_settings = type == 4 && !(flags & 0x1), r->out_setting_at = 0;
             if (r->out_payload_left == 0) r->out_head_at = 0;
+        } else if (r->out_settings) {
+            server_setting_byte(r, *byte_at(&in, i++));
+            if (--r->out_payload_left == 0) r->out_head_at = 0;
         } else {
             size_t skip = total - i < r->out_payload_left ? total - i : r->out_payload_left;
             r->out_payload_left -= (uint32_t)skip;
