@@ -208,3 +208,33 @@ def fuzz_report(examples: int, random: bool, outcomes: Counter, samples: dict) -
     for name, found in sorted(samples.items()):
         lines += [f"**{name}**", "", *(f"- `{s[:300]!r}`" for s in found[:3]), ""]
     return "\n".join(lines)
+
+
+def test_grpc_calls_of_any_size_and_streams_pass_the_guard_uncut(checked_echo):
+    """Real gRPC clients on the guarded public gRPC port: a 16 MiB tensor (past every window the server first
+    announces, so the server's WINDOW_UPDATEs must be followed), a call with a deadline, and a ModelStreamInfer stream
+    of several requests are all answered, and the guard cut no connection."""
+    import queue
+
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    state, state_dir = checked_echo
+    big = np.ones((1024, 4096), np.float32)
+    with grpcclient.InferenceServerClient(state.grpc_url) as client:
+        tensor = grpcclient.InferInput("A", list(big.shape), "FP32")
+        tensor.set_data_from_numpy(big)
+        for _ in range(3):
+            assert client.infer("echo", [tensor]).as_numpy("READ")[0] == b"A:FP32:[1024,4096]"
+        assert client.infer("echo", [tensor], client_timeout=60).as_numpy("READ")[0] == b"A:FP32:[1024,4096]"
+        answers: queue.Queue = queue.Queue()
+        client.start_stream(callback=lambda result, error: answers.put(error or result))
+        small = grpcclient.InferInput("A", [1, 4], "FP32")
+        small.set_data_from_numpy(np.ones((1, 4), np.float32))
+        for _ in range(5):
+            client.async_stream_infer("echo", [small])
+        got = [answers.get(timeout=60) for _ in range(5)]
+        client.stop_stream()
+    assert all(g.as_numpy("READ")[0] == b"A:FP32:[1,4]" for g in got), got
+    log = (state_dir / "tritonserver.log").read_text(errors="replace")
+    assert "a gRPC client sent a frame" not in log

@@ -218,18 +218,54 @@ BREAKERS = {
     "a CONTINUATION outside a header block": frame(CONTINUATION, END_HEADERS, 1, b"\x82"),
     "another frame inside a header block": frame(HEADERS, 0, 3, b"\x83") + frame(PING, 0, 0, b"12345678"),
     "a frame longer than the server allows": frame(DATA, 0, 0, b"x" * 16385),
+    "a WINDOW_UPDATE of 0 on the connection": frame(WINDOW_UPDATE, 0, 0, b"\0\0\0\0"),
+    "a WINDOW_UPDATE of 0 on the running call": frame(WINDOW_UPDATE, 0, 1, b"\0\0\0\0"),
+    "a WINDOW_UPDATE past 2^31-1": frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 2**31 - 65535)),
+    "SETTINGS_ENABLE_PUSH of 2": frame(SETTINGS, 0, 0, struct.pack(">HI", 2, 2)),
+    "SETTINGS_INITIAL_WINDOW_SIZE of 2^31": frame(SETTINGS, 0, 0, struct.pack(">HI", 4, 2**31)),
+    "SETTINGS_MAX_FRAME_SIZE of 100": frame(SETTINGS, 0, 0, struct.pack(">HI", 5, 100)),
+    "SETTINGS of 17 entries": frame(SETTINGS, 0, 0, struct.pack(">HI", 3, 100) * 17),
+    "an initial window that takes a stream's past 2^31-1": frame(
+        WINDOW_UPDATE, 0, 1, struct.pack(">I", 2**31 - 1 - 65535)
+    )
+    + frame(SETTINGS, 0, 0, struct.pack(">HI", 4, 65536)),
+}
+KEPT = {  # what of the case is read before the frame that is cut
+    "another frame inside a header block": frame(HEADERS, 0, 3, b"\x83"),
+    "an initial window that takes a stream's past 2^31-1": frame(
+        WINDOW_UPDATE, 0, 1, struct.pack(">I", 2**31 - 1 - 65535)
+    ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(BREAKERS))
 def test_a_frame_that_would_end_the_connection_is_never_read(shim, case):
     sent = PREFACE + frame(SETTINGS, 0, 0) + CALL
-    bad = BREAKERS[case]
-    kept = bad[: bad.index(frame(PING, 0, 0, b"12345678"))] if case == "another frame inside a header block" else b""
-    read = through_guard(shim, [sent, bad + frame(PING, 0, 0, b"abcdefgh")], ends([1, 3] if kept else [1]))
+    bad, kept = BREAKERS[case], KEPT.get(case, b"")
+    block = case == "another frame inside a header block"
+    read = through_guard(shim, [sent, bad + frame(PING, 0, 0, b"abcdefgh")], ends([1, 3] if block else [1]))
     # a header block cut between representations is ended (an empty CONTINUATION), then its stream
-    ended = frame(CONTINUATION, END_HEADERS, 3) + frame(DATA, END_STREAM, 3) if kept else b""
+    ended = frame(CONTINUATION, END_HEADERS, 3) + frame(DATA, END_STREAM, 3) if block else b""
     assert read == sent + kept + ended
+
+
+def test_data_past_the_window_the_server_announced_is_never_read(shim):
+    opened = frame(HEADERS, END_HEADERS, 3, b"\x83\x86")  # the server announced nothing: 65,535 bytes of window
+    sent = PREFACE + frame(SETTINGS, 0, 0) + CALL + opened + frame(DATA, 0, 3, b"x" * 6)
+    left = 65535 - 12  # the call's message and the first DATA spent the connection's window (shared by streams)
+    fits = b"".join(frame(DATA, 0, 3, b"x" * 16384) for _ in range(3)) + frame(DATA, 0, 3, b"x" * (left - 3 * 16384))
+    read = through_guard(shim, [sent, fits, frame(DATA, 0, 3, b"x")], ends([1, 3]))
+    assert read == sent + fits + frame(DATA, END_STREAM, 3)
+
+
+def test_the_windows_the_server_announces_let_the_client_send_more(shim):
+    opened = PREFACE + frame(SETTINGS, 0, 0) + frame(HEADERS, END_HEADERS, 1, b"\x83\x86")
+    big = b"".join(frame(DATA, 0, 1, b"x" * 16384) for _ in range(8))  # 128 KiB: past 65,535 without the server's
+    grant = frame(SETTINGS, 0, 0, struct.pack(">HI", 4, 1 << 20)) + frame(
+        WINDOW_UPDATE, 0, 0, struct.pack(">I", 1 << 20)
+    )
+    read = through_guard(shim, [opened, big + frame(DATA, END_STREAM, 1, b"")], grant + ends([1]), len(opened))
+    assert read == opened + big + frame(DATA, END_STREAM, 1, b"")
 
 
 def test_a_header_block_cut_inside_a_representation_is_left_unended_and_makes_no_call(shim):
@@ -256,3 +292,5 @@ def test_frames_a_client_may_send_are_all_read(shim):
     sent += frame(HEADERS, END_HEADERS | END_STREAM, 1, b"\x40\x01a\x01b") + frame(0x42, 0, 0, b"unknown")  # trailers
     sent += frame(WINDOW_UPDATE, 0, 0, b"\0\0\x01\0") + frame(GOAWAY, 0, 0, b"\0\0\0\x01\0\0\0\0")
     assert through_guard(shim, [sent], ends([1]), len(sent)) == sent
+    pieces = [sent[i : i + 3] for i in range(0, len(sent), 3)]  # control frames split, read whole by the guard
+    assert through_guard(shim, pieces, ends([1]), len(sent), read_size=7) == sent

@@ -77,6 +77,10 @@
 #define MAX_PORTS 8
 #define MAX_FDS 65536
 #define PREFACE 24
+#define CONTROL_CAP 96 /* the longest control frame a public port reads whole before gRPC does (16 SETTINGS) */
+#define HELD_ROOM (9 + CONTROL_CAP)
+#define WINDOW_MAX 0x7fffffffLL
+#define DEFAULT_WINDOW 65535
 #define BACKEND_REGIONS "triton_python_backend"
 
 static int own_ports[MAX_PORTS], own_count = 0;
@@ -90,6 +94,8 @@ enum { PEER_OPEN = 1, RUNNING = 2, ORPHAN = 3 };
 struct stream_state {
     uint32_t stream;  /* 0: a free slot */
     uint32_t state;
+    int64_t recv;  /* public ports: what the client may still send on it (the windows the server announced) */
+    int64_t send;  /* public ports: what the server may still send on it (the windows the client announced) */
 };
 
 /* One HTTP/2 connection: where the peer's byte stream stands, its streams the server has not ended, and where the
@@ -101,9 +107,10 @@ struct h2_reader {
     uint32_t payload_left;
     const uint8_t *replace;  /* the payload bytes to write instead (a rewritten RST_STREAM), or NULL */
     uint32_t replace_at;
-    uint8_t held[9];  /* the start of a frame header a read ended in, not yet decided: read again whole */
+    uint8_t held[HELD_ROOM];  /* the start of a frame header a read ended in (on a public port, of a control frame
+                               * with its payload), not yet decided: read again whole */
     uint32_t held_count;
-    uint8_t ready[9];  /* a decided header's bytes a short read had no room for: handed out first */
+    uint8_t ready[HELD_ROOM];  /* a decided header's bytes a short read had no room for: handed out first */
     uint32_t ready_count;
     pthread_mutex_t lock;  /* the table: gRPC may write (server_wrote) while it reads */
     struct stream_state *streams;  /* the peer's streams the server has not ended: grown as needed, no fixed cap */
@@ -125,6 +132,13 @@ struct h2_reader {
     uint8_t out_setting[6];   /* a SETTINGS entry the server is writing */
     uint32_t out_setting_at;
     uint8_t out_settings;     /* the server's frame being written is a SETTINGS (not an ACK) */
+    uint8_t out_window[4];    /* a WINDOW_UPDATE the server is writing */
+    uint32_t out_window_at, out_stream;
+    uint8_t out_type;
+    /* flow control as both sides announced it (RFC 7540 6.9): a frame that overruns a window is never read */
+    uint32_t client_initial;  /* SETTINGS_INITIAL_WINDOW_SIZE the client announced */
+    uint32_t server_initial;  /* the largest the server announced (a lower one later is not enforced) */
+    int64_t conn_recv, conn_send;  /* the connection's windows: the client's sending, the server's */
     size_t cut;               /* where in the read a frame gRPC must never see starts (SIZE_MAX: none) */
     struct hpack_walk walk;   /* the header block being read: grpc-timeout renamed (grpc_headers.c) */
     uint8_t *synth;           /* frames of the gone peer's to hand out (stream ends, window credit) */
@@ -338,6 +352,8 @@ static void watch(int fd, int public) {
     reader->public = (uint8_t)public;
     reader->cut = SIZE_MAX;
     reader->max_frame = 16384;
+    reader->client_initial = reader->server_initial = DEFAULT_WINDOW;
+    reader->conn_recv = reader->conn_send = DEFAULT_WINDOW;
     pthread_mutex_init(&reader->lock, NULL);
     readers[fd] = reader;
 }
@@ -436,7 +452,7 @@ static void table_put(struct h2_reader *r, uint32_t stream, uint32_t state) {
     if (stream == 0 || !make_room(r)) return; /* out of memory: its RST_STREAM becomes a WINDOW_UPDATE */
     uint32_t at = slot_of(stream, r->stream_room);
     while (r->streams[at].stream != 0) at = (at + 1) & (r->stream_room - 1);
-    r->streams[at] = (struct stream_state){stream, state};
+    r->streams[at] = (struct stream_state){stream, state, r->server_initial, r->client_initial};
     r->stream_count++;
 }
 
@@ -493,19 +509,21 @@ static uint8_t *byte_at(const struct received *in, size_t at) {
  * WINDOW_UPDATE on a stream never opened.
  * Framing rules: a frame longer than the server allows (its SETTINGS_MAX_FRAME_SIZE); anything but a CONTINUATION
  * of the same stream inside a header block, or a CONTINUATION outside one; a PUSH_PROMISE (only servers push);
- * control frames on a stream, or of the wrong size. */
+ * control frames on a stream, or of the wrong size; DATA past a window the server announced. */
 static int breaks_a_call(const struct h2_reader *r, uint8_t type, uint8_t flags, uint32_t length, uint32_t stream,
                          const struct stream_state *known) {
     int idle = stream > r->last_stream && known == NULL;
     if (length > r->max_frame) return 1;
     if (r->continuing != 0) return type != 9 || stream != r->continuing;
     switch (type) {
-    case 0: return stream == 0 || (known != NULL ? known->state != PEER_OPEN : idle);
+    case 0: /* and within the windows the server announced */
+        if (length > r->conn_recv || (known != NULL && length > known->recv)) return 1;
+        return stream == 0 || (known != NULL ? known->state != PEER_OPEN : idle);
     case 1: /* opens a stream, or ends an open one (trailers) */
         return stream == 0 || (known != NULL ? known->state != PEER_OPEN || !(flags & 0x1) : !idle || !(stream & 1));
     case 2: return stream == 0 || length != 5;
     case 3: return stream == 0 || length != 4 || idle;
-    case 4: return stream != 0 || (flags & 0x1 ? length != 0 : length % 6 != 0);
+    case 4: return stream != 0 || (flags & 0x1 ? length != 0 : length % 6 != 0 || length > CONTROL_CAP);
     case 5: return 1;
     case 6: return stream != 0 || length != 8;
     case 7: return stream != 0 || length < 8;
@@ -524,6 +542,51 @@ static void block_begins(struct h2_reader *r, uint8_t type, uint8_t flags) {
     if (type == 1) hpack_walk_start(&r->walk);
 }
 
+/* Control frames a public port reads whole (their payload is in the read) before gRPC does. */
+static int held_whole(uint8_t type) {
+    return type == 4 || type == 8;
+}
+
+static uint32_t u32_at(const struct received *in, size_t at) {
+    return ((uint32_t)*byte_at(in, at) << 24) | ((uint32_t)*byte_at(in, at + 1) << 16) |
+           ((uint32_t)*byte_at(in, at + 2) << 8) | *byte_at(in, at + 3);
+}
+
+/* A client's WINDOW_UPDATE (its payload at p): an increment of 0, or one past 2^31-1 of the server's window, makes
+ * gRPC reset the stream or end the connection. Applied where it passes. */
+static int window_update_breaks(struct h2_reader *r, uint32_t stream, const struct received *in, size_t p) {
+    int64_t increment = u32_at(in, p) & 0x7fffffff;
+    if (increment == 0) return 1;
+    if (stream == 0) {
+        if (r->conn_send + increment > WINDOW_MAX) return 1;
+        r->conn_send += increment;
+        return 0;
+    }
+    struct stream_state *known = table_find(r, stream);
+    if (known == NULL) return 0; /* a stream the server ended: ignored */
+    if (known->send + increment > WINDOW_MAX) return 1;
+    known->send += increment;
+    return 0;
+}
+
+/* A client's SETTINGS (length bytes at p): a value RFC 7540 forbids, or an initial window that takes one of the
+ * server's stream windows past 2^31-1, ends the connection. Applied where it passes. */
+static int settings_break(struct h2_reader *r, const struct received *in, size_t p, uint32_t length) {
+    for (size_t e = p; e + 6 <= p + length; e += 6) {
+        uint32_t id = ((uint32_t)*byte_at(in, e) << 8) | *byte_at(in, e + 1), value = u32_at(in, e + 2);
+        if ((id == 2 && value > 1) || (id == 5 && (value < 16384 || value > 0xffffff))) return 1;
+        if (id != 4) continue;
+        if (value > WINDOW_MAX) return 1;
+        int64_t change = (int64_t)value - r->client_initial;
+        for (uint32_t i = 0; i < r->stream_room; i++) {
+            if (r->streams[i].stream != 0 && r->streams[i].send + change > WINDOW_MAX) return 1;
+        }
+        for (uint32_t i = 0; i < r->stream_room; i++) r->streams[i].send += change;
+        r->client_initial = value;
+    }
+    return 0;
+}
+
 /* A whole frame header from the peer, its first byte at position at: a RST_STREAM is rewritten in place (type and
  * flags; its payload as it passes), HEADERS and DATA open and half-close streams. On a public port, a frame that
  * would break a call is cut (r->cut) and a header block is walked. */
@@ -537,9 +600,16 @@ static void peer_header(struct h2_reader *r, const struct received *in, size_t a
     r->payload_at = 0;
     struct stream_state *known = table_find(r, stream);
     if (r->public) {
-        if (breaks_a_call(r, type, flags, r->payload_left, stream, known)) {
+        int breaks = breaks_a_call(r, type, flags, r->payload_left, stream, known);
+        if (!breaks && type == 8) breaks = window_update_breaks(r, stream, in, at + 9);
+        if (!breaks && type == 4 && !(flags & 0x1)) breaks = settings_break(r, in, at + 9, r->payload_left);
+        if (breaks) {
             r->cut = at;
             return;
+        }
+        if (type == 0) { /* within the windows (breaks_a_call): it spends them */
+            r->conn_recv -= r->payload_left;
+            if (known != NULL) known->recv -= r->payload_left;
         }
         block_begins(r, type, flags);
         if (type == 1 || type == 9) {
@@ -581,7 +651,7 @@ static void block_byte(struct h2_reader *r, uint8_t *byte) {
  * frames; returns how many bytes end in a frame header not yet whole (held back for the next read). Where a frame
  * is cut (r->cut), the walk stops at its start. */
 static size_t filter(struct h2_reader *r, const struct received *in, size_t from) {
-    size_t i = from, header_start = from;
+    size_t i = from, header_start = from, hold = 0;
     r->head_at = r->head_at == 9 ? 9 : 0; /* a partial header was held back: it is read again from its start */
     r->cut = SIZE_MAX;
     pthread_mutex_lock(&r->lock);
@@ -593,6 +663,13 @@ static size_t filter(struct h2_reader *r, const struct received *in, size_t from
         } else if (r->head_at < 9) {
             if (r->head_at == 0) header_start = i;
             r->head[r->head_at++] = *byte_at(in, i++);
+            uint32_t length = r->head_at == 9 ? length_of(r->head) : 0;
+            if (r->head_at == 9 && r->public && held_whole(r->head[3]) && length <= CONTROL_CAP &&
+                in->total - i < length) { /* read again whole, with its payload */
+                hold = in->total - header_start;
+                r->head_at = 0;
+                break;
+            }
             if (r->head_at == 9) {
                 peer_header(r, in, header_start);
                 if (r->cut != SIZE_MAX) { /* gRPC's reading ends at the frame before: a frame boundary */
@@ -616,6 +693,7 @@ static size_t filter(struct h2_reader *r, const struct received *in, size_t from
     }
     pthread_mutex_unlock(&r->lock);
     if (r->cut != SIZE_MAX) return 0;
+    if (hold > 0) return hold;
     return r->head_at < 9 ? r->head_at : 0;
 }
 
@@ -737,6 +815,19 @@ static void wake(int fd, struct h2_reader *r) {
     if (due) shutdown(fd, SHUT_RD);
 }
 
+static unsigned long cuts = 0;
+
+/* A frame gRPC must never read was cut (r->cut): the connection counts as hung up, and the log says so. */
+static void cut_connection(int fd, struct h2_reader *r) {
+    cuts++;
+    if (cuts <= 10 || cuts % 1000 == 0)
+        say("triton_guard: a gRPC client sent a frame that would have reset a running call or ended the connection "
+            "(type %u on stream %u): nothing more of it is read, and the connection closes once its calls end (%lu so "
+            "far)\n", r->head[3], stream_of(r->head + 5), cuts);
+    peer_gone(r);
+    wake(fd, r);
+}
+
 /* A read that found the peer gone (0) or failed (an error other than one to wait on): hidden from gRPC on a public
  * port while the server runs a call of the connection. */
 static int hang_up(ssize_t got, int error, struct h2_reader *r) {
@@ -761,13 +852,22 @@ static size_t hand_ready(struct h2_reader *r, const struct iovec *iov, size_t pa
 
 /* The held header completed from what the socket has now (never waiting), decided, and moved to ready: 1 done;
  * 0 with *result set when the socket has nothing (EAGAIN), ended (0) or failed. */
+/* Bytes still to come of the held unit: a frame header, or on a public port a control frame read whole. */
+static size_t held_need(const struct h2_reader *r) {
+    if (r->held_count < 9) return 9 - r->held_count;
+    uint32_t length = length_of(r->held);
+    size_t whole = 9 + (r->public && held_whole(r->held[3]) && length <= CONTROL_CAP ? length : 0);
+    return whole > r->held_count ? whole - r->held_count : 0;
+}
+
 static int complete_held(int fd, struct h2_reader *r, ssize_t *result) {
     int flags = fcntl(fd, F_GETFL), blocking = flags >= 0 && !(flags & O_NONBLOCK); /* a blocking reader waits */
-    ssize_t got;
-    do {
-        got = real_recv(fd, r->held + r->held_count, sizeof r->held - r->held_count, blocking ? 0 : MSG_DONTWAIT);
+    ssize_t got = 1;
+    for (size_t need = held_need(r); need > 0 && got > 0; need = held_need(r)) {
+        got = real_recv(fd, r->held + r->held_count, need, blocking ? 0 : MSG_DONTWAIT);
         if (got > 0) r->held_count += (uint32_t)got;
-    } while (blocking && got > 0 && r->held_count < sizeof r->held);
+        if (!blocking && got > 0 && (size_t)got < need) break; /* the rest has not come yet */
+    }
     if (got <= 0) {
         int error = errno;
         if (hang_up(got, error, r)) {
@@ -783,8 +883,7 @@ static int complete_held(int fd, struct h2_reader *r, ssize_t *result) {
     struct received in = {&whole, 1, r->held_count};
     size_t keep = filter(r, &in, 0);
     if (r->cut != SIZE_MAX) { /* the header completed is one gRPC must never read */
-        peer_gone(r);
-        wake(fd, r);
+        cut_connection(fd, r);
         errno = EAGAIN;
         *result = -1;
         return 0;
@@ -837,8 +936,7 @@ static ssize_t guarded_read(int fd, const struct iovec *iov, size_t parts, reade
     size_t keep = filter(r, &in, 0);
     if (r->cut != SIZE_MAX) { /* gRPC reads up to the frame it must never see, and nothing more of this peer */
         size_t before = r->cut;
-        peer_gone(r);
-        wake(fd, r);
+        cut_connection(fd, r);
         if (before > 0) return (ssize_t)before;
         return gone_read(fd, r, iov, parts, room);
     }
@@ -934,6 +1032,24 @@ static void server_setting_byte(struct h2_reader *r, uint8_t byte) {
     uint32_t value = ((uint32_t)r->out_setting[2] << 24) | ((uint32_t)r->out_setting[3] << 16) |
                      ((uint32_t)r->out_setting[4] << 8) | r->out_setting[5];
     if (id == 5 && value > r->max_frame && value <= 0xffffff) r->max_frame = value;
+    if (id == 4 && value > r->server_initial && value <= WINDOW_MAX) { /* every stream's window grows by as much */
+        for (uint32_t i = 0; i < r->stream_room; i++) r->streams[i].recv += (int64_t)value - r->server_initial;
+        r->server_initial = value;
+    }
+}
+
+/* A byte of the server's WINDOW_UPDATE: what it lets the client send more of. */
+static void server_window_byte(struct h2_reader *r, uint8_t byte) {
+    r->out_window[r->out_window_at++] = byte;
+    if (r->out_window_at < 4) return;
+    int64_t increment = (((uint32_t)r->out_window[0] & 0x7f) << 24) | ((uint32_t)r->out_window[1] << 16) |
+                        ((uint32_t)r->out_window[2] << 8) | r->out_window[3];
+    if (r->out_stream == 0) {
+        r->conn_recv += increment;
+    } else {
+        struct stream_state *known = table_find(r, r->out_stream);
+        if (known != NULL) known->recv += increment;
+    }
 }
 
 /* The server's own frames as written: a stream it ends (END_STREAM, or its RST_STREAM) leaves the table. */
@@ -948,6 +1064,11 @@ static void server_wrote(int fd, const struct iovec *iov, size_t parts, size_t t
             if (r->out_head_at < 9) continue;
             uint8_t type = r->out_head[3], flags = r->out_head[4];
             uint32_t stream = stream_of(r->out_head + 5), length = length_of(r->out_head);
+            if (type == 0) { /* what it sends spends the windows the client announced */
+                struct stream_state *known = table_find(r, stream);
+                r->conn_send -= length;
+                if (known != NULL) known->send -= length;
+            }
             if (stream != 0 && (type == 3 || ((type == 0 || type == 1) && (flags & 0x1)))) server_ended(r, stream);
             if (r->gone && type == 0 && length > 0) { /* nobody reads it: credit it back, or the call stalls */
                 synth_frame(r, 8, 0, stream, length);
@@ -955,9 +1076,12 @@ static void server_wrote(int fd, const struct iovec *iov, size_t parts, size_t t
             }
             r->out_payload_left = length;
             r->out_settings = type == 4 && !(flags & 0x1), r->out_setting_at = 0;
+            r->out_type = type, r->out_stream = stream, r->out_window_at = 0;
             if (r->out_payload_left == 0) r->out_head_at = 0;
-        } else if (r->out_settings) {
-            server_setting_byte(r, *byte_at(&in, i++));
+        } else if (r->out_settings || (r->out_type == 8 && r->out_window_at < 4)) {
+            uint8_t byte = *byte_at(&in, i++);
+            if (r->out_settings) server_setting_byte(r, byte);
+            else server_window_byte(r, byte);
             if (--r->out_payload_left == 0) r->out_head_at = 0;
         } else {
             size_t skip = total - i < r->out_payload_left ? total - i : r->out_payload_left;
