@@ -196,6 +196,32 @@ def _hang_ups(port: int, seconds: float, calls: int = 16) -> int:
     return made
 
 
+def _breakers(port: int, seconds: float, calls: int = 8) -> int:
+    """Connections that send calls, then a frame that would end the connection or reset a call (or random bytes),
+    then more calls, and hang up a few milliseconds later: how many."""
+    import random
+
+    from hpack import Encoder
+
+    from tests.unit.test_grpc_public_guard import BREAKERS
+
+    message, made, end = _model_infer_message(), 0, time.monotonic() + seconds
+    breakers = [b for name, b in sorted(BREAKERS.items()) if "longer than" not in name]
+    while time.monotonic() < end:
+        encoder, sent = Encoder(), b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _h2(4, 0, 0)
+        for i in range(calls):
+            sent += _h2(1, 4, 2 * i + 1, encoder.encode(GRPC_HEADERS)) + _h2(0, 1, 2 * i + 1, message)
+        bad = random.choice(breakers) if random.random() < 0.8 else random.randbytes(random.randrange(1, 64))
+        later = _h2(1, 4, 2 * calls + 1, encoder.encode(GRPC_HEADERS)) + _h2(0, 1, 2 * calls + 1, message)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+            client.sendall(sent)
+            time.sleep(random.random() * 0.002)
+            client.sendall(bad + later)
+            time.sleep(random.random() * 0.004)
+        made += 1
+    return made
+
+
 def _deadlines(url: str, seconds: float, threads: int = 8) -> int:
     """Calls with deadlines of 0.2-3 ms, many expiring as the call completes: how many."""
     import random
@@ -233,7 +259,11 @@ def test_grpc_clients_that_cancel_time_out_or_hang_up_crash_nothing(checked):
     cancelled = cancel_storm(state.grpc_url, "digits_cnn", {"input": GOOD}, seconds=8, threads=8)
     timed_out = _deadlines(state.grpc_url, seconds=8)
     hung_up = _hang_ups(state.grpc_port, seconds=8)
-    print(f"gRPC at tritonserver's own port: {cancelled} cancelled, {timed_out} with deadlines, {hung_up} hang-ups")
-    assert cancelled > 200 and timed_out > 200 and hung_up > 50
+    broke = _breakers(state.grpc_port, seconds=8)
+    print(
+        f"gRPC at tritonserver's own port: {cancelled} cancelled, {timed_out} with deadlines, {hung_up} hang-ups, "
+        f"{broke} connections breaking the protocol"
+    )
+    assert cancelled > 200 and timed_out > 200 and hung_up > 50 and broke > 50
     time.sleep(2)  # what the hang-ups left running ends
     _still_serving(checked)

@@ -230,7 +230,23 @@ BREAKERS = {
     )
     + frame(SETTINGS, 0, 0, struct.pack(">HI", 4, 65536)),
 }
+OPENED = frame(HEADERS, END_HEADERS, 3, b"\x83")  # a stream the client keeps open
+BREAKERS.update(
+    {
+        "DATA whose padding fills it": OPENED + frame(DATA, PADDED, 3, b"\x05abcd"),
+        "DATA padded with no payload": OPENED + frame(DATA, PADDED, 3, b""),
+        "HEADERS whose padding and priority outrun it": frame(
+            HEADERS, END_HEADERS | PADDED | PRIORITY, 3, b"\x01" + bytes(5)
+        ),
+        "a PRIORITY on itself": frame(PRIORITY_FRAME, 0, 1, struct.pack(">IB", 1, 16)),
+        "trailers that depend on themselves": OPENED
+        + frame(HEADERS, END_HEADERS | END_STREAM | PRIORITY, 3, struct.pack(">IB", 3, 16) + b"\x88"),
+    }
+)
 KEPT = {  # what of the case is read before the frame that is cut
+    "DATA whose padding fills it": OPENED,
+    "DATA padded with no payload": OPENED,
+    "trailers that depend on themselves": OPENED,
     "another frame inside a header block": frame(HEADERS, 0, 3, b"\x83"),
     "an initial window that takes a stream's past 2^31-1": frame(
         WINDOW_UPDATE, 0, 1, struct.pack(">I", 2**31 - 1 - 65535)
@@ -242,10 +258,12 @@ KEPT = {  # what of the case is read before the frame that is cut
 def test_a_frame_that_would_end_the_connection_is_never_read(shim, case):
     sent = PREFACE + frame(SETTINGS, 0, 0) + CALL
     bad, kept = BREAKERS[case], KEPT.get(case, b"")
-    block = case == "another frame inside a header block"
-    read = through_guard(shim, [sent, bad + frame(PING, 0, 0, b"abcdefgh")], ends([1, 3] if block else [1]))
-    # a header block cut between representations is ended (an empty CONTINUATION), then its stream
+    block, opened = case == "another frame inside a header block", KEPT.get(case) == OPENED
+    read = through_guard(shim, [sent, bad + frame(PING, 0, 0, b"abcdefgh")], ends([1, 3] if block or opened else [1]))
+    # a header block cut between representations is ended (an empty CONTINUATION), then its stream; a stream the
+    # client left open is ended for the server
     ended = frame(CONTINUATION, END_HEADERS, 3) + frame(DATA, END_STREAM, 3) if block else b""
+    ended += frame(DATA, END_STREAM, 3) if opened else b""
     assert read == sent + kept + ended
 
 
@@ -290,7 +308,11 @@ def test_frames_a_client_may_send_are_all_read(shim):
         + frame(PRIORITY_FRAME, 0, 1, b"\0\0\0\0\x10")
     )
     sent += frame(HEADERS, END_HEADERS | END_STREAM, 1, b"\x40\x01a\x01b") + frame(0x42, 0, 0, b"unknown")  # trailers
-    sent += frame(WINDOW_UPDATE, 0, 0, b"\0\0\x01\0") + frame(GOAWAY, 0, 0, b"\0\0\0\x01\0\0\0\0")
-    assert through_guard(shim, [sent], ends([1]), len(sent)) == sent
+    sent += frame(HEADERS, END_HEADERS | PADDED | PRIORITY, 3, b"\x02" + struct.pack(">IB", 1, 16) + b"\x83\0\0")
+    sent += frame(DATA, PADDED | END_STREAM, 3, b"\x02ab\0\0") + frame(PRIORITY_FRAME, 0, 5, struct.pack(">IB", 3, 16))
+    sent += frame(WINDOW_UPDATE, 0, 0, b"\0\0\x01\0")
+    goaway = frame(GOAWAY, 0, 0, b"\0\0\0\x01\0\0\0\0")  # read as a frame of a type the server ignores
+    ignored = goaway[:3] + bytes([0xFA]) + goaway[4:]
+    assert through_guard(shim, [sent + goaway], ends([1, 3]), len(sent)) == sent + ignored
     pieces = [sent[i : i + 3] for i in range(0, len(sent), 3)]  # control frames split, read whole by the guard
-    assert through_guard(shim, pieces, ends([1]), len(sent), read_size=7) == sent
+    assert through_guard(shim, pieces, ends([1, 3]), len(sent), read_size=7) == sent

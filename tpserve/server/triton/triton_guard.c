@@ -81,6 +81,7 @@
 #define HELD_ROOM (9 + CONTROL_CAP)
 #define WINDOW_MAX 0x7fffffffLL
 #define DEFAULT_WINDOW 65535
+#define UNKNOWN_TYPE 0xfa /* a frame type RFC 7540 has the server ignore: what a client's GOAWAY is read as */
 #define BACKEND_REGIONS "triton_python_backend"
 
 static int own_ports[MAX_PORTS], own_count = 0;
@@ -542,14 +543,30 @@ static void block_begins(struct h2_reader *r, uint8_t type, uint8_t flags) {
     if (type == 1) hpack_walk_start(&r->walk);
 }
 
-/* Control frames a public port reads whole (their payload is in the read) before gRPC does. */
-static int held_whole(uint8_t type) {
-    return type == 4 || type == 8;
+/* How much of a frame's payload a public port reads before gRPC reads its header: all of a SETTINGS,
+ * WINDOW_UPDATE or PRIORITY (a control frame), a padded frame's pad length, a HEADERS frame's priority. */
+static uint32_t held_payload(uint8_t type, uint8_t flags, uint32_t length) {
+    if (type == 4 || type == 8 || type == 2) return length <= CONTROL_CAP ? length : 0;
+    uint32_t lead = ((type == 0 || type == 1) && (flags & 0x8) ? 1u : 0u) + (type == 1 && (flags & 0x20) ? 5u : 0u);
+    return lead < length ? lead : length;
 }
 
 static uint32_t u32_at(const struct received *in, size_t at) {
     return ((uint32_t)*byte_at(in, at) << 24) | ((uint32_t)*byte_at(in, at + 1) << 16) |
            ((uint32_t)*byte_at(in, at + 2) << 8) | *byte_at(in, at + 3);
+}
+
+/* What the first payload bytes show (at p, read before gRPC reads the frame): padding as long as the frame or longer,
+ * or a stream that depends on itself (RFC 7540 5.3.1), which gRPC would answer by resetting it or ending the
+ * connection. */
+static int lead_breaks(uint8_t type, uint8_t flags, uint32_t length, uint32_t stream, const struct received *in,
+                       size_t p) {
+    if (type == 2) return (u32_at(in, p) & 0x7fffffff) == stream;
+    if (type != 0 && type != 1) return 0;
+    uint32_t padded = flags & 0x8 ? 1 : 0, priority = type == 1 && (flags & 0x20) ? 5 : 0;
+    if (padded + priority > length) return 1;
+    if (padded && (uint32_t)*byte_at(in, p) + 1 + priority > length) return 1;
+    return priority && (u32_at(in, p + padded) & 0x7fffffff) == stream;
 }
 
 /* A client's WINDOW_UPDATE (its payload at p): an increment of 0, or one past 2^31-1 of the server's window, makes
@@ -601,12 +618,14 @@ static void peer_header(struct h2_reader *r, const struct received *in, size_t a
     struct stream_state *known = table_find(r, stream);
     if (r->public) {
         int breaks = breaks_a_call(r, type, flags, r->payload_left, stream, known);
+        if (!breaks) breaks = lead_breaks(type, flags, r->payload_left, stream, in, at + 9);
         if (!breaks && type == 8) breaks = window_update_breaks(r, stream, in, at + 9);
         if (!breaks && type == 4 && !(flags & 0x1)) breaks = settings_break(r, in, at + 9, r->payload_left);
         if (breaks) {
             r->cut = at;
             return;
         }
+        if (type == 7) *byte_at(in, at + 3) = UNKNOWN_TYPE; /* a GOAWAY: the client hangs up when it goes */
         if (type == 0) { /* within the windows (breaks_a_call): it spends them */
             r->conn_recv -= r->payload_left;
             if (known != NULL) known->recv -= r->payload_left;
@@ -663,9 +682,8 @@ static size_t filter(struct h2_reader *r, const struct received *in, size_t from
         } else if (r->head_at < 9) {
             if (r->head_at == 0) header_start = i;
             r->head[r->head_at++] = *byte_at(in, i++);
-            uint32_t length = r->head_at == 9 ? length_of(r->head) : 0;
-            if (r->head_at == 9 && r->public && held_whole(r->head[3]) && length <= CONTROL_CAP &&
-                in->total - i < length) { /* read again whole, with its payload */
+            uint32_t held = r->head_at == 9 && r->public ? held_payload(r->head[3], r->head[4], length_of(r->head)) : 0;
+            if (held > 0 && in->total - i < held) { /* read again whole, with what of its payload is read first */
                 hold = in->total - header_start;
                 r->head_at = 0;
                 break;
@@ -855,8 +873,7 @@ static size_t hand_ready(struct h2_reader *r, const struct iovec *iov, size_t pa
 /* Bytes still to come of the held unit: a frame header, or on a public port a control frame read whole. */
 static size_t held_need(const struct h2_reader *r) {
     if (r->held_count < 9) return 9 - r->held_count;
-    uint32_t length = length_of(r->held);
-    size_t whole = 9 + (r->public && held_whole(r->held[3]) && length <= CONTROL_CAP ? length : 0);
+    size_t whole = 9 + (r->public ? held_payload(r->held[3], r->held[4], length_of(r->held)) : 0);
     return whole > r->held_count ? whole - r->held_count : 0;
 }
 
