@@ -3,7 +3,8 @@
  * plain or Huffman-coded, lengths as multi-byte integers) among which grpc-timeout names are placed, plain and
  * coded (with RFC 7541's padding, and longer); it is walked byte by byte and must come out as sent except at the
  * last byte of each such name, which must be renamed. Mutated and random blocks must be walked within their bytes,
- * changing no more bytes than the walk says it renamed.
+ * changing no more bytes than the walk says it renamed, and checked whole (hpack_check) within their bytes, the table
+ * kept within its bounds.
  *
  *   fuzz_headers SECONDS SEED   (exit 0: every case held) */
 #include <stdint.h>
@@ -108,6 +109,15 @@ int main(int argc, char **argv) {
       for (size_t flips = 1 + below(6); flips > 0 && used; flips--) block[below(used)] = (uint8_t)next();
       size_t length = below(3) ? used : below(ROOM);
       if (length > used) for (size_t i = used; i < length; i++) block[i] = (uint8_t)next();
+      struct hpack_table table; /* the whole-block check reads any block within its bytes, and says yes or no */
+      hpack_table_start(&table);
+      int verdict = hpack_check(&table, block, used) | hpack_check(&table, block, length);
+      if (verdict != 0 && verdict != -1) {
+        if (failures++ < 5) printf("case %lu: the block check answered %d\n", cases, verdict);
+      }
+      if (table.count > HPACK_ENTRIES || table.size > table.max) {
+        if (failures++ < 5) printf("case %lu: the table went past its bounds\n", cases);
+      }
       walk(length, &renamed);
       size_t changed = 0;
       for (size_t i = 0; i < length; i++) changed += out[i] != block[i];

@@ -243,6 +243,24 @@ BREAKERS.update(
         + frame(HEADERS, END_HEADERS | END_STREAM | PRIORITY, 3, struct.pack(">IB", 3, 16) + b"\x88"),
     }
 )
+BREAKERS.update(  # header blocks gRPC's HPACK decoder would fail on: the connection would end
+    {
+        f"a header block with {name}": frame(HEADERS, END_HEADERS | END_STREAM, 3, block)
+        for name, block in {
+            "an index past both tables": b"\xbe",
+            "an index of 0": b"\x80",
+            "an integer past 2^31": b"\xff\xff\xff\xff\xff\xff\x0f",
+            "a table size past 4096": b"\x3f\xe9\x26",
+            "a Huffman string holding EOS": b"\x40\x84\xff\xff\xff\xff\x01a",
+            "Huffman padding of zeros": b"\x40\x81\x00\x01a",
+            "a string running past the block": b"\x40\x05ab",
+            "a name indexed past the tables": b"\x7f\x10\x01a",
+        }.items()
+    }
+)
+BREAKERS["a header block split over CONTINUATIONs, bad in the last"] = (
+    frame(HEADERS, 0, 3, b"\x82") + frame(CONTINUATION, 0, 3, b"\x86") + frame(CONTINUATION, END_HEADERS, 3, b"\xbe")
+)
 KEPT = {  # what of the case is read before the frame that is cut
     "DATA whose padding fills it": OPENED,
     "DATA padded with no payload": OPENED,
@@ -316,3 +334,25 @@ def test_frames_a_client_may_send_are_all_read(shim):
     assert through_guard(shim, [sent + goaway], ends([1, 3]), len(sent)) == sent + ignored
     pieces = [sent[i : i + 3] for i in range(0, len(sent), 3)]  # control frames split, read whole by the guard
     assert through_guard(shim, pieces, ends([1, 3]), len(sent), read_size=7) == sent
+
+
+def test_the_guards_hpack_tables_are_rfc_7541s():
+    """server/triton/hpack_tables.h holds the Huffman code and the static table's name lengths as the hpack package
+    has them (regenerate it from there if this fails)."""
+    import re
+    from pathlib import Path
+
+    from hpack.huffman_constants import REQUEST_CODES, REQUEST_CODES_LENGTH
+    from hpack.table import HeaderTable
+
+    import tpserve.server.triton as triton
+
+    text = (Path(triton.__file__).parent / "hpack_tables.h").read_text()
+
+    def array(name: str) -> list[int]:
+        body = re.search(rf"{name}\[\d+\] = \{{(.*?)\}};", text, re.S).group(1)
+        return [int(v, 0) for v in re.findall(r"0x[0-9a-f]+|\d+", body)]
+
+    assert array("HUFFMAN_CODES") == list(REQUEST_CODES)
+    assert array("HUFFMAN_BITS") == list(REQUEST_CODES_LENGTH)
+    assert array("STATIC_NAME_LENGTH") == [0] + [len(name) for name, _ in HeaderTable.STATIC_TABLE]

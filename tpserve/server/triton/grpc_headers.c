@@ -1,5 +1,11 @@
-/* The HPACK walk of grpc_headers.h: only representation boundaries and literal names are read, never a table. */
+/* The HPACK walk of grpc_headers.h: only representation boundaries and literal names are read, never a table; and
+ * the check of whole blocks against the table's sizes. */
 #include "grpc_headers.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#include "hpack_tables.h"
 
 enum { REPRESENTATION, INTEGER, STRING_LENGTH, STRING };
 enum { TO_REPRESENTATION, TO_VALUE, TO_STRING };
@@ -128,4 +134,151 @@ uint8_t hpack_walk_byte(struct hpack_walk *w, uint8_t byte) {
 
 int hpack_walk_between(const struct hpack_walk *w) {
     return w->state == REPRESENTATION;
+}
+
+/* ---- whole blocks checked ---- */
+
+#define STATIC_ENTRIES 61
+#define INTEGER_MAX 0x7fffffffu
+
+/* The Huffman code as a tree: node 0 the root; child[n][bit] a node, or 0x8000 | symbol at a leaf. */
+static uint16_t child[256][2];
+static pthread_once_t tree_once = PTHREAD_ONCE_INIT;
+
+static void build_tree(void) {
+    uint16_t nodes = 1;
+    for (uint16_t symbol = 0; symbol < 257; symbol++) {
+        uint16_t at = 0;
+        for (int bit = HUFFMAN_BITS[symbol] - 1; bit >= 0; bit--) {
+            int b = (HUFFMAN_CODES[symbol] >> bit) & 1;
+            if (bit == 0) {
+                child[at][b] = (uint16_t)(0x8000 | symbol);
+            } else {
+                if (child[at][b] == 0) child[at][b] = nodes++;
+                at = child[at][b];
+            }
+        }
+    }
+}
+
+void hpack_table_start(struct hpack_table *t) {
+    memset(t, 0, sizeof *t);
+    t->max = t->limit = 4096;
+    pthread_once(&tree_once, build_tree);
+}
+
+/* Octets a Huffman string decodes to, or -1 where gRPC's decoder fails: the EOS symbol, padding of 8 bits or
+ * more, or padding other than ones (RFC 7541 5.2). */
+static int64_t huffman_length(const uint8_t *bytes, size_t n) {
+    int64_t octets = 0;
+    uint16_t at = 0;
+    int depth = 0, ones = 1;
+    for (size_t i = 0; i < n; i++) {
+        for (int bit = 7; bit >= 0; bit--) {
+            int b = (bytes[i] >> bit) & 1;
+            uint16_t next = child[at][b];
+            depth++, ones = ones && b;
+            if (next & 0x8000) {
+                if ((next & 0x7fff) == 256) return -1;
+                octets++, at = 0, depth = 0, ones = 1;
+            } else if (next == 0) {
+                return -1;
+            } else {
+                at = next;
+            }
+        }
+    }
+    return depth < 8 && ones ? octets : -1;
+}
+
+struct reading {
+    const uint8_t *at, *end;
+};
+
+/* An integer with an n-bit prefix (RFC 7541 5.1), its first byte's other bits in *flags; -1 where malformed. */
+static int64_t read_integer(struct reading *in, int bits, uint8_t *flags) {
+    if (in->at >= in->end) return -1;
+    uint32_t mask = (1u << bits) - 1;
+    uint8_t first = *in->at++;
+    if (flags) *flags = (uint8_t)(first & ~mask);
+    uint64_t value = first & mask;
+    if (value < mask) return (int64_t)value;
+    for (int shift = 0; in->at < in->end; shift += 7) {
+        uint8_t byte = *in->at++;
+        if (shift > 28) return -1;
+        value += (uint64_t)(byte & 0x7f) << shift;
+        if (value > INTEGER_MAX) return -1;
+        if (!(byte & 0x80)) return (int64_t)value;
+    }
+    return -1;
+}
+
+/* A string literal's decoded length; -1 where malformed. */
+static int64_t read_string(struct reading *in) {
+    if (in->at >= in->end) return -1;
+    int huffman = (*in->at & 0x80) != 0;
+    int64_t length = read_integer(in, 7, NULL);
+    if (length < 0 || length > in->end - in->at) return -1;
+    const uint8_t *bytes = in->at;
+    in->at += length;
+    return huffman ? huffman_length(bytes, (size_t)length) : length;
+}
+
+static void evict_to(struct hpack_table *t, uint32_t room) {
+    while (t->count > 0 && t->size > room) {
+        uint32_t oldest = (t->first + t->count - 1) % HPACK_ENTRIES;
+        t->size -= t->entry_size[oldest];
+        t->count--;
+    }
+}
+
+/* The entry a representation's index names: its name's length, or -1 past both tables. */
+static int64_t name_of(const struct hpack_table *t, int64_t index) {
+    if (index < 1 || index > STATIC_ENTRIES + (int64_t)t->count) return -1;
+    if (index <= STATIC_ENTRIES) return STATIC_NAME_LENGTH[index];
+    return t->name_length[(t->first + (uint32_t)(index - STATIC_ENTRIES - 1)) % HPACK_ENTRIES];
+}
+
+static void add_entry(struct hpack_table *t, int64_t name, int64_t value) {
+    uint64_t size = (uint64_t)name + (uint64_t)value + 32;
+    if (size > t->max) { /* larger than the table: it empties it (RFC 7541 4.4) */
+        evict_to(t, 0);
+        return;
+    }
+    evict_to(t, t->max - (uint32_t)size);
+    if (t->count == HPACK_ENTRIES) evict_to(t, t->size - 1); /* cannot happen within 4096: kept bounded anyway */
+    t->first = (t->first + HPACK_ENTRIES - 1) % HPACK_ENTRIES;
+    t->entry_size[t->first] = (uint32_t)size;
+    t->name_length[t->first] = (uint16_t)(name > 0xffff ? 0xffff : name);
+    t->size += (uint32_t)size;
+    t->count++;
+}
+
+static int representation_checked(struct hpack_table *t, struct reading *in) {
+    uint8_t first = *in->at, flags;
+    if (first & 0x80) return name_of(t, read_integer(in, 7, NULL)) < 0 ? -1 : 0; /* indexed field */
+    if ((first & 0xe0) == 0x20) { /* size update */
+        int64_t size = read_integer(in, 5, NULL);
+        if (size < 0 || size > t->limit) return -1;
+        t->max = (uint32_t)size;
+        evict_to(t, t->max);
+        return 0;
+    }
+    int incremental = (first & 0xc0) == 0x40;
+    int64_t index = read_integer(in, incremental ? 6 : 4, &flags);
+    int64_t name = index == 0 ? read_string(in) : name_of(t, index);
+    int64_t value = name < 0 ? -1 : read_string(in);
+    if (index < 0 || value < 0) return -1;
+    if (incremental) add_entry(t, name, value);
+    return 0;
+}
+
+int hpack_check(struct hpack_table *t, const uint8_t *block, size_t length) {
+    struct hpack_table trial = *t;
+    struct reading in = {block, block + length};
+    while (in.at < in.end) {
+        if (representation_checked(&trial, &in) < 0) return -1;
+    }
+    *t = trial;
+    return 0;
 }

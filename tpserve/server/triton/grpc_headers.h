@@ -7,6 +7,7 @@
 #ifndef GRPC_HEADERS_H
 #define GRPC_HEADERS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct hpack_walk {
@@ -26,6 +27,24 @@ void hpack_walk_start(struct hpack_walk *w);
 
 /* One byte of a header block: the byte to hand out in its place (itself unless it ends a grpc-timeout name). */
 uint8_t hpack_walk_byte(struct hpack_walk *w, uint8_t byte);
+
+/* The server's HPACK decoding state as a client's whole header blocks change it (RFC 7541 section 4): what a block
+ * may refer to and how large a table it may ask for. Entry sizes only; no name or value is kept. */
+#define HPACK_ENTRIES 160 /* 4096 / 32 + slack: a table of the server's default size holds at most 128 */
+struct hpack_table {
+    uint32_t size, max;  /* the entries' sizes together, and the table's size now */
+    uint32_t limit;      /* the largest size the server allows (its SETTINGS_HEADER_TABLE_SIZE; 4096) */
+    uint32_t first, count;  /* the newest entry's slot in the rings below, and how many there are */
+    uint32_t entry_size[HPACK_ENTRIES];
+    uint16_t name_length[HPACK_ENTRIES];
+};
+
+void hpack_table_start(struct hpack_table *t);
+
+/* A client's whole header block (its fragments joined): 0 when gRPC's decoder reads it without error, its changes
+ * to the table made; -1 when it would end the connection (an index past the tables, a malformed integer or
+ * Huffman string, a table size past the limit, a block ending inside a representation), the table unchanged. */
+int hpack_check(struct hpack_table *t, const uint8_t *block, size_t length);
 
 /* Whether the block read so far ends between representations (so it may end there). */
 int hpack_walk_between(const struct hpack_walk *w);

@@ -79,6 +79,8 @@
 #define PREFACE 24
 #define CONTROL_CAP 96 /* the longest control frame a public port reads whole before gRPC does (16 SETTINGS) */
 #define HELD_ROOM (9 + CONTROL_CAP)
+#define BLOCK_CAP 20480 /* the longest header block (its frames) a public port reads whole: gRPC takes 16 KiB of headers */
+#define HOLD_CAP (9 + BLOCK_CAP)
 #define WINDOW_MAX 0x7fffffffLL
 #define DEFAULT_WINDOW 65535
 #define UNKNOWN_TYPE 0xfa /* a frame type RFC 7540 has the server ignore: what a client's GOAWAY is read as */
@@ -99,6 +101,17 @@ struct stream_state {
     int64_t send;  /* public ports: what the server may still send on it (the windows the client announced) */
 };
 
+/* Where the server's own byte stream stands, as it writes it. */
+struct out_parser {
+    uint8_t head[9];
+    uint32_t head_at, payload_left;
+    uint8_t type, settings;  /* settings: the frame is a SETTINGS (not an ACK) */
+    uint32_t stream;
+    uint8_t setting[6], window[4];  /* a SETTINGS entry, a WINDOW_UPDATE's increment, as they come */
+    uint32_t setting_at, window_at;
+    uint64_t offset;  /* the server's bytes so far */
+};
+
 /* One HTTP/2 connection: where the peer's byte stream stands, its streams the server has not ended, and where the
  * server's own byte stream stands (its writes end streams). */
 struct h2_reader {
@@ -108,17 +121,18 @@ struct h2_reader {
     uint32_t payload_left;
     const uint8_t *replace;  /* the payload bytes to write instead (a rewritten RST_STREAM), or NULL */
     uint32_t replace_at;
-    uint8_t held[HELD_ROOM];  /* the start of a frame header a read ended in (on a public port, of a control frame
-                               * with its payload), not yet decided: read again whole */
+    uint8_t *held;  /* the start of a frame header a read ended in (on a public port, of a control frame with its
+                     * payload, or of a whole header block), not yet decided: read again whole */
     uint32_t held_count;
-    uint8_t ready[HELD_ROOM];  /* a decided header's bytes a short read had no room for: handed out first */
+    uint8_t *ready;  /* a decided header's bytes a short read had no room for: handed out first */
+    uint32_t hold_room;  /* of held and of ready: 9 bytes, on a public port up to HOLD_CAP */
     uint32_t ready_count;
     pthread_mutex_t lock;  /* the table: gRPC may write (server_wrote) while it reads */
     struct stream_state *streams;  /* the peer's streams the server has not ended: grown as needed, no fixed cap */
     uint32_t stream_count, stream_room;  /* stream_room: 0 or a power of two (open addressing) */
     uint32_t orphans;  /* streams the peer reset that the server still runs */
-    uint8_t out_head[9];  /* the server's frames, as it writes them */
-    uint32_t out_head_at, out_payload_left;
+    struct out_parser out;  /* the server's frames, as it writes them */
+    uint64_t credited;      /* public ports: the server's bytes whose window changes are counted (before sending) */
     /* a public port's (TRITON_GUARD_H2_PUBLIC: clients connect straight to gRPC, no Envoy between) */
     uint8_t public;
     uint8_t gone;             /* the peer hung up or broke the protocol: gRPC reads nothing more of it */
@@ -130,18 +144,13 @@ struct h2_reader {
     uint32_t continuing;      /* the stream whose header block goes on in CONTINUATION frames (0: none) */
     uint32_t block_stream;    /* the stream of the last header block begun */
     uint32_t max_frame;       /* the longest frame the server allows (the largest it announced; 16384 before) */
-    uint8_t out_setting[6];   /* a SETTINGS entry the server is writing */
-    uint32_t out_setting_at;
-    uint8_t out_settings;     /* the server's frame being written is a SETTINGS (not an ACK) */
-    uint8_t out_window[4];    /* a WINDOW_UPDATE the server is writing */
-    uint32_t out_window_at, out_stream;
-    uint8_t out_type;
     /* flow control as both sides announced it (RFC 7540 6.9): a frame that overruns a window is never read */
     uint32_t client_initial;  /* SETTINGS_INITIAL_WINDOW_SIZE the client announced */
     uint32_t server_initial;  /* the largest the server announced (a lower one later is not enforced) */
     int64_t conn_recv, conn_send;  /* the connection's windows: the client's sending, the server's */
     size_t cut;               /* where in the read a frame gRPC must never see starts (SIZE_MAX: none) */
     struct hpack_walk walk;   /* the header block being read: grpc-timeout renamed (grpc_headers.c) */
+    struct hpack_table table; /* the server's HPACK table as the client's checked blocks change it */
     uint8_t *synth;           /* frames of the gone peer's to hand out (stream ends, window credit) */
     size_t synth_count, synth_room;
 };
@@ -341,6 +350,8 @@ static void forget(int fd) {
     pthread_mutex_destroy(&reader->lock);
     free(reader->streams);
     free(reader->synth);
+    free(reader->held);
+    free(reader->ready);
     free(reader);
 }
 
@@ -351,6 +362,13 @@ static void watch(int fd, int public) {
     if (reader == NULL) return;
     reader->preface_left = PREFACE;
     reader->public = (uint8_t)public;
+    reader->hold_room = public ? HELD_ROOM : 9;
+    reader->held = malloc(reader->hold_room), reader->ready = malloc(reader->hold_room);
+    if (reader->held == NULL || reader->ready == NULL) {
+        free(reader->held), free(reader->ready), free(reader);
+        return;
+    }
+    if (public) hpack_table_start(&reader->table);
     reader->cut = SIZE_MAX;
     reader->max_frame = 16384;
     reader->client_initial = reader->server_initial = DEFAULT_WINDOW;
@@ -604,6 +622,58 @@ static int settings_break(struct h2_reader *r, const struct received *in, size_t
     return 0;
 }
 
+#define BLOCK_BROKEN SIZE_MAX         /* the frames after a HEADERS are not its CONTINUATIONs: they are cut on their own */
+#define BLOCK_TOO_LONG (SIZE_MAX - 1) /* past BLOCK_CAP */
+
+/* The bytes of the header block whose HEADERS frame starts at position at (its frames up to END_HEADERS); 0 where
+ * more must come (*need: how many bytes at least), or BLOCK_BROKEN, BLOCK_TOO_LONG. */
+static size_t block_extent(const struct received *in, size_t at, size_t *need) {
+    uint32_t stream = 0;
+    for (size_t p = at;;) {
+        if (in->total - p < 9) {
+            *need = 9 - (in->total - p);
+            return 0;
+        }
+        uint8_t head[9];
+        for (int k = 0; k < 9; k++) head[k] = *byte_at(in, p + (size_t)k);
+        if (p == at) stream = stream_of(head + 5);
+        else if (head[3] != 9 || stream_of(head + 5) != stream) return BLOCK_BROKEN;
+        uint32_t length = length_of(head);
+        if (p - at + 9 + length > BLOCK_CAP) return BLOCK_TOO_LONG;
+        if (in->total - p - 9 < length) {
+            *need = length - (in->total - p - 9);
+            return 0;
+        }
+        p += 9 + length;
+        if (head[4] & 0x4) return p - at;
+    }
+}
+
+/* The whole header block at position at (extent bytes) checked against the server's HPACK table, as gRPC will
+ * decode it: -1 where gRPC would end the connection (grpc_headers.c: hpack_check), or where it cannot be read
+ * (padding past its frame). */
+static int block_breaks(struct h2_reader *r, const struct received *in, size_t at, size_t extent) {
+    uint8_t *fragments = malloc(extent);
+    if (fragments == NULL) return 1;
+    size_t n = 0;
+    int bad = 0;
+    for (size_t p = at; p < at + extent && !bad;) {
+        uint8_t type = *byte_at(in, p + 3), flags = *byte_at(in, p + 4);
+        uint32_t length = ((uint32_t)*byte_at(in, p) << 16) | ((uint32_t)*byte_at(in, p + 1) << 8) | *byte_at(in, p + 2);
+        uint32_t lead = 0, trail = 0;
+        if (type == 1) {
+            lead = (flags & 0x8 ? 1u : 0u) + (flags & 0x20 ? 5u : 0u);
+            trail = flags & 0x8 && length > 0 ? *byte_at(in, p + 9) : 0;
+        }
+        bad = lead + trail > length;
+        for (uint32_t k = lead; !bad && k + trail < length; k++) fragments[n++] = *byte_at(in, p + 9 + k);
+        p += 9 + length;
+    }
+    bad = bad || hpack_check(&r->table, fragments, n) < 0;
+    free(fragments);
+    return bad;
+}
+
 /* A whole frame header from the peer, its first byte at position at: a RST_STREAM is rewritten in place (type and
  * flags; its payload as it passes), HEADERS and DATA open and half-close streams. On a public port, a frame that
  * would break a call is cut (r->cut) and a header block is walked. */
@@ -687,6 +757,18 @@ static size_t filter(struct h2_reader *r, const struct received *in, size_t from
                 hold = in->total - header_start;
                 r->head_at = 0;
                 break;
+            }
+            if (r->head_at == 9 && r->public && r->head[3] == 1 && r->continuing == 0) { /* a header block begins */
+                size_t need = 0, extent = block_extent(in, header_start, &need);
+                if (extent == 0) { /* read again whole, with all its frames */
+                    hold = in->total - header_start;
+                    r->head_at = 0;
+                    break;
+                }
+                if (extent == BLOCK_TOO_LONG || (extent != BLOCK_BROKEN && block_breaks(r, in, header_start, extent))) {
+                    r->cut = header_start, r->head_at = 0, r->payload_left = 0;
+                    break;
+                }
             }
             if (r->head_at == 9) {
                 peer_header(r, in, header_start);
@@ -870,9 +952,29 @@ static size_t hand_ready(struct h2_reader *r, const struct iovec *iov, size_t pa
 
 /* The held header completed from what the socket has now (never waiting), decided, and moved to ready: 1 done;
  * 0 with *result set when the socket has nothing (EAGAIN), ended (0) or failed. */
+/* Room for n held bytes (and as many ready ones): 0 past HOLD_CAP or out of memory. */
+static int hold_room(struct h2_reader *r, size_t n) {
+    if (n <= r->hold_room) return 1;
+    if (n > HOLD_CAP) return 0;
+    uint8_t *held = realloc(r->held, n);
+    if (held != NULL) r->held = held;
+    uint8_t *ready = held != NULL ? realloc(r->ready, n) : NULL;
+    if (ready != NULL) r->ready = ready;
+    if (held == NULL || ready == NULL) return 0;
+    r->hold_room = (uint32_t)n;
+    return 1;
+}
+
 /* Bytes still to come of the held unit: a frame header, or on a public port a control frame read whole. */
 static size_t held_need(const struct h2_reader *r) {
     if (r->held_count < 9) return 9 - r->held_count;
+    if (r->public && r->held[3] == 1 && r->continuing == 0) { /* a header block: its frames up to END_HEADERS */
+        struct iovec whole = {r->held, r->held_count};
+        struct received in = {&whole, 1, r->held_count};
+        size_t need = 0;
+        block_extent(&in, 0, &need);
+        return need;
+    }
     size_t whole = 9 + (r->public ? held_payload(r->held[3], r->held[4], length_of(r->held)) : 0);
     return whole > r->held_count ? whole - r->held_count : 0;
 }
@@ -881,6 +983,7 @@ static int complete_held(int fd, struct h2_reader *r, ssize_t *result) {
     int flags = fcntl(fd, F_GETFL), blocking = flags >= 0 && !(flags & O_NONBLOCK); /* a blocking reader waits */
     ssize_t got = 1;
     for (size_t need = held_need(r); need > 0 && got > 0; need = held_need(r)) {
+        if (!hold_room(r, r->held_count + need)) break; /* past HOLD_CAP: what is held is decided as it is */
         got = real_recv(fd, r->held + r->held_count, need, blocking ? 0 : MSG_DONTWAIT);
         if (got > 0) r->held_count += (uint32_t)got;
         if (!blocking && got > 0 && (size_t)got < need) break; /* the rest has not come yet */
@@ -957,6 +1060,13 @@ static ssize_t guarded_read(int fd, const struct iovec *iov, size_t parts, reade
         if (before > 0) return (ssize_t)before;
         return gone_read(fd, r, iov, parts, room);
     }
+    if (!hold_room(r, keep)) { /* out of memory: this client's connection is not read further */
+        size_t before = total - keep;
+        peer_gone(r);
+        wake(fd, r);
+        if (before > 0) return (ssize_t)before;
+        return gone_read(fd, r, iov, parts, room);
+    }
     for (size_t k = 0; k < keep; k++) r->held[k] = *byte_at(&in, total - keep + k);
     r->held_count = (uint32_t)keep;
     if (total > keep) return (ssize_t)(total - keep);
@@ -974,6 +1084,7 @@ static ssize_t read_iov(int fd, struct iovec *iov, size_t parts, void *context) 
 struct message_read {
     struct msghdr *message;
     int flags;
+    size_t control; /* the room of its control buffer: the message says 0 unless the socket's own read fills it */
 };
 
 static ssize_t read_message(int fd, struct iovec *iov, size_t parts, void *context) {
@@ -981,6 +1092,7 @@ static ssize_t read_message(int fd, struct iovec *iov, size_t parts, void *conte
     struct msghdr plain = {0}, shifted = call->message ? *call->message : plain;
     shifted.msg_iov = iov;
     shifted.msg_iovlen = parts;
+    shifted.msg_controllen = call->control;
     ssize_t got = real_recvmsg(fd, &shifted, call->flags);
     if (call->message) {
         call->message->msg_flags = shifted.msg_flags;
@@ -994,7 +1106,10 @@ ssize_t recvmsg(int fd, struct msghdr *message, int flags) {
     resolve();
     if (front_watched(fd)) return (flags & MSG_PEEK) ? (errno = EAGAIN, -1) : front_read(fd, message->msg_iov, message->msg_iovlen);
     if (!watched(fd) || (flags & (MSG_PEEK | MSG_ERRQUEUE))) return real_recvmsg(fd, message, flags); /* not the stream */
-    struct message_read call = {message, flags};
+    /* bytes the guard hands out without reading the socket come with no control message: gRPC then reads again
+     * until EAGAIN (with no TCP_INQ message it assumes more may be queued) instead of waiting for an edge */
+    struct message_read call = {message, flags, message->msg_controllen};
+    message->msg_controllen = 0;
     return guarded_read(fd, message->msg_iov, message->msg_iovlen, read_message, &call);
 }
 
@@ -1006,7 +1121,7 @@ ssize_t recv(int fd, void *buffer, size_t length, int flags) {
     }
     if (!watched(fd) || (flags & (MSG_PEEK | MSG_ERRQUEUE))) return real_recv(fd, buffer, length, flags);
     struct iovec one = {buffer, length};
-    struct message_read call = {NULL, flags};
+    struct message_read call = {NULL, flags, 0};
     return guarded_read(fd, &one, 1, read_message, &call);
 }
 
@@ -1039,74 +1154,102 @@ int ioctl(int fd, unsigned long request, ...) {
     return real_ioctl(fd, request, argument);
 }
 
-/* A byte of the server's SETTINGS: the longest frame it allows is the largest it announced (never less than
- * RFC 7540's 16384), so that a frame the server accepts is never cut. */
-static void server_setting_byte(struct h2_reader *r, uint8_t byte) {
-    r->out_setting[r->out_setting_at++] = byte;
-    if (r->out_setting_at < 6) return;
-    r->out_setting_at = 0;
-    uint32_t id = ((uint32_t)r->out_setting[0] << 8) | r->out_setting[1];
-    uint32_t value = ((uint32_t)r->out_setting[2] << 24) | ((uint32_t)r->out_setting[3] << 16) |
-                     ((uint32_t)r->out_setting[4] << 8) | r->out_setting[5];
+/* A SETTINGS entry of the server's: the longest frame it allows is the largest it announced (never less than RFC
+ * 7540's 16384), the HPACK table and the initial window likewise, so that nothing the server accepts is cut. */
+static void server_setting(struct h2_reader *r, const uint8_t *entry) {
+    uint32_t id = ((uint32_t)entry[0] << 8) | entry[1];
+    uint32_t value = ((uint32_t)entry[2] << 24) | ((uint32_t)entry[3] << 16) | ((uint32_t)entry[4] << 8) | entry[5];
     if (id == 5 && value > r->max_frame && value <= 0xffffff) r->max_frame = value;
+    if (id == 1 && value > r->table.limit) r->table.limit = value;
     if (id == 4 && value > r->server_initial && value <= WINDOW_MAX) { /* every stream's window grows by as much */
         for (uint32_t i = 0; i < r->stream_room; i++) r->streams[i].recv += (int64_t)value - r->server_initial;
         r->server_initial = value;
     }
 }
 
-/* A byte of the server's WINDOW_UPDATE: what it lets the client send more of. */
-static void server_window_byte(struct h2_reader *r, uint8_t byte) {
-    r->out_window[r->out_window_at++] = byte;
-    if (r->out_window_at < 4) return;
-    int64_t increment = (((uint32_t)r->out_window[0] & 0x7f) << 24) | ((uint32_t)r->out_window[1] << 16) |
-                        ((uint32_t)r->out_window[2] << 8) | r->out_window[3];
-    if (r->out_stream == 0) {
-        r->conn_recv += increment;
-    } else {
-        struct stream_state *known = table_find(r, r->out_stream);
-        if (known != NULL) known->recv += increment;
+/* A WINDOW_UPDATE of the server's: what it lets the client send more of. */
+static void server_window(struct h2_reader *r, uint32_t stream, const uint8_t *bytes) {
+    int64_t increment = (((uint32_t)bytes[0] & 0x7f) << 24) | ((uint32_t)bytes[1] << 16) |
+                        ((uint32_t)bytes[2] << 8) | bytes[3];
+    struct stream_state *known = stream ? table_find(r, stream) : NULL;
+    if (stream == 0) r->conn_recv += increment;
+    else if (known != NULL) known->recv += increment;
+}
+
+/* A whole frame header of the server's. Counting (before the bytes are sent, counted once however often a short
+ * write sends them again): its DATA spends the client's windows. Committing (once sent): a stream it ends leaves
+ * the table; to a gone peer, its DATA is credited back. */
+static void server_header(struct h2_reader *r, const struct out_parser *o, int counting) {
+    uint8_t type = o->head[3], flags = o->head[4];
+    uint32_t stream = stream_of(o->head + 5), length = length_of(o->head);
+    if (counting) {
+        struct stream_state *known = type == 0 && o->offset > r->credited ? table_find(r, stream) : NULL;
+        if (type == 0 && o->offset > r->credited) r->conn_send -= length;
+        if (known != NULL) known->send -= length;
+        return;
     }
+    if (stream != 0 && (type == 3 || ((type == 0 || type == 1) && (flags & 0x1)))) server_ended(r, stream);
+    if (r->gone && type == 0 && length > 0) { /* nobody reads it: credit it back, or the call stalls */
+        synth_frame(r, 8, 0, stream, length);
+        synth_frame(r, 8, 0, 0, length);
+    }
+}
+
+/* The server's frames in total bytes of in, followed from o. Counting, the window changes they make are applied
+ * before they are sent: a client that answers them at once is never cut for a window the guard had not yet seen. */
+static void follow_server(struct h2_reader *r, struct out_parser *o, const struct received *in, size_t total,
+                          int counting) {
+    for (size_t i = 0; i < total;) {
+        if (o->head_at < 9) {
+            o->head[o->head_at++] = *byte_at(in, i++);
+            o->offset++;
+            if (o->head_at < 9) continue;
+            server_header(r, o, counting);
+            o->type = o->head[3], o->stream = stream_of(o->head + 5), o->payload_left = length_of(o->head);
+            o->settings = o->type == 4 && !(o->head[4] & 0x1), o->setting_at = 0, o->window_at = 0;
+            if (o->payload_left == 0) o->head_at = 0;
+        } else if (o->settings || (o->type == 8 && o->window_at < 4)) {
+            uint8_t byte = *byte_at(in, i++);
+            o->offset++;
+            int counted = counting && o->offset > r->credited;
+            if (o->settings) {
+                o->setting[o->setting_at++] = byte;
+                if (o->setting_at == 6 && counted) server_setting(r, o->setting);
+                if (o->setting_at == 6) o->setting_at = 0;
+            } else {
+                o->window[o->window_at++] = byte;
+                if (o->window_at == 4 && counted) server_window(r, o->stream, o->window);
+            }
+            if (--o->payload_left == 0) o->head_at = 0;
+        } else {
+            size_t skip = total - i < o->payload_left ? total - i : o->payload_left;
+            o->payload_left -= (uint32_t)skip;
+            o->offset += skip;
+            i += skip;
+            if (o->payload_left == 0) o->head_at = 0;
+        }
+    }
+}
+
+/* Before a write to a client of a public port: the window changes of all it may send, counted. */
+static void server_writes(int fd, const struct iovec *iov, size_t parts) {
+    struct h2_reader *r = readers[fd];
+    size_t total = 0;
+    for (size_t p = 0; p < parts; p++) total += iov[p].iov_len;
+    struct received in = {iov, parts, total};
+    pthread_mutex_lock(&r->lock);
+    struct out_parser ahead = r->out;
+    follow_server(r, &ahead, &in, total, 1);
+    if (ahead.offset > r->credited) r->credited = ahead.offset;
+    pthread_mutex_unlock(&r->lock);
 }
 
 /* The server's own frames as written: a stream it ends (END_STREAM, or its RST_STREAM) leaves the table. */
 static void server_wrote(int fd, const struct iovec *iov, size_t parts, size_t total) {
     struct h2_reader *r = readers[fd];
     struct received in = {iov, parts, total};
-    size_t i = 0;
     pthread_mutex_lock(&r->lock);
-    while (i < total) {
-        if (r->out_head_at < 9) {
-            r->out_head[r->out_head_at++] = *byte_at(&in, i++);
-            if (r->out_head_at < 9) continue;
-            uint8_t type = r->out_head[3], flags = r->out_head[4];
-            uint32_t stream = stream_of(r->out_head + 5), length = length_of(r->out_head);
-            if (type == 0) { /* what it sends spends the windows the client announced */
-                struct stream_state *known = table_find(r, stream);
-                r->conn_send -= length;
-                if (known != NULL) known->send -= length;
-            }
-            if (stream != 0 && (type == 3 || ((type == 0 || type == 1) && (flags & 0x1)))) server_ended(r, stream);
-            if (r->gone && type == 0 && length > 0) { /* nobody reads it: credit it back, or the call stalls */
-                synth_frame(r, 8, 0, stream, length);
-                synth_frame(r, 8, 0, 0, length);
-            }
-            r->out_payload_left = length;
-            r->out_settings = type == 4 && !(flags & 0x1), r->out_setting_at = 0;
-            r->out_type = type, r->out_stream = stream, r->out_window_at = 0;
-            if (r->out_payload_left == 0) r->out_head_at = 0;
-        } else if (r->out_settings || (r->out_type == 8 && r->out_window_at < 4)) {
-            uint8_t byte = *byte_at(&in, i++);
-            if (r->out_settings) server_setting_byte(r, byte);
-            else server_window_byte(r, byte);
-            if (--r->out_payload_left == 0) r->out_head_at = 0;
-        } else {
-            size_t skip = total - i < r->out_payload_left ? total - i : r->out_payload_left;
-            r->out_payload_left -= (uint32_t)skip;
-            i += skip;
-            if (r->out_payload_left == 0) r->out_head_at = 0;
-        }
-    }
+    follow_server(r, &r->out, &in, total, 0);
     pthread_mutex_unlock(&r->lock);
 }
 
@@ -1133,8 +1276,13 @@ static int gone(int fd) {
     return watched(fd) && readers[fd]->gone;
 }
 
+static void before_writing(int fd, const struct iovec *iov, size_t parts) {
+    if (watched(fd) && readers[fd]->public) server_writes(fd, iov, parts);
+}
+
 ssize_t sendmsg(int fd, const struct msghdr *message, int flags) {
     resolve();
+    before_writing(fd, message->msg_iov, message->msg_iovlen);
     ssize_t sent = gone(fd) ? 0 : real_sendmsg(fd, message, flags);
     if (watched(fd)) return guarded_write(fd, message->msg_iov, message->msg_iovlen, sent);
     return sent;
@@ -1142,22 +1290,25 @@ ssize_t sendmsg(int fd, const struct msghdr *message, int flags) {
 
 ssize_t send(int fd, const void *buffer, size_t length, int flags) {
     resolve();
-    ssize_t sent = gone(fd) ? 0 : real_send(fd, buffer, length, flags);
     struct iovec one = {(void *)buffer, length};
+    before_writing(fd, &one, 1);
+    ssize_t sent = gone(fd) ? 0 : real_send(fd, buffer, length, flags);
     if (watched(fd)) return guarded_write(fd, &one, 1, sent);
     return sent;
 }
 
 ssize_t write(int fd, const void *buffer, size_t length) {
     resolve();
-    ssize_t sent = gone(fd) ? 0 : real_write(fd, buffer, length);
     struct iovec one = {(void *)buffer, length};
+    before_writing(fd, &one, 1);
+    ssize_t sent = gone(fd) ? 0 : real_write(fd, buffer, length);
     if (watched(fd)) return guarded_write(fd, &one, 1, sent);
     return sent;
 }
 
 ssize_t writev(int fd, const struct iovec *iov, int parts) {
     resolve();
+    if (parts >= 0) before_writing(fd, iov, (size_t)parts);
     ssize_t sent = gone(fd) ? 0 : real_writev(fd, iov, parts);
     if (watched(fd) && parts >= 0) return guarded_write(fd, iov, (size_t)parts, sent);
     return sent;
