@@ -30,8 +30,10 @@
  *    a write's) is hidden from gRPC until the server has ended every call of the connection (the streams the client
  *    left open ended as if it had, the server's writes counted as sent and their flow-control credit handed back),
  *    then the socket's reading side is shut down to wake gRPC's edge-triggered poller into reading the end; a frame
- *    that would make gRPC reset a running call (DATA or HEADERS after the client ended its side, HEADERS reopening a
- *    closed stream or on stream 0) is never read, nor anything after it, and the connection counts as hung up.
+ *    that would make gRPC reset a running call or end the connection (breaking a stream's state, the framing, flow
+ *    control as both sides announced it, or HPACK: header blocks and small control frames are read whole first, and
+ *    blocks are checked against the server's table, grpc_headers.c) is never read, nor anything after it, and the
+ *    connection counts as hung up.
  *
  * 4. (http_front.c) On the ports in TRITON_GUARD_FRONT_HTTP, clients reach tritonserver's HTTP port directly and the
  *    edge's HTTP checks run inside its reads: it is handed only whole requests that passed them.
