@@ -5,10 +5,16 @@
  * between steps. What each step's reads return must be exactly the model's rewriting of what was sent: every
  * RST_STREAM of 4 bytes an empty DATA ending the stream where it is open on both sides, else a WINDOW_UPDATE of 1.
  *
- *   fuzz_guard SECONDS SEED   (exit 0: every step matched) */
+ * Between connections, a public one (TRITON_GUARD_H2_PUBLIC): valid and broken client frames (header blocks whole and
+ * split, deadlines, blocks gRPC's decoder would fail on, DATA, control frames, random bytes) in random pieces, read
+ * with random calls and rooms while the server writes its settings and ends streams; then the client hangs up. No
+ * read may fail, and the connection must end for the server once it has ended every stream.
+ *
+ *   fuzz_guard SECONDS SEED   (exit 0: every step matched, every public connection ended) */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,13 +175,115 @@ static int step(int peer, int server) {
   return same;
 }
 
+/* ---- a public port (TRITON_GUARD_H2_PUBLIC): a client's frames, valid and broken, whatever the reads ---- */
+
+/* One client frame for a public port: mostly valid (header blocks, DATA within the windows, control frames,
+ * CONTINUATIONs, resets, deadlines), sometimes broken (a bad size, stream, block, or random bytes). */
+static void public_frame(buffer* sent, uint32_t* streams, size_t* count) {
+  static const uint8_t blocks[][24] = {
+      {0x82, 0x86, 0x84},                                                  /* indexed */
+      {0x40, 0x0c, 'g', 'r', 'p', 'c', '-', 't', 'i', 'm', 'e', 'o', 'u', 't', 0x02, '1', 'S'}, /* a deadline */
+      {0x40, 0x89, 0x9a, 0xca, 0xc8, 0xb2, 0x4d, 0x49, 0x4f, 0x6a, 0x7f, 0x02, '9', 'm'},       /* coded */
+      {0xbe},                                                              /* an index past the tables */
+      {0x3f, 0xe9, 0x26},                                                  /* a table size too large */
+  };
+  static const size_t block_length[] = {3, 17, 14, 1, 3};
+  uint8_t payload[64];
+  for (size_t k = 0; k < sizeof payload; ++k) payload[k] = (uint8_t)next();
+  uint32_t stream = *count && below(3) ? streams[below(*count)] : 2 * (uint32_t)below(64) + 1;
+  switch (below(12)) {
+    case 0: case 1: case 2: { /* a header block, in one frame or split into CONTINUATIONs */
+      size_t b = below(8) == 0 ? 3 + below(2) : below(3), n = block_length[b];
+      stream = *count ? streams[*count - 1] + 2 : 1;
+      uint8_t flags = below(2) ? 0x1 : 0x0;
+      if (below(3) == 0 && n > 1) {
+        size_t cut = 1 + below(n - 1);
+        frame(sent, 1, flags, stream, blocks[b], (uint32_t)cut);
+        frame(sent, 9, 0x4, stream, blocks[b] + cut, (uint32_t)(n - cut));
+      } else {
+        frame(sent, 1, flags | 0x4, stream, blocks[b], (uint32_t)n);
+      }
+      if (*count < 4000) streams[(*count)++] = stream;
+      break;
+    }
+    case 3: case 4: frame(sent, 0, below(3) == 0 ? 0x1 : 0, stream, payload, (uint32_t)below(40)); break;
+    case 5: frame(sent, 8, 0, below(2) ? 0 : stream, (const uint8_t*)"\x00\x00\x10\x00", 4); break;
+    case 6: frame(sent, 4, 0, 0, (const uint8_t*)"\x00\x04\x00\x01\x00\x00", 6); break;
+    case 7: frame(sent, 6, 0, 0, payload, 8); break;
+    case 8: frame(sent, 3, 0, stream, (const uint8_t*)"\x00\x00\x00\x08", 4); break;
+    case 9: frame(sent, 7, 0, 0, payload, 8 + (uint32_t)below(8)); break;
+    case 10: frame(sent, (uint8_t)below(12), (uint8_t)next(), (uint32_t)below(8), payload, (uint32_t)below(40)); break;
+    default: put(sent, payload, below(20)); /* random bytes */
+  }
+}
+
+/* A public connection: frames sent in random pieces, read with random calls and rooms, the server answering and
+ * ending streams through the write wrappers; then the client hangs up. No read may fail, and once the server has
+ * ended every stream the connection must end for it (a read returns 0) within a bounded number of reads. */
+static int public_connection(void) {
+  int pair[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0) return 0;
+  fcntl(pair[1], F_SETFL, O_NONBLOCK);
+  watch(pair[1], 1);
+  buffer sent = {0};
+  put(&sent, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24);
+  frame(&sent, 4, 0, 0, (const uint8_t*)"", 0);
+  static uint32_t streams[4096];
+  size_t count = 0, frames = 1 + below(40);
+  for (size_t k = 0; k < frames; ++k) public_frame(&sent, streams, &count);
+  buffer settings = {0};
+  frame(&settings, 4, 0, 0, (const uint8_t*)"\x00\x04\x00\x40\x00\x00\x00\x05\x00\x40\x00\x00", 12);
+  frame(&settings, 8, 0, 0, (const uint8_t*)"\x00\x3f\x00\x01", 4);
+  g_write(pair[1], settings.bytes, settings.length);
+  uint8_t into[4096], sink[4096];
+  int failed = 0;
+  for (size_t at = 0; at < sent.length && !failed;) {
+    size_t piece = 1 + below(sent.length - at);
+    if (send(pair[0], sent.bytes + at, piece, MSG_DONTWAIT) <= 0) break; /* the guard stopped reading: enough */
+    at += piece;
+    for (int r = 0; r < 8; ++r) {
+      ssize_t n = guarded(pair[1], into, below(4) == 0 ? 1 + below(12) : 1 + below(sizeof into));
+      if (n < 0 && errno != EAGAIN) failed = 1;
+      if (n <= 0) break;
+    }
+    while (recv(pair[0], sink, sizeof sink, MSG_DONTWAIT) > 0) {
+    }
+  }
+  if (below(2)) shutdown(pair[0], SHUT_WR); /* a hang-up: FIN, or the socket closed */
+  else close(pair[0]), pair[0] = -1;
+  int ended = 0;
+  for (int r = 0; r < 10000 && !failed && !ended; ++r) {
+    if (r % 50 == 49) { /* the server ends every stream it may run */
+      buffer out = {0};
+      for (size_t k = 0; k < count; ++k) frame(&out, 1, 0x5, streams[k], (const uint8_t*)"\x88", 1);
+      frame(&out, 3, 0, 1 + 2 * (uint32_t)below(64), (const uint8_t*)"\x00\x00\x00\x08", 4);
+      g_write(pair[1], out.bytes, out.length);
+      free(out.bytes);
+    }
+    ssize_t n = guarded(pair[1], into, 1 + below(sizeof into));
+    if (n < 0 && errno != EAGAIN && errno != ECONNRESET && errno != EPIPE) failed = 1;
+    if (n == 0) ended = 1;
+    if (pair[0] >= 0) {
+      while (recv(pair[0], sink, sizeof sink, MSG_DONTWAIT) > 0) {
+      }
+    }
+  }
+  if (!ended && !failed) fprintf(stderr, "fuzz_guard: a public connection never ended for the server\n");
+  if (failed) fprintf(stderr, "fuzz_guard: a read on a public connection failed: %s\n", strerror(errno));
+  g_close(pair[1]);
+  if (pair[0] >= 0) close(pair[0]);
+  free(sent.bytes), free(settings.bytes);
+  return ended && !failed;
+}
+
 int main(int argc, char** argv) {
+  signal(SIGPIPE, SIG_IGN); /* the server writes to clients that hung up, as gRPC does (MSG_NOSIGNAL) */
   double seconds = argc > 1 ? atof(argv[1]) : 5.0;
   state ^= argc > 2 ? strtoull(argv[2], NULL, 10) * 0x9E3779B97F4A7C15ull : 0;
   if (state == 0) state = 1;
   struct timespec start, now;
   clock_gettime(CLOCK_MONOTONIC, &start);
-  long steps = 0, connections = 0;
+  long steps = 0, connections = 0, publics = 0;
   int failed = 0;
   do {
     int pair[2];
@@ -196,8 +304,10 @@ int main(int argc, char** argv) {
     }
     g_close(pair[1]), close(pair[0]);
     connections++;
+    if (!failed) failed = !public_connection(), publics++;
     clock_gettime(CLOCK_MONOTONIC, &now);
   } while (!failed && (now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) / 1e9 < seconds);
-  printf("fuzz_guard: %ld connections, %ld steps, %d failures\n", connections, steps, failed);
+  printf("fuzz_guard: %ld connections, %ld steps, %ld public connections, %d failures\n", connections, steps, publics,
+         failed);
   return failed;
 }

@@ -3,9 +3,10 @@ for a bounded time (tests/native/). The in-process backend's request paths (imag
 calls) run against a stand-in for Triton's backend API and the CUDA driver: a read past a client's buffer, an
 overflow, a leak, a request answered or released other than once, or an id outside value_range reaching the device
 fails it. The guard's frame rewriting (server/triton/triton_guard.c) reads split frame streams through every read
-call with rooms of 1 byte up: what it hands out must be the model's rewriting, and no read may fail. The gRPC
-recorder (server/edge/record_grpc.c) reads well-formed, mutated, cut and random gRPC bodies in random chunks. The
-edge's HTTP checks (server/triton/http_checks.c) read mutated and random requests within their bytes, and in
+call with rooms of 1 byte up: what it hands out must be the model's rewriting, and no read may fail; on a public gRPC
+port, valid and broken client frames never fail a read, and every connection ends once the server ended its calls.
+The gRPC recorder (server/edge/record_grpc.c) reads well-formed, mutated, cut and random gRPC bodies in random
+chunks. The edge's HTTP checks (server/triton/http_checks.c) read mutated and random requests within their bytes, and in
 tritonserver's reads (http_front.c) hand out only whole requests that pass, whatever the splits and reads. The
 guard renames a gRPC deadline in any header block and changes nothing else (grpc_headers.c). Longer,
 with other seeds: `make fuzz-native`."""
@@ -98,7 +99,10 @@ def run_fuzzer(binary: Path, seconds: float, seed: int) -> subprocess.CompletedP
 # part -> (seconds per seed, what must hold): each fuzzer prints "N ..., 0 failures" and exits 0 when all held
 FUZZERS = {
     "paths": (8, "the native request paths hold under random and adversarial requests"),
-    "guard": (6, "the guard hands out exactly the rewritten frames whatever the reads"),
+    "guard": (
+        6,
+        "the guard hands out exactly the rewritten frames, and ends every public connection, whatever the reads",
+    ),
     "recorder": (4, "the gRPC recorder reads any body within its bytes"),
     "admission": (3, "the admission check reads a call's model within its bytes"),
     "checks": (3, "the HTTP checks read any request within their bytes"),
