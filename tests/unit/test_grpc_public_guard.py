@@ -294,6 +294,16 @@ def test_data_past_the_window_the_server_announced_is_never_read(shim):
     assert read == sent + fits + frame(DATA, END_STREAM, 3)
 
 
+def test_a_reset_that_gRPC_would_read_as_data_past_the_window_is_never_read(shim):
+    """A reset of an open stream reaches gRPC as a padded DATA of 4 bytes: with the window spent, it is cut."""
+    opened = frame(HEADERS, END_HEADERS, 3, b"\x83\x86")
+    sent = PREFACE + frame(SETTINGS, 0, 0) + CALL + opened
+    left = 65535 - 6
+    fits = b"".join(frame(DATA, 0, 3, b"x" * 16384) for _ in range(3)) + frame(DATA, 0, 3, b"x" * (left - 3 * 16384))
+    read = through_guard(shim, [sent, fits, frame(RST_STREAM, 0, 3, b"\0\0\0\x08")], ends([1, 3]))
+    assert read == sent + fits + frame(DATA, END_STREAM, 3)
+
+
 def test_the_windows_the_server_announces_let_the_client_send_more(shim):
     opened = PREFACE + frame(SETTINGS, 0, 0) + frame(HEADERS, END_HEADERS, 1, b"\x83\x86")
     big = b"".join(frame(DATA, 0, 1, b"x" * 16384) for _ in range(8))  # 128 KiB: past 65,535 without the server's

@@ -606,6 +606,20 @@ static int window_update_breaks(struct h2_reader *r, uint32_t stream, const stru
     return 0;
 }
 
+/* A client's reset, as gRPC will read it: on a stream still open, a padded DATA of 4 bytes that the connection's
+ * window must hold; on another, a WINDOW_UPDATE of 1 that the server's window for the stream must take. Applied
+ * where it passes. */
+static int reset_breaks(struct h2_reader *r, struct stream_state *known) {
+    if (known != NULL && known->state == PEER_OPEN) {
+        if (r->conn_recv < 4 || known->recv < 4) return 1;
+        r->conn_recv -= 4, known->recv -= 4;
+    } else if (known != NULL) {
+        if (known->send + 1 > WINDOW_MAX) return 1;
+        known->send += 1;
+    }
+    return 0;
+}
+
 /* A client's SETTINGS (length bytes at p): a value RFC 7540 forbids, or an initial window that takes one of the
  * server's stream windows past 2^31-1, ends the connection. Applied where it passes. */
 static int settings_break(struct h2_reader *r, const struct received *in, size_t p, uint32_t length) {
@@ -693,6 +707,7 @@ static void peer_header(struct h2_reader *r, const struct received *in, size_t a
         if (!breaks) breaks = lead_breaks(type, flags, r->payload_left, stream, in, at + 9);
         if (!breaks && type == 8) breaks = window_update_breaks(r, stream, in, at + 9);
         if (!breaks && type == 4 && !(flags & 0x1)) breaks = settings_break(r, in, at + 9, r->payload_left);
+        if (!breaks && type == 3) breaks = reset_breaks(r, known);
         if (breaks) {
             r->cut = at;
             return;
