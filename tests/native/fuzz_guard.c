@@ -253,10 +253,10 @@ static int public_connection(void) {
   else close(pair[0]), pair[0] = -1;
   int ended = 0;
   for (int r = 0; r < 10000 && !failed && !ended; ++r) {
-    if (r % 50 == 49) { /* the server ends every stream it may run */
+    if (r % 50 == 49) { /* the server ends every stream it may run (random frames may have opened ids below 128) */
       buffer out = {0};
       for (size_t k = 0; k < count; ++k) frame(&out, 1, 0x5, streams[k], (const uint8_t*)"\x88", 1);
-      frame(&out, 3, 0, 1 + 2 * (uint32_t)below(64), (const uint8_t*)"\x00\x00\x00\x08", 4);
+      for (uint32_t id = 1; id < 130; id += 2) frame(&out, 3, 0, id, (const uint8_t*)"\x00\x00\x00\x08", 4);
       g_write(pair[1], out.bytes, out.length);
       free(out.bytes);
     }
@@ -268,7 +268,15 @@ static int public_connection(void) {
       }
     }
   }
-  if (!ended && !failed) fprintf(stderr, "fuzz_guard: a public connection never ended for the server\n");
+  if (!ended && !failed) {
+    struct h2_reader* reader = readers[pair[1]];
+    fprintf(stderr, "fuzz_guard: a public connection never ended for the server (gone %d, synth %zu); its streams:",
+            reader ? reader->gone : -1, reader ? reader->synth_count : 0);
+    for (uint32_t i = 0; reader && i < reader->stream_room; i++) {
+      if (reader->streams[i].stream) fprintf(stderr, " %u:%u", reader->streams[i].stream, reader->streams[i].state);
+    }
+    fprintf(stderr, "\n");
+  }
   if (failed) fprintf(stderr, "fuzz_guard: a read on a public connection failed: %s\n", strerror(errno));
   g_close(pair[1]);
   if (pair[0] >= 0) close(pair[0]);
