@@ -23,8 +23,8 @@ END_STREAM, END_HEADERS, PADDED, PRIORITY = 0x1, 0x4, 0x8, 0x20
 DATA, HEADERS, PRIORITY_FRAME, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
 
 # accepts one connection on the port in argv[1], reads argv[4] bytes at a time (waiting on EAGAIN) until the
-# peer's end; once it has read argv[2] bytes, or read nothing new for 0.5 s, it writes argv[3] (hex) as its own
-# frames. Prints what it read.
+# peer's end; once it has read argv[2] bytes (or, where argv[2] is -1, once it read nothing new for 0.5 s: the
+# client gone or cut), it writes argv[3] (hex) as its own frames. Prints what it read.
 STAND_IN = """
 import select, socket, sys, time
 server = socket.socket(); server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -32,7 +32,7 @@ server.bind(("127.0.0.1", int(sys.argv[1]))); server.listen(8); print("listening
 conn, _ = server.accept(); conn.setblocking(False)
 read, wrote, after, last = b"", False, int(sys.argv[2]), time.monotonic()
 while True:
-    if not wrote and (len(read) >= after or (read and time.monotonic() - last > 0.5)):
+    if not wrote and ((after >= 0 and len(read) >= after) or (after < 0 and read and time.monotonic() - last > 0.5)):
         conn.sendall(bytes.fromhex(sys.argv[3])); wrote = True
     select.select([conn], [], [], 0.1)
     try:
@@ -71,7 +71,7 @@ def ends(streams) -> bytes:
     return b"".join(frame(HEADERS, END_HEADERS | END_STREAM, s, TRAILERS) for s in streams)
 
 
-def through_guard(shim, pieces: list[bytes], writes: bytes, after: int = 1 << 30, read_size: int = 65536):
+def through_guard(shim, pieces: list[bytes], writes: bytes, after: int = -1, read_size: int = 65536):
     """What the stand-in read of pieces sent one by one (and whether it saw the end), on a public gRPC port."""
     (port,) = free_ports(1)
     env = {**os.environ, "LD_PRELOAD": str(shim), "TRITON_GUARD_H2_PORTS": str(port)}
