@@ -83,7 +83,12 @@ def through_guard(shim, pieces: list[bytes], writes: bytes, after: int = -1, rea
         for piece in pieces:
             client.sendall(piece)
             time.sleep(0.01)
-    out, _ = process.communicate(timeout=30)
+    try:
+        out, _ = process.communicate(timeout=30)
+    finally:  # a stand-in that never saw its end is stopped by the test that started it
+        if process.poll() is None:
+            process.kill()
+            process.wait()
     return out
 
 
