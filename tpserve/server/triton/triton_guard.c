@@ -675,7 +675,7 @@ static int block_breaks(struct h2_reader *r, const struct received *in, size_t a
     int bad = 0;
     for (size_t p = at; p < at + extent && !bad;) {
         uint8_t type = *byte_at(in, p + 3), flags = *byte_at(in, p + 4);
-        uint32_t length = ((uint32_t)*byte_at(in, p) << 16) | ((uint32_t)*byte_at(in, p + 1) << 8) | *byte_at(in, p + 2);
+        uint32_t length = u32_at(in, p) >> 8; /* the 24-bit length (the header is whole) */
         uint32_t lead = 0, trail = 0;
         if (type == 1) {
             lead = (flags & 0x8 ? 1u : 0u) + (flags & 0x20 ? 5u : 0u);
@@ -1200,8 +1200,9 @@ static void server_header(struct h2_reader *r, const struct out_parser *o, int c
     uint8_t type = o->head[3], flags = o->head[4];
     uint32_t stream = stream_of(o->head + 5), length = length_of(o->head);
     if (counting) {
-        struct stream_state *known = type == 0 && o->offset > r->credited ? table_find(r, stream) : NULL;
-        if (type == 0 && o->offset > r->credited) r->conn_send -= length;
+        if (type != 0 || o->offset <= r->credited) return; /* counted already, before a short write */
+        struct stream_state *known = table_find(r, stream);
+        r->conn_send -= length;
         if (known != NULL) known->send -= length;
         return;
     }
@@ -1277,12 +1278,7 @@ static ssize_t guarded_write(int fd, const struct iovec *iov, size_t parts, ssiz
     struct h2_reader *r = readers[fd];
     size_t total = 0;
     for (size_t p = 0; p < parts; p++) total += iov[p].iov_len;
-    if (sent < 0 && r->public && !r->gone && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        pthread_mutex_lock(&r->lock);
-        int running = r->stream_count > 0;
-        pthread_mutex_unlock(&r->lock);
-        if (running) peer_gone(r);
-    }
+    if (sent < 0 && !r->gone) hang_up(sent, errno, r);
     if (r->gone) sent = (ssize_t)total;
     if (sent > 0) server_wrote(fd, iov, parts, (size_t)sent);
     if (r->gone) wake(fd, r);
