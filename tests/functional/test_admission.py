@@ -158,3 +158,47 @@ def test_only_the_model_marked_over_its_budget_is_refused_on_either_protocol(ser
         assert _envoy_refusals(settings) == 3
     finally:
         stop_cluster(settings.state_dir)
+
+
+def test_calls_past_the_waiting_bound_are_refused_inside_tritonserver(tmp_path):
+    """`--no-edge --checks-in-server`: no Envoy to hold the bound, so the guard in tritonserver's reads refuses a new
+    gRPC call once the server runs --max-waiting calls (server/triton/triton_guard.c, 2c), before gRPC has its
+    message: UNAVAILABLE at once with the retry hint, the server never restarted, calls admitted again after."""
+    import subprocess
+    import sys
+
+    shutil.copytree(SLOW, tmp_path / "repo")
+    ports = [str(p) for p in endpoints.free_ports(4)]
+    state_dir = tmp_path / "state"
+    command = [sys.executable, "-m", "tpserve.server", "start", "--no-edge", "--checks-in-server", "--max-waiting",
+               "4", "--repo", str(tmp_path / "repo"), "--http-port", ports[0], "--grpc-port", ports[1],
+               "--metrics-port", ports[2], "--health-port", ports[3], "--state-dir", str(state_dir)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    try:
+        state = endpoints.read_state(state_dir)
+        x = np.ones((1, 1), np.float32)
+        deadline = time.monotonic() + 5
+
+        def flood(_):
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(state.grpc_url))
+            seen = []
+            while time.monotonic() < deadline:
+                started = time.monotonic()
+                seen.append((*_grpc(stub, "slow", "X", x), time.monotonic() - started))
+            return seen
+
+        with concurrent.futures.ThreadPoolExecutor(12) as pool:
+            answers = [a for done in [pool.submit(flood, i) for i in range(12)] for a in done.result()]
+        print(collections.Counter(code for code, _, _ in answers))
+        refused = [(hint, took) for code, hint, took in answers if code == "UNAVAILABLE"]
+        assert refused and all(hint == "1000" for hint, _ in refused), answers[:20]
+        assert sorted(took for _, took in refused)[len(refused) // 2] < 0.1, "refused at once, not after queueing"
+        assert "OK" in {code for code, _, _ in answers}, "calls within the bound are served"
+        assert {code for code, _, _ in answers} <= {"OK", "UNAVAILABLE"}, answers[:20]
+        time.sleep(1.5)
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(state.grpc_url))
+        assert _grpc(stub, "slow", "X", x)[0] == "OK"
+        assert endpoints.read_state(state_dir).pid == state.pid, "the server stayed up"
+    finally:
+        subprocess.run([sys.executable, "-m", "tpserve.server", "stop", "--state-dir", str(state_dir)], timeout=120)

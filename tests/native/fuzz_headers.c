@@ -111,9 +111,13 @@ int main(int argc, char **argv) {
       if (length > used) for (size_t i = used; i < length; i++) block[i] = (uint8_t)next();
       struct hpack_table table; /* the whole-block check reads any block within its bytes, and says yes or no */
       hpack_table_start(&table);
-      int verdict = hpack_check(&table, block, used) | hpack_check(&table, block, length);
+      uint8_t path = 0xff;
+      int verdict = hpack_check(&table, block, used, &path) | hpack_check(&table, block, length, NULL);
       if (verdict != 0 && verdict != -1) {
         if (failures++ < 5) printf("case %lu: the block check answered %d\n", cases, verdict);
+      }
+      if (path != 0xff && path > HPACK_PATH_STREAM) {
+        if (failures++ < 5) printf("case %lu: the block's :path read as %u\n", cases, path);
       }
       if (table.count > HPACK_ENTRIES || table.size > table.max) {
         if (failures++ < 5) printf("case %lu: the table went past its bounds\n", cases);

@@ -351,6 +351,88 @@ def test_frames_a_client_may_send_are_all_read(shim):
     assert through_guard(shim, pieces, ends([1, 3]), len(sent), read_size=7) == sent
 
 
+def served(shim, sent: bytes, writes: bytes, after: int, waiting: int, listen_s: float = 1.0):
+    """(what the stand-in read, what the client got back) of sent on a public port with a waiting bound."""
+    (port,) = free_ports(1)
+    env = {**os.environ, "LD_PRELOAD": str(shim), "TRITON_GUARD_H2_PORTS": str(port)}
+    env.update(TRITON_GUARD_H2_PUBLIC=str(port), TRITON_GUARD_MAX_WAITING=str(waiting))
+    command = [sys.executable, "-c", STAND_IN, str(port), str(after), writes.hex(), "65536"]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE)
+    got = b""
+    try:
+        assert process.stdout.readline() == b"listening\n"
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            client.sendall(sent)
+            client.settimeout(0.1)
+            until = time.monotonic() + listen_s
+            while time.monotonic() < until:
+                try:
+                    chunk = client.recv(65536)
+                except TimeoutError:
+                    continue
+                if not chunk:
+                    break
+                got += chunk
+        out, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return out, got
+
+
+def answers(got: bytes) -> list[tuple[int, int, int, object]]:
+    """The frames the client got: header blocks decoded (as a dict), other payloads as they came."""
+    decoder, found = Decoder(), []
+    for kind, flags, stream, payload in frames(PREFACE + got):
+        found.append((kind, flags, stream, dict(decoder.decode(payload, raw=False)) if kind == HEADERS else payload))
+    return found
+
+
+def call(stream: int, path: str, message: bytes) -> bytes:
+    block = Encoder().encode([(":method", "POST"), (":path", path), ("content-type", "application/grpc")])
+    return frame(HEADERS, END_HEADERS, stream, block) + frame(DATA, END_STREAM, stream, message)
+
+
+MODEL_INFER, STREAM_INFER = (
+    "/inference.GRPCInferenceService/ModelInfer",
+    "/inference.GRPCInferenceService/ModelStreamInfer",
+)
+MESSAGE = b"\0\0\0\0\x0f\x0a\x0dacme_scorer_x"  # a gRPC message (20 bytes with its prefix): model_name only
+
+
+def test_a_call_past_the_waiting_bound_is_refused_before_grpc_has_its_message(shim):
+    sent = PREFACE + frame(SETTINGS, 0, 0) + call(1, MODEL_INFER, MESSAGE) + call(3, MODEL_INFER, MESSAGE)
+    read, got = served(shim, sent, ends([1]), len(sent), waiting=1)
+    program = frames(read)
+    assert program[:4] == frames(sent)[:4]  # the first call, and the second's header block (HPACK stays in step)
+    assert program[4] == (RST_STREAM, 0, 3, struct.pack(">I", 8))  # CANCEL: dropped inside gRPC, never run
+    assert program[5] == (0xFA, 0, 0, MESSAGE[13:])  # the rest of its DATA, as a frame the server ignores
+    assert len(read) == len(sent)  # byte for byte
+    refusal, credit = answers(got)[:2]
+    assert refusal[:3] == (HEADERS, END_STREAM | END_HEADERS, 3)
+    assert refusal[3]["grpc-status"] == "14" and refusal[3]["grpc-retry-pushback-ms"] == "1000"
+    assert "waiting bound" in refusal[3]["grpc-message"] and refusal[3][":status"] == "200"
+    assert credit == (WINDOW_UPDATE, 0, 0, struct.pack(">I", len(MESSAGE)))  # the bytes the server never read
+    assert answers(got)[2][:3] == (HEADERS, END_STREAM | END_HEADERS, 1)  # the first call's own answer
+
+
+def test_calls_within_the_bound_and_model_stream_infer_streams_are_never_refused(shim):
+    sent = PREFACE + frame(SETTINGS, 0, 0) + call(1, STREAM_INFER, MESSAGE) + call(3, STREAM_INFER, MESSAGE)
+    sent += call(5, MODEL_INFER, MESSAGE[:12])  # a first DATA too short to carry a refusal
+    read, got = served(shim, sent, ends([1, 3, 5]), len(sent), waiting=1, listen_s=0.5)
+    assert read == sent and not any("grpc-status" in f[3] for f in answers(got) if f[0] == HEADERS)
+    sent = PREFACE + frame(SETTINGS, 0, 0) + call(1, MODEL_INFER, MESSAGE) + call(3, MODEL_INFER, MESSAGE)
+    assert served(shim, sent, ends([1, 3]), len(sent), waiting=2, listen_s=0.3)[0] == sent
+
+
+def test_a_client_that_resized_its_hpack_table_is_never_refused(shim):
+    """The server's next header block may have to begin with the size (RFC 7541 4.2): the guard writes none."""
+    settings_frame = frame(SETTINGS, 0, 0, struct.pack(">HI", 1, 8192))
+    sent = PREFACE + settings_frame + call(1, MODEL_INFER, MESSAGE) + call(3, MODEL_INFER, MESSAGE)
+    assert served(shim, sent, ends([1, 3]), len(sent), waiting=1, listen_s=0.3)[0] == sent
+
+
 def test_the_guards_hpack_tables_are_rfc_7541s():
     """server/triton/hpack_tables.h holds the Huffman code and the static table's name lengths as the hpack package
     has them (regenerate it from there if this fails)."""

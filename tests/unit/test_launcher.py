@@ -180,10 +180,16 @@ def test_internal_ports_reach_the_guard_as_port_numbers(tmp_path):
     )
     assert behind.guard_environment() == {"TRITON_GUARD_OWN_PORTS": "9001,9002", "TRITON_GUARD_H2_PORTS": "9002"}
     checked = launcher.ServerSettings(
-        tmp_path, http_port=9001, grpc_port=9002, metrics_port=9003, http_checks=tmp_path / "checks.json"
+        tmp_path,
+        http_port=9001,
+        grpc_port=9002,
+        metrics_port=9003,
+        http_checks=tmp_path / "checks.json",
+        max_waiting=70,
     )
     found = checked.guard_environment()  # clients reach gRPC directly: its port is a public one of the guard
     assert found["TRITON_GUARD_H2_PORTS"] == "9002" and found["TRITON_GUARD_H2_PUBLIC"] == "9002"
+    assert found["TRITON_GUARD_MAX_WAITING"] == "70"  # the waiting bound Envoy would hold, held by the guard
     assert found["TRITON_GUARD_FRONT_HTTP"] == "9001"
     with pytest.raises(ConfigError, match="internal ports \\['health'\\]"):
         launcher.ServerSettings(tmp_path, internal=("health",))

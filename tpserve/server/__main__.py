@@ -181,7 +181,7 @@ def start(
         startup_timeout=timeout,
         model_control=model_control,
         tuning=tuning,
-        **(_checks_in_server(repo, state_dir, max_request_mb) if checks_in_server else {}),
+        **(_checks_in_server(repo, state_dir, max_request_mb, max_waiting) if checks_in_server else {}),
     )
     recording = record_settings(record, state_dir, record_file_mb, record_files)
     if recording is not None and not (supervise and edge):
@@ -215,9 +215,10 @@ def start(
 HEAD_TIMEOUT_MS = 10_000  # a request's head must arrive within this of its first byte, as at the edge
 
 
-def _checks_in_server(repo: Path, state_dir: Path, max_request_mb: float) -> dict:
-    """ServerSettings fields that run the edge's HTTP checks inside tritonserver: their rules file, written into the
-    state folder (0600), and their limits."""
+def _checks_in_server(repo: Path, state_dir: Path, max_request_mb: float, max_waiting: int = 0) -> dict:
+    """ServerSettings fields that run the edge's checks inside tritonserver: the HTTP checks' rules file, written
+    into the state folder (0600), their limits, and the waiting bound (--max-waiting, else the repository's)."""
+    from tpserve.server.edge.admission import waiting_bound
     from tpserve.server.edge.request_checks import MIB, EdgeLimits, checks_json, model_rules
     from tpserve.server.triton.launcher import private_state
 
@@ -229,7 +230,8 @@ def _checks_in_server(repo: Path, state_dir: Path, max_request_mb: float) -> dic
         out.write(checks_json(model_rules(Path(repo)), limits))
     head, budget = limits.max_header_kb * 1024, max(1 << 30, 16 * limits.max_request_bytes)
     bounds = f"{limits.max_request_bytes},{head},{limits.max_connections},{budget},{HEAD_TIMEOUT_MS}"
-    return {"http_checks": path, "http_check_limits": bounds}
+    waiting = max_waiting or waiting_bound(Path(repo))
+    return {"http_checks": path, "http_check_limits": bounds, "max_waiting": waiting}
 
 
 def _start_behind_edge(
@@ -301,6 +303,9 @@ def _start_behind_edge(
     default="",
     help="Their limits: max_body_bytes,max_head_bytes,max_connections,max_held_bytes,head_timeout_ms.",
 )
+@click.option(
+    "--max-waiting-calls", default=0, type=int, help="With the checks in the server: calls it may run (0: any)."
+)
 @click.option("--retry", nargs=2, type=float, default=(1.0, 30.0), help="A failed reload's first and longest wait.")
 @STATE_DIR
 @tuning_options
@@ -318,6 +323,7 @@ def supervise(
     queue_slo,
     http_checks,
     http_check_limits,
+    max_waiting_calls,
     retry,
     state_dir,
     server_args,
@@ -352,6 +358,7 @@ def supervise(
         queue_budgets=queue_slo,
         http_checks=Path(http_checks) if http_checks else None,
         http_check_limits=http_check_limits,
+        max_waiting=max_waiting_calls,
     )
     probing = ProbeSettings(probes[0], probes[1], int(probes[2]))
     serve(settings, health_port, drain, probing, RetrySettings(*retry))

@@ -73,6 +73,8 @@ def start_supervised(
         str(settings.http_checks or ""),
         "--http-check-limits",
         settings.http_check_limits,
+        "--max-waiting-calls",
+        str(settings.max_waiting),
         "--retry",
         str(retry.first_s),
         str(retry.max_s),

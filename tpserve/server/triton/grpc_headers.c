@@ -213,15 +213,52 @@ static int64_t read_integer(struct reading *in, int bits, uint8_t *flags) {
     return -1;
 }
 
-/* A string literal's decoded length; -1 where malformed. */
-static int64_t read_string(struct reading *in) {
-    if (in->at >= in->end) return -1;
-    int huffman = (*in->at & 0x80) != 0;
+/* A string literal read: its bytes as sent, whether Huffman-coded, its decoded length (-1 where malformed). */
+struct literal {
+    const uint8_t *bytes;
+    size_t n;
+    int huffman;
+    int64_t octets;
+};
+
+static struct literal read_string(struct reading *in) {
+    struct literal s = {in->at, 0, 0, -1};
+    if (in->at >= in->end) return s;
+    s.huffman = (*in->at & 0x80) != 0;
     int64_t length = read_integer(in, 7, NULL);
-    if (length < 0 || length > in->end - in->at) return -1;
-    const uint8_t *bytes = in->at;
+    if (length < 0 || length > in->end - in->at) return s;
+    s.bytes = in->at, s.n = (size_t)length;
     in->at += length;
-    return huffman ? huffman_length(bytes, (size_t)length) : length;
+    s.octets = s.huffman ? huffman_length(s.bytes, s.n) : length;
+    return s;
+}
+
+/* Whether a well-formed literal decodes to text. */
+static int literal_is(const struct literal *s, const char *text) {
+    size_t want = strlen(text);
+    if (s->octets != (int64_t)want) return 0;
+    if (!s->huffman) return memcmp(s->bytes, text, want) == 0;
+    size_t out = 0;
+    uint16_t at = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        for (int bit = 7; bit >= 0; bit--) {
+            uint16_t next = child[at][(s->bytes[i] >> bit) & 1];
+            if (!(next & 0x8000)) {
+                at = next;
+            } else {
+                if (out >= want || (uint8_t)text[out++] != (next & 0xff)) return 0;
+                at = 0;
+            }
+        }
+    }
+    return out == want;
+}
+
+#define STREAM_PATH "/inference.GRPCInferenceService/ModelStreamInfer"
+
+/* What a :path value names: the one call gRPC hands the server before its first message, or another. */
+static uint8_t path_kind(const struct literal *value) {
+    return literal_is(value, STREAM_PATH) ? HPACK_PATH_STREAM : HPACK_PATH_OTHER;
 }
 
 static void evict_to(struct hpack_table *t, uint32_t room) {
@@ -232,14 +269,20 @@ static void evict_to(struct hpack_table *t, uint32_t room) {
     }
 }
 
-/* The entry a representation's index names: its name's length, or -1 past both tables. */
-static int64_t name_of(const struct hpack_table *t, int64_t index) {
+/* The entry a representation's index names: its name's length, or -1 past both tables; *kind what its :path
+ * names (HPACK_PATH_NONE where it is not a :path). */
+static int64_t name_of(const struct hpack_table *t, int64_t index, uint8_t *kind) {
     if (index < 1 || index > STATIC_ENTRIES + (int64_t)t->count) return -1;
-    if (index <= STATIC_ENTRIES) return STATIC_NAME_LENGTH[index];
-    return t->name_length[(t->first + (uint32_t)(index - STATIC_ENTRIES - 1)) % HPACK_ENTRIES];
+    if (index <= STATIC_ENTRIES) {
+        *kind = index == 4 || index == 5 ? HPACK_PATH_OTHER : HPACK_PATH_NONE; /* ":path" "/", "/index.html" */
+        return STATIC_NAME_LENGTH[index];
+    }
+    uint32_t slot = (t->first + (uint32_t)(index - STATIC_ENTRIES - 1)) % HPACK_ENTRIES;
+    *kind = t->path_kind[slot];
+    return t->name_length[slot];
 }
 
-static void add_entry(struct hpack_table *t, int64_t name, int64_t value) {
+static void add_entry(struct hpack_table *t, int64_t name, int64_t value, uint8_t kind) {
     uint64_t size = (uint64_t)name + (uint64_t)value + 32;
     if (size > t->max) { /* larger than the table: it empties it (RFC 7541 4.4) */
         evict_to(t, 0);
@@ -250,13 +293,18 @@ static void add_entry(struct hpack_table *t, int64_t name, int64_t value) {
     t->first = (t->first + HPACK_ENTRIES - 1) % HPACK_ENTRIES;
     t->entry_size[t->first] = (uint32_t)size;
     t->name_length[t->first] = (uint16_t)(name > 0xffff ? 0xffff : name);
+    t->path_kind[t->first] = kind;
     t->size += (uint32_t)size;
     t->count++;
 }
 
-static int representation_checked(struct hpack_table *t, struct reading *in) {
-    uint8_t first = *in->at, flags;
-    if (first & 0x80) return name_of(t, read_integer(in, 7, NULL)) < 0 ? -1 : 0; /* indexed field */
+static int representation_checked(struct hpack_table *t, struct reading *in, uint8_t *path) {
+    uint8_t first = *in->at, flags, kind = HPACK_PATH_NONE;
+    if (first & 0x80) { /* indexed field */
+        if (name_of(t, read_integer(in, 7, NULL), &kind) < 0) return -1;
+        if (kind != HPACK_PATH_NONE) *path = kind;
+        return 0;
+    }
     if ((first & 0xe0) == 0x20) { /* size update */
         int64_t size = read_integer(in, 5, NULL);
         if (size < 0 || size > t->limit) return -1;
@@ -265,20 +313,29 @@ static int representation_checked(struct hpack_table *t, struct reading *in) {
         return 0;
     }
     int incremental = (first & 0xc0) == 0x40;
-    int64_t index = read_integer(in, incremental ? 6 : 4, &flags);
-    int64_t name = index == 0 ? read_string(in) : name_of(t, index);
-    int64_t value = name < 0 ? -1 : read_string(in);
-    if (index < 0 || value < 0) return -1;
-    if (incremental) add_entry(t, name, value);
+    int64_t index = read_integer(in, incremental ? 6 : 4, &flags), name = -1;
+    if (index == 0) {
+        struct literal literal_name = read_string(in);
+        name = literal_name.octets;
+        kind = name >= 0 && literal_is(&literal_name, ":path") ? HPACK_PATH_OTHER : HPACK_PATH_NONE;
+    } else if (index > 0) {
+        name = name_of(t, index, &kind);
+    }
+    struct literal value = name < 0 ? (struct literal){0, 0, 0, -1} : read_string(in);
+    if (index < 0 || value.octets < 0) return -1;
+    if (kind != HPACK_PATH_NONE) *path = kind = path_kind(&value);
+    if (incremental) add_entry(t, name, value.octets, kind);
     return 0;
 }
 
-int hpack_check(struct hpack_table *t, const uint8_t *block, size_t length) {
+int hpack_check(struct hpack_table *t, const uint8_t *block, size_t length, uint8_t *path) {
     struct hpack_table trial = *t;
     struct reading in = {block, block + length};
+    uint8_t named = HPACK_PATH_NONE;
     while (in.at < in.end) {
-        if (representation_checked(&trial, &in) < 0) return -1;
+        if (representation_checked(&trial, &in, &named) < 0) return -1;
     }
     *t = trial;
+    if (path != NULL) *path = named;
     return 0;
 }

@@ -29,7 +29,8 @@ void hpack_walk_start(struct hpack_walk *w);
 uint8_t hpack_walk_byte(struct hpack_walk *w, uint8_t byte);
 
 /* The server's HPACK decoding state as a client's whole header blocks change it (RFC 7541 section 4): what a block
- * may refer to and how large a table it may ask for. Entry sizes only; no name or value is kept. */
+ * may refer to and how large a table it may ask for. Entry sizes only, and of a :path entry which call it names;
+ * no name or value is kept. */
 #define HPACK_ENTRIES 160 /* 4096 / 32 + slack: a table of the server's default size holds at most 128 */
 struct hpack_table {
     uint32_t size, max;  /* the entries' sizes together, and the table's size now */
@@ -37,14 +38,20 @@ struct hpack_table {
     uint32_t first, count;  /* the newest entry's slot in the rings below, and how many there are */
     uint32_t entry_size[HPACK_ENTRIES];
     uint16_t name_length[HPACK_ENTRIES];
+    uint8_t path_kind[HPACK_ENTRIES]; /* HPACK_PATH_* below */
 };
+
+/* What a block's :path names: none, ModelStreamInfer (the one call gRPC hands tritonserver when its headers come,
+ * before any message: the others wait for their request), or another call. */
+enum { HPACK_PATH_NONE = 0, HPACK_PATH_OTHER = 1, HPACK_PATH_STREAM = 2 };
 
 void hpack_table_start(struct hpack_table *t);
 
 /* A client's whole header block (its fragments joined): 0 when gRPC's decoder reads it without error, its changes
- * to the table made; -1 when it would end the connection (an index past the tables, a malformed integer or
- * Huffman string, a table size past the limit, a block ending inside a representation), the table unchanged. */
-int hpack_check(struct hpack_table *t, const uint8_t *block, size_t length);
+ * to the table made and what its (last) :path names in *path (when path is not NULL); -1 when it would end the
+ * connection (an index past the tables, a malformed integer or Huffman string, a table size past the limit, a
+ * block ending inside a representation), the table unchanged. */
+int hpack_check(struct hpack_table *t, const uint8_t *block, size_t length, uint8_t *path);
 
 /* Whether the block read so far ends between representations (so it may end there). */
 int hpack_walk_between(const struct hpack_walk *w);

@@ -164,6 +164,9 @@ class ServerSettings:
     # request_checks.checks_json) and "max_body_bytes,max_head_bytes,max_connections"; None: not checked there
     http_checks: Path | None = None
     http_check_limits: str = ""
+    # with the checks in the server: the calls it may run before new ones are refused at once (the edge's waiting
+    # bound, server/edge/admission.py; triton_guard.c); 0: no bound
+    max_waiting: int = 0
 
     def __post_init__(self):
         unknown = set(self.internal) - set(INTERNAL_PORTS)
@@ -184,6 +187,7 @@ class ServerSettings:
                 TRITON_GUARD_FRONT_LIMITS=self.http_check_limits,
                 TRITON_GUARD_H2_PORTS=",".join(filter(None, (h2, str(self.grpc_port)))),
                 TRITON_GUARD_H2_PUBLIC=str(self.grpc_port),
+                TRITON_GUARD_MAX_WAITING=str(self.max_waiting),
             )
         return found
 

@@ -35,6 +35,16 @@
  *    blocks are checked against the server's table, grpc_headers.c) is never read, nor anything after it, and the
  *    connection counts as hung up.
  *
+ * 2c. Bounds, on a public port as Envoy keeps them: while the server runs TRITON_GUARD_MAX_WAITING calls (the waiting
+ *    bound, server/edge/admission.py), or while the calls cancelling clients left running are at BACKLOG_BOUND (a
+ *    new call of a connection that cancelled in the last 2 s) or BACKLOG_EVERYONE (anyone's), a new call is refused
+ *    before gRPC has it: its first DATA frame becomes, byte for byte, a RST_STREAM and a frame of a type the server
+ *    ignores. gRPC hands a call to tritonserver only once its request message is whole (all but ModelStreamInfer,
+ *    whose calls are never refused here: the header block's :path says which, grpc_headers.c), so a call reset
+ *    before any byte of its message is dropped inside gRPC and never run or cancelled. The client gets UNAVAILABLE
+ *    in a trailers-only answer (static HPACK only: neither side's table changes) with gRPC's retry hint, written
+ *    between the server's frames, and the connection's window back for the bytes the server never read.
+ *
  * 4. (http_front.c) On the ports in TRITON_GUARD_FRONT_HTTP, clients reach tritonserver's HTTP port directly and the
  *    edge's HTTP checks run inside its reads: it is handed only whole requests that passed them.
  *
@@ -87,18 +97,29 @@
 #define DEFAULT_WINDOW 65535
 #define UNKNOWN_TYPE 0xfa /* a frame type RFC 7540 has the server ignore: what a client's GOAWAY is read as */
 #define BACKEND_REGIONS "triton_python_backend"
+#define WAITING_VARIABLE "TRITON_GUARD_MAX_WAITING"
+#define BACKLOG_BOUND 64      /* orphans (calls clients cancelled that the server still runs) that close cancellers out */
+#define BACKLOG_EVERYONE 256  /* and everyone */
+#define RECENT_NS 2000000000LL /* a connection cancelled "lately": within 2 s */
+#define REFUSAL_BYTES 13      /* a first DATA frame this long or longer can become a RST_STREAM and an ignored frame */
 
 static int own_ports[MAX_PORTS], own_count = 0;
 static int h2_ports[MAX_PORTS], h2_count = 0;
 static int public_ports[MAX_PORTS], public_count = 0;
 static unsigned long refusals = 0;
+static long max_waiting = 0;           /* TRITON_GUARD_MAX_WAITING: calls the server may run (0: no bound) */
+static int64_t calls_running = 0;      /* streams of every watched connection the server has not ended */
+static int64_t orphans_total = 0;      /* of those, the ones their clients cancelled */
+static unsigned long refused_calls = 0;
 
 /* A stream the peer opened and the server has not ended: still open on the peer's side (a ModelStreamInfer
  * stream), half-closed by it (a unary call, whole), or reset by it (nobody waits: an orphan the server still runs). */
 enum { PEER_OPEN = 1, RUNNING = 2, ORPHAN = 3 };
+enum { STREAMING = 1, HAD_DATA = 2 }; /* facts: a ModelStreamInfer call; its first DATA frame came */
 struct stream_state {
     uint32_t stream;  /* 0: a free slot */
-    uint32_t state;
+    uint16_t state;
+    uint16_t facts;
     int64_t recv;  /* public ports: what the client may still send on it (the windows the server announced) */
     int64_t send;  /* public ports: what the server may still send on it (the windows the client announced) */
 };
@@ -108,6 +129,7 @@ struct out_parser {
     uint8_t head[9];
     uint32_t head_at, payload_left;
     uint8_t type, settings;  /* settings: the frame is a SETTINGS (not an ACK) */
+    uint8_t in_block;        /* inside a header block (HEADERS or CONTINUATION without END_HEADERS so far) */
     uint32_t stream;
     uint8_t setting[6], window[4];  /* a SETTINGS entry, a WINDOW_UPDATE's increment, as they come */
     uint32_t setting_at, window_at;
@@ -122,7 +144,8 @@ struct h2_reader {
     uint32_t head_at;  /* bytes of the current frame header seen (9: in the payload) */
     uint32_t payload_left;
     const uint8_t *replace;  /* the payload bytes to write instead (a rewritten RST_STREAM), or NULL */
-    uint32_t replace_at;
+    uint32_t replace_at, replace_count;
+    uint8_t refusal[REFUSAL_BYTES]; /* what a refused call's first DATA frame's payload starts as instead */
     uint8_t *held;  /* the start of a frame header a read ended in (on a public port, of a control frame with its
                      * payload, or of a whole header block), not yet decided: read again whole */
     uint32_t held_count;
@@ -155,6 +178,14 @@ struct h2_reader {
     struct hpack_table table; /* the server's HPACK table as the client's checked blocks change it */
     uint8_t *synth;           /* frames of the gone peer's to hand out (stream ends, window credit) */
     size_t synth_count, synth_room;
+    /* refusals (2c) */
+    uint8_t block_path;       /* what the header block being read names (HPACK_PATH_*) */
+    uint8_t table_resized;    /* the client announced an HPACK table size the server has not written a block since */
+    uint8_t mid_reply;        /* some of the replies is sent: the server writes nothing until the rest is */
+    int64_t cancelled_ns;     /* when the client last cancelled a call the server runs (CLOCK_MONOTONIC) */
+    uint8_t *reply;           /* the guard's own frames for the client (refusals, window credit), unsent */
+    size_t reply_count, reply_room;
+    pthread_mutex_t wlock;    /* the connection's writes: the server's and the guard's never interleave */
 };
 
 static struct h2_reader *readers[MAX_FDS];
@@ -167,6 +198,7 @@ static uint64_t *backlog = NULL;
 
 static void count_orphans(struct h2_reader *r, int64_t change) {
     r->orphans = (uint32_t)((int64_t)r->orphans + change);
+    __atomic_add_fetch(&orphans_total, change, __ATOMIC_RELAXED);
     if (backlog != NULL) __atomic_add_fetch(backlog, (uint64_t)change, __ATOMIC_RELAXED);
 }
 
@@ -257,6 +289,11 @@ __attribute__((constructor)) static void start_guard(void) {
     h2_count = read_ports(H2_VARIABLE, h2_ports);
     public_count = read_ports(PUBLIC_VARIABLE, public_ports);
     open_backlog();
+    const char *waiting = getenv(WAITING_VARIABLE);
+    if (waiting != NULL) {
+        max_waiting = strtol(waiting, NULL, 10) > 0 ? strtol(waiting, NULL, 10) : 0;
+        unsetenv(WAITING_VARIABLE);
+    }
     struct front_io io = {real_recv, real_write, real_ioctl};
     if (front_start(&io) < 0) _exit(70); /* never serve the front's ports unchecked */
 }
@@ -349,7 +386,10 @@ static void forget(int fd) {
     struct h2_reader *reader = readers[fd];
     readers[fd] = NULL;
     count_orphans(reader, -(int64_t)reader->orphans); /* the connection is gone: so are its calls */
+    __atomic_sub_fetch(&calls_running, (int64_t)reader->stream_count, __ATOMIC_RELAXED);
     pthread_mutex_destroy(&reader->lock);
+    pthread_mutex_destroy(&reader->wlock);
+    free(reader->reply);
     free(reader->streams);
     free(reader->synth);
     free(reader->held);
@@ -376,6 +416,7 @@ static void watch(int fd, int public) {
     reader->client_initial = reader->server_initial = DEFAULT_WINDOW;
     reader->conn_recv = reader->conn_send = DEFAULT_WINDOW;
     pthread_mutex_init(&reader->lock, NULL);
+    pthread_mutex_init(&reader->wlock, NULL);
     readers[fd] = reader;
 }
 
@@ -467,14 +508,15 @@ static int make_room(struct h2_reader *r) {
 static void table_put(struct h2_reader *r, uint32_t stream, uint32_t state) {
     struct stream_state *known = table_find(r, stream);
     if (known != NULL) {
-        known->state = state;
+        known->state = (uint16_t)state;
         return;
     }
     if (stream == 0 || !make_room(r)) return; /* out of memory: its RST_STREAM becomes a WINDOW_UPDATE */
     uint32_t at = slot_of(stream, r->stream_room);
     while (r->streams[at].stream != 0) at = (at + 1) & (r->stream_room - 1);
-    r->streams[at] = (struct stream_state){stream, state, r->server_initial, r->client_initial};
+    r->streams[at] = (struct stream_state){stream, (uint16_t)state, 0, r->server_initial, r->client_initial};
     r->stream_count++;
+    __atomic_add_fetch(&calls_running, 1, __ATOMIC_RELAXED);
 }
 
 /* Removes the stream (backward-shift deletion: no tombstones to fill the table). */
@@ -489,6 +531,7 @@ static void table_drop(struct h2_reader *r, struct stream_state *gone) {
     }
     r->streams[hole].stream = 0;
     r->stream_count--;
+    __atomic_sub_fetch(&calls_running, 1, __ATOMIC_RELAXED);
 }
 
 /* The server ended the stream: it leaves the table, and the backlog if nobody waited for it. */
@@ -626,6 +669,7 @@ static int settings_break(struct h2_reader *r, const struct received *in, size_t
     for (size_t e = p; e + 6 <= p + length; e += 6) {
         uint32_t id = ((uint32_t)*byte_at(in, e) << 8) | *byte_at(in, e + 1), value = u32_at(in, e + 2);
         if ((id == 2 && value > 1) || (id == 5 && (value < 16384 || value > 0xffffff))) return 1;
+        if (id == 1 && value != 4096) r->table_resized = 1; /* a block of the server's may have to say so first */
         if (id != 4) continue;
         if (value > WINDOW_MAX) return 1;
         int64_t change = (int64_t)value - r->client_initial;
@@ -685,9 +729,102 @@ static int block_breaks(struct h2_reader *r, const struct received *in, size_t a
         for (uint32_t k = lead; !bad && k + trail < length; k++) fragments[n++] = *byte_at(in, p + 9 + k);
         p += 9 + length;
     }
-    bad = bad || hpack_check(&r->table, fragments, n) < 0;
+    bad = bad || hpack_check(&r->table, fragments, n, &r->block_path) < 0;
     free(fragments);
     return bad;
+}
+
+/* ---- 2c. bounds: a new call refused before gRPC has it ---- */
+
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static const char WAITING_WHY[] = "the server runs as many calls as it lets wait (its waiting bound, --max-waiting); "
+                                  "retry after 1 s";
+static const char BACKLOG_WHY[] = "the server is still answering calls their clients cancelled; retry after 1 s";
+
+/* Why a new call of this connection is refused now, or NULL. */
+static const char *refusal_reason(const struct h2_reader *r) {
+    if (max_waiting > 0 && __atomic_load_n(&calls_running, __ATOMIC_RELAXED) > max_waiting) return WAITING_WHY;
+    int64_t orphans = __atomic_load_n(&orphans_total, __ATOMIC_RELAXED);
+    int lately = r->cancelled_ns != 0 && now_ns() - r->cancelled_ns < RECENT_NS;
+    if (orphans >= BACKLOG_EVERYONE || (orphans >= BACKLOG_BOUND && lately)) return BACKLOG_WHY;
+    return NULL;
+}
+
+/* Room for n more bytes of replies (under r->lock); 0 when out of memory. */
+static int reply_room(struct h2_reader *r, size_t n) {
+    if (r->reply_count + n <= r->reply_room) return 1;
+    size_t room = r->reply_room ? r->reply_room * 2 : 512;
+    while (room < r->reply_count + n) room *= 2;
+    uint8_t *grown = realloc(r->reply, room);
+    if (grown == NULL) return 0;
+    r->reply = grown, r->reply_room = room;
+    return 1;
+}
+
+static uint8_t *put_literal(uint8_t *at, const char *name, const char *value) {
+    size_t n = strlen(name), v = strlen(value);
+    *at++ = 0x00, *at++ = (uint8_t)n; /* without indexing, a new name: no table changes */
+    memcpy(at, name, n), at += n;
+    *at++ = (uint8_t)v;
+    memcpy(at, value, v);
+    return at + v;
+}
+
+/* The client's answer to a refused call: a trailers-only HEADERS (static HPACK only), UNAVAILABLE with the reason
+ * and gRPC's retry hint; and a WINDOW_UPDATE giving back the connection's window for the bytes the server never
+ * read. Out of memory: the answer is dropped (the client's deadline ends the call). */
+static void queue_refusal(struct h2_reader *r, uint32_t stream, const char *why, uint32_t unread) {
+    uint8_t block[256], *at = block;
+    *at++ = 0x88;                                      /* :status 200 */
+    *at++ = 0x0f, *at++ = 0x10, *at++ = 16;            /* content-type (static 31), without indexing */
+    memcpy(at, "application/grpc", 16), at += 16;
+    at = put_literal(at, "grpc-status", "14");          /* UNAVAILABLE */
+    at = put_literal(at, "grpc-message", why);         /* under 127 bytes: one length byte */
+    at = put_literal(at, "grpc-retry-pushback-ms", "1000");
+    size_t length = (size_t)(at - block);
+    if (!reply_room(r, 9 + length + 13)) return;
+    uint8_t *f = r->reply + r->reply_count;
+    uint8_t head[9] = {0, 0, (uint8_t)length, 1, 0x5, (uint8_t)(stream >> 24), (uint8_t)(stream >> 16),
+                       (uint8_t)(stream >> 8), (uint8_t)stream}; /* END_STREAM | END_HEADERS */
+    memcpy(f, head, 9), memcpy(f + 9, block, length);
+    r->reply_count += 9 + length;
+    if (unread > 0) {
+        uint8_t credit[13] = {0, 0, 4, 8, 0, 0, 0, 0, 0, (uint8_t)(unread >> 24), (uint8_t)(unread >> 16),
+                              (uint8_t)(unread >> 8), (uint8_t)unread};
+        memcpy(r->reply + r->reply_count, credit, 13);
+        r->reply_count += 13;
+    }
+    refused_calls++;
+    if (refused_calls <= 10 || refused_calls % 1000 == 0)
+        say("triton_guard: refused a new gRPC call (%s; %lu refused so far)\n", why, refused_calls);
+}
+
+/* A new call's first DATA frame (the header whole at position at of in): refused when a bound says so and the
+ * frame can carry the refusal (REFUSAL_BYTES or longer; ModelStreamInfer calls, which gRPC hands the server before
+ * their first message, never are). Its header becomes a RST_STREAM's, its payload the reset's code (CANCEL) and the
+ * header of a frame of a type the server ignores that covers the rest: the server reads no byte of the message. */
+static int refused_call(struct h2_reader *r, const struct received *in, size_t at, struct stream_state *known,
+                        uint32_t stream, uint32_t length) {
+    if (known == NULL || known->state != PEER_OPEN || (known->facts & (STREAMING | HAD_DATA))) return 0;
+    known->facts |= HAD_DATA;
+    if (length < REFUSAL_BYTES || r->table_resized) return 0;
+    const char *why = refusal_reason(r);
+    if (why == NULL) return 0;
+    static const uint8_t reset_head[5] = {0, 0, 4, 3, 0};
+    for (int k = 0; k < 5; k++) *byte_at(in, at + k) = reset_head[k];
+    uint32_t rest = length - REFUSAL_BYTES;
+    uint8_t payload[REFUSAL_BYTES] = {0, 0, 0, 8, (uint8_t)(rest >> 16), (uint8_t)(rest >> 8), (uint8_t)rest,
+                                      UNKNOWN_TYPE, 0, 0, 0, 0, 0};
+    memcpy(r->refusal, payload, REFUSAL_BYTES);
+    r->replace = r->refusal, r->replace_at = 0, r->replace_count = REFUSAL_BYTES;
+    table_drop(r, known);
+    queue_refusal(r, stream, why, length);
+    return 1;
 }
 
 /* A whole frame header from the peer, its first byte at position at: a RST_STREAM is rewritten in place (type and
@@ -699,6 +836,7 @@ static void peer_header(struct h2_reader *r, const struct received *in, size_t a
     uint32_t stream = stream_of(r->head + 5);
     r->replace = NULL;
     r->replace_at = 0;
+    r->replace_count = 4;
     r->payload_left = length_of(r->head);
     r->payload_at = 0;
     struct stream_state *known = table_find(r, stream);
@@ -713,6 +851,10 @@ static void peer_header(struct h2_reader *r, const struct received *in, size_t a
             return;
         }
         if (type == 7) *byte_at(in, at + 3) = UNKNOWN_TYPE; /* a GOAWAY: the client hangs up when it goes */
+        if (type == 0 && refused_call(r, in, at, known, stream, r->payload_left)) {
+            block_begins(r, type, 0);
+            return;
+        }
         if (type == 0) { /* within the windows (breaks_a_call): it spends them */
             r->conn_recv -= r->payload_left;
             if (known != NULL) known->recv -= r->payload_left;
@@ -731,11 +873,14 @@ static void peer_header(struct h2_reader *r, const struct received *in, size_t a
         if (known != NULL && known->state != ORPHAN) {
             known->state = ORPHAN;
             count_orphans(r, 1);
+            r->cancelled_ns = now_ns();
         }
     } else if (stream != 0 && (type == 0 || type == 1)) {
         int ends = flags & 0x1; /* END_STREAM */
         if (known == NULL && type == 1) {
             table_put(r, stream, ends ? RUNNING : PEER_OPEN);
+            struct stream_state *opened = table_find(r, stream);
+            if (opened != NULL && r->block_path == HPACK_PATH_STREAM) opened->facts |= STREAMING;
             if (stream > r->last_stream) r->last_stream = stream;
         } else if (known != NULL && ends && known->state == PEER_OPEN) {
             known->state = RUNNING;
@@ -797,6 +942,7 @@ static size_t filter(struct h2_reader *r, const struct received *in, size_t from
             }
         } else if (r->replace != NULL) {
             *byte_at(in, i++) = r->replace[r->replace_at++];
+            if (r->replace_at == r->replace_count) r->replace = NULL; /* the rest of the payload passes as it is */
             if (--r->payload_left == 0) r->head_at = 0;
         } else if (r->block) {
             block_byte(r, byte_at(in, i++));
@@ -957,6 +1103,7 @@ static int hang_up(ssize_t got, int error, struct h2_reader *r) {
 }
 
 typedef ssize_t (*reader_fn)(int fd, struct iovec *iov, size_t parts, void *context);
+static void reply_now(int fd, struct h2_reader *r);
 
 /* Hands out up to room bytes of the decided header bytes waiting; returns how many. */
 static size_t hand_ready(struct h2_reader *r, const struct iovec *iov, size_t parts, size_t room) {
@@ -1040,7 +1187,7 @@ static int complete_held(int fd, struct h2_reader *r, ssize_t *result) {
  * is held back (at most 8 bytes) and read again with what follows it, so a split frame never waits for its rest;
  * where the caller's buffer is too small for it, the header's decided bytes are handed out over several reads.
  * Nothing whole is ever kept from the caller while the socket is quiet. */
-static ssize_t guarded_read(int fd, const struct iovec *iov, size_t parts, reader_fn read_more, void *context) {
+static ssize_t read_guarded(int fd, const struct iovec *iov, size_t parts, reader_fn read_more, void *context) {
     struct h2_reader *r = readers[fd];
     size_t room = 0;
     for (size_t p = 0; p < parts; p++) room += iov[p].iov_len;
@@ -1090,6 +1237,15 @@ static ssize_t guarded_read(int fd, const struct iovec *iov, size_t parts, reade
     ssize_t result = 0; /* all of it a header's start: what completes it may be there already */
     if (!complete_held(fd, r, &result)) return result;
     return (ssize_t)hand_ready(r, iov, parts, room);
+}
+
+/* The read, then the answers of the calls it refused sent. */
+static ssize_t guarded_read(int fd, const struct iovec *iov, size_t parts, reader_fn read_more, void *context) {
+    ssize_t got = read_guarded(fd, iov, parts, read_more, context);
+    int error = errno;
+    if (watched(fd)) reply_now(fd, readers[fd]);
+    errno = error;
+    return got;
 }
 
 static ssize_t read_iov(int fd, struct iovec *iov, size_t parts, void *context) {
@@ -1225,6 +1381,7 @@ static void follow_server(struct h2_reader *r, struct out_parser *o, const struc
             server_header(r, o, counting);
             o->type = o->head[3], o->stream = stream_of(o->head + 5), o->payload_left = length_of(o->head);
             o->settings = o->type == 4 && !(o->head[4] & 0x1), o->setting_at = 0, o->window_at = 0;
+            if (o->type == 1 || o->type == 9) o->in_block = !(o->head[4] & 0x4); /* until END_HEADERS */
             if (o->payload_left == 0) o->head_at = 0;
         } else if (o->settings || (o->type == 8 && o->window_at < 4)) {
             uint8_t byte = *byte_at(in, i++);
@@ -1293,38 +1450,103 @@ static void before_writing(int fd, const struct iovec *iov, size_t parts) {
     if (watched(fd) && readers[fd]->public) server_writes(fd, iov, parts);
 }
 
+/* The guard's replies sent as far as the socket takes them now, only between the server's frames (r->wlock
+ * held). Returns 0 while some of them is sent and the rest is not: the server may not write before it is. */
+static int send_replies(int fd, struct h2_reader *r) {
+    int error = errno;
+    pthread_mutex_lock(&r->lock);
+    if (r->gone) r->reply_count = 0, r->mid_reply = 0;
+    int between = r->out.head_at == 0 && !r->out.in_block;
+    if (r->reply_count > 0 && (between || r->mid_reply)) {
+        ssize_t n = real_send(fd, r->reply, r->reply_count, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0) {
+            memmove(r->reply, r->reply + n, r->reply_count - (size_t)n);
+            r->reply_count -= (size_t)n;
+            r->mid_reply = r->reply_count > 0;
+        } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            r->reply_count = 0, r->mid_reply = 0; /* the server's own write finds the error */
+        }
+    }
+    int clear = !r->mid_reply;
+    pthread_mutex_unlock(&r->lock);
+    errno = error;
+    return clear;
+}
+
+/* A public connection's writes hold r->wlock; the guard's replies go first where they can. NULL: not one. */
+static struct h2_reader *writing(int fd) {
+    if (!watched(fd) || !readers[fd]->public) return NULL;
+    struct h2_reader *r = readers[fd];
+    pthread_mutex_lock(&r->wlock);
+    return r;
+}
+
+/* After the server's write: replies that came meanwhile go too, and the connection is the next writer's. */
+static ssize_t written(int fd, struct h2_reader *r, ssize_t sent) {
+    if (r == NULL) return sent;
+    int error = errno;
+    send_replies(fd, r);
+    pthread_mutex_unlock(&r->wlock);
+    errno = error;
+    return sent;
+}
+
+/* The server may not write now (a reply is half sent): it waits for the socket, as for a full one. */
+static int held_back(int fd, struct h2_reader *r) {
+    if (r == NULL || send_replies(fd, r)) return 0;
+    pthread_mutex_unlock(&r->wlock);
+    errno = EAGAIN;
+    return 1;
+}
+
+/* After a read that queued replies: sent now if the server is between frames (else its next write sends them). */
+static void reply_now(int fd, struct h2_reader *r) {
+    if (!r->public || r->reply_count == 0) return;
+    pthread_mutex_lock(&r->wlock);
+    send_replies(fd, r);
+    pthread_mutex_unlock(&r->wlock);
+}
+
 ssize_t sendmsg(int fd, const struct msghdr *message, int flags) {
     resolve();
+    struct h2_reader *r = writing(fd);
+    if (held_back(fd, r)) return -1;
     before_writing(fd, message->msg_iov, message->msg_iovlen);
     ssize_t sent = gone(fd) ? 0 : real_sendmsg(fd, message, flags);
-    if (watched(fd)) return guarded_write(fd, message->msg_iov, message->msg_iovlen, sent);
-    return sent;
+    if (watched(fd)) sent = guarded_write(fd, message->msg_iov, message->msg_iovlen, sent);
+    return written(fd, r, sent);
 }
 
 ssize_t send(int fd, const void *buffer, size_t length, int flags) {
     resolve();
     struct iovec one = {(void *)buffer, length};
+    struct h2_reader *r = writing(fd);
+    if (held_back(fd, r)) return -1;
     before_writing(fd, &one, 1);
     ssize_t sent = gone(fd) ? 0 : real_send(fd, buffer, length, flags);
-    if (watched(fd)) return guarded_write(fd, &one, 1, sent);
-    return sent;
+    if (watched(fd)) sent = guarded_write(fd, &one, 1, sent);
+    return written(fd, r, sent);
 }
 
 ssize_t write(int fd, const void *buffer, size_t length) {
     resolve();
     struct iovec one = {(void *)buffer, length};
+    struct h2_reader *r = writing(fd);
+    if (held_back(fd, r)) return -1;
     before_writing(fd, &one, 1);
     ssize_t sent = gone(fd) ? 0 : real_write(fd, buffer, length);
-    if (watched(fd)) return guarded_write(fd, &one, 1, sent);
-    return sent;
+    if (watched(fd)) sent = guarded_write(fd, &one, 1, sent);
+    return written(fd, r, sent);
 }
 
 ssize_t writev(int fd, const struct iovec *iov, int parts) {
     resolve();
+    struct h2_reader *r = parts >= 0 ? writing(fd) : NULL;
+    if (held_back(fd, r)) return -1;
     if (parts >= 0) before_writing(fd, iov, (size_t)parts);
     ssize_t sent = gone(fd) ? 0 : real_writev(fd, iov, parts);
-    if (watched(fd) && parts >= 0) return guarded_write(fd, iov, (size_t)parts, sent);
-    return sent;
+    if (watched(fd) && parts >= 0) sent = guarded_write(fd, iov, (size_t)parts, sent);
+    return written(fd, r, sent);
 }
 
 /* ---- 3. shared memory the server made is not a client's ---- */
