@@ -162,8 +162,9 @@ def test_only_the_model_marked_over_its_budget_is_refused_on_either_protocol(ser
 
 def test_calls_past_the_waiting_bound_are_refused_inside_tritonserver(tmp_path):
     """`--no-edge --checks-in-server`: no Envoy to hold the bound, so the guard in tritonserver's reads refuses a new
-    gRPC call once the server runs --max-waiting calls (server/triton/triton_guard.c, 2c), before gRPC has its
-    message: UNAVAILABLE at once with the retry hint, the server never restarted, calls admitted again after."""
+    call once the server runs --max-waiting calls, HTTP and gRPC together: a gRPC call before gRPC has its message
+    (server/triton/triton_guard.c, 2c), UNAVAILABLE with the retry hint; an HTTP request on its head
+    (http_front.c), 503 with Retry-After. At once, the server never restarted, calls admitted again after."""
     import subprocess
     import sys
 
@@ -178,7 +179,13 @@ def test_calls_past_the_waiting_bound_are_refused_inside_tritonserver(tmp_path):
     try:
         state = endpoints.read_state(state_dir)
         x = np.ones((1, 1), np.float32)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 8  # longer than the supervisor's 4 missed probes: its probes are never refused
+
+        def flood_http(_):
+            seen = []
+            while time.monotonic() < deadline:
+                seen.append(_http(state.http_url, "slow", "X", x))
+            return seen
 
         def flood(_):
             stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(state.grpc_url))
@@ -188,9 +195,15 @@ def test_calls_past_the_waiting_bound_are_refused_inside_tritonserver(tmp_path):
                 seen.append((*_grpc(stub, "slow", "X", x), time.monotonic() - started))
             return seen
 
-        with concurrent.futures.ThreadPoolExecutor(12) as pool:
-            answers = [a for done in [pool.submit(flood, i) for i in range(12)] for a in done.result()]
-        print(collections.Counter(code for code, _, _ in answers))
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            over_http = [pool.submit(flood_http, i) for i in range(6)]
+            answers = [a for done in [pool.submit(flood, i) for i in range(10)] for a in done.result()]
+            http = [a for done in over_http for a in done.result()]
+        print(collections.Counter(code for code, _, _ in answers), collections.Counter(s for s, _, _ in http))
+        turned = [(hint, took) for status, hint, took in http if status == 503]
+        assert turned and all(hint == "1" for hint, _ in turned), http[:20]
+        assert sorted(took for _, took in turned)[len(turned) // 2] < 0.1, "refused at once, not after queueing"
+        assert {status for status, _, _ in http} <= {200, 503} and 200 in {s for s, _, _ in http}, http[:20]
         refused = [(hint, took) for code, hint, took in answers if code == "UNAVAILABLE"]
         assert refused and all(hint == "1000" for hint, _ in refused), answers[:20]
         assert sorted(took for _, took in refused)[len(refused) // 2] < 0.1, "refused at once, not after queueing"
@@ -198,7 +211,7 @@ def test_calls_past_the_waiting_bound_are_refused_inside_tritonserver(tmp_path):
         assert {code for code, _, _ in answers} <= {"OK", "UNAVAILABLE"}, answers[:20]
         time.sleep(1.5)
         stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(state.grpc_url))
-        assert _grpc(stub, "slow", "X", x)[0] == "OK"
+        assert _grpc(stub, "slow", "X", x)[0] == "OK" and _http(state.http_url, "slow", "X", x)[0] == 200
         assert endpoints.read_state(state_dir).pid == state.pid, "the server stayed up"
     finally:
         subprocess.run([sys.executable, "-m", "tpserve.server", "stop", "--state-dir", str(state_dir)], timeout=120)

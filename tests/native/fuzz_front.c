@@ -4,7 +4,10 @@
  * tritonserver does (read, readv over several buffers, recv; rooms of 1 byte up), with FIONREAD asked as libevent
  * asks it. What the reads hand out must be exactly the requests that pass, whole and in order (an Expect line left
  * out), up to the first refused one, and then the end of the stream; a refused request gets an answer marked
- * x-edge: refused. Random bytes: whatever is handed out must be whole requests the checks pass.
+ * x-edge: refused. Random bytes: whatever is handed out must be whole requests the checks pass. Then tritonserver's
+ * answers to what it was handed (Content-Length or chunked bodies, random bytes in them, written in random pieces
+ * over several buffers; now and then random bytes) are followed: once each request is answered, the front counts
+ * none still running. And once: a request past the waiting bound is refused with 503 until one is answered.
  *
  *   fuzz_front SECONDS SEED   (prints "N rounds, 0 failures"; exit 0 when none failed) */
 #define _GNU_SOURCE
@@ -146,6 +149,49 @@ static int ioctl_wrapper(int fd, unsigned long request, ...) {
 }
 
 
+/* One answer of tritonserver's: a Content-Length or a chunked body (random bytes, "HTTP/1.1" among them at times). */
+static void answer(buffer *out) {
+  char line[128];
+  size_t n = below(4) ? below(64) : below(5000);
+  if (below(3) == 0) {
+    puts_(out, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
+    for (size_t chunks = below(4); chunks > 0; chunks--) {
+      size_t k = 1 + below(n + 1);
+      snprintf(line, sizeof line, "%zx%s\r\n", k, below(4) ? "" : ";x=1");
+      puts_(out, line);
+      for (size_t i = 0; i < k; i++) put(out, below(50) ? &(char){(char)next()} : "\n", 1);
+      puts_(out, "\r\n");
+    }
+    puts_(out, below(3) ? "0\r\n\r\n" : "0\r\nx-trailer: 1\r\n\r\n");
+  } else {
+    snprintf(line, sizeof line, "HTTP/1.1 %s\r\n%s: %zu\r\n\r\n", below(4) ? "200 OK" : "400 Bad Request",
+             below(2) ? "Content-Length" : "content-length", n);
+    puts_(out, line);
+    size_t body = out->len;
+    for (size_t i = 0; i < n; i++) put(out, &(char){(char)next()}, 1);
+    for (size_t k = below(3); k > 0 && n >= 9; k--) memcpy(out->bytes + body + below(n - 8), "HTTP/1.1 ", 9);
+  }
+}
+
+/* tritonserver answers every request it was handed, written in random pieces over random buffers: none runs then. */
+static void answer_all(int fd, size_t round) {
+  long running = (long)__atomic_load_n(&running_calls, __ATOMIC_RELAXED);
+  buffer out = {0};
+  for (long k = 0; k < running; k++) answer(&out);
+  int garbage = below(20) == 0;
+  if (garbage) for (size_t i = 0, n = below(3000); i < n; i++) put(&out, &(char){(char)next()}, 1);
+  for (size_t at = 0; at < out.len;) {
+    size_t n = 1 + below(below(3) ? 16 : out.len - at), first = below(n + 1);
+    if (n > out.len - at) n = out.len - at;
+    if (first > n) first = n;
+    struct iovec parts[2] = {{out.bytes + at, first}, {out.bytes + at + first, n - first}};
+    front_wrote(fd, parts, 2, n);
+    at += n;
+  }
+  if (!garbage && __atomic_load_n(&running_calls, __ATOMIC_RELAXED) != 0) fail("answered requests still count", round);
+  free(out.bytes);
+}
+
 static void round_of(size_t round) {
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0) return fail("socketpair", round);
@@ -216,7 +262,10 @@ static void round_of(size_t round) {
       at += head + body;
     }
   }
+  answer_all(pair[0], round);
   front_forget(pair[0]);
+  if (__atomic_load_n(&running_calls, __ATOMIC_RELAXED) != 0) fail("a forgotten connection's requests still count", round);
+  running_calls = 0;
   close(pair[0]), close(pair[1]);
   free(sent.bytes), free(handed.bytes), free(got.bytes), free(answers.bytes);
 }
@@ -249,6 +298,31 @@ static void bounds(void) {
   if (front_read(third[0], &(struct iovec){into, sizeof into}, 1) != -1) fail("a body in time lost its connection", 0);
   int fds[] = {slow[0], slow[1], first[0], first[1], second[0], second[1], third[0], third[1]};
   for (int i = 0; i < 8; i++) front_forget(fds[i]), close(fds[i]);
+  waiting_bound = 1; /* one request may run: the next is refused (503) until it is answered */
+  int one[2], two[2];
+  socketpair(AF_UNIX, SOCK_STREAM, 0, one), socketpair(AF_UNIX, SOCK_STREAM, 0, two);
+  for (int i = 0; i < 2; i++) fcntl(one[i], F_SETFL, O_NONBLOCK), fcntl(two[i], F_SETFL, O_NONBLOCK);
+  front_accepted(one[0]), front_accepted(two[0]);
+  static const char small[] = "POST /v2/models/m/infer HTTP/1.1\r\nContent-Length: 68\r\n\r\n"
+                              "{\"inputs\":[{\"name\":\"x\",\"shape\":[1,1],\"datatype\":\"FP32\",\"data\":[1]}]}";
+  static const char probe[] = "GET /v2/health/live HTTP/1.1\r\nhost: x\r\n\r\n";
+  (void)!write(one[1], small, sizeof small - 1);
+  if (front_read(one[0], &(struct iovec){into, sizeof into}, 1) != (ssize_t)(sizeof small - 1)) fail("a request within the bound was held", 0);
+  (void)!write(two[1], probe, sizeof probe - 1); /* not an inference: never refused for load */
+  if (front_read(two[0], &(struct iovec){into, sizeof into}, 1) != (ssize_t)(sizeof probe - 1)) fail("a probe past the bound was held", 0);
+  front_wrote(two[0], &(struct iovec){(void *)"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", 38}, 1, 38);
+  (void)!write(two[1], small, sizeof small - 1);
+  if (front_read(two[0], &(struct iovec){into, sizeof into}, 1) > 0) fail("a request past the bound was handed out", 0);
+  answered = read(two[1], into, sizeof into - 1);
+  if (answered < 12 || memcmp(into, "HTTP/1.1 503", 12) != 0 || !memmem(into, (size_t)answered, "waiting bound", 13))
+    fail("the refusal past the waiting bound is not a 503 that says so", 0);
+  static const char reply[] = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+  front_wrote(one[0], &(struct iovec){(void *)reply, sizeof reply - 1}, 1, sizeof reply - 1);
+  (void)!write(one[1], small, sizeof small - 1);
+  if (front_read(one[0], &(struct iovec){into, sizeof into}, 1) <= 0) fail("a request after the answer was held", 0);
+  front_forget(one[0]), front_forget(two[0]);
+  for (int i = 0; i < 2; i++) close(one[i]), close(two[i]);
+  waiting_bound = 0, running_calls = 0;
 }
 
 int main(int argc, char **argv) {

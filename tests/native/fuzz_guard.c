@@ -226,7 +226,7 @@ static int public_connection(void) {
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0) return 0;
   fcntl(pair[1], F_SETFL, O_NONBLOCK);
   watch(pair[1], 1);
-  max_waiting = below(3) == 0 ? 1 + (long)below(3) : 0; /* calls past it refused (2c): their answers written too */
+  waiting_bound = below(3) == 0 ? 1 + (long)below(3) : 0; /* calls past it refused (2c): their answers written too */
   buffer sent = {0};
   put(&sent, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24);
   frame(&sent, 4, 0, 0, (const uint8_t*)"", 0);

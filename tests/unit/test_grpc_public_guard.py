@@ -394,10 +394,8 @@ def call(stream: int, path: str, message: bytes) -> bytes:
     return frame(HEADERS, END_HEADERS, stream, block) + frame(DATA, END_STREAM, stream, message)
 
 
-MODEL_INFER, STREAM_INFER = (
-    "/inference.GRPCInferenceService/ModelInfer",
-    "/inference.GRPCInferenceService/ModelStreamInfer",
-)
+SERVICE = "/inference.GRPCInferenceService/"
+MODEL_INFER, STREAM_INFER, METADATA = SERVICE + "ModelInfer", SERVICE + "ModelStreamInfer", SERVICE + "ModelMetadata"
 MESSAGE = b"\0\0\0\0\x0f\x0a\x0dacme_scorer_x"  # a gRPC message (20 bytes with its prefix): model_name only
 
 
@@ -417,13 +415,25 @@ def test_a_call_past_the_waiting_bound_is_refused_before_grpc_has_its_message(sh
     assert answers(got)[2][:3] == (HEADERS, END_STREAM | END_HEADERS, 1)  # the first call's own answer
 
 
-def test_calls_within_the_bound_and_model_stream_infer_streams_are_never_refused(shim):
+def test_calls_within_the_bound_and_calls_other_than_model_infer_are_never_refused(shim):
     sent = PREFACE + frame(SETTINGS, 0, 0) + call(1, STREAM_INFER, MESSAGE) + call(3, STREAM_INFER, MESSAGE)
     sent += call(5, MODEL_INFER, MESSAGE[:12])  # a first DATA too short to carry a refusal
-    read, got = served(shim, sent, ends([1, 3, 5]), len(sent), waiting=1, listen_s=0.5)
+    sent += call(7, METADATA, MESSAGE)  # answered without waiting: never refused for load
+    read, got = served(shim, sent, ends([1, 3, 5, 7]), len(sent), waiting=1, listen_s=0.5)
     assert read == sent and not any("grpc-status" in f[3] for f in answers(got) if f[0] == HEADERS)
     sent = PREFACE + frame(SETTINGS, 0, 0) + call(1, MODEL_INFER, MESSAGE) + call(3, MODEL_INFER, MESSAGE)
     assert served(shim, sent, ends([1, 3]), len(sent), waiting=2, listen_s=0.3)[0] == sent
+
+
+def test_a_client_that_cancelled_what_the_server_still_runs_is_refused_new_calls(shim):
+    """64 calls the server still runs that their client reset (orphans): that connection's next call is refused."""
+    calls = b"".join(call(s, MODEL_INFER, MESSAGE) for s in range(1, 129, 2))
+    resets = b"".join(frame(RST_STREAM, 0, s, struct.pack(">I", 8)) for s in range(1, 129, 2))
+    sent = PREFACE + frame(SETTINGS, 0, 0) + calls + resets + call(129, MODEL_INFER, MESSAGE)
+    read, got = served(shim, sent, ends(range(1, 131, 2)), len(sent), waiting=0)
+    assert frames(read)[-2][:3] == (RST_STREAM, 0, 129)  # the new call, refused before gRPC had its message
+    refusal = next(f for f in answers(got) if f[0] == HEADERS and f[2] == 129)
+    assert refusal[3]["grpc-status"] == "14" and "clients cancelled" in refusal[3]["grpc-message"]
 
 
 def test_a_client_that_resized_its_hpack_table_is_never_refused(shim):

@@ -255,10 +255,12 @@ static int literal_is(const struct literal *s, const char *text) {
 }
 
 #define STREAM_PATH "/inference.GRPCInferenceService/ModelStreamInfer"
+#define INFER_PATH "/inference.GRPCInferenceService/ModelInfer"
 
-/* What a :path value names: the one call gRPC hands the server before its first message, or another. */
+/* What a :path value names: the one call gRPC hands the server before its first message, an inference, another. */
 static uint8_t path_kind(const struct literal *value) {
-    return literal_is(value, STREAM_PATH) ? HPACK_PATH_STREAM : HPACK_PATH_OTHER;
+    if (literal_is(value, STREAM_PATH)) return HPACK_PATH_STREAM;
+    return literal_is(value, INFER_PATH) ? HPACK_PATH_INFER : HPACK_PATH_OTHER;
 }
 
 static void evict_to(struct hpack_table *t, uint32_t room) {

@@ -42,8 +42,8 @@ struct hpack_table {
 };
 
 /* What a block's :path names: none, ModelStreamInfer (the one call gRPC hands tritonserver when its headers come,
- * before any message: the others wait for their request), or another call. */
-enum { HPACK_PATH_NONE = 0, HPACK_PATH_OTHER = 1, HPACK_PATH_STREAM = 2 };
+ * before any message: the others wait for their request), ModelInfer, or another call. */
+enum { HPACK_PATH_NONE = 0, HPACK_PATH_OTHER = 1, HPACK_PATH_STREAM = 2, HPACK_PATH_INFER = 3 };
 
 void hpack_table_start(struct hpack_table *t);
 

@@ -19,6 +19,11 @@
  * is closed at accept. Memory: a head per connection, and the requests being gathered within max_held bytes all
  * together (503 with a retry hint beyond). Time: a head must arrive within head_timeout_ms of its first byte, a body
  * within 30 s and a second per MiB of its head; a connection past that is shut down.
+ *
+ * Bounds: tritonserver's answers are followed as it writes them (their heads, then Content-Length or chunked bodies),
+ * so that the requests it still runs are known. While it runs the waiting bound's worth of calls (HTTP and gRPC
+ * together), or while BACKLOG_EVERYONE calls their clients cancelled still run, a new request is refused on its
+ * head: 503 with Retry-After, as Envoy's circuit breaker refuses it.
  */
 #define _GNU_SOURCE
 #include "http_front.h"
@@ -53,7 +58,19 @@ struct field {
     int count;      /* how many times the header came */
 };
 
+/* tritonserver's answers on a connection, as it writes them: where the current one stands. */
+enum { ANSWER_HEAD, ANSWER_BODY, CHUNK_SIZE, CHUNK_DATA, CHUNK_END, CHUNK_TRAILER, UNTIL_CLOSE };
+struct answers {
+    uint8_t state;
+    uint8_t chunked, has_length, first_line;
+    char line[65]; /* the start of the line being read (enough for the headers that say where a body ends) */
+    size_t line_len;
+    uint64_t left; /* of the body or chunk, and of a chunk's CRLF */
+};
+
 struct conn {
+    struct answers answers;
+    long running; /* requests handed to tritonserver it has not begun to answer */
     char *acc; /* the request gathered: bytes taken from the socket (and, past them, bytes only peeked at) */
     size_t acc_len, acc_room;
     size_t head_len, total; /* once the head is whole: its length, and the request's */
@@ -80,6 +97,8 @@ static long head_timeout_ms = 10000; /* a request's head must arrive within this
  * connections past theirs, so that slow senders cannot hold every connection (tritonserver's reader then sees the
  * end of the stream and closes it). A body may take 30 s plus a second per MiB after its head. */
 static int64_t deadline[FRONT_FDS];
+int64_t running_calls, orphaned_calls;
+long waiting_bound;
 
 static void say(const char *format, ...) __attribute__((format(printf, 1, 2)));
 static void say(const char *format, ...) {
@@ -191,6 +210,7 @@ void front_forget(int fd) {
     conns[fd] = NULL;
     set_deadline(fd, 0);
     __atomic_sub_fetch(&held, c->reserved, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&running_calls, c->running, __ATOMIC_RELAXED);
     if (c->out_owned) free(c->out);
     free(c->acc);
     free(c);
@@ -209,6 +229,7 @@ int front_accepted(int fd) {
         __atomic_sub_fetch(&open_connections, 1, __ATOMIC_RELAXED);
         return -1;
     }
+    conns[fd]->answers.first_line = 1;
     return 0;
 }
 
@@ -404,6 +425,25 @@ static void next_request(int fd, struct conn *c) {
     }
 }
 
+static int ends_with(const char *text, size_t len, const char *tail) {
+    size_t n = strlen(tail);
+    return len >= n && memcmp(text + len - n, tail, n) == 0;
+}
+
+/* Why a request whose head was read is refused for the bounds, or NULL: only inferences wait (health, metadata and
+ * admin requests are answered at once, and a supervisor's probes must never be refused for load). */
+static const char *bounded(const struct conn *c) {
+    const char *target = c->acc + c->target.at;
+    size_t len = c->target.len;
+    int inference = c->method.len == 4 && memcmp(c->acc + c->method.at, "POST", 4) == 0 &&
+                    (ends_with(target, len, "/infer") || ends_with(target, len, "/generate") ||
+                     ends_with(target, len, "/generate_stream"));
+    if (!inference) return NULL;
+    if (waiting_bound > 0 && __atomic_load_n(&running_calls, __ATOMIC_RELAXED) >= waiting_bound) return WAITING_WHY;
+    if (__atomic_load_n(&orphaned_calls, __ATOMIC_RELAXED) >= BACKLOG_EVERYONE) return BACKLOG_WHY;
+    return NULL;
+}
+
 /* More of the request from the socket: 1 whole and ready to hand out; 0 the peer is gone; -1 with errno (EAGAIN:
  * nothing to hand out yet); -2 refused. */
 static int gather(int fd, struct conn *c) {
@@ -439,6 +479,8 @@ static int gather(int fd, struct conn *c) {
             return refuse(fd, c, 503, "the server holds as many request bodies as it may; retry after 1 s");
         }
         c->reserved = c->total;
+        const char *over = bounded(c);
+        if (over != NULL) return refuse(fd, c, 503, over);
         set_deadline(fd, now_ns() + (30 + (int64_t)(body >> 20)) * 1000000000);
         if (c->expect.count && seen < c->total) {
             static const char go_on[] = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -499,6 +541,8 @@ ssize_t front_read(int fd, const struct iovec *iov, size_t parts) {
             if (got == 1) {
                 given += put_at(iov, parts, given, &c->last, 1);
                 next_request(fd, c);
+                c->running++; /* handed whole: tritonserver runs it until it answers */
+                __atomic_add_fetch(&running_calls, 1, __ATOMIC_RELAXED);
                 return (ssize_t)given;
             }
             return given ? (ssize_t)given : got;
@@ -514,4 +558,84 @@ int front_readable(int fd) {
     struct conn *c = conns[fd];
     if (c->closing) return 0;
     return (int)(c->out_len - c->out_at) + c->final_pending;
+}
+
+/* ---- tritonserver's answers, followed ---- */
+
+static int header_is(const struct answers *a, const char *name) {
+    size_t n = strlen(name);
+    return a->line_len > n && strncasecmp(a->line, name, n) == 0;
+}
+
+/* A whole line of an answer's head (its start in a->line): the head's end begins the body. */
+static void answer_line(struct conn *c) {
+    struct answers *a = &c->answers;
+    if (a->first_line) { /* the status line */
+        a->first_line = 0;
+        return;
+    }
+    if (a->line_len > 0) {
+        if (header_is(a, "content-length:")) {
+            a->has_length = 1;
+            a->left = strtoull(a->line + 15, NULL, 10);
+        } else if (header_is(a, "transfer-encoding:") && memmem(a->line, a->line_len, "chunked", 7)) {
+            a->chunked = 1;
+        }
+        return;
+    }
+    if (c->running > 0) { /* its head is written: the request is answered */
+        c->running--;
+        __atomic_sub_fetch(&running_calls, 1, __ATOMIC_RELAXED);
+    }
+    if (a->chunked) a->state = CHUNK_SIZE;
+    else if (a->has_length) a->state = a->left > 0 ? ANSWER_BODY : ANSWER_HEAD;
+    else a->state = UNTIL_CLOSE; /* no length: the body ends with the connection */
+    if (a->state == ANSWER_HEAD) a->first_line = 1;
+}
+
+/* One byte of a line (a head's, a chunk size's, a trailer's); 1 when it ends the line. */
+static int line_byte(struct answers *a, char byte) {
+    if (byte == '\n') {
+        if (a->line_len > 0 && a->line[a->line_len - 1] == '\r') a->line_len--;
+        a->line[a->line_len] = 0;
+        return 1;
+    }
+    if (a->line_len < sizeof a->line - 1) a->line[a->line_len++] = byte;
+    return 0;
+}
+
+static void answer_bytes(struct conn *c, const char *bytes, size_t n) {
+    struct answers *a = &c->answers;
+    for (size_t i = 0; i < n;) {
+        if (a->state == ANSWER_BODY || a->state == CHUNK_DATA || a->state == CHUNK_END) {
+            size_t take = a->left < n - i ? (size_t)a->left : n - i;
+            a->left -= take, i += take;
+            if (a->left > 0) continue;
+            if (a->state == CHUNK_DATA) a->state = CHUNK_END, a->left = 2;
+            else if (a->state == CHUNK_END) a->state = CHUNK_SIZE;
+            else a->state = ANSWER_HEAD, a->first_line = 1, a->has_length = 0, a->chunked = 0;
+            continue;
+        }
+        if (a->state == UNTIL_CLOSE) return;
+        if (!line_byte(a, bytes[i++])) continue;
+        if (a->state == ANSWER_HEAD) {
+            answer_line(c);
+        } else if (a->state == CHUNK_SIZE) {
+            a->left = strtoull(a->line, NULL, 16);
+            a->state = a->left > 0 ? CHUNK_DATA : CHUNK_TRAILER;
+        } else if (a->line_len == 0) { /* the trailers' end: the next answer */
+            a->state = ANSWER_HEAD, a->first_line = 1, a->has_length = 0, a->chunked = 0;
+        }
+        a->line_len = 0;
+    }
+}
+
+void front_wrote(int fd, const struct iovec *iov, size_t parts, size_t sent) {
+    if (!front_watched(fd)) return;
+    struct conn *c = conns[fd];
+    for (size_t p = 0; p < parts && sent > 0; p++) {
+        size_t n = iov[p].iov_len < sent ? iov[p].iov_len : sent;
+        answer_bytes(c, iov[p].iov_base, n);
+        sent -= n;
+    }
 }

@@ -34,4 +34,19 @@ ssize_t front_read(int fd, const struct iovec *iov, size_t parts);
 /* FIONREAD on a watched connection: the bytes a read would hand out now (0 while a request is gathered). */
 int front_readable(int fd);
 
+/* What tritonserver wrote to a watched connection (sent bytes of iov): its answers, followed to count the requests
+ * it still runs. */
+void front_wrote(int fd, const struct iovec *iov, size_t parts, size_t sent);
+
+/* The calls tritonserver runs on the ports clients reach directly: HTTP requests handed to it and not yet answered
+ * (here) and gRPC calls it has not ended (triton_guard.c); the orphans among the latter (calls their clients
+ * cancelled); and the waiting bound (TRITON_GUARD_MAX_WAITING, read by the guard: 0, none). Past the bound, or with
+ * BACKLOG_EVERYONE orphans, a new request is refused at once (HTTP 503 with Retry-After, gRPC UNAVAILABLE). */
+extern int64_t running_calls, orphaned_calls;
+extern long waiting_bound;
+#define BACKLOG_BOUND 64     /* orphans that close out the connections that cancelled lately (gRPC) */
+#define BACKLOG_EVERYONE 256 /* and everyone */
+#define WAITING_WHY "the server runs as many calls as it lets wait (its waiting bound, --max-waiting); retry after 1 s"
+#define BACKLOG_WHY "the server is still answering calls their clients cancelled; retry after 1 s"
+
 #endif

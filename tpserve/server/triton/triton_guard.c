@@ -37,10 +37,10 @@
  *
  * 2c. Bounds, on a public port as Envoy keeps them: while the server runs TRITON_GUARD_MAX_WAITING calls (the waiting
  *    bound, server/edge/admission.py), or while the calls cancelling clients left running are at BACKLOG_BOUND (a
- *    new call of a connection that cancelled in the last 2 s) or BACKLOG_EVERYONE (anyone's), a new call is refused
- *    before gRPC has it: its first DATA frame becomes, byte for byte, a RST_STREAM and a frame of a type the server
- *    ignores. gRPC hands a call to tritonserver only once its request message is whole (all but ModelStreamInfer,
- *    whose calls are never refused here: the header block's :path says which, grpc_headers.c), so a call reset
+ *    new call of a connection that cancelled in the last 2 s) or BACKLOG_EVERYONE (anyone's), a new ModelInfer call
+ *    (the header block's :path says which, grpc_headers.c; health, metadata and admin calls wait for nothing) is
+ *    refused before gRPC has it: its first DATA frame becomes, byte for byte, a RST_STREAM and a frame of a type the
+ *    server ignores. gRPC hands a unary call to tritonserver only once its request message is whole, so a call reset
  *    before any byte of its message is dropped inside gRPC and never run or cancelled. The client gets UNAVAILABLE
  *    in a trailers-only answer (static HPACK only: neither side's table changes) with gRPC's retry hint, written
  *    between the server's frames, and the connection's window back for the bytes the server never read.
@@ -98,8 +98,6 @@
 #define UNKNOWN_TYPE 0xfa /* a frame type RFC 7540 has the server ignore: what a client's GOAWAY is read as */
 #define BACKEND_REGIONS "triton_python_backend"
 #define WAITING_VARIABLE "TRITON_GUARD_MAX_WAITING"
-#define BACKLOG_BOUND 64      /* orphans (calls clients cancelled that the server still runs) that close cancellers out */
-#define BACKLOG_EVERYONE 256  /* and everyone */
 #define RECENT_NS 2000000000LL /* a connection cancelled "lately": within 2 s */
 #define REFUSAL_BYTES 13      /* a first DATA frame this long or longer can become a RST_STREAM and an ignored frame */
 
@@ -107,15 +105,12 @@ static int own_ports[MAX_PORTS], own_count = 0;
 static int h2_ports[MAX_PORTS], h2_count = 0;
 static int public_ports[MAX_PORTS], public_count = 0;
 static unsigned long refusals = 0;
-static long max_waiting = 0;           /* TRITON_GUARD_MAX_WAITING: calls the server may run (0: no bound) */
-static int64_t calls_running = 0;      /* streams of every watched connection the server has not ended */
-static int64_t orphans_total = 0;      /* of those, the ones their clients cancelled */
 static unsigned long refused_calls = 0;
 
 /* A stream the peer opened and the server has not ended: still open on the peer's side (a ModelStreamInfer
  * stream), half-closed by it (a unary call, whole), or reset by it (nobody waits: an orphan the server still runs). */
 enum { PEER_OPEN = 1, RUNNING = 2, ORPHAN = 3 };
-enum { STREAMING = 1, HAD_DATA = 2 }; /* facts: a ModelStreamInfer call; its first DATA frame came */
+enum { INFERENCE = 1, HAD_DATA = 2 }; /* facts: a ModelInfer call; its first DATA frame came */
 struct stream_state {
     uint32_t stream;  /* 0: a free slot */
     uint16_t state;
@@ -198,7 +193,7 @@ static uint64_t *backlog = NULL;
 
 static void count_orphans(struct h2_reader *r, int64_t change) {
     r->orphans = (uint32_t)((int64_t)r->orphans + change);
-    __atomic_add_fetch(&orphans_total, change, __ATOMIC_RELAXED);
+    if (r->public) __atomic_add_fetch(&orphaned_calls, change, __ATOMIC_RELAXED);
     if (backlog != NULL) __atomic_add_fetch(backlog, (uint64_t)change, __ATOMIC_RELAXED);
 }
 
@@ -291,7 +286,7 @@ __attribute__((constructor)) static void start_guard(void) {
     open_backlog();
     const char *waiting = getenv(WAITING_VARIABLE);
     if (waiting != NULL) {
-        max_waiting = strtol(waiting, NULL, 10) > 0 ? strtol(waiting, NULL, 10) : 0;
+        waiting_bound = strtol(waiting, NULL, 10) > 0 ? strtol(waiting, NULL, 10) : 0;
         unsetenv(WAITING_VARIABLE);
     }
     struct front_io io = {real_recv, real_write, real_ioctl};
@@ -386,7 +381,7 @@ static void forget(int fd) {
     struct h2_reader *reader = readers[fd];
     readers[fd] = NULL;
     count_orphans(reader, -(int64_t)reader->orphans); /* the connection is gone: so are its calls */
-    __atomic_sub_fetch(&calls_running, (int64_t)reader->stream_count, __ATOMIC_RELAXED);
+    if (reader->public) __atomic_sub_fetch(&running_calls, (int64_t)reader->stream_count, __ATOMIC_RELAXED);
     pthread_mutex_destroy(&reader->lock);
     pthread_mutex_destroy(&reader->wlock);
     free(reader->reply);
@@ -516,7 +511,7 @@ static void table_put(struct h2_reader *r, uint32_t stream, uint32_t state) {
     while (r->streams[at].stream != 0) at = (at + 1) & (r->stream_room - 1);
     r->streams[at] = (struct stream_state){stream, (uint16_t)state, 0, r->server_initial, r->client_initial};
     r->stream_count++;
-    __atomic_add_fetch(&calls_running, 1, __ATOMIC_RELAXED);
+    if (r->public) __atomic_add_fetch(&running_calls, 1, __ATOMIC_RELAXED);
 }
 
 /* Removes the stream (backward-shift deletion: no tombstones to fill the table). */
@@ -531,7 +526,7 @@ static void table_drop(struct h2_reader *r, struct stream_state *gone) {
     }
     r->streams[hole].stream = 0;
     r->stream_count--;
-    __atomic_sub_fetch(&calls_running, 1, __ATOMIC_RELAXED);
+    if (r->public) __atomic_sub_fetch(&running_calls, 1, __ATOMIC_RELAXED);
 }
 
 /* The server ended the stream: it leaves the table, and the backlog if nobody waited for it. */
@@ -742,14 +737,10 @@ static int64_t now_ns(void) {
     return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
-static const char WAITING_WHY[] = "the server runs as many calls as it lets wait (its waiting bound, --max-waiting); "
-                                  "retry after 1 s";
-static const char BACKLOG_WHY[] = "the server is still answering calls their clients cancelled; retry after 1 s";
-
 /* Why a new call of this connection is refused now, or NULL. */
 static const char *refusal_reason(const struct h2_reader *r) {
-    if (max_waiting > 0 && __atomic_load_n(&calls_running, __ATOMIC_RELAXED) > max_waiting) return WAITING_WHY;
-    int64_t orphans = __atomic_load_n(&orphans_total, __ATOMIC_RELAXED);
+    if (waiting_bound > 0 && __atomic_load_n(&running_calls, __ATOMIC_RELAXED) > waiting_bound) return WAITING_WHY;
+    int64_t orphans = __atomic_load_n(&orphaned_calls, __ATOMIC_RELAXED);
     int lately = r->cancelled_ns != 0 && now_ns() - r->cancelled_ns < RECENT_NS;
     if (orphans >= BACKLOG_EVERYONE || (orphans >= BACKLOG_BOUND && lately)) return BACKLOG_WHY;
     return NULL;
@@ -804,13 +795,13 @@ static void queue_refusal(struct h2_reader *r, uint32_t stream, const char *why,
         say("triton_guard: refused a new gRPC call (%s; %lu refused so far)\n", why, refused_calls);
 }
 
-/* A new call's first DATA frame (the header whole at position at of in): refused when a bound says so and the
- * frame can carry the refusal (REFUSAL_BYTES or longer; ModelStreamInfer calls, which gRPC hands the server before
- * their first message, never are). Its header becomes a RST_STREAM's, its payload the reset's code (CANCEL) and the
+/* A new ModelInfer call's first DATA frame (the header whole at position at of in): refused when a bound says so
+ * and the frame can carry the refusal (REFUSAL_BYTES or longer). Other calls never are: health, metadata and admin
+ * calls are answered without waiting, and ModelStreamInfer's gRPC hands the server before its first message. Its header becomes a RST_STREAM's, its payload the reset's code (CANCEL) and the
  * header of a frame of a type the server ignores that covers the rest: the server reads no byte of the message. */
 static int refused_call(struct h2_reader *r, const struct received *in, size_t at, struct stream_state *known,
                         uint32_t stream, uint32_t length) {
-    if (known == NULL || known->state != PEER_OPEN || (known->facts & (STREAMING | HAD_DATA))) return 0;
+    if (known == NULL || known->state != PEER_OPEN || (known->facts & HAD_DATA) || !(known->facts & INFERENCE)) return 0;
     known->facts |= HAD_DATA;
     if (length < REFUSAL_BYTES || r->table_resized) return 0;
     const char *why = refusal_reason(r);
@@ -880,7 +871,7 @@ static void peer_header(struct h2_reader *r, const struct received *in, size_t a
         if (known == NULL && type == 1) {
             table_put(r, stream, ends ? RUNNING : PEER_OPEN);
             struct stream_state *opened = table_find(r, stream);
-            if (opened != NULL && r->block_path == HPACK_PATH_STREAM) opened->facts |= STREAMING;
+            if (opened != NULL && r->block_path == HPACK_PATH_INFER) opened->facts |= INFERENCE;
             if (stream > r->last_stream) r->last_stream = stream;
         } else if (known != NULL && ends && known->state == PEER_OPEN) {
             known->state = RUNNING;
@@ -1514,6 +1505,7 @@ ssize_t sendmsg(int fd, const struct msghdr *message, int flags) {
     before_writing(fd, message->msg_iov, message->msg_iovlen);
     ssize_t sent = gone(fd) ? 0 : real_sendmsg(fd, message, flags);
     if (watched(fd)) sent = guarded_write(fd, message->msg_iov, message->msg_iovlen, sent);
+    if (sent > 0) front_wrote(fd, message->msg_iov, message->msg_iovlen, (size_t)sent);
     return written(fd, r, sent);
 }
 
@@ -1525,6 +1517,7 @@ ssize_t send(int fd, const void *buffer, size_t length, int flags) {
     before_writing(fd, &one, 1);
     ssize_t sent = gone(fd) ? 0 : real_send(fd, buffer, length, flags);
     if (watched(fd)) sent = guarded_write(fd, &one, 1, sent);
+    if (sent > 0) front_wrote(fd, &one, 1, (size_t)sent);
     return written(fd, r, sent);
 }
 
@@ -1536,6 +1529,7 @@ ssize_t write(int fd, const void *buffer, size_t length) {
     before_writing(fd, &one, 1);
     ssize_t sent = gone(fd) ? 0 : real_write(fd, buffer, length);
     if (watched(fd)) sent = guarded_write(fd, &one, 1, sent);
+    if (sent > 0) front_wrote(fd, &one, 1, (size_t)sent);
     return written(fd, r, sent);
 }
 
@@ -1546,6 +1540,7 @@ ssize_t writev(int fd, const struct iovec *iov, int parts) {
     if (parts >= 0) before_writing(fd, iov, (size_t)parts);
     ssize_t sent = gone(fd) ? 0 : real_writev(fd, iov, parts);
     if (watched(fd) && parts >= 0) sent = guarded_write(fd, iov, (size_t)parts, sent);
+    if (sent > 0 && parts >= 0) front_wrote(fd, iov, (size_t)parts, (size_t)sent);
     return written(fd, r, sent);
 }
 
