@@ -5,7 +5,10 @@ while it is over; the server stays up."""
 
 import collections
 import concurrent.futures
+import contextlib
 import shutil
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -160,58 +163,95 @@ def test_only_the_model_marked_over_its_budget_is_refused_on_either_protocol(ser
         stop_cluster(settings.state_dir)
 
 
-def test_calls_past_the_waiting_bound_are_refused_inside_tritonserver(tmp_path):
-    """`--no-edge --checks-in-server`: no Envoy to hold the bound, so the guard in tritonserver's reads refuses a new
-    call once the server runs --max-waiting calls, HTTP and gRPC together: a gRPC call before gRPC has its message
-    (server/triton/triton_guard.c, 2c), UNAVAILABLE with the retry hint; an HTTP request on its head
-    (http_front.c), 503 with Retry-After. At once, the server never restarted, calls admitted again after."""
-    import subprocess
-    import sys
-
+@contextlib.contextmanager
+def _in_server(tmp_path, *options: str):
+    """The slow model served with `--no-edge --checks-in-server` and options: its state folder and health port."""
     shutil.copytree(SLOW, tmp_path / "repo")
     ports = [str(p) for p in endpoints.free_ports(4)]
     state_dir = tmp_path / "state"
-    command = [sys.executable, "-m", "tpserve.server", "start", "--no-edge", "--checks-in-server", "--max-waiting",
-               "4", "--repo", str(tmp_path / "repo"), "--http-port", ports[0], "--grpc-port", ports[1],
+    command = [sys.executable, "-m", "tpserve.server", "start", "--no-edge", "--checks-in-server", *options,
+               "--repo", str(tmp_path / "repo"), "--http-port", ports[0], "--grpc-port", ports[1],
                "--metrics-port", ports[2], "--health-port", ports[3], "--state-dir", str(state_dir)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     try:
-        state = endpoints.read_state(state_dir)
-        x = np.ones((1, 1), np.float32)
-        deadline = time.monotonic() + 8  # longer than the supervisor's 4 missed probes: its probes are never refused
-
-        def flood_http(_):
-            seen = []
-            while time.monotonic() < deadline:
-                seen.append(_http(state.http_url, "slow", "X", x))
-            return seen
-
-        def flood(_):
-            stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(state.grpc_url))
-            seen = []
-            while time.monotonic() < deadline:
-                started = time.monotonic()
-                seen.append((*_grpc(stub, "slow", "X", x), time.monotonic() - started))
-            return seen
-
-        with concurrent.futures.ThreadPoolExecutor(16) as pool:
-            over_http = [pool.submit(flood_http, i) for i in range(6)]
-            answers = [a for done in [pool.submit(flood, i) for i in range(10)] for a in done.result()]
-            http = [a for done in over_http for a in done.result()]
-        print(collections.Counter(code for code, _, _ in answers), collections.Counter(s for s, _, _ in http))
-        turned = [(hint, took) for status, hint, took in http if status == 503]
-        assert turned and all(hint == "1" for hint, _ in turned), http[:20]
-        assert sorted(took for _, took in turned)[len(turned) // 2] < 0.1, "refused at once, not after queueing"
-        assert {status for status, _, _ in http} <= {200, 503} and 200 in {s for s, _, _ in http}, http[:20]
-        refused = [(hint, took) for code, hint, took in answers if code == "UNAVAILABLE"]
-        assert refused and all(hint == "1000" for hint, _ in refused), answers[:20]
-        assert sorted(took for _, took in refused)[len(refused) // 2] < 0.1, "refused at once, not after queueing"
-        assert "OK" in {code for code, _, _ in answers}, "calls within the bound are served"
-        assert {code for code, _, _ in answers} <= {"OK", "UNAVAILABLE"}, answers[:20]
-        time.sleep(1.5)
-        stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(state.grpc_url))
-        assert _grpc(stub, "slow", "X", x)[0] == "OK" and _http(state.http_url, "slow", "X", x)[0] == 200
-        assert endpoints.read_state(state_dir).pid == state.pid, "the server stayed up"
+        yield state_dir, int(ports[3])
     finally:
         subprocess.run([sys.executable, "-m", "tpserve.server", "stop", "--state-dir", str(state_dir)], timeout=120)
+
+
+def _flood(state, seconds: float, http_threads: int = 6, grpc_threads: int = 10):
+    """Both protocols at once on the slow model: (HTTP (status, retry-after, s)), (gRPC (code, pushback, s))."""
+    x, deadline = np.ones((1, 1), np.float32), time.monotonic() + seconds
+
+    def over_http(_):
+        seen = []
+        while time.monotonic() < deadline:
+            seen.append(_http(state.http_url, "slow", "X", x))
+        return seen
+
+    def over_grpc(_):
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(state.grpc_url))
+        seen = []
+        while time.monotonic() < deadline:
+            started = time.monotonic()
+            seen.append((*_grpc(stub, "slow", "X", x), time.monotonic() - started))
+        return seen
+
+    with concurrent.futures.ThreadPoolExecutor(http_threads + grpc_threads) as pool:
+        http = [pool.submit(over_http, i) for i in range(http_threads)]
+        grpc_answers = [pool.submit(over_grpc, i) for i in range(grpc_threads)]
+        http, grpc_answers = [a for f in http for a in f.result()], [a for f in grpc_answers for a in f.result()]
+    print(collections.Counter(s for s, _, _ in http), collections.Counter(c for c, _, _ in grpc_answers))
+    return http, grpc_answers
+
+
+def _refused_at_once(http, grpc_answers, status: int) -> tuple[int, int]:
+    """Refusals on both protocols, each with its retry hint and in well under the model's quarter of a second, some
+    calls admitted: how many of each."""
+    turned = [took for code, hint, took in http if code == status and hint == "1"]
+    assert turned and len(turned) == sum(code == status for code, _, _ in http), http[:20]
+    assert sorted(turned)[len(turned) // 2] < 0.1, "refused at once, not after queueing"
+    assert {code for code, _, _ in http} <= {200, status} and 200 in {c for c, _, _ in http}, http[:20]
+    unavailable = [took for code, hint, took in grpc_answers if code == "UNAVAILABLE" and hint == "1000"]
+    assert unavailable and len(unavailable) == sum(c == "UNAVAILABLE" for c, _, _ in grpc_answers), grpc_answers[:20]
+    assert sorted(unavailable)[len(unavailable) // 2] < 0.1, "refused at once, not after queueing"
+    assert {code for code, _, _ in grpc_answers} <= {"OK", "UNAVAILABLE"} and "OK" in {c for c, _, _ in grpc_answers}
+    return len(turned), len(unavailable)
+
+
+def _served_again(state) -> None:
+    x = np.ones((1, 1), np.float32)
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(state.grpc_url))
+    assert _grpc(stub, "slow", "X", x)[0] == "OK" and _http(state.http_url, "slow", "X", x)[0] == 200
+
+
+def test_calls_past_the_waiting_bound_are_refused_inside_tritonserver(tmp_path):
+    """`--no-edge --checks-in-server`: no Envoy to hold the bound, so the guard in tritonserver's reads refuses a new
+    call once the server runs --max-waiting calls, HTTP and gRPC together: a gRPC call before gRPC has its message
+    (server/triton/triton_guard.c, 2c), UNAVAILABLE with the retry hint; an HTTP request on its head
+    (http_front.c), 503 with Retry-After. At once, the server never restarted, calls admitted again after. The flood
+    outlasts the supervisor's 4 missed probes: its probes are never refused."""
+    with _in_server(tmp_path, "--max-waiting", "4") as (state_dir, _):
+        state = endpoints.read_state(state_dir)
+        _refused_at_once(*_flood(state, seconds=8), status=503)
+        time.sleep(1.5)
+        _served_again(state)
+        assert endpoints.read_state(state_dir).pid == state.pid, "the server stayed up"
+
+
+def test_admission_by_queue_time_inside_tritonserver(tmp_path):
+    """`--no-edge --checks-in-server --queue-slo-ms`: the supervisor marks the model over its budget in the admission
+    table and the guard in tritonserver's reads refuses its new calls (HTTP 429, gRPC UNAVAILABLE, retry hints),
+    counted where the supervisor's /metrics reads them; admitted again once the queue drains."""
+    with _in_server(tmp_path, "--queue-slo-ms", "slow=100") as (state_dir, health_port):
+        state = endpoints.read_state(state_dir)
+        turned, unavailable = _refused_at_once(*_flood(state, seconds=8), status=429)
+        time.sleep(1.5)  # the queue drains: the mark lapses
+        _served_again(state)
+        with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/metrics", timeout=5) as answer:
+            metrics = answer.read().decode()
+        counted = int(metrics.split('tpserve_admission_refused_total{model="slow"} ')[1].split()[0])
+        probes = counted - (turned + unavailable)  # the supervisor's own probe inference (one each 10 s) is refused too
+        assert 0 <= probes <= 2, metrics
+        assert endpoints.read_state(state_dir).pid == state.pid, "the server stayed up"

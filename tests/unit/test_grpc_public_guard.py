@@ -351,11 +351,11 @@ def test_frames_a_client_may_send_are_all_read(shim):
     assert through_guard(shim, pieces, ends([1, 3]), len(sent), read_size=7) == sent
 
 
-def served(shim, sent: bytes, writes: bytes, after: int, waiting: int, listen_s: float = 1.0):
+def served(shim, sent: bytes, writes: bytes, after: int, waiting: int, listen_s: float = 1.0, **more: str):
     """(what the stand-in read, what the client got back) of sent on a public port with a waiting bound."""
     (port,) = free_ports(1)
     env = {**os.environ, "LD_PRELOAD": str(shim), "TRITON_GUARD_H2_PORTS": str(port)}
-    env.update(TRITON_GUARD_H2_PUBLIC=str(port), TRITON_GUARD_MAX_WAITING=str(waiting))
+    env.update(TRITON_GUARD_H2_PUBLIC=str(port), TRITON_GUARD_MAX_WAITING=str(waiting), **more)
     command = [sys.executable, "-c", STAND_IN, str(port), str(after), writes.hex(), "65536"]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE)
     got = b""
@@ -434,6 +434,24 @@ def test_a_client_that_cancelled_what_the_server_still_runs_is_refused_new_calls
     assert frames(read)[-2][:3] == (RST_STREAM, 0, 129)  # the new call, refused before gRPC had its message
     refusal = next(f for f in answers(got) if f[0] == HEADERS and f[2] == 129)
     assert refusal[3]["grpc-status"] == "14" and "clients cancelled" in refusal[3]["grpc-message"]
+
+
+def test_a_model_its_supervisor_marked_over_its_queue_budget_is_refused(shim, tmp_path):
+    """Admission by queue time: the model named in the message's first bytes, marked in the admission table."""
+    from tpserve.server.edge import admission_table
+
+    table = admission_table.make_table(tmp_path)
+    region = admission_table.Region(table, 0)
+    region.mark("acme_scorer_x", time.monotonic_ns() + 30 * 10**9, 5000.0)
+    region.mark("another", 0, 0.0)
+    other = b"\0\0\0\0\x09\x0a\x07another" + bytes(6)
+    sent = PREFACE + frame(SETTINGS, 0, 0) + call(1, MODEL_INFER, MESSAGE) + call(3, MODEL_INFER, other)
+    read, got = served(shim, sent, ends([3]), len(sent), waiting=0, TRITON_GUARD_ADMISSION=str(table))
+    assert frames(read)[2][:3] == (RST_STREAM, 0, 1) and frames(read)[-1] == frames(sent)[-1]  # only the marked one
+    refusal = answers(got)[0]
+    assert refusal[:3] == (HEADERS, END_STREAM | END_HEADERS, 1) and "queue time" in refusal[3]["grpc-message"]
+    assert region.refused("acme_scorer_x") == 1 and region.refused("another") == 0  # counted where the supervisor reads
+    region.close()
 
 
 def test_a_client_that_resized_its_hpack_table_is_never_refused(shim):

@@ -181,13 +181,16 @@ def start(
         startup_timeout=timeout,
         model_control=model_control,
         tuning=tuning,
-        **(_checks_in_server(repo, state_dir, max_request_mb, max_waiting) if checks_in_server else {}),
+        **(_checks_in_server(repo, state_dir, max_request_mb, max_waiting, queue_slo) if checks_in_server else {}),
     )
     recording = record_settings(record, state_dir, record_file_mb, record_files)
     if recording is not None and not (supervise and edge):
         raise click.UsageError("--record needs the edge and the supervisor (drop --no-edge / --no-supervise)")
-    if queue_slo and not (supervise and edge):
-        raise click.UsageError("--queue-slo-ms needs the edge and the supervisor (drop --no-edge / --no-supervise)")
+    if queue_slo and not (supervise and (edge or checks_in_server)):
+        raise click.UsageError(
+            "--queue-slo-ms needs the supervisor and the edge's checks (drop --no-supervise; with --no-edge, add "
+            "--checks-in-server)"
+        )
     if supervise and edge:
         tls = _tls(tls_cert, tls_key)
         state = _start_behind_edge(
@@ -215,9 +218,13 @@ def start(
 HEAD_TIMEOUT_MS = 10_000  # a request's head must arrive within this of its first byte, as at the edge
 
 
-def _checks_in_server(repo: Path, state_dir: Path, max_request_mb: float, max_waiting: int = 0) -> dict:
+def _checks_in_server(
+    repo: Path, state_dir: Path, max_request_mb: float, max_waiting: int = 0, queue_slo: str = ""
+) -> dict:
     """ServerSettings fields that run the edge's checks inside tritonserver: the HTTP checks' rules file, written
-    into the state folder (0600), their limits, and the waiting bound (--max-waiting, else the repository's)."""
+    into the state folder (0600), their limits, the waiting bound (--max-waiting, else the repository's) and, with
+    --queue-slo-ms, the admission table the supervisor marks and the guard reads."""
+    from tpserve.server.edge import admission_table
     from tpserve.server.edge.admission import waiting_bound
     from tpserve.server.edge.request_checks import MIB, EdgeLimits, checks_json, model_rules
     from tpserve.server.triton.launcher import private_state
@@ -230,8 +237,10 @@ def _checks_in_server(repo: Path, state_dir: Path, max_request_mb: float, max_wa
         out.write(checks_json(model_rules(Path(repo)), limits))
     head, budget = limits.max_header_kb * 1024, max(1 << 30, 16 * limits.max_request_bytes)
     bounds = f"{limits.max_request_bytes},{head},{limits.max_connections},{budget},{HEAD_TIMEOUT_MS}"
-    waiting = max_waiting or waiting_bound(Path(repo))
-    return {"http_checks": path, "http_check_limits": bounds, "max_waiting": waiting}
+    found = {"http_checks": path, "http_check_limits": bounds, "max_waiting": max_waiting or waiting_bound(Path(repo))}
+    if queue_slo:
+        found.update(admission_table=admission_table.make_table(state_dir), queue_budgets=queue_slo)
+    return found
 
 
 def _start_behind_edge(

@@ -29,6 +29,7 @@
 #include "http_front.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -36,11 +37,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "../edge/admission_parse.h"
 #include "http_checks.h"
 
 #pragma GCC diagnostic ignored "-Wformat-truncation" /* a refusal's message is capped on purpose */
@@ -48,6 +51,9 @@
 #define PORTS_VARIABLE "TRITON_GUARD_FRONT_HTTP"
 #define RULES_VARIABLE "TRITON_GUARD_RULES"
 #define LIMITS_VARIABLE "TRITON_GUARD_FRONT_LIMITS"
+#define ADMISSION_VARIABLE "TRITON_GUARD_ADMISSION"
+#define ADMISSION_MODELS 64 /* a region's entries of 32 bytes, as server/edge/admission_table.py has them */
+#define ADMISSION_SIZE (128 * ADMISSION_MODELS * 32)
 #define MAX_FRONT_PORTS 8
 #define FRONT_FDS 65536
 #define KEEP_BUFFER (64 * 1024) /* a connection's buffer larger than this is freed between requests */
@@ -99,6 +105,7 @@ static long head_timeout_ms = 10000; /* a request's head must arrive within this
 static int64_t deadline[FRONT_FDS];
 int64_t running_calls, orphaned_calls;
 long waiting_bound;
+static uint64_t *admission; /* the admission table's region 0 (NULL: no admission by queue time) */
 
 static void say(const char *format, ...) __attribute__((format(printf, 1, 2)));
 static void say(const char *format, ...) {
@@ -148,6 +155,36 @@ static void *watch_deadlines(void *unused) {
     return NULL;
 }
 
+/* The admission table (a 0600 file of this user, of its size), mapped; a table that is not is said and not used. */
+static void open_admission(const char *path) {
+    if (path == NULL || *path == 0) return;
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st;
+    void *map = MAP_FAILED;
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_uid == geteuid() && !(st.st_mode & 077) && st.st_size == ADMISSION_SIZE)
+        map = mmap(NULL, ADMISSION_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (fd >= 0) close(fd);
+    if (map == MAP_FAILED) {
+        say("triton_guard: cannot use the admission table %s (not a 0600 file of this user of %d bytes): no "
+            "admission by queue time\n", path, ADMISSION_SIZE);
+        return;
+    }
+    admission = map;
+}
+
+const char *front_admission(const char *name, size_t len) {
+    if (admission == NULL) return NULL;
+    uint64_t hash = admission_hash(name, len);
+    for (size_t i = 0; i < ADMISSION_MODELS; i++) {
+        uint64_t *entry = admission + i * 4; /* hash, marked until (ns), refusals, queue time */
+        if (__atomic_load_n(&entry[0], __ATOMIC_RELAXED) != hash) continue;
+        if (__atomic_load_n(&entry[1], __ATOMIC_RELAXED) <= (uint64_t)now_ns()) return NULL;
+        __atomic_add_fetch(&entry[2], 1, __ATOMIC_RELAXED);
+        return ADMISSION_WHY;
+    }
+    return NULL;
+}
+
 int front_start(const struct front_io *given) {
     io = *given;
     const char *text = getenv(PORTS_VARIABLE);
@@ -182,7 +219,8 @@ int front_start(const struct front_io *given) {
             failed = 1;
         }
     }
-    unsetenv(PORTS_VARIABLE), unsetenv(RULES_VARIABLE), unsetenv(LIMITS_VARIABLE);
+    open_admission(getenv(ADMISSION_VARIABLE));
+    unsetenv(PORTS_VARIABLE), unsetenv(RULES_VARIABLE), unsetenv(LIMITS_VARIABLE), unsetenv(ADMISSION_VARIABLE);
     if (!failed && port_count > 0) {
         pthread_t scanner;
         if (pthread_create(&scanner, NULL, watch_deadlines, NULL) != 0) {
@@ -254,6 +292,7 @@ static const char *reason_of(int status) {
     case 413: return "Payload Too Large";
     case 415: return "Unsupported Media Type";
     case 417: return "Expectation Failed";
+    case 429: return "Too Many Requests";
     case 431: return "Request Header Fields Too Large";
     default: return "Service Unavailable";
     }
@@ -268,7 +307,8 @@ static int refuse(int fd, struct conn *c, int status, const char *why) {
     int length = snprintf(answer, sizeof answer,
                           "HTTP/1.1 %d %s\r\ncontent-type: application/json\r\nx-edge: refused\r\ncontent-length: %d\r\n"
                           "%sconnection: close\r\n\r\n%s",
-                          status, reason_of(status), n, status == 503 ? "retry-after: 1\r\n" : "", body);
+                          status, reason_of(status), n, status == 503 || status == 429 ? "retry-after: 1\r\n" : "",
+                          body);
     if (length > 0) (void)io.write(fd, answer, (size_t)length < sizeof answer ? (size_t)length : sizeof answer - 1);
     /* The rest of the refused request is read and dropped before the connection ends, so that a client still
      * sending its body reads the answer instead of a reset; where its length is unknown (a head refused before its
@@ -430,18 +470,24 @@ static int ends_with(const char *text, size_t len, const char *tail) {
     return len >= n && memcmp(text + len - n, tail, n) == 0;
 }
 
-/* Why a request whose head was read is refused for the bounds, or NULL: only inferences wait (health, metadata and
- * admin requests are answered at once, and a supervisor's probes must never be refused for load). */
-static const char *bounded(const struct conn *c) {
+/* The status a request whose head was read is refused with for the bounds (*why says why), or 0: only inferences
+ * wait (health, metadata and admin requests are answered at once, and a supervisor's probes must never be refused
+ * for load). */
+static int bounded(const struct conn *c, const char **why) {
     const char *target = c->acc + c->target.at;
     size_t len = c->target.len;
     int inference = c->method.len == 4 && memcmp(c->acc + c->method.at, "POST", 4) == 0 &&
                     (ends_with(target, len, "/infer") || ends_with(target, len, "/generate") ||
                      ends_with(target, len, "/generate_stream"));
-    if (!inference) return NULL;
-    if (waiting_bound > 0 && __atomic_load_n(&running_calls, __ATOMIC_RELAXED) >= waiting_bound) return WAITING_WHY;
-    if (__atomic_load_n(&orphaned_calls, __ATOMIC_RELAXED) >= BACKLOG_EVERYONE) return BACKLOG_WHY;
-    return NULL;
+    if (!inference) return 0;
+    if (waiting_bound > 0 && __atomic_load_n(&running_calls, __ATOMIC_RELAXED) >= waiting_bound)
+        return *why = WAITING_WHY, 503;
+    if (__atomic_load_n(&orphaned_calls, __ATOMIC_RELAXED) >= BACKLOG_EVERYONE) return *why = BACKLOG_WHY, 503;
+    const char *model;
+    size_t model_len;
+    if (!admission_model_from_path(target, len, &model, &model_len)) return 0;
+    *why = front_admission(model, model_len);
+    return *why != NULL ? 429 : 0;
 }
 
 /* More of the request from the socket: 1 whole and ready to hand out; 0 the peer is gone; -1 with errno (EAGAIN:
@@ -479,8 +525,9 @@ static int gather(int fd, struct conn *c) {
             return refuse(fd, c, 503, "the server holds as many request bodies as it may; retry after 1 s");
         }
         c->reserved = c->total;
-        const char *over = bounded(c);
-        if (over != NULL) return refuse(fd, c, 503, over);
+        const char *over = NULL;
+        int refused = bounded(c, &over);
+        if (refused) return refuse(fd, c, refused, over);
         set_deadline(fd, now_ns() + (30 + (int64_t)(body >> 20)) * 1000000000);
         if (c->expect.count && seen < c->total) {
             static const char go_on[] = "HTTP/1.1 100 Continue\r\n\r\n";

@@ -44,6 +44,12 @@ void front_wrote(int fd, const struct iovec *iov, size_t parts, size_t sent);
  * BACKLOG_EVERYONE orphans, a new request is refused at once (HTTP 503 with Retry-After, gRPC UNAVAILABLE). */
 extern int64_t running_calls, orphaned_calls;
 extern long waiting_bound;
+
+/* Admission by queue time (TRITON_GUARD_ADMISSION names the admission table, server/edge/admission_table.py; this
+ * server's supervisor marks its region 0): why a new inference of the model named (len bytes) is refused now, or
+ * NULL. A refusal is counted in the model's entry, where the supervisor reads it. */
+const char *front_admission(const char *name, size_t len);
+#define ADMISSION_WHY "the model's queue time is over its budget; retry after 1 s"
 #define BACKLOG_BOUND 64     /* orphans that close out the connections that cancelled lately (gRPC) */
 #define BACKLOG_EVERYONE 256 /* and everyone */
 #define WAITING_WHY "the server runs as many calls as it lets wait (its waiting bound, --max-waiting); retry after 1 s"

@@ -188,6 +188,7 @@ class ServerSettings:
                 TRITON_GUARD_H2_PORTS=",".join(filter(None, (h2, str(self.grpc_port)))),
                 TRITON_GUARD_H2_PUBLIC=str(self.grpc_port),
                 TRITON_GUARD_MAX_WAITING=str(self.max_waiting),
+                TRITON_GUARD_ADMISSION=str(self.admission_table or ""),
             )
         return found
 

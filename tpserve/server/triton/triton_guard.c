@@ -77,6 +77,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../edge/admission_parse.h"
 #include "grpc_headers.h"
 #include "http_front.h"
 
@@ -737,6 +738,18 @@ static int64_t now_ns(void) {
     return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
+/* Admission by queue time: the model named at the start of the message (the DATA frame's payload from at, as far
+ * as this read has it) over its budget. A name not within those bytes: admitted (admission sheds load). */
+static const char *over_budget(const struct received *in, size_t at, uint32_t length, uint8_t flags) {
+    uint8_t lead[ADMISSION_NAME_MAX + 32];
+    size_t have = 0, start = at + 9 + ((flags & 0x8) ? 1 : 0), end = at + 9 + length;
+    for (size_t p = start; p < end && p < in->total && have < sizeof lead; p++) lead[have++] = *byte_at(in, p);
+    const char *name;
+    size_t name_length;
+    if (!admission_model_from_grpc(lead, have, &name, &name_length)) return NULL;
+    return front_admission(name, name_length);
+}
+
 /* Why a new call of this connection is refused now, or NULL. */
 static const char *refusal_reason(const struct h2_reader *r) {
     if (waiting_bound > 0 && __atomic_load_n(&running_calls, __ATOMIC_RELAXED) > waiting_bound) return WAITING_WHY;
@@ -805,6 +818,7 @@ static int refused_call(struct h2_reader *r, const struct received *in, size_t a
     known->facts |= HAD_DATA;
     if (length < REFUSAL_BYTES || r->table_resized) return 0;
     const char *why = refusal_reason(r);
+    if (why == NULL) why = over_budget(in, at, length, r->head[4]);
     if (why == NULL) return 0;
     static const uint8_t reset_head[5] = {0, 0, 4, 3, 0};
     for (int k = 0; k < 5; k++) *byte_at(in, at + k) = reset_head[k];
