@@ -222,6 +222,27 @@ def _breakers(port: int, seconds: float, calls: int = 8) -> int:
     return made
 
 
+def _pingers(port: int, seconds: float, calls: int = 4) -> int:
+    """Connections that send calls, then pings in a burst (gRPC ends a connection that pings too often, and with it
+    the calls it runs, "too_many_pings"), and hang up soon after: how many."""
+    import random
+
+    from hpack import Encoder
+
+    message, made, end = _model_infer_message(), 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        encoder, sent = Encoder(), b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _h2(4, 0, 0)
+        for i in range(calls):
+            sent += _h2(1, 4, 2 * i + 1, encoder.encode(GRPC_HEADERS)) + _h2(0, 1, 2 * i + 1, message)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+            client.sendall(sent)
+            time.sleep(random.random() * 0.002)
+            client.sendall(b"".join(_h2(6, 0, 0, b"%08d" % k) for k in range(8)))
+            time.sleep(0.005)
+        made += 1
+    return made
+
+
 def _deadlines(url: str, seconds: float, threads: int = 8) -> int:
     """Calls with deadlines of 0.2-3 ms, many expiring as the call completes: how many."""
     import random
@@ -260,10 +281,11 @@ def test_grpc_clients_that_cancel_time_out_or_hang_up_crash_nothing(checked):
     timed_out = _deadlines(state.grpc_url, seconds=8)
     hung_up = _hang_ups(state.grpc_port, seconds=8)
     broke = _breakers(state.grpc_port, seconds=8)
+    pinged = _pingers(state.grpc_port, seconds=8)
     print(
         f"gRPC at tritonserver's own port: {cancelled} cancelled, {timed_out} with deadlines, {hung_up} hang-ups, "
-        f"{broke} connections breaking the protocol"
+        f"{broke} connections breaking the protocol, {pinged} pinging in bursts"
     )
-    assert cancelled > 200 and timed_out > 200 and hung_up > 50 and broke > 50
+    assert cancelled > 200 and timed_out > 200 and hung_up > 50 and broke > 50 and pinged > 50
     time.sleep(2)  # what the hang-ups left running ends
     _still_serving(checked)

@@ -346,9 +346,11 @@ def test_frames_a_client_may_send_are_all_read(shim):
     sent += frame(WINDOW_UPDATE, 0, 0, b"\0\0\x01\0")
     goaway = frame(GOAWAY, 0, 0, b"\0\0\0\x01\0\0\0\0")  # read as a frame of a type the server ignores
     ignored = goaway[:3] + bytes([0xFA]) + goaway[4:]
-    assert through_guard(shim, [sent + goaway], ends([1, 3]), len(sent)) == sent + ignored
+    ping = frame(PING, 0, 0, b"12345678")  # answered by the guard, read as ignored too
+    expected = sent.replace(ping, ping[:3] + bytes([0xFA]) + ping[4:])
+    assert through_guard(shim, [sent + goaway], ends([1, 3]), len(sent)) == expected + ignored
     pieces = [sent[i : i + 3] for i in range(0, len(sent), 3)]  # control frames split, read whole by the guard
-    assert through_guard(shim, pieces, ends([1, 3]), len(sent), read_size=7) == sent
+    assert through_guard(shim, pieces, ends([1, 3]), len(sent), read_size=7) == expected
 
 
 def served(shim, sent: bytes, writes: bytes, after: int, waiting: int, listen_s: float = 1.0, **more: str):
@@ -452,6 +454,24 @@ def test_a_model_its_supervisor_marked_over_its_queue_budget_is_refused(shim, tm
     assert refusal[:3] == (HEADERS, END_STREAM | END_HEADERS, 1) and "queue time" in refusal[3]["grpc-message"]
     assert region.refused("acme_scorer_x") == 1 and region.refused("another") == 0  # counted where the supervisor reads
     region.close()
+
+
+def test_a_clients_pings_are_answered_by_the_guard_and_never_reach_grpc(shim):
+    """gRPC ends a connection whose client pings too often ("too_many_pings"), cancelling its calls."""
+    pings = b"".join(frame(PING, 0, 0, b"%08d" % k) for k in range(6)) + frame(PING, 0x1, 0, b"serverok")
+    sent = PREFACE + frame(SETTINGS, 0, 0) + call(1, MODEL_INFER, MESSAGE) + pings
+    read, got = served(shim, sent, ends([1]), len(sent), waiting=0, listen_s=0.5)
+    seen = frames(read)
+    assert [f[0] for f in seen[3:9]] == [0xFA] * 6 and seen[9] == (PING, 0x1, 0, b"serverok")  # an ACK passes
+    acks = [f for f in answers(got) if f[0] == PING]
+    assert acks == [(PING, 0x1, 0, b"%08d" % k) for k in range(6)]
+
+
+def test_a_client_that_sends_settings_without_end_is_cut(shim):
+    sent = PREFACE + frame(SETTINGS, 0, 0) + call(1, MODEL_INFER, MESSAGE)
+    flood = frame(SETTINGS, 0, 0, struct.pack(">HI", 4, 65535)) * 120  # each makes gRPC queue an ACK
+    read = through_guard(shim, [sent, flood], ends([1]))
+    assert read.startswith(sent) and len(frames(read)) == len(frames(sent)) + 99
 
 
 def test_a_client_that_resized_its_hpack_table_is_never_refused(shim):

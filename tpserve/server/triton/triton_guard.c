@@ -100,6 +100,8 @@
 #define BACKEND_REGIONS "triton_python_backend"
 #define WAITING_VARIABLE "TRITON_GUARD_MAX_WAITING"
 #define RECENT_NS 2000000000LL /* a connection cancelled "lately": within 2 s */
+#define REPLY_CAP 65536       /* the guard's unsent frames for one client: past this it is not reading them (cut) */
+#define SETTINGS_CAP 100      /* a client's SETTINGS frames: each makes the server queue an ACK (more: cut) */
 #define REFUSAL_BYTES 13      /* a first DATA frame this long or longer can become a RST_STREAM and an ignored frame */
 
 static int own_ports[MAX_PORTS], own_count = 0;
@@ -178,6 +180,7 @@ struct h2_reader {
     uint8_t block_path;       /* what the header block being read names (HPACK_PATH_*) */
     uint8_t table_resized;    /* the client announced an HPACK table size the server has not written a block since */
     uint8_t mid_reply;        /* some of the replies is sent: the server writes nothing until the rest is */
+    uint32_t settings_seen;   /* the client's SETTINGS frames (not ACKs) */
     int64_t cancelled_ns;     /* when the client last cancelled a call the server runs (CLOCK_MONOTONIC) */
     uint8_t *reply;           /* the guard's own frames for the client (refusals, window credit), unsent */
     size_t reply_count, reply_room;
@@ -603,9 +606,9 @@ static void block_begins(struct h2_reader *r, uint8_t type, uint8_t flags) {
 }
 
 /* How much of a frame's payload a public port reads before gRPC reads its header: all of a SETTINGS,
- * WINDOW_UPDATE or PRIORITY (a control frame), a padded frame's pad length, a HEADERS frame's priority. */
+ * WINDOW_UPDATE, PRIORITY or PING (a control frame), a padded frame's pad length, a HEADERS frame's priority. */
 static uint32_t held_payload(uint8_t type, uint8_t flags, uint32_t length) {
-    if (type == 4 || type == 8 || type == 2) return length <= CONTROL_CAP ? length : 0;
+    if (type == 4 || type == 8 || type == 2 || type == 6) return length <= CONTROL_CAP ? length : 0;
     uint32_t lead = ((type == 0 || type == 1) && (flags & 0x8) ? 1u : 0u) + (type == 1 && (flags & 0x20) ? 5u : 0u);
     return lead < length ? lead : length;
 }
@@ -791,7 +794,7 @@ static void queue_refusal(struct h2_reader *r, uint32_t stream, const char *why,
     at = put_literal(at, "grpc-message", why);         /* under 127 bytes: one length byte */
     at = put_literal(at, "grpc-retry-pushback-ms", "1000");
     size_t length = (size_t)(at - block);
-    if (!reply_room(r, 9 + length + 13)) return;
+    if (r->reply_count > REPLY_CAP || !reply_room(r, 9 + length + 13)) return; /* not reading its answers */
     uint8_t *f = r->reply + r->reply_count;
     uint8_t head[9] = {0, 0, (uint8_t)length, 1, 0x5, (uint8_t)(stream >> 24), (uint8_t)(stream >> 16),
                        (uint8_t)(stream >> 8), (uint8_t)stream}; /* END_STREAM | END_HEADERS */
@@ -832,6 +835,21 @@ static int refused_call(struct h2_reader *r, const struct received *in, size_t a
     return 1;
 }
 
+/* A client's PING (whole, at position at): answered by the guard and read by gRPC as a frame of a type it ignores.
+ * gRPC counts the pings of a client that sends them more often than every 5 minutes while it sends nothing, and
+ * ends the connection ("too_many_pings") after two: that cancels the calls it runs (tritonserver 2.51's crash).
+ * 1 (cut) where the client is not reading the answers. */
+static int ping_answered(struct h2_reader *r, const struct received *in, size_t at) {
+    if (r->reply_count > REPLY_CAP || !reply_room(r, 17)) return 1;
+    uint8_t *ack = r->reply + r->reply_count;
+    static const uint8_t head[9] = {0, 0, 8, 6, 0x1, 0, 0, 0, 0};
+    memcpy(ack, head, 9);
+    for (int k = 0; k < 8; k++) ack[9 + k] = *byte_at(in, at + 9 + k);
+    r->reply_count += 17;
+    *byte_at(in, at + 3) = UNKNOWN_TYPE;
+    return 0;
+}
+
 /* A whole frame header from the peer, its first byte at position at: a RST_STREAM is rewritten in place (type and
  * flags; its payload as it passes), HEADERS and DATA open and half-close streams. On a public port, a frame that
  * would break a call is cut (r->cut) and a header block is walked. */
@@ -851,6 +869,8 @@ static void peer_header(struct h2_reader *r, const struct received *in, size_t a
         if (!breaks && type == 8) breaks = window_update_breaks(r, stream, in, at + 9);
         if (!breaks && type == 4 && !(flags & 0x1)) breaks = settings_break(r, in, at + 9, r->payload_left);
         if (!breaks && type == 3) breaks = reset_breaks(r, known);
+        if (!breaks && type == 6 && !(flags & 0x1)) breaks = ping_answered(r, in, at);
+        if (!breaks && type == 4 && !(flags & 0x1)) breaks = ++r->settings_seen > SETTINGS_CAP;
         if (breaks) {
             r->cut = at;
             return;
