@@ -192,7 +192,22 @@ static void public_frame(buffer* sent, uint32_t* streams, size_t* count) {
   uint8_t payload[64];
   for (size_t k = 0; k < sizeof payload; ++k) payload[k] = (uint8_t)next();
   uint32_t stream = *count && below(3) ? streams[below(*count)] : 2 * (uint32_t)below(64) + 1;
-  switch (below(12)) {
+  static const uint8_t stream_block[] = "\x04\x30/inference.GRPCInferenceService/ModelStreamInfer";
+  switch (below(13)) {
+    case 12: { /* a ModelStreamInfer stream (its DATA read whole, its messages checked) or a ModelInfer call, and a
+                * message or a bad one */
+      static const uint8_t infer_block[] = "\x04\x2a/inference.GRPCInferenceService/ModelInfer";
+      stream = *count ? streams[*count - 1] + 2 : 1;
+      if (below(2)) frame(sent, 1, 0x4, stream, stream_block, sizeof stream_block - 1);
+      else frame(sent, 1, 0x4, stream, infer_block, sizeof infer_block - 1); /* refused past a waiting bound */
+      if (*count < 4000) streams[(*count)++] = stream;
+      static const uint8_t good[] = "\0\0\0\0\x0d\x0a\x04" "acme\x2a\x05\x0a\x01x\x1a\x00";
+      const uint8_t *message = below(3) ? good : payload;
+      size_t n = message == good ? sizeof good - 1 : below(40), cut = below(n + 1);
+      frame(sent, 0, 0, stream, message, (uint32_t)cut);
+      frame(sent, 0, below(2), stream, message + cut, (uint32_t)(n - cut));
+      break;
+    }
     case 0: case 1: case 2: { /* a header block, in one frame or split into CONTINUATIONs */
       size_t b = below(8) == 0 ? 3 + below(2) : below(3), n = block_length[b];
       stream = *count ? streams[*count - 1] + 2 : 1;

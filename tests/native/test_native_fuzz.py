@@ -41,6 +41,7 @@ GUARD = [
     TRITON / "http_front.c",
     TRITON / "http_checks.c",
     TRITON / "grpc_headers.c",
+    TRITON / "grpc_messages.c",
 ]
 HEADERS = [ROOT / "tests" / "native" / "fuzz_headers.c", TRITON / "grpc_headers.c"]
 RECORDER = [ROOT / "tests" / "native" / "fuzz_record.c", ROOT / "tests" / "fixtures" / "record_grpc" / "harness.c"]

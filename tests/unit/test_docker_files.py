@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from ruamel.yaml import YAML
 
 from tpserve.server.triton.launcher import RESTRICTED
@@ -77,3 +78,28 @@ def test_serve_docker_without_a_gpu_and_the_ngc_image_serves_our_image():
     (line,) = [line for line in done.stdout.splitlines() if "container-start" in line]
     assert "--repo model_repository" in line and "--health-port" in line and "--state-dir" in line
     assert "compose" not in done.stdout
+
+
+def test_the_images_shim_is_compiled_from_every_source_the_embedded_one_is(tmp_path):
+    """docker/Dockerfile.server compiles the shim as `make install` does (preloads.SOURCES), and the command it runs
+    links here with no symbol left undefined (-z defs): a source left out fails the image's build, not its start."""
+    import shlex
+    import shutil
+
+    from tpserve.common.native_build import c_compiler
+    from tpserve.server.triton.preloads import SOURCES
+
+    text = (DOCKER / "Dockerfile.server").read_text().replace("\\\n", " ")
+    (command,) = [line.split("RUN ", 1)[1] for line in text.splitlines() if line.startswith("RUN gcc")]
+    words = shlex.split(command)
+    compiled = sorted(Path(w).name for w in words if w.endswith(".c"))
+    assert compiled == sorted(p.name for p in SOURCES)
+    compiler = c_compiler()
+    if compiler is None:
+        pytest.skip("no C compiler (cc/gcc) here to run the image's compile")
+    shutil.copytree(SOURCES[0].parent, tmp_path / "src" / "triton")
+    (tmp_path / "src" / "edge").mkdir()
+    shutil.copy(SOURCES[0].parent.parent / "edge" / "admission_parse.h", tmp_path / "src" / "edge")
+    words = [compiler if w == "gcc" else w.replace("/src/", f"{tmp_path}/src/") for w in words]
+    done = subprocess.run(words, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -474,6 +474,48 @@ def test_a_client_that_sends_settings_without_end_is_cut(shim):
     assert read.startswith(sent) and len(frames(read)) == len(frames(sent)) + 99
 
 
+def stream_call(stream: int, messages: list[bytes], end: bool = False) -> bytes:
+    """A ModelStreamInfer stream's headers and its messages, one DATA frame each."""
+    block = Encoder().encode([(":method", "POST"), (":path", STREAM_INFER), ("content-type", "application/grpc")])
+    data = [frame(DATA, END_STREAM if end and i == len(messages) - 1 else 0, stream, m) for i, m in enumerate(messages)]
+    return frame(HEADERS, END_HEADERS, stream, block) + b"".join(data)
+
+
+def model_stream_message(name: str) -> bytes:
+    from tritonclient.grpc import service_pb2 as pb
+
+    request = pb.ModelInferRequest(model_name=name)
+    request.inputs.add(name="x", datatype="FP32", shape=[1, 2]).contents.fp32_contents.extend([1.0, 2.0])
+    body = request.SerializeToString()
+    return b"\0" + struct.pack(">I", len(body)) + body
+
+
+@pytest.mark.parametrize("read_size", [65536, 7])
+def test_a_stream_of_messages_tritonserver_can_read_passes_as_sent(shim, read_size):
+    messages = [model_stream_message(name) for name in ("acme_scorer", "é", "")]
+    split = messages[0][:9] + messages[1][:3], messages[1][3:] + messages[2]  # messages across frames
+    sent = PREFACE + frame(SETTINGS, 0, 0) + stream_call(1, [*messages, *split], end=True)
+    pieces = [sent[i : i + 11] for i in range(0, len(sent), 11)]
+    assert through_guard(shim, pieces, ends([1]), len(sent), read_size=read_size) == sent
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [b"\0\0\0\0\x05\xff\xff\xff\xff\xff", b"\0\0\0\0\x04\x0a\x02\xc3\x28", b"\x01\0\0\0\x00"],
+    ids=["not protobuf", "a name that is not UTF-8", "compressed"],
+)
+def test_a_stream_message_tritonserver_could_not_read_is_never_read(shim, bad):
+    """gRPC would end the stream, cancelling its requests still running: the frame that ends the message is never
+    read, and the stream ends as the connection's do, its message unfinished."""
+    good = model_stream_message("acme_scorer")
+    sent = PREFACE + frame(SETTINGS, 0, 0) + stream_call(1, [good, good])
+    read = through_guard(shim, [sent, frame(DATA, 0, 1, bad[:3]), frame(DATA, 0, 1, bad[3:] + good)], ends([1]))
+    assert read[: len(sent)] == sent
+    rest = frames(read)[len(frames(sent)) :]
+    assert rest[:1] == [(DATA, 0, 1, bad[:3])] and rest[-1] == (DATA, END_STREAM, 1, b"")  # the start, then the end
+    assert len(rest) == 2
+
+
 def test_a_client_that_resized_its_hpack_table_is_never_refused(shim):
     """The server's next header block may have to begin with the size (RFC 7541 4.2): the guard writes none."""
     settings_frame = frame(SETTINGS, 0, 0, struct.pack(">HI", 1, 8192))

@@ -25,7 +25,8 @@ FRONT_SOURCES = (  # the edge's HTTP checks in tritonserver's reads, where clien
     Path(__file__).with_name("http_front.c"),
     Path(__file__).with_name("http_checks.c"),
 )
-GRPC_SOURCES = (Path(__file__).with_name("grpc_headers.c"),)  # a gRPC client's deadline renamed in header blocks
+# a gRPC client's deadline renamed in header blocks; a ModelStreamInfer stream's messages checked
+GRPC_SOURCES = (Path(__file__).with_name("grpc_headers.c"), Path(__file__).with_name("grpc_messages.c"))
 SOURCES = (SOURCE, GUARD_SOURCE, *FRONT_SOURCES, *GRPC_SOURCES)
 TOOLS_DIR = TOOLS / "triton_shim"
 LIBRARY = TOOLS_DIR / "libtriton_shim.so"

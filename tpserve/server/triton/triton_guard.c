@@ -79,6 +79,7 @@
 
 #include "../edge/admission_parse.h"
 #include "grpc_headers.h"
+#include "grpc_messages.h"
 #include "http_front.h"
 
 #define OWN_VARIABLE "TRITON_GUARD_OWN_PORTS"
@@ -94,6 +95,7 @@
 #define HELD_ROOM (9 + CONTROL_CAP)
 #define BLOCK_CAP 20480 /* the longest header block (its frames) a public port reads whole: gRPC takes 16 KiB of headers */
 #define HOLD_CAP (9 + BLOCK_CAP)
+#define KEEP_ROOM (64 * 1024) /* held and ready rooms larger than this are given back once empty */
 #define WINDOW_MAX 0x7fffffffLL
 #define DEFAULT_WINDOW 65535
 #define UNKNOWN_TYPE 0xfa /* a frame type RFC 7540 has the server ignore: what a client's GOAWAY is read as */
@@ -113,11 +115,12 @@ static unsigned long refused_calls = 0;
 /* A stream the peer opened and the server has not ended: still open on the peer's side (a ModelStreamInfer
  * stream), half-closed by it (a unary call, whole), or reset by it (nobody waits: an orphan the server still runs). */
 enum { PEER_OPEN = 1, RUNNING = 2, ORPHAN = 3 };
-enum { INFERENCE = 1, HAD_DATA = 2 }; /* facts: a ModelInfer call; its first DATA frame came */
+enum { INFERENCE = 1, HAD_DATA = 2, STREAMING = 4 }; /* facts: ModelInfer; its first DATA came; ModelStreamInfer */
 struct stream_state {
     uint32_t stream;  /* 0: a free slot */
     uint16_t state;
     uint16_t facts;
+    struct message_check *check; /* a ModelStreamInfer stream's messages, as tritonserver's protobuf reads them */
     int64_t recv;  /* public ports: what the client may still send on it (the windows the server announced) */
     int64_t send;  /* public ports: what the server may still send on it (the windows the client announced) */
 };
@@ -147,7 +150,8 @@ struct h2_reader {
     uint8_t *held;  /* the start of a frame header a read ended in (on a public port, of a control frame with its
                      * payload, or of a whole header block), not yet decided: read again whole */
     uint32_t held_count;
-    uint8_t *ready;  /* a decided header's bytes a short read had no room for: handed out first */
+    uint8_t *ready;  /* a decided header's bytes a short read had no room for: handed out first (from ready_at) */
+    uint32_t ready_at;
     uint32_t hold_room;  /* of held and of ready: 9 bytes, on a public port up to HOLD_CAP */
     uint32_t ready_count;
     pthread_mutex_t lock;  /* the table: gRPC may write (server_wrote) while it reads */
@@ -386,6 +390,7 @@ static void forget(int fd) {
     readers[fd] = NULL;
     count_orphans(reader, -(int64_t)reader->orphans); /* the connection is gone: so are its calls */
     if (reader->public) __atomic_sub_fetch(&running_calls, (int64_t)reader->stream_count, __ATOMIC_RELAXED);
+    for (uint32_t i = 0; i < reader->stream_room; i++) free(reader->streams[i].check);
     pthread_mutex_destroy(&reader->lock);
     pthread_mutex_destroy(&reader->wlock);
     free(reader->reply);
@@ -513,13 +518,15 @@ static void table_put(struct h2_reader *r, uint32_t stream, uint32_t state) {
     if (stream == 0 || !make_room(r)) return; /* out of memory: its RST_STREAM becomes a WINDOW_UPDATE */
     uint32_t at = slot_of(stream, r->stream_room);
     while (r->streams[at].stream != 0) at = (at + 1) & (r->stream_room - 1);
-    r->streams[at] = (struct stream_state){stream, (uint16_t)state, 0, r->server_initial, r->client_initial};
+    r->streams[at] = (struct stream_state){stream, (uint16_t)state, 0, NULL, r->server_initial, r->client_initial};
     r->stream_count++;
     if (r->public) __atomic_add_fetch(&running_calls, 1, __ATOMIC_RELAXED);
 }
 
 /* Removes the stream (backward-shift deletion: no tombstones to fill the table). */
 static void table_drop(struct h2_reader *r, struct stream_state *gone) {
+    free(gone->check);
+    gone->check = NULL;
     uint32_t mask = r->stream_room - 1, hole = (uint32_t)(gone - r->streams);
     for (uint32_t i = (hole + 1) & mask; r->streams[i].stream != 0; i = (i + 1) & mask) {
         uint32_t home = slot_of(r->streams[i].stream, r->stream_room);
@@ -850,6 +857,40 @@ static int ping_answered(struct h2_reader *r, const struct received *in, size_t 
     return 0;
 }
 
+/* Whether a client's DATA frame (header in head) is on a ModelStreamInfer stream: read whole before gRPC reads any of
+ * it, so that its messages are checked first (under r->lock). */
+static int streaming_data(const struct h2_reader *r, const uint8_t *head) {
+    if (!r->public || head[3] != 0) return 0;
+    const struct stream_state *known = table_find(r, stream_of(head + 5));
+    return known != NULL && (known->facts & STREAMING);
+}
+
+/* A ModelStreamInfer stream's DATA frame, whole at position at: 1 (cut) where a message it carries (or ends) is one
+ * gRPC could not decode, which would end the stream and cancel its requests still running (grpc_messages.c). The
+ * frame is then never read: gRPC holds the message's start, and the stream ends as the connection's do. */
+static int stream_data_breaks(struct stream_state *known, const struct received *in, size_t at) {
+    uint8_t flags = *byte_at(in, at + 4);
+    uint32_t length = u32_at(in, at) >> 8;
+    size_t from = at + 9, to = at + 9 + length;
+    if (flags & 0x8) { /* padded: the pad length first, the padding last (lead_breaks checked they fit) */
+        to -= *byte_at(in, from);
+        from++;
+    }
+    if (known->check == NULL) {
+        known->check = malloc(sizeof *known->check);
+        if (known->check == NULL) return 1;
+        message_check_start(known->check);
+    }
+    size_t offset = 0;
+    for (size_t p = 0; p < in->parts && offset < to; offset += in->iov[p].iov_len, p++) {
+        size_t start = from > offset ? from - offset : 0, stop = to - offset;
+        if (start >= in->iov[p].iov_len) continue;
+        if (stop > in->iov[p].iov_len) stop = in->iov[p].iov_len;
+        if (message_check_feed(known->check, (const uint8_t *)in->iov[p].iov_base + start, stop - start) < 0) return 1;
+    }
+    return 0;
+}
+
 /* A whole frame header from the peer, its first byte at position at: a RST_STREAM is rewritten in place (type and
  * flags; its payload as it passes), HEADERS and DATA open and half-close streams. On a public port, a frame that
  * would break a call is cut (r->cut) and a header block is walked. */
@@ -870,6 +911,7 @@ static void peer_header(struct h2_reader *r, const struct received *in, size_t a
         if (!breaks && type == 4 && !(flags & 0x1)) breaks = settings_break(r, in, at + 9, r->payload_left);
         if (!breaks && type == 3) breaks = reset_breaks(r, known);
         if (!breaks && type == 6 && !(flags & 0x1)) breaks = ping_answered(r, in, at);
+        if (!breaks && type == 0 && known != NULL && (known->facts & STREAMING)) breaks = stream_data_breaks(known, in, at);
         if (!breaks && type == 4 && !(flags & 0x1)) breaks = ++r->settings_seen > SETTINGS_CAP;
         if (breaks) {
             r->cut = at;
@@ -906,6 +948,7 @@ static void peer_header(struct h2_reader *r, const struct received *in, size_t a
             table_put(r, stream, ends ? RUNNING : PEER_OPEN);
             struct stream_state *opened = table_find(r, stream);
             if (opened != NULL && r->block_path == HPACK_PATH_INFER) opened->facts |= INFERENCE;
+            if (opened != NULL && r->block_path == HPACK_PATH_STREAM) opened->facts |= STREAMING;
             if (stream > r->last_stream) r->last_stream = stream;
         } else if (known != NULL && ends && known->state == PEER_OPEN) {
             known->state = RUNNING;
@@ -940,6 +983,7 @@ static size_t filter(struct h2_reader *r, const struct received *in, size_t from
             if (r->head_at == 0) header_start = i;
             r->head[r->head_at++] = *byte_at(in, i++);
             uint32_t held = r->head_at == 9 && r->public ? held_payload(r->head[3], r->head[4], length_of(r->head)) : 0;
+            if (r->head_at == 9 && streaming_data(r, r->head)) held = length_of(r->head); /* its messages checked */
             if (held > 0 && in->total - i < held) { /* read again whole, with what of its payload is read first */
                 hold = in->total - header_start;
                 r->head_at = 0;
@@ -1061,7 +1105,7 @@ static void peer_gone(struct h2_reader *r) {
         r->continuing = 0;
     }
     r->gone = 1;
-    r->held_count = 0, r->ready_count = 0;
+    r->held_count = 0, r->ready_count = 0, r->ready_at = 0;
     for (uint32_t i = 0; boundary && i < r->stream_room; i++) {
         if (r->streams[i].stream == 0 || r->streams[i].state != PEER_OPEN) continue;
         synth_frame(r, 0, 0x1, r->streams[i].stream, 0);
@@ -1133,9 +1177,16 @@ static void reply_now(int fd, struct h2_reader *r);
 /* Hands out up to room bytes of the decided header bytes waiting; returns how many. */
 static size_t hand_ready(struct h2_reader *r, const struct iovec *iov, size_t parts, size_t room) {
     size_t n = r->ready_count < room ? r->ready_count : room;
-    put_front(iov, parts, r->ready, n);
-    memmove(r->ready, r->ready + n, r->ready_count - n);
+    put_front(iov, parts, r->ready + r->ready_at, n);
+    r->ready_at += (uint32_t)n;
     r->ready_count -= (uint32_t)n;
+    if (r->ready_count == 0) r->ready_at = 0;
+    if (r->ready_count == 0 && r->held_count == 0 && r->hold_room > KEEP_ROOM) { /* a large frame was held: let go */
+        uint8_t *held = realloc(r->held, HOLD_CAP), *ready = realloc(r->ready, HOLD_CAP);
+        if (held != NULL) r->held = held;
+        if (ready != NULL) r->ready = ready;
+        if (held != NULL && ready != NULL) r->hold_room = HOLD_CAP;
+    }
     return n;
 }
 
@@ -1144,7 +1195,7 @@ static size_t hand_ready(struct h2_reader *r, const struct iovec *iov, size_t pa
 /* Room for n held bytes (and as many ready ones): 0 past HOLD_CAP or out of memory. */
 static int hold_room(struct h2_reader *r, size_t n) {
     if (n <= r->hold_room) return 1;
-    if (n > HOLD_CAP) return 0;
+    if (n > HOLD_CAP && (!r->public || n > 9 + (size_t)r->max_frame)) return 0; /* a stream's DATA: a whole frame */
     uint8_t *held = realloc(r->held, n);
     if (held != NULL) r->held = held;
     uint8_t *ready = held != NULL ? realloc(r->ready, n) : NULL;
@@ -1155,7 +1206,7 @@ static int hold_room(struct h2_reader *r, size_t n) {
 }
 
 /* Bytes still to come of the held unit: a frame header, or on a public port a control frame read whole. */
-static size_t held_need(const struct h2_reader *r) {
+static size_t held_need(struct h2_reader *r) {
     if (r->held_count < 9) return 9 - r->held_count;
     if (r->public && r->held[3] == 1 && r->continuing == 0) { /* a header block: its frames up to END_HEADERS */
         struct iovec whole = {r->held, r->held_count};
@@ -1165,6 +1216,9 @@ static size_t held_need(const struct h2_reader *r) {
         return need;
     }
     size_t whole = 9 + (r->public ? held_payload(r->held[3], r->held[4], length_of(r->held)) : 0);
+    pthread_mutex_lock(&r->lock);
+    if (streaming_data(r, r->held)) whole = 9 + length_of(r->held);
+    pthread_mutex_unlock(&r->lock);
     return whole > r->held_count ? whole - r->held_count : 0;
 }
 
