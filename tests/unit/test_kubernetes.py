@@ -130,7 +130,7 @@ def test_the_image_is_the_ngc_release_of_docker_env():
     (entry,) = _docs("kustomization.yaml")[0]["images"]
     assert entry["name"] == image.split(":")[0] and entry["newTag"] == release
     dockerfile = (ROOT / "docker/Dockerfile.server").read_text()
-    assert "/src/triton_shim.c /src/triton_guard.c" in dockerfile  # the shim and the guard, compiled in the image
+    assert "/src/triton/triton_shim.c /src/triton/triton_guard.c" in dockerfile  # the shim and the guard, in the image
 
 
 def test_the_prometheus_rule_and_adapter_are_what_the_generator_writes(tmp_path):
