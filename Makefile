@@ -61,6 +61,9 @@ SERVER_TUNING = $(if $(SERVER_ARGS),--server-args "$(SERVER_ARGS)") \
 MAX_WAITING ?= 0
 # QUEUE_SLO_MS=20 (or "model=20 *=50"): the edge refuses a model's calls at once while its queue time is over it
 QUEUE_SLO_MS ?=
+# GRPC_STREAMING=1: serve gRPC ModelStreamInfer (decoupled models need it); off, the front refuses each stream,
+# since tritonserver 2.51 crashes under concurrent streams (docs/security.md)
+GRPC_STREAMING ?=
 NGC_RELEASE ?= $(shell sed -n 's/^NGC_RELEASE=//p' docker/.env)
 COMPOSE := docker compose --env-file docker/.env -f docker/compose.yaml
 # the admin key's file (created on first use, mode 600): Docker reads it as a secret, nothing passes the key itself
@@ -91,10 +94,10 @@ build-engines: install ## Export, validate, quantize, write the repository: MODE
 		$(if $(COMPILED),--compiled "$(COMPILED)") $(if $(SHAPES_FROM),--shapes-from "$(SHAPES_FROM)") \
 		$(if $(filter 0,$(RAGGED)),--no-ragged-batching)
 
-serve: install ## Start the embedded tritonserver on REPO, supervised (HEALTH_PORT: readiness for load balancers; LATENCY_SUMMARIES=0: no p99 summaries; RECORD=1|values: record the traffic; MAX_WAITING=n: requests that may wait before refusals; QUEUE_SLO_MS=ms: refuse a model's calls while its queue time is over it)
+serve: install ## Start the embedded tritonserver on REPO, supervised (HEALTH_PORT: readiness for load balancers; LATENCY_SUMMARIES=0: no p99 summaries; RECORD=1|values: record the traffic; MAX_WAITING=n: requests that may wait before refusals; QUEUE_SLO_MS=ms: refuse a model's calls while its queue time is over it; GRPC_STREAMING=1: serve gRPC streams)
 	$(PY) -m tpserve.server start --repo $(REPO) $(SERVER_PORTS) --health-port $(HEALTH_PORT) --state-dir $(STATE_DIR) $(SERVER_TLS) \
 		$(if $(INTERNAL_HTTP_PORT),--internal-http-port $(INTERNAL_HTTP_PORT)) $(RECORDING) $(SERVER_TUNING) \
-		--max-waiting $(MAX_WAITING) $(if $(QUEUE_SLO_MS),--queue-slo-ms "$(QUEUE_SLO_MS)")
+		--max-waiting $(MAX_WAITING) $(if $(QUEUE_SLO_MS),--queue-slo-ms "$(QUEUE_SLO_MS)") $(if $(filter 1,$(GRPC_STREAMING)),--grpc-streaming)
 
 stop: ## Stop what `make serve`, `make cluster` or `make monitor` started in STATE_DIR
 	@if [ -x $(PY) ]; then $(PY) -m tpserve.loadtest prometheus stop --state-dir $(STATE_DIR) >/dev/null; \
@@ -105,7 +108,7 @@ cluster: install ## REPLICAS supervised tritonservers on REPO behind Envoy on HT
 	$(PY) -m tpserve.server cluster --replicas $(REPLICAS) --repo $(REPO) $(SERVER_PORTS) --state-dir $(STATE_DIR) \
 		$(if $(GPU_PER_REPLICA),--gpu-per-replica) $(if $(REPLICA_BASE_PORT),--replica-base-port $(REPLICA_BASE_PORT)) \
 		$(SERVER_TLS) $(RECORDING) $(SERVER_TUNING) --max-waiting $(MAX_WAITING) \
-		$(if $(QUEUE_SLO_MS),--queue-slo-ms "$(QUEUE_SLO_MS)")
+		$(if $(QUEUE_SLO_MS),--queue-slo-ms "$(QUEUE_SLO_MS)") $(if $(filter 1,$(GRPC_STREAMING)),--grpc-streaming)
 
 cluster-restart: install ## Rolling restart of the cluster's replicas (each back in Envoy before the next)
 	$(PY) -m tpserve.server cluster-restart --state-dir $(STATE_DIR)

@@ -1,11 +1,12 @@
-"""Whether a served tritonserver survives raw ModelStreamInfer clients that hang up (an open finding: it does not).
+"""Whether a served tritonserver survives concurrent raw ModelStreamInfer clients (2.51 does not: docs/security.md).
 
-An instrument, not part of the product. tritonserver 2.51 crashed (SIGSEGV, in the Python backend's execute) about
-once in 1,600 streams, behind Envoy and on `--no-edge --checks-in-server` alike, when clients sent MESSAGES requests
-on a stream, then a last frame (--bad: a message gRPC cannot decode, which the guard keeps from gRPC on its public
-port; or just the stream's end) and hung up HOLD_S later without reading the answers. Against a server started in
-STATE_DIR: CONNECTIONS clients each open ROUNDS such streams to MODEL (one FP32 input X of shape [1, 1]); then it
-prints whether tritonserver's pid changed.
+An instrument, not part of the product. tritonserver 2.51 crashes (SIGSEGV: the Python backend reads the id of a
+freed request) under concurrent streams whose requests overlap, whoever the client is; both fronts therefore refuse
+streams unless the server starts with --grpc-streaming. Against a server started in STATE_DIR: CONNECTIONS clients
+each open ROUNDS streams to MODEL (one FP32 input X of shape [1, 1]) of MESSAGES requests, then a last frame (--bad: a
+message gRPC cannot decode, or just the stream's end), and hang up HOLD_S later without reading the answers; then it
+prints whether tritonserver's pid changed. With --grpc-streaming (or `--no-edge`, unguarded) it crashed 2.51 within a
+minute on the 2-core host; by default every stream is refused and the pid stays.
 
     python benchmarks/stream_decode_storm.py --state-dir .triton --model my_model --connections 16 --rounds 60
 """

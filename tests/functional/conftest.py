@@ -74,10 +74,11 @@ def served(tmp_path_factory, digits_build):
         yield Served(state, repo, models)
 
 
-def behind_edge(repo: Path, state_dir: Path, record=None, **edge):
+def behind_edge(repo: Path, state_dir: Path, record=None, grpc_streaming: bool = False, **edge):
     """ClusterSettings of one supervised server behind the edge (what `make serve` starts), on free ports;
-    edge: EdgeLimits fields (echo_reading=True for the differential test); record: a RecordSettings."""
+    edge: EdgeLimits fields (echo_reading=True for the differential test); record: a RecordSettings;
+    grpc_streaming: ModelStreamInfer served (`--grpc-streaming`)."""
     from tpserve.server.cluster import one_behind_edge
     from tpserve.server.edge.request_checks import EdgeLimits
 
-    return one_behind_edge(repo, state_dir, edge=EdgeLimits(**edge), record=record)
+    return one_behind_edge(repo, state_dir, edge=EdgeLimits(**edge), record=record, grpc_streaming=grpc_streaming)

@@ -67,9 +67,9 @@ def checked_echo(tmp_path_factory):
     root = tmp_path_factory.mktemp("checked_echo")
     shutil.copytree(FIXTURE, root / "repo")
     ports = [str(p) for p in endpoints.free_ports(4)]
-    command = [sys.executable, "-m", "tpserve.server", "start", "--no-edge", "--checks-in-server", "--repo",
-               str(root / "repo"), "--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2],
-               "--health-port", ports[3], "--state-dir", str(root / "state")]  # fmt: skip
+    command = [sys.executable, "-m", "tpserve.server", "start", "--no-edge", "--checks-in-server", "--grpc-streaming",
+               "--repo", str(root / "repo"), "--http-port", ports[0], "--grpc-port", ports[1],
+               "--metrics-port", ports[2], "--health-port", ports[3], "--state-dir", str(root / "state")]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     yield endpoints.read_state(root / "state"), root / "state"

@@ -29,7 +29,8 @@ def recorded(digits_build, tmp_path_factory):
     spec, built, _ = digits_build
     root = tmp_path_factory.mktemp("recorded")
     build_model(BuildRequest(spec=spec, target="embedded", repo=root / "repo", work_dir=root / "work"), built)
-    settings = behind_edge(root / "repo", root / "state", record=record_settings("values", root / "state"))
+    recording = record_settings("values", root / "state")
+    settings = behind_edge(root / "repo", root / "state", record=recording, grpc_streaming=True)  # a stream passes
     start_cluster(settings)
     try:
         _send_each_kind(settings)

@@ -8,7 +8,8 @@
  * Between connections, a public one (TRITON_GUARD_H2_PUBLIC): valid and broken client frames (header blocks whole and
  * split, deadlines, blocks gRPC's decoder would fail on, DATA, control frames, random bytes) in random pieces, read
  * with random calls and rooms while the server writes its settings and ends streams, under a waiting bound of 1 to 3
- * calls a third of the time (new calls past it refused, the refusals written to the client); then the client hangs
+ * calls a third of the time (new calls past it refused, the refusals written to the client), with ModelStreamInfer
+ * served half the time (else each stream refused at its first DATA, or the connection cut); then the client hangs
  * up. No read may fail, and the connection must end for the server once it has ended every stream.
  *
  *   fuzz_guard SECONDS SEED   (exit 0: every step matched, every public connection ended) */
@@ -242,6 +243,7 @@ static int public_connection(void) {
   fcntl(pair[1], F_SETFL, O_NONBLOCK);
   watch(pair[1], 1);
   waiting_bound = below(3) == 0 ? 1 + (long)below(3) : 0; /* calls past it refused (2c): their answers written too */
+  streaming_served = below(2) == 0; /* off: each ModelStreamInfer stream refused at its first message, or cut */
   buffer sent = {0};
   put(&sent, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24);
   frame(&sent, 4, 0, 0, (const uint8_t*)"", 0);

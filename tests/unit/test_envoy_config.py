@@ -67,7 +67,8 @@ def test_routing_health_checks_and_protocols():
     assert "typed_extension_protocol_options" in clusters["replicas_grpc"]
     assert "typed_extension_protocol_options" not in clusters["replicas_http"]
     route = listeners["triton_grpc"]["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]
-    retry = {str(r["match"]): r["route"]["retry_policy"]["retry_on"] for r in route["virtual_hosts"][0]["routes"]}
+    routed = [r for r in route["virtual_hosts"][0]["routes"] if "route" in r]  # streams: refused by Envoy itself
+    retry = {str(r["match"]): r["route"]["retry_policy"]["retry_on"] for r in routed}
     assert "unavailable" in retry[str({"path": "/inference.GRPCInferenceService/ModelInfer"})]
     assert "unavailable" not in retry[str({"prefix": "/"})]  # a refused admin call is not retried
 
@@ -179,7 +180,12 @@ def test_http_inference_is_retried_on_another_replica_while_its_model_reloads():
 def test_unary_grpc_inference_is_retried_on_not_found_and_nothing_else_is():
     config = envoy_config(
         EnvoySettings(
-            replicas=REPLICAS, http_port=8000, grpc_port=8001, stats_port=8002, admin_socket="/tmp/t/envoy-admin.sock"
+            replicas=REPLICAS,
+            http_port=8000,
+            grpc_port=8001,
+            stats_port=8002,
+            admin_socket="/tmp/t/envoy-admin.sock",
+            grpc_streaming=True,
         )
     )
     (grpc,) = [item for item in config["static_resources"]["listeners"] if item["name"] == "triton_grpc"]
@@ -191,6 +197,30 @@ def test_unary_grpc_inference_is_retried_on_not_found_and_nothing_else_is():
     assert header["name"] == "grpc-status" and header["string_match"]["safe_regex"]["regex"] == "5"  # NOT_FOUND only
     for path in ("/inference.GRPCInferenceService/ModelStreamInfer", "catch-all"):  # a stream; a refused admin call
         assert "retriable_headers" not in policies[path] and "retriable-headers" not in policies[path]["retry_on"]
+
+
+def grpc_routes(streaming: bool) -> dict:
+    settings = EnvoySettings(
+        replicas=REPLICAS, http_port=8000, grpc_port=8001, stats_port=8002, admin_socket="/s", grpc_streaming=streaming
+    )
+    (grpc,) = [
+        item for item in envoy_config(settings)["static_resources"]["listeners"] if item["name"] == "triton_grpc"
+    ]
+    routes = grpc["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
+    return {r["match"].get("path", "catch-all"): r for r in routes}
+
+
+def test_grpc_streams_are_answered_by_envoy_unless_streaming_is_asked_for():
+    """tritonserver 2.51 crashes under concurrent streams (docs/security.md): by default no stream reaches it, and
+    the refusal is Envoy's local reply, which a gRPC client reads as UNIMPLEMENTED (404) with the reason."""
+    from tpserve.server.edge.envoy_config import GRPC_STREAM, STREAMING_OFF
+
+    refused = grpc_routes(False)
+    assert "route" not in refused[GRPC_STREAM]
+    assert refused[GRPC_STREAM]["direct_response"] == {"status": 404, "body": {"inline_string": STREAMING_OFF}}
+    assert len(STREAMING_OFF) < 127 and "%" not in STREAMING_OFF  # a grpc-message as the guard writes it too
+    assert refused["/inference.GRPCInferenceService/ModelInfer"]["route"]["cluster"]  # unary calls still served
+    assert grpc_routes(True)[GRPC_STREAM]["route"]["cluster"] == refused["catch-all"]["route"]["cluster"]
 
 
 def test_grpc_deadlines_stay_with_the_client_and_the_answer_lua_runs_on_registration_only():
@@ -316,3 +346,13 @@ def test_a_grpc_connection_holds_at_most_1024_calls_in_flight():
         == {"max_concurrent_streams": STREAMS_PER_CONNECTION}
         == {"max_concurrent_streams": 1024}
     )
+
+
+def test_the_decoupled_models_of_a_repository_are_named(tmp_path):
+    """`server start` names them when it refuses streams: they answer only there."""
+    from tpserve.server.edge.request_checks import decoupled_models
+
+    for name, policy in (("gen", "model_transaction_policy { decoupled: true }"), ("cls", "")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.pbtxt").write_text(f'name: "{name}"\nbackend: "python"\n{policy}\n')
+    assert decoupled_models(tmp_path) == ["gen"]

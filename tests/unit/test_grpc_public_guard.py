@@ -76,6 +76,7 @@ def through_guard(shim, pieces: list[bytes], writes: bytes, after: int = -1, rea
     (port,) = free_ports(1)
     env = {**os.environ, "LD_PRELOAD": str(shim), "TRITON_GUARD_H2_PORTS": str(port)}
     env["TRITON_GUARD_H2_PUBLIC"] = str(port)
+    env["TRITON_GUARD_STREAMING"] = "1"  # streams served: what the guard does to their messages (refusal: below)
     command = [sys.executable, "-c", STAND_IN, str(port), str(after), writes.hex(), str(read_size)]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE)
     assert process.stdout.readline() == b"listening\n"
@@ -421,10 +422,41 @@ def test_calls_within_the_bound_and_calls_other_than_model_infer_are_never_refus
     sent = PREFACE + frame(SETTINGS, 0, 0) + call(1, STREAM_INFER, MESSAGE) + call(3, STREAM_INFER, MESSAGE)
     sent += call(5, MODEL_INFER, MESSAGE[:12])  # a first DATA too short to carry a refusal
     sent += call(7, METADATA, MESSAGE)  # answered without waiting: never refused for load
-    read, got = served(shim, sent, ends([1, 3, 5, 7]), len(sent), waiting=1, listen_s=0.5)
+    read, got = served(shim, sent, ends([1, 3, 5, 7]), len(sent), waiting=1, listen_s=0.5, TRITON_GUARD_STREAMING="1")
     assert read == sent and not any("grpc-status" in f[3] for f in answers(got) if f[0] == HEADERS)
     sent = PREFACE + frame(SETTINGS, 0, 0) + call(1, MODEL_INFER, MESSAGE) + call(3, MODEL_INFER, MESSAGE)
     assert served(shim, sent, ends([1, 3]), len(sent), waiting=2, listen_s=0.3)[0] == sent
+
+
+def test_streams_are_refused_at_their_first_message_unless_streaming_is_served(shim):
+    """tritonserver 2.51 crashes under concurrent ModelStreamInfer streams (docs/security.md): off (the default), a
+    stream's first DATA that carries bytes becomes a reset gRPC drops before any request of it runs, and the client
+    gets UNIMPLEMENTED with the reason; an empty DATA first passes (no message yet). Unary calls pass."""
+    opened = Encoder().encode([(":method", "POST"), (":path", STREAM_INFER), ("content-type", "application/grpc")])
+    stream = frame(HEADERS, END_HEADERS, 3, opened) + frame(DATA, 0, 3) + frame(DATA, 0, 3, MESSAGE)
+    sent = PREFACE + frame(SETTINGS, 0, 0) + call(1, MODEL_INFER, MESSAGE) + stream + call(5, STREAM_INFER, MESSAGE)
+    read, got = served(shim, sent, ends([1]), len(sent), waiting=0)
+    program = frames(read)
+    assert program[:5] == frames(sent)[:5]  # the unary call, the stream's headers and its empty DATA
+    assert program[5] == (RST_STREAM, 0, 3, struct.pack(">I", 8)) and program[6] == (0xFA, 0, 0, MESSAGE[13:])
+    assert program[8][:3] == (RST_STREAM, 0, 5) and len(read) == len(sent)
+    refusals = [f for f in answers(got) if f[0] == HEADERS and "grpc-status" in f[3] and f[2] in (3, 5)]
+    assert [f[2] for f in refusals] == [3, 5]
+    for _, flags, _, block in refusals:
+        assert flags == END_STREAM | END_HEADERS and block["grpc-status"] == "12"  # UNIMPLEMENTED: not retried
+        assert "ModelStreamInfer is not served" in block["grpc-message"] and "grpc-retry-pushback-ms" not in block
+    served_read, _ = served(shim, sent, ends([1, 3, 5]), len(sent), waiting=0, TRITON_GUARD_STREAMING="1")
+    assert served_read == sent
+
+
+def test_a_stream_whose_first_message_is_too_short_to_refuse_cuts_the_connection(shim):
+    """A first DATA under 13 bytes cannot become the refusal: gRPC reads up to it, and nothing more of the client."""
+    sent = PREFACE + frame(SETTINGS, 0, 0) + call(1, MODEL_INFER, MESSAGE)
+    opened = Encoder().encode([(":method", "POST"), (":path", STREAM_INFER), ("content-type", "application/grpc")])
+    short = frame(HEADERS, END_HEADERS, 3, opened) + frame(DATA, 0, 3, b"\0\0\0\0\x02\x0a\x00")
+    before = sent + frame(HEADERS, END_HEADERS, 3, opened)
+    read, _ = served(shim, sent + short + call(5, MODEL_INFER, MESSAGE), ends([1, 3]), len(before), waiting=0)
+    assert read == before + frame(DATA, END_STREAM, 3)  # the stream ended as a hung-up client's, then the end
 
 
 def test_a_client_that_cancelled_what_the_server_still_runs_is_refused_new_calls(shim):

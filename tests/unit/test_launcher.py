@@ -1,5 +1,6 @@
 """Launcher checks that need no running server."""
 
+import dataclasses
 import socket
 import stat
 from pathlib import Path
@@ -191,6 +192,8 @@ def test_internal_ports_reach_the_guard_as_port_numbers(tmp_path):
     assert found["TRITON_GUARD_H2_PORTS"] == "9002" and found["TRITON_GUARD_H2_PUBLIC"] == "9002"
     assert found["TRITON_GUARD_MAX_WAITING"] == "70"  # the waiting bound Envoy would hold, held by the guard
     assert found["TRITON_GUARD_FRONT_HTTP"] == "9001"
+    assert found["TRITON_GUARD_STREAMING"] == "0"  # ModelStreamInfer refused unless asked for (2.51 crashes)
+    assert dataclasses.replace(checked, grpc_streaming=True).guard_environment()["TRITON_GUARD_STREAMING"] == "1"
     with pytest.raises(ConfigError, match="internal ports \\['health'\\]"):
         launcher.ServerSettings(tmp_path, internal=("health",))
 

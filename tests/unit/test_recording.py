@@ -44,6 +44,7 @@ def _recording_config(tmp_path, values: bool = False, native: bool = True) -> di
         edge_filters=tuple(http_filters(RULES, EdgeLimits(), record)),
         grpc_filters=tuple(grpc_filters(record, RULES, EdgeLimits().max_request_bytes, native)),
         access_logs=access_logs(record, native),
+        grpc_streaming=True,  # streams pass (and stream through unbuffered)
     )
     return envoy_config(settings)
 

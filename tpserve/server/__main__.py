@@ -67,6 +67,13 @@ QUEUE_SLO = click.option(
     help="Admission by queue time: the edge refuses a model's new calls at once (HTTP 429, gRPC UNAVAILABLE, retry "
     "hint) while its queue time per request is over this ('20', or 'model=20 *=50'); empty: off.",
 )
+GRPC_STREAMING = click.option(
+    "--grpc-streaming",
+    is_flag=True,
+    help="Serve gRPC ModelStreamInfer (decoupled models need it). Off, each stream is refused (UNIMPLEMENTED) "
+    "before tritonserver reads a request of it: tritonserver 2.51 crashes under concurrent streams whose requests "
+    "overlap, whoever the client (docs/security.md). Unary ModelInfer is served either way.",
+)
 MAX_WAITING = click.option(
     "--max-waiting",
     type=click.IntRange(0),
@@ -110,13 +117,13 @@ def cli():
 @click.option(
     "--checks-in-server",
     is_flag=True,
-    help="With --no-edge: the edge's HTTP checks run inside tritonserver's own reads (no Envoy on the HTTP path). "
-    "A step toward the edge without a second process: gRPC is then tritonserver's own port, unguarded as with "
-    "--no-edge (docs/security.md).",
+    help="With --no-edge: the edge's checks and bounds run inside tritonserver's own reads of its HTTP and gRPC "
+    "ports (no Envoy on the path; docs/security.md says what each path holds).",
 )
 @click.option("--max-request-mb", type=float, default=64.0, show_default=True, help="The edge's cap on a body.")
 @MAX_WAITING
 @QUEUE_SLO
+@GRPC_STREAMING
 @RECORD
 @RECORD_FILE_MB
 @RECORD_FILES
@@ -151,6 +158,7 @@ def start(
     max_request_mb,
     max_waiting,
     queue_slo,
+    grpc_streaming,
     internal_http_port,
     tls_cert,
     tls_key,
@@ -182,7 +190,9 @@ def start(
         model_control=model_control,
         tuning=tuning,
         **(_checks_in_server(repo, state_dir, max_request_mb, max_waiting, queue_slo) if checks_in_server else {}),
+        grpc_streaming=grpc_streaming,
     )
+    _say_streaming(repo, grpc_streaming, edge or checks_in_server)
     recording = record_settings(record, state_dir, record_file_mb, record_files)
     if recording is not None and not (supervise and edge):
         raise click.UsageError("--record needs the edge and the supervisor (drop --no-edge / --no-supervise)")
@@ -213,6 +223,21 @@ def start(
         from tpserve.server.foreground import hold
 
         sys.exit(hold(state_dir, stop_everything))
+
+
+def _say_streaming(repo: Path, streaming: bool, guarded: bool) -> None:
+    """Where the front refuses streams (no --grpc-streaming), name the repository's decoupled models: they answer
+    only on streams, so they are loaded but unreachable until the server starts with --grpc-streaming."""
+    from tpserve.server.edge.request_checks import decoupled_models
+
+    found = decoupled_models(Path(repo)) if guarded and not streaming else []
+    if found:
+        click.echo(
+            f"note: {', '.join(found)} answer(s) only on gRPC streams, which this server refuses; start it with "
+            "--grpc-streaming (GRPC_STREAMING=1) to serve them, knowing tritonserver 2.51 crashes under concurrent "
+            "streams (docs/security.md)",
+            err=True,
+        )
 
 
 HEAD_TIMEOUT_MS = 10_000  # a request's head must arrive within this of its first byte, as at the edge
@@ -279,6 +304,7 @@ def _start_behind_edge(
         record=record,
         balancing=Balancing(max_requests=max_waiting),
         queue_slo=queue_slo,
+        grpc_streaming=settings.grpc_streaming,
     )
     start_cluster(cluster)
     state = read_state(settings.state_dir / "replica-0")
@@ -315,6 +341,7 @@ def _start_behind_edge(
 @click.option(
     "--max-waiting-calls", default=0, type=int, help="With the checks in the server: calls it may run (0: any)."
 )
+@GRPC_STREAMING
 @click.option("--retry", nargs=2, type=float, default=(1.0, 30.0), help="A failed reload's first and longest wait.")
 @STATE_DIR
 @tuning_options
@@ -333,6 +360,7 @@ def supervise(
     http_checks,
     http_check_limits,
     max_waiting_calls,
+    grpc_streaming,
     retry,
     state_dir,
     server_args,
@@ -368,6 +396,7 @@ def supervise(
         http_checks=Path(http_checks) if http_checks else None,
         http_check_limits=http_check_limits,
         max_waiting=max_waiting_calls,
+        grpc_streaming=grpc_streaming,
     )
     probing = ProbeSettings(probes[0], probes[1], int(probes[2]))
     serve(settings, health_port, drain, probing, RetrySettings(*retry))
@@ -383,6 +412,7 @@ def supervise(
 @click.option("--gpu-per-replica", is_flag=True, help="Replica i sees GPU i only (CUDA_VISIBLE_DEVICES=i).")
 @MAX_WAITING
 @QUEUE_SLO
+@GRPC_STREAMING
 @TLS_CERT
 @TLS_KEY
 @STATE_DIR
@@ -403,6 +433,7 @@ def cluster(
     gpu_per_replica,
     max_waiting,
     queue_slo,
+    grpc_streaming,
     tls_cert,
     tls_key,
     state_dir,
@@ -434,7 +465,9 @@ def cluster(
         record=record_settings(record, state_dir, record_file_mb, record_files),
         balancing=Balancing(max_requests=max_waiting * replicas),
         queue_slo=queue_slo,
+        grpc_streaming=grpc_streaming,
     )
+    _say_streaming(repo, grpc_streaming, True)
     state = start_cluster(settings)
     click.echo(
         f"envoy: http {host}:{http_port}, grpc {host}:{grpc_port}, "

@@ -72,6 +72,7 @@ class ClusterSettings:
     tuning: launcher.TritonTuning = launcher.TritonTuning()  # every replica's tritonserver knobs
     ragged_stats: Path | None = None  # where ragged models write their per-batch statistics (text-bench reads them)
     queue_slo: str = ""  # admission by queue time: "20" or "model=20 *=50" (ms; supervision/admission_control.py)
+    grpc_streaming: bool = False  # ModelStreamInfer reaches the replicas (off: Envoy refuses it; edge/envoy_config.py)
 
     @property
     def internal(self) -> tuple[str, ...]:
@@ -278,6 +279,7 @@ def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> in
         **_edge_bounds(settings.edge),
         **recording,
         canary_models=tuple(sorted(rules)),
+        grpc_streaming=settings.grpc_streaming,
     )
     config = settings.state_dir / "envoy.json"
     config.write_text(json.dumps(envoy_config(envoy), indent=2))

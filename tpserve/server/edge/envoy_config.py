@@ -26,6 +26,13 @@ STATS_PATH = "/stats/prometheus"
 HTTP_INFER = r"^/v2/models/[A-Za-z0-9_.-]+(/versions/[0-9]+)?/infer$"
 GRPC_STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
 GRPC_INFER = ("/inference.GRPCInferenceService/ModelInfer", GRPC_STREAM)
+# tritonserver 2.51 crashes (SIGSEGV in the Python backend) under concurrent ModelStreamInfer streams whose requests
+# overlap, whoever the client (docs/security.md): unless asked, the edge answers each stream itself, UNIMPLEMENTED
+# (Envoy's local reply to a gRPC request turns HTTP 404 into grpc-status 12 and this text into grpc-message).
+STREAMING_OFF = (  # as the guard says it (server/triton/triton_guard.c, STREAMING_WHY)
+    "ModelStreamInfer is not served here: tritonserver 2.51 crashes under concurrent streams; "
+    "unary ModelInfer is served"
+)
 # Envoy's panic threshold (percent of replicas healthy): below it, Envoy sends to every replica, healthy or not.
 # At 1 (Envoy rounds it to a whole percent; 0 turns panic off), only where none is healthy (up to 100 replicas): a
 # single server that missed one liveness check on a busy host (a stall of a second) would otherwise have every
@@ -114,6 +121,7 @@ class EnvoySettings:
     grpc_filters: tuple = ()  # HTTP filters before the router on the gRPC listener (server/edge/recording.py)
     access_logs: dict = field(default_factory=dict)  # protocol ('http', 'grpc') -> access log configs
     canary_models: tuple[str, ...] = ()  # HTTP: a share of each one's traffic can go to <model>__candidate
+    grpc_streaming: bool = False  # ModelStreamInfer passed to the replicas (off: refused, UNIMPLEMENTED; STREAMING_OFF)
 
     def __post_init__(self):
         if not self.replicas:
@@ -208,6 +216,12 @@ def _retry_policy(b: Balancing, retry_on: str, codes: tuple[int, ...] = (), grpc
     }
 
 
+def stream_refused() -> dict:
+    """The ModelStreamInfer route while streaming is off: every stream answered by Envoy, never a replica's."""
+    refusal = {"status": 404, "body": {"inline_string": STREAMING_OFF}}
+    return {"match": {"path": GRPC_STREAM}, "direct_response": refusal}
+
+
 def _grpc_status(codes: tuple[int, ...]) -> dict:
     return {"name": "grpc-status", "string_match": {"safe_regex": {"regex": "|".join(str(c) for c in codes)}}}
 
@@ -225,7 +239,9 @@ def _route(
     return {"match": match, "route": action}
 
 
-def routes(cluster: str, b: Balancing, protocol: str, stream_config: dict | None = None) -> list[dict]:
+def routes(
+    cluster: str, b: Balancing, protocol: str, stream_config: dict | None = None, streaming: bool = True
+) -> list[dict]:
     """Every request to cluster, retried on another replica when it failed before a replica answered;
     gRPC inference also on UNAVAILABLE (a replica going away), other gRPC calls not (a refused admin call);
     inference also on HTTP 404 and, unary gRPC, NOT_FOUND (the model is being reloaded on that replica: its
@@ -245,6 +261,8 @@ def routes(cluster: str, b: Balancing, protocol: str, stream_config: dict | None
         for route in found:
             if stream_config and route["match"]["path"] == GRPC_STREAM:  # streams flow through the filters unbuffered
                 route["typed_per_filter_config"] = stream_config
+        if not streaming:
+            found = [r if r["match"]["path"] != GRPC_STREAM else stream_refused() for r in found]
     else:
         found = [_route(cluster, b, {"safe_regex": {"regex": HTTP_INFER}}, BEFORE_ANSWER, codes=(404,))]
     return found + [_route(cluster, b, {"prefix": "/"}, BEFORE_ANSWER)]
@@ -345,7 +363,8 @@ def _routes(cluster: str, s: EnvoySettings, protocol: str) -> list[dict]:
         register = _route(cluster, s.balancing, {"path": GRPC_SHM_REGISTER}, BEFORE_ANSWER)
         buffered = any(f["name"] == BUFFER_FILTER for f in s.grpc_filters)  # streams must flow
         unbuffered = {BUFFER_FILTER: {"@type": BUFFER_PER_ROUTE, "disabled": True}} if buffered else None
-        return [register, *_grpc_errors_only_on_register(routes(cluster, s.balancing, protocol, unbuffered))]
+        found = routes(cluster, s.balancing, protocol, unbuffered, s.grpc_streaming)
+        return [register, *_grpc_errors_only_on_register(found)]
     return routes(cluster, s.balancing, protocol)
 
 

@@ -80,6 +80,13 @@ def model_rules(repo: Path) -> dict[str, ModelRules]:
     return found
 
 
+def decoupled_models(repo: Path) -> list[str]:
+    """The repository's models whose transaction policy is decoupled: they answer only on gRPC streams."""
+    from tpserve.builders.repository.model_config import repository_configs
+
+    return sorted(name for name, config in repository_configs(repo) if config.model_transaction_policy.decoupled)
+
+
 def _strings_as_bytes(inputs: dict) -> dict:
     """TYPE_STRING in a config is BYTES on the wire."""
     return {n: {**i, "datatype": "BYTES" if i["datatype"] == "STRING" else i["datatype"]} for n, i in inputs.items()}

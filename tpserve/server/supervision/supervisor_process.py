@@ -75,6 +75,7 @@ def start_supervised(
         settings.http_check_limits,
         "--max-waiting-calls",
         str(settings.max_waiting),
+        *(["--grpc-streaming"] if settings.grpc_streaming else []),
         "--retry",
         str(retry.first_s),
         str(retry.max_s),

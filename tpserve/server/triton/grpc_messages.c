@@ -57,11 +57,6 @@ void message_check_start(struct message_check *c) {
     next_message(c);
 }
 
-uint64_t message_check_left(const struct message_check *c) {
-    if (c->prefix_at < 5) return c->prefix_at == 0 ? 0 : 5 - c->prefix_at;
-    return c->length - c->at;
-}
-
 /* The innermost length-delimited level's end (groups end at their end-group tag, within it). */
 static uint64_t level_end(const struct message_check *c) {
     for (uint32_t d = c->depth;; d--) {

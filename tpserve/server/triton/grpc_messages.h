@@ -44,10 +44,6 @@ void message_check_start(struct message_check *c);
  * fail on (and for every call after). */
 int message_check_feed(struct message_check *c, const uint8_t *bytes, size_t n);
 
-/* Bytes until the current message is whole (its prefix's 5 counted while it is read; 0 between messages only when
- * a prefix is due: then the next message's prefix comes first). */
-uint64_t message_check_left(const struct message_check *c);
-
 /* For tests: what a length-delimited field of a message type is read as (kind << 8 | sub-type; 0: skipped). */
 int message_check_rule(int type, int field);
 

@@ -130,10 +130,17 @@ static char *read_private(const char *path, size_t *len) {
     return text;
 }
 
-static int64_t now_ns(void) {
+int64_t front_now_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+const char *front_bounds_refuse(int64_t others, int lately) {
+    if (waiting_bound > 0 && others >= waiting_bound) return WAITING_WHY;
+    int64_t orphans = __atomic_load_n(&orphaned_calls, __ATOMIC_RELAXED);
+    if (orphans >= BACKLOG_EVERYONE || (lately && orphans >= BACKLOG_BOUND)) return BACKLOG_WHY;
+    return NULL;
 }
 
 static void set_deadline(int fd, int64_t at) { __atomic_store_n(&deadline[fd], at, __ATOMIC_RELAXED); }
@@ -144,7 +151,7 @@ static void *watch_deadlines(void *unused) {
     for (;;) {
         struct timespec pause = {0, 250 * 1000 * 1000};
         nanosleep(&pause, NULL);
-        int64_t now = now_ns();
+        int64_t now = front_now_ns();
         for (int fd = 0; fd < FRONT_FDS; fd++) {
             int64_t at = __atomic_load_n(&deadline[fd], __ATOMIC_RELAXED);
             if (at != 0 && at < now && __atomic_compare_exchange_n(&deadline[fd], &at, 0, 0, __ATOMIC_RELAXED,
@@ -178,7 +185,7 @@ const char *front_admission(const char *name, size_t len) {
     for (size_t i = 0; i < ADMISSION_MODELS; i++) {
         uint64_t *entry = admission + i * 4; /* hash, marked until (ns), refusals, queue time */
         if (__atomic_load_n(&entry[0], __ATOMIC_RELAXED) != hash) continue;
-        if (__atomic_load_n(&entry[1], __ATOMIC_RELAXED) <= (uint64_t)now_ns()) return NULL;
+        if (__atomic_load_n(&entry[1], __ATOMIC_RELAXED) <= (uint64_t)front_now_ns()) return NULL;
         __atomic_add_fetch(&entry[2], 1, __ATOMIC_RELAXED);
         return ADMISSION_WHY;
     }
@@ -480,9 +487,8 @@ static int bounded(const struct conn *c, const char **why) {
                     (ends_with(target, len, "/infer") || ends_with(target, len, "/generate") ||
                      ends_with(target, len, "/generate_stream"));
     if (!inference) return 0;
-    if (waiting_bound > 0 && __atomic_load_n(&running_calls, __ATOMIC_RELAXED) >= waiting_bound)
-        return *why = WAITING_WHY, 503;
-    if (__atomic_load_n(&orphaned_calls, __ATOMIC_RELAXED) >= BACKLOG_EVERYONE) return *why = BACKLOG_WHY, 503;
+    *why = front_bounds_refuse(__atomic_load_n(&running_calls, __ATOMIC_RELAXED), 0); /* not counted yet */
+    if (*why != NULL) return 503;
     const char *model;
     size_t model_len;
     if (!admission_model_from_path(target, len, &model, &model_len)) return 0;
@@ -498,7 +504,7 @@ static int gather(int fd, struct conn *c) {
         if (grow(c, c->acc_len + want) < 0) return refuse(fd, c, 503, "out of memory");
         ssize_t n = io.recv(fd, c->acc + c->acc_len, want, MSG_PEEK | MSG_DONTWAIT);
         if (n <= 0) return (int)n;
-        if (c->acc_len == 0) set_deadline(fd, now_ns() + head_timeout_ms * 1000000);
+        if (c->acc_len == 0) set_deadline(fd, front_now_ns() + head_timeout_ms * 1000000);
         size_t from = c->acc_len > 3 ? c->acc_len - 3 : 0, seen = c->acc_len + (size_t)n;
         const char *end = memmem(c->acc + from, seen - from, "\r\n\r\n", 4);
         if (end == NULL) {
@@ -528,7 +534,7 @@ static int gather(int fd, struct conn *c) {
         const char *over = NULL;
         int refused = bounded(c, &over);
         if (refused) return refuse(fd, c, refused, over);
-        set_deadline(fd, now_ns() + (30 + (int64_t)(body >> 20)) * 1000000000);
+        set_deadline(fd, front_now_ns() + (30 + (int64_t)(body >> 20)) * 1000000000);
         if (c->expect.count && seen < c->total) {
             static const char go_on[] = "HTTP/1.1 100 Continue\r\n\r\n";
             (void)io.write(fd, go_on, sizeof go_on - 1);

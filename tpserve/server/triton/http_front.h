@@ -55,4 +55,10 @@ const char *front_admission(const char *name, size_t len);
 #define WAITING_WHY "the server runs as many calls as it lets wait (its waiting bound, --max-waiting); retry after 1 s"
 #define BACKLOG_WHY "the server is still answering calls their clients cancelled; retry after 1 s"
 
+/* Why a new inference is refused for the bounds, or NULL: others, the calls running besides it (a gRPC stream is
+ * counted before its check, an HTTP request after); lately, whether its connection cancelled a call the server
+ * still runs within the last 2 s (gRPC: those are closed out first, from BACKLOG_BOUND orphans). */
+const char *front_bounds_refuse(int64_t others, int lately);
+int64_t front_now_ns(void); /* CLOCK_MONOTONIC */
+
 #endif

@@ -167,6 +167,9 @@ class ServerSettings:
     # with the checks in the server: the calls it may run before new ones are refused at once (the edge's waiting
     # bound, server/edge/admission.py; triton_guard.c); 0: no bound
     max_waiting: int = 0
+    # with the checks in the server: ModelStreamInfer served on the public gRPC port (off: each stream refused,
+    # UNIMPLEMENTED, before its first message reaches gRPC; tritonserver 2.51 crashes under concurrent streams)
+    grpc_streaming: bool = False
 
     def __post_init__(self):
         unknown = set(self.internal) - set(INTERNAL_PORTS)
@@ -189,6 +192,7 @@ class ServerSettings:
                 TRITON_GUARD_H2_PUBLIC=str(self.grpc_port),
                 TRITON_GUARD_MAX_WAITING=str(self.max_waiting),
                 TRITON_GUARD_ADMISSION=str(self.admission_table or ""),
+                TRITON_GUARD_STREAMING="1" if self.grpc_streaming else "0",
             )
         return found
 

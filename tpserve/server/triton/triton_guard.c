@@ -105,12 +105,19 @@
 #define REPLY_CAP 65536       /* the guard's unsent frames for one client: past this it is not reading them (cut) */
 #define SETTINGS_CAP 100      /* a client's SETTINGS frames: each makes the server queue an ACK (more: cut) */
 #define REFUSAL_BYTES 13      /* a first DATA frame this long or longer can become a RST_STREAM and an ignored frame */
+#define STREAMING_VARIABLE "TRITON_GUARD_STREAMING" /* 1: ModelStreamInfer served on the public port */
+#define STREAMING_WHY \
+    "ModelStreamInfer is not served here: tritonserver 2.51 crashes under concurrent streams; unary ModelInfer is served"
+/* a refusal's grpc-message is one HPACK string of a one-byte length: under 127 bytes */
+_Static_assert(sizeof STREAMING_WHY <= 127 && sizeof WAITING_WHY <= 127 && sizeof BACKLOG_WHY <= 127, "too long");
+enum { NOT_REFUSED = 0, REFUSED = 1, REFUSAL_CUTS = 2 };
 
 static int own_ports[MAX_PORTS], own_count = 0;
 static int h2_ports[MAX_PORTS], h2_count = 0;
 static int public_ports[MAX_PORTS], public_count = 0;
 static unsigned long refusals = 0;
 static unsigned long refused_calls = 0;
+static int streaming_served = 0; /* ModelStreamInfer on the public port (off: each stream refused, docs/security.md) */
 
 /* A stream the peer opened and the server has not ended: still open on the peer's side (a ModelStreamInfer
  * stream), half-closed by it (a unary call, whole), or reset by it (nobody waits: an orphan the server still runs). */
@@ -297,6 +304,9 @@ __attribute__((constructor)) static void start_guard(void) {
         waiting_bound = strtol(waiting, NULL, 10) > 0 ? strtol(waiting, NULL, 10) : 0;
         unsetenv(WAITING_VARIABLE);
     }
+    const char *streaming = getenv(STREAMING_VARIABLE);
+    streaming_served = streaming != NULL && strcmp(streaming, "1") == 0;
+    if (streaming != NULL) unsetenv(STREAMING_VARIABLE);
     struct front_io io = {real_recv, real_write, real_ioctl};
     if (front_start(&io) < 0) _exit(70); /* never serve the front's ports unchecked */
 }
@@ -742,12 +752,6 @@ static int block_breaks(struct h2_reader *r, const struct received *in, size_t a
 
 /* ---- 2c. bounds: a new call refused before gRPC has it ---- */
 
-static int64_t now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
-
 /* Admission by queue time: the model named at the start of the message (the DATA frame's payload from at, as far
  * as this read has it) over its budget. A name not within those bytes: admitted (admission sheds load). */
 static const char *over_budget(const struct received *in, size_t at, uint32_t length, uint8_t flags) {
@@ -762,11 +766,9 @@ static const char *over_budget(const struct received *in, size_t at, uint32_t le
 
 /* Why a new call of this connection is refused now, or NULL. */
 static const char *refusal_reason(const struct h2_reader *r) {
-    if (waiting_bound > 0 && __atomic_load_n(&running_calls, __ATOMIC_RELAXED) > waiting_bound) return WAITING_WHY;
-    int64_t orphans = __atomic_load_n(&orphaned_calls, __ATOMIC_RELAXED);
-    int lately = r->cancelled_ns != 0 && now_ns() - r->cancelled_ns < RECENT_NS;
-    if (orphans >= BACKLOG_EVERYONE || (orphans >= BACKLOG_BOUND && lately)) return BACKLOG_WHY;
-    return NULL;
+    int lately = r->cancelled_ns != 0 && front_now_ns() - r->cancelled_ns < RECENT_NS;
+    int64_t others = __atomic_load_n(&running_calls, __ATOMIC_RELAXED) - 1; /* this call is counted already */
+    return front_bounds_refuse(others, lately);
 }
 
 /* Room for n more bytes of replies (under r->lock); 0 when out of memory. */
@@ -790,16 +792,17 @@ static uint8_t *put_literal(uint8_t *at, const char *name, const char *value) {
 }
 
 /* The client's answer to a refused call: a trailers-only HEADERS (static HPACK only), UNAVAILABLE with the reason
- * and gRPC's retry hint; and a WINDOW_UPDATE giving back the connection's window for the bytes the server never
- * read. Out of memory: the answer is dropped (the client's deadline ends the call). */
-static void queue_refusal(struct h2_reader *r, uint32_t stream, const char *why, uint32_t unread) {
+ * and gRPC's retry hint (a stream refused while streaming is off: UNIMPLEMENTED, no hint); and a WINDOW_UPDATE
+ * giving back the connection's window for the bytes the server never read. Out of memory: the answer is dropped
+ * (the client's deadline ends the call). */
+static void queue_refusal(struct h2_reader *r, uint32_t stream, const char *why, int unserved, uint32_t unread) {
     uint8_t block[256], *at = block;
     *at++ = 0x88;                                      /* :status 200 */
     *at++ = 0x0f, *at++ = 0x10, *at++ = 16;            /* content-type (static 31), without indexing */
     memcpy(at, "application/grpc", 16), at += 16;
-    at = put_literal(at, "grpc-status", "14");          /* UNAVAILABLE */
+    at = put_literal(at, "grpc-status", unserved ? "12" : "14"); /* UNIMPLEMENTED : UNAVAILABLE */
     at = put_literal(at, "grpc-message", why);         /* under 127 bytes: one length byte */
-    at = put_literal(at, "grpc-retry-pushback-ms", "1000");
+    if (!unserved) at = put_literal(at, "grpc-retry-pushback-ms", "1000");
     size_t length = (size_t)(at - block);
     if (r->reply_count > REPLY_CAP || !reply_room(r, 9 + length + 13)) return; /* not reading its answers */
     uint8_t *f = r->reply + r->reply_count;
@@ -818,18 +821,24 @@ static void queue_refusal(struct h2_reader *r, uint32_t stream, const char *why,
         say("triton_guard: refused a new gRPC call (%s; %lu refused so far)\n", why, refused_calls);
 }
 
-/* A new ModelInfer call's first DATA frame (the header whole at position at of in): refused when a bound says so
+/* A new ModelInfer call's first DATA frame (the header whole at position at of in): REFUSED when a bound says so
  * and the frame can carry the refusal (REFUSAL_BYTES or longer). Other calls never are: health, metadata and admin
- * calls are answered without waiting, and ModelStreamInfer's gRPC hands the server before its first message. Its header becomes a RST_STREAM's, its payload the reset's code (CANCEL) and the
- * header of a frame of a type the server ignores that covers the rest: the server reads no byte of the message. */
+ * calls are answered without waiting. A ModelStreamInfer stream's first DATA frame that carries bytes, while
+ * streaming is off: REFUSED, or where the frame cannot carry the refusal, REFUSAL_CUTS (the connection is cut before
+ * gRPC reads it; its calls end as a hung-up client's do). Its header becomes a RST_STREAM's, its payload the reset's
+ * code (CANCEL) and the header of a frame of a type the server ignores that covers the rest: the server reads no
+ * byte of the message, and the stream it opened at the headers ends with no request run. */
 static int refused_call(struct h2_reader *r, const struct received *in, size_t at, struct stream_state *known,
                         uint32_t stream, uint32_t length) {
-    if (known == NULL || known->state != PEER_OPEN || (known->facts & HAD_DATA) || !(known->facts & INFERENCE)) return 0;
+    if (known == NULL || known->state != PEER_OPEN || (known->facts & HAD_DATA)) return NOT_REFUSED;
+    int unserved = (known->facts & STREAMING) && !streaming_served;
+    if (!(known->facts & INFERENCE) && !unserved) return NOT_REFUSED;
+    if (unserved && length == 0) return NOT_REFUSED; /* no byte of a message yet */
     known->facts |= HAD_DATA;
-    if (length < REFUSAL_BYTES || r->table_resized) return 0;
-    const char *why = refusal_reason(r);
+    if (length < REFUSAL_BYTES || r->table_resized) return unserved ? REFUSAL_CUTS : NOT_REFUSED;
+    const char *why = unserved ? STREAMING_WHY : refusal_reason(r);
     if (why == NULL) why = over_budget(in, at, length, r->head[4]);
-    if (why == NULL) return 0;
+    if (why == NULL) return NOT_REFUSED;
     static const uint8_t reset_head[5] = {0, 0, 4, 3, 0};
     for (int k = 0; k < 5; k++) *byte_at(in, at + k) = reset_head[k];
     uint32_t rest = length - REFUSAL_BYTES;
@@ -838,8 +847,8 @@ static int refused_call(struct h2_reader *r, const struct received *in, size_t a
     memcpy(r->refusal, payload, REFUSAL_BYTES);
     r->replace = r->refusal, r->replace_at = 0, r->replace_count = REFUSAL_BYTES;
     table_drop(r, known);
-    queue_refusal(r, stream, why, length);
-    return 1;
+    queue_refusal(r, stream, why, unserved, length);
+    return REFUSED;
 }
 
 /* A client's PING (whole, at position at): answered by the guard and read by gRPC as a frame of a type it ignores.
@@ -918,7 +927,12 @@ static void peer_header(struct h2_reader *r, const struct received *in, size_t a
             return;
         }
         if (type == 7) *byte_at(in, at + 3) = UNKNOWN_TYPE; /* a GOAWAY: the client hangs up when it goes */
-        if (type == 0 && refused_call(r, in, at, known, stream, r->payload_left)) {
+        int refused = type == 0 ? refused_call(r, in, at, known, stream, r->payload_left) : NOT_REFUSED;
+        if (refused == REFUSAL_CUTS) {
+            r->cut = at;
+            return;
+        }
+        if (refused == REFUSED) {
             block_begins(r, type, 0);
             return;
         }
@@ -940,7 +954,7 @@ static void peer_header(struct h2_reader *r, const struct received *in, size_t a
         if (known != NULL && known->state != ORPHAN) {
             known->state = ORPHAN;
             count_orphans(r, 1);
-            r->cancelled_ns = now_ns();
+            r->cancelled_ns = front_now_ns();
         }
     } else if (stream != 0 && (type == 0 || type == 1)) {
         int ends = flags & 0x1; /* END_STREAM */
