@@ -109,3 +109,12 @@ def test_a_storm_of_overlapping_streams_takes_nothing_down(served):
     assert _pid(state_dir) == before, "tritonserver was restarted during the storm"
     with grpcclient.InferenceServerClient(state.grpc_url) as client:
         assert client.infer("slow", [_tensor()]).as_numpy("Y").tolist() == [[1.0]]
+
+
+def test_our_client_says_why_and_how_to_serve_streams(served):
+    from tpserve.clients.streaming import stream_infer
+    from tpserve.common.errors import ClientError
+
+    _, state = served
+    with pytest.raises(ClientError, match="UNIMPLEMENTED.*not served here.*GRPC_STREAMING=1"):
+        stream_infer(state.endpoint("grpc"), "slow", {"X": np.ones((1, 1), np.float32)}, timeout=30)

@@ -45,7 +45,10 @@ def stream_infer(ep, model: str, arrays: dict, timeout: float = 60.0, client=Non
             headers=ep.request_headers(),
         )
         started = time.perf_counter()
-        client.async_stream_infer(model, inputs, enable_empty_final_response=True)
+        try:
+            client.async_stream_infer(model, inputs, enable_empty_final_response=True)
+        except Exception:  # the stream already ended (a server that refuses streams): its callback says why
+            pass
         return _collect(answers, model, started, timeout)
     finally:
         client.stop_stream()
@@ -61,7 +64,7 @@ def _collect(answers: queue.Queue, model: str, started: float, timeout: float) -
         except queue.Empty:
             raise ClientError(f"{model}: no final response within {timeout:.0f} s ({count} responses)") from None
         if error is not None:
-            raise ClientError(f"{model}: the server answered with an error: {error}")
+            raise ClientError(f"{model}: the server answered with an error: {error}{_streaming_hint(error)}")
         response = result.get_response()
         final = response.parameters.get("triton_final_response")
         if response.outputs:
@@ -71,6 +74,13 @@ def _collect(answers: queue.Queue, model: str, started: float, timeout: float) -
         if final is not None and final.bool_param:
             end = last or at
             return StreamResult(count, ((first or end) - started) * 1e3, (end - started) * 1e3, outputs)
+
+
+def _streaming_hint(error) -> str:
+    """Where the server refused the stream itself (ours does unless started with --grpc-streaming), how to serve it."""
+    if "ModelStreamInfer is not served here" not in str(error):
+        return ""
+    return " (a server this project starts serves gRPC streams with GRPC_STREAMING=1 / --grpc-streaming)"
 
 
 _IDS = itertools.count(1)
