@@ -58,6 +58,16 @@ def _stand_in(shim, port: int, **guard) -> subprocess.Popen:
     return process
 
 
+def _finish(process: subprocess.Popen, sent: bytes | None = None) -> tuple:
+    """The stand-in's output once it ends; one that never ends is stopped by the test that started it."""
+    try:
+        return process.communicate(sent, timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 def _read_through_guard(shim, pieces: list[bytes]) -> bytes:
     (port,) = free_ports(1)
     process = _stand_in(shim, port, TRITON_GUARD_H2_PORTS=str(port))
@@ -65,7 +75,7 @@ def _read_through_guard(shim, pieces: list[bytes]) -> bytes:
         for piece in pieces:
             client.sendall(piece)
             time.sleep(0.02)
-    out, _ = process.communicate(timeout=30)
+    out, _ = _finish(process)
     return out
 
 
@@ -100,7 +110,7 @@ def test_a_port_that_is_not_guarded_reads_every_byte_as_sent(shim):
     sent = PREFACE + frame(HEADERS, END_HEADERS, 1, b"\x82") + frame(RST_STREAM, 0, 1, CANCEL)
     with socket.create_connection(("127.0.0.1", port)) as client:
         client.sendall(sent)
-    assert process.communicate(timeout=30)[0] == sent
+    assert _finish(process)[0] == sent
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another local user (setpriv)")
@@ -122,7 +132,7 @@ def test_another_user_is_closed_before_the_program_reads_and_the_owner_gets_in(s
     assert other.stdout.strip() in ("b''", "ConnectionResetError"), other.stdout + other.stderr
     with socket.create_connection(("127.0.0.1", port)) as client:
         client.sendall(b"from the owner")
-    assert process.communicate(timeout=30)[0] == b"from the owner"
+    assert _finish(process)[0] == b"from the owner"
 
 
 def test_streams_past_512_open_are_ended_as_the_first(shim):
@@ -154,7 +164,7 @@ def test_a_stream_the_server_ended_leaves_the_table(shim):
         assert process.stderr.readline() == b"wrote\n"
         assert client.recv(len(server_frames), socket.MSG_WAITALL) == server_frames
         client.sendall(frame(RST_STREAM, 0, 1, CANCEL) + frame(RST_STREAM, 0, 3, CANCEL))
-    out, _ = process.communicate(timeout=30)
+    out, _ = _finish(process)
     assert out == opened + frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 1)) + frame(
         DATA, END_STREAM | PADDED, 3, b"\x03\x00\x00\x00"
     )
@@ -177,7 +187,7 @@ def test_a_split_frame_header_is_held_back_and_never_waited_for(shim):
         seen = int(process.stderr.readline())  # read before the rest is sent: the whole frames, not the 5 bytes
         time.sleep(0.3)
         client.sendall(reset[5:])
-    out, _ = process.communicate(timeout=30)
+    out, _ = _finish(process)
     assert seen == len(opened)
     assert out == opened + frame(DATA, END_STREAM | PADDED, 7, b"\x03\x00\x00\x00")
 
@@ -236,7 +246,7 @@ def test_calls_the_peer_reset_that_the_server_still_runs_are_counted_in_its_back
         assert _slot(backlog, 2) == 0
         assert _slot(backlog, 0) == 0 and _slot(backlog, 3) == 0
     finally:
-        process.communicate(b"\n", timeout=30)
+        _finish(process, b"\n")
 
 
 def test_a_backlog_file_open_to_others_is_not_used(shim, tmp_path):
@@ -254,7 +264,7 @@ def test_a_backlog_file_open_to_others_is_not_used(shim, tmp_path):
     assert process.stdout.readline() == b"listening\n"
     with socket.create_connection(("127.0.0.1", port)) as client:
         client.sendall(PREFACE + frame(HEADERS, END_HEADERS | END_STREAM, 1, b"\x82") + frame(RST_STREAM, 0, 1, CANCEL))
-    out, err = process.communicate(timeout=30)
+    out, err = _finish(process)
     assert out.endswith(frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 1)))
     assert b"cannot use the backlog file" in err
     assert _slot(backlog, 0) == 0
