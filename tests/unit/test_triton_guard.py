@@ -268,3 +268,18 @@ def test_a_backlog_file_open_to_others_is_not_used(shim, tmp_path):
     assert out.endswith(frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 1)))
     assert b"cannot use the backlog file" in err
     assert _slot(backlog, 0) == 0
+
+
+def test_the_shim_exports_only_the_libc_calls_it_wraps(shim):
+    """Preloaded into tritonserver, any other name it exported would stand in for a same-named one of tritonserver's
+    libraries: what its files share stays hidden (server/triton/*.h)."""
+    import shutil
+
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("no nm (binutils) here to read the library's dynamic symbols")
+    listed = subprocess.run([nm, "-D", "--defined-only", str(shim)], capture_output=True, text=True, check=True)
+    exported = {line.split()[-1] for line in listed.stdout.splitlines() if line.split()[1:2] != ["A"]}
+    wrapped = {"accept", "accept4", "close", "execvp", "fchmod", "ioctl", "mkdtemp", "read", "readv", "recv"}
+    wrapped |= {"recvmsg", "send", "sendmsg", "shm_open", "system", "write", "writev"}
+    assert exported == wrapped, exported ^ wrapped

@@ -10,6 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The shim is preloaded into tritonserver: what it shares between its files stays inside it (only the libc calls
+ * it wraps are exported), so no name here can stand in for one of tritonserver's libraries. */
+#pragma GCC visibility push(hidden)
+
 struct hpack_walk {
     uint8_t state;    /* where in a representation the next byte is (grpc_headers.c) */
     uint8_t after;    /* the state an integer's continuation bytes lead to */
@@ -55,5 +59,7 @@ int hpack_check(struct hpack_table *t, const uint8_t *block, size_t length, uint
 
 /* Whether the block read so far ends between representations (so it may end there). */
 int hpack_walk_between(const struct hpack_walk *w);
+
+#pragma GCC visibility pop
 
 #endif

@@ -17,6 +17,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The shim is preloaded into tritonserver: what it shares between its files stays inside it (only the libc calls
+ * it wraps are exported), so no name here can stand in for one of tritonserver's libraries. */
+#pragma GCC visibility push(hidden)
+
 #define MESSAGE_DEPTH 64 /* protobuf's own limit is 100 */
 
 struct pb_level {
@@ -46,5 +50,7 @@ int message_check_feed(struct message_check *c, const uint8_t *bytes, size_t n);
 
 /* For tests: what a length-delimited field of a message type is read as (kind << 8 | sub-type; 0: skipped). */
 int message_check_rule(int type, int field);
+
+#pragma GCC visibility pop
 
 #endif

@@ -10,6 +10,10 @@
 
 #include <stddef.h>
 
+/* The shim is preloaded into tritonserver: what it shares between its files stays inside it (only the libc calls
+ * it wraps are exported), so no name here can stand in for one of tritonserver's libraries. */
+#pragma GCC visibility push(hidden)
+
 struct check_rules; /* the served models' inputs and the limits, from the rules file (check_rules_load) */
 
 struct check_request {
@@ -43,5 +47,7 @@ void check_rules_free(struct check_rules *rules);
 /* The verdict on one whole request. Allocates only while it runs; never reads outside request's buffers. */
 void check_http_request(const struct check_rules *rules, const struct check_request *request,
                         struct check_verdict *verdict);
+
+#pragma GCC visibility pop
 
 #endif

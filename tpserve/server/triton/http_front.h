@@ -9,6 +9,10 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+/* The shim is preloaded into tritonserver: what it shares between its files stays inside it (only the libc calls
+ * it wraps are exported), so no name here can stand in for one of tritonserver's libraries. */
+#pragma GCC visibility push(hidden)
+
 /* The socket calls the front makes itself (the real ones, past the guard's wrappers). */
 struct front_io {
     ssize_t (*recv)(int, void *, size_t, int);
@@ -60,5 +64,7 @@ const char *front_admission(const char *name, size_t len);
  * still runs within the last 2 s (gRPC: those are closed out first, from BACKLOG_BOUND orphans). */
 const char *front_bounds_refuse(int64_t others, int lately);
 int64_t front_now_ns(void); /* CLOCK_MONOTONIC */
+
+#pragma GCC visibility pop
 
 #endif
