@@ -131,7 +131,7 @@ def shapes_recorded(digits_build, tmp_path_factory):
     spec, built, _ = digits_build
     root = tmp_path_factory.mktemp("shapes")
     build_model(BuildRequest(spec=spec, target="embedded", repo=root / "repo", work_dir=root / "work"), built)
-    settings = behind_edge(root / "repo", root / "state")
+    settings = behind_edge(root / "repo", root / "state", grpc_streaming=True)  # a stream recorded from its head
     settings = replace(settings, record=replace(record_settings("1", root / "state"), head_bytes=2000))
     start_cluster(settings)
     try:
