@@ -64,6 +64,9 @@ QUEUE_SLO_MS ?=
 # GRPC_STREAMING=1: serve gRPC ModelStreamInfer (decoupled models need it); off, the front refuses each stream,
 # since tritonserver 2.51 crashes under concurrent streams (docs/security.md)
 GRPC_STREAMING ?=
+# FRONT=server (the checks inside tritonserver's reads), envoy (Envoy in front: RECORD, TLS, CANARY need it) or
+# none (unguarded); empty: server, or envoy where RECORD or TLS asks for it
+FRONT ?=
 NGC_RELEASE ?= $(shell sed -n 's/^NGC_RELEASE=//p' docker/.env)
 COMPOSE := docker compose --env-file docker/.env -f docker/compose.yaml
 # the admin key's file (created on first use, mode 600): Docker reads it as a secret, nothing passes the key itself
@@ -94,9 +97,9 @@ build-engines: install ## Export, validate, quantize, write the repository: MODE
 		$(if $(COMPILED),--compiled "$(COMPILED)") $(if $(SHAPES_FROM),--shapes-from "$(SHAPES_FROM)") \
 		$(if $(filter 0,$(RAGGED)),--no-ragged-batching)
 
-serve: install ## Start the embedded tritonserver on REPO, supervised (HEALTH_PORT: readiness for load balancers; LATENCY_SUMMARIES=0: no p99 summaries; RECORD=1|values: record the traffic; MAX_WAITING=n: requests that may wait before refusals; QUEUE_SLO_MS=ms: refuse a model's calls while its queue time is over it; GRPC_STREAMING=1: serve gRPC streams)
+serve: install ## Start the embedded tritonserver on REPO, supervised (HEALTH_PORT: readiness for load balancers; LATENCY_SUMMARIES=0: no p99 summaries; RECORD=1|values: record the traffic; MAX_WAITING=n: requests that may wait before refusals; QUEUE_SLO_MS=ms: refuse a model's calls while its queue time is over it; GRPC_STREAMING=1: serve gRPC streams; FRONT=envoy|server|none)
 	$(PY) -m tpserve.server start --repo $(REPO) $(SERVER_PORTS) --health-port $(HEALTH_PORT) --state-dir $(STATE_DIR) $(SERVER_TLS) \
-		$(if $(INTERNAL_HTTP_PORT),--internal-http-port $(INTERNAL_HTTP_PORT)) $(RECORDING) $(SERVER_TUNING) \
+		$(if $(FRONT),--front $(FRONT)) $(if $(INTERNAL_HTTP_PORT),--internal-http-port $(INTERNAL_HTTP_PORT)) $(RECORDING) $(SERVER_TUNING) \
 		--max-waiting $(MAX_WAITING) $(if $(QUEUE_SLO_MS),--queue-slo-ms "$(QUEUE_SLO_MS)") $(if $(filter 1,$(GRPC_STREAMING)),--grpc-streaming)
 
 stop: ## Stop what `make serve`, `make cluster` or `make monitor` started in STATE_DIR

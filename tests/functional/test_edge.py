@@ -186,7 +186,8 @@ def _as_nobody(script: str) -> bytes:
     return subprocess.run(["runuser", "-u", "nobody", "--", "sh", "-c", script], capture_output=True, timeout=30).stdout
 
 
-def test_make_serve_style_start_returns_with_output_captured(digits_build, tmp_path):
+@pytest.mark.parametrize("front", [[], ["--front", "envoy"]], ids=["default", "envoy"])
+def test_make_serve_style_start_returns_with_output_captured(digits_build, tmp_path, front):
     """`python -m tpserve.server start | tail` must end: nothing it leaves running holds the caller's output."""
     spec, built, _ = digits_build
     build_model(BuildRequest(spec=spec, target="embedded", repo=tmp_path / "repo", work_dir=tmp_path / "work"), built)
@@ -208,6 +209,7 @@ def test_make_serve_style_start_returns_with_output_captured(digits_build, tmp_p
         ports[3],
         "--state-dir",
         str(tmp_path / "state"),
+        *front,
     ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=240)

@@ -2,8 +2,9 @@
 
 Each journey runs `make` targets in a fresh state folder on free ports: build, serve (or cluster with 2
 replicas), infer over both protocols, perf, loadtest with and without MODEL, a rollout of a good build,
-of a build whose canary fails and of a good build by traffic share (CANARY) while Locust drives HTTP and gRPC
-through the edge, then stop. A rollout must cost no request: every Locust run ends with 0 failures.
+of a build whose canary fails and (behind the cluster's Envoy) of a good build by traffic share (CANARY) while
+Locust drives HTTP and gRPC through the front, then stop. A rollout must cost no request: every Locust run ends
+with 0 failures.
 """
 
 import subprocess
@@ -80,7 +81,7 @@ def bad_build(digits_build, tmp_path_factory):
     return root
 
 
-def _rollouts_under_load(journey: Journey, bad_build: Path) -> None:
+def _rollouts_under_load(journey: Journey, bad_build: Path, envoy: bool = True) -> None:
     """A good build and a bad one rolled out while Locust drives HTTP and gRPC: 0 failed requests.
     The loads are held until the rollouts are done, then stopped by SIGTERM (each still writes its report): a
     fixed run time either ended before a slow host's last rollout step (which then failed for lack of traffic,
@@ -92,11 +93,15 @@ def _rollouts_under_load(journey: Journey, bad_build: Path) -> None:
     assert "serving (was v1)" in good.stdout, good.stdout
     bad = journey.make("rollout", "MODEL=digits_cnn", f"FROM={bad_build}", check=False)
     assert bad.returncode != 0 and "rejected" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
-    # by traffic share, under a load of its own: the edge sends the build 10%, then all, of the HTTP requests
-    runs["rollout_share_http"] = journey.locust("http", HELD_S, "rollout_share_http")
-    time.sleep(4)
-    shared = journey.make("rollout", "MODEL=digits_cnn", f"FROM={journey.root / 'next'}", "CANARY=10 100", "HOLD=2")
-    assert "serving (was v2)" in shared.stdout and "  10%: " in shared.stdout, shared.stdout + shared.stderr
+    share = ("rollout", "MODEL=digits_cnn", f"FROM={journey.root / 'next'}", "CANARY=10 100", "HOLD=2")
+    if envoy:  # by traffic share, under a load of its own: Envoy sends the build 10%, then all, of the HTTP requests
+        runs["rollout_share_http"] = journey.locust("http", HELD_S, "rollout_share_http")
+        time.sleep(4)
+        shared = journey.make(*share)
+        assert "serving (was v2)" in shared.stdout and "  10%: " in shared.stdout, shared.stdout + shared.stderr
+    else:  # the checks in the server send no share: refused before anything changed, saying what to serve with
+        refused = journey.make(*share, check=False)
+        assert refused.returncode != 0 and "FRONT=envoy" in refused.stdout + refused.stderr, refused.stderr
     time.sleep(2)  # the load goes on past the last step
     for run in runs.values():
         run.terminate()
@@ -130,17 +135,17 @@ def test_serve_infer_perf_loadtest_rollout_stop(digits_build, bad_build, tmp_pat
     journey = Journey(tmp_path)
     journey.make("build-engines", "MODELS=digits_cnn")
     try:
-        assert "edge: http" in journey.make("serve").stdout
+        assert "checked inside tritonserver's own reads" in journey.make("serve").stdout  # the default front
         for protocol in ("grpc", "http"):
             assert "sample 0:" in journey.make("infer", "MODEL=digits_cnn", f"PROTOCOL={protocol}").stdout
         perf = journey.make("perf", "MODELS=digits_cnn", "CONCURRENCY=1", "INTERVAL_MS=500")
         assert "digits_cnn" in perf.stdout
         assert "digits_cnn" in journey.make("loadtest").stdout  # no MODEL: the served models
         assert "digits_cnn" in journey.make("loadtest", "MODEL=digits_cnn", "PROTOCOL=http").stdout
-        _rollouts_under_load(journey, bad_build)
+        _rollouts_under_load(journey, bad_build, envoy=False)
     finally:
         journey.make("stop", check=False)
-    assert not (journey.state / "replica-0" / endpoints.STATE).exists()
+    assert not (journey.state / endpoints.STATE).exists()
 
 
 def test_a_cluster_of_two_replicas_rolls_out_under_load(digits_build, bad_build, tmp_path):

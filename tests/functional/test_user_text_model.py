@@ -7,7 +7,6 @@ with their defaults and with the user's own rows (INPUT_DATA), without one failu
 fit before measuring."""
 
 import csv
-import dataclasses
 import importlib.util
 import json
 import re
@@ -60,7 +59,7 @@ labels = ["sport", "tech", "arts", "news"]
 
 @pytest.fixture(scope="module")
 def topic_served(tmp_path_factory):
-    """Built, then served as `make serve` serves it: `server start`, the edge in front, on free ports."""
+    """Built, then served as `make serve` serves it: `server start`'s default front, on free ports."""
     root = tmp_path_factory.mktemp("topic_project")
     (root / "src" / "topic").mkdir(parents=True)
     (root / "src" / "topic" / "__init__.py").write_text("")
@@ -77,8 +76,7 @@ def topic_served(tmp_path_factory):
     try:
         started = subprocess.run(start, capture_output=True, text=True, timeout=300)
         assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
-        front, inner = endpoints.read_state(state_dir), endpoints.read_state(state_dir / "replica-0")
-        yield dataclasses.replace(front, left_out=inner.left_out), root / "repo", state_dir
+        yield endpoints.read_state(state_dir), root / "repo", state_dir
     finally:
         subprocess.run([*server, "stop", "--state-dir", str(state_dir)], capture_output=True, timeout=120)
 

@@ -163,8 +163,8 @@ def _edge_socket(plan: Plan) -> Path:
 
     if not (plan.req.state_dir / CLUSTER).exists():
         raise RolloutError(
-            "a canary by traffic share needs the edge (`make serve` or `make cluster`; not --no-edge): "
-            "it is the edge that sends the share"
+            "a canary by traffic share needs Envoy in front, which sends the share: serve with `make serve "
+            "FRONT=envoy` (`server start --front envoy`) or `make cluster`"
         )
     return admin_socket(plan.req.state_dir)
 

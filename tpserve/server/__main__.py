@@ -1,7 +1,6 @@
 """Command line of the launcher: `python -m tpserve.server start|stop|status`."""
 
 import dataclasses
-import os
 import sys
 from pathlib import Path
 
@@ -10,6 +9,8 @@ import click
 from tpserve.common.cli import private_files, step, user_errors
 from tpserve.common.endpoints import HEALTH_PORT
 from tpserve.common.options import REPO, STATE_DIR, ports
+from tpserve.server import fronts
+from tpserve.server.fronts import FRONTS
 
 TLS_CERT = click.option(
     "--tls-cert",
@@ -108,18 +109,17 @@ def cli():
     "--health-port", type=int, default=HEALTH_PORT, show_default=True, help="The supervisor's readiness port."
 )
 @click.option(
-    "--edge/--no-edge",
-    default=True,
+    "--front",
+    type=click.Choice(FRONTS),
+    default="auto",
     show_default=True,
-    help="HTTP through Envoy, which refuses requests that cannot be valid before tritonserver sees them "
-    "(gRPC, metrics and readiness stay the server's own ports). Needs --supervise.",
+    help="What stands before tritonserver. server: the edge's checks and bounds inside tritonserver's own reads of "
+    "its HTTP and gRPC ports, no proxy on the path; envoy: Envoy in front (recording, TLS, canaries by traffic "
+    "share); none: tritonserver's own ports unguarded; auto: envoy where --record, --tls-cert or "
+    "--internal-http-port asks for it, else server (docs/security.md says what each holds).",
 )
-@click.option(
-    "--checks-in-server",
-    is_flag=True,
-    help="With --no-edge: the edge's checks and bounds run inside tritonserver's own reads of its HTTP and gRPC "
-    "ports (no Envoy on the path; docs/security.md says what each path holds).",
-)
+@click.option("--edge/--no-edge", default=None, hidden=True, help="Before --front: --edge is envoy, --no-edge none.")
+@click.option("--checks-in-server", is_flag=True, hidden=True, help="Before --front: with --no-edge, server.")
 @click.option("--max-request-mb", type=float, default=64.0, show_default=True, help="The edge's cap on a body.")
 @MAX_WAITING
 @QUEUE_SLO
@@ -153,6 +153,7 @@ def start(
     timeout,
     supervise,
     health_port,
+    front,
     edge,
     checks_in_server,
     max_request_mb,
@@ -177,10 +178,19 @@ def start(
     from tpserve.server.triton.launcher import ServerSettings, start
 
     tuning = _tuning(server_args, latency_summaries, latency_quantiles)  # checked before anything starts
-    if checks_in_server and edge:
-        raise click.UsageError("--checks-in-server is for --no-edge (the edge checks HTTP in Envoy otherwise)")
+    recording = record_settings(record, state_dir, record_file_mb, record_files)
+    front, why = fronts.choose(
+        _legacy_front(front, edge, checks_in_server),
+        record=recording is not None,
+        tls=bool(tls_cert or tls_key),
+        internal_http_port=internal_http_port,
+    )
+    _check_front(front, why, supervise, queue_slo)
     step(f"starting tritonserver on {repo} (http {http_port}, grpc {grpc_port}, metrics {metrics_port})")
     ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
+    checks = (
+        fronts.checks_in_server(repo, state_dir, max_request_mb, max_waiting, queue_slo) if front == "server" else {}
+    )
     settings = ServerSettings(
         repo,
         **ports,
@@ -189,19 +199,11 @@ def start(
         startup_timeout=timeout,
         model_control=model_control,
         tuning=tuning,
-        **(_checks_in_server(repo, state_dir, max_request_mb, max_waiting, queue_slo) if checks_in_server else {}),
+        **checks,
         grpc_streaming=grpc_streaming,
     )
-    _say_streaming(repo, grpc_streaming, edge or checks_in_server)
-    recording = record_settings(record, state_dir, record_file_mb, record_files)
-    if recording is not None and not (supervise and edge):
-        raise click.UsageError("--record needs the edge and the supervisor (drop --no-edge / --no-supervise)")
-    if queue_slo and not (supervise and (edge or checks_in_server)):
-        raise click.UsageError(
-            "--queue-slo-ms needs the supervisor and the edge's checks (drop --no-supervise; with --no-edge, add "
-            "--checks-in-server)"
-        )
-    if supervise and edge:
+    _say_streaming(repo, grpc_streaming, front != "none")
+    if front == "envoy":
         tls = _tls(tls_cert, tls_key)
         state = _start_behind_edge(
             settings, health_port, max_request_mb, tls, internal_http_port, recording, max_waiting, queue_slo
@@ -213,6 +215,13 @@ def start(
         state = read_state(state_dir)
     else:
         state = start(settings)
+    if front == "server":
+        click.echo(
+            f"edge: http {state.http_url} and grpc {state.grpc_url} checked inside tritonserver's own reads, no proxy on the path ({why}; "
+            f"body cap {max_request_mb:g} MB, {settings.max_waiting} calls may wait; Envoy: --front envoy)"
+        )
+    elif front == "none":
+        click.echo("no front: tritonserver's own ports serve unguarded (trusted clients on loopback only)", err=True)
     if supervise:
         click.echo(f"supervisor: readiness for load balancers at http://{host}:{health_port}/v2/health/ready")
     click.echo(f"tritonserver ready: pid {state.pid}, http {state.http_url}, grpc {state.grpc_url}, log {state.log}")
@@ -240,32 +249,24 @@ def _say_streaming(repo: Path, streaming: bool, guarded: bool) -> None:
         )
 
 
-HEAD_TIMEOUT_MS = 10_000  # a request's head must arrive within this of its first byte, as at the edge
+def _legacy_front(front: str, edge: bool | None, checks_in_server: bool) -> str:
+    """--front, or what the flags before it (--edge/--no-edge, --checks-in-server) ask for."""
+    if edge is None and not checks_in_server:
+        return front
+    if front != "auto":
+        raise click.UsageError("--front replaces --edge/--no-edge and --checks-in-server: give only --front")
+    if checks_in_server and edge:
+        raise click.UsageError("--checks-in-server is for --no-edge (use --front server)")
+    return "server" if checks_in_server else ("envoy" if edge else "none")
 
 
-def _checks_in_server(
-    repo: Path, state_dir: Path, max_request_mb: float, max_waiting: int = 0, queue_slo: str = ""
-) -> dict:
-    """ServerSettings fields that run the edge's checks inside tritonserver: the HTTP checks' rules file, written
-    into the state folder (0600), their limits, the waiting bound (--max-waiting, else the repository's) and, with
-    --queue-slo-ms, the admission table the supervisor marks and the guard reads."""
-    from tpserve.server.edge import admission_table
-    from tpserve.server.edge.admission import waiting_bound
-    from tpserve.server.edge.request_checks import MIB, EdgeLimits, checks_json, model_rules
-    from tpserve.server.triton.launcher import private_state
-
-    limits = EdgeLimits(max_request_bytes=int(max_request_mb * MIB))
-    path = private_state(state_dir) / "http_checks.json"
-    path.unlink(missing_ok=True)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as out:
-        out.write(checks_json(model_rules(Path(repo)), limits))
-    head, budget = limits.max_header_kb * 1024, max(1 << 30, 16 * limits.max_request_bytes)
-    bounds = f"{limits.max_request_bytes},{head},{limits.max_connections},{budget},{HEAD_TIMEOUT_MS}"
-    found = {"http_checks": path, "http_check_limits": bounds, "max_waiting": max_waiting or waiting_bound(Path(repo))}
-    if queue_slo:
-        found.update(admission_table=admission_table.make_table(state_dir), queue_budgets=queue_slo)
-    return found
+def _check_front(front: str, why: str, supervise: bool, queue_slo: str) -> None:
+    if front == "envoy" and not supervise:
+        raise click.UsageError(f"Envoy in front ({why}) needs the supervisor: drop --no-supervise")
+    if queue_slo and not (supervise and front != "none"):
+        raise click.UsageError(
+            "--queue-slo-ms needs the supervisor and a front's checks (drop --no-supervise and --front none)"
+        )
 
 
 def _start_behind_edge(

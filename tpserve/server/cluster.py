@@ -16,8 +16,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import KW_ONLY, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -547,16 +545,3 @@ def one_behind_edge(repo: Path, state_dir: Path, **options) -> ClusterSettings:
         state_dir=state_dir,
         **options,
     )
-
-
-@contextmanager
-def served_as_started(
-    repo: Path, state_dir: Path, **options
-) -> Iterator[tuple[launcher.ServerState, launcher.ServerState]]:
-    """One server as one_behind_edge starts it, for the length of a with block: yields (front, direct), the
-    edge's state (the ports clients use) and tritonserver's own (the figure beside it); always stopped."""
-    start_cluster(one_behind_edge(repo, state_dir, **options))
-    try:
-        yield endpoints.read_state(state_dir), endpoints.read_state(state_dir / "replica-0")
-    finally:
-        stop_cluster(state_dir)

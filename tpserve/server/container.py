@@ -240,6 +240,8 @@ def _run_args(
         *map(str, ports),
         "--health-port",
         str(serve.health_port),
+        "--front",  # the image's path is Envoy's (its state in replica-0, which the start waits on)
+        "envoy",
     ]
 
 

@@ -448,7 +448,7 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
 
     from tpserve.builders.spec import zoo
     from tpserve.loadtest.perf.tools import find_perf_analyzer
-    from tpserve.server.cluster import served_as_started
+    from tpserve.server.fronts import served_as_started
 
     spec = zoo.get_spec(settings.model, max_batch_size=max(settings.max_batch, settings.gpu_batch))
     spec = dataclasses.replace(spec, validation_batch_sizes=(1, 2))
@@ -484,9 +484,10 @@ def run(settings: BenchSettings, out: Path) -> list[BenchRow]:
         )
         rows.insert(rows.index(graphs) + 1, extra_row)
     analyzer = find_perf_analyzer()
-    with served_as_started(repo, out / "state", startup_timeout=600) as (state, inner):  # `server start`'s path
+    serving = served_as_started(repo, out / "state", direct=settings.direct, startup_timeout=600)
+    with serving as (state, inner):  # `server start`'s path; a plain server's figure beside
         eps = {protocol: state.endpoint(protocol, repo) for protocol in ("grpc", "http")}
-        direct = {protocol: inner.endpoint(protocol, repo) for protocol in ("grpc", "http")}
+        direct = {protocol: inner.endpoint(protocol, repo) for protocol in ("grpc", "http")} if inner else {}
         for row in rows:
             if row.runtime in variants:
                 step(f"gpu-bench: served {row.runtime} ({variants[row.runtime]})")

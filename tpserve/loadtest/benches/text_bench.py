@@ -806,7 +806,7 @@ def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
     import torch
 
     from tpserve.loadtest.perf.tools import find_perf_analyzer
-    from tpserve.server.cluster import served_as_started
+    from tpserve.server.fronts import served_as_started
     from tpserve.server.triton.launcher import TritonTuning
 
     gpu = torch.cuda.is_available()
@@ -823,10 +823,12 @@ def run(settings: TextBenchSettings, out: Path) -> list[TextRow]:
     stats = RaggedStats(out / "ragged_stats")
     analyzer = find_perf_analyzer()
     tuning = TritonTuning(latency_summaries=settings.latency_summaries)
-    serving = served_as_started(repo, out / "state", startup_timeout=900, ragged_stats=stats.folder, tuning=tuning)
-    with serving as (state, inner):  # as `server start` serves: through the edge, its own port beside
+    serving = served_as_started(
+        repo, out / "state", direct=settings.direct, startup_timeout=900, ragged_stats=stats.folder, tuning=tuning
+    )
+    with serving as (state, inner):  # as `server start` serves, a plain server's figure beside
         eps = {protocol: state.endpoint(protocol, repo) for protocol in PROTOCOLS}
-        direct = {protocol: inner.endpoint(protocol, repo) for protocol in PROTOCOLS} if settings.direct else None
+        direct = {protocol: inner.endpoint(protocol, repo) for protocol in PROTOCOLS} if inner else None
         ep = eps["grpc"]
         reference = _reference(work / spec.name / "model.pt2")
         rows += accuracy_rows(ep, models, reference, settings.tokenizer or _default_tokenizer(), "")
