@@ -217,8 +217,9 @@ def start(
         state = start(settings)
     if front == "server":
         click.echo(
-            f"edge: http {state.http_url} and grpc {state.grpc_url} checked inside tritonserver's own reads, no proxy on the path ({why}; "
-            f"body cap {max_request_mb:g} MB, {settings.max_waiting} calls may wait; Envoy: --front envoy)"
+            f"edge: http {state.http_url} and grpc {state.grpc_url} checked inside tritonserver's own reads, no "
+            f"proxy on the path ({why}; body cap {max_request_mb:g} MB, {settings.max_waiting} calls may wait; "
+            "Envoy: --front envoy)"
         )
     elif front == "none":
         click.echo("no front: tritonserver's own ports serve unguarded (trusted clients on loopback only)", err=True)
