@@ -772,8 +772,8 @@ def report(run, compare, repo, prometheus_url, state_dir):
     "--direct/--no-direct",
     default=True,
     show_default=True,
-    help="Each served row also at tritonserver's own port, beside the edge's figure (served is always through the "
-    "edge, as `server start` serves).",
+    help="Each served row also on a plain server (no front), beside the figure served as `server start` serves "
+    "(always measured).",
 )
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors
@@ -864,8 +864,8 @@ def gpu_bench(
     "--direct/--no-direct",
     default=True,
     show_default=True,
-    help="Each served point also at tritonserver's own port, beside the edge's figure (the served path is always "
-    "`server start`'s: through the edge).",
+    help="Each served point also on a plain server (no front), beside the figure served as `server start` "
+    "serves (always measured).",
 )
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @user_errors

@@ -38,7 +38,7 @@ class BenchRow:
     served_b1_p50_ms: float | None = None
     served_tput: float | None = None
     served_setup: str = ""
-    direct_b1_p50_ms: float | None = None  # the same points at tritonserver's own port (served goes through the edge)
+    direct_b1_p50_ms: float | None = None  # the same points on a plain server (served: `server start`'s front)
     direct_tput: float | None = None
     note: str = ""
     extra: dict = field(default_factory=dict)
@@ -241,7 +241,7 @@ def markdown(rows: list[BenchRow], header: str) -> str:
         header,
         "",
         "| runtime | in-process batch 1 (ms) | in-process img/s (batch) | served batch-1 p50 (ms) "
-        "| served img/s | served / in-process | at tritonserver's own port: batch-1 p50 ms, img/s | served setup "
+        "| served img/s | served / in-process | a plain server (no front): batch-1 p50 ms, img/s | served setup "
         "| note |",
         "|" + "---|" * 9,
     ]
@@ -293,7 +293,7 @@ class BenchSettings:
     max_batch: int = 0  # the served models' max batch (0: gpu_batch); the compiled rows measure up to it
     served: tuple[str, ...] = ()  # served rows (runtime names); empty: every servable one
     quick: bool = False  # only the compiled fp16 rows and the served ones: no CPU/eager rows, no bf16, no cold start
-    direct: bool = True  # each served row also at tritonserver's own port, beside the edge's figure
+    direct: bool = True  # each served row also on a plain server (no front), beside the default's
 
 
 def _served_variants(spec, work: Path, repo: Path, settings: BenchSettings) -> dict:

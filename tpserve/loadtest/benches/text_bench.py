@@ -61,7 +61,7 @@ class TextBenchSettings:
     text: bool = True  # the rows served from raw text
     python_too: bool = False  # GPU: the same engine through Python's per-batch path (native_path 0) served beside
     latency_summaries: bool = True  # Triton's p99 summaries (off: the alert rules' p99 is the backend's histogram)
-    direct: bool = True  # each served point also at tritonserver's own port, beside the edge's figure
+    direct: bool = True  # each served point also on a plain server (no front), beside the default's
 
 
 def for_device(settings: TextBenchSettings, gpu: bool) -> TextBenchSettings:
@@ -90,9 +90,7 @@ class TextRow:
     mean_batch: float | None = None
     padding_efficiency: float | None = None
     gpu_mib: float | None = None
-    direct_sentences_s: float | None = (
-        None  # the same point at tritonserver's own port (served rows go through the edge)
-    )
+    direct_sentences_s: float | None = None  # the same point on a plain server (served rows: `server start`'s front)
     direct_p50_ms: float | None = None
     note: str = ""
     extra: dict = field(default_factory=dict)
@@ -631,8 +629,8 @@ def served_rows(
     settings, eps: dict, analyzer, models: dict, lengths: np.ndarray, label: str, stats, raw: Path, direct=None
 ) -> Iterator[TextRow]:
     """Every served point of one length distribution: ids (per_request and single sentences, these over gRPC and
-    HTTP), text, before. eps: the edge's Endpoint per protocol (gRPC's unless a point says); direct: tritonserver's
-    own, measured after each point and reported beside it (None: not). Yields each row as it is measured."""
+    HTTP), text, before. eps: the served Endpoint per protocol (gRPC's unless a point says); direct: a plain
+    server's, measured after each point and reported beside it (None: not). Yields each row as it is measured."""
     window = settings.interval_ms
     engine = models["engine"]
     points = [
@@ -694,8 +692,8 @@ def served_rows(
 
 
 def _beside(point, eps: dict, direct: dict | None, analyzer, lengths, label, stats, raw) -> TextRow:
-    """The point through the edge (the default path's figure), then at tritonserver's own port: its sentences/s
-    and p50 go beside the edge's in the same row."""
+    """The point as `server start` serves (the default path's figure), then on a plain server: its sentences/s
+    and p50 go beside the served one's in the same row."""
     row = _safe_point(point, eps[point.protocol], analyzer, lengths, label, stats, raw)
     if direct is not None:
         alone = _safe_point(point, direct[point.protocol], analyzer, lengths, label, stats, raw / "direct")
@@ -764,7 +762,7 @@ def accuracy_rows(ep, models: dict, reference, tokenizer: Path | None, label: st
 
 def latency_rows(settings, eps: dict, analyzer, models: dict, stats, raw: Path, direct=None) -> list[TextRow]:
     """One 32-token sentence per request, concurrency 1: p50 from ids and from text, over gRPC and over HTTP;
-    through the edge (eps), tritonserver's own port (direct) beside."""
+    as served (eps), a plain server's (direct) beside."""
     one = tw.Lengths(fixed=32).sample(256)
     label = "one sentence of 32 tokens"
     window = settings.interval_ms
@@ -909,7 +907,7 @@ def markdown(rows: list[TextRow], header: str) -> str:
         header,
         "",
         "| path | runtime / model | lengths | sentences per request | concurrency | sentences/s | tokens/s | p50 ms "
-        "| p99 ms | at tritonserver's own port: sentences/s, p50 ms | mean batch (rows) | padding efficiency "
+        "| p99 ms | a plain server (no front): sentences/s, p50 ms | mean batch (rows) | padding efficiency "
         "| GPU MiB | note |",
         "|" + "---|" * 14,
     ]
