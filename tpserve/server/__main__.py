@@ -175,7 +175,7 @@ def start(
     """Start the server and return once every model is ready (with --foreground: stay until told to stop)."""
     from tpserve.common.endpoints import read_state
     from tpserve.server.edge.recording import record_settings
-    from tpserve.server.triton.launcher import ServerSettings, start
+    from tpserve.server.triton.launcher import ServerSettings, refuse_running, start
 
     tuning = _tuning(server_args, latency_summaries, latency_quantiles)  # checked before anything starts
     recording = record_settings(record, state_dir, record_file_mb, record_files)
@@ -188,6 +188,8 @@ def start(
     _check_front(front, why, supervise, queue_slo)
     step(f"starting tritonserver on {repo} (http {http_port}, grpc {grpc_port}, metrics {metrics_port})")
     ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
+    refuse_running(state_dir)  # before the checks' file of a server still running there is touched
+    (state_dir / fronts.CHECKS_FILE).unlink(missing_ok=True)
     checks = (
         fronts.checks_in_server(repo, state_dir, max_request_mb, max_waiting, queue_slo) if front == "server" else {}
     )
@@ -593,6 +595,9 @@ def status(state_dir):
 
     state = read_state(state_dir)
     if not (state_dir / CLUSTER).exists():
+        guarded = (state_dir / fronts.CHECKS_FILE).exists()  # written at each start with the checks, else removed
+        front = "checks inside tritonserver's reads" if guarded else "none (tritonserver's own ports, unguarded)"
+        click.echo(f"front: {front}")
         click.echo(f"pid {state.pid}, http {state.http_url}, grpc {state.grpc_url}, repo {state.repo}, log {state.log}")
         click.echo(_models_line(state))
         return

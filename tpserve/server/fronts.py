@@ -19,6 +19,7 @@ from tpserve.common import endpoints
 from tpserve.common.errors import ConfigError
 
 FRONTS = ("auto", "server", "envoy", "none")
+CHECKS_FILE = "http_checks.json"  # in the state folder: the HTTP checks' rules, there while the front is server
 HEAD_TIMEOUT_MS = 10_000  # a request's head must arrive within this of its first byte, as at Envoy
 
 
@@ -57,7 +58,7 @@ def checks_in_server(
     from tpserve.server.triton.launcher import private_state
 
     limits = EdgeLimits(max_request_bytes=int(max_request_mb * MIB))
-    path = private_state(state_dir) / "http_checks.json"
+    path = private_state(state_dir) / CHECKS_FILE
     path.unlink(missing_ok=True)
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "w", encoding="utf-8") as out:

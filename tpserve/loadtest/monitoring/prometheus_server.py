@@ -40,7 +40,9 @@ def targets_of(state_dir: Path) -> list[Target]:
 
     if not (state_dir / CLUSTER).exists():
         state = read_state(state_dir)
-        return [Target("triton", f"{state.host}:{state.metrics_port}", labels={"replica": "server"})]
+        return [Target("triton", f"{state.host}:{state.metrics_port}", labels={"replica": "server"})] + _supervisor(
+            state_dir, state.host
+        )
     cluster, found = read_cluster(state_dir), []
     for replica in cluster.replicas:
         state = read_state(state_dir / replica.name)
@@ -51,6 +53,20 @@ def targets_of(state_dir: Path) -> list[Target]:
     if cluster.stats_port:  # a single server behind the edge has no Envoy stats port
         found.append(Target("envoy", f"{cluster.host}:{cluster.admin_port}", "/stats/prometheus"))
     return found
+
+
+def _supervisor(state_dir: Path, host: str) -> list[Target]:
+    """A single supervised server's supervisor /metrics (its admission figures), where it runs with the checks in
+    the server's admission table; none otherwise."""
+    import json
+
+    from tpserve.server.edge.admission_table import FILE
+
+    record = state_dir / "supervisor.json"
+    if not (state_dir / FILE).exists() or not record.exists():
+        return []
+    port = json.loads(record.read_text() or "{}").get("health_port")
+    return [Target("tpserve", f"{host}:{port}", "/metrics", labels={"replica": "server"})] if port else []
 
 
 def scrape_config(targets: list[Target], interval: str = "5s") -> dict:
