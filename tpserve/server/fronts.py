@@ -86,22 +86,41 @@ def served_as_started(
         with _behind_envoy(repo, state_dir, **options) as pair:
             yield pair[0], (pair[1] if direct else None)
         return
+    ports = endpoints.free_ports(7)  # at once: two servers start side by side
+    if not direct:
+        with _guarded(repo, state_dir, ports[:4], **options) as served:
+            yield served, None
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
     from tpserve.server.triton import launcher
 
-    with _guarded(repo, state_dir, **options) as served:
-        if not direct:
-            yield served, None
-            return
-        with launcher.running(repo, state_dir / "plain", **options) as plain:
-            yield served, plain
+    launcher.private_state(state_dir)
+    with ThreadPoolExecutor(1) as pool:  # both load at once: a compiled model's warm-up takes minutes on each
+        plain = pool.submit(_plain, repo, state_dir / "plain", ports[4:], options)
+        try:
+            with _guarded(repo, state_dir, ports[:4], **options) as served:
+                yield served, plain.result()
+        finally:
+            plain.exception() or launcher.stop(state_dir / "plain")
+
+
+def _plain(repo: Path, state_dir: Path, ports: list[int], options: dict) -> endpoints.ServerState:
+    from tpserve.server.triton import launcher
+
+    http, grpc, metrics = ports
+    settings = launcher.ServerSettings(
+        repo, http_port=http, grpc_port=grpc, metrics_port=metrics, state_dir=state_dir, **options
+    )
+    return launcher.start(settings)
 
 
 @contextmanager
-def _guarded(repo: Path, state_dir: Path, **options) -> Iterator[endpoints.ServerState]:
+def _guarded(repo: Path, state_dir: Path, ports: list[int], **options) -> Iterator[endpoints.ServerState]:
     from tpserve.server.supervision.supervisor_process import start_supervised, stop_supervisor
     from tpserve.server.triton import launcher
 
-    http, grpc, metrics, health = endpoints.free_ports(4)
+    http, grpc, metrics, health = ports
     checks = checks_in_server(repo, state_dir)
     settings = launcher.ServerSettings(
         repo, http_port=http, grpc_port=grpc, metrics_port=metrics, state_dir=state_dir, **checks, **options
