@@ -2,6 +2,7 @@
 whether Locust and perf_analyzer agree, batching and multi-GPU layouts). Not packaged; they import the product,
 the product never imports them. `python -m benchmarks --help` lists them."""
 
+import contextlib
 import time
 from pathlib import Path
 
@@ -142,14 +143,22 @@ def edge_cost(
     from tpserve.server.cluster import envoy_binary
 
     config = state_dir / "envoy.json"
-    if not config.exists() or not (state_dir / "replica-0").is_dir():
-        raise click.ClickException(f"no server behind the edge in {state_dir}: start one with `make serve`")
+    envoy = config.exists() and (state_dir / "replica-0").is_dir()
+    given = (in_server, plain)
+    if not envoy:  # `make serve`'s default: the checks in the server are the target, held to a plain server
+        if in_server is not None or not (state_dir / "http_checks.json").exists():
+            raise click.ClickException(
+                f"no server of `make serve` in {state_dir}: start one (`make serve`; `make serve FRONT=envoy` for "
+                "Envoy and its ablation)"
+            )
+        in_server, ablation = state_dir, False
     out = out or Path("reports") / time.strftime("edge-cost-%Y%m%d-%H%M%S")
-    served = json.loads(config.read_text())
-    copies = []
-    try:
-        for variant in bench.VARIANTS if ablation else ():
-            copies.append(bench.start_copy(served, variant, out / "copies", envoy_binary()))
+    served = json.loads(config.read_text()) if envoy else {}
+    with contextlib.ExitStack() as stack:
+        if in_server is not None and plain is None:  # the same repository with no front, while this runs
+            plain = stack.enter_context(_plain_server(in_server, out / "plain_state"))
+        copies = [bench.start_copy(served, v, out / "copies", envoy_binary()) for v in bench.VARIANTS if ablation]
+        stack.callback(lambda: [bench.stop_copy(c) for c in copies])
         rows = bench.measure(
             state_dir,
             model,
@@ -166,19 +175,28 @@ def edge_cost(
             stability_percent=50.0,
             max_trials=10,
         )
-    finally:
-        for running in copies:
-            bench.stop_copy(running)
     header = (
         f"{host_label}, {time.strftime('%Y-%m-%d')}, {model}, {rounds} alternated rounds, medians; "
         f"`python -m benchmarks edge-cost --model {model} --rounds {rounds}"
-        f"{' --in-server DIR' if in_server else ''}{' --plain DIR2' if plain else ''}` against `make serve`"
-        f"{' and `start --no-edge --checks-in-server` in DIR' if in_server else ''}"
-        f"{' (held to `start --no-edge` in DIR2, the same server without the checks)' if plain else ''}."
+        f"{' --in-server DIR' if given[0] else ''}{' --plain DIR2' if given[1] else ''}` against `make serve`"
+        f"{'' if envoy else ' (the checks in the server)'}"
+        f"{' FRONT=envoy and `start --front server` in DIR' if given[0] else ''}"
+        f"{'' if given[1] or in_server is None else ', held to a plain server (`start --front none`) it started'}"
+        f"{' (held to `start --front none` in DIR2, the same server without the checks)' if given[1] else ''}."
     )
     limits = {"added_ms_c1": floor_values[0], "ratio_c4": floor_values[1]}
     click.echo(bench.write(bench.compare(rows), rows, out, header, limits))
     click.echo(f"report: {out}/edge_cost.md")
+
+
+@contextlib.contextmanager
+def _plain_server(served: Path, state_dir: Path):
+    """A server of the repository served from `served`, with no front and the defaults, on free ports."""
+    from tpserve.common.endpoints import read_state
+    from tpserve.server.triton import launcher
+
+    with launcher.running(Path(read_state(served).repo), state_dir, startup_timeout=900):
+        yield state_dir
 
 
 @cli.command("record-bench")

@@ -88,3 +88,23 @@ def test_medians_ratios_and_floors_come_from_the_rounds():
         "grpc c1: the edge adds +0.200 ms (floor <= 0.15 ms): missed",
         "grpc c4: the edge keeps 0.85x direct (floor >= 0.8): met",
     ]
+
+
+def test_the_default_front_is_held_to_a_plain_server_with_no_envoy_measured():
+    rows = [
+        _row(edge_cost.PLAIN, 1, 1, 1000.0, 1.0),
+        _row(edge_cost.IN_SERVER, 1, 1, 990.0, 1.05),
+        _row(edge_cost.PLAIN, 4, 1, 2000.0, 2.0),
+        _row(edge_cost.IN_SERVER, 4, 1, 1500.0, 2.4),
+    ]
+    table = edge_cost.compare(rows)
+    assert {(t["target"], t["concurrency"]): t["ratio"] for t in table} == {
+        (edge_cost.PLAIN, 1): 1.0,
+        (edge_cost.IN_SERVER, 1): 0.99,
+        (edge_cost.PLAIN, 4): 1.0,
+        (edge_cost.IN_SERVER, 4): 0.75,
+    }
+    assert edge_cost.floors(table) == [
+        "grpc c1: the checks in the server add +0.050 ms (floor <= 0.15 ms): met",
+        "grpc c4: the checks in the server keep 0.75x the plain server (floor >= 0.8): missed",
+    ]
