@@ -223,6 +223,8 @@ def start(
             f"proxy on the path ({why}; body cap {max_request_mb:g} MB, {settings.max_waiting} calls may wait; "
             "Envoy: --front envoy)"
         )
+    elif front == "envoy" and why != "--front envoy":
+        click.echo(f"front: Envoy, since {why} (the checks in the server are the default otherwise)")
     elif front == "none":
         click.echo("no front: tritonserver's own ports serve unguarded (trusted clients on loopback only)", err=True)
     if supervise:
