@@ -80,15 +80,16 @@ def served_as_started(
     beside (for front envoy, tritonserver's own port behind it; for front server, a plain server of the same
     repository in state_dir/plain, since the checks sit in the served one's own ports). Always stopped.
 
-    options: ServerSettings fields both servers share (startup_timeout, tuning, ragged_stats, ...).
+    options: ServerSettings fields both servers share (startup_timeout, tuning, ragged_stats, ...); max_waiting:
+    the served one's waiting bound (MAX_WAITING=; 0: the repository's).
     """
     if front == "envoy":
         with _behind_envoy(repo, state_dir, **options) as pair:
             yield pair[0], (pair[1] if direct else None)
         return
-    ports = endpoints.free_ports(7)  # at once: two servers start side by side
+    ports, waiting = endpoints.free_ports(7), options.pop("max_waiting", 0)  # the ports at once: two servers start
     if not direct:
-        with _guarded(repo, state_dir, ports[:4], **options) as served:
+        with _guarded(repo, state_dir, ports[:4], waiting, **options) as served:
             yield served, None
         return
     from concurrent.futures import ThreadPoolExecutor
@@ -99,7 +100,7 @@ def served_as_started(
     with ThreadPoolExecutor(1) as pool:  # both load at once: a compiled model's warm-up takes minutes on each
         plain = pool.submit(_plain, repo, state_dir / "plain", ports[4:], options)
         try:
-            with _guarded(repo, state_dir, ports[:4], **options) as served:
+            with _guarded(repo, state_dir, ports[:4], waiting, **options) as served:
                 yield served, plain.result()
         finally:
             plain.exception() or launcher.stop(state_dir / "plain")
@@ -116,12 +117,14 @@ def _plain(repo: Path, state_dir: Path, ports: list[int], options: dict) -> endp
 
 
 @contextmanager
-def _guarded(repo: Path, state_dir: Path, ports: list[int], **options) -> Iterator[endpoints.ServerState]:
+def _guarded(
+    repo: Path, state_dir: Path, ports: list[int], max_waiting: int = 0, **options
+) -> Iterator[endpoints.ServerState]:
     from tpserve.server.supervision.supervisor_process import start_supervised, stop_supervisor
     from tpserve.server.triton import launcher
 
     http, grpc, metrics, health = ports
-    checks = checks_in_server(repo, state_dir)
+    checks = checks_in_server(repo, state_dir, max_waiting=max_waiting)
     settings = launcher.ServerSettings(
         repo, http_port=http, grpc_port=grpc, metrics_port=metrics, state_dir=state_dir, **checks, **options
     )

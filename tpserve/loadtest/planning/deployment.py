@@ -16,7 +16,7 @@ AS_BUILT = -1  # a knob left as the repository has it
 
 @dataclass(frozen=True)
 class Deployment:
-    """One candidate: `replicas` servers (one behind the edge as `serve` starts it, more as `cluster`),
+    """One candidate: `replicas` servers (one as `serve` starts it, its checks in the server; more as `cluster`),
     `instances` per model and the dynamic batcher's delay (AS_BUILT: the configs' own); max_waiting: the requests
     that may wait on a replica before the edge refuses (MAX_WAITING=; 0: as `serve` sets it)."""
 

@@ -256,9 +256,9 @@ def write(plan: Plan, command: str) -> Path:
         *_beyond(plan),
         "## Every trial",
         "",
-        "Each deployment was started fresh on free ports, one replica as `serve` starts it (behind the edge), more "
-        "as `cluster` does. A probe replays the first seconds; a probe whose slow or failed answers alone exceed 1% "
-        "of the whole replay's requests is a clear miss, and the whole replay is skipped.",
+        "Each deployment was started fresh on free ports, one replica as `serve` starts it (the checks in the "
+        "server), more as `cluster` does. A probe replays the first seconds; a probe whose slow or failed answers "
+        "alone exceed 1% of the whole replay's requests is a clear miss, and the whole replay is skipped.",
         "",
         *_trial_rows(plan),
         "",

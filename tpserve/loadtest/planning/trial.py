@@ -5,6 +5,7 @@ statistics; the deployment stopped."""
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -118,16 +119,12 @@ def run_trial(run: TrialRun, deployment: Deployment, speed: float, seconds: floa
     the first seconds), stop it; the trial's figures."""
     from dataclasses import replace
 
-    from tpserve.common import endpoints
     from tpserve.loadtest.locust_suite.replay import Replay, run_replay
-    from tpserve.server.cluster import start_cluster, stop_cluster
 
     folder = run.out / "trials" / name
     repository = repository_for(run.repo, deployment, run.out / "deployments" / deployment.slug())
     step(f"plan: {name}: {deployment.label()}, replay x{speed:g}{f' (first {seconds:g} s)' if seconds else ''}")
-    start_cluster(_settings(repository, deployment, folder / "state", run.startup_timeout))
-    try:
-        state = endpoints.read_state(folder / "state")
+    with _deployed(repository, deployment, folder / "state", run.startup_timeout) as state:
         replay = Replay(
             recording=run.recording,
             speed=speed,
@@ -142,23 +139,39 @@ def run_trial(run: TrialRun, deployment: Deployment, speed: float, seconds: floa
             run_replay(warm, state.http_url, state.grpc_url, repository, folder / "warmup")
         result = run_replay(replay, state.http_url, state.grpc_url, repository, folder / "replay")
         phases = _phases(folder / "state", repository, run.models, deployment.replicas)
-    finally:
-        stop_cluster(folder / "state")
     found = figures(result["results"]["sent"], result["items"], slo_ms)
     client_busy = result["results"].get("client_busy", 0.0)
     return {**found, "behind_ms": result["results"]["behind_s"] * 1000, "client_busy": client_busy, "phases_us": phases}
 
 
-def _settings(repository: Path, deployment: Deployment, state_dir: Path, timeout: float):
-    """One replica: as `serve` starts it (one server behind the edge); more: as `cluster` does; free ports; the
-    requests that may wait as MAX_WAITING= sets them (per replica)."""
+@contextmanager
+def _deployed(repository: Path, deployment: Deployment, state_dir: Path, timeout: float):
+    """One replica: as `serve` starts it (its default front, the checks in the server); more: as `cluster` does
+    (Envoy in front); free ports; the requests that may wait as MAX_WAITING= sets them (per replica). Yields the
+    state clients use; always stopped."""
     from tpserve.common import endpoints
-    from tpserve.server.cluster import ClusterSettings, one_behind_edge
+    from tpserve.server.cluster import start_cluster, stop_cluster
+    from tpserve.server.fronts import served_as_started
+
+    if deployment.replicas == 1:
+        with served_as_started(
+            repository, state_dir, direct=False, startup_timeout=timeout, max_waiting=deployment.max_waiting
+        ) as (state, _):
+            yield state
+        return
+    start_cluster(_cluster(repository, deployment, state_dir, timeout))
+    try:
+        yield endpoints.read_state(state_dir)
+    finally:
+        stop_cluster(state_dir)
+
+
+def _cluster(repository: Path, deployment: Deployment, state_dir: Path, timeout: float):
+    from tpserve.common import endpoints
+    from tpserve.server.cluster import ClusterSettings
     from tpserve.server.edge.envoy_config import Balancing
 
     balancing = Balancing(max_requests=deployment.max_waiting * deployment.replicas)
-    if deployment.replicas == 1:
-        return one_behind_edge(repository, state_dir, startup_timeout=timeout, balancing=balancing)
     http_port, grpc_port, admin_port = endpoints.free_ports(3)
     return ClusterSettings(
         repository,
@@ -180,8 +193,9 @@ def _phases(state_dir: Path, repository: Path, models: tuple[str, ...], replicas
     from tpserve.common import endpoints
 
     totals = {"requests": 0, "queue_us": 0.0, "compute_us": 0.0}
-    for index in range(replicas):
-        ep = endpoints.read_state(state_dir / f"replica-{index}").endpoint("grpc", repository)
+    folders = [state_dir / f"replica-{index}" for index in range(replicas)] if replicas > 1 else [state_dir]
+    for folder in folders:
+        ep = endpoints.read_state(folder).endpoint("grpc", repository)
         for model in models:
             whole = breakdown(ep, model)[-1]
             count = whole["requests"]
