@@ -1,7 +1,6 @@
 """`plan` end to end on digits_cnn with a synthetic recording: real deployments started as serve and cluster start
-them, the
-recording replayed open loop at GROWTH x; a generous SLO is met by one replica and proven by the closing replay,
-an impossible one ends at the first probe of each size and says nothing on this host meets it."""
+them, the recording replayed open loop at GROWTH x; a generous SLO is met by one replica and proven by the closing
+replay, an impossible one ends at the first probe of each size and says nothing on this host meets it."""
 
 import json
 
