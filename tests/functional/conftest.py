@@ -75,7 +75,7 @@ def served(tmp_path_factory, digits_build):
 
 
 def behind_edge(repo: Path, state_dir: Path, record=None, grpc_streaming: bool = False, **edge):
-    """ClusterSettings of one supervised server behind the edge (what `make serve` starts), on free ports;
+    """ClusterSettings of one supervised server behind Envoy (what `make serve FRONT=envoy` starts), on free ports;
     edge: EdgeLimits fields (echo_reading=True for the differential test); record: a RecordSettings;
     grpc_streaming: ModelStreamInfer served (`--grpc-streaming`)."""
     from tpserve.server.cluster import one_behind_edge

@@ -165,11 +165,12 @@ def test_only_the_model_marked_over_its_budget_is_refused_on_either_protocol(ser
 
 @contextlib.contextmanager
 def _in_server(tmp_path, *options: str):
-    """The slow model served with `--no-edge --checks-in-server` and options: its state folder and health port."""
+    """The slow model served as `server start` serves it (the checks in the server) with options: its state folder
+    and health port."""
     shutil.copytree(SLOW, tmp_path / "repo")
     ports = [str(p) for p in endpoints.free_ports(4)]
     state_dir = tmp_path / "state"
-    command = [sys.executable, "-m", "tpserve.server", "start", "--no-edge", "--checks-in-server", *options,
+    command = [sys.executable, "-m", "tpserve.server", "start", *options,
                "--repo", str(tmp_path / "repo"), "--http-port", ports[0], "--grpc-port", ports[1],
                "--metrics-port", ports[2], "--health-port", ports[3], "--state-dir", str(state_dir)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=240)
@@ -227,7 +228,7 @@ def _served_again(state) -> None:
 
 
 def test_calls_past_the_waiting_bound_are_refused_inside_tritonserver(tmp_path):
-    """`--no-edge --checks-in-server`: no Envoy to hold the bound, so the guard in tritonserver's reads refuses a new
+    """The default front: no Envoy to hold the bound, so the guard in tritonserver's reads refuses a new
     call once the server runs --max-waiting calls, HTTP and gRPC together: a gRPC call before gRPC has its message
     (server/triton/triton_guard.c, 2c), UNAVAILABLE with the retry hint; an HTTP request on its head
     (http_front.c), 503 with Retry-After. At once, the server never restarted, calls admitted again after. The flood
@@ -241,7 +242,7 @@ def test_calls_past_the_waiting_bound_are_refused_inside_tritonserver(tmp_path):
 
 
 def test_admission_by_queue_time_inside_tritonserver(tmp_path):
-    """`--no-edge --checks-in-server --queue-slo-ms`: the supervisor marks the model over its budget in the admission
+    """The default front with `--queue-slo-ms`: the supervisor marks the model over its budget in the admission
     table and the guard in tritonserver's reads refuses its new calls (HTTP 429, gRPC UNAVAILABLE, retry hints),
     counted where the supervisor's /metrics reads them; admitted again once the queue drains."""
     with _in_server(tmp_path, "--queue-slo-ms", "slow=100") as (state_dir, health_port):

@@ -46,7 +46,7 @@ class TritonPythonModel(_Served):
 
 
 def _settings(replicas: int, repo, state_dir):
-    """One server behind the edge (`make serve`), or a cluster of two behind Envoy (`make cluster`)."""
+    """One server behind Envoy (`make serve FRONT=envoy`), or a cluster of two behind Envoy (`make cluster`)."""
     if replicas == 1:
         return behind_edge(repo, state_dir)
     from tpserve.server.cluster import ClusterSettings

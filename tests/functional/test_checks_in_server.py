@@ -1,4 +1,4 @@
-"""The edge's HTTP checks inside tritonserver's own reads (`start --no-edge --checks-in-server`,
+"""The edge's HTTP checks inside tritonserver's own reads (`make serve`'s default front,
 server/triton/http_front.c): the requests that crashed tritonserver 2.51 and every case the edge refuses are refused
 on tritonserver's own HTTP port, with the edge's answers, before it reads a byte of them; good requests (JSON,
 binary, several on one connection, 100-continue) are served; the server's pid never changes."""
@@ -32,7 +32,7 @@ def checked(digits_build, tmp_path_factory):
     build_model(BuildRequest(spec=spec, target="embedded", repo=root / "repo", work_dir=root / "work"), built)
     ports = [str(p) for p in endpoints.free_ports(4)]
     state_dir = root / "state"
-    command = [sys.executable, "-m", "tpserve.server", "start", "--no-edge", "--checks-in-server", "--max-request-mb",
+    command = [sys.executable, "-m", "tpserve.server", "start", "--max-request-mb",
                "8", "--repo", str(root / "repo"), "--http-port", ports[0], "--grpc-port", ports[1],
                "--metrics-port", ports[2], "--health-port", ports[3], "--state-dir", str(state_dir)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=240)

@@ -22,7 +22,7 @@ from tpserve.common import endpoints
 
 SLOW = Path(__file__).resolve().parent.parent / "fixtures" / "slow_model"
 STREAM_PATH = "/inference.GRPCInferenceService/ModelStreamInfer"
-FRONTS = {"edge": (), "checks in the server": ("--no-edge", "--checks-in-server")}
+FRONTS = {"envoy": ("--front", "envoy"), "the default (checks in the server)": ()}
 
 
 @pytest.fixture(scope="module", params=sorted(FRONTS))

@@ -1,4 +1,4 @@
-"""tritonserver's own surfaces behind the edge (`make serve`'s default), attacked as a local user, a client and a
+"""tritonserver's own surfaces behind Envoy (`make serve FRONT=envoy`), attacked as a local user, a client and a
 key holder would (docs/security/red_team.md, findings 10-12): another user reaches neither of its internal
 ports, no client crashes it by cancelling gRPC calls, and no one registers the Python backend's IPC memory.
 Every test ends with the server's pid unchanged and requests served on both protocols."""

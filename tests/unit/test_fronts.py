@@ -71,3 +71,13 @@ def test_the_monitor_scrapes_a_single_servers_supervisor_where_it_admits_by_queu
     assert [t.job for t in targets_of(tmp_path)] == ["triton"]
     (tmp_path / FILE).write_bytes(b"")
     assert [(t.job, t.address) for t in targets_of(tmp_path)] == [("triton", "127.0.0.1:3"), ("tpserve", "127.0.0.1:4")]
+
+
+@pytest.mark.parametrize(
+    "edge, checks, front",
+    [(None, False, "auto"), (False, True, "server"), (True, False, "envoy"), (False, False, "none")],
+)
+def test_the_flags_before_front_mean_what_they_meant(edge, checks, front):
+    from tpserve.server.__main__ import _legacy_front
+
+    assert _legacy_front("auto", edge, checks) == front
