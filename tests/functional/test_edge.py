@@ -1,4 +1,4 @@
-"""The edge as Envoy (`make serve FRONT=envoy`): requests that crashed tritonserver 2.51 are refused before it sees them,
+"""Envoy as the edge (`FRONT=envoy`): requests that crashed tritonserver 2.51 are refused before it sees them,
 on HTTP through Envoy and on gRPC straight to the server; the server's pid never changes, good requests pass."""
 
 import http.client
