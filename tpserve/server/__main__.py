@@ -131,7 +131,8 @@ def cli():
     "--internal-http-port",
     type=int,
     default=0,
-    help="tritonserver's own HTTP port behind the edge (default: a free one; listed in STATE_DIR/replica-0).",
+    help="tritonserver's own HTTP port behind Envoy (brings Envoy in front; default: a free one, listed in "
+    "STATE_DIR/replica-0).",
 )
 @TLS_CERT
 @TLS_KEY
