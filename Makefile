@@ -138,10 +138,12 @@ docs: install ## Build the documentation site into site/ (MkDocs, strict: a brok
 
 FROM ?=
 HOLD ?= 30
-rollout: install ## Roll MODEL's new build from FROM into the served REPO without downtime (rolls back on a failed check); CANARY="1 10 50 100" HOLD=30: by traffic share
+LATENCY_RATIO ?= 1.5
+LATENCY_SLACK_MS ?= 5
+rollout: install ## Roll MODEL's new build from FROM into the served REPO without downtime (rolls back on a failed check); CANARY="1 10 50 100" HOLD=30: by traffic share, gated on p99 <= LATENCY_RATIO x the old one's + LATENCY_SLACK_MS
 	@test -n "$(MODEL)" -a -n "$(FROM)" || { echo "usage: make rollout MODEL=<served model> FROM=<repository built by make build-engines>"; exit 2; }
 	$(PY) -m tpserve.operations rollout --model "$(MODEL)" --from "$(FROM)" --repo $(REPO) --http-port $(HTTP_PORT) --state-dir $(STATE_DIR) \
-		$(if $(CANARY),--share "$(CANARY)" --hold $(HOLD))
+		$(if $(CANARY),--share "$(CANARY)" --hold $(HOLD) --latency-ratio $(LATENCY_RATIO) --latency-slack-ms $(LATENCY_SLACK_MS))
 
 status: install ## Show the running server
 	$(PY) -m tpserve.server status --state-dir $(STATE_DIR)

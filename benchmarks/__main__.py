@@ -141,12 +141,13 @@ def edge_cost(
     from benchmarks import edge_cost as bench
     from tpserve.loadtest.perf.tools import find_perf_analyzer
     from tpserve.server.cluster import envoy_binary
+    from tpserve.server.fronts import CHECKS_FILE
 
     config = state_dir / "envoy.json"
     envoy = config.exists() and (state_dir / "replica-0").is_dir()
     given = (in_server, plain)
     if not envoy:  # `make serve`'s default: the checks in the server are the target, held to a plain server
-        if in_server is not None or not (state_dir / "http_checks.json").exists():
+        if in_server is not None or not (state_dir / CHECKS_FILE).exists():
             raise click.ClickException(
                 f"no server of `make serve` in {state_dir}: start one (`make serve`; `make serve FRONT=envoy` for "
                 "Envoy and its ablation)"
@@ -157,8 +158,9 @@ def edge_cost(
     with contextlib.ExitStack() as stack:
         if in_server is not None and plain is None:  # the same repository with no front, while this runs
             plain = stack.enter_context(_plain_server(in_server, out / "plain_state"))
-        copies = [bench.start_copy(served, v, out / "copies", envoy_binary()) for v in bench.VARIANTS if ablation]
-        stack.callback(lambda: [bench.stop_copy(c) for c in copies])
+        copies: list = []
+        for variant in bench.VARIANTS if ablation else ():  # each stopped however the run ends
+            copies.append(stack.enter_context(_copy(bench, served, variant, out / "copies", envoy_binary())))
         rows = bench.measure(
             state_dir,
             model,
@@ -187,6 +189,16 @@ def edge_cost(
     limits = {"added_ms_c1": floor_values[0], "ratio_c4": floor_values[1]}
     click.echo(bench.write(bench.compare(rows), rows, out, header, limits))
     click.echo(f"report: {out}/edge_cost.md")
+
+
+@contextlib.contextmanager
+def _copy(bench, served: dict, variant, work: Path, binary: Path):
+    """One stripped copy of the edge's Envoy, stopped when the block ends."""
+    running = bench.start_copy(served, variant, work, binary)
+    try:
+        yield running
+    finally:
+        bench.stop_copy(running)
 
 
 @contextlib.contextmanager

@@ -54,9 +54,37 @@ def cli():
     "version's (rolled back on a breach).",
 )
 @click.option("--hold", type=float, default=30.0, show_default=True, help="Seconds each traffic share is held.")
+@click.option(
+    "--latency-ratio",
+    type=click.FloatRange(min=1.0),
+    default=1.5,
+    show_default=True,
+    help="Canary gate: the new build's p99 and mean latency may be this many times the old version's ...",
+)
+@click.option(
+    "--latency-slack-ms",
+    type=click.FloatRange(min=0.0),
+    default=5.0,
+    show_default=True,
+    help="... plus this many milliseconds (raise both on a busy or shared host).",
+)
 @STATE_DIR
 @user_errors
-def rollout(model, source, repo, http_port, canary, accuracy_tolerance, accuracy_budget, keep, share, hold, state_dir):
+def rollout(
+    model,
+    source,
+    repo,
+    http_port,
+    canary,
+    accuracy_tolerance,
+    accuracy_budget,
+    keep,
+    share,
+    hold,
+    latency_ratio,
+    latency_slack_ms,
+    state_dir,
+):
     """Roll a new build of MODEL into the running server without downtime (rolls back on a failed check)."""
     from tpserve.clients.checks import Gate
     from tpserve.common.endpoints import read_state
@@ -65,7 +93,8 @@ def rollout(model, source, repo, http_port, canary, accuracy_tolerance, accuracy
 
     _check_same_server(read_state(state_dir), repo, http_port, state_dir)
     gate = Gate(accuracy_tolerance, accuracy_budget)
-    plan = CanaryPlan(steps=_percents(share), hold_s=hold) if share.strip() else None
+    limits = {"latency_ratio": latency_ratio, "latency_slack_ms": latency_slack_ms}
+    plan = CanaryPlan(steps=_percents(share), hold_s=hold, **limits) if share.strip() else None
     event = rollout(
         RolloutRequest(model=model, source=source, state_dir=state_dir, canary=canary, gate=gate, keep=keep, share=plan)
     )
