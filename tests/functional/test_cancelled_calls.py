@@ -1,8 +1,7 @@
-"""Nothing computed for nobody: a call its client cancels is answered unrun by the model, through the edge
-(server/edge/cancel_notice.c notes it, triton_models/python_backend/cancelled_calls.py skips it), so a storm of
-cancelled
-calls does
-not hold a slow model's queue against the other clients."""
+"""Nothing computed for nobody: a call its client cancels is answered unrun by the model, on both fronts: behind
+Envoy (server/edge/cancel_notice.c notes it) and on `make serve`'s default, the checks in tritonserver's reads (the
+guard notes it: server/triton/call_ids.h), and triton_models/python_backend/cancelled_calls.py skips it. So a storm of
+cancelled calls does not hold a slow model's queue against the other clients."""
 
 import re
 import shutil
@@ -33,24 +32,52 @@ def slow_behind_edge(tmp_path):
     stop_cluster(settings.state_dir)
 
 
+@pytest.fixture()
+def slow_by_default(tmp_path):
+    """The slow model served as `make serve` serves it: the checks in tritonserver's reads, no Envoy."""
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    shutil.copytree(SLOW, tmp_path / "repo")
+    state_dir, ports = tmp_path / "state", [str(p) for p in endpoints.free_ports(4)]
+    command = [sys.executable, "-m", "tpserve.server", "start", "--repo", str(tmp_path / "repo"), "--http-port",
+               ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2], "--health-port", ports[3],
+               "--state-dir", str(state_dir)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    yield SimpleNamespace(repo=tmp_path / "repo", state_dir=state_dir, server_dir=state_dir)
+    subprocess.run([sys.executable, "-m", "tpserve.server", "stop", "--state-dir", str(state_dir)], timeout=120)
+
+
+def _server_dir(settings) -> Path:
+    return getattr(settings, "server_dir", settings.state_dir / "replica-0")
+
+
 def _ran(settings) -> int:
-    log = (settings.state_dir / "replica-0" / "tritonserver.log").read_text()
+    log = (_server_dir(settings) / "tritonserver.log").read_text()
     return sum(int(n) for n in re.findall(r"slow: ran (\d+)", log))
 
 
 def _received(settings) -> int:
     from tests.functional.conftest import endpoint_of
 
-    ep = endpoint_of(endpoints.read_state(settings.state_dir / "replica-0"), settings.repo, "http")
+    ep = endpoint_of(endpoints.read_state(_server_dir(settings)), settings.repo, "http")
     with ep.client() as client:
         stats = client.get_inference_statistics("slow", headers=ep.admin_headers)
     return sum(int(m["inference_count"]) for m in stats["model_stats"])
 
 
-def test_cancelled_calls_are_answered_unrun_and_an_ordinary_client_is_served(slow_behind_edge):
-    settings = slow_behind_edge
+@pytest.fixture(params=["envoy", "default"])
+def slow_served(request):
+    """The slow model behind Envoy, and on the default front."""
+    return request.getfixturevalue("slow_behind_edge" if request.param == "envoy" else "slow_by_default")
+
+
+def test_cancelled_calls_are_answered_unrun_and_an_ordinary_client_is_served(slow_served):
+    settings = slow_served
     front = endpoints.read_state(settings.state_dir)
-    answered, stop = [], threading.Event()
+    answered, refused, stop = [], [], threading.Event()
 
     def ordinary() -> None:  # its own connection, as another process would have
         own = [("grpc.use_local_subchannel_pool", 1)]
@@ -62,8 +89,8 @@ def test_cancelled_calls_are_answered_unrun_and_an_ordinary_client_is_served(slo
                 try:
                     c.infer("slow", [tensor], client_timeout=60)
                     answered.append(time.monotonic() - started)
-                except Exception:  # refused while the queue is full: counted as not answered
-                    pass
+                except Exception as err:  # refused while the queue is full: counted as not answered
+                    refused.append(str(err)[:200])
 
     client = threading.Thread(target=ordinary)
     client.start()
@@ -78,7 +105,7 @@ def test_cancelled_calls_are_answered_unrun_and_an_ordinary_client_is_served(slo
     )
     assert made > 1000 and received > 20
     assert ran < received / 2, "most calls that reached the model were cancelled before it ran them"
-    assert answered, "the ordinary client was never answered during the storm"
+    assert answered, f"the ordinary client was never answered during the storm: {refused[:3]}"
 
 
 def test_an_overload_is_refused_at_once_with_a_retry_hint(slow_behind_edge):
@@ -183,3 +210,66 @@ def test_what_cancelling_clients_leave_behind_stays_bounded_and_is_counted(slow_
     while sum(cancel_table.read_backlog(table)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert sum(cancel_table.read_backlog(table)) == 0, "the backlog drains once nobody cancels"
+
+
+def test_http_clients_that_hang_up_leave_their_calls_unrun_on_the_default_front(slow_by_default):
+    """On the default front the guard gives each HTTP inference request its id (a header line it adds) and notes the
+    requests of a connection whose client went before the answer: the model answers those unrun. A client's own
+    x-edge-call header is left out of what tritonserver reads. An ordinary request is answered throughout."""
+    import json
+    import socket
+    import urllib.request
+
+    settings = slow_by_default
+    front = endpoints.read_state(settings.state_dir)
+    body = json.dumps({"inputs": [{"name": "X", "shape": [1, 1], "datatype": "FP32", "data": [1.0]}]}).encode()
+    head = (
+        f"POST /v2/models/slow/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"x-edge-call: 00000000000000ff\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    stop, left = threading.Event(), [0]
+
+    def leaver() -> None:  # sends a request and hangs up at once, FIN or reset
+        import struct
+
+        while not stop.is_set():
+            with socket.create_connection((front.host, front.http_port), timeout=10) as conn:
+                if left[0] % 2:
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                conn.sendall(head + body)
+                time.sleep(0.005)
+            left[0] += 1
+
+    def ordinary() -> list:  # honours the refusals' retry hint until answered
+        refusals = []
+        for _ in range(60):
+            request = urllib.request.Request(f"http://{front.http_url}/v2/models/slow/infer", data=body)
+            try:
+                with urllib.request.urlopen(request, timeout=120) as answer:
+                    return [json.load(answer)["outputs"][0]["data"], refusals]
+            except urllib.error.HTTPError as err:
+                assert err.code == 503, err  # a full queue (Triton's), or a bound of the front's
+                refusals.append(err.read()[:120])
+                time.sleep(1)
+        return [None, refusals]
+
+    threads = [threading.Thread(target=leaver) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(6)
+        data, refusals = ordinary()
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    time.sleep(1.0)
+    received, ran = _received(settings), _ran(settings)
+    print(
+        f"HTTP clients hanging up on a 4-per-second model: {left[0]} requests, {received} reached it, {ran} ran; "
+        f"an ordinary request answered after {len(refusals)} refusals"
+    )
+    assert data == [1.0], f"an ordinary request was never answered: {refusals[:3]}"
+    assert left[0] > 200 and received > 20
+    assert ran < received / 2, "most requests that reached the model were left by their clients before it ran them"
+    assert endpoints.read_state(settings.state_dir).pid == front.pid, "tritonserver was restarted"

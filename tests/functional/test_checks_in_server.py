@@ -289,3 +289,25 @@ def test_grpc_clients_that_cancel_time_out_or_hang_up_crash_nothing(checked):
     assert cancelled > 200 and timed_out > 200 and hung_up > 50 and broke > 50 and pinged > 50
     time.sleep(2)  # what the hang-ups left running ends
     _still_serving(checked)
+
+
+def test_a_call_carrying_the_servers_own_call_id_is_refused_on_grpc_and_stripped_on_http(checked):
+    """x-edge-call is the id the guard gives each call (server/triton/call_ids.h): a gRPC call that brings its own is
+    refused before tritonserver has its message (INVALID_ARGUMENT, saying why); over HTTP the header is left out of
+    what tritonserver reads and the request is answered. Nothing restarts."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    state, repo, _ = checked
+    tensor = grpcclient.InferInput("input", list(GOOD.shape), "FP32")
+    tensor.set_data_from_numpy(GOOD.astype(np.float32))
+    with grpcclient.InferenceServerClient(state.grpc_url) as client:
+        with pytest.raises(InferenceServerException, match="x-edge-call is the server's own header") as refused:
+            client.infer("digits_cnn", [tensor], headers={"x-edge-call": "00000000000000ff"}, client_timeout=30)
+        assert "INVALID_ARGUMENT" in str(refused.value.status()), refused.value.status()
+        assert client.infer("digits_cnn", [tensor], client_timeout=30).as_numpy("logits").shape == (1, 10)
+    body = json.dumps({"inputs": [{"name": "input", "shape": list(GOOD.shape), "datatype": "FP32",
+                                   "data": GOOD.astype(np.float32).ravel().tolist()}]}).encode()  # fmt: skip
+    status, _, text = _http(state, "POST", INFER, body, {"x-edge-call": "00000000000000ff", "X-Edge-Call": "1"})
+    assert status == 200, text
+    _still_serving(checked)

@@ -8,6 +8,9 @@
  * answers to what it was handed (Content-Length or chunked bodies, random bytes in them, written in random pieces
  * over several buffers; now and then random bytes) are followed: once each request is answered, the front counts
  * none still running. And once: a request past the waiting bound is refused with 503 until one is answered.
+ * With a cancelled-calls table (call_ids.h): each inference request handed out carries one x-edge-call line of 16 hex
+ * digits after its request line, and no line of the client's own; the ids of a connection forgotten before its
+ * answers are in the table, those of one answered first (the client never hung up) are not.
  *
  *   fuzz_front SECONDS SEED   (prints "N rounds, 0 failures"; exit 0 when none failed) */
 #define _GNU_SOURCE
@@ -19,11 +22,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "../../tpserve/server/triton/call_ids.h"
 #include "../../tpserve/server/triton/http_checks.h"
 #include "../../tpserve/server/triton/http_front.h"
 
@@ -84,6 +89,7 @@ static int request(buffer *sent, buffer *handed, int kind) {
   put(sent, head, (size_t)h);
   put(handed, head, (size_t)h);
   if (expect) puts_(sent, "Expect: 100-continue\r\n");
+  if (below(5) == 0) puts_(sent, below(2) ? "X-Edge-Call: 00000000000000ff\r\n" : "x-edge-call:1\r\n"); /* left out */
   if (kind != 2) {
     h = snprintf(head, sizeof head, "Content-Length: %zu\r\n", n);
     put(sent, head, (size_t)h);
@@ -192,6 +198,35 @@ static void answer_all(int fd, size_t round) {
   free(out.bytes);
 }
 
+static uint64_t *table; /* the cancelled-calls table, as the models map it */
+
+/* The ids handed out in got (each an x-edge-call line after a request line), taken out of it, into ids; how many
+ * (-1: a line that is not 16 hex digits). */
+static long take_ids(buffer *got, uint64_t *ids, size_t room) {
+  static const char line[] = "\r\nx-edge-call: ";
+  long count = 0;
+  for (char *at = got->bytes; got->len && (at = memmem(at, got->len - (size_t)(at - got->bytes), line, sizeof line - 1));) {
+    char *id = at + sizeof line - 1;
+    if ((size_t)(id - got->bytes) + 18 > got->len || memcmp(id + 16, "\r\n", 2) != 0) return -1;
+    char hex[17] = {0};
+    memcpy(hex, id, 16);
+    if (strspn(hex, "0123456789abcdef") != 16) return -1;
+    if ((size_t)count < room) ids[count] = strtoull(hex, NULL, 16);
+    count++;
+    size_t cut = sizeof line - 3 + 18; /* the line after the CRLF before it */
+    memmove(at + 2, at + 2 + cut, got->len - (size_t)(at + 2 + cut - got->bytes));
+    got->len -= cut;
+    at += 2;
+  }
+  return count;
+}
+
+static size_t count_of(const buffer *b, const char *text) {
+  size_t n = 0, len = strlen(text);
+  for (const char *at = b->bytes; b->len && (at = memmem(at, b->len - (size_t)(at - b->bytes), text, len)); at += len) n++;
+  return n;
+}
+
 static void round_of(size_t round) {
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0) return fail("socketpair", round);
@@ -238,7 +273,12 @@ static void round_of(size_t round) {
   if (!ended && written == sent.len && closed) fail("the stream never ended", round);
   if (!random_bytes && !mutated && refused && (answers.len == 0 || !memmem(answers.bytes, answers.len, "x-edge: refused", 15)))
     fail("a refused request got no refusal", round);
-  if (!random_bytes && !mutated) { /* exactly the good requests, in order */
+  uint64_t ids[64];
+  long found = !random_bytes && !mutated ? take_ids(&got, ids, 64) : 0;
+  if (found < 0) fail("an x-edge-call line is not 16 hex digits", round);
+  if (!random_bytes && !mutated) { /* exactly the good requests, in order, each inference with its id */
+    if (found != (long)count_of(&handed, "POST /v2/models/m/infer HTTP/1.1\r\n"))
+      fail("an inference request was handed out without its id (or with two)", round);
     if (got.len != handed.len || (got.len && memcmp(got.bytes, handed.bytes, got.len) != 0)) {
       char what[200];
       snprintf(what, sizeof what, "handed out %zu bytes, expected %zu (refused %d)", got.len, handed.len, refused);
@@ -262,9 +302,16 @@ static void round_of(size_t round) {
       at += head + body;
     }
   }
+  int hang_up = below(4) == 0; /* the connection closed before its answers: nobody waits for them */
+  if (hang_up) front_forget(pair[0]);
   answer_all(pair[0], round);
   front_forget(pair[0]);
   if (__atomic_load_n(&running_calls, __ATOMIC_RELAXED) != 0) fail("a forgotten connection's requests still count", round);
+  for (long i = 0; i < found && i < 64; i++) {
+    int marked = table[ids[i] % CALL_SLOTS] == ids[i];
+    if (hang_up && !marked) fail("a call its client left is not in the table", round);
+    if (!hang_up && !closed && marked) fail("an answered call is in the table", round);
+  }
   running_calls = 0;
   close(pair[0]), close(pair[1]);
   free(sent.bytes), free(handed.bytes), free(got.bytes), free(answers.bytes);
@@ -307,7 +354,8 @@ static void bounds(void) {
                               "{\"inputs\":[{\"name\":\"x\",\"shape\":[1,1],\"datatype\":\"FP32\",\"data\":[1]}]}";
   static const char probe[] = "GET /v2/health/live HTTP/1.1\r\nhost: x\r\n\r\n";
   (void)!write(one[1], small, sizeof small - 1);
-  if (front_read(one[0], &(struct iovec){into, sizeof into}, 1) != (ssize_t)(sizeof small - 1)) fail("a request within the bound was held", 0);
+  size_t id_line = sizeof CALL_ID_NAME + 1 + CALL_ID_HEX + 2; /* "x-edge-call: " 16 hex digits CRLF */
+  if (front_read(one[0], &(struct iovec){into, sizeof into}, 1) != (ssize_t)(sizeof small - 1 + id_line)) fail("a request within the bound was held", 0);
   (void)!write(two[1], probe, sizeof probe - 1); /* not an inference: never refused for load */
   if (front_read(two[0], &(struct iovec){into, sizeof into}, 1) != (ssize_t)(sizeof probe - 1)) fail("a probe past the bound was held", 0);
   front_wrote(two[0], &(struct iovec){(void *)"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", 38}, 1, 38);
@@ -336,6 +384,15 @@ int main(int argc, char **argv) {
   setenv("TRITON_GUARD_FRONT_HTTP", "8000", 1);
   setenv("TRITON_GUARD_RULES", path, 1);
   setenv("TRITON_GUARD_FRONT_LIMITS", "1000000,16384,1024,1000000,1500", 1); /* budget: one body; heads in 1.5 s */
+  char calls[] = "/tmp/fuzz_front_callsXXXXXX";
+  int table_fd = mkstemp(calls); /* 0600 */
+  if (table_fd < 0 || ftruncate(table_fd, (off_t)CALL_SLOTS * 8) != 0) return 2;
+  table = mmap(NULL, (size_t)CALL_SLOTS * 8, PROT_READ, MAP_SHARED, table_fd, 0);
+  close(table_fd);
+  if (table == MAP_FAILED) return 2;
+  setenv("TRITON_CANCELLED_CALLS", calls, 1);
+  call_ids_start();
+  unlink(calls);
   struct front_io io = {recv, write, ioctl_wrapper};
   int started = front_start(&io);
   unlink(path);

@@ -10,7 +10,10 @@
  * with random calls and rooms while the server writes its settings and ends streams, under a waiting bound of 1 to 3
  * calls a third of the time (new calls past it refused, the refusals written to the client), with ModelStreamInfer
  * served half the time (else each stream refused at its first DATA, or the connection cut); then the client hangs
- * up. No read may fail, and the connection must end for the server once it has ended every stream.
+ * up. No read may fail, and the connection must end for the server once it has ended every stream. With a
+ * cancelled-calls table (2d), what the reads hand out must still be whole frames in order, every header block of
+ * CONTINUATIONs of its own stream only, each ModelInfer call's block ended by its id's frame; the ids of the calls
+ * the client left are in the table.
  *
  *   fuzz_guard SECONDS SEED   (exit 0: every step matched, every public connection ended) */
 #define _GNU_SOURCE
@@ -21,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -177,6 +181,9 @@ static int step(int peer, int server) {
   return same;
 }
 
+/* a ModelInfer call's header block (its :path, a literal of the static name) */
+static const uint8_t infer_block[] = "\x04\x2a/inference.GRPCInferenceService/ModelInfer";
+
 /* ---- a public port (TRITON_GUARD_H2_PUBLIC): a client's frames, valid and broken, whatever the reads ---- */
 
 /* One client frame for a public port: mostly valid (header blocks, DATA within the windows, control frames,
@@ -197,7 +204,6 @@ static void public_frame(buffer* sent, uint32_t* streams, size_t* count) {
   switch (below(13)) {
     case 12: { /* a ModelStreamInfer stream (its DATA read whole, its messages checked) or a ModelInfer call, and a
                 * message or a bad one */
-      static const uint8_t infer_block[] = "\x04\x2a/inference.GRPCInferenceService/ModelInfer";
       stream = *count ? streams[*count - 1] + 2 : 1;
       if (below(2)) frame(sent, 1, 0x4, stream, stream_block, sizeof stream_block - 1);
       else frame(sent, 1, 0x4, stream, infer_block, sizeof infer_block - 1); /* refused past a waiting bound */
@@ -234,6 +240,37 @@ static void public_frame(buffer* sent, uint32_t* streams, size_t* count) {
   }
 }
 
+static uint64_t *table; /* the cancelled-calls table, as the models map it */
+static long ids_seen, ids_marked;
+
+/* What gRPC read of a public connection: the preface, then whole frames (the last may be cut by the end), no frame
+ * but a CONTINUATION of its stream inside a header block; counts the id frames (2d) and those the table holds. */
+static int well_framed(const uint8_t* b, size_t n) {
+  uint32_t in_block = 0;
+  int id_due = 0; /* the frame before was a ModelInfer call's HEADERS: its id's frame must follow */
+  for (size_t at = 24; at + 9 <= n;) {
+    uint32_t length = (uint32_t)b[at] << 16 | (uint32_t)b[at + 1] << 8 | b[at + 2];
+    uint8_t type = b[at + 3], flags = b[at + 4];
+    uint32_t stream = ((uint32_t)(b[at + 5] & 0x7f) << 24) | (uint32_t)b[at + 6] << 16 | (uint32_t)b[at + 7] << 8 | b[at + 8];
+    if (at + 9 + length > n) break;
+    if (in_block && (type != 9 || stream != in_block)) return 0;
+    if (!in_block && type == 9) return 0;
+    int is_id = type == 9 && length == 30 && memcmp(b + at + 11, "x-edge-call", 11) == 0;
+    if (id_due && !is_id) return 0;
+    id_due = type == 1 && length == sizeof infer_block - 1 && memcmp(b + at + 9, infer_block, length) == 0;
+    if (type == 1 || type == 9) in_block = flags & 0x4 ? 0 : stream;
+    if (is_id) {
+      char hex[17] = {0};
+      memcpy(hex, b + at + 23, 16);
+      uint64_t id = strtoull(hex, NULL, 16);
+      ids_seen++;
+      if (table[id % (1u << 18)] == id) ids_marked++;
+    }
+    at += 9 + length;
+  }
+  return 1;
+}
+
 /* A public connection: frames sent in random pieces, read with random calls and rooms, the server answering and
  * ending streams through the write wrappers; then the client hangs up. No read may fail, and once the server has
  * ended every stream the connection must end for it (a read returns 0) within a bounded number of reads. */
@@ -255,6 +292,7 @@ static int public_connection(void) {
   frame(&settings, 8, 0, 0, (const uint8_t*)"\x00\x3f\x00\x01", 4);
   g_write(pair[1], settings.bytes, settings.length);
   uint8_t into[4096], sink[4096];
+  buffer read_out = {0};
   int failed = 0;
   for (size_t at = 0; at < sent.length && !failed;) {
     size_t piece = 1 + below(sent.length - at);
@@ -264,6 +302,7 @@ static int public_connection(void) {
       ssize_t n = guarded(pair[1], into, below(4) == 0 ? 1 + below(12) : 1 + below(sizeof into));
       if (n < 0 && errno != EAGAIN) failed = 1;
       if (n <= 0) break;
+      put(&read_out, into, (size_t)n);
     }
     while (recv(pair[0], sink, sizeof sink, MSG_DONTWAIT) > 0) {
     }
@@ -282,6 +321,7 @@ static int public_connection(void) {
     ssize_t n = guarded(pair[1], into, 1 + below(sizeof into));
     if (n < 0 && errno != EAGAIN && errno != ECONNRESET && errno != EPIPE) failed = 1;
     if (n == 0) ended = 1;
+    if (n > 0) put(&read_out, into, (size_t)n);
     if (pair[0] >= 0) {
       while (recv(pair[0], sink, sizeof sink, MSG_DONTWAIT) > 0) {
       }
@@ -297,6 +337,11 @@ static int public_connection(void) {
     fprintf(stderr, "\n");
   }
   if (failed) fprintf(stderr, "fuzz_guard: a read on a public connection failed: %s\n", strerror(errno));
+  if (!failed && !well_framed(read_out.bytes, read_out.length)) {
+    fprintf(stderr, "fuzz_guard: what gRPC read of a public connection is not whole frames, blocks whole\n");
+    failed = 1;
+  }
+  free(read_out.bytes);
   g_close(pair[1]);
   if (pair[0] >= 0) close(pair[0]);
   free(sent.bytes), free(settings.bytes);
@@ -305,6 +350,15 @@ static int public_connection(void) {
 
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN); /* the server writes to clients that hung up, as gRPC does (MSG_NOSIGNAL) */
+  char calls[] = "/tmp/fuzz_guard_callsXXXXXX";
+  int table_fd = mkstemp(calls); /* 0600 */
+  if (table_fd < 0 || ftruncate(table_fd, (off_t)8 << 18) != 0) return 2;
+  table = mmap(NULL, (size_t)8 << 18, PROT_READ, MAP_SHARED, table_fd, 0);
+  close(table_fd);
+  if (table == MAP_FAILED) return 2;
+  setenv("TRITON_CANCELLED_CALLS", calls, 1);
+  call_ids_start();
+  unlink(calls);
   double seconds = argc > 1 ? atof(argv[1]) : 5.0;
   state ^= argc > 2 ? strtoull(argv[2], NULL, 10) * 0x9E3779B97F4A7C15ull : 0;
   if (state == 0) state = 1;
@@ -334,7 +388,7 @@ int main(int argc, char** argv) {
     if (!failed) failed = !public_connection(), publics++;
     clock_gettime(CLOCK_MONOTONIC, &now);
   } while (!failed && (now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) / 1e9 < seconds);
-  printf("fuzz_guard: %ld connections, %ld steps, %ld public connections (%lu calls refused), %d failures\n",
-         connections, steps, publics, refused_calls, failed);
+  printf("fuzz_guard: %ld connections, %ld steps, %ld public connections (%lu calls refused; %ld ids handed out, %ld of "
+         "them marked cancelled), %d failures\n", connections, steps, publics, refused_calls, ids_seen, ids_marked, failed);
   return failed;
 }

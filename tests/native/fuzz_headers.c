@@ -116,7 +116,7 @@ int main(int argc, char **argv) {
       if (verdict != 0 && verdict != -1) {
         if (failures++ < 5) printf("case %lu: the block check answered %d\n", cases, verdict);
       }
-      if (path != 0xff && path > HPACK_PATH_INFER) {
+      if (path != 0xff && (path & ~HPACK_OWN_CALL_ID) > HPACK_PATH_INFER) {
         if (failures++ < 5) printf("case %lu: the block's :path read as %u\n", cases, path);
       }
       if (table.count > HPACK_ENTRIES || table.size > table.max) {

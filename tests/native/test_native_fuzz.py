@@ -4,10 +4,13 @@ calls) run against a stand-in for Triton's backend API and the CUDA driver: a re
 overflow, a leak, a request answered or released other than once, or an id outside value_range reaching the device
 fails it. The guard's frame rewriting (server/triton/triton_guard.c) reads split frame streams through every read
 call with rooms of 1 byte up: what it hands out must be the model's rewriting, and no read may fail; on a public gRPC
-port, valid and broken client frames never fail a read, and every connection ends once the server ended its calls.
+port, valid and broken client frames never fail a read, every connection ends once the server ended its calls, and
+what gRPC reads stays whole frames with each call's id frame ending its header block.
 The gRPC recorder (server/edge/record_grpc.c) reads well-formed, mutated, cut and random gRPC bodies in random
 chunks. The edge's HTTP checks (server/triton/http_checks.c) read mutated and random requests within their bytes, and in
-tritonserver's reads (http_front.c) hand out only whole requests that pass, whatever the splits and reads. The
+tritonserver's reads (http_front.c) hand out only whole requests that pass, whatever the splits and reads, each
+inference with one call id of the front's and none of the client's; the ids of a connection left before its answers
+reach the cancelled-calls table, those answered first do not. The
 guard renames a gRPC deadline in any header block and changes nothing else (grpc_headers.c). Longer,
 with other seeds: `make fuzz-native`."""
 
@@ -42,12 +45,13 @@ GUARD = [
     TRITON / "http_checks.c",
     TRITON / "grpc_headers.c",
     TRITON / "grpc_messages.c",
+    TRITON / "call_ids.c",
 ]
 HEADERS = [ROOT / "tests" / "native" / "fuzz_headers.c", TRITON / "grpc_headers.c"]
 RECORDER = [ROOT / "tests" / "native" / "fuzz_record.c", ROOT / "tests" / "fixtures" / "record_grpc" / "harness.c"]
 ADMISSION = [ROOT / "tests" / "native" / "fuzz_admission.c"]
 CHECKS = [ROOT / "tests" / "native" / "fuzz_checks.c", ROOT / "tpserve" / "server" / "triton" / "http_checks.c"]
-FRONT = [ROOT / "tests" / "native" / "fuzz_front.c", *GUARD[1:3]]
+FRONT = [ROOT / "tests" / "native" / "fuzz_front.c", *GUARD[1:3], TRITON / "call_ids.c"]
 # the guard's libc wrappers, renamed so that the fuzzer calls them on its own sockets (libc keeps its own)
 RENAMED = (
     "recv",

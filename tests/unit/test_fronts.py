@@ -81,3 +81,23 @@ def test_the_flags_before_front_mean_what_they_meant(edge, checks, front):
     from tpserve.server.__main__ import _legacy_front
 
     assert _legacy_front("auto", edge, checks) == front
+
+
+def test_the_checks_in_the_server_come_with_private_files_and_a_fresh_cancelled_calls_table(tmp_path):
+    """The rules file and the cancelled-calls table the guard maps (0600, the table empty and of its size): the
+    guard gives each call its id only where the launcher names a table."""
+    import shutil
+    from pathlib import Path
+
+    from tpserve.server.fronts import CHECKS_FILE, checks_in_server
+    from tpserve.triton_models.python_backend.cancelled_calls import SLOTS
+
+    repo = tmp_path / "repo"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "slow_model", repo)
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "cancelled_calls").write_bytes(b"\1" * 8)  # a table left by an earlier run
+    found = checks_in_server(repo, tmp_path / "state")
+    table = found["cancelled_calls"]
+    assert table.stat().st_size == SLOTS * 8 and not any(table.read_bytes()[:4096])
+    for path in (table, tmp_path / "state" / CHECKS_FILE):
+        assert path.stat().st_mode & 0o777 == 0o600, path

@@ -51,8 +51,9 @@ def checks_in_server(
 ) -> dict:
     """ServerSettings fields that run the edge's checks inside tritonserver: the HTTP checks' rules file, written
     into the state folder (0600), their limits, the waiting bound (max_waiting, else the repository's) and, with a
-    queue_slo, the admission table the supervisor marks and the guard reads."""
-    from tpserve.server.edge import admission_table
+    queue_slo, the admission table the supervisor marks and the guard reads; and a fresh cancelled-calls table, in
+    which the guard notes the calls their clients left (server/triton/call_ids.h) for the models to skip."""
+    from tpserve.server.edge import admission_table, cancel_table
     from tpserve.server.edge.admission import waiting_bound
     from tpserve.server.edge.request_checks import MIB, EdgeLimits, checks_json, model_rules
     from tpserve.server.triton.launcher import private_state
@@ -66,6 +67,7 @@ def checks_in_server(
     head, budget = limits.max_header_kb * 1024, max(1 << 30, 16 * limits.max_request_bytes)
     bounds = f"{limits.max_request_bytes},{head},{limits.max_connections},{budget},{HEAD_TIMEOUT_MS}"
     found = {"http_checks": path, "http_check_limits": bounds, "max_waiting": max_waiting or waiting_bound(Path(repo))}
+    found["cancelled_calls"] = cancel_table.make_table(state_dir)  # each call's id; the guard notes those left
     if queue_slo:
         found.update(admission_table=admission_table.make_table(state_dir), queue_budgets=queue_slo)
     return found

@@ -300,11 +300,12 @@ static void add_entry(struct hpack_table *t, int64_t name, int64_t value, uint8_
     t->count++;
 }
 
-static int representation_checked(struct hpack_table *t, struct reading *in, uint8_t *path) {
+static int representation_checked(struct hpack_table *t, struct reading *in, uint8_t *path, uint8_t *own) {
     uint8_t first = *in->at, flags, kind = HPACK_PATH_NONE;
     if (first & 0x80) { /* indexed field */
         if (name_of(t, read_integer(in, 7, NULL), &kind) < 0) return -1;
-        if (kind != HPACK_PATH_NONE) *path = kind;
+        if (kind == HPACK_NAME_CALL_ID) *own = 1;
+        else if (kind != HPACK_PATH_NONE) *path = kind;
         return 0;
     }
     if ((first & 0xe0) == 0x20) { /* size update */
@@ -320,12 +321,14 @@ static int representation_checked(struct hpack_table *t, struct reading *in, uin
         struct literal literal_name = read_string(in);
         name = literal_name.octets;
         kind = name >= 0 && literal_is(&literal_name, ":path") ? HPACK_PATH_OTHER : HPACK_PATH_NONE;
+        if (name >= 0 && literal_is(&literal_name, "x-edge-call")) kind = HPACK_NAME_CALL_ID;
     } else if (index > 0) {
         name = name_of(t, index, &kind);
     }
     struct literal value = name < 0 ? (struct literal){0, 0, 0, -1} : read_string(in);
     if (index < 0 || value.octets < 0) return -1;
-    if (kind != HPACK_PATH_NONE) *path = kind = path_kind(&value);
+    if (kind == HPACK_NAME_CALL_ID) *own = 1;
+    else if (kind != HPACK_PATH_NONE) *path = kind = path_kind(&value);
     if (incremental) add_entry(t, name, value.octets, kind);
     return 0;
 }
@@ -333,11 +336,11 @@ static int representation_checked(struct hpack_table *t, struct reading *in, uin
 int hpack_check(struct hpack_table *t, const uint8_t *block, size_t length, uint8_t *path) {
     struct hpack_table trial = *t;
     struct reading in = {block, block + length};
-    uint8_t named = HPACK_PATH_NONE;
+    uint8_t named = HPACK_PATH_NONE, own = 0;
     while (in.at < in.end) {
-        if (representation_checked(&trial, &in, &named) < 0) return -1;
+        if (representation_checked(&trial, &in, &named, &own) < 0) return -1;
     }
     *t = trial;
-    if (path != NULL) *path = named;
+    if (path != NULL) *path = named | (own ? HPACK_OWN_CALL_ID : 0);
     return 0;
 }

@@ -48,11 +48,15 @@ struct hpack_table {
 /* What a block's :path names: none, ModelStreamInfer (the one call gRPC hands tritonserver when its headers come,
  * before any message: the others wait for their request), ModelInfer, or another call. */
 enum { HPACK_PATH_NONE = 0, HPACK_PATH_OTHER = 1, HPACK_PATH_STREAM = 2, HPACK_PATH_INFER = 3 };
+/* An entry named x-edge-call (call_ids.h: the id the guard gives each call); in hpack_check's *path, the bit that
+ * says a block carries a field of that name, as a literal or from the table. */
+enum { HPACK_NAME_CALL_ID = 4, HPACK_PATH_MASK = 0x0f, HPACK_OWN_CALL_ID = 0x80 };
 
 void hpack_table_start(struct hpack_table *t);
 
 /* A client's whole header block (its fragments joined): 0 when gRPC's decoder reads it without error, its changes
- * to the table made and what its (last) :path names in *path (when path is not NULL); -1 when it would end the
+ * to the table made and what its (last) :path names in *path (when path is not NULL; with HPACK_OWN_CALL_ID set
+ * where the block carries an x-edge-call field); -1 when it would end the
  * connection (an index past the tables, a malformed integer or Huffman string, a table size past the limit, a
  * block ending inside a representation), the table unchanged. */
 int hpack_check(struct hpack_table *t, const uint8_t *block, size_t length, uint8_t *path);

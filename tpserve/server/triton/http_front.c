@@ -24,6 +24,14 @@
  * so that the requests it still runs are known. While it runs the waiting bound's worth of calls (HTTP and gRPC
  * together), or while BACKLOG_EVERYONE calls their clients cancelled still run, a new request is refused on its
  * head: 503 with Retry-After, as Envoy's circuit breaker refuses it.
+ *
+ * Calls nobody waits for (call_ids.h): where the server has a cancelled-calls table, each inference request is handed
+ * out with a header line of its own id, x-edge-call, after its request line (a client's own x-edge-call lines are
+ * left out, as Envoy's module replaces them). The ids of the requests tritonserver has not begun to answer are kept
+ * in order; when the client hangs up (a thread waits on every connection for its end, EPOLLRDHUP: tritonserver does
+ * not read a connection while it runs its request), when tritonserver reads the end, or when the connection closes,
+ * they go into the table and the models answer those calls unrun. A client that half-closes its side counts as gone,
+ * as Envoy counts it.
  */
 #define _GNU_SOURCE
 #include "http_front.h"
@@ -36,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -44,6 +53,7 @@
 #include <unistd.h>
 
 #include "../edge/admission_parse.h"
+#include "call_ids.h"
 #include "http_checks.h"
 
 #pragma GCC diagnostic ignored "-Wformat-truncation" /* a refusal's message is capped on purpose */
@@ -58,6 +68,7 @@
 #define FRONT_FDS 65536
 #define KEEP_BUFFER (64 * 1024) /* a connection's buffer larger than this is freed between requests */
 #define MAX_DISCARD (256u << 20) /* a refused body larger than this is not read to its end: the connection is closed */
+#define WATCHED_IDS 4 /* the ids of a connection's unanswered requests the hang-up thread sees: its oldest */
 
 struct field {
     size_t at, len; /* within the request's bytes */
@@ -89,6 +100,12 @@ struct conn {
     int closing;        /* a refusal was written: reads end */
     size_t discard_left; /* after a refusal: the refused request's bytes still to come, read and dropped first */
     size_t reserved;     /* bytes of the front's memory budget this request holds (its whole length, once known) */
+    int own_ids;         /* the client's own x-edge-call lines in this request's head: left out */
+    uint64_t id;         /* this request's call id (0: none) */
+    uint64_t *ids;       /* the ids of the requests handed out and not yet answered, oldest first (0: none) */
+    size_t ids_len, ids_room;
+    int ids_lost;        /* out of memory once: this connection's ids are no longer kept */
+    int fd;
 };
 
 static struct conn *conns[FRONT_FDS];
@@ -106,6 +123,11 @@ static int64_t deadline[FRONT_FDS];
 int64_t running_calls, orphaned_calls;
 long waiting_bound;
 static uint64_t *admission; /* the admission table's region 0 (NULL: no admission by queue time) */
+/* For the thread that notes hang-ups (watch_hang_ups): each connection's oldest unanswered ids, and its generation
+ * (one more at each accept of the descriptor), so that an end seen late is never taken for a later connection's. */
+static uint64_t watched_ids[FRONT_FDS][WATCHED_IDS];
+static uint32_t generation[FRONT_FDS];
+static int hang_ups = -1; /* the epoll instance, EPOLLRDHUP on each connection */
 
 static void say(const char *format, ...) __attribute__((format(printf, 1, 2)));
 static void say(const char *format, ...) {
@@ -157,6 +179,28 @@ static void *watch_deadlines(void *unused) {
             if (at != 0 && at < now && __atomic_compare_exchange_n(&deadline[fd], &at, 0, 0, __ATOMIC_RELAXED,
                                                                    __ATOMIC_RELAXED))
                 shutdown(fd, SHUT_RDWR);
+        }
+    }
+    return NULL;
+}
+
+/* Waits for connections' ends (EPOLLRDHUP, or a reset): the ids of the requests the connection still waited for go
+ * into the cancelled-calls table at once (tritonserver reads nothing of a connection while it runs its request, so
+ * its own read of the end comes only after the answer). The generation read before and after the ids must be the
+ * one the end was seen for. */
+static void *watch_hang_ups(void *unused) {
+    (void)unused;
+    struct epoll_event seen[64];
+    for (;;) {
+        int n = epoll_wait(hang_ups, seen, 64, -1);
+        for (int i = 0; i < n; i++) {
+            int fd = (int)(uint32_t)seen[i].data.u64;
+            uint32_t then = (uint32_t)(seen[i].data.u64 >> 32);
+            if (fd < 0 || fd >= FRONT_FDS || __atomic_load_n(&generation[fd], __ATOMIC_SEQ_CST) != then) continue;
+            uint64_t ids[WATCHED_IDS];
+            for (int k = 0; k < WATCHED_IDS; k++) ids[k] = __atomic_load_n(&watched_ids[fd][k], __ATOMIC_SEQ_CST);
+            if (__atomic_load_n(&generation[fd], __ATOMIC_SEQ_CST) != then) continue;
+            for (int k = 0; k < WATCHED_IDS; k++) call_id_cancelled(ids[k]);
         }
     }
     return NULL;
@@ -235,6 +279,14 @@ int front_start(const struct front_io *given) {
             return -1;
         }
         pthread_detach(scanner);
+        hang_ups = epoll_create1(EPOLL_CLOEXEC);
+        pthread_t watcher;
+        if (hang_ups >= 0 && pthread_create(&watcher, NULL, watch_hang_ups, NULL) == 0) {
+            pthread_detach(watcher);
+        } else {
+            if (hang_ups >= 0) close(hang_ups);
+            hang_ups = -1; /* hang-ups are then noted when tritonserver reads them */
+        }
     }
     return failed ? -1 : 0;
 }
@@ -249,6 +301,44 @@ int front_port(int port) {
 
 int front_watched(int fd) { return fd >= 0 && fd < FRONT_FDS && conns[fd] != NULL; }
 
+/* The requests handed out and not answered: nobody waits for them any more (the client's end was read, or the
+ * connection closes). */
+/* The oldest ids, where the hang-up thread sees them. */
+static void mirror(const struct conn *c) {
+    for (size_t k = 0; k < WATCHED_IDS; k++)
+        __atomic_store_n(&watched_ids[c->fd][k], k < c->ids_len ? c->ids[k] : 0, __ATOMIC_SEQ_CST);
+}
+
+static void nobody_waits(struct conn *c) {
+    for (size_t k = 0; k < c->ids_len; k++) call_id_cancelled(c->ids[k]);
+    c->ids_len = 0;
+    mirror(c);
+}
+
+/* A request handed out whole: its id kept until its answer's head is written. */
+static void handed_out(struct conn *c) {
+    if (c->ids_lost) return;
+    if (c->ids_len == c->ids_room) {
+        size_t room = c->ids_room ? c->ids_room * 2 : 4;
+        uint64_t *grown = room < SIZE_MAX / sizeof *grown ? realloc(c->ids, room * sizeof *grown) : NULL;
+        if (grown == NULL) {
+            c->ids_lost = 1, c->ids_len = 0;
+            return;
+        }
+        c->ids = grown, c->ids_room = room;
+    }
+    c->ids[c->ids_len++] = c->id;
+    if (c->ids_len <= WATCHED_IDS) mirror(c);
+}
+
+/* An answer's head written: the oldest request is answered. */
+static void answered(struct conn *c) {
+    if (c->ids_len == 0) return;
+    memmove(c->ids, c->ids + 1, (c->ids_len - 1) * sizeof *c->ids);
+    c->ids_len--;
+    mirror(c);
+}
+
 void front_forget(int fd) {
     if (!front_watched(fd)) return;
     struct conn *c = conns[fd];
@@ -256,8 +346,10 @@ void front_forget(int fd) {
     set_deadline(fd, 0);
     __atomic_sub_fetch(&held, c->reserved, __ATOMIC_RELAXED);
     __atomic_sub_fetch(&running_calls, c->running, __ATOMIC_RELAXED);
+    nobody_waits(c); /* closed before its answers were written: nobody reads them (and the watched ids cleared) */
     if (c->out_owned) free(c->out);
     free(c->acc);
+    free(c->ids);
     free(c);
     __atomic_sub_fetch(&open_connections, 1, __ATOMIC_RELAXED);
 }
@@ -275,6 +367,12 @@ int front_accepted(int fd) {
         return -1;
     }
     conns[fd]->answers.first_line = 1;
+    conns[fd]->fd = fd;
+    uint32_t now = __atomic_add_fetch(&generation[fd], 1, __ATOMIC_SEQ_CST);
+    if (hang_ups >= 0) { /* its end, or a reset: once, edge-triggered */
+        struct epoll_event wanted = {.events = EPOLLRDHUP | EPOLLET, .data.u64 = ((uint64_t)now << 32) | (uint32_t)fd};
+        (void)epoll_ctl(hang_ups, EPOLL_CTL_ADD, fd, &wanted);
+    }
     return 0;
 }
 
@@ -393,6 +491,7 @@ static int read_head(struct conn *c, size_t head_len, size_t *content_length, ch
         else if (same_name(name, name_len, "transfer-encoding")) chunked = 1;
         else if (same_name(name, name_len, "content-encoding")) note(&c->encoding, v, w - v);
         else if (same_name(name, name_len, "inference-header-content-length")) note(&c->header_length, v, w - v);
+        else if (same_name(name, name_len, CALL_ID_NAME)) c->own_ids++;
         else if (same_name(name, name_len, "expect")) {
             if (!same_name(t + v, w - v, "100-continue"))
                 return snprintf(why, why_room, "only 'Expect: 100-continue' is understood here"), 417;
@@ -415,6 +514,47 @@ static int read_head(struct conn *c, size_t head_len, size_t *content_length, ch
     return 0;
 }
 
+static int ends_with(const char *text, size_t len, const char *tail);
+
+/* Whether the request whose head was read is an inference (what waits on a model, and what gets a call id). */
+static int is_inference(const struct conn *c) {
+    const char *target = c->acc + c->target.at;
+    size_t len = c->target.len;
+    return c->method.len == 4 && memcmp(c->acc + c->method.at, "POST", 4) == 0 &&
+           (ends_with(target, len, "/infer") || ends_with(target, len, "/generate") ||
+            ends_with(target, len, "/generate_stream"));
+}
+
+/* The request as tritonserver reads it (c->out, owned): its request line, its call id's line (c->id), its header
+ * lines but the client's own x-edge-call and an Expect answered here, and its body. Its length; 0 out of memory. */
+static size_t rewrite_head(struct conn *c) {
+    const char *t = c->acc;
+    size_t line_end = (size_t)((const char *)memmem(t, c->head_len, "\r\n", 2) - t) + 2;
+    char *out = malloc(c->total + CALL_ID_HEX + sizeof CALL_ID_NAME + 4);
+    if (out == NULL) return 0;
+    memcpy(out, t, line_end);
+    size_t n = line_end;
+    if (c->id) {
+        memcpy(out + n, CALL_ID_NAME ": ", sizeof CALL_ID_NAME + 1);
+        n += sizeof CALL_ID_NAME + 1;
+        call_id_hex(c->id, out + n);
+        n += CALL_ID_HEX;
+        memcpy(out + n, "\r\n", 2), n += 2;
+    }
+    for (size_t at = line_end; at < c->head_len;) { /* each line, the final empty one too */
+        size_t stop = (size_t)((const char *)memmem(t + at, c->head_len - at, "\r\n", 2) - t) + 2;
+        const char *colon = memchr(t + at, ':', stop - at);
+        int own = colon != NULL && same_name(t + at, (size_t)(colon - (t + at)), CALL_ID_NAME);
+        if (!own && !(c->expect.count && at == c->expect.at)) memcpy(out + n, t + at, stop - at), n += stop - at;
+        at = stop;
+    }
+    memcpy(out + n, t + c->head_len, c->total - c->head_len);
+    n += c->total - c->head_len;
+    c->out = out;
+    c->out_owned = 1;
+    return n;
+}
+
 /* The request is whole (acc[0, total), its final byte only peeked at): checked, and made ready to hand out. */
 static int release(int fd, struct conn *c) {
     const char *t = c->acc;
@@ -435,14 +575,10 @@ static int release(int fd, struct conn *c) {
     size_t len = c->total;
     c->out = c->acc;
     c->out_owned = 0;
-    if (c->expect.count) { /* answered here: tritonserver reads the head without it */
-        char *rewritten = malloc(c->total - c->expect.len);
-        if (rewritten == NULL) return refuse(fd, c, 503, "out of memory");
-        memcpy(rewritten, t, c->expect.at);
-        memcpy(rewritten + c->expect.at, t + c->expect.at + c->expect.len, c->total - c->expect.at - c->expect.len);
-        c->out = rewritten;
-        c->out_owned = 1;
-        len -= c->expect.len;
+    c->id = is_inference(c) ? call_id_next() : 0;
+    if (c->expect.count || c->own_ids || c->id) {
+        len = rewrite_head(c);
+        if (len == 0) return refuse(fd, c, 503, "out of memory");
     }
     set_deadline(fd, 0); /* whole: tritonserver reads it at its own pace */
     c->last = c->out[len - 1];
@@ -465,6 +601,7 @@ static void next_request(int fd, struct conn *c) {
     memset(&c->method, 0, sizeof c->method), memset(&c->target, 0, sizeof c->target);
     memset(&c->encoding, 0, sizeof c->encoding), memset(&c->header_length, 0, sizeof c->header_length);
     memset(&c->expect, 0, sizeof c->expect);
+    c->own_ids = 0;
     if (c->acc_room > KEEP_BUFFER) {
         free(c->acc);
         c->acc = NULL;
@@ -483,10 +620,7 @@ static int ends_with(const char *text, size_t len, const char *tail) {
 static int bounded(const struct conn *c, const char **why) {
     const char *target = c->acc + c->target.at;
     size_t len = c->target.len;
-    int inference = c->method.len == 4 && memcmp(c->acc + c->method.at, "POST", 4) == 0 &&
-                    (ends_with(target, len, "/infer") || ends_with(target, len, "/generate") ||
-                     ends_with(target, len, "/generate_stream"));
-    if (!inference) return 0;
+    if (!is_inference(c)) return 0;
     *why = front_bounds_refuse(__atomic_load_n(&running_calls, __ATOMIC_RELAXED), 0); /* not counted yet */
     if (*why != NULL) return 503;
     const char *model;
@@ -593,6 +727,7 @@ ssize_t front_read(int fd, const struct iovec *iov, size_t parts) {
             ssize_t got = io.recv(fd, &final, 1, MSG_DONTWAIT);
             if (got == 1) {
                 given += put_at(iov, parts, given, &c->last, 1);
+                handed_out(c);
                 next_request(fd, c);
                 c->running++; /* handed whole: tritonserver runs it until it answers */
                 __atomic_add_fetch(&running_calls, 1, __ATOMIC_RELAXED);
@@ -603,6 +738,8 @@ ssize_t front_read(int fd, const struct iovec *iov, size_t parts) {
         int gathered = gather(fd, c);
         if (gathered == 1) continue;
         if (gathered == -2) return drop_rest(fd, c);
+        if (gathered == 0 || (gathered < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            nobody_waits(c); /* the client's end, or its reset: its calls are not waited for */
         return gathered;
     }
 }
@@ -637,6 +774,7 @@ static void answer_line(struct conn *c) {
         return;
     }
     if (c->running > 0) { /* its head is written: the request is answered */
+        answered(c);
         c->running--;
         __atomic_sub_fetch(&running_calls, 1, __ATOMIC_RELAXED);
     }

@@ -27,7 +27,8 @@ FRONT_SOURCES = (  # the edge's HTTP checks in tritonserver's reads, where clien
 )
 # a gRPC client's deadline renamed in header blocks; a ModelStreamInfer stream's messages checked
 GRPC_SOURCES = (Path(__file__).with_name("grpc_headers.c"), Path(__file__).with_name("grpc_messages.c"))
-SOURCES = (SOURCE, GUARD_SOURCE, *FRONT_SOURCES, *GRPC_SOURCES)
+CALL_IDS_SOURCE = Path(__file__).with_name("call_ids.c")  # each call's id, and the calls nobody waits for
+SOURCES = (SOURCE, GUARD_SOURCE, *FRONT_SOURCES, *GRPC_SOURCES, CALL_IDS_SOURCE)
 TOOLS_DIR = TOOLS / "triton_shim"
 LIBRARY = TOOLS_DIR / "libtriton_shim.so"
 

@@ -37,13 +37,23 @@
  *
  * 2c. Bounds, on a public port as Envoy keeps them: while the server runs TRITON_GUARD_MAX_WAITING calls (the waiting
  *    bound, server/edge/admission.py), or while the calls cancelling clients left running are at BACKLOG_BOUND (a
- *    new call of a connection that cancelled in the last 2 s) or BACKLOG_EVERYONE (anyone's), a new ModelInfer call
+ *    new call of a connection that cancelled in the last 2 s) or BACKLOG_EVERYONE (anyone's), or while a connection
+ *    that cancelled in the last 2 s has ORPHANS_PER_CONNECTION calls of its own running for nobody, a new ModelInfer call
  *    (the header block's :path says which, grpc_headers.c; health, metadata and admin calls wait for nothing) is
  *    refused before gRPC has it: its first DATA frame becomes, byte for byte, a RST_STREAM and a frame of a type the
  *    server ignores. gRPC hands a unary call to tritonserver only once its request message is whole, so a call reset
  *    before any byte of its message is dropped inside gRPC and never run or cancelled. The client gets UNAVAILABLE
  *    in a trailers-only answer (static HPACK only: neither side's table changes) with gRPC's retry hint, written
  *    between the server's frames, and the connection's window back for the bytes the server never read.
+ *
+ * 2d. Calls nobody waits for, on a public port (call_ids.h): where the server has a cancelled-calls table, each new
+ *    ModelInfer call's header block is handed to gRPC with one more frame: its last frame's END_HEADERS is cleared and
+ *    a CONTINUATION follows with END_HEADERS and one field, x-edge-call: the call's id (a literal without indexing and
+ *    a new name: neither side's HPACK table changes). When the client resets the call or hangs up before the server
+ *    ended it, the id goes into the table and the model answers the call unrun. A call whose own header block
+ *    carries an x-edge-call field (a literal, or from the table) is refused at its first DATA frame, INVALID_ARGUMENT.
+ *    At most IDS_PER_READ calls a read get an id (the bytes a read hands out past the caller's room wait in ready);
+ *    past it, a call gets none and is computed if cancelled, as before.
  *
  * 4. (http_front.c) On the ports in TRITON_GUARD_FRONT_HTTP, clients reach tritonserver's HTTP port directly and the
  *    edge's HTTP checks run inside its reads: it is handed only whole requests that passed them.
@@ -78,6 +88,7 @@
 #include <unistd.h>
 
 #include "../edge/admission_parse.h"
+#include "call_ids.h"
 #include "grpc_headers.h"
 #include "grpc_messages.h"
 #include "http_front.h"
@@ -102,14 +113,21 @@
 #define BACKEND_REGIONS "triton_python_backend"
 #define WAITING_VARIABLE "TRITON_GUARD_MAX_WAITING"
 #define RECENT_NS 2000000000LL /* a connection cancelled "lately": within 2 s */
+/* the calls one connection may leave running for nobody: past them, while it cancels, its new calls are refused (a
+ * model's queue is often smaller than the server's bound, and one cancelling client would keep it full) */
+#define ORPHANS_PER_CONNECTION 4
 #define REPLY_CAP 65536       /* the guard's unsent frames for one client: past this it is not reading them (cut) */
 #define SETTINGS_CAP 100      /* a client's SETTINGS frames: each makes the server queue an ACK (more: cut) */
 #define REFUSAL_BYTES 13      /* a first DATA frame this long or longer can become a RST_STREAM and an ignored frame */
+#define IDS_PER_READ 256 /* calls given an id in one read: the bytes added (39 each) fit a held unit's room */
+#define ID_FRAME 39      /* a CONTINUATION of one field: x-edge-call, 16 hex digits */
+#define OWN_ID_WHY "x-edge-call is the server's own header (each call's id): leave it out"
 #define STREAMING_VARIABLE "TRITON_GUARD_STREAMING" /* 1: ModelStreamInfer served on the public port */
 #define STREAMING_WHY \
     "ModelStreamInfer is not served here: tritonserver 2.51 crashes under concurrent streams; unary ModelInfer is served"
 /* a refusal's grpc-message is one HPACK string of a one-byte length: under 127 bytes */
 _Static_assert(sizeof STREAMING_WHY <= 127 && sizeof WAITING_WHY <= 127 && sizeof BACKLOG_WHY <= 127, "too long");
+_Static_assert(sizeof OWN_ID_WHY <= 127 && IDS_PER_READ * ID_FRAME <= BLOCK_CAP, "too long");
 enum { NOT_REFUSED = 0, REFUSED = 1, REFUSAL_CUTS = 2 };
 
 static int own_ports[MAX_PORTS], own_count = 0;
@@ -122,7 +140,8 @@ static int streaming_served = 0; /* ModelStreamInfer on the public port (off: ea
 /* A stream the peer opened and the server has not ended: still open on the peer's side (a ModelStreamInfer
  * stream), half-closed by it (a unary call, whole), or reset by it (nobody waits: an orphan the server still runs). */
 enum { PEER_OPEN = 1, RUNNING = 2, ORPHAN = 3 };
-enum { INFERENCE = 1, HAD_DATA = 2, STREAMING = 4 }; /* facts: ModelInfer; its first DATA came; ModelStreamInfer */
+/* facts: ModelInfer; its first DATA came; ModelStreamInfer; its header block carried an x-edge-call of the client's */
+enum { INFERENCE = 1, HAD_DATA = 2, STREAMING = 4, OWN_ID = 8 };
 struct stream_state {
     uint32_t stream;  /* 0: a free slot */
     uint16_t state;
@@ -130,6 +149,15 @@ struct stream_state {
     struct message_check *check; /* a ModelStreamInfer stream's messages, as tritonserver's protobuf reads them */
     int64_t recv;  /* public ports: what the client may still send on it (the windows the server announced) */
     int64_t send;  /* public ports: what the server may still send on it (the windows the client announced) */
+    uint64_t call; /* public ports: the call's id (2d; 0: none) */
+};
+
+/* A call's id to hand out after its header block (2d): the block ends before position after of the read, its last
+ * frame's header starts at last. */
+struct id_insert {
+    size_t after, last;
+    uint32_t stream;
+    uint64_t id;
 };
 
 /* Where the server's own byte stream stands, as it writes it. */
@@ -189,6 +217,10 @@ struct h2_reader {
     size_t synth_count, synth_room;
     /* refusals (2c) */
     uint8_t block_path;       /* what the header block being read names (HPACK_PATH_*) */
+    uint8_t block_own;        /* it carries an x-edge-call field of the client's */
+    size_t block_after, block_last; /* where the block begun in this read ends, and its last frame starts (0: none) */
+    struct id_insert *inserts; /* the ids this read hands out (2d), in the order of their blocks */
+    size_t insert_count, insert_room;
     uint8_t table_resized;    /* the client announced an HPACK table size the server has not written a block since */
     uint8_t mid_reply;        /* some of the replies is sent: the server writes nothing until the rest is */
     uint32_t settings_seen;   /* the client's SETTINGS frames (not ACKs) */
@@ -299,6 +331,7 @@ __attribute__((constructor)) static void start_guard(void) {
     h2_count = read_ports(H2_VARIABLE, h2_ports);
     public_count = read_ports(PUBLIC_VARIABLE, public_ports);
     open_backlog();
+    if (public_count > 0 || getenv("TRITON_GUARD_FRONT_HTTP")) call_ids_start(); /* where clients reach it directly */
     const char *waiting = getenv(WAITING_VARIABLE);
     if (waiting != NULL) {
         waiting_bound = strtol(waiting, NULL, 10) > 0 ? strtol(waiting, NULL, 10) : 0;
@@ -400,7 +433,11 @@ static void forget(int fd) {
     readers[fd] = NULL;
     count_orphans(reader, -(int64_t)reader->orphans); /* the connection is gone: so are its calls */
     if (reader->public) __atomic_sub_fetch(&running_calls, (int64_t)reader->stream_count, __ATOMIC_RELAXED);
-    for (uint32_t i = 0; i < reader->stream_room; i++) free(reader->streams[i].check);
+    for (uint32_t i = 0; i < reader->stream_room; i++) {
+        free(reader->streams[i].check);
+        if (reader->streams[i].stream != 0) call_id_cancelled(reader->streams[i].call); /* nobody reads its answer */
+    }
+    free(reader->inserts);
     pthread_mutex_destroy(&reader->lock);
     pthread_mutex_destroy(&reader->wlock);
     free(reader->reply);
@@ -528,7 +565,7 @@ static void table_put(struct h2_reader *r, uint32_t stream, uint32_t state) {
     if (stream == 0 || !make_room(r)) return; /* out of memory: its RST_STREAM becomes a WINDOW_UPDATE */
     uint32_t at = slot_of(stream, r->stream_room);
     while (r->streams[at].stream != 0) at = (at + 1) & (r->stream_room - 1);
-    r->streams[at] = (struct stream_state){stream, (uint16_t)state, 0, NULL, r->server_initial, r->client_initial};
+    r->streams[at] = (struct stream_state){stream, (uint16_t)state, 0, NULL, r->server_initial, r->client_initial, 0};
     r->stream_count++;
     if (r->public) __atomic_add_fetch(&running_calls, 1, __ATOMIC_RELAXED);
 }
@@ -725,6 +762,13 @@ static size_t block_extent(const struct received *in, size_t at, size_t *need) {
     }
 }
 
+/* Where the last frame of the whole header block at position at (extent bytes) starts. */
+static size_t last_frame(const struct received *in, size_t at, size_t extent) {
+    size_t last = at;
+    for (size_t p = at; p < at + extent; p += 9 + (u32_at(in, p) >> 8)) last = p;
+    return last;
+}
+
 /* The whole header block at position at (extent bytes) checked against the server's HPACK table, as gRPC will
  * decode it: -1 where gRPC would end the connection (grpc_headers.c: hpack_check), or where it cannot be read
  * (padding past its frame). */
@@ -745,7 +789,10 @@ static int block_breaks(struct h2_reader *r, const struct received *in, size_t a
         for (uint32_t k = lead; !bad && k + trail < length; k++) fragments[n++] = *byte_at(in, p + 9 + k);
         p += 9 + length;
     }
-    bad = bad || hpack_check(&r->table, fragments, n, &r->block_path) < 0;
+    uint8_t named = HPACK_PATH_NONE;
+    bad = bad || hpack_check(&r->table, fragments, n, &named) < 0;
+    r->block_path = named & HPACK_PATH_MASK;
+    r->block_own = (named & HPACK_OWN_CALL_ID) != 0;
     free(fragments);
     return bad;
 }
@@ -767,6 +814,7 @@ static const char *over_budget(const struct received *in, size_t at, uint32_t le
 /* Why a new call of this connection is refused now, or NULL. */
 static const char *refusal_reason(const struct h2_reader *r) {
     int lately = r->cancelled_ns != 0 && front_now_ns() - r->cancelled_ns < RECENT_NS;
+    if (lately && r->orphans >= ORPHANS_PER_CONNECTION) return BACKLOG_WHY; /* its own leftovers fill the queue */
     int64_t others = __atomic_load_n(&running_calls, __ATOMIC_RELAXED) - 1; /* this call is counted already */
     return front_bounds_refuse(others, lately);
 }
@@ -795,14 +843,15 @@ static uint8_t *put_literal(uint8_t *at, const char *name, const char *value) {
  * and gRPC's retry hint (a stream refused while streaming is off: UNIMPLEMENTED, no hint); and a WINDOW_UPDATE
  * giving back the connection's window for the bytes the server never read. Out of memory: the answer is dropped
  * (the client's deadline ends the call). */
-static void queue_refusal(struct h2_reader *r, uint32_t stream, const char *why, int unserved, uint32_t unread) {
+static void queue_refusal(struct h2_reader *r, uint32_t stream, const char *why, const char *code, uint32_t unread) {
+    int retry = strcmp(code, "14") == 0; /* UNAVAILABLE: a bound, worth a retry */
     uint8_t block[256], *at = block;
     *at++ = 0x88;                                      /* :status 200 */
     *at++ = 0x0f, *at++ = 0x10, *at++ = 16;            /* content-type (static 31), without indexing */
     memcpy(at, "application/grpc", 16), at += 16;
-    at = put_literal(at, "grpc-status", unserved ? "12" : "14"); /* UNIMPLEMENTED : UNAVAILABLE */
+    at = put_literal(at, "grpc-status", code);         /* UNIMPLEMENTED, INVALID_ARGUMENT or UNAVAILABLE */
     at = put_literal(at, "grpc-message", why);         /* under 127 bytes: one length byte */
-    if (!unserved) at = put_literal(at, "grpc-retry-pushback-ms", "1000");
+    if (retry) at = put_literal(at, "grpc-retry-pushback-ms", "1000");
     size_t length = (size_t)(at - block);
     if (r->reply_count > REPLY_CAP || !reply_room(r, 9 + length + 13)) return; /* not reading its answers */
     uint8_t *f = r->reply + r->reply_count;
@@ -831,12 +880,12 @@ static void queue_refusal(struct h2_reader *r, uint32_t stream, const char *why,
 static int refused_call(struct h2_reader *r, const struct received *in, size_t at, struct stream_state *known,
                         uint32_t stream, uint32_t length) {
     if (known == NULL || known->state != PEER_OPEN || (known->facts & HAD_DATA)) return NOT_REFUSED;
-    int unserved = (known->facts & STREAMING) && !streaming_served;
+    int unserved = (known->facts & STREAMING) && !streaming_served, own = (known->facts & OWN_ID) != 0;
     if (!(known->facts & INFERENCE) && !unserved) return NOT_REFUSED;
     if (unserved && length == 0) return NOT_REFUSED; /* no byte of a message yet */
     known->facts |= HAD_DATA;
-    if (length < REFUSAL_BYTES || r->table_resized) return unserved ? REFUSAL_CUTS : NOT_REFUSED;
-    const char *why = unserved ? STREAMING_WHY : refusal_reason(r);
+    if (length < REFUSAL_BYTES || r->table_resized) return unserved || own ? REFUSAL_CUTS : NOT_REFUSED;
+    const char *why = unserved ? STREAMING_WHY : own ? OWN_ID_WHY : refusal_reason(r);
     if (why == NULL) why = over_budget(in, at, length, r->head[4]);
     if (why == NULL) return NOT_REFUSED;
     static const uint8_t reset_head[5] = {0, 0, 4, 3, 0};
@@ -847,7 +896,7 @@ static int refused_call(struct h2_reader *r, const struct received *in, size_t a
     memcpy(r->refusal, payload, REFUSAL_BYTES);
     r->replace = r->refusal, r->replace_at = 0, r->replace_count = REFUSAL_BYTES;
     table_drop(r, known);
-    queue_refusal(r, stream, why, unserved, length);
+    queue_refusal(r, stream, why, unserved ? "12" : own ? "3" : "14", length);
     return REFUSED;
 }
 
@@ -898,6 +947,23 @@ static int stream_data_breaks(struct stream_state *known, const struct received 
         if (message_check_feed(known->check, (const uint8_t *)in->iov[p].iov_base + start, stop - start) < 0) return 1;
     }
     return 0;
+}
+
+/* The id of the ModelInfer call whose header block was begun in this read (2d), to be handed out after the block;
+ * 0 where there is no table, the block was not read whole here, this read has given IDS_PER_READ ids, or memory ran
+ * out. */
+static uint64_t id_after_block(struct h2_reader *r, uint32_t stream) {
+    if (r->block_after == 0 || r->insert_count >= IDS_PER_READ) return 0;
+    uint64_t id = call_id_next();
+    if (id == 0) return 0;
+    if (r->insert_count == r->insert_room) {
+        size_t room = r->insert_room ? r->insert_room * 2 : 8;
+        struct id_insert *grown = realloc(r->inserts, room * sizeof *grown);
+        if (grown == NULL) return 0;
+        r->inserts = grown, r->insert_room = room;
+    }
+    r->inserts[r->insert_count++] = (struct id_insert){r->block_after, r->block_last, stream, id};
+    return id;
 }
 
 /* A whole frame header from the peer, its first byte at position at: a RST_STREAM is rewritten in place (type and
@@ -955,6 +1021,7 @@ static void peer_header(struct h2_reader *r, const struct received *in, size_t a
             known->state = ORPHAN;
             count_orphans(r, 1);
             r->cancelled_ns = front_now_ns();
+            call_id_cancelled(known->call); /* reset by its client: the model answers it unrun */
         }
     } else if (stream != 0 && (type == 0 || type == 1)) {
         int ends = flags & 0x1; /* END_STREAM */
@@ -963,6 +1030,8 @@ static void peer_header(struct h2_reader *r, const struct received *in, size_t a
             struct stream_state *opened = table_find(r, stream);
             if (opened != NULL && r->block_path == HPACK_PATH_INFER) opened->facts |= INFERENCE;
             if (opened != NULL && r->block_path == HPACK_PATH_STREAM) opened->facts |= STREAMING;
+            if (opened != NULL && r->public && r->block_own) opened->facts |= OWN_ID;
+            else if (opened != NULL && r->public && r->block_path == HPACK_PATH_INFER) opened->call = id_after_block(r, stream);
             if (stream > r->last_stream) r->last_stream = stream;
         } else if (known != NULL && ends && known->state == PEER_OPEN) {
             known->state = RUNNING;
@@ -987,6 +1056,7 @@ static size_t filter(struct h2_reader *r, const struct received *in, size_t from
     size_t i = from, header_start = from, hold = 0;
     r->head_at = r->head_at == 9 ? 9 : 0; /* a partial header was held back: it is read again from its start */
     r->cut = SIZE_MAX;
+    r->insert_count = 0;
     pthread_mutex_lock(&r->lock);
     while (i < in->total) {
         if (r->preface_left > 0) {
@@ -1014,6 +1084,9 @@ static size_t filter(struct h2_reader *r, const struct received *in, size_t from
                     r->cut = header_start, r->head_at = 0, r->payload_left = 0;
                     break;
                 }
+                r->block_after = extent == BLOCK_BROKEN ? 0 : header_start + extent;
+                r->block_last = extent == BLOCK_BROKEN ? 0 : last_frame(in, header_start, extent);
+                if (extent == BLOCK_BROKEN) r->block_own = 0;
             }
             if (r->head_at == 9) {
                 peer_header(r, in, header_start);
@@ -1072,6 +1145,86 @@ static size_t shift_iov(const struct iovec *iov, size_t parts, size_t skip, stru
     return count;
 }
 
+/* Copies n bytes into the sequence of buffers from offset on. */
+static void put_at(const struct iovec *iov, size_t parts, size_t offset, const uint8_t *bytes, size_t n) {
+    for (size_t p = 0; p < parts && n > 0; p++) {
+        if (offset >= iov[p].iov_len) {
+            offset -= iov[p].iov_len;
+            continue;
+        }
+        size_t take = iov[p].iov_len - offset < n ? iov[p].iov_len - offset : n;
+        memcpy((uint8_t *)iov[p].iov_base + offset, bytes, take);
+        bytes += take, n -= take, offset = 0;
+    }
+}
+
+/* ---- 2d. each call's id after its header block ---- */
+
+_Static_assert(9 + 3 + sizeof CALL_ID_NAME - 1 + CALL_ID_HEX == ID_FRAME, "an id's frame");
+
+static int hold_room(struct h2_reader *r, size_t n);
+
+/* How many of this read's ids go out with the bytes handed out, [0, end): those whose block ends within them. */
+static size_t ids_within(const struct h2_reader *r, size_t end) {
+    size_t k = 0;
+    while (k < r->insert_count && r->inserts[k].after <= end) k++;
+    return k;
+}
+
+/* A CONTINUATION ending the block (END_HEADERS) with one field: x-edge-call, the id (without indexing, a new name). */
+static void id_frame(uint8_t *at, uint32_t stream, uint64_t id) {
+    const uint8_t head[9] = {0, 0, ID_FRAME - 9, 9, 0x4, (uint8_t)((stream >> 24) & 0x7f), (uint8_t)(stream >> 16),
+                             (uint8_t)(stream >> 8), (uint8_t)stream};
+    memcpy(at, head, 9);
+    at[9] = 0x00, at[10] = sizeof CALL_ID_NAME - 1;
+    memcpy(at + 11, CALL_ID_NAME, sizeof CALL_ID_NAME - 1);
+    at[10 + sizeof CALL_ID_NAME] = CALL_ID_HEX;
+    call_id_hex(id, (char *)at + 11 + sizeof CALL_ID_NAME);
+}
+
+/* Bytes [from, end) of in, each of the first k ids' frames after its block, into out (each block's last frame has
+ * lost END_HEADERS in in already); how many. */
+static size_t with_id_frames(const struct h2_reader *r, const struct received *in, size_t from, size_t end, size_t k,
+                             uint8_t *out) {
+    size_t n = 0, at = from, offset = 0;
+    for (size_t j = 0; j <= k; j++) {
+        size_t stop = j < k ? r->inserts[j].after : end;
+        for (size_t p = 0, base = 0; p < in->parts && at < stop; base += in->iov[p].iov_len, p++) {
+            if (at >= base + in->iov[p].iov_len) continue;
+            size_t take = (stop < base + in->iov[p].iov_len ? stop : base + in->iov[p].iov_len) - at;
+            memcpy(out + n, (const uint8_t *)in->iov[p].iov_base + (at - base), take);
+            n += take, at += take;
+        }
+        if (j < k) id_frame(out + n, r->inserts[j].stream, r->inserts[j].id), n += ID_FRAME;
+    }
+    (void)offset;
+    return n;
+}
+
+/* The bytes [0, end) of a read handed out (in the caller's buffers, in), with this read's ids after their blocks:
+ * what passes the caller's room waits in ready, handed out first at the next read. Returns how many bytes the read
+ * returns now. Out of memory: handed out without the ids (those calls are computed if cancelled, as before). */
+static size_t handed(struct h2_reader *r, const struct received *in, size_t end, const struct iovec *iov, size_t parts,
+                     size_t room) {
+    size_t k = ids_within(r, end);
+    if (k == 0) return end;
+    size_t from = r->inserts[0].after, n = end + k * ID_FRAME, over = n > room ? n - room : 0;
+    uint8_t *tail = malloc(n - from);
+    if (tail == NULL || (over > 0 && !hold_room(r, over))) {
+        free(tail);
+        return end;
+    }
+    for (size_t j = 0; j < k; j++) *byte_at(in, r->inserts[j].last + 4) &= (uint8_t)~0x4;
+    size_t t = with_id_frames(r, in, from, end, k, tail), fit = room - from;
+    put_at(iov, parts, from, tail, t < fit ? t : fit);
+    if (t > fit) {
+        memcpy(r->ready, tail + fit, t - fit);
+        r->ready_count = (uint32_t)(t - fit), r->ready_at = 0;
+    }
+    free(tail);
+    return n - over;
+}
+
 /* ---- a public port: what a client that hangs up or breaks the protocol leaves is never cancelled ---- */
 
 /* Frames to hand gRPC as if the gone peer had sent them (kept under r->lock). Out of memory: dropped. */
@@ -1106,7 +1259,8 @@ static int runs_calls(const struct h2_reader *r) {
  * END_STREAM), so the server finishes it. The connection ends for gRPC once it runs no call. */
 static void peer_gone(struct h2_reader *r) {
     pthread_mutex_lock(&r->lock);
-    int boundary = r->preface_left == 0 && r->head_at < 9 && r->ready_count == 0;
+    /* ready holds decided bytes up to where the guard has read (an id's frame may be among them): handed out first */
+    int boundary = r->preface_left == 0 && r->head_at < 9;
     uint32_t block_stream = r->continuing ? r->continuing : (r->head_at == 9 && r->block ? r->block_stream : 0);
     if (block_stream != 0) { /* gRPC is inside a header block: it may read nothing but its end */
         if (boundary && hpack_walk_between(&r->walk)) {
@@ -1119,7 +1273,10 @@ static void peer_gone(struct h2_reader *r) {
         r->continuing = 0;
     }
     r->gone = 1;
-    r->held_count = 0, r->ready_count = 0, r->ready_at = 0;
+    r->held_count = 0;
+    for (uint32_t i = 0; i < r->stream_room; i++) { /* nobody waits for what the server has not answered */
+        if (r->streams[i].stream != 0) call_id_cancelled(r->streams[i].call);
+    }
     for (uint32_t i = 0; boundary && i < r->stream_room; i++) {
         if (r->streams[i].stream == 0 || r->streams[i].state != PEER_OPEN) continue;
         synth_frame(r, 0, 0x1, r->streams[i].stream, 0);
@@ -1129,10 +1286,17 @@ static void peer_gone(struct h2_reader *r) {
 }
 
 /* A read of a gone peer's connection: its frames, then EAGAIN while the server runs a call of it, then its end. */
+static size_t hand_ready(struct h2_reader *r, const struct iovec *iov, size_t parts, size_t room);
+
 static ssize_t gone_read(int fd, struct h2_reader *r, const struct iovec *iov, size_t parts, size_t room) {
+    if (r->ready_count > 0 && room > 0) { /* decided before the peer went: first */
+        size_t n = hand_ready(r, iov, parts, room);
+        shutdown(fd, SHUT_RD); /* read again for what follows */
+        return (ssize_t)n;
+    }
     pthread_mutex_lock(&r->lock);
     ssize_t result;
-    if (r->synth_count > 0 && room == 0) { /* nowhere to put them: read again */
+    if ((r->synth_count > 0 || r->ready_count > 0) && room == 0) { /* nowhere to put them: read again */
         shutdown(fd, SHUT_RD);
         errno = EAGAIN;
         result = -1;
@@ -1156,7 +1320,7 @@ static ssize_t gone_read(int fd, struct h2_reader *r, const struct iovec *iov, s
 /* gRPC waits for the socket to say it is readable (edge-triggered): shutting down its reading side says so. */
 static void wake(int fd, struct h2_reader *r) {
     pthread_mutex_lock(&r->lock);
-    int due = r->synth_count > 0 || !runs_calls(r);
+    int due = r->synth_count > 0 || r->ready_count > 0 || !runs_calls(r);
     pthread_mutex_unlock(&r->lock);
     if (due) shutdown(fd, SHUT_RD);
 }
@@ -1270,8 +1434,16 @@ static int complete_held(int fd, struct h2_reader *r, ssize_t *result) {
         *result = -1;
         return 0;
     }
-    memcpy(r->ready, r->held, r->held_count);
-    r->ready_count = r->held_count;
+    size_t k = ids_within(r, r->held_count);
+    if (k > 0 && hold_room(r, r->held_count + k * ID_FRAME)) { /* the unit decided was a call's header block */
+        struct iovec unit = {r->held, r->held_count}; /* held may have moved */
+        struct received decided = {&unit, 1, r->held_count};
+        for (size_t j = 0; j < k; j++) r->held[r->inserts[j].last + 4] &= (uint8_t)~0x4;
+        r->ready_count = (uint32_t)with_id_frames(r, &decided, 0, r->held_count, k, r->ready);
+    } else {
+        memcpy(r->ready, r->held, r->held_count);
+        r->ready_count = r->held_count;
+    }
     r->held_count = 0;
     return 1;
 }
@@ -1312,13 +1484,13 @@ static ssize_t read_guarded(int fd, const struct iovec *iov, size_t parts, reade
     r->held_count = 0;
     size_t keep = filter(r, &in, 0);
     if (r->cut != SIZE_MAX) { /* gRPC reads up to the frame it must never see, and nothing more of this peer */
-        size_t before = r->cut;
+        size_t before = handed(r, &in, r->cut, iov, parts, room);
         cut_connection(fd, r);
         if (before > 0) return (ssize_t)before;
         return gone_read(fd, r, iov, parts, room);
     }
     if (!hold_room(r, keep)) { /* out of memory: this client's connection is not read further */
-        size_t before = total - keep;
+        size_t before = handed(r, &in, total - keep, iov, parts, room);
         peer_gone(r);
         wake(fd, r);
         if (before > 0) return (ssize_t)before;
@@ -1326,7 +1498,7 @@ static ssize_t read_guarded(int fd, const struct iovec *iov, size_t parts, reade
     }
     for (size_t k = 0; k < keep; k++) r->held[k] = *byte_at(&in, total - keep + k);
     r->held_count = (uint32_t)keep;
-    if (total > keep) return (ssize_t)(total - keep);
+    if (total > keep) return (ssize_t)handed(r, &in, total - keep, iov, parts, room);
     ssize_t result = 0; /* all of it a header's start: what completes it may be there already */
     if (!complete_held(fd, r, &result)) return result;
     return (ssize_t)hand_ready(r, iov, parts, room);
