@@ -320,6 +320,19 @@ def test_the_windows_the_server_announces_let_the_client_send_more(shim):
     assert read == opened + big + frame(DATA, END_STREAM, 1, b"")
 
 
+@pytest.mark.parametrize("acknowledged", [False, True])
+def test_a_frame_past_16_kib_is_read_only_once_the_client_acknowledged_the_servers_larger_frames(shim, acknowledged):
+    """gRPC announces 4 MiB frames but holds a client to 16 KiB until the client's SETTINGS ACK (RFC 7540 6.5.3).
+    A client that never acknowledged and sent a larger frame made gRPC end the connection and cancel its calls,
+    which crashed tritonserver 2.51 about every 20 s under a storm of such clients: the guard cuts that frame."""
+    sent = PREFACE + frame(SETTINGS, 0, 0) + CALL
+    larger = frame(SETTINGS, 0, 0, struct.pack(">HI", 5, 4 << 20))
+    ack = frame(SETTINGS, 0x1, 0) if acknowledged else b""
+    big = frame(0xFA, 0, 0, b"x" * 20000)  # a type gRPC ignores, of a size it checks all the same
+    read = through_guard(shim, [sent, ack + big], larger + ends([1]), len(sent))
+    assert read == (sent + ack + big if acknowledged else sent)
+
+
 def test_a_header_block_cut_inside_a_representation_is_left_unended_and_makes_no_call(shim):
     sent = PREFACE + frame(SETTINGS, 0, 0) + CALL + frame(HEADERS, 0, 3, b"\x83\x40\x05ab")  # inside a name
     read = through_guard(shim, [sent, frame(PING, 0, 0, b"1234567")], ends([1]))  # only the call's end awaited

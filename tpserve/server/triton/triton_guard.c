@@ -205,10 +205,18 @@ struct h2_reader {
     uint32_t last_stream;     /* the highest stream the peer opened */
     uint32_t continuing;      /* the stream whose header block goes on in CONTINUATION frames (0: none) */
     uint32_t block_stream;    /* the stream of the last header block begun */
-    uint32_t max_frame;       /* the longest frame the server allows (the largest it announced; 16384 before) */
+    uint32_t max_frame;       /* the longest frame the server allows (the largest the client acknowledged; 16384 before) */
     /* flow control as both sides announced it (RFC 7540 6.9): a frame that overruns a window is never read */
     uint32_t client_initial;  /* SETTINGS_INITIAL_WINDOW_SIZE the client announced */
-    uint32_t server_initial;  /* the largest the server announced (a lower one later is not enforced) */
+    uint32_t server_initial;  /* the largest the client acknowledged (a lower one later is not enforced) */
+    /* the server's SETTINGS the client has not acknowledged yet, oldest first: gRPC holds a client to a setting only
+     * once the client's SETTINGS ACK says it has it (RFC 7540 6.5.3), and so does the guard. Before, the guard took
+     * the server's 4 MiB frames at once: a client that never acknowledged sent a frame gRPC still refused (16 KiB),
+     * gRPC ended the connection and cancelled its calls, and tritonserver crashed. Per entry: the HPACK table size,
+     * the initial window, the longest frame (UINT32_MAX: not in that frame). */
+    uint32_t announcing[3];
+    uint32_t unacked[8][3];
+    uint8_t unacked_count;
     int64_t conn_recv, conn_send;  /* the connection's windows: the client's sending, the server's */
     size_t cut;               /* where in the read a frame gRPC must never see starts (SIZE_MAX: none) */
     struct hpack_walk walk;   /* the header block being read: grpc-timeout renamed (grpc_headers.c) */
@@ -324,6 +332,8 @@ static void open_backlog(void) {
     }
     if (text != NULL) unsetenv(BACKLOG_VARIABLE);
 }
+
+static void settings_acked(struct h2_reader *r);
 
 __attribute__((constructor)) static void start_guard(void) {
     resolve();
@@ -993,6 +1003,7 @@ static void peer_header(struct h2_reader *r, const struct received *in, size_t a
             return;
         }
         if (type == 7) *byte_at(in, at + 3) = UNKNOWN_TYPE; /* a GOAWAY: the client hangs up when it goes */
+        if (type == 4 && (flags & 0x1)) settings_acked(r); /* gRPC holds the client to them once it reads this */
         int refused = type == 0 ? refused_call(r, in, at, known, stream, r->payload_left) : NOT_REFUSED;
         if (refused == REFUSAL_CUTS) {
             r->cut = at;
@@ -1597,11 +1608,28 @@ int ioctl(int fd, unsigned long request, ...) {
 static void server_setting(struct h2_reader *r, const uint8_t *entry) {
     uint32_t id = ((uint32_t)entry[0] << 8) | entry[1];
     uint32_t value = ((uint32_t)entry[2] << 24) | ((uint32_t)entry[3] << 16) | ((uint32_t)entry[4] << 8) | entry[5];
-    if (id == 5 && value > r->max_frame && value <= 0xffffff) r->max_frame = value;
-    if (id == 1 && value > r->table.limit) r->table.limit = value;
-    if (id == 4 && value > r->server_initial && value <= WINDOW_MAX) { /* every stream's window grows by as much */
-        for (uint32_t i = 0; i < r->stream_room; i++) r->streams[i].recv += (int64_t)value - r->server_initial;
-        r->server_initial = value;
+    if (id == 1) r->announcing[0] = value;
+    if (id == 4) r->announcing[1] = value;
+    if (id == 5) r->announcing[2] = value;
+}
+
+/* A SETTINGS frame of the server's, written whole: waits for the client's acknowledgment. Past 8 unacknowledged, the
+ * later ones are never applied (the guard then holds the client to less than gRPC would). */
+static void settings_sent(struct h2_reader *r) {
+    if (r->unacked_count < 8) memcpy(r->unacked[r->unacked_count++], r->announcing, sizeof r->announcing);
+    memset(r->announcing, 0xff, sizeof r->announcing);
+}
+
+/* The client acknowledged the server's oldest unacknowledged SETTINGS: from now on gRPC holds it to them. */
+static void settings_acked(struct h2_reader *r) {
+    if (r->unacked_count == 0) return;
+    uint32_t table = r->unacked[0][0], initial = r->unacked[0][1], frame = r->unacked[0][2];
+    memmove(r->unacked[0], r->unacked[1], sizeof r->unacked[0] * (size_t)--r->unacked_count);
+    if (frame != UINT32_MAX && frame > r->max_frame && frame <= 0xffffff) r->max_frame = frame;
+    if (table != UINT32_MAX && table > r->table.limit) r->table.limit = table;
+    if (initial != UINT32_MAX && initial > r->server_initial && initial <= WINDOW_MAX) { /* every stream's grows */
+        for (uint32_t i = 0; i < r->stream_room; i++) r->streams[i].recv += (int64_t)initial - r->server_initial;
+        r->server_initial = initial;
     }
 }
 
@@ -1647,6 +1675,9 @@ static void follow_server(struct h2_reader *r, struct out_parser *o, const struc
             o->type = o->head[3], o->stream = stream_of(o->head + 5), o->payload_left = length_of(o->head);
             o->settings = o->type == 4 && !(o->head[4] & 0x1), o->setting_at = 0, o->window_at = 0;
             if (o->type == 1 || o->type == 9) o->in_block = !(o->head[4] & 0x4); /* until END_HEADERS */
+            int fresh = counting && o->offset > r->credited; /* this frame is counted now, once */
+            if (o->settings && fresh) memset(r->announcing, 0xff, sizeof r->announcing);
+            if (o->settings && fresh && o->payload_left == 0) settings_sent(r);
             if (o->payload_left == 0) o->head_at = 0;
         } else if (o->settings || (o->type == 8 && o->window_at < 4)) {
             uint8_t byte = *byte_at(in, i++);
@@ -1660,7 +1691,8 @@ static void follow_server(struct h2_reader *r, struct out_parser *o, const struc
                 o->window[o->window_at++] = byte;
                 if (o->window_at == 4 && counted) server_window(r, o->stream, o->window);
             }
-            if (--o->payload_left == 0) o->head_at = 0;
+            if (--o->payload_left == 0 && o->settings && counted) settings_sent(r); /* whole: awaits its ACK */
+            if (o->payload_left == 0) o->head_at = 0;
         } else {
             size_t skip = total - i < o->payload_left ? total - i : o->payload_left;
             o->payload_left -= (uint32_t)skip;
