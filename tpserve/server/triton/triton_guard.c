@@ -1197,7 +1197,7 @@ static void id_frame(uint8_t *at, uint32_t stream, uint64_t id) {
  * lost END_HEADERS in in already); how many. */
 static size_t with_id_frames(const struct h2_reader *r, const struct received *in, size_t from, size_t end, size_t k,
                              uint8_t *out) {
-    size_t n = 0, at = from, offset = 0;
+    size_t n = 0, at = from;
     for (size_t j = 0; j <= k; j++) {
         size_t stop = j < k ? r->inserts[j].after : end;
         for (size_t p = 0, base = 0; p < in->parts && at < stop; base += in->iov[p].iov_len, p++) {
@@ -1208,7 +1208,6 @@ static size_t with_id_frames(const struct h2_reader *r, const struct received *i
         }
         if (j < k) id_frame(out + n, r->inserts[j].stream, r->inserts[j].id), n += ID_FRAME;
     }
-    (void)offset;
     return n;
 }
 
