@@ -18,6 +18,7 @@ from tpserve.builders.repository.writer import ServingOptions
 from tpserve.builders.request import BuildRequest
 from tpserve.clients.infer import infer
 from tpserve.common import endpoints
+from tpserve.common.errors import ServerError
 from tpserve.server.supervision.probes import ProbeSettings
 from tpserve.server.supervision.supervisor_process import start_supervised, stop_supervisor
 from tpserve.server.triton import launcher, processes
@@ -146,6 +147,93 @@ def test_a_killed_server_is_restarted_on_the_same_ports_and_stop_ends_everything
     assert stop_supervisor(settings.state_dir)
     assert not processes.is_tritonserver(new.pid) and _gone(supervisor_pid)
     assert _health(health_port) == 0  # nothing answers any more
+
+
+def test_a_second_start_from_a_supervised_state_dir_is_refused_and_stop_still_ends_the_first(supervised):
+    """Seen on a GPU host: a bench started again on the state dir of one still running lost the running
+    supervisor's record (its start removed it before the supervisor refused), so `server stop` ended tritonserver
+    alone, said "stopped", and the supervisor started it again. Now the second start is refused before anything is
+    touched, whether it comes as `server start` does or as the benches do, also while the supervisor is between
+    two tritonservers; and stop ends both."""
+    from tpserve.server.__main__ import stop_everything
+    from tpserve.server.fronts import served_as_started
+
+    settings, health_port = supervised
+    folder = settings.state_dir
+    record = (folder / "supervisor.json").read_text()
+    supervisor_pid = json.loads(record)["pid"]
+    others = dict(zip(("http_port", "grpc_port", "metrics_port"), endpoints.free_ports(3)))
+    second = launcher.ServerSettings(settings.repo, **others, state_dir=folder)
+    with pytest.raises(ServerError, match=rf"a server started from {folder} is running \(its supervisor, pid "):
+        start_supervised(second, endpoints.free_ports(1)[0])
+    with pytest.raises(ServerError, match="make stop STATE_DIR="):
+        with served_as_started(settings.repo, folder):
+            pass
+    os.kill(endpoints.read_state(folder).pid, signal.SIGKILL)  # the supervisor alone runs until it restarts it
+    with pytest.raises(ServerError, match="its supervisor, pid"):
+        launcher.start(second)
+    assert (folder / "supervisor.json").read_text() == record
+    _ready_again(health_port)
+    assert "stopped" in stop_everything(folder)
+    assert _gone(supervisor_pid)
+    time.sleep(3)  # a supervisor left running would have started its tritonserver again by now
+    assert launcher.running_from(folder) is None
+
+
+def _ready_again(health_port: int, within_s: float = 120, after_down: bool = False) -> None:
+    """Until the readiness port answers 200 (after_down: once it has answered something else first)."""
+    deadline, down = time.monotonic() + within_s, not after_down
+    while time.monotonic() < deadline:
+        code = _health(health_port)
+        down |= code != 200
+        if down and code == 200:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"not ready again within {within_s} s")
+
+
+@pytest.mark.parametrize("crash", [signal.SIGSEGV, signal.SIGKILL], ids=["segfault", "killed"])
+def test_the_stubs_a_dead_server_left_are_ended_before_it_is_restarted(tmp_path, crash):
+    """Seen after tritonserver crashes under load: its Python-backend stubs, busy in a call when it died, ran on
+    for an hour with their memory and shared memory, and SIGTERM did not end them (an idle stub notices its
+    parent's end and exits). The supervisor ends them before it restarts the server, and says so."""
+    import shutil
+
+    shutil.copytree(SLOW_MODEL, tmp_path / "repo")
+    http_port, grpc_port, metrics_port, health_port = endpoints.free_ports(4)
+    settings = launcher.ServerSettings(
+        tmp_path / "repo", http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port, state_dir=tmp_path / "s"
+    )
+    start_supervised(settings, health_port, probes=PROBES)
+    stop = threading.Event()
+    try:
+        old = endpoints.read_state(settings.state_dir)
+        left = stub_pids(old.pid)["slow"]
+        ep = endpoint_of(old, settings.repo, "http")
+
+        def busy() -> None:
+            while not stop.is_set():
+                try:
+                    infer(ep, "slow", {"X": np.ones((1, 1), np.float32)})
+                except Exception:  # refused, or the server is gone
+                    time.sleep(0.05)
+
+        workers = [threading.Thread(target=busy) for _ in range(4)]
+        for worker in workers:
+            worker.start()
+        time.sleep(1.5)  # the stub is inside a call
+        os.kill(old.pid, crash)
+        _ready_again(health_port, after_down=True)
+        stop.set()
+        for worker in workers:
+            worker.join()
+        assert all(_gone(pid) for pid in left), [p for p in left if not _gone(p)]
+        events = [what for _, what in _events(health_port)]
+        assert any("Python-backend stubs the dead tritonserver left running" in e for e in events), events
+    finally:
+        stop.set()
+        stop_supervisor(settings.state_dir)
+        launcher.stop(settings.state_dir)
 
 
 def test_deeply_nested_json_crashes_tritonserver_and_the_supervisor_brings_it_back(supervised):

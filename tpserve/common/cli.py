@@ -30,6 +30,25 @@ def private_files() -> None:
     os.umask(0o077)
 
 
+def clean_exit_on_sigterm() -> None:
+    """A SIGTERM ends this command the way an error does, by SystemExit(143) in the main thread: every with-block
+    stops what it started (servers, their supervisors, load generators) before the process exits, where the
+    default action would leave them running. A second SIGTERM during that cleanup is ignored (SIGKILL is not)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def leave(signum, _frame) -> None:
+        signal.signal(signal.SIGTERM, lambda *_: None)  # not SIG_IGN: what the cleanup starts must stay stoppable
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, leave)
+
+
 def words(text: str) -> tuple[str, ...]:
     """A list option's words: 'a b,c' -> ('a', 'b', 'c')."""
     return tuple(text.replace(",", " ").split())

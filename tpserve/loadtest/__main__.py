@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from tpserve.common import options
-from tpserve.common.cli import numbers, private_files, user_errors, words
+from tpserve.common.cli import clean_exit_on_sigterm, numbers, private_files, user_errors, words
 from tpserve.common.errors import MeasurementError
 
 
@@ -16,6 +16,7 @@ from tpserve.common.errors import MeasurementError
 def cli():
     """Measure a running Triton server: perf_analyzer sweeps, reports."""
     private_files()
+    clean_exit_on_sigterm()  # the benches start servers: stopped, not left running, when the bench is stopped
 
 
 def _failure_reasons(path: Path, most: int = 5) -> str:

@@ -89,6 +89,10 @@ def served_as_started(
         with _behind_envoy(repo, state_dir, **options) as pair:
             yield pair[0], (pair[1] if direct else None)
         return
+    from tpserve.server.triton.launcher import refuse_running
+
+    for folder in (state_dir, state_dir / "plain"):
+        refuse_running(folder)  # before the checks' files or records of a server running there are touched
     ports, waiting = endpoints.free_ports(7), options.pop("max_waiting", 0)  # the ports at once: two servers start
     if not direct:
         with _guarded(repo, state_dir, ports[:4], waiting, **options) as served:

@@ -56,6 +56,7 @@ from tpserve.server.triton import launcher
 from tpserve.server.triton.processes import (
     STUB,
     cmdline,
+    end_orphaned_stubs,
     is_tritonserver,
     regions_of,
     remember_regions,
@@ -64,7 +65,7 @@ from tpserve.server.triton.processes import (
     terminate_group,
 )
 
-STATE = "supervisor.json"
+STATE = launcher.SUPERVISOR_STATE
 HEALTH_SOCKET = "health.sock"  # readiness for Envoy, mode 0600
 KEEP_EVENTS, KEEP_RESTARTS = 200, 20  # what /status and memory hold; the log keeps everything, with its time
 LOG = logging.getLogger("supervisor")
@@ -430,6 +431,9 @@ class Supervisor:
         old, reason = self.server, self.kill_reason or "exited on its own"
         self.kill_reason = ""
         exit_text = describe_exit(reap(old.pid))
+        orphans = end_orphaned_stubs(old.pid)  # before the new server's stubs start: they would hold memory
+        if orphans:
+            self.health.record(f"ended {len(orphans)} Python-backend stubs the dead tritonserver left running")
         tail, cause = log_tail(Path(old.log)), crash_cause(Path(old.log))
         with self.health.lock:
             record = {"time": round(time.time(), 3), "pid": old.pid, "exit": exit_text, "reason": reason}

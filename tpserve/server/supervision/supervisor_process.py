@@ -32,6 +32,7 @@ def start_supervised(
     Raises:
         ServerError: a port is taken, or the server did not come up (the supervisor's reason).
     """
+    launcher.refuse_running(settings.state_dir)  # before its record goes: `make stop` finds a supervisor by it
     launcher.check_ports_free(settings)
     launcher.check_port_free(settings.host, "health", health_port)
     launcher.private_state(settings.state_dir)
@@ -120,10 +121,12 @@ def signal_supervisor(state_dir: Path, drain: bool = True) -> int | None:
     path = state_dir / STATE
     if not path.exists():
         return None
-    pid = json.loads(path.read_text() or "{}").get("pid")
+    pid = launcher.supervisor_of(state_dir)  # a record whose pid is gone or runs something else now: no signal
     try:
+        if pid is None:
+            raise ProcessLookupError
         os.kill(pid, signal.SIGTERM if drain else signal.SIGINT)
-    except (ProcessLookupError, TypeError):
+    except ProcessLookupError:
         path.unlink(missing_ok=True)
         return None
     return pid

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import socket
@@ -30,6 +31,7 @@ from tpserve.server.triton.inprocess_build import build_inprocess, uses_inproces
 from tpserve.server.triton.installed import find_install, prepare_backends, server_environment
 from tpserve.server.triton.preloads import PLACEHOLDER, pass_secret
 from tpserve.server.triton.processes import (
+    end_orphaned_stubs,
     is_tritonserver,
     regions_of,
     remember_regions,
@@ -41,6 +43,7 @@ from tpserve.triton_models.runtime.private_dirs import UnsafeFolderError, check_
 CHILDREN: dict[int, subprocess.Popen] = {}  # servers started by this process, kept to read their exit status
 INTERNAL_PORTS = ("http", "grpc", "metrics")
 RESTRICTED = ("model-repository", "shared-memory", "statistics", "trace", "logging")
+SUPERVISOR_STATE = "supervisor.json"  # the supervisor's record in its state dir: pid, health port, ready
 CACHE_BYTES = 32 << 20  # the response cache, for models that enable it
 
 
@@ -398,12 +401,29 @@ NUMPY_WHY = (
 )
 
 
+def supervisor_of(state_dir: Path) -> int | None:
+    """The pid of the supervisor recorded in state_dir where it still runs (and is not this process); None
+    otherwise. A supervisor outlives its tritonserver: it restarts it."""
+    from tpserve.server.triton.processes import supervises
+
+    try:
+        pid = json.loads((Path(state_dir) / SUPERVISOR_STATE).read_text() or "{}").get("pid")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(pid, int) or pid <= 0 or pid == os.getpid() or not supervises(pid, state_dir):
+        return None
+    return pid
+
+
 def running_from(state_dir: Path) -> str | None:
-    """What still runs of a server started from state_dir (its tritonserver, or a replica's), said in a few
-    words; None where nothing does."""
+    """What still runs of a server started from state_dir (its supervisor, its tritonserver, or a replica's),
+    said in a few words; None where nothing does."""
     from tpserve.server.triton.processes import alive, is_tritonserver
 
     for folder in (Path(state_dir), *sorted(Path(state_dir).glob("replica-*"))):
+        supervisor = supervisor_of(folder)
+        if supervisor:
+            return f"its supervisor, pid {supervisor}"
         try:
             state = read_state(folder)
         except ServerError:
@@ -603,6 +623,7 @@ def stop(state_dir: Path, timeout: float = 30.0) -> bool:
     regions = regions_of(state.pid) if running else set()  # its own regions: others' stay, even this user's
     if running:
         terminate_group(state.pid, timeout)
+    end_orphaned_stubs(state.pid)  # a crashed server's, or those that outlived a stop
     CHILDREN.pop(state.pid, None)
     (state_dir / STATE).unlink(missing_ok=True)
     remove_regions(state_dir, regions)

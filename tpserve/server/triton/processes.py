@@ -23,6 +23,20 @@ def is_tritonserver(pid: int) -> bool:
     return b"tritonserver" in cmdline(pid)
 
 
+def supervises(pid: int, state_dir: Path) -> bool:
+    """Whether pid runs our supervisor (`python -m tpserve.server supervise`) of state_dir: not a recycled pid,
+    not another state dir's supervisor."""
+    words = cmdline(pid).split(b"\0")
+    if b"tpserve.server" not in words or b"supervise" not in words or b"--state-dir" not in words[:-1]:
+        return False
+    given = Path(os.fsdecode(words[words.index(b"--state-dir") + 1]))
+    try:
+        where = given if given.is_absolute() else Path(os.readlink(f"/proc/{pid}/cwd")) / given
+        return where.resolve() == Path(state_dir).resolve()
+    except OSError:
+        return False
+
+
 def alive(pid: int) -> bool:
     """Whether pid runs (a zombie does not), reaping it when it is our child."""
     try:
@@ -82,6 +96,24 @@ def stubs(server_pid: int, repo: Path | None = None) -> list[tuple[str, str, int
             if len(parts) >= 3 and parts[: len(root)] == root:
                 found.append((parts[-3], parts[-2], pid))
     return found
+
+
+def end_orphaned_stubs(group: int) -> list[int]:
+    """SIGKILL the Python-backend stubs left in process group `group` (a dead tritonserver's: it led its own
+    group, and its stubs, handed to init, would keep their memory and shared memory for good); their pids. Only
+    orphaned stubs are touched: a process of that group that runs anything else, or a stub whose parent is a
+    tritonserver (the group's id taken again by a live server), is left alone."""
+    ended = []
+    for pid, argv, stat in _processes():
+        if not (argv and argv[0].endswith(STUB) and len(stat) > 2 and stat[2] == str(group) and pid != group):
+            continue
+        if not is_tritonserver(int(stat[1])):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                ended.append(pid)
+            except ProcessLookupError:
+                continue
+    return ended
 
 
 def stub_pids(server_pid: int, repo: Path | None = None) -> dict[str, set[int]]:
