@@ -13,7 +13,10 @@
  * up. No read may fail, and the connection must end for the server once it has ended every stream. With a
  * cancelled-calls table (2d), what the reads hand out must still be whole frames in order, every header block of
  * CONTINUATIONs of its own stream only, each ModelInfer call's block ended by its id's frame; the ids of the calls
- * the client left are in the table.
+ * the client left are in the table. A read that comes with the socket's own control message (gRPC reads TCP_INQ
+ * from it, and waits for an edge when it says nothing is queued) leaves nothing for the next read while the socket
+ * is quiet: bytes kept back then (an id frame past the caller's room) would wait for a client byte that may never
+ * come.
  *
  *   fuzz_guard SECONDS SEED   (exit 0: every step matched, every public connection ended) */
 #define _GNU_SOURCE
@@ -130,15 +133,24 @@ static void server_ends(int fd, int drain) {
   free(out.bytes);
 }
 
+static size_t last_control; /* the control bytes the last read through the guard came with */
+
 /* Reads through the guard with a random call and room; -1 with EAGAIN when nothing whole is there yet. */
 static ssize_t guarded(int fd, uint8_t* into, size_t room) {
   size_t cut = below(room + 1);
   struct iovec parts[2] = {{into, cut}, {into + cut, room - cut}};
   struct msghdr message = {0};
+  char control[CMSG_SPACE(sizeof(struct ucred))]; /* SO_PASSCRED: the socket's own reads bring one */
   message.msg_iov = parts, message.msg_iovlen = 2;
+  message.msg_control = control, message.msg_controllen = sizeof control;
+  last_control = 0;
   switch (below(4)) {
     case 0: return g_recv(fd, into, room, 0);
-    case 1: return g_recvmsg(fd, &message, 0);
+    case 1: {
+      ssize_t n = g_recvmsg(fd, &message, 0);
+      last_control = n > 0 ? message.msg_controllen : 0;
+      return n;
+    }
     case 2: return g_read(fd, into, room);
     default: return g_readv(fd, parts, 2);
   }
@@ -278,6 +290,8 @@ static int public_connection(void) {
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0) return 0;
   fcntl(pair[1], F_SETFL, O_NONBLOCK);
+  int one = 1;
+  setsockopt(pair[1], SOL_SOCKET, SO_PASSCRED, &one, sizeof one);
   watch(pair[1], 1);
   waiting_bound = below(3) == 0 ? 1 + (long)below(3) : 0; /* calls past it refused (2c): their answers written too */
   streaming_served = below(2) == 0; /* off: each ModelStreamInfer stream refused at its first message, or cut */
@@ -303,6 +317,15 @@ static int public_connection(void) {
       if (n < 0 && errno != EAGAIN) failed = 1;
       if (n <= 0) break;
       put(&read_out, into, (size_t)n);
+      uint8_t peek;
+      if (last_control > 0 && recv(pair[1], &peek, 1, MSG_PEEK | MSG_DONTWAIT) < 0 && errno == EAGAIN) {
+        ssize_t kept = guarded(pair[1], into, sizeof into); /* the socket is quiet: nothing may be left */
+        if (kept > 0) {
+          fprintf(stderr, "fuzz_guard: %zd bytes were kept back from a read whose control message said the "
+                          "socket had nothing more\n", kept);
+          failed = 1;
+        }
+      }
     }
     while (recv(pair[0], sink, sizeof sink, MSG_DONTWAIT) > 0) {
     }

@@ -1558,7 +1558,11 @@ ssize_t recvmsg(int fd, struct msghdr *message, int flags) {
      * until EAGAIN (with no TCP_INQ message it assumes more may be queued) instead of waiting for an edge */
     struct message_read call = {message, flags, message->msg_controllen};
     message->msg_controllen = 0;
-    return guarded_read(fd, message->msg_iov, message->msg_iovlen, read_message, &call);
+    ssize_t got = guarded_read(fd, message->msg_iov, message->msg_iovlen, read_message, &call);
+    /* Bytes left for the next read (a call's id that did not fit): the socket's own TCP_INQ would say nothing is
+     * queued, and gRPC would wait for an edge that no client byte may bring (a client waiting for its answer). */
+    if (watched(fd) && readers[fd]->ready_count > 0) message->msg_controllen = 0;
+    return got;
 }
 
 ssize_t recv(int fd, void *buffer, size_t length, int flags) {
