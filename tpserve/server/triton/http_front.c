@@ -92,9 +92,12 @@ struct conn {
     size_t acc_len, acc_room;
     size_t head_len, total; /* once the head is whole: its length, and the request's */
     struct field method, target, encoding, header_length, expect;
-    char *out; /* the request handed out: all but its final byte from here (acc, or a head rewritten) */
+    char *out; /* the request handed out: its head (acc, or a head rewritten), then body (from acc), all but the
+                  final byte of the two */
     size_t out_len, out_at;
     int out_owned;
+    const char *body; /* where a head was rewritten: the body, handed out of acc as it is (never copied) */
+    size_t body_len, body_at;
     char last; /* its final byte, handed out for the socket's final byte */
     int final_pending;
     int closing;        /* a refusal was written: reads end */
@@ -525,12 +528,13 @@ static int is_inference(const struct conn *c) {
             ends_with(target, len, "/generate_stream"));
 }
 
-/* The request as tritonserver reads it (c->out, owned): its request line, its call id's line (c->id), its header
- * lines but the client's own x-edge-call and an Expect answered here, and its body. Its length; 0 out of memory. */
+/* The head as tritonserver reads it (c->out, owned): its request line, its call id's line (c->id), its header
+ * lines but the client's own x-edge-call and an Expect answered here; the body stays in acc. Its length; 0 out of
+ * memory. */
 static size_t rewrite_head(struct conn *c) {
     const char *t = c->acc;
     size_t line_end = (size_t)((const char *)memmem(t, c->head_len, "\r\n", 2) - t) + 2;
-    char *out = malloc(c->total + CALL_ID_HEX + sizeof CALL_ID_NAME + 4);
+    char *out = malloc(c->head_len + CALL_ID_HEX + sizeof CALL_ID_NAME + 4);
     if (out == NULL) return 0;
     memcpy(out, t, line_end);
     size_t n = line_end;
@@ -548,8 +552,6 @@ static size_t rewrite_head(struct conn *c) {
         if (!own && !(c->expect.count && at == c->expect.at)) memcpy(out + n, t + at, stop - at), n += stop - at;
         at = stop;
     }
-    memcpy(out + n, t + c->head_len, c->total - c->head_len);
-    n += c->total - c->head_len;
     c->out = out;
     c->out_owned = 1;
     return n;
@@ -572,18 +574,27 @@ static int release(int fd, struct conn *c) {
         c->acc_len = c->total; /* all of it read: nothing to drop */
         return refuse(fd, c, verdict.status, verdict.why);
     }
-    size_t len = c->total;
+    size_t len = c->total, body = 0;
     c->out = c->acc;
     c->out_owned = 0;
     c->id = is_inference(c) ? call_id_next() : 0;
     if (c->expect.count || c->own_ids || c->id) {
         len = rewrite_head(c);
         if (len == 0) return refuse(fd, c, 503, "out of memory");
+        body = c->total - c->head_len;
     }
     set_deadline(fd, 0); /* whole: tritonserver reads it at its own pace */
-    c->last = c->out[len - 1];
-    c->out_len = len - 1;
-    c->out_at = 0;
+    c->out_at = c->body_at = 0;
+    c->body = c->acc + c->head_len;
+    if (body) { /* the final byte is the body's */
+        c->out_len = len;
+        c->body_len = body - 1;
+        c->last = c->body[body - 1];
+    } else {
+        c->out_len = len - 1;
+        c->body_len = 0;
+        c->last = c->out[len - 1];
+    }
     c->final_pending = 1;
     return 1;
 }
@@ -596,6 +607,8 @@ static void next_request(int fd, struct conn *c) {
     c->out = NULL;
     c->out_owned = 0;
     c->out_len = c->out_at = 0;
+    c->body = NULL;
+    c->body_len = c->body_at = 0;
     c->final_pending = 0;
     c->acc_len = c->head_len = c->total = 0;
     memset(&c->method, 0, sizeof c->method), memset(&c->target, 0, sizeof c->target);
@@ -722,6 +735,12 @@ ssize_t front_read(int fd, const struct iovec *iov, size_t parts) {
             c->out_at += n;
             if (given == room) return (ssize_t)given;
         }
+        if (c->body_at < c->body_len) {
+            size_t n = c->body_len - c->body_at < room - given ? c->body_len - c->body_at : room - given;
+            given += put_at(iov, parts, given, c->body + c->body_at, n);
+            c->body_at += n;
+            if (given == room) return (ssize_t)given;
+        }
         if (c->final_pending) {
             char final;
             ssize_t got = io.recv(fd, &final, 1, MSG_DONTWAIT);
@@ -747,7 +766,7 @@ ssize_t front_read(int fd, const struct iovec *iov, size_t parts) {
 int front_readable(int fd) {
     struct conn *c = conns[fd];
     if (c->closing) return 0;
-    return (int)(c->out_len - c->out_at) + c->final_pending;
+    return (int)(c->out_len - c->out_at + c->body_len - c->body_at) + c->final_pending;
 }
 
 /* ---- tritonserver's answers, followed ---- */
