@@ -30,10 +30,13 @@ import select, socket, sys, time
 server = socket.socket(); server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 server.bind(("127.0.0.1", int(sys.argv[1]))); server.listen(8); print("listening", flush=True)
 conn, _ = server.accept(); conn.setblocking(False)
-read, wrote, after, last = b"", False, int(sys.argv[2]), time.monotonic()
+steps = [(int(a), bytes.fromhex(w)) for a, w in zip(sys.argv[2].split(","), sys.argv[3].split(","))]
+read, last = b"", time.monotonic()
 while True:
-    if not wrote and ((after >= 0 and len(read) >= after) or (after < 0 and read and time.monotonic() - last > 0.5)):
-        conn.sendall(bytes.fromhex(sys.argv[3])); wrote = True
+    after = steps[0][0] if steps else None
+    quiet = read and time.monotonic() - last > 0.5
+    if after is not None and ((after >= 0 and len(read) >= after) or (after < 0 and quiet)):
+        conn.sendall(steps.pop(0)[1]); continue
     select.select([conn], [], [], 0.1)
     try:
         chunk = conn.recv(int(sys.argv[4]))
@@ -71,13 +74,17 @@ def ends(streams) -> bytes:
     return b"".join(frame(HEADERS, END_HEADERS | END_STREAM, s, TRAILERS) for s in streams)
 
 
-def through_guard(shim, pieces: list[bytes], writes: bytes, after: int = -1, read_size: int = 65536):
-    """What the stand-in read of pieces sent one by one (and whether it saw the end), on a public gRPC port."""
+def through_guard(shim, pieces: list[bytes], writes, after: int = -1, read_size: int = 65536):
+    """What the stand-in read of pieces sent one by one (and whether it saw the end), on a public gRPC port. writes:
+    what the stand-in writes once it has read `after` bytes (-1: once the reads pause), or a list of (after, bytes)
+    steps written in turn."""
+    steps = writes if isinstance(writes, list) else [(after, writes)]
+    after, writes = ",".join(str(a) for a, _ in steps), ",".join(w.hex() for _, w in steps)
     (port,) = free_ports(1)
     env = {**os.environ, "LD_PRELOAD": str(shim), "TRITON_GUARD_H2_PORTS": str(port)}
     env["TRITON_GUARD_H2_PUBLIC"] = str(port)
     env["TRITON_GUARD_STREAMING"] = "1"  # streams served: what the guard does to their messages (refusal: below)
-    command = [sys.executable, "-c", STAND_IN, str(port), str(after), writes.hex(), str(read_size)]
+    command = [sys.executable, "-c", STAND_IN, str(port), after, writes, str(read_size)]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE)
     assert process.stdout.readline() == b"listening\n"
     with socket.create_connection(("127.0.0.1", port)) as client:
@@ -310,14 +317,24 @@ def test_a_reset_that_gRPC_would_read_as_data_past_the_window_is_never_read(shim
     assert read == sent + fits + frame(DATA, END_STREAM, 3)
 
 
-def test_the_windows_the_server_announces_let_the_client_send_more(shim):
+@pytest.mark.parametrize("acknowledged", [True, False])
+def test_the_windows_the_server_announces_let_the_client_send_more(shim, acknowledged):
+    """The server grants 1 MiB windows (its SETTINGS for each stream, a WINDOW_UPDATE for the connection) while
+    stream 1 is open: 128 KiB on it is read once the client has acknowledged the SETTINGS. Unacknowledged, the
+    stream's window is still 65,535 for gRPC, so the frame that passes it is never read (gRPC would end the
+    connection, cancelling its calls): the connection counts as hung up, and its open call is ended for gRPC as a
+    client's half-close would end it. The stand-in ends the stream only after that, so its window is in force."""
     opened = PREFACE + frame(SETTINGS, 0, 0) + frame(HEADERS, END_HEADERS, 1, b"\x83\x86")
     big = b"".join(frame(DATA, 0, 1, b"x" * 16384) for _ in range(8))  # 128 KiB: past 65,535 without the server's
     grant = frame(SETTINGS, 0, 0, struct.pack(">HI", 4, 1 << 20)) + frame(
         WINDOW_UPDATE, 0, 0, struct.pack(">I", 1 << 20)
     )
-    read = through_guard(shim, [opened, big + frame(DATA, END_STREAM, 1, b"")], grant + ends([1]), len(opened))
-    assert read == opened + big + frame(DATA, END_STREAM, 1, b"")
+    ack = frame(SETTINGS, 0x1, 0) if acknowledged else b""
+    rest = ack + big + frame(DATA, END_STREAM, 1, b"")
+    whole = opened + rest
+    steps = [(len(opened), grant), (len(whole) if acknowledged else -1, ends([1]))]
+    read = through_guard(shim, [opened, rest], steps)
+    assert read == (whole if acknowledged else opened + big[: 3 * (9 + 16384)] + frame(DATA, END_STREAM, 1, b""))
 
 
 @pytest.mark.parametrize("acknowledged", [False, True])
