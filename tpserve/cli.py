@@ -15,7 +15,7 @@ import importlib
 
 import click
 
-from tpserve.common.cli import private_files
+from tpserve.common.cli import clean_exit_on_sigterm, private_files
 
 # subcommand -> (the part's command-line module, its command)
 STEPS = {
@@ -81,6 +81,7 @@ class Lazy(click.Group):
 def main() -> None:
     """Serve PyTorch models with NVIDIA Triton: build a repository, serve it, measure it."""
     private_files()
+    clean_exit_on_sigterm()  # what a command started (a bench's servers) is stopped when it is stopped
 
 
 if __name__ == "__main__":

@@ -34,16 +34,19 @@ def test_a_sigterm_runs_the_commands_cleanups_and_exits_143(tmp_path):
     assert mark.read_text() == "cleaned up"
 
 
-def test_the_loadtest_commands_stop_cleanly_on_sigterm():
+def test_the_measuring_commands_stop_cleanly_on_sigterm():
+    """python -m tpserve.loadtest and the tpserve command (tpserve perf, tpserve loadtest) alike."""
     from click.testing import CliRunner
 
+    from tpserve.cli import main
     from tpserve.loadtest.__main__ import cli
 
     before = signal.getsignal(signal.SIGTERM)
     try:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        CliRunner().invoke(cli, ["text-bench", "--help"])
-        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        for group, args in ((cli, ["text-bench", "--help"]), (main, ["perf", "--help"])):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            CliRunner().invoke(group, args)
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL, group
     finally:
         signal.signal(signal.SIGTERM, before)
 
