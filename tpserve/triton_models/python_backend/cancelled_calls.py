@@ -10,21 +10,24 @@ CANCELLED; the rest run as before. Outside the edge (no table, no ids) nothing c
 from __future__ import annotations
 
 import json
+import mmap
 import os
-
-import numpy as np
+import struct
 
 VARIABLE = "TRITON_CANCELLED_CALLS"  # the table's path, set by the launcher (server/edge/cancel_table.py)
 PARAMETER = "x-edge-call"
 SLOTS = 1 << 18
+SLOT = struct.Struct("=Q")  # one slot: a uint64 in the host's byte order, as the C side writes it
 WHY = "cancelled: the client stopped waiting for this call, so it was not run"
 
 
 class CancelledCalls:
-    """The table, mapped read-only."""
+    """The table, mapped read-only. Read with struct, not numpy: a numpy lookup took 35-40 µs a batch inside a
+    stub, a tenth of a small model's whole request on a 2-core host."""
 
     def __init__(self, path: str):
-        self.slots = np.memmap(path, np.uint64, "r", shape=(SLOTS,))
+        with open(path, "rb") as handle:
+            self.table = mmap.mmap(handle.fileno(), SLOTS * SLOT.size, prot=mmap.PROT_READ)
 
     @classmethod
     def from_environment(cls) -> CancelledCalls | None:
@@ -37,8 +40,8 @@ class CancelledCalls:
 
     def cancelled(self, ids: list[int]) -> list[bool]:
         """Whether each id (0: none) is in the table."""
-        found = np.asarray(ids, np.uint64)
-        return [bool(x) for x in (found != 0) & (self.slots[found % SLOTS] == found)]
+        table, read = self.table, SLOT.unpack_from
+        return [bool(i) and read(table, (i % SLOTS) * SLOT.size)[0] == i for i in ids]
 
 
 def call_id(request) -> int:
@@ -50,7 +53,8 @@ def call_id(request) -> int:
     if PARAMETER not in text.lower():
         return 0
     # HTTP headers may arrive capitalized (X-Edge-Call), gRPC metadata lowercase
-    value = next((v for k, v in json.loads(text).items() if k.lower() == PARAMETER), None)
+    found = json.loads(text)
+    value = found.get(PARAMETER) or next((v for k, v in found.items() if k.lower() == PARAMETER), None)
     try:
         return int(value, 16) if isinstance(value, str) and len(value) == 16 else 0
     except ValueError:
