@@ -6,6 +6,25 @@ import pytest
 
 os.environ.setdefault("TPSERVE_NATIVE_WERROR", "1")  # whatever C the tests build: every warning an error
 
+ROOM_GIB = 3  # a full run's temporary folders peak near 1 GiB; servers' logs and builds under the checkout come on top
+
+
+def pytest_sessionstart(session):
+    """Stop before the first test where the disk is nearly full: there every test that builds or serves would
+    error on its own, and the run would end in a hundred errors instead of this one line."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    for what, where in (("the temporary folder", tempfile.gettempdir()), ("the checkout", Path(__file__).parent)):
+        free = shutil.disk_usage(where).free / 2**30
+        if free < ROOM_GIB:
+            pytest.exit(
+                f"{what} ({where}) has {free:.1f} GiB free; the tests need {ROOM_GIB} GiB: free some room (old "
+                "clones, /tmp/pytest-of-*), or point TMPDIR at a roomier disk",
+                returncode=2,
+            )
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing holds right now."""

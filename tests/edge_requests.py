@@ -139,6 +139,9 @@ def _varied(pairs: list[tuple[str, str]], draw) -> list[tuple[str, str]]:
     elif roll == 2:
         n = draw(st.sampled_from([1, 8, 64, 65, 300]))
         pairs = [*pairs, ('"parameters"', "{" + ",".join(f'"p{i}":{i}' for i in range(n)) + "}")]
+    elif roll == 3:  # the call id's name: the server's own in the request's parameters, a tensor's own in an input's
+        name = draw(st.sampled_from(["x-edge-call", "X-Edge-Call", "x-edge-calls"]))
+        pairs = [*pairs, ('"parameters"', f'{{"{name}":"00000000000000ab"}}')]
     return pairs
 
 

@@ -294,7 +294,9 @@ def test_grpc_clients_that_cancel_time_out_or_hang_up_crash_nothing(checked):
 def test_a_call_carrying_the_servers_own_call_id_is_refused_on_grpc_and_stripped_on_http(checked):
     """x-edge-call is the id the guard gives each call (server/triton/call_ids.h): a gRPC call that brings its own is
     refused before tritonserver has its message (INVALID_ARGUMENT, saying why); over HTTP the header is left out of
-    what tritonserver reads and the request is answered. Nothing restarts."""
+    what tritonserver reads and the request is answered, and a body parameter of that name is refused (400, saying
+    why). gRPC's request parameters are not read at the front: one of that name is answered (the model counts every
+    id it is given: tests/unit/test_cancelled_calls.py). Nothing restarts."""
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
 
@@ -310,4 +312,10 @@ def test_a_call_carrying_the_servers_own_call_id_is_refused_on_grpc_and_stripped
                                    "data": GOOD.astype(np.float32).ravel().tolist()}]}).encode()  # fmt: skip
     status, _, text = _http(state, "POST", INFER, body, {"x-edge-call": "00000000000000ff", "X-Edge-Call": "1"})
     assert status == 200, text
+    own = json.dumps({"parameters": {"X-Edge-Call": "00000000000000ff"}, **json.loads(body)}).encode()
+    status, _, text = _http(state, "POST", INFER, own)
+    assert status == 400 and "the server's own" in text, text
+    with grpcclient.InferenceServerClient(state.grpc_url) as client:  # a parameter the front does not read: answered
+        answer = client.infer("digits_cnn", [tensor], parameters={"x-edge-call": "00000000000000ff"}, client_timeout=30)
+        assert answer.as_numpy("logits").shape == (1, 10)
     _still_serving(checked)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tpserve.server.edge.cancel_table import make_table
-from tpserve.triton_models.python_backend.cancelled_calls import SLOTS, CancelledCalls, call_id, serve_live
+from tpserve.triton_models.python_backend.cancelled_calls import SLOTS, CancelledCalls, call_ids, serve_live
 
 
 class Sender:
@@ -54,10 +54,35 @@ def _table(tmp_path, ids):
 
 
 def test_the_call_id_is_read_whatever_the_header_case_and_nothing_else_counts():
-    assert call_id(Request(0, {"x-edge-call": "00000000000000ff"}, [])) == 255
-    assert call_id(Request(0, {"X-Edge-Call": "00000000000000ff"}, [])) == 255
+    assert call_ids(Request(0, {"x-edge-call": "00000000000000ff"}, [])) == (255,)
+    assert call_ids(Request(0, {"X-Edge-Call": "00000000000000ff"}, [])) == (255,)
     for value in ({}, {"x-edge-call": "ff"}, {"x-edge-call": "zzzzzzzzzzzzzzzz"}, {"x-edge-call": 5}):
-        assert call_id(Request(0, value, [])) == 0
+        assert call_ids(Request(0, value, [])) == ()
+
+
+class Raw(Request):
+    def __init__(self, index, text, log):
+        self.index, self.text, self.log = index, text, log
+
+
+def test_a_clients_own_parameter_of_the_name_cannot_hide_the_calls_id(tmp_path):
+    """gRPC's request parameters reach the model beside the forwarded header, in either order: every id counts,
+    so the call the client cancelled is still answered unrun."""
+    log, ran = [], []
+    table = _table(tmp_path, [0xAB])
+    texts = ['{"x-edge-call":"00000000000000ab","x-edge-call":"0000000000000011"}',
+             '{"X-Edge-Call":"0000000000000011","x-edge-call":"00000000000000ab"}',
+             '{"x-edge-call":"0000000000000011","priority":0}']  # fmt: skip
+    requests = [Raw(i, text, log) for i, text in enumerate(texts)]
+    assert call_ids(requests[0]) == (0xAB, 0x11)
+
+    def execute(live):
+        ran.extend(r.index for r in live)
+        return [f"answer {r.index}" for r in live]
+
+    serve_live(requests, table, execute, PbUtils)
+    assert ran == [2]
+    assert all(dict(log)[i].error.code == PbUtils.TritonError.CANCELLED for i in (0, 1))
 
 
 def test_cancelled_requests_are_answered_unrun_and_the_rest_run_in_order(tmp_path):

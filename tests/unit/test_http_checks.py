@@ -103,6 +103,11 @@ REFUSED = {  # body -> status, a word of the reason
         "unknown key 'x'",
     ),
     "a parameter that is an object": (b'{"parameters":{"a":{}},"inputs":[{"name":"i"}]}', 400, "parameter 'a'"),
+    "the call id as a parameter": (
+        ('{"parameters":{"X-Edge-Call":"00000000000000ab"},' + _body('"shape":[1,1,8,8]')[1:]).encode(),
+        400,
+        "the server's own",
+    ),
     "not JSON": (b"\x00\xff", 400, "unexpected"),
     "empty": (b"", 400, "a value was expected"),
 }
@@ -132,6 +137,9 @@ def test_good_requests_pass_with_the_reading_triton_makes(checks):
     shm = _inputs({"name": "input", "shape": [1, 1, 8, 8], "datatype": "FP32",
                    "parameters": {"shared_memory_region": "mine", "shared_memory_byte_size": 256}})  # fmt: skip
     assert checks.verdict("POST", INFER, shm).reading == "input:FP32:[1,1,8,8]:shm mine"
+    own = _inputs({"name": "input", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [0] * 64,
+                   "parameters": {"x-edge-call": "00000000000000ab"}})  # fmt: skip
+    assert checks.verdict("POST", INFER, own).status == 0  # a tensor's parameter: never the request's id
 
 
 @pytest.mark.parametrize("length", ["0xa8", "1.68e2", "+168", "0168", " 168", "168,168", "1234567890"])

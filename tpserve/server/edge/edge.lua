@@ -309,13 +309,18 @@ local function check_against_config(model, name, datatype, shape)
   return nil
 end
 
-local function check_parameters(params, label)
+-- request: the request's own parameters (not a tensor's), where the call id's name (any case) is the server's own:
+-- tritonserver hands them and the forwarded x-edge-call header to the model as one set.
+local function check_parameters(params, label, request)
   if params == nil then return {} end
   if kind(params) ~= "object" then return nil, label .. "has parameters that are not an object" end
   for key, value in pairs(params) do
     local k = kind(value)
     if type(key) == "string" and k ~= "string" and k ~= "number" and k ~= "boolean" then
       return nil, label .. "has parameter '" .. key .. "' that is not a string, number or boolean"
+    end
+    if request and type(key) == "string" and key:lower() == "x-edge-call" then
+      return nil, label .. "has parameter '" .. key .. "': the server's own (each call's id): leave it out"
     end
   end
   return params
@@ -427,7 +432,7 @@ local function check_infer(handle, model)
   end
   local extra = unknown_key(request, REQUEST_KEYS)
   if extra then return 400, "the request has an unknown key '" .. extra .. "'" end
-  local _, why = check_parameters(request.parameters, "the request ")
+  local _, why = check_parameters(request.parameters, "the request ", true)
   why = why or check_outputs(request.outputs)
   if why then return 400, why end
   local reading = {}

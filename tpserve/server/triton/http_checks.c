@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 enum kind { J_NULL, J_TRUE, J_FALSE, J_NUMBER, J_STRING, J_ARRAY, J_OBJECT };
 enum string_mode { KEY, VALUE, DATA };
@@ -670,7 +671,16 @@ static int32_t unknown_key(const struct parser *p, int32_t object, const char *c
     return -1;
 }
 
-static int check_parameters(struct check *c, int32_t params, const char *label) {
+#define CALL_ID_PARAMETER "x-edge-call" /* each call's id, which the front adds as a header (server/triton/http_front.c) */
+
+/* Whether key is the call id's name in any case: tritonserver hands a request's parameters and its forwarded
+ * headers to the model as one set, and the model reads that name in any case (cancelled_calls.py). */
+static int is_call_id(const char *key, size_t len) {
+    return len == strlen(CALL_ID_PARAMETER) && strncasecmp(key, CALL_ID_PARAMETER, len) == 0;
+}
+
+/* request: the request's own parameters (not a tensor's), where the call id's name is the server's own. */
+static int check_parameters(struct check *c, int32_t params, const char *label, int request) {
     const struct parser *p = &c->json;
     if (params < 0) return 0;
     if (!kind_is(p, params, J_OBJECT)) return refuse(c, 400, "%shas parameters that are not an object", label);
@@ -679,6 +689,9 @@ static int check_parameters(struct check *c, int32_t params, const char *label) 
         if (k == J_OBJECT || k == J_ARRAY || k == J_NULL)
             return refuse(c, 400, "%shas parameter '%.*s' that is not a string, number or boolean", label,
                           (int)(p->nodes[v].key_len < 80 ? p->nodes[v].key_len : 80), p->nodes[v].key);
+        if (request && is_call_id(p->nodes[v].key, p->nodes[v].key_len))
+            return refuse(c, 400, "%shas parameter '%.*s': the server's own (each call's id): leave it out", label,
+                          (int)p->nodes[v].key_len, p->nodes[v].key);
     }
     return 0;
 }
@@ -809,7 +822,7 @@ static int check_input(struct check *c, const struct model_rule *model, int32_t 
                       (unsigned long long)elements, NAME_SHOWN(&p->nodes[datatype]),
                       (unsigned long long)c->rules->max_tensor_bytes);
     int32_t params = member(p, input, "parameters");
-    if (check_parameters(c, params, label)) return c->verdict->status;
+    if (check_parameters(c, params, label, 0)) return c->verdict->status;
     char shape_text[160];
     dims_text(shape_text, sizeof shape_text, dims, rank, 0);
     add_reading(c, "%s%.*s:%.*s:%s", c->reading_used ? ";" : "", NAME_SHOWN(n), NAME_SHOWN(&p->nodes[datatype]), shape_text);
@@ -830,7 +843,7 @@ static int check_outputs(struct check *c, int32_t outputs) {
         if (extra >= 0)
             return refuse(c, 400, "%shas an unknown key '%.*s'", label,
                           (int)(p->nodes[extra].key_len < 80 ? p->nodes[extra].key_len : 80), p->nodes[extra].key);
-        if (check_parameters(c, member(p, o, "parameters"), label)) return c->verdict->status;
+        if (check_parameters(c, member(p, o, "parameters"), label, 0)) return c->verdict->status;
     }
     return 0;
 }
@@ -877,7 +890,7 @@ static int check_infer(struct check *c, const char *model_name, size_t model_len
     if (extra >= 0)
         return refuse(c, 400, "the request has an unknown key '%.*s'",
                       (int)(p->nodes[extra].key_len < 80 ? p->nodes[extra].key_len : 80), p->nodes[extra].key);
-    if (check_parameters(c, member(p, root, "parameters"), "the request ")) return c->verdict->status;
+    if (check_parameters(c, member(p, root, "parameters"), "the request ", 1)) return c->verdict->status;
     if (check_outputs(c, member(p, root, "outputs"))) return c->verdict->status;
     const struct model_rule *model = model_of(c->rules, model_name, model_len);
     for (int32_t i = p->nodes[inputs].first; i >= 0; i = p->nodes[i].next) {

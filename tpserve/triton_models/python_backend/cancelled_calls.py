@@ -38,23 +38,35 @@ class CancelledCalls:
         except (OSError, ValueError):
             return None
 
-    def cancelled(self, ids: list[int]) -> list[bool]:
-        """Whether each id (0: none) is in the table."""
-        table, read = self.table, SLOT.unpack_from
-        return [bool(i) and read(table, (i % SLOTS) * SLOT.size)[0] == i for i in ids]
+    def cancelled(self, ids: list[tuple[int, ...]]) -> list[bool]:
+        """Whether any of each request's ids is in the table."""
+        table, read, size = self.table, SLOT.unpack_from, SLOT.size
+        return [any(read(table, (i % SLOTS) * size)[0] == i for i in own) for own in ids]
 
 
-def call_id(request) -> int:
-    """The edge's id of a request's call, 0 where it has none."""
+PAIRS = json.JSONDecoder(object_pairs_hook=list)  # every key as it came, a repeated one too
+
+
+def call_ids(request) -> tuple[int, ...]:
+    """The edge's id of a request's call, as every parameter of that name (any case) gives it: () where it has none.
+    A client may bring a parameter of the name too (gRPC's request parameters, which the front does not read): all
+    count, so that one cannot hide the call's own id, whatever order tritonserver hands them over in."""
     try:
         text = request.parameters()
     except Exception:  # a stub without request parameters
-        return 0
+        return ()
     if PARAMETER not in text.lower():
-        return 0
-    # HTTP headers may arrive capitalized (X-Edge-Call), gRPC metadata lowercase
-    found = json.loads(text)
-    value = found.get(PARAMETER) or next((v for k, v in found.items() if k.lower() == PARAMETER), None)
+        return ()
+    try:
+        pairs = PAIRS.decode(text)
+    except ValueError:
+        return ()
+    found = (_hex_id(v) for k, v in pairs if k.lower() == PARAMETER) if isinstance(pairs, list) else ()
+    return tuple(i for i in found if i)
+
+
+def _hex_id(value) -> int:
+    """16 hex digits as the id they write; 0 for anything else."""
     try:
         return int(value, 16) if isinstance(value, str) and len(value) == 16 else 0
     except ValueError:
@@ -68,7 +80,7 @@ def serve_live(requests, table: CancelledCalls | None, execute, pb_utils):
     if table is None or not requests:
         return execute(requests)
     code = getattr(pb_utils.TritonError, "CANCELLED", pb_utils.TritonError.UNAVAILABLE)
-    gone = table.cancelled([call_id(r) for r in requests])
+    gone = table.cancelled([call_ids(r) for r in requests])
     return answer_apart(requests, [(code, WHY) if g else None for g in gone], execute, pb_utils)
 
 
