@@ -6,9 +6,8 @@ import pytest
 
 os.environ.setdefault("TPSERVE_NATIVE_WERROR", "1")  # whatever C the tests build: every warning an error
 
-ROOM_GIB = (
-    3  # a full run's temporary folders peaked at 1.9 GiB (2-core host); servers' logs under the checkout come on top
-)
+# a full run's temporary folders peaked at 1.9 GiB (2-core host); servers' logs under the checkout come on top
+ROOM_GIB = 3
 
 
 def pytest_sessionstart(session):

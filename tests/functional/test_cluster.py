@@ -127,19 +127,10 @@ def test_requests_through_envoy_reach_every_replica_on_both_protocols(cluster):
         with ep.client() as client:
             for _ in range(20):
                 assert infer(ep, "digits_cnn", {"input": X}, client=client).outputs["logits"].shape == (1, 10)
-    served = _served_since(cluster, before, 40)
-    assert sum(served.values()) == 40 and min(served.values()) > 0, served
-
-
-def _served_since(settings, before: dict, expected: int, within: float = 5.0) -> dict:
-    """Requests each replica counted since before, once they add up to expected (or within seconds have passed):
-    tritonserver counts a request after its answer has left, so a count read at once may miss the last one."""
-    deadline = time.monotonic() + within
-    while True:
-        served = {r: _inferences(settings, r) - before[r] for r in before}
-        if sum(served.values()) >= expected or time.monotonic() > deadline:
-            return served
-        time.sleep(0.05)
+    served = lambda: {r: _inferences(cluster, r) - before[r] for r in before}  # noqa: E731
+    _await(lambda: sum(served().values()) >= 40, 5)  # tritonserver counts a request after its answer has left
+    counts = served()
+    assert sum(counts.values()) == 40 and min(counts.values()) > 0, counts
 
 
 def test_admin_apis_stay_locked_through_envoy(cluster):

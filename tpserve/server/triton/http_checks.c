@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include "http_checks.h"
+#include "call_ids.h" /* CALL_ID_NAME: each call's id, which the front adds as a header */
 
 #pragma GCC diagnostic ignored "-Wformat-truncation" /* a refusal's message is capped on purpose */
 
@@ -671,12 +672,10 @@ static int32_t unknown_key(const struct parser *p, int32_t object, const char *c
     return -1;
 }
 
-#define CALL_ID_PARAMETER "x-edge-call" /* each call's id, which the front adds as a header (server/triton/http_front.c) */
-
 /* Whether key is the call id's name in any case: tritonserver hands a request's parameters and its forwarded
  * headers to the model as one set, and the model reads that name in any case (cancelled_calls.py). */
 static int is_call_id(const char *key, size_t len) {
-    return len == strlen(CALL_ID_PARAMETER) && strncasecmp(key, CALL_ID_PARAMETER, len) == 0;
+    return len == strlen(CALL_ID_NAME) && strncasecmp(key, CALL_ID_NAME, len) == 0;
 }
 
 /* request: the request's own parameters (not a tensor's), where the call id's name is the server's own. */
