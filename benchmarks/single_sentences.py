@@ -10,7 +10,11 @@ of one run on one host.
 
     .venv/bin/python -m benchmarks.single_sentences --out reports/single_sentences [--concurrency 256] \
         [--rounds 3] [--text] [--stats] [--inprocess-first] [--batches-first] [--processes 8,16] \
-        [--protocols grpc,http]
+        [--protocols grpc,http] [--against-plain]
+
+--against-plain serves as `server start` does (the default front) with a plain server of the same repository
+beside, and measures each point on both in alternated order round by round (the engine and its echo): what the
+front keeps of a plain server's throughput, as medians of the rounds.
 
 Writes single_sentences.md under --out.
 """
@@ -53,7 +57,9 @@ def build(args, out: Path):
     if args.inprocess_first:
         workload = tb.tw.Lengths.parse("lognormal", longest=spec.longest_sequence())
         tb.inprocess(settings, spec, out / "work", gpu, [workload])
-    names = {"engine": models["engine"], "two instances": twin_of(out / "repo", models["engine"])}
+    names = {"engine": models["engine"]}
+    if not args.against_plain:
+        names["two instances"] = twin_of(out / "repo", models["engine"])
     names["echo"] = models["echo"]
     return spec, names, settings.concurrency[-1]
 
@@ -82,8 +88,10 @@ def measure(args, out: Path) -> dict[str, list[float]]:
     stats = out / "ragged_stats" if args.stats else None
     if stats is not None:
         stats.mkdir(parents=True, exist_ok=True)
-    got: dict[str, list[float]] = {}
     tuning = TritonTuning(latency_summaries=False)
+    if args.against_plain:
+        return against_plain(args, out, names, lengths, stats, tuning)
+    got: dict[str, list[float]] = {}
     with running(out / "repo", out / "state", startup_timeout=900, tuning=tuning, ragged_stats=stats) as state:
         eps = {protocol: state.endpoint(protocol, out / "repo") for protocol in PROTOCOLS}
         for round_ in range(args.rounds):
@@ -101,14 +109,52 @@ def measure(args, out: Path) -> dict[str, list[float]]:
     return got
 
 
+def against_plain(args, out: Path, names: dict, lengths, stats, tuning) -> dict[str, list[float]]:
+    """Each point as served and on a plain server, the two in alternated order round by round; also the ratio."""
+    from tpserve.common.endpoints import PROTOCOLS
+    from tpserve.loadtest.benches import text_bench as tb
+    from tpserve.server.fronts import served_as_started
+
+    got: dict[str, list[float]] = {}
+    serving = served_as_started(out / "repo", out / "state", startup_timeout=900, tuning=tuning, ragged_stats=stats)
+    with serving as (state, plain):
+        assert plain is not None  # direct=True: the plain server is started beside
+        servers = {
+            "as served": {p: state.endpoint(p, out / "repo") for p in PROTOCOLS},
+            "plain": {p: plain.endpoint(p, out / "repo") for p in PROTOCOLS},
+        }
+        for round_ in range(args.rounds):
+            order = ("as served", "plain") if round_ % 2 == 0 else ("plain", "as served")
+            for (label, model), protocol in itertools.product(names.items(), args.protocols):
+                point = tb.Point(
+                    path="served ids", model=model, encoder=model, per_request=1, concurrency=args.c, protocol=protocol
+                )
+                figures = {}
+                for server in order:
+                    result = tb._client_point(point, servers[server][protocol], lengths)
+                    figures[server] = result["throughput"]
+                    got.setdefault(f"{label}, {protocol}, {server}", []).append(result["throughput"])
+                    print(
+                        f"round {round_ + 1} {label}, {protocol}, {server}: {result['throughput']:,.0f}/s, "
+                        f"p50 {result['p50_ms']:.2f} ms; {result['client']}",
+                        flush=True,
+                    )
+                got.setdefault(f"{label}, {protocol}, as served / plain", []).append(
+                    figures["as served"] / figures["plain"]
+                )
+                (out / "single_sentences.md").write_text(report(args, got))  # a run cut short keeps its rounds
+    return got
+
+
 def report(args, got: dict[str, list[float]]) -> str:
     held = [name for name, on in (("text pipeline", args.text), ("runners' statistics", args.stats)) if on]
     if args.inprocess_first:
         held.append("in-process measurements first")
     if args.batches_first:
         held.append("requests of 32 sentences at the bench's highest concurrency after round 1 (before it: one round)")
+    title = "as served and on a plain server, alternated" if args.against_plain else "one server, taking turns"
     lines = [
-        f"# Single sentences at concurrency {args.c}, one server, taking turns",
+        f"# Single sentences at concurrency {args.c}, {title}",
         "",
         f"Also held: {', '.join(held) or 'nothing else'}.",
         "",
@@ -116,8 +162,9 @@ def report(args, got: dict[str, list[float]]) -> str:
         "|---|---|---:|",
     ]
     for label, figures in got.items():
-        rounds = ", ".join(f"{f:,.0f}" for f in figures)
-        lines.append(f"| {label} | {rounds} | {statistics.median(figures):,.0f} |")
+        form = ",.3f" if label.endswith("/ plain") else ",.0f"
+        rounds = ", ".join(format(f, form) for f in figures)
+        lines.append(f"| {label} | {rounds} | {format(statistics.median(figures), form)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -141,6 +188,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--protocols", type=lambda s: s.split(","), default=["grpc"], help="grpc, http or both (grpc,http)"
+    )
+    parser.add_argument(
+        "--against-plain",
+        action="store_true",
+        help="as `server start` serves, a plain server beside, each point on both in alternated order",
     )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
