@@ -646,6 +646,7 @@ static int bounded(const struct conn *c, const char **why) {
 /* More of the request from the socket: 1 whole and ready to hand out; 0 the peer is gone; -1 with errno (EAGAIN:
  * nothing to hand out yet); -2 refused. */
 static int gather(int fd, struct conn *c) {
+    size_t queued = 0; /* bytes past acc_len the head's peek saw in the socket (they stay there until read) */
     if (c->head_len == 0) {
         size_t want = max_head + 4 - c->acc_len;
         if (grow(c, c->acc_len + want) < 0) return refuse(fd, c, 503, "out of memory");
@@ -671,6 +672,7 @@ static int gather(int fd, struct conn *c) {
             c->total = head_len + body;
         }
         if (status) return refuse(fd, c, status, why);
+        queued = (size_t)n;
         c->head_len = head_len;
         c->total = head_len + body;
         if (__atomic_add_fetch(&held, c->total, __ATOMIC_RELAXED) > max_held) {
@@ -689,9 +691,13 @@ static int gather(int fd, struct conn *c) {
     }
     if (grow(c, c->total) < 0) return refuse(fd, c, 503, "out of memory");
     size_t need = c->total - c->acc_len; /* at least 1: the final byte is never taken here */
+    int whole = queued >= need; /* the peek saw all of it, the final byte too: no need to ask the socket again */
     if (need > 1) {
         int available = 0;
-        if (io.ioctl(fd, FIONREAD, &available) < 0) available = 0;
+        if (whole)
+            available = (int)(need - 1); /* need <= max_head + 4, within an int */
+        else if (io.ioctl(fd, FIONREAD, &available) < 0)
+            available = 0;
         size_t take = (size_t)available < need - 1 ? (size_t)available : need - 1;
         if (take > 0) {
             ssize_t got = io.recv(fd, c->acc + c->acc_len, take, MSG_DONTWAIT);
@@ -700,6 +706,7 @@ static int gather(int fd, struct conn *c) {
             if (got > 0) c->acc_len += (size_t)got;
         }
     }
+    if (whole && c->acc_len + 1 == c->total) return release(fd, c); /* its final byte, peeked, is still queued */
     ssize_t final = io.recv(fd, c->acc + c->total - 1, 1, MSG_PEEK | MSG_DONTWAIT);
     if (final <= 0) return (int)final;
     if (c->acc_len + 1 == c->total) return release(fd, c);
