@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import math
 import re
 import signal
 import subprocess
@@ -31,10 +32,7 @@ def body_for(conn: http.client.HTTPConnection, model: str) -> bytes:
         if given["data_type"] != "TYPE_FP32":
             raise SystemExit(f"{model}'s input {given['name']} is {given['data_type']}: FP32 inputs only")
         shape = batch + [max(1, int(d)) for d in given["dims"]]
-        count = 1
-        for d in shape:
-            count *= d
-        inputs.append({"name": given["name"], "shape": shape, "datatype": "FP32", "data": [0.5] * count})
+        inputs.append({"name": given["name"], "shape": shape, "datatype": "FP32", "data": [0.5] * math.prod(shape)})
     return json.dumps({"inputs": inputs}).encode()
 
 

@@ -325,8 +325,6 @@ static void round_of(size_t round) {
   free(sent.bytes), free(handed.bytes), free(got.bytes), free(answers.bytes);
 }
 
-/* The bounds, once: a head that does not arrive in time ends its connection; a body past the budget all connections
- * share is refused with 503 while another holds it, and fits once that one is gone. */
 /* A request already whole in the socket is handed out with three socket calls: the head's peek, the read of all
  * but its final byte, that byte (the peek saw it: no FIONREAD, no second peek). */
 static void socket_calls(void) {
@@ -351,6 +349,8 @@ static void socket_calls(void) {
   close(pair[0]), close(pair[1]);
 }
 
+/* The bounds, once: a head that does not arrive in time ends its connection; a body past the budget all connections
+ * share is refused with 503 while another holds it, and fits once that one is gone. */
 static void bounds(void) {
   int slow[2], first[2], second[2];
   char into[4096];

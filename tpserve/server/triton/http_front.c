@@ -706,9 +706,10 @@ static int gather(int fd, struct conn *c) {
             if (got > 0) c->acc_len += (size_t)got;
         }
     }
-    if (whole && c->acc_len + 1 == c->total) return release(fd, c); /* its final byte, peeked, is still queued */
-    ssize_t final = io.recv(fd, c->acc + c->total - 1, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (final <= 0) return (int)final;
+    if (!whole) { /* whole: its final byte, peeked with the head, is still queued */
+        ssize_t final = io.recv(fd, c->acc + c->total - 1, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (final <= 0) return (int)final;
+    }
     if (c->acc_len + 1 == c->total) return release(fd, c);
     errno = EAGAIN; /* more of the body is on its way */
     return -1;
