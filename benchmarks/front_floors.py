@@ -145,6 +145,11 @@ def main() -> None:
     parser.add_argument("--tokenizer", type=Path, default=None, help="tokenizer.json (default: the zoo's)")
     parser.add_argument("--interval-ms", type=int, default=INTERVAL_MS)
     parser.add_argument("--host-label", default="this host")
+    parser.add_argument(
+        "--server-args",
+        default="",
+        help="tritonserver tuning flags for both servers, given with =: --server-args=--http-thread-count=16",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     measure(args)
@@ -155,6 +160,8 @@ def command(args) -> str:
     said = f"python -m benchmarks.front_floors --rounds {args.rounds}"
     if args.interval_ms != INTERVAL_MS:
         said += f" --interval-ms {args.interval_ms}"
+    if args.server_args:
+        said += f' --server-args="{args.server_args}"'
     return said + (" --tokenizer tokenizer.json" if args.tokenizer else "")
 
 
@@ -192,7 +199,7 @@ def measure(args) -> dict:
         f"{settings.single_concurrency[0]} for single sentences."
     )
     got: dict = {}
-    tuning = TritonTuning(latency_summaries=False)
+    tuning = TritonTuning(latency_summaries=False, args=tuple(args.server_args.split()))
     serving = served_as_started(
         out / "repo", out / "state", startup_timeout=900, ragged_stats=stats.folder, tuning=tuning
     )

@@ -88,7 +88,7 @@ def measure(args, out: Path) -> dict[str, list[float]]:
     stats = out / "ragged_stats" if args.stats else None
     if stats is not None:
         stats.mkdir(parents=True, exist_ok=True)
-    tuning = TritonTuning(latency_summaries=False)
+    tuning = TritonTuning(latency_summaries=False, args=tuple(args.server_args.split()))
     if args.against_plain:
         return against_plain(args, out, names, lengths, stats, tuning)
     got: dict[str, list[float]] = {}
@@ -150,6 +150,8 @@ def report(args, got: dict[str, list[float]]) -> str:
     held = [name for name, on in (("text pipeline", args.text), ("runners' statistics", args.stats)) if on]
     if args.inprocess_first:
         held.append("in-process measurements first")
+    if args.server_args:
+        held.append(f"tritonserver {args.server_args} (both servers)")
     if args.batches_first:
         held.append("requests of 32 sentences at the bench's highest concurrency after round 1 (before it: one round)")
     title = "as served and on a plain server, alternated" if args.against_plain else "one server, taking turns"
@@ -193,6 +195,11 @@ def main() -> None:
         "--against-plain",
         action="store_true",
         help="as `server start` serves, a plain server beside, each point on both in alternated order",
+    )
+    parser.add_argument(
+        "--server-args",
+        default="",
+        help="tritonserver tuning flags for both servers, given with =: --server-args=--http-thread-count=16",
     )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
