@@ -40,6 +40,9 @@ CA_FILE ?=
 SERVER_TLS = $(if $(TLS_CERT),--tls-cert $(TLS_CERT) --tls-key $(TLS_KEY))
 ANY_TRITON = $(if $(TLS),--tls) $(if $(CA_FILE),--ca-file $(CA_FILE)) $(if $(URL),--url $(URL)) $(foreach s,$(SHAPE),--shape $(s)) $(if $(INPUT_DATA),--input-data $(INPUT_DATA))
 PYTEST_ARGS ?=
+TEST_WORKERS ?= 1
+# TEST_WORKERS=n: the tests over n processes, a test file to one (2 on the 2-core host: 29 min against 47, 2026-12-03)
+SPLIT_TESTS = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 SPEC_TEXT ?= examples/text/models.toml
 TEXT_MODEL ?= minilm_l6_random
 
@@ -183,8 +186,8 @@ soak: install ## Bounded load on MODEL (default digits_cnn_pipeline) for MINUTES
 	$(PY) -m tpserve.loadtest soak $(if $(MODEL),--model $(MODEL)) --minutes $(MINUTES) --state-dir $(STATE_DIR) \
 		$(if $(URL),--url $(URL) --protocols $(PROTOCOL))
 
-test: install install-prometheus install-browser install-model-analyzer ## Run every test: unit, golden fixtures, functional (real tritonserver), the docs site, reports in a browser; what CI runs
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+test: install install-prometheus install-browser install-model-analyzer ## Run every test: unit, golden fixtures, functional (real tritonserver), the docs site, reports in a browser; what CI runs (TEST_WORKERS=n: over n processes)
+	$(PY) -m pytest tests $(SPLIT_TESTS) $(PYTEST_ARGS)
 
 test-unit: install ## The fast tier for the edit-test loop: no server, no training (under 2 minutes)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

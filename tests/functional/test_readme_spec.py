@@ -2,6 +2,7 @@
 checkpoint) beside it, then the command `make build-engines SPEC=models.toml` runs (`python -m tpserve.builders build`),
 and the repository holds the model with the README's tensors."""
 
+import importlib
 import re
 import subprocess
 import sys
@@ -28,6 +29,12 @@ def _readme_spec() -> str:
     return re.search(r"```toml\n(.*?)```", section, re.S).group(1)
 
 
+def _forget_acme() -> None:
+    for name in [m for m in sys.modules if m == "acme_models" or m.startswith("acme_models.")]:
+        del sys.modules[name]
+    importlib.invalidate_caches()
+
+
 def test_the_readme_spec_builds(tmp_path):
     import torch
 
@@ -35,6 +42,7 @@ def test_the_readme_spec_builds(tmp_path):
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "vision.py").write_text(VISION)
+    _forget_acme()  # another test of this process may have imported a package of that name from elsewhere
     sys.path.insert(0, str(tmp_path / "src"))
     try:
         from acme_models.vision import build
@@ -43,7 +51,7 @@ def test_the_readme_spec_builds(tmp_path):
         torch.save(build().state_dict(), tmp_path / "weights" / "acme.pt")
     finally:
         sys.path.remove(str(tmp_path / "src"))
-        sys.modules.pop("acme_models.vision", None), sys.modules.pop("acme_models", None)
+        _forget_acme()
     (tmp_path / "models.toml").write_text(_readme_spec())
     command = [sys.executable, "-m", "tpserve.builders", "build", "--spec", "models.toml", "--models", "", "--target"]
     command += ["embedded", "--repo", str(tmp_path / "repo")]

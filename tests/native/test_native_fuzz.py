@@ -116,7 +116,14 @@ FUZZERS = {
 }
 
 
-@pytest.mark.parametrize("seed", [1, random.randrange(1, 2**31)])
+def fresh_seed() -> int:
+    """A new seed each run, the same in every worker of a run split over processes (pytest-xdist collects the tests
+    in each worker and needs the same names in all: it gives them one run id)."""
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    return int(run_id[:8], 16) % (2**31 - 1) + 1 if run_id else random.randrange(1, 2**31)
+
+
+@pytest.mark.parametrize("seed", [1, fresh_seed()])
 @pytest.mark.parametrize("part", sorted(FUZZERS))
 def test_each_fuzzer_holds_its_property(tmp_path, part, seed):
     seconds, holds = FUZZERS[part]
