@@ -155,9 +155,10 @@ infer: install ## One request to MODEL (or MODELS) with top-3 (after `make serve
 	@test $(words $(GIVEN_MODELS)) -le 1 || { echo "make infer takes one model: MODEL=<name> (got '$(GIVEN_MODELS)')"; exit 2; }
 	$(PY) -m tpserve.clients infer $(GIVEN_MODELS) --top-k 3 --protocol $(PROTOCOL) --state-dir $(STATE_DIR) $(ANY_TRITON)
 
-perf: install ## perf_analyzer sweep of MODELS or MODEL (default: every ready model) of `make serve` or URL=; INTERVAL_MS=2000; reports/<time>/
+perf: install ## perf_analyzer sweep of MODELS or MODEL (default: every ready model) of `make serve` or URL= (ADMIN_KEY_FILE=: its key for a restricted statistics API); INTERVAL_MS=2000; reports/<time>/
 	$(PY) -m tpserve.loadtest perf --models "$(GIVEN_MODELS)" --protocol $(PROTOCOL) --concurrency "$(CONCURRENCY)" \
-		--interval-ms $(INTERVAL_MS) --state-dir $(STATE_DIR) --lengths "$(LENGTHS)" $(ANY_TRITON)
+		--interval-ms $(INTERVAL_MS) --state-dir $(STATE_DIR) --lengths "$(LENGTHS)" $(ANY_TRITON) \
+		$(if $(ADMIN_KEY_FILE),--admin-key-file $(ADMIN_KEY_FILE))
 
 SCALE ?= 1
 REPLAY_TARGET = --state-dir $(STATE_DIR) $(if $(URL),--url $(URL) --protocol $(PROTOCOL)) \

@@ -114,6 +114,20 @@ def test_perf_measures_every_ready_model_and_names_what_it_skips(foreign):
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_perf_reads_a_restricted_statistics_api_with_the_key_from_a_file(foreign, protocol, tmp_path):
+    state, root = foreign
+    url = state.http_url if protocol == "http" else state.grpc_url
+    base = ["--url", url, "--protocol", protocol, "--models", "add_sub", *NO_STATE]
+    refused = _perf(base, tmp_path / "refused", root)
+    assert refused.returncode != 0 and "--admin-key-file" in refused.stdout + refused.stderr
+    key_file = tmp_path / "key"
+    key_file.write_text(f"admin-key: {state.admin_headers()['admin-key']}\n")
+    done = _perf([*base, "--admin-key-file", str(key_file)], tmp_path / "measured", root)
+    assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
+    assert "| add_sub |" in (tmp_path / "measured" / "perf.md").read_text()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_locust_drives_any_model_by_url(foreign, protocol):
     state, root = foreign
     url = state.http_url if protocol == "http" else state.grpc_url

@@ -36,12 +36,16 @@ def endpoint(
     headers: dict | None = None,
     tls: bool = False,
     ca_file: str | None = None,
+    key_file: Path | None = None,
 ) -> Endpoint:
     """The endpoint of the server started from state_dir, or of url if given. A server we did not start
-    needs no state folder: its admin key, if any, is one of the headers ('admin-key: ...')."""
+    needs no state folder: its admin key, if any, comes from key_file (read_key_file) or is one of the headers
+    ('admin-key: ...')."""
     headers = dict(headers or {})
     given_key = {k: v for k, v in headers.items() if k.lower() in (ADMIN_HEADER, GRPC_ADMIN_HEADER)}
     admin = {(ADMIN_HEADER if protocol == "http" else GRPC_ADMIN_HEADER): v for v in given_key.values()}
+    if key_file is not None:
+        admin = read_key_file(key_file, protocol)
     try:
         state = read_state(state_dir)
     except ServerError:
@@ -56,6 +60,29 @@ def endpoint(
     default = state.http_url if protocol == "http" else state.grpc_url
     keys = admin or state.admin_headers(protocol)
     return Endpoint(protocol, default, keys, Path(state.repo), headers=headers, tls=tls, ca_file=ca_file)
+
+
+GRPC_RESTRICTED_PREFIX = "triton-grpc-protocol-"  # how gRPC clients send a restricted protocol's key
+
+
+def read_key_file(path: Path, protocol: str) -> dict:
+    """The restricted-API header a key file holds: the key alone (sent as 'admin-key', ours) or
+    'Header-Name: key' (the name a Triton was started with, --http-restricted-api=...:NAME=KEY). gRPC sends it
+    as triton-grpc-protocol-NAME, as Triton expects. The key stays out of every argv."""
+    try:
+        text = path.read_text().strip()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ClientError(f"--admin-key-file {path}: cannot read it ({err})") from None
+    name, sep, key = text.partition(":")
+    if not sep or " " in name.strip() or not name.strip():
+        name, key = ADMIN_HEADER, text
+    name, key = name.strip().lower().removeprefix(GRPC_RESTRICTED_PREFIX), key.strip()
+    if not key or any(ord(c) < 32 for c in key):
+        raise ClientError(
+            f"--admin-key-file {path}: expected one line, the key or 'Header-Name: key' "
+            "(it is empty or has several lines)"
+        )
+    return {name if protocol == "http" else GRPC_RESTRICTED_PREFIX + name: key}
 
 
 def parse_headers(items) -> dict:

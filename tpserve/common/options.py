@@ -32,6 +32,13 @@ def ports(http: str = "", grpc: str = "", metrics: str = ""):
 
 URL = click.option("--url", default=None, help="HOST:PORT of any Triton (default: the server of STATE_DIR).")
 HEADER = click.option("--header", "headers", multiple=True, help="'Name: value' sent with every request (repeatable).")
+ADMIN_KEY_FILE = click.option(
+    "--admin-key-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="A Triton's key for its restricted APIs (statistics, model control), read from this file: the key, or "
+    "'Header-Name: key' (default header: admin-key). Never in argv; --url's server (STATE_DIR's has its own).",
+)
 SHAPE = click.option("--shape", "shapes", multiple=True, help="NAME:d1,d2: lengths of an input's dynamic dims.")
 INPUT_DATA = click.option(
     "--input-data",

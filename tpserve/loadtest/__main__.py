@@ -80,6 +80,7 @@ def install_prometheus():
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Report folder (default reports/<time>).")
 @options.URL
 @options.HEADER
+@options.ADMIN_KEY_FILE
 @options.SHAPE
 @options.INPUT_DATA
 @options.LENGTHS
@@ -99,6 +100,7 @@ def perf(
     out,
     url,
     headers,
+    admin_key_file,
     shapes,
     input_data,
     lengths,
@@ -111,7 +113,7 @@ def perf(
     from tpserve.clients.model_plan import parse_shapes
     from tpserve.loadtest.perf.run import PerfRequest, run
 
-    ep = endpoint(protocol, url, state_dir, parse_headers(headers), tls, ca_file)
+    ep = endpoint(protocol, url, state_dir, parse_headers(headers), tls, ca_file, admin_key_file)
     request = PerfRequest(
         models=words(models),
         protocol=protocol,

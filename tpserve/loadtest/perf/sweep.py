@@ -244,6 +244,12 @@ def _tail(done) -> str:
     return "\n".join((done.stdout + done.stderr).strip().splitlines()[-8:])
 
 
+RESTRICTED_HINT = (
+    " (this Triton keeps its statistics API behind a key, and perf_analyzer reads it every pass: give the key in "
+    "a file, --admin-key-file FILE, make: ADMIN_KEY_FILE=FILE; the server of `make serve`: leave out --url / URL=)"
+)
+
+
 def _failure(done) -> str:
     """perf_analyzer's failure, its reason on the first line (what the console shows): the last line of its
     output that names an error (the server's answer included), else its last line; never empty."""
@@ -254,7 +260,8 @@ def _failure(done) -> str:
         or lines
         or ["it printed nothing; send one request with the same data (make infer) to see the server's answer"]
     )[-1]
-    return f"perf_analyzer failed (exit {done.returncode}): {reason[:400]}\n{_tail(done)}"
+    hint = RESTRICTED_HINT if "is restricted, expecting header" in done.stdout + done.stderr else ""
+    return f"perf_analyzer failed (exit {done.returncode}): {reason[:400]}{hint}\n{_tail(done)}"
 
 
 def _row(record: dict, sweep: Sweep, batch: int, kind: str) -> dict:
