@@ -5,7 +5,14 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from tpserve.common.endpoints import ADMIN_HEADER, GRPC_ADMIN_HEADER, STATE_DIR, Endpoint, read_state
+from tpserve.common.endpoints import (
+    ADMIN_HEADER,
+    GRPC_ADMIN_HEADER,
+    GRPC_RESTRICTED_PREFIX,
+    STATE_DIR,
+    Endpoint,
+    read_state,
+)
 from tpserve.common.errors import ClientError, ServerError
 
 
@@ -60,9 +67,6 @@ def endpoint(
     default = state.http_url if protocol == "http" else state.grpc_url
     keys = admin or state.admin_headers(protocol)
     return Endpoint(protocol, default, keys, Path(state.repo), headers=headers, tls=tls, ca_file=ca_file)
-
-
-GRPC_RESTRICTED_PREFIX = "triton-grpc-protocol-"  # how gRPC clients send a restricted protocol's key
 
 
 def read_key_file(path: Path, protocol: str) -> dict:

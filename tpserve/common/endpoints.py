@@ -12,7 +12,8 @@ from pathlib import Path
 from tpserve.common.errors import ClientError, ServerError
 
 ADMIN_HEADER = "admin-key"
-GRPC_ADMIN_HEADER = f"triton-grpc-protocol-{ADMIN_HEADER}"  # gRPC prefixes restricted-protocol keys
+GRPC_RESTRICTED_PREFIX = "triton-grpc-protocol-"  # how gRPC clients send a restricted protocol's key
+GRPC_ADMIN_HEADER = f"{GRPC_RESTRICTED_PREFIX}{ADMIN_HEADER}"
 PROTOCOLS = ("http", "grpc")
 PROTOCOL_NAMES = {"grpc": "gRPC", "http": "HTTP"}  # as reports name them
 STATE = "server.json"  # a running server's record in its state folder
