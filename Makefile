@@ -41,7 +41,7 @@ SERVER_TLS = $(if $(TLS_CERT),--tls-cert $(TLS_CERT) --tls-key $(TLS_KEY))
 ANY_TRITON = $(if $(TLS),--tls) $(if $(CA_FILE),--ca-file $(CA_FILE)) $(if $(URL),--url $(URL)) $(foreach s,$(SHAPE),--shape $(s)) $(if $(INPUT_DATA),--input-data $(INPUT_DATA))
 PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
-# the tests over TEST_WORKERS processes, a test file to one (2 on the 2-core host: about 31 min against 47, 2026-12-03); 1: one process
+# the tests over TEST_WORKERS processes, a test file to one (2 on the 2-core host: 26-30 min against 47, 2026-12-04); 1: one process
 SPLIT_TESTS = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 SPEC_TEXT ?= examples/text/models.toml
 TEXT_MODEL ?= minilm_l6_random

@@ -1,6 +1,10 @@
 """Endpoint's headers for a call: a copy, so that what one client writes into it reaches no other call."""
 
+import pytest
+
+from tpserve.clients.connection import endpoint, read_key_file
 from tpserve.common.endpoints import Endpoint
+from tpserve.common.errors import ClientError
 
 
 def test_each_call_gets_its_own_copy_of_the_headers():
@@ -12,8 +16,6 @@ def test_each_call_gets_its_own_copy_of_the_headers():
 
 
 def test_a_key_file_gives_the_restricted_header_for_each_protocol(tmp_path):
-    from tpserve.clients.connection import endpoint
-
     plain, named = tmp_path / "key", tmp_path / "named"
     plain.write_text("s3cret\n")
     named.write_text("Stats-Key: s3cret\n")
@@ -29,11 +31,6 @@ def test_a_key_file_gives_the_restricted_header_for_each_protocol(tmp_path):
 
 
 def test_a_key_file_that_is_empty_or_several_lines_is_refused(tmp_path):
-    import pytest
-
-    from tpserve.clients.connection import read_key_file
-    from tpserve.common.errors import ClientError
-
     for text in ("", "admin-key:  \n", "one\ntwo\n"):
         (tmp_path / "key").write_text(text)
         with pytest.raises(ClientError, match="expected one line"):

@@ -49,10 +49,11 @@ def endpoint(
     needs no state folder: its admin key, if any, comes from key_file (read_key_file) or is one of the headers
     ('admin-key: ...')."""
     headers = dict(headers or {})
-    given_key = {k: v for k, v in headers.items() if k.lower() in (ADMIN_HEADER, GRPC_ADMIN_HEADER)}
-    admin = {(ADMIN_HEADER if protocol == "http" else GRPC_ADMIN_HEADER): v for v in given_key.values()}
     if key_file is not None:
         admin = read_key_file(key_file, protocol)
+    else:
+        given_key = [v for k, v in headers.items() if k.lower() in (ADMIN_HEADER, GRPC_ADMIN_HEADER)]
+        admin = {(ADMIN_HEADER if protocol == "http" else GRPC_ADMIN_HEADER): v for v in given_key}
     try:
         state = read_state(state_dir)
     except ServerError:
