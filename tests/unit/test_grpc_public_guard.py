@@ -100,15 +100,16 @@ def through_guard(shim, pieces: list[bytes], writes, after: int = -1, read_size:
     return out
 
 
-def block_frames(stream: int, block: bytes, cuts: list[int], padded: bool, flags: int = END_STREAM) -> bytes:
-    """block as a HEADERS frame (padded and with a priority where asked) and CONTINUATION frames, split at cuts."""
+def block_frames(stream: int, block: bytes, cuts: list[int], priority: bool, flags: int = END_STREAM) -> bytes:
+    """block as a HEADERS frame (with a priority where asked: gRPC takes one, never padding) and CONTINUATION
+    frames, split at cuts."""
     edges = [0, *sorted({c for c in cuts if 0 < c < len(block)}), len(block)]
     parts = [block[a:b] for a, b in zip(edges, edges[1:])]
     last = len(parts) - 1
     head_flags = flags | (END_HEADERS if last == 0 else 0)
     first = parts[0]
-    if padded:
-        first, head_flags = bytes([3]) + bytes(5) + first + b"\0\0\0", head_flags | PADDED | PRIORITY
+    if priority:
+        first, head_flags = bytes(5) + first, head_flags | PRIORITY
     out = frame(HEADERS, head_flags, stream, first)
     for i, part in enumerate(parts[1:], start=1):
         out += frame(CONTINUATION, END_HEADERS if i == last else 0, stream, part)
@@ -147,12 +148,12 @@ HEADER = st.tuples(HEADER_NAMES, st.text("0123456789mSHu", min_size=1, max_size=
     blocks=st.lists(st.lists(HEADER, min_size=1, max_size=6), min_size=1, max_size=4),
     huffman=st.booleans(),
     sensitive=st.booleans(),
-    padded=st.booleans(),
+    priority=st.booleans(),
     cuts=st.lists(st.integers(1, 60), max_size=3),
     split=st.integers(1, 40),
 )
 def test_a_deadline_reaches_grpc_renamed_and_every_other_header_as_sent(
-    shim, blocks, huffman, sensitive, padded, cuts, split
+    shim, blocks, huffman, sensitive, priority, cuts, split
 ):
     encoder = Encoder()
     sent = PREFACE + frame(SETTINGS, 0, 0)
@@ -162,7 +163,7 @@ def test_a_deadline_reaches_grpc_renamed_and_every_other_header_as_sent(
             if not sensitive
             else encoder.encode([(k, v, True) for k, v in headers], huffman=huffman)
         )
-        sent += block_frames(1 + 2 * i, block, cuts, padded)
+        sent += block_frames(1 + 2 * i, block, cuts, priority)
     pieces = [sent[i : i + split] for i in range(0, len(sent), split)]
     read = read_blocks(through_guard(shim, pieces, ends(range(1, 2 * len(blocks), 2)), len(sent)))
     expected = [[("grpc-timeous" if k == "grpc-timeout" else k, v) for k, v in headers] for headers in blocks]
@@ -251,6 +252,9 @@ BREAKERS.update(
         "HEADERS whose padding and priority outrun it": frame(
             HEADERS, END_HEADERS | PADDED | PRIORITY, 3, b"\x01" + bytes(5)
         ),
+        "a padded HEADERS (gRPC ends the connection, even for 0 bytes of padding)": frame(
+            HEADERS, END_HEADERS | END_STREAM | PADDED, 3, b"\0\x83\x86"
+        ),
         "a PRIORITY on itself": frame(PRIORITY_FRAME, 0, 1, struct.pack(">IB", 1, 16)),
         "trailers that depend on themselves": OPENED
         + frame(HEADERS, END_HEADERS | END_STREAM | PRIORITY, 3, struct.pack(">IB", 3, 16) + b"\x88"),
@@ -265,6 +269,8 @@ BREAKERS.update(  # header blocks gRPC's HPACK decoder would fail on: the connec
             "an integer past 2^31": b"\xff\xff\xff\xff\xff\xff\x0f",
             "a table size past 4096": b"\x3f\xe9\x26",
             "a Huffman string holding EOS": b"\x40\x84\xff\xff\xff\xff\x01a",
+            "a size update after a field": b"\x83\x3f\xe1\x1f\x86",
+            "three size updates": b"\x20\x20\x20\x83\x86",
             "Huffman padding of zeros": b"\x40\x81\x00\x01a",
             "a string running past the block": b"\x40\x05ab",
             "a name indexed past the tables": b"\x7f\x10\x01a",
@@ -372,7 +378,7 @@ def test_frames_a_client_may_send_are_all_read(shim):
         + frame(PRIORITY_FRAME, 0, 1, b"\0\0\0\0\x10")
     )
     sent += frame(HEADERS, END_HEADERS | END_STREAM, 1, b"\x40\x01a\x01b") + frame(0x42, 0, 0, b"unknown")  # trailers
-    sent += frame(HEADERS, END_HEADERS | PADDED | PRIORITY, 3, b"\x02" + struct.pack(">IB", 1, 16) + b"\x83\0\0")
+    sent += frame(HEADERS, END_HEADERS | PRIORITY, 3, struct.pack(">IB", 1, 16) + b"\x83")
     sent += frame(DATA, PADDED | END_STREAM, 3, b"\x02ab\0\0") + frame(PRIORITY_FRAME, 0, 5, struct.pack(">IB", 3, 16))
     sent += frame(WINDOW_UPDATE, 0, 0, b"\0\0\x01\0")
     goaway = frame(GOAWAY, 0, 0, b"\0\0\0\x01\0\0\0\0")  # read as a frame of a type the server ignores
@@ -384,18 +390,23 @@ def test_frames_a_client_may_send_are_all_read(shim):
     assert through_guard(shim, pieces, ends([1, 3]), len(sent), read_size=7) == expected
 
 
-def served(shim, sent: bytes, writes: bytes, after: int, waiting: int, listen_s: float = 1.0, **more: str):
-    """(what the stand-in read, what the client got back) of sent on a public port with a waiting bound."""
+def served(shim, sent, writes, after: int, waiting: int, listen_s: float = 1.0, **more: str):
+    """(what the stand-in read, what the client got back) of sent (bytes, or pieces sent 0.1 s apart) on a public
+    port with a waiting bound; writes as through_guard's."""
+    steps = writes if isinstance(writes, list) else [(after, writes)]
+    after, writes = ",".join(str(a) for a, _ in steps), ",".join(w.hex() for _, w in steps)
     (port,) = free_ports(1)
     env = {**os.environ, "LD_PRELOAD": str(shim), "TRITON_GUARD_H2_PORTS": str(port)}
     env.update(TRITON_GUARD_H2_PUBLIC=str(port), TRITON_GUARD_MAX_WAITING=str(waiting), **more)
-    command = [sys.executable, "-c", STAND_IN, str(port), str(after), writes.hex(), "65536"]
+    command = [sys.executable, "-c", STAND_IN, str(port), after, writes, "65536"]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE)
     got = b""
     try:
         assert process.stdout.readline() == b"listening\n"
         with socket.create_connection(("127.0.0.1", port)) as client:
-            client.sendall(sent)
+            for piece in sent if isinstance(sent, list) else [sent]:
+                client.sendall(piece)
+                time.sleep(0.1)
             client.settimeout(0.1)
             until = time.monotonic() + listen_s
             while time.monotonic() < until:
@@ -450,9 +461,8 @@ def test_a_call_past_the_waiting_bound_is_refused_before_grpc_has_its_message(sh
 
 def test_calls_within_the_bound_and_calls_other_than_model_infer_are_never_refused(shim):
     sent = PREFACE + frame(SETTINGS, 0, 0) + call(1, STREAM_INFER, MESSAGE) + call(3, STREAM_INFER, MESSAGE)
-    sent += call(5, MODEL_INFER, MESSAGE[:12])  # a first DATA too short to carry a refusal
     sent += call(7, METADATA, MESSAGE)  # answered without waiting: never refused for load
-    read, got = served(shim, sent, ends([1, 3, 5, 7]), len(sent), waiting=1, listen_s=0.5, TRITON_GUARD_STREAMING="1")
+    read, got = served(shim, sent, ends([1, 3, 7]), len(sent), waiting=1, listen_s=0.5, TRITON_GUARD_STREAMING="1")
     assert read == sent and not any("grpc-status" in f[3] for f in answers(got) if f[0] == HEADERS)
     sent = PREFACE + frame(SETTINGS, 0, 0) + call(1, MODEL_INFER, MESSAGE) + call(3, MODEL_INFER, MESSAGE)
     assert served(shim, sent, ends([1, 3]), len(sent), waiting=2, listen_s=0.3)[0] == sent
@@ -578,11 +588,75 @@ def test_a_stream_message_tritonserver_could_not_read_is_never_read(shim, bad):
     assert len(rest) == 2
 
 
-def test_a_client_that_resized_its_hpack_table_is_never_refused(shim):
-    """The server's next header block may have to begin with the size (RFC 7541 4.2): the guard writes none."""
+def test_a_client_that_resized_its_hpack_table_is_refused_with_a_reset(shim):
+    """The server's next header block may have to begin with the size (RFC 7541 4.2): the guard writes no block of
+    its own, and refuses with RST_STREAM REFUSED_STREAM (UNAVAILABLE at a gRPC client) instead. Announcing a table
+    size exempts nobody from the bounds."""
     settings_frame = frame(SETTINGS, 0, 0, struct.pack(">HI", 1, 8192))
     sent = PREFACE + settings_frame + call(1, MODEL_INFER, MESSAGE) + call(3, MODEL_INFER, MESSAGE)
-    assert served(shim, sent, ends([1, 3]), len(sent), waiting=1, listen_s=0.3)[0] == sent
+    read, got = served(shim, sent, ends([1]), len(sent), waiting=1, listen_s=0.5)
+    assert frames(read)[4] == (RST_STREAM, 0, 3, struct.pack(">I", 8)) and len(read) == len(sent)
+    assert answers(got)[:2] == [
+        (RST_STREAM, 0, 3, struct.pack(">I", 7)),
+        (WINDOW_UPDATE, 0, 0, struct.pack(">I", len(MESSAGE))),
+    ]
+
+
+def test_flags_a_frame_type_does_not_define_are_cleared_before_grpc_reads_them(shim):
+    """tritonserver 2.51's gRPC ends a connection (and cancels its calls) for a SETTINGS, PING or WINDOW_UPDATE with
+    a flag its type does not define; RFC 7540 has them ignored: they reach it cleared, on every known type."""
+    sent = PREFACE + frame(SETTINGS, 0x2, 0) + call(1, MODEL_INFER, MESSAGE)
+    odd = frame(WINDOW_UPDATE, 0x81, 0, b"\0\0\0\x09") + frame(SETTINGS, 0xFE, 0) + frame(0x42, 0xFF, 0, b"x")
+    odd += frame(HEADERS, END_HEADERS | 0x2 | 0x80, 3, b"\x83\x86") + frame(DATA, END_STREAM | 0x2 | 0x20, 3, MESSAGE)
+    read = through_guard(shim, [sent + odd], ends([1, 3]), len(sent) + len(odd))
+    assert [(k, f) for k, f, _, _ in frames(read)] == [
+        (SETTINGS, 0), (HEADERS, END_HEADERS), (DATA, END_STREAM),
+        (WINDOW_UPDATE, 0), (SETTINGS, 0), (0x42, 0xFF), (HEADERS, END_HEADERS), (DATA, END_STREAM),
+    ]  # fmt: skip
+
+
+def test_a_stream_with_no_message_is_not_a_call_and_an_answered_call_no_longer_waits(shim):
+    """The waiting bound counts a call from its client's end of its side (its message whole) until the server begins
+    its answer: streams opened with HEADERS only, and calls whose answers a client never lets the server write (a
+    window of 0), hold no place."""
+    opened = b"".join(frame(HEADERS, END_HEADERS, s, Encoder().encode([(":path", MODEL_INFER)])) for s in (1, 3, 5))
+    first = PREFACE + frame(SETTINGS, 0, 0, struct.pack(">HI", 4, 0)) + opened + call(7, MODEL_INFER, MESSAGE)
+    answer = frame(HEADERS, END_HEADERS, 7, b"\x88")  # its answer begun; its DATA the window holds up
+    steps = [(len(first), answer), (-1, ends([1, 3, 5, 7, 9]))]  # once the client is gone: every stream ended
+    read, got = served(shim, [first, call(9, MODEL_INFER, MESSAGE)], steps, 0, waiting=1)
+    assert not any(f[0] == RST_STREAM for f in frames(read)), "a call was refused"
+    assert not any(f[0] == HEADERS and "grpc-status" in f[3] for f in answers(got))
+
+
+def test_a_client_gone_with_a_window_of_0_has_its_answers_written_and_dropped(shim):
+    """A hung-up client that never opened its window leaves the server answers it cannot write: the guard opens the
+    windows as the client would have (WINDOW_UPDATE), so that the calls end and the connection with them."""
+    sent = PREFACE + frame(SETTINGS, 0, 0, struct.pack(">HI", 4, 0)) + call(1, MODEL_INFER, MESSAGE)
+    read = through_guard(shim, [sent], ends([1]))
+    assert read[: len(sent)] == sent
+    assert frames(read)[len(frames(sent)) :] == [(WINDOW_UPDATE, 0, 1, struct.pack(">I", 65535))]
+
+
+def test_a_message_over_the_edges_limit_is_refused_before_grpc_holds_it(shim):
+    """gRPC messages are held to --max-request-mb as HTTP bodies are (the prefix says the length): RESOURCE_EXHAUSTED.
+    A call whose first DATA cannot hold the prefix is one no gRPC client sends: never read."""
+    long = b"\0" + struct.pack(">I", 10**6) + MESSAGE[5:]
+    sent = PREFACE + frame(SETTINGS, 0, 0) + call(1, MODEL_INFER, long)
+    read, got = served(shim, sent, ends([]), len(sent), waiting=0, listen_s=0.5, TRITON_GUARD_FRONT_LIMITS="1000,16384,64")
+    assert frames(read)[2][:3] == (RST_STREAM, 0, 1)
+    refusal = answers(got)[0][3]
+    assert refusal["grpc-status"] == "8" and "over the edge's limit" in refusal["grpc-message"]
+    short = PREFACE + frame(SETTINGS, 0, 0) + call(1, MODEL_INFER, b"\0\0\0")
+    read, _ = served(shim, short, ends([]), 0, waiting=0, listen_s=0.5)
+    assert frames(read)[-1] == (DATA, END_STREAM, 1, b"")  # the call ended as a hung-up client's: no message
+
+
+def test_a_connection_with_too_many_streams_whose_message_is_still_to_come_is_cut(shim):
+    block = Encoder().encode([(":path", MODEL_INFER)])
+    opened = b"".join(frame(HEADERS, END_HEADERS, s, block if s == 1 else b"\xbe") for s in range(1, 259, 2))
+    read = through_guard(shim, [PREFACE + frame(SETTINGS, 0, 0) + opened], ends(range(1, 259, 2)))
+    streams = [f[2] for f in frames(read) if f[0] == HEADERS]
+    assert len(streams) == 128  # the 129th is never read; the 128 end as a hung-up client's do
 
 
 def test_the_guards_hpack_tables_are_rfc_7541s():

@@ -337,8 +337,12 @@ int hpack_check(struct hpack_table *t, const uint8_t *block, size_t length, uint
     struct hpack_table trial = *t;
     struct reading in = {block, block + length};
     uint8_t named = HPACK_PATH_NONE, own = 0;
+    int fields = 0, updates = 0;
     while (in.at < in.end) {
+        int update = (*in.at & 0xe0) == 0x20; /* gRPC takes at most two size updates, before the block's first field */
+        if (update && (fields > 0 || ++updates > 2)) return -1;
         if (representation_checked(&trial, &in, &named, &own) < 0) return -1;
+        fields += !update;
     }
     *t = trial;
     if (path != NULL) *path = named | (own ? HPACK_OWN_CALL_ID : 0);

@@ -58,7 +58,7 @@ void hpack_table_start(struct hpack_table *t);
  * to the table made and what its (last) :path names in *path (when path is not NULL; with HPACK_OWN_CALL_ID set
  * where the block carries an x-edge-call field); -1 when it would end the
  * connection (an index past the tables, a malformed integer or Huffman string, a table size past the limit, a
- * block ending inside a representation), the table unchanged. */
+ * block ending inside a representation, a size update after a field or a third one), the table unchanged. */
 int hpack_check(struct hpack_table *t, const uint8_t *block, size_t length, uint8_t *path);
 
 /* Whether the block read so far ends between representations (so it may end there). */

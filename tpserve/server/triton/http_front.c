@@ -123,6 +123,11 @@ static long head_timeout_ms = 10000; /* a request's head must arrive within this
  * connections past theirs, so that slow senders cannot hold every connection (tritonserver's reader then sees the
  * end of the stream and closes it). A body may take 30 s plus a second per MiB after its head. */
 static int64_t deadline[FRONT_FDS];
+/* Since when each connection holds its slot with no request of its own running (CLOCK_MONOTONIC ns; 0: one runs, or
+ * none is open): a new connection finding every slot taken closes the one idle or trickling its head the longest
+ * instead of being refused, so that one client holding every slot with slow heads shuts out nobody who sends a whole
+ * request, and a connection whose request runs is never the one closed. */
+static int64_t idle_since[FRONT_FDS];
 int64_t running_calls, orphaned_calls;
 long waiting_bound;
 static uint64_t *admission; /* the admission table's region 0 (NULL: no admission by queue time) */
@@ -296,6 +301,16 @@ int front_start(const struct front_io *given) {
 
 int front_ports(void) { return port_count; }
 
+uint32_t front_max_message(void) { return max_body < UINT32_MAX ? (uint32_t)max_body : UINT32_MAX; }
+
+int front_hold(size_t n) {
+    if (__atomic_add_fetch(&held, n, __ATOMIC_RELAXED) <= max_held) return 1;
+    __atomic_sub_fetch(&held, n, __ATOMIC_RELAXED);
+    return 0;
+}
+
+void front_release(size_t n) { __atomic_sub_fetch(&held, n, __ATOMIC_RELAXED); }
+
 int front_port(int port) {
     for (int i = 0; i < port_count; i++)
         if (ports[i] == port) return 1;
@@ -347,6 +362,7 @@ void front_forget(int fd) {
     struct conn *c = conns[fd];
     conns[fd] = NULL;
     set_deadline(fd, 0);
+    __atomic_store_n(&idle_since[fd], 0, __ATOMIC_RELAXED);
     __atomic_sub_fetch(&held, c->reserved, __ATOMIC_RELAXED);
     __atomic_sub_fetch(&running_calls, c->running, __ATOMIC_RELAXED);
     nobody_waits(c); /* closed before its answers were written: nobody reads them (and the watched ids cleared) */
@@ -357,13 +373,30 @@ void front_forget(int fd) {
     __atomic_sub_fetch(&open_connections, 1, __ATOMIC_RELAXED);
 }
 
+/* Every slot is taken: the connection idle (or gathering its head) the longest is shut down, and tritonserver's
+ * reader closes it; 0 when one was, -1 when every connection has a request running. */
+static int evict_idlest(int fd) {
+    int oldest = -1;
+    int64_t since = INT64_MAX;
+    for (int other = 0; other < FRONT_FDS; other++) {
+        int64_t at = __atomic_load_n(&idle_since[other], __ATOMIC_RELAXED);
+        if (at != 0 && at < since && other != fd) oldest = other, since = at;
+    }
+    if (oldest < 0 || !__atomic_compare_exchange_n(&idle_since[oldest], &since, 0, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        return -1;
+    set_deadline(oldest, 0);
+    shutdown(oldest, SHUT_RDWR);
+    return 0;
+}
+
 int front_accepted(int fd) {
     front_forget(fd);
     if (fd < 0 || fd >= FRONT_FDS) return -1;
-    if (__atomic_add_fetch(&open_connections, 1, __ATOMIC_RELAXED) > max_connections) {
+    if (__atomic_add_fetch(&open_connections, 1, __ATOMIC_RELAXED) > max_connections && evict_idlest(fd) < 0) {
         __atomic_sub_fetch(&open_connections, 1, __ATOMIC_RELAXED);
         return -1;
     }
+    __atomic_store_n(&idle_since[fd], front_now_ns(), __ATOMIC_RELAXED);
     conns[fd] = calloc(1, sizeof(struct conn));
     if (conns[fd] == NULL) {
         __atomic_sub_fetch(&open_connections, 1, __ATOMIC_RELAXED);
@@ -758,6 +791,7 @@ ssize_t front_read(int fd, const struct iovec *iov, size_t parts) {
                 next_request(fd, c);
                 c->running++; /* handed whole: tritonserver runs it until it answers */
                 __atomic_add_fetch(&running_calls, 1, __ATOMIC_RELAXED);
+                __atomic_store_n(&idle_since[fd], 0, __ATOMIC_RELAXED);
                 return (ssize_t)given;
             }
             return given ? (ssize_t)given : got;
@@ -804,6 +838,7 @@ static void answer_line(struct conn *c) {
         answered(c);
         c->running--;
         __atomic_sub_fetch(&running_calls, 1, __ATOMIC_RELAXED);
+        if (c->running == 0) __atomic_store_n(&idle_since[c->fd], front_now_ns(), __ATOMIC_RELAXED);
     }
     if (a->chunked) a->state = CHUNK_SIZE;
     else if (a->has_length) a->state = a->left > 0 ? ANSWER_BODY : ANSWER_HEAD;

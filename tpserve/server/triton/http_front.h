@@ -6,6 +6,7 @@
 #define HTTP_FRONT_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -27,6 +28,12 @@ struct front_io {
 int front_start(const struct front_io *io);
 
 int front_ports(void);    /* how many ports the front reads */
+/* The longest gRPC message a client may send, as an HTTP body (--max-request-mb): longer, refused before gRPC holds it. */
+uint32_t front_max_message(void);
+/* One memory budget for what the front holds for clients (HTTP requests, gRPC frames read whole): n bytes more taken
+ * (1), or refused past it (0); given back with front_release. */
+int front_hold(size_t n);
+void front_release(size_t n);
 int front_port(int port); /* whether connections to this local port are read through the front */
 int front_accepted(int fd); /* a connection to a front port: watched from now (0), or over the cap: closed (-1) */
 void front_forget(int fd);   /* the connection is closed */

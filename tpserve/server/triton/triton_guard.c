@@ -77,6 +77,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <malloc.h>
 #include <sys/auxv.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -116,6 +117,15 @@
 /* the calls one connection may leave running for nobody: past them, while it cancels, its new calls are refused (a
  * model's queue is often smaller than the server's bound, and one cancelling client would keep it full) */
 #define ORPHANS_PER_CONNECTION 4
+/* one connection's share of the waiting bound while other connections' calls wait too (Envoy keeps per-connection
+ * limits likewise): one client's connection never holds every place */
+#define TOO_LONG_WHY "the message is over the edge's limit (--max-request-mb)"
+#define SHARE_OF(bound) ((bound) / 2 > 0 ? (bound) / 2 : 1)
+#define SHARE_WHY "this connection runs its share of the calls the server lets wait (--max-waiting); retry after 1 s"
+/* a connection's streams: the peer's at most (more: cut, as Envoy's and nghttp2's per-connection stream limits do), and
+ * of them at most so many whose message is still to come (each holds gRPC's memory and no call) */
+#define STREAMS_PER_CONNECTION 1024
+#define OPEN_PER_CONNECTION 128
 #define REPLY_CAP 65536       /* the guard's unsent frames for one client: past this it is not reading them (cut) */
 #define SETTINGS_CAP 100      /* a client's SETTINGS frames: each makes the server queue an ACK (more: cut) */
 #define REFUSAL_BYTES 13      /* a first DATA frame this long or longer can become a RST_STREAM and an ignored frame */
@@ -127,6 +137,7 @@
     "ModelStreamInfer is not served here: tritonserver 2.51 crashes under concurrent streams; unary ModelInfer is served"
 /* a refusal's grpc-message is one HPACK string of a one-byte length: under 127 bytes */
 _Static_assert(sizeof STREAMING_WHY <= 127 && sizeof WAITING_WHY <= 127 && sizeof BACKLOG_WHY <= 127, "too long");
+_Static_assert(sizeof SHARE_WHY <= 127, "too long");
 _Static_assert(sizeof OWN_ID_WHY <= 127 && IDS_PER_READ * ID_FRAME <= BLOCK_CAP, "too long");
 enum { NOT_REFUSED = 0, REFUSED = 1, REFUSAL_CUTS = 2 };
 
@@ -140,8 +151,11 @@ static int streaming_served = 0; /* ModelStreamInfer on the public port (off: ea
 /* A stream the peer opened and the server has not ended: still open on the peer's side (a ModelStreamInfer
  * stream), half-closed by it (a unary call, whole), or reset by it (nobody waits: an orphan the server still runs). */
 enum { PEER_OPEN = 1, RUNNING = 2, ORPHAN = 3 };
-/* facts: ModelInfer; its first DATA came; ModelStreamInfer; its header block carried an x-edge-call of the client's */
-enum { INFERENCE = 1, HAD_DATA = 2, STREAMING = 4, OWN_ID = 8 };
+/* facts: ModelInfer; its first DATA came; ModelStreamInfer; its header block carried an x-edge-call of the client's;
+ * counted among the calls the server runs (running_calls: from the client's end of its side, or its reset, until the
+ * server's answer begins); the server began its answer (its HEADERS: what is left is writing it, which a client that
+ * never reads can hold up, and which the waiting bound does not count) */
+enum { INFERENCE = 1, HAD_DATA = 2, STREAMING = 4, OWN_ID = 8, COUNTED = 16, ANSWERED = 32 };
 struct stream_state {
     uint32_t stream;  /* 0: a free slot */
     uint16_t state;
@@ -192,7 +206,9 @@ struct h2_reader {
     pthread_mutex_t lock;  /* the table: gRPC may write (server_wrote) while it reads */
     struct stream_state *streams;  /* the peer's streams the server has not ended: grown as needed, no fixed cap */
     uint32_t stream_count, stream_room;  /* stream_room: 0 or a power of two (open addressing) */
-    uint32_t orphans;  /* streams the peer reset that the server still runs */
+    uint32_t orphans;  /* streams the peer reset that the server still runs (and has not begun to answer) */
+    uint32_t counted;  /* its streams counted in running_calls */
+    uint32_t peer_open; /* its streams the peer has not ended its side of (a call whose message is still to come) */
     struct out_parser out;  /* the server's frames, as it writes them */
     uint64_t credited;      /* public ports: the server's bytes whose window changes are counted (before sending) */
     /* a public port's (TRITON_GUARD_H2_PUBLIC: clients connect straight to gRPC, no Envoy between) */
@@ -233,6 +249,8 @@ struct h2_reader {
     uint8_t mid_reply;        /* some of the replies is sent: the server writes nothing until the rest is */
     uint32_t settings_seen;   /* the client's SETTINGS frames (not ACKs) */
     int64_t cancelled_ns;     /* when the client last cancelled a call the server runs (CLOCK_MONOTONIC) */
+    size_t budgeted;          /* bytes of the front's memory budget its held and ready rooms take (past HOLD_CAP) */
+    uint8_t starved;          /* the budget refused it a room: cut */
     uint8_t *reply;           /* the guard's own frames for the client (refusals, window credit), unsent */
     size_t reply_count, reply_room;
     pthread_mutex_t wlock;    /* the connection's writes: the server's and the guard's never interleave */
@@ -442,7 +460,9 @@ static void forget(int fd) {
     struct h2_reader *reader = readers[fd];
     readers[fd] = NULL;
     count_orphans(reader, -(int64_t)reader->orphans); /* the connection is gone: so are its calls */
-    if (reader->public) __atomic_sub_fetch(&running_calls, (int64_t)reader->stream_count, __ATOMIC_RELAXED);
+    if (reader->public) __atomic_sub_fetch(&running_calls, (int64_t)reader->counted, __ATOMIC_RELAXED);
+    int trim = reader->hold_room > KEEP_ROOM;
+    front_release(reader->budgeted);
     for (uint32_t i = 0; i < reader->stream_room; i++) {
         free(reader->streams[i].check);
         if (reader->streams[i].stream != 0) call_id_cancelled(reader->streams[i].call); /* nobody reads its answer */
@@ -456,6 +476,7 @@ static void forget(int fd) {
     free(reader->held);
     free(reader->ready);
     free(reader);
+    if (trim) malloc_trim(0); /* a large frame was held: its memory goes back to the system */
 }
 
 static void watch(int fd, int public) {
@@ -566,24 +587,44 @@ static int make_room(struct h2_reader *r) {
     return 1;
 }
 
+/* Whether a stream is among the calls the server runs (running_calls) follows from its state: a call is counted
+ * once the client ended its side of it (its message whole: a stream with no message is not a call) or reset it,
+ * and until the server begins its answer or ends it. */
+static void recount(struct h2_reader *r, struct stream_state *s) {
+    int counted = s->state != PEER_OPEN && !(s->facts & ANSWERED);
+    if (counted == !!(s->facts & COUNTED)) return;
+    s->facts = (uint16_t)(counted ? s->facts | COUNTED : s->facts & ~COUNTED);
+    r->counted += counted ? 1u : (uint32_t)-1;
+    if (r->public) __atomic_add_fetch(&running_calls, counted ? 1 : -1, __ATOMIC_RELAXED);
+}
+
+static void set_state(struct h2_reader *r, struct stream_state *s, uint32_t state) {
+    if (s->state == PEER_OPEN) r->peer_open--;
+    s->state = (uint16_t)state;
+    if (s->state == PEER_OPEN) r->peer_open++;
+    recount(r, s);
+}
+
 static void table_put(struct h2_reader *r, uint32_t stream, uint32_t state) {
     struct stream_state *known = table_find(r, stream);
     if (known != NULL) {
-        known->state = (uint16_t)state;
+        set_state(r, known, state);
         return;
     }
     if (stream == 0 || !make_room(r)) return; /* out of memory: its RST_STREAM becomes a WINDOW_UPDATE */
     uint32_t at = slot_of(stream, r->stream_room);
     while (r->streams[at].stream != 0) at = (at + 1) & (r->stream_room - 1);
-    r->streams[at] = (struct stream_state){stream, (uint16_t)state, 0, NULL, r->server_initial, r->client_initial, 0};
+    r->streams[at] = (struct stream_state){stream, 0, 0, NULL, r->server_initial, r->client_initial, 0};
     r->stream_count++;
-    if (r->public) __atomic_add_fetch(&running_calls, 1, __ATOMIC_RELAXED);
+    set_state(r, &r->streams[at], state);
 }
 
 /* Removes the stream (backward-shift deletion: no tombstones to fill the table). */
 static void table_drop(struct h2_reader *r, struct stream_state *gone) {
     free(gone->check);
     gone->check = NULL;
+    gone->facts |= ANSWERED; /* counted no more */
+    set_state(r, gone, RUNNING);
     uint32_t mask = r->stream_room - 1, hole = (uint32_t)(gone - r->streams);
     for (uint32_t i = (hole + 1) & mask; r->streams[i].stream != 0; i = (i + 1) & mask) {
         uint32_t home = slot_of(r->streams[i].stream, r->stream_room);
@@ -594,15 +635,25 @@ static void table_drop(struct h2_reader *r, struct stream_state *gone) {
     }
     r->streams[hole].stream = 0;
     r->stream_count--;
-    if (r->public) __atomic_sub_fetch(&running_calls, 1, __ATOMIC_RELAXED);
 }
 
 /* The server ended the stream: it leaves the table, and the backlog if nobody waited for it. */
 static void server_ended(struct h2_reader *r, uint32_t stream) {
     struct stream_state *known = table_find(r, stream);
     if (known == NULL) return;
-    if (known->state == ORPHAN) count_orphans(r, -1);
+    if (known->state == ORPHAN && !(known->facts & ANSWERED)) count_orphans(r, -1);
     table_drop(r, known);
+}
+
+/* The server began its answer on the stream (its HEADERS, not ending it): the call has run. What is left is writing
+ * the answer, which flow control lets a client hold up (a window of 0): the call leaves the waiting bound and the
+ * backlog. */
+static void server_answered(struct h2_reader *r, uint32_t stream) {
+    struct stream_state *known = table_find(r, stream);
+    if (known == NULL || (known->facts & ANSWERED)) return;
+    if (known->state == ORPHAN) count_orphans(r, -1);
+    known->facts |= ANSWERED;
+    recount(r, known);
 }
 
 static uint32_t stream_of(const uint8_t *id) {
@@ -646,7 +697,9 @@ static int breaks_a_call(const struct h2_reader *r, uint8_t type, uint8_t flags,
     case 0: /* and within the windows the server announced */
         if (length > r->conn_recv || (known != NULL && length > known->recv)) return 1;
         return stream == 0 || (known != NULL ? known->state != PEER_OPEN : idle);
-    case 1: /* opens a stream, or ends an open one (trailers) */
+    case 1: /* opens a stream, or ends an open one (trailers); never padded: gRPC ends a connection that pads one */
+        if (flags & 0x8) return 1;
+        if (known == NULL && (r->stream_count >= STREAMS_PER_CONNECTION || r->peer_open >= OPEN_PER_CONNECTION)) return 1;
         return stream == 0 || (known != NULL ? known->state != PEER_OPEN || !(flags & 0x1) : !idle || !(stream & 1));
     case 2: return stream == 0 || length != 5;
     case 3: return stream == 0 || length != 4 || idle;
@@ -658,6 +711,21 @@ static int breaks_a_call(const struct h2_reader *r, uint8_t type, uint8_t flags,
     case 9: return 1; /* outside a header block */
     default: return 0; /* an unknown type: ignored, as RFC 7540 asks */
     }
+}
+
+/* The flags each frame type defines (RFC 7540 section 6): DATA END_STREAM and PADDED; HEADERS END_STREAM, END_HEADERS,
+ * PADDED and PRIORITY; SETTINGS and PING ACK; CONTINUATION END_HEADERS; none for the others. */
+static const uint8_t DEFINED_FLAGS[10] = {0x09, 0x2d, 0, 0, 0x01, 0x0c, 0x01, 0, 0, 0x04};
+
+/* A frame's header as gRPC is handed it on a public port: flags its type does not define cleared, in place (RFC 7540
+ * has them ignored; tritonserver 2.51's gRPC ends the connection for one on a SETTINGS, PING or WINDOW_UPDATE, and
+ * with it every call it runs). A frame of an unknown type is ignored whatever its flags. */
+static void canonical_flags(struct h2_reader *r, const struct received *in, size_t at) {
+    if (r->head[3] > 9) return;
+    uint8_t kept = r->head[4] & DEFINED_FLAGS[r->head[3]];
+    if (kept == r->head[4]) return;
+    r->head[4] = kept;
+    *byte_at(in, at + 4) = kept;
 }
 
 /* How the payload of a HEADERS (type 1) or CONTINUATION (9) frame is read: its header block fragment walked. */
@@ -821,11 +889,21 @@ static const char *over_budget(const struct received *in, size_t at, uint32_t le
     return front_admission(name, name_length);
 }
 
+/* A call's message longer than the front takes (--max-request-mb, as HTTP bodies): its first DATA frame's prefix (whole
+ * in this read: first_call_data held it) says how long. A first frame too short to hold the prefix is one no gRPC
+ * client sends: refused as well (its length cannot be known before gRPC holds the message). */
+static const char *oversized(const struct received *in, size_t at, uint32_t length, uint8_t flags) {
+    size_t lead = (flags & 0x8) ? 1 : 0, prefix = at + 9 + lead;
+    if (length < lead + 5 || prefix + 5 > in->total) return TOO_LONG_WHY;
+    return u32_at(in, prefix + 1) > front_max_message() ? TOO_LONG_WHY : NULL;
+}
+
 /* Why a new call of this connection is refused now, or NULL. */
 static const char *refusal_reason(const struct h2_reader *r) {
     int lately = r->cancelled_ns != 0 && front_now_ns() - r->cancelled_ns < RECENT_NS;
     if (lately && r->orphans >= ORPHANS_PER_CONNECTION) return BACKLOG_WHY; /* its own leftovers fill the queue */
-    int64_t others = __atomic_load_n(&running_calls, __ATOMIC_RELAXED) - 1; /* this call is counted already */
+    int64_t others = __atomic_load_n(&running_calls, __ATOMIC_RELAXED); /* not counted yet: its message is not whole */
+    if (waiting_bound > 0 && r->counted >= SHARE_OF(waiting_bound) && others > r->counted) return SHARE_WHY;
     return front_bounds_refuse(others, lately);
 }
 
@@ -849,12 +927,29 @@ static uint8_t *put_literal(uint8_t *at, const char *name, const char *value) {
     return at + v;
 }
 
+/* A refusal without a header block, for a client that announced an HPACK table size of its own (the server's
+ * blocks must then say so first): a RST_STREAM with the code, and the connection's window back. */
+static void reset_refusal(struct h2_reader *r, uint32_t stream, uint8_t code, uint32_t unread) {
+    if (r->reply_count > REPLY_CAP || !reply_room(r, 26)) return;
+    uint8_t frames[26] = {0, 0, 4, 3, 0, (uint8_t)(stream >> 24), (uint8_t)(stream >> 16), (uint8_t)(stream >> 8),
+                          (uint8_t)stream, 0, 0, 0, code, 0, 0, 4, 8, 0, 0, 0, 0, 0, (uint8_t)(unread >> 24),
+                          (uint8_t)(unread >> 16), (uint8_t)(unread >> 8), (uint8_t)unread};
+    size_t n = unread > 0 ? 26 : 13;
+    memcpy(r->reply + r->reply_count, frames, n);
+    r->reply_count += n;
+    refused_calls++;
+}
+
 /* The client's answer to a refused call: a trailers-only HEADERS (static HPACK only), UNAVAILABLE with the reason
  * and gRPC's retry hint (a stream refused while streaming is off: UNIMPLEMENTED, no hint); and a WINDOW_UPDATE
  * giving back the connection's window for the bytes the server never read. Out of memory: the answer is dropped
  * (the client's deadline ends the call). */
 static void queue_refusal(struct h2_reader *r, uint32_t stream, const char *why, const char *code, uint32_t unread) {
     int retry = strcmp(code, "14") == 0; /* UNAVAILABLE: a bound, worth a retry */
+    if (r->table_resized) { /* the server's next header block must begin with a size update: no block of the guard's */
+        reset_refusal(r, stream, retry ? 7 : 1, unread); /* REFUSED_STREAM (UNAVAILABLE at the client), PROTOCOL_ERROR */
+        return;
+    }
     uint8_t block[256], *at = block;
     *at++ = 0x88;                                      /* :status 200 */
     *at++ = 0x0f, *at++ = 0x10, *at++ = 16;            /* content-type (static 31), without indexing */
@@ -892,12 +987,14 @@ static int refused_call(struct h2_reader *r, const struct received *in, size_t a
     if (known == NULL || known->state != PEER_OPEN || (known->facts & HAD_DATA)) return NOT_REFUSED;
     int unserved = (known->facts & STREAMING) && !streaming_served, own = (known->facts & OWN_ID) != 0;
     if (!(known->facts & INFERENCE) && !unserved) return NOT_REFUSED;
-    if (unserved && length == 0) return NOT_REFUSED; /* no byte of a message yet */
+    if (length == 0) return NOT_REFUSED; /* no byte of a message yet: the next frame is the first */
     known->facts |= HAD_DATA;
-    if (length < REFUSAL_BYTES || r->table_resized) return unserved || own ? REFUSAL_CUTS : NOT_REFUSED;
-    const char *why = unserved ? STREAMING_WHY : own ? OWN_ID_WHY : refusal_reason(r);
+    const char *why = unserved ? STREAMING_WHY : own ? OWN_ID_WHY : oversized(in, at, length, r->head[4]);
+    const char *code = unserved ? "12" : own ? "3" : why != NULL ? "8" : "14";
+    if (why == NULL) why = refusal_reason(r);
     if (why == NULL) why = over_budget(in, at, length, r->head[4]);
     if (why == NULL) return NOT_REFUSED;
+    if (length < REFUSAL_BYTES) return REFUSAL_CUTS; /* too short to carry the refusal: never read, as a breaker */
     static const uint8_t reset_head[5] = {0, 0, 4, 3, 0};
     for (int k = 0; k < 5; k++) *byte_at(in, at + k) = reset_head[k];
     uint32_t rest = length - REFUSAL_BYTES;
@@ -906,7 +1003,7 @@ static int refused_call(struct h2_reader *r, const struct received *in, size_t a
     memcpy(r->refusal, payload, REFUSAL_BYTES);
     r->replace = r->refusal, r->replace_at = 0, r->replace_count = REFUSAL_BYTES;
     table_drop(r, known);
-    queue_refusal(r, stream, why, unserved ? "12" : own ? "3" : "14", length);
+    queue_refusal(r, stream, why, code, length);
     return REFUSED;
 }
 
@@ -928,9 +1025,24 @@ static int ping_answered(struct h2_reader *r, const struct received *in, size_t 
 /* Whether a client's DATA frame (header in head) is on a ModelStreamInfer stream: read whole before gRPC reads any of
  * it, so that its messages are checked first (under r->lock). */
 static int streaming_data(const struct h2_reader *r, const uint8_t *head) {
-    if (!r->public || head[3] != 0) return 0;
+    if (!r->public || head[3] != 0 || !streaming_served) return 0; /* not served: refused at its first byte */
     const struct stream_state *known = table_find(r, stream_of(head + 5));
     return known != NULL && (known->facts & STREAMING);
+}
+
+/* Whether a client's DATA frame (header in head) is the first with bytes of a ModelInfer call: its payload's lead
+ * (pad length, then the message's 5-byte prefix) is read before gRPC reads its header, so that the message's length
+ * is known before gRPC holds any of it (under r->lock). */
+static int first_call_data(const struct h2_reader *r, const uint8_t *head) {
+    if (!r->public || head[3] != 0 || length_of(head) == 0) return 0;
+    const struct stream_state *known = table_find(r, stream_of(head + 5));
+    return known != NULL && (known->facts & INFERENCE) && !(known->facts & HAD_DATA) && known->state == PEER_OPEN;
+}
+
+/* The payload bytes of a call's first DATA frame that hold the message's prefix (at most the frame). */
+static uint32_t message_lead(const uint8_t *head) {
+    uint32_t lead = ((head[4] & 0x8) ? 1u : 0u) + 5u, length = length_of(head);
+    return lead < length ? lead : length;
 }
 
 /* A ModelStreamInfer stream's DATA frame, whole at position at: 1 (cut) where a message it carries (or ends) is one
@@ -996,7 +1108,8 @@ static void peer_header(struct h2_reader *r, const struct received *in, size_t a
         if (!breaks && type == 4 && !(flags & 0x1)) breaks = settings_break(r, in, at + 9, r->payload_left);
         if (!breaks && type == 3) breaks = reset_breaks(r, known);
         if (!breaks && type == 6 && !(flags & 0x1)) breaks = ping_answered(r, in, at);
-        if (!breaks && type == 0 && known != NULL && (known->facts & STREAMING)) breaks = stream_data_breaks(known, in, at);
+        if (!breaks && type == 0 && known != NULL && (known->facts & STREAMING) && streaming_served)
+            breaks = stream_data_breaks(known, in, at);
         if (!breaks && type == 4 && !(flags & 0x1)) breaks = ++r->settings_seen > SETTINGS_CAP;
         if (breaks) {
             r->cut = at;
@@ -1029,8 +1142,8 @@ static void peer_header(struct h2_reader *r, const struct received *in, size_t a
         *byte_at(in, at + 3) = open ? 0x0 : 0x8;  /* DATA : WINDOW_UPDATE */
         *byte_at(in, at + 4) = open ? 0x9 : 0x0;  /* END_STREAM | PADDED : no flags */
         if (known != NULL && known->state != ORPHAN) {
-            known->state = ORPHAN;
-            count_orphans(r, 1);
+            set_state(r, known, ORPHAN);
+            if (!(known->facts & ANSWERED)) count_orphans(r, 1);
             r->cancelled_ns = front_now_ns();
             call_id_cancelled(known->call); /* reset by its client: the model answers it unrun */
         }
@@ -1045,7 +1158,7 @@ static void peer_header(struct h2_reader *r, const struct received *in, size_t a
             else if (opened != NULL && r->public && r->block_path == HPACK_PATH_INFER) opened->call = id_after_block(r, stream);
             if (stream > r->last_stream) r->last_stream = stream;
         } else if (known != NULL && ends && known->state == PEER_OPEN) {
-            known->state = RUNNING;
+            set_state(r, known, RUNNING);
         }
     }
 }
@@ -1077,8 +1190,10 @@ static size_t filter(struct h2_reader *r, const struct received *in, size_t from
         } else if (r->head_at < 9) {
             if (r->head_at == 0) header_start = i;
             r->head[r->head_at++] = *byte_at(in, i++);
+            if (r->head_at == 9 && r->public) canonical_flags(r, in, header_start);
             uint32_t held = r->head_at == 9 && r->public ? held_payload(r->head[3], r->head[4], length_of(r->head)) : 0;
             if (r->head_at == 9 && streaming_data(r, r->head)) held = length_of(r->head); /* its messages checked */
+            if (r->head_at == 9 && first_call_data(r, r->head)) held = message_lead(r->head); /* its length read */
             if (held > 0 && in->total - i < held) { /* read again whole, with what of its payload is read first */
                 hold = in->total - header_start;
                 r->head_at = 0;
@@ -1256,6 +1371,21 @@ static void synth_frame(struct h2_reader *r, uint8_t type, uint8_t flags, uint32
     r->synth_count += size;
 }
 
+/* The gone peer's windows opened for the server (WINDOW_UPDATE frames as if it had sent them): answers a client held
+ * up (a window of 0, never opened) are written, dropped, and their calls end, so that the connection can. */
+static void open_windows(struct h2_reader *r) {
+    for (uint32_t i = 0; i < r->stream_room; i++) {
+        struct stream_state *s = &r->streams[i];
+        if (s->stream == 0 || s->send >= DEFAULT_WINDOW) continue;
+        synth_frame(r, 8, 0, s->stream, (uint32_t)(DEFAULT_WINDOW - s->send));
+        s->send = DEFAULT_WINDOW;
+    }
+    if (r->conn_send < DEFAULT_WINDOW) {
+        synth_frame(r, 8, 0, 0, (uint32_t)(DEFAULT_WINDOW - r->conn_send));
+        r->conn_send = DEFAULT_WINDOW;
+    }
+}
+
 /* Whether the server still runs a call of this connection (a stream the peer ended its side of, or reset). */
 static int runs_calls(const struct h2_reader *r) {
     for (uint32_t i = 0; i < r->stream_room; i++) {
@@ -1290,8 +1420,9 @@ static void peer_gone(struct h2_reader *r) {
     for (uint32_t i = 0; boundary && i < r->stream_room; i++) {
         if (r->streams[i].stream == 0 || r->streams[i].state != PEER_OPEN) continue;
         synth_frame(r, 0, 0x1, r->streams[i].stream, 0);
-        r->streams[i].state = RUNNING;
+        set_state(r, &r->streams[i], RUNNING);
     }
+    if (boundary && r->public) open_windows(r);
     pthread_mutex_unlock(&r->lock);
 }
 
@@ -1373,7 +1504,12 @@ static size_t hand_ready(struct h2_reader *r, const struct iovec *iov, size_t pa
         uint8_t *held = realloc(r->held, HOLD_CAP), *ready = realloc(r->ready, HOLD_CAP);
         if (held != NULL) r->held = held;
         if (ready != NULL) r->ready = ready;
-        if (held != NULL && ready != NULL) r->hold_room = HOLD_CAP;
+        if (held != NULL && ready != NULL) {
+            r->hold_room = HOLD_CAP;
+            front_release(r->budgeted);
+            r->budgeted = 0;
+            malloc_trim(0); /* the large rooms' memory goes back to the system */
+        }
     }
     return n;
 }
@@ -1384,11 +1520,20 @@ static size_t hand_ready(struct h2_reader *r, const struct iovec *iov, size_t pa
 static int hold_room(struct h2_reader *r, size_t n) {
     if (n <= r->hold_room) return 1;
     if (n > HOLD_CAP && (!r->public || n > 9 + (size_t)r->max_frame)) return 0; /* a stream's DATA: a whole frame */
+    size_t base = r->hold_room > HOLD_CAP ? r->hold_room : HOLD_CAP, extra = n > base ? 2 * (n - base) : 0;
+    if (extra > 0 && !front_hold(extra)) { /* the front holds as much for clients as it may */
+        r->starved = 1;
+        return 0;
+    }
     uint8_t *held = realloc(r->held, n);
     if (held != NULL) r->held = held;
     uint8_t *ready = held != NULL ? realloc(r->ready, n) : NULL;
     if (ready != NULL) r->ready = ready;
-    if (held == NULL || ready == NULL) return 0;
+    if (held == NULL || ready == NULL) {
+        front_release(extra);
+        return 0;
+    }
+    r->budgeted += extra;
     r->hold_room = (uint32_t)n;
     return 1;
 }
@@ -1406,6 +1551,7 @@ static size_t held_need(struct h2_reader *r) {
     size_t whole = 9 + (r->public ? held_payload(r->held[3], r->held[4], length_of(r->held)) : 0);
     pthread_mutex_lock(&r->lock);
     if (streaming_data(r, r->held)) whole = 9 + length_of(r->held);
+    if (first_call_data(r, r->held)) whole = 9 + message_lead(r->held);
     pthread_mutex_unlock(&r->lock);
     return whole > r->held_count ? whole - r->held_count : 0;
 }
@@ -1418,6 +1564,13 @@ static int complete_held(int fd, struct h2_reader *r, ssize_t *result) {
         got = real_recv(fd, r->held + r->held_count, need, blocking ? 0 : MSG_DONTWAIT);
         if (got > 0) r->held_count += (uint32_t)got;
         if (!blocking && got > 0 && (size_t)got < need) break; /* the rest has not come yet */
+    }
+    if (r->starved) { /* over the front's memory budget: nothing more of it is read */
+        r->held_count = 0;
+        cut_connection(fd, r);
+        errno = EAGAIN;
+        *result = -1;
+        return 0;
     }
     if (got <= 0) {
         int error = errno;
@@ -1433,28 +1586,32 @@ static int complete_held(int fd, struct h2_reader *r, ssize_t *result) {
     struct iovec whole = {r->held, r->held_count};
     struct received in = {&whole, 1, r->held_count};
     size_t keep = filter(r, &in, 0);
-    if (r->cut != SIZE_MAX) { /* the header completed is one gRPC must never read */
-        cut_connection(fd, r);
+    if (keep && r->cut == SIZE_MAX) { /* still not whole: nothing more has arrived */
         errno = EAGAIN;
         *result = -1;
         return 0;
     }
-    if (keep) { /* still not whole: nothing more has arrived */
-        errno = EAGAIN;
-        *result = -1;
-        return 0;
-    }
-    size_t k = ids_within(r, r->held_count);
-    if (k > 0 && hold_room(r, r->held_count + k * ID_FRAME)) { /* the unit decided was a call's header block */
-        struct iovec unit = {r->held, r->held_count}; /* held may have moved */
-        struct received decided = {&unit, 1, r->held_count};
+    /* decided: all of it, or where a frame gRPC must never read starts, what comes before it (the frames gRPC's
+     * state was followed through: a header block the guard let begin is then ended as the peer's going ends it) */
+    size_t decided = r->cut != SIZE_MAX ? r->cut : r->held_count;
+    size_t k = ids_within(r, decided);
+    if (k > 0 && hold_room(r, decided + k * ID_FRAME)) { /* the unit decided was a call's header block */
+        struct iovec unit = {r->held, decided}; /* held may have moved */
+        struct received before = {&unit, 1, decided};
         for (size_t j = 0; j < k; j++) r->held[r->inserts[j].last + 4] &= (uint8_t)~0x4;
-        r->ready_count = (uint32_t)with_id_frames(r, &decided, 0, r->held_count, k, r->ready);
+        r->ready_count = (uint32_t)with_id_frames(r, &before, 0, decided, k, r->ready);
     } else {
-        memcpy(r->ready, r->held, r->held_count);
-        r->ready_count = r->held_count;
+        memcpy(r->ready, r->held, decided);
+        r->ready_count = (uint32_t)decided;
     }
     r->held_count = 0;
+    if (r->cut != SIZE_MAX) { /* the unit completed holds one gRPC must never read */
+        cut_connection(fd, r);
+        if (r->ready_count > 0) return 1;
+        errno = EAGAIN;
+        *result = -1;
+        return 0;
+    }
     return 1;
 }
 
@@ -1659,6 +1816,7 @@ static void server_header(struct h2_reader *r, const struct out_parser *o, int c
         return;
     }
     if (stream != 0 && (type == 3 || ((type == 0 || type == 1) && (flags & 0x1)))) server_ended(r, stream);
+    else if (stream != 0 && type == 1) server_answered(r, stream);
     if (r->gone && type == 0 && length > 0) { /* nobody reads it: credit it back, or the call stalls */
         synth_frame(r, 8, 0, stream, length);
         synth_frame(r, 8, 0, 0, length);
