@@ -20,7 +20,8 @@ from tpserve.clients.infer import infer
 from tpserve.common import endpoints
 from tpserve.common.errors import ServerError
 from tpserve.server.supervision.probes import ProbeSettings
-from tpserve.server.supervision.supervisor_process import start_supervised, stop_supervisor
+from tpserve.server.supervision import supervisor_process
+from tpserve.server.supervision.supervisor_process import stop_supervisor
 from tpserve.server.triton import launcher, processes
 from tpserve.server.triton.processes import stub_pids
 
@@ -83,8 +84,7 @@ def _poll_health(port: int, stop: threading.Event, seen: list) -> None:
 
 
 def _events(port: int) -> list:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=2) as response:
-        return json.loads(response.read())["events"]
+    return _status(port)["events"]
 
 
 def _gone(pid: int) -> bool:
@@ -140,8 +140,7 @@ def test_a_killed_server_is_restarted_on_the_same_ports_and_stop_ends_everything
     assert new.pid != old.pid and (new.http_port, new.grpc_port) == (old.http_port, old.grpc_port)
     ep = endpoint_of(new, settings.repo, "grpc")
     assert infer(ep, "digits_cnn", {"input": np.zeros((2, 1, 8, 8), np.float32)}).outputs["logits"].shape == (2, 10)
-    with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/status", timeout=2) as response:
-        events = [what for _, what in json.loads(response.read())["events"]]
+    events = [what for _, what in _events(health_port)]
     assert any("restarted" in e for e in events), events
     supervisor_pid = json.loads((settings.state_dir / "supervisor.json").read_text())["pid"]
     assert stop_supervisor(settings.state_dir)
@@ -294,8 +293,18 @@ def test_a_wedged_stub_is_found_by_the_probes_and_the_model_reloaded(supervised)
     _await(lambda: victim not in stub_pids(state.pid).get("digits_cnn", set()), 15)  # retired after the reload
 
 
+KEYS: dict[int, Path] = {}  # health port -> its server's admin key file: /status is the key holder's
+
+
+def start_supervised(settings, health_port: int, **options):
+    KEYS[health_port] = settings.state_dir / "admin_key"
+    supervisor_process.start_supervised(settings, health_port, **options)
+
+
 def _status(port: int) -> dict:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=2) as response:
+    key = KEYS[port].read_text().strip()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/status", headers={"admin-key": key})
+    with urllib.request.urlopen(request, timeout=2) as response:
         return json.loads(response.read())
 
 

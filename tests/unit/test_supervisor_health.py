@@ -77,3 +77,36 @@ def test_a_model_that_ran_batches_since_the_last_round_is_busy_not_hung():
     assert not busy(state, "resnet50", 130)  # wedged: no batch since
     assert not busy(state, "resnet50", None)
     assert busy(state, "resnet50", 131)
+
+
+def test_the_health_port_answers_readiness_to_anyone_and_the_rest_only_with_the_key(tmp_path):
+    """A keyless client learns whether the server is ready, never its pids, restart causes or log tails (/status);
+    the owner's private socket answers everything."""
+    import socket
+
+    from tpserve.common.endpoints import free_ports
+    from tpserve.server.supervision.health_server import HealthServer
+
+    key = tmp_path / "admin_key"
+    key.write_text("s3cret\n")
+    (port,) = free_ports(1)
+    answer = _answer(Health())
+    server = HealthServer("127.0.0.1", port, answer, tmp_path / "health.sock", key_file=key)
+    server.start()
+
+    def get(path: str, headers: str = "", unix: bool = False) -> int:
+        family, address = (socket.AF_UNIX, str(tmp_path / "health.sock")) if unix else (socket.AF_INET, ("127.0.0.1", port))
+        with socket.socket(family) as client:
+            client.settimeout(5)
+            client.connect(address)
+            client.sendall(f"GET {path} HTTP/1.1\r\nhost: x\r\n{headers}\r\n".encode())
+            return int(client.recv(65536).split(b" ")[1])
+
+    try:
+        assert get("/v2/health/ready") in (200, 503) and get("/v2/models/m/ready") == 503
+        assert get("/status") == 403 and get("/status", "admin-key: wrong\r\n") == 403
+        assert get("/status", "admin-key: s3cret\r\nadmin-key: s3cret\r\n") == 403  # one key, never two readings
+        assert get("/status", "Admin-Key: s3cret\r\n") == 200 and get("/status", unix=True) == 200
+        assert get("/metrics") == 200 and get("/elsewhere") == 403
+    finally:
+        server.shutdown()

@@ -171,7 +171,8 @@ class Supervisor:
         self.drain = drain  # seconds of "not ready" before the server stops: load balancers route away first
         socket_path = settings.state_dir / HEALTH_SOCKET
         self.admission: Any = None  # admission_control.Controller, where the edge admits by queue time
-        self.http = HealthServer(settings.host, health_port, _answer(self.health, self._metrics), socket_path)
+        answer, key = _answer(self.health, self._metrics), launcher.admin_key(settings.state_dir)
+        self.http = HealthServer(settings.host, health_port, answer, socket_path, key_file=key)
         self.liveness, self.misses, self.kill_reason = liveness, Misses(), ""
         self.state: endpoints.ServerState | None = None
         self.stubs: dict[str, set[int]] = {}
