@@ -75,7 +75,9 @@ def _hang_up(client: socket.socket) -> None:
     client.close()
 
 
-def call_then(port: int, seconds: float, bad: Callable[[Caller], bytes], data: np.ndarray, model: str, name: str) -> int:
+def call_then(
+    port: int, seconds: float, bad: Callable[[Caller], bytes], data: np.ndarray, model: str, name: str
+) -> int:
     """Connections that make a call, then at once (or a little later) send what bad makes: how many."""
     made, end = 0, time.monotonic() + seconds
     while time.monotonic() < end:

@@ -64,7 +64,10 @@ def _ordinary_http(state, timeout: float = 10) -> int:
 def _unchanged(front) -> None:
     state, repo, state_dir, _ = front
     for protocol in ("http", "grpc"):
-        assert infer(endpoint_of(state, repo, protocol), "digits_cnn", {"input": GOOD}).outputs["logits"].shape == (1, 10)
+        assert infer(endpoint_of(state, repo, protocol), "digits_cnn", {"input": GOOD}).outputs["logits"].shape == (
+            1,
+            10,
+        )
     assert endpoints.read_state(state_dir).pid == state.pid, "tritonserver was restarted: a client crashed it"
     log = (state_dir / "supervisor.log").read_text()
     assert "is gone" not in log, log[-2000:]

@@ -19,8 +19,8 @@ from tpserve.builders.request import BuildRequest
 from tpserve.clients.infer import infer
 from tpserve.common import endpoints
 from tpserve.common.errors import ServerError
-from tpserve.server.supervision.probes import ProbeSettings
 from tpserve.server.supervision import supervisor_process
+from tpserve.server.supervision.probes import ProbeSettings
 from tpserve.server.supervision.supervisor_process import stop_supervisor
 from tpserve.server.triton import launcher, processes
 from tpserve.server.triton.processes import stub_pids

@@ -642,7 +642,9 @@ def test_a_message_over_the_edges_limit_is_refused_before_grpc_holds_it(shim):
     A call whose first DATA cannot hold the prefix is one no gRPC client sends: never read."""
     long = b"\0" + struct.pack(">I", 10**6) + MESSAGE[5:]
     sent = PREFACE + frame(SETTINGS, 0, 0) + call(1, MODEL_INFER, long)
-    read, got = served(shim, sent, ends([]), len(sent), waiting=0, listen_s=0.5, TRITON_GUARD_FRONT_LIMITS="1000,16384,64")
+    read, got = served(
+        shim, sent, ends([]), len(sent), waiting=0, listen_s=0.5, TRITON_GUARD_FRONT_LIMITS="1000,16384,64"
+    )
     assert frames(read)[2][:3] == (RST_STREAM, 0, 1)
     refusal = answers(got)[0][3]
     assert refusal["grpc-status"] == "8" and "over the edge's limit" in refusal["grpc-message"]

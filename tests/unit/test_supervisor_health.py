@@ -95,7 +95,9 @@ def test_the_health_port_answers_readiness_to_anyone_and_the_rest_only_with_the_
     server.start()
 
     def get(path: str, headers: str = "", unix: bool = False) -> int:
-        family, address = (socket.AF_UNIX, str(tmp_path / "health.sock")) if unix else (socket.AF_INET, ("127.0.0.1", port))
+        family, address = (
+            (socket.AF_UNIX, str(tmp_path / "health.sock")) if unix else (socket.AF_INET, ("127.0.0.1", port))
+        )
         with socket.socket(family) as client:
             client.settimeout(5)
             client.connect(address)

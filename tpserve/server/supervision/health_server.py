@@ -40,7 +40,9 @@ Answer = Callable[[str], tuple[int, dict | str]]  # path -> (status, JSON body, 
 class HealthServer:
     """Serves answer(path) for GET requests on host:port and, if given, on a private Unix socket."""
 
-    def __init__(self, host: str, port: int, answer: Answer, socket_path: Path | None = None, key_file: Path | None = None):
+    def __init__(
+        self, host: str, port: int, answer: Answer, socket_path: Path | None = None, key_file: Path | None = None
+    ):
         self.host, self.port, self.answer, self.socket_path = host, port, answer, socket_path
         self.key_file = key_file  # None: every path is anyone's (a supervisor of no keyed server)
         self.loop = asyncio.new_event_loop()
@@ -74,7 +76,9 @@ class HealthServer:
             self.socket_path.unlink(missing_ok=True)
             old = os.umask(0o177)
             try:
-                server = await asyncio.start_unix_server(self._serve_owner, str(self.socket_path), limit=MAX_REQUEST_BYTES)
+                server = await asyncio.start_unix_server(
+                    self._serve_owner, str(self.socket_path), limit=MAX_REQUEST_BYTES
+                )
             finally:
                 os.umask(old)
             os.chmod(self.socket_path, 0o600)
@@ -126,7 +130,11 @@ class HealthServer:
             key = self.key_file.read_bytes().strip()
         except OSError:
             return False
-        given = [v.strip() for k, _, v in (f.partition(b":") for f in fields.split(b"\r\n")) if k.strip().lower() == KEY_HEADER]
+        given = [
+            v.strip()
+            for k, _, v in (f.partition(b":") for f in fields.split(b"\r\n"))
+            if k.strip().lower() == KEY_HEADER
+        ]
         return len(given) == 1 and bool(key) and hmac.compare_digest(given[0], key)
 
     def shutdown(self) -> None:
