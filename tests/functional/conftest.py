@@ -32,6 +32,29 @@ class Served:
         return endpoint_of(self.state, self.repo, protocol)
 
 
+def start_digits(digits_build, root: Path, *options: str) -> Path:
+    """digits_cnn built into root/repo and served by `server start` with options, on free ports: the state folder."""
+    import subprocess
+    import sys
+
+    spec, built, _ = digits_build
+    build_model(BuildRequest(spec=spec, target="embedded", repo=root / "repo", work_dir=root / "work"), built)
+    ports = [str(p) for p in endpoints.free_ports(4)]
+    command = [sys.executable, "-m", "tpserve.server", "start", *options, "--repo", str(root / "repo"),
+               "--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2], "--health-port", ports[3],
+               "--state-dir", str(root / "state")]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return root / "state"
+
+
+def stop_digits(state_dir: Path) -> None:
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "tpserve.server", "stop", "--state-dir", str(state_dir)], timeout=120)
+
+
 def endpoint_of(state: endpoints.ServerState, repo: Path, protocol: str) -> Endpoint:
     """The Endpoint of a server the tests started, with its admin key and repository."""
     return state.endpoint(protocol, repo)

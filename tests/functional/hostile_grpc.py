@@ -20,8 +20,7 @@ def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
     return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
 
 
-def headers_of(model: str, path: str = "ModelInfer") -> list[tuple[str, str]]:
-    del model
+def headers_of(path: str = "ModelInfer") -> list[tuple[str, str]]:
     return [
         (":method", "POST"),
         (":scheme", "http"),
@@ -49,12 +48,12 @@ class Caller:
     def __init__(self, model: str, name: str, data: np.ndarray, settings: bytes = b""):
         from hpack import Encoder
 
-        self.encoder, self.model, self.next_stream = Encoder(), model, 1
+        self.encoder, self.next_stream = Encoder(), 1
         self.message = infer_message(model, name, data)
         self.opening = PREFACE + frame(SETTINGS, 0, 0, settings)
 
     def block(self, path: str = "ModelInfer") -> bytes:
-        return self.encoder.encode(headers_of(self.model, path))
+        return self.encoder.encode(headers_of(path))
 
     def call(self, whole: bool = True) -> bytes:
         """A ModelInfer call on the next stream (headers only where whole is False)."""
@@ -254,7 +253,7 @@ def held_big_frames(port: int, connections: int, mib: int, held: Held) -> None:
     size = mib * 1024 * 1024
     payload = b"\0" + (size - 5).to_bytes(4, "big") + bytes(size - 5)
     head = size.to_bytes(3, "big") + bytes([DATA, 0]) + (1).to_bytes(4, "big")
-    block = Encoder().encode(headers_of("", "ModelStreamInfer"))
+    block = Encoder().encode(headers_of("ModelStreamInfer"))
     for _ in range(connections):
         try:
             client = connect(port)

@@ -7,17 +7,13 @@ import gzip
 import http.client
 import json
 import socket
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 
-from tests.functional.conftest import endpoint_of
+from tests.functional.conftest import endpoint_of, start_digits, stop_digits
 from tests.functional.test_edge import CRASHERS, DATA64, GOOD, TWO_READINGS
-from tpserve.builders.build import build_model
-from tpserve.builders.request import BuildRequest
 from tpserve.clients.infer import infer
 from tpserve.common import endpoints
 
@@ -27,18 +23,10 @@ INFER = "/v2/models/digits_cnn/infer"
 
 @pytest.fixture(scope="module")
 def checked(digits_build, tmp_path_factory):
-    spec, built, _ = digits_build
     root = tmp_path_factory.mktemp("checked")
-    build_model(BuildRequest(spec=spec, target="embedded", repo=root / "repo", work_dir=root / "work"), built)
-    ports = [str(p) for p in endpoints.free_ports(4)]
-    state_dir = root / "state"
-    command = [sys.executable, "-m", "tpserve.server", "start", "--max-request-mb",
-               "8", "--repo", str(root / "repo"), "--http-port", ports[0], "--grpc-port", ports[1],
-               "--metrics-port", ports[2], "--health-port", ports[3], "--state-dir", str(state_dir)]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    state_dir = start_digits(digits_build, root, "--max-request-mb", "8")
     yield endpoints.read_state(state_dir), root / "repo", state_dir
-    subprocess.run([sys.executable, "-m", "tpserve.server", "stop", "--state-dir", str(state_dir)], timeout=120)
+    stop_digits(state_dir)
 
 
 def _http(state, method: str, path: str, body: bytes = b"", headers: dict | None = None) -> tuple[int, dict, str]:

@@ -16,8 +16,7 @@ import numpy as np
 import pytest
 
 from tests.functional import hostile_grpc as hostile
-from tpserve.builders.build import build_model
-from tpserve.builders.request import BuildRequest
+from tests.functional.conftest import start_digits, stop_digits
 from tpserve.common import endpoints
 from tpserve.common.endpoints import free_ports
 
@@ -55,17 +54,9 @@ while True:
 @pytest.fixture(scope="module")
 def plain(digits_build, tmp_path_factory):
     """tritonserver alone (`--front none`): the reference for what its gRPC accepts."""
-    spec, built, _ = digits_build
-    root = tmp_path_factory.mktemp("plain")
-    build_model(BuildRequest(spec=spec, target="embedded", repo=root / "repo", work_dir=root / "work"), built)
-    ports = [str(p) for p in endpoints.free_ports(4)]
-    command = [sys.executable, "-m", "tpserve.server", "start", "--front", "none", "--no-supervise", "--repo",
-               str(root / "repo"), "--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2],
-               "--health-port", ports[3], "--state-dir", str(root / "state")]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    yield endpoints.read_state(root / "state")
-    subprocess.run([sys.executable, "-m", "tpserve.server", "stop", "--state-dir", str(root / "state")], timeout=120)
+    state_dir = start_digits(digits_build, tmp_path_factory.mktemp("plain"), "--front", "none", "--no-supervise")
+    yield endpoints.read_state(state_dir)
+    stop_digits(state_dir)
 
 
 @pytest.fixture(scope="module")

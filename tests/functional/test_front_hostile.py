@@ -8,8 +8,6 @@ ordinary client answered (tests/functional/hostile_grpc.py holds the attacks).""
 import http.client
 import json
 import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -19,9 +17,7 @@ import numpy as np
 import pytest
 
 from tests.functional import hostile_grpc as hostile
-from tests.functional.conftest import endpoint_of
-from tpserve.builders.build import build_model
-from tpserve.builders.request import BuildRequest
+from tests.functional.conftest import endpoint_of, start_digits, stop_digits
 from tpserve.clients.infer import infer
 from tpserve.common import endpoints
 
@@ -33,18 +29,11 @@ CRASH_SECONDS = 15  # the issue's floor: 15 s of each case
 
 @pytest.fixture(scope="module")
 def front(digits_build, tmp_path_factory):
-    spec, built, _ = digits_build
     root = tmp_path_factory.mktemp("front")
-    build_model(BuildRequest(spec=spec, target="embedded", repo=root / "repo", work_dir=root / "work"), built)
-    ports = [str(p) for p in endpoints.free_ports(4)]
-    state_dir = root / "state"
-    command = [sys.executable, "-m", "tpserve.server", "start", "--max-request-mb", "8", "--repo", str(root / "repo"),
-               "--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2], "--health-port", ports[3],
-               "--state-dir", str(state_dir)]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    yield endpoints.read_state(state_dir), root / "repo", state_dir, int(ports[3])
-    subprocess.run([sys.executable, "-m", "tpserve.server", "stop", "--state-dir", str(state_dir)], timeout=120)
+    state_dir = start_digits(digits_build, root, "--max-request-mb", "8")
+    health_port = json.loads((state_dir / "supervisor.json").read_text())["health_port"]
+    yield endpoints.read_state(state_dir), root / "repo", state_dir, health_port
+    stop_digits(state_dir)
 
 
 def _ordinary_http(state, timeout: float = 10) -> int:

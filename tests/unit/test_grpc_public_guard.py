@@ -649,7 +649,7 @@ def test_a_message_over_the_edges_limit_is_refused_before_grpc_holds_it(shim):
     refusal = answers(got)[0][3]
     assert refusal["grpc-status"] == "8" and "over the edge's limit" in refusal["grpc-message"]
     short = PREFACE + frame(SETTINGS, 0, 0) + call(1, MODEL_INFER, b"\0\0\0")
-    read, _ = served(shim, short, ends([]), 0, waiting=0, listen_s=0.5)
+    read, _ = served(shim, short, [(-1, ends([1]))], 0, waiting=0, listen_s=0.5)  # ended once the client is gone
     assert frames(read)[-1] == (DATA, END_STREAM, 1, b"")  # the call ended as a hung-up client's: no message
 
 
