@@ -1,5 +1,5 @@
-"""What the edge's HTTP request checks cost in the process (tpserve/server/triton/http_checks.c), per request, beside
-what the hop through Envoy costs (docs/cpu/edge_cost_2core.md): the number the design call of issue 65 rests on.
+"""What the edge's HTTP request checks cost in the process (tpserve/server/triton/front/http_checks.c), per request,
+beside what the hop through Envoy costs (docs/cpu/edge_cost_2core.md): the number the design call of issue 65 rests on.
 
     .venv/bin/python -m benchmarks.checks_cost [--seconds 1] [--out docs/cpu/checks_cost_2core.md]
 
@@ -23,7 +23,7 @@ from tpserve.common.native_build import c_compiler
 from tpserve.server.edge.request_checks import EdgeLimits, ModelRules, checks_json
 
 HERE = Path(__file__).resolve().parent
-SOURCES = [HERE / "native" / "checks_cost.c", HERE.parent / "tpserve" / "server" / "triton" / "http_checks.c"]
+SOURCES = [HERE / "native" / "checks_cost.c", HERE.parent / "tpserve" / "server" / "triton" / "front" / "http_checks.c"]
 RULES = {
     "digits_cnn": ModelRules(64, {"input": {"datatype": "FP32", "dims": [1, 8, 8]}}),
     "resnet50": ModelRules(64, {"input": {"datatype": "FP32", "dims": [3, 224, 224]}}),
@@ -101,7 +101,7 @@ def records() -> bytes:
 
 def write_inputs(folder: Path) -> None:
     """The harness's two inputs, for a host where it is compiled and run by hand:
-    `cc -O2 -o checks_cost benchmarks/native/checks_cost.c tpserve/server/triton/http_checks.c -lm &&
+    `cc -O2 -o checks_cost benchmarks/native/checks_cost.c tpserve/server/triton/front/http_checks.c -lm &&
     ./checks_cost FOLDER/rules.json 1 < FOLDER/records.bin > checks.tsv`, then `--tsv checks.tsv`."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "rules.json").write_text(checks_json(RULES, EdgeLimits()), encoding="utf-8")
@@ -133,7 +133,7 @@ def markdown(rows: list[dict], host: str, cpu: str | None = None) -> str:
         "# What the HTTP request checks cost in the process",
         "",
         f"{host}, {cpu or _cpu()}, {time.strftime('%Y-%m-%d')}; `python -m benchmarks.checks_cost` (one thread, "
-        "medians of 5 rounds). *check*: tpserve/server/triton/http_checks.c on the whole request (path, headers, "
+        "medians of 5 rounds). *check*: tpserve/server/triton/front/http_checks.c on the whole request (path, headers, "
         "JSON read strictly, inputs against the model's config); *copy*: copying the request's bytes once, as a "
         "guard that takes a request whole does.",
         "",

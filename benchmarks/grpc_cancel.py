@@ -1,6 +1,6 @@
 """How a served tritonserver holds a storm of cancelled gRPC calls (docs/security/grpc_cancel_2core.md).
 
-An instrument, not part of the product: it answers whether the guard (server/triton/triton_guard.c) holds for minutes,
+An instrument, not part of the product: it answers whether the guard (server/triton/front/) holds for minutes,
 not only for the 20 s of the tests, and what a cancelling client costs. Against a server started by `make serve`
 or `make cluster` in STATE_DIR: THREADS clients send async_infer to GRPC_PORT and cancel each call within 0-2 ms
 for SECONDS; then it prints the calls made, whether each tritonserver kept its pid, its RSS before and after, and

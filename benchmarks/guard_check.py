@@ -1,4 +1,4 @@
-"""Does the guard (server/triton/triton_guard.c) hold on this host? An instrument for hosts without Envoy (the offline
+"""Does the guard (server/triton/front/) hold on this host? An instrument for hosts without Envoy (the offline
 bundle carries none): it starts one tritonserver whose HTTP and gRPC ports are internal, as behind the edge, and
 attacks those ports straight: another user's chunk bomb (when run as root), a storm of cancelled gRPC calls from
 this user (what Envoy would pass on, and more: the client's own resets), and a registration of the Python

@@ -1,4 +1,4 @@
-/* What the HTTP request checks (tpserve/server/triton/http_checks.c) cost one request, in the process: each request
+/* What the HTTP request checks (tpserve/server/triton/front/http_checks.c) cost one request, in the process: each request
  * read from stdin (the record format of tests/native/fuzz_checks.c's serve mode) is checked again and again for
  * about `seconds`, five times; the median nanoseconds of a check, and of copying its bytes once (what a guard that
  * takes a request whole copies), are printed as "INDEX\tSTATUS\tCHECK_NS\tCOPY_NS\tBYTES".
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../../tpserve/server/triton/http_checks.h"
+#include "../../tpserve/server/triton/front/http_checks.h"
 
 static double now(void) {
   struct timespec t;

@@ -230,7 +230,7 @@ def _served_again(state) -> None:
 def test_calls_past_the_waiting_bound_are_refused_inside_tritonserver(tmp_path):
     """The default front: no Envoy to hold the bound, so the guard in tritonserver's reads refuses a new
     call once the server runs --max-waiting calls, HTTP and gRPC together: a gRPC call before gRPC has its message
-    (server/triton/triton_guard.c, 2c), UNAVAILABLE with the retry hint; an HTTP request on its head
+    (server/triton/front/h2_admission.c), UNAVAILABLE with the retry hint; an HTTP request on its head
     (http_front.c), 503 with Retry-After. At once, the server never restarted, calls admitted again after. The flood
     outlasts the supervisor's 4 missed probes: its probes are never refused."""
     with _in_server(tmp_path, "--max-waiting", "4") as (state_dir, _):

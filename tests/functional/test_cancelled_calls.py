@@ -1,6 +1,7 @@
 """Nothing computed for nobody: a call its client cancels is answered unrun by the model, on both fronts: behind
 Envoy (server/edge/cancel_notice.c notes it) and on `make serve`'s default, the checks in tritonserver's reads (the
-guard notes it: server/triton/call_ids.h), and triton_models/python_backend/cancelled_calls.py skips it. So a storm of
+guard notes it: server/triton/front/call_ids.h), and
+triton_models/python_backend/cancelled_calls.py skips it. So a storm of
 cancelled calls does not hold a slow model's queue against the other clients."""
 
 import re

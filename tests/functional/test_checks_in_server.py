@@ -1,6 +1,6 @@
 """The edge's HTTP checks inside tritonserver's own reads (`make serve`'s default front,
-server/triton/http_front.c): the requests that crashed tritonserver 2.51 and every case the edge refuses are refused
-on tritonserver's own HTTP port, with the edge's answers, before it reads a byte of them; good requests (JSON,
+server/triton/front/http_front.c): the requests that crashed tritonserver 2.51 and every case the edge refuses are
+refused on tritonserver's own HTTP port, with the edge's answers, before it reads a byte of them; good requests (JSON,
 binary, several on one connection, 100-continue) are served; the server's pid never changes."""
 
 import gzip
@@ -280,11 +280,11 @@ def test_grpc_clients_that_cancel_time_out_or_hang_up_crash_nothing(checked):
 
 
 def test_a_call_carrying_the_servers_own_call_id_is_refused_on_grpc_and_stripped_on_http(checked):
-    """x-edge-call is the id the guard gives each call (server/triton/call_ids.h): a gRPC call that brings its own is
-    refused before tritonserver has its message (INVALID_ARGUMENT, saying why); over HTTP the header is left out of
-    what tritonserver reads and the request is answered, and a body parameter of that name is refused (400, saying
-    why). gRPC's request parameters are not read at the front: one of that name is answered (the model counts every
-    id it is given: tests/unit/test_cancelled_calls.py). Nothing restarts."""
+    """x-edge-call is the id the guard gives each call (server/triton/front/call_ids.h): a gRPC call that brings its
+    own is refused before tritonserver has its message (INVALID_ARGUMENT, saying why); over HTTP the header is left
+    out of what tritonserver reads and the request is answered, and a body parameter of that name is refused (400,
+    saying why). gRPC's request parameters are not read at the front: one of that name is answered (the model counts
+    every id it is given: tests/unit/test_cancelled_calls.py). Nothing restarts."""
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
 
@@ -306,4 +306,38 @@ def test_a_call_carrying_the_servers_own_call_id_is_refused_on_grpc_and_stripped
     with grpcclient.InferenceServerClient(state.grpc_url) as client:  # a parameter the front does not read: answered
         answer = client.infer("digits_cnn", [tensor], parameters={"x-edge-call": "00000000000000ff"}, client_timeout=30)
         assert answer.as_numpy("logits").shape == (1, 10)
+    _still_serving(checked)
+
+
+WRONG_CALLS = {  # an input as sent over gRPC, and the words an HTTP request gets for it
+    "datatype": (("input", [1, 1, 8, 8], "FP64"), "input 'input' has datatype FP64, the model takes FP32"),
+    "shape": (("input", [1, 1, 8, 9], "FP32"), "input 'input' has shape [1,1,8,9], the model takes [batch]+[1,8,8]"),
+    "batch": (("input", [65, 1, 8, 8], "FP32"), "input 'input' has batch 65, the model takes 1.."),
+    "name": (("pixels", [1, 1, 8, 8], "FP32"), "input 'pixels' is not an input of digits_cnn"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WRONG_CALLS))
+def test_a_wrong_grpc_call_is_refused_in_the_words_an_http_request_gets(checked, case):
+    """A datatype, shape, batch or input name the model does not take is refused by the front before tritonserver
+    holds the message, INVALID_ARGUMENT, in the same words as over HTTP (not tritonserver's own, '[request id:
+    <id_unknown>] inference input ...'); the connection serves the next call."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    state, _, _ = checked
+    (name, shape, datatype), words = WRONG_CALLS[case]
+    wrong = grpcclient.InferInput(name, shape, datatype)
+    wrong.set_data_from_numpy(np.zeros(shape, np.float64 if datatype == "FP64" else np.float32))
+    good = grpcclient.InferInput("input", list(GOOD.shape), "FP32")
+    good.set_data_from_numpy(GOOD.astype(np.float32))
+    with grpcclient.InferenceServerClient(state.grpc_url) as client:
+        with pytest.raises(InferenceServerException) as refused:
+            client.infer("digits_cnn", [wrong], client_timeout=30)
+        assert words in str(refused.value) and "INVALID_ARGUMENT" in str(refused.value.status()), str(refused.value)
+        assert client.infer("digits_cnn", [good], client_timeout=30).as_numpy("logits").shape == (1, 10)
+    body = json.dumps({"inputs": [{"name": name, "shape": shape, "datatype": datatype,
+                                   "data": [0] * int(np.prod(shape))}]}).encode()  # fmt: skip
+    status, _, text = _http(state, "POST", INFER, body)
+    assert status == 400 and words in text, text
     _still_serving(checked)

@@ -245,6 +245,9 @@ TWO_READINGS = {  # bodies two JSON parsers read differently: tritonserver died 
     + ",0" * 63
     + "]}]}",
     "an escaped NUL in a name": _body('"shape":[1,1,8,8]', name="inp\\u0000ut"),
+    # tritonserver answered these 500 ("attempt to access JSON non-number as double"): a clear 400 instead
+    "a quoted NaN in the data": _body('"shape":[1,1,8,8]').replace("[0,", '["NaN",', 1),
+    "null in the data": _body('"shape":[1,1,8,8]').replace("[0,", "[null,", 1),
 }
 
 

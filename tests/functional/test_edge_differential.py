@@ -4,8 +4,8 @@ Every request goes through the edge (Envoy + server/edge/edge.lua, echo_reading 
 serving tests/fixtures/edge_echo (a model that answers with what Triton read of each input). For every
 body the edge passes and Triton serves, the names, datatypes and shapes Triton read must be those the edge
 checked; no request may take the server down (no 5xx, same pid). The same checks in C
-(tpserve/server/triton/http_checks.c, under ASan/UBSan) must give every request edge.lua's verdict: the same status,
-and where it passes, the same reading. `make fuzz-edge` runs the same property longer, with random seeds, and
+(tpserve/server/triton/front/http_checks.c, under ASan/UBSan) must give every request edge.lua's verdict: the same
+status, and where it passes, the same reading. `make fuzz-edge` runs the same property longer, with random seeds, and
 writes docs/security/edge_fuzz.md.
 """
 

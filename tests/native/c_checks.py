@@ -1,4 +1,4 @@
-"""The C HTTP request checks (tpserve/server/triton/http_checks.c) as the tests call them: the sanitized fuzzer's
+"""The C HTTP request checks (tpserve/server/triton/front/http_checks.c) as the tests call them: the sanitized fuzzer's
 `serve` mode, one verdict per request over a pipe (tests/native/fuzz_checks.c says the format)."""
 
 from __future__ import annotations

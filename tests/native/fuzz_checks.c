@@ -1,4 +1,4 @@
-/* The edge's HTTP request checks in C (server/triton/http_checks.c), under AddressSanitizer and UBSan.
+/* The edge's HTTP request checks in C (server/triton/front/http_checks.c), under AddressSanitizer and UBSan.
  *
  *   fuzz_checks SECONDS SEED          well-formed requests for a model, then mutated (bytes flipped, cut, spliced,
  *                                     repeated), random paths and methods, each body copied into a buffer of exactly
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../../tpserve/server/triton/http_checks.h"
+#include "../../tpserve/server/triton/front/http_checks.h"
 
 static unsigned long long state = 88172645463325252ull;
 static unsigned long long next(void) {

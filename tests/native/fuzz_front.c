@@ -1,4 +1,4 @@
-/* The HTTP checks inside tritonserver's reads (server/triton/http_front.c with http_checks.c), under AddressSanitizer
+/* The HTTP checks inside tritonserver's reads (server/triton/front/http_front.c with http_checks.c), under AddressSanitizer
  * and UBSan, on a socket pair: each round a client sends a few requests (good ones, ones the checks refuse, heads and
  * bodies with bytes flipped, cut or repeated, random bytes), split at random points, while the program reads them as
  * tritonserver does (read, readv over several buffers, recv; rooms of 1 byte up), with FIONREAD asked as libevent
@@ -28,9 +28,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../tpserve/server/triton/call_ids.h"
-#include "../../tpserve/server/triton/http_checks.h"
-#include "../../tpserve/server/triton/http_front.h"
+#include "../../tpserve/server/triton/front/bounds.h"
+#include "../../tpserve/server/triton/front/call_ids.h"
+#include "../../tpserve/server/triton/front/http_checks.h"
+#include "../../tpserve/server/triton/front/http_front.h"
 
 static uint64_t state = 88172645463325252ull;
 static uint64_t next(void) {
@@ -425,7 +426,7 @@ int main(int argc, char **argv) {
   setenv("TRITON_CANCELLED_CALLS", calls, 1);
   call_ids_start();
   unlink(calls);
-  struct front_io io = {recv_counted, write, ioctl_wrapper};
+  struct front_io io = {recv_counted, write, ioctl_wrapper, close};
   int started = front_start(&io);
   unlink(path);
   if (started != 0 || !front_port(8000)) return fprintf(stderr, "the front did not start\n"), 2;

@@ -1,4 +1,4 @@
-/* The guard's frame rewriting (server/triton/triton_guard.c, included here; its libc wrappers renamed g_* at compile time)
+/* The guard's frame rewriting (server/triton/front/, linked in; its libc wrappers renamed g_* at compile time)
  * against a model of what it must do, under AddressSanitizer and UBSan. Each step the peer sends whole HTTP/2
  * frames, split at random points, and the program reads them through the guard with random buffer sizes and
  * calls (recv, recvmsg over several buffers, read, readv; rooms of 1 byte up); the server's own writes end streams
@@ -32,7 +32,11 @@
 #include <sys/uio.h>
 #include <time.h>
 
-#include "../../tpserve/server/triton/triton_guard.c"
+#include "../../tpserve/server/triton/front/bounds.h"
+#include "../../tpserve/server/triton/front/call_ids.h"
+#include "../../tpserve/server/triton/front/h2_admission.h"
+#include "../../tpserve/server/triton/front/h2_own_frames.h"
+#include "../../tpserve/server/triton/front/h2_streams.h"
 
 static uint64_t state = 88172645463325252ull;
 static uint64_t next(void) {
@@ -292,7 +296,7 @@ static int public_connection(void) {
   fcntl(pair[1], F_SETFL, O_NONBLOCK);
   int one = 1;
   setsockopt(pair[1], SOL_SOCKET, SO_PASSCRED, &one, sizeof one);
-  watch(pair[1], 1);
+  h2_watch(pair[1], 1);
   waiting_bound = below(3) == 0 ? 1 + (long)below(3) : 0; /* calls past it refused (2c): their answers written too */
   streaming_served = below(2) == 0; /* off: each ModelStreamInfer stream refused at its first message, or cut */
   buffer sent = {0};
@@ -393,7 +397,7 @@ int main(int argc, char** argv) {
     int pair[2];
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0) return 2;
     fcntl(pair[1], F_SETFL, O_NONBLOCK);
-    watch(pair[1], 0);
+    h2_watch(pair[1], 0);
     open_n = 0, next_stream = 0;
     if (sendto(pair[0], "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24, 0, NULL, 0) != 24) return 2;
     uint8_t preface[24];

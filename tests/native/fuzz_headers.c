@@ -1,4 +1,4 @@
-/* The deadline's renaming in header blocks (server/triton/grpc_headers.c) under AddressSanitizer and UBSan. Each
+/* The deadline's renaming in header blocks (server/triton/front/grpc_headers.c) under AddressSanitizer and UBSan. Each
  * case is a block of random representations (indexed fields, size updates, literals with indexed or literal names,
  * plain or Huffman-coded, lengths as multi-byte integers) among which grpc-timeout names are placed, plain and
  * coded (with RFC 7541's padding, and longer); it is walked byte by byte and must come out as sent except at the
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../../tpserve/server/triton/grpc_headers.h"
+#include "../../tpserve/server/triton/front/grpc_headers.h"
 
 static uint64_t state = 88172645463325252ull;
 static uint64_t next(void) {

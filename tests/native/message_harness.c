@@ -1,9 +1,9 @@
-/* The ModelStreamInfer message check (server/triton/grpc_messages.c) for tests through ctypes: a stream of gRPC
+/* The ModelStreamInfer message check (server/triton/front/grpc_messages.c) for tests through ctypes: a stream of gRPC
  * messages fed in pieces of a given size. */
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../tpserve/server/triton/grpc_messages.h"
+#include "../../tpserve/server/triton/front/grpc_messages.h"
 
 /* Whole messages read, or -1 where one could not be. */
 long check_stream(const uint8_t *bytes, size_t n, size_t piece) {

@@ -30,7 +30,7 @@ def digits_build(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def shim():
-    """The shim's library (server/triton/triton_shim.c and triton_guard.c), built as `make install` builds it."""
+    """The shim's library (server/triton/triton_shim.c and front/*.c), built as `make install` builds it."""
     from tpserve.server.triton.preloads import build_library
 
     try:

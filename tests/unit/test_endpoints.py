@@ -35,3 +35,14 @@ def test_a_key_file_that_is_empty_or_several_lines_is_refused(tmp_path):
         (tmp_path / "key").write_text(text)
         with pytest.raises(ClientError, match="expected one line"):
             read_key_file(tmp_path / "key", "http")
+
+
+def test_free_ports_never_hand_out_a_port_already_promised():
+    """A start gives tritonserver free internal ports beside the metrics and health ports it was given, which nothing
+    holds yet: a free port equal to one of them made tritonserver refuse to start (issue 84)."""
+    from tpserve.common.endpoints import free_ports
+
+    promised = set(free_ports(64))  # the ports the OS would hand out next are among these, likely
+    for _ in range(20):
+        got = free_ports(3, avoid=promised)
+        assert len(set(got)) == 3 and not set(got) & promised

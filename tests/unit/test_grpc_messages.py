@@ -1,4 +1,4 @@
-"""The ModelStreamInfer message check (server/triton/grpc_messages.c) against protobuf itself: its schema is
+"""The ModelStreamInfer message check (server/triton/front/grpc_messages.c) against protobuf itself: its schema is
 service_pb2's, every message protobuf writes passes it however it is split, and it never passes a message protobuf
 cannot read (generated messages with bytes flipped, cut, dropped or added); it may refuse more (it is strict)."""
 
@@ -26,7 +26,7 @@ def check(tmp_path_factory):
     target = tmp_path_factory.mktemp("messages") / "messages.so"
     sources = [
         ROOT / "tests" / "native" / "message_harness.c",
-        ROOT / "tpserve" / "server" / "triton" / "grpc_messages.c",
+        ROOT / "tpserve" / "server" / "triton" / "front" / "grpc_messages.c",
     ]
     command = [
         compiler,

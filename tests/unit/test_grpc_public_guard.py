@@ -662,8 +662,8 @@ def test_a_connection_with_too_many_streams_whose_message_is_still_to_come_is_cu
 
 
 def test_the_guards_hpack_tables_are_rfc_7541s():
-    """server/triton/hpack_tables.h holds the Huffman code and the static table's name lengths as the hpack package
-    has them (regenerate it from there if this fails)."""
+    """server/triton/front/hpack_tables.h holds the Huffman code and the static table's name lengths as the hpack
+    package has them (regenerate it from there if this fails)."""
     import re
     from pathlib import Path
 
@@ -672,7 +672,7 @@ def test_the_guards_hpack_tables_are_rfc_7541s():
 
     import tpserve.server.triton as triton
 
-    text = (Path(triton.__file__).parent / "hpack_tables.h").read_text()
+    text = (Path(triton.__file__).parent / "front" / "hpack_tables.h").read_text()
 
     def array(name: str) -> list[int]:
         body = re.search(rf"{name}\[\d+\] = \{{(.*?)\}};", text, re.S).group(1)

@@ -1,5 +1,5 @@
-"""The edge's HTTP request checks in C (tpserve/server/triton/http_checks.c), built with ASan/UBSan: every case the
-edge's functional tests send (tests/functional/test_edge.py) gets the same verdict here, good requests pass with
+"""The edge's HTTP request checks in C (tpserve/server/triton/front/http_checks.c), built with ASan/UBSan: every case
+the edge's functional tests send (tests/functional/test_edge.py) gets the same verdict here, good requests pass with
 the reading the edge reports, and a leak or a read past a buffer fails the run (CChecks.close)."""
 
 import gzip
@@ -108,6 +108,9 @@ REFUSED = {  # body -> status, a word of the reason
         400,
         "the server's own",
     ),
+    "a quoted NaN in FP32 data": (_body('"shape":[1,1,8,8]').replace("[0,", '["NaN",', 1).encode(), 400, "a string"),
+    "null in FP32 data": (_body('"shape":[1,1,8,8]').replace("[0,", "[null,", 1).encode(), 400, "null in its FP32"),
+    "true in FP32 data": (_body('"shape":[1,1,8,8]').replace("[0,", "[true,", 1).encode(), 400, "true or false"),
     "not JSON": (b"\x00\xff", 400, "unexpected"),
     "empty": (b"", 400, "a value was expected"),
 }
@@ -140,6 +143,8 @@ def test_good_requests_pass_with_the_reading_triton_makes(checks):
     own = _inputs({"name": "input", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [0] * 64,
                    "parameters": {"x-edge-call": "00000000000000ab"}})  # fmt: skip
     assert checks.verdict("POST", INFER, own).status == 0  # a tensor's parameter: never the request's id
+    unquoted = _body('"shape":[1,1,8,8]').replace("[0,0,0,", "[NaN,Infinity,-Infinity,", 1).encode()
+    assert checks.verdict("POST", INFER, unquoted).status == 0  # tritonserver reads these as numbers
 
 
 @pytest.mark.parametrize("length", ["0xa8", "1.68e2", "+168", "0168", " 168", "168,168", "1234567890"])

@@ -114,7 +114,7 @@ def test_the_wheel_holds_the_product_and_no_instrument(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert tops == {"tpserve"} and {n.split("/")[1] for n in names if n.count("/") > 1} >= set(PRODUCT)
-    assert "tpserve/loadtest/benches/soak.py" in names and "tpserve/server/triton/triton_guard.c" in names
+    assert "tpserve/loadtest/benches/soak.py" in names and "tpserve/server/triton/front/wrappers.c" in names
     native = [p.relative_to(ROOT).as_posix() for p in (ROOT / "tpserve").rglob("*") if p.suffix in (".c", ".h", ".lua")]
     assert sorted(set(native) - set(names)) == []  # what is compiled where it serves travels with the wheel
     assert not [name for name in names if "record_bench" in name or "reconcile" in name]

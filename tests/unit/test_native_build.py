@@ -51,3 +51,21 @@ def test_a_library_is_compiled_again_only_when_an_input_changed(tmp_path, monkey
     with pytest.raises(ServerError, match="compiling a test library failed"):
         native_build.build_library(*args)
     assert target.exists() and not list(target.parent.glob(".*.partial")), "a failed build leaves the last one alone"
+
+
+def test_a_host_without_a_compiler_takes_a_library_built_from_exactly_these_sources(tmp_path, monkeypatch):
+    """The server image keeps no compiler: the library built in its build stage, from these sources by the compiler
+    its stamp names, is taken as it is; a changed source says it must be built again, and how."""
+    if native_build.c_compiler() is None:
+        pytest.skip("no C compiler (cc/gcc)")
+    source = tmp_path / "one.c"
+    source.write_text("int answer(void) { return 42; }\n")
+    target = tmp_path / "tools" / "libone.so"
+    args = ([source], target, "a test library", "or build it elsewhere")
+    native_build.build_library(*args)
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))  # $CC naming no program: no compiler here
+    monkeypatch.setattr(native_build, "step", lambda said: pytest.fail(f"compiled again: {said}"))
+    assert native_build.c_compiler() is None and native_build.build_library(*args) == target
+    source.write_text("int answer(void) { return 43; }\n")
+    with pytest.raises(ServerError, match="must be built again .* no C compiler here: install gcc"):
+        native_build.build_library(*args)

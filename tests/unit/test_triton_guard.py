@@ -1,4 +1,4 @@
-"""The guard (server/triton/triton_guard.c) for real, loaded into a stand-in program that listens as tritonserver does:
+"""The guard (server/triton/front/) for real, loaded into a stand-in program that listens as tritonserver does:
 a connection of another user to an internal port is closed before the program reads a byte, and the HTTP/2 bytes
 a program reads on a guarded gRPC port carry no RST_STREAM, each rewritten in place as the stream's state asks."""
 
@@ -272,7 +272,7 @@ def test_a_backlog_file_open_to_others_is_not_used(shim, tmp_path):
 
 def test_the_shim_exports_only_the_libc_calls_it_wraps(shim):
     """Preloaded into tritonserver, any other name it exported would stand in for a same-named one of tritonserver's
-    libraries: what its files share stays hidden (server/triton/*.h)."""
+    libraries: what its files share stays hidden (server/triton/front/*.h)."""
     import shutil
 
     nm = shutil.which("nm")

@@ -116,13 +116,16 @@ def write_state(state_dir: Path, state: ServerState) -> None:
     os.replace(partial, state_dir / STATE)
 
 
-def free_ports(count: int) -> list[int]:
-    """count distinct TCP ports on 127.0.0.1 that nothing holds right now."""
-    sockets = [socket.socket() for _ in range(count)]
+def free_ports(count: int, avoid=()) -> list[int]:
+    """count distinct TCP ports on 127.0.0.1 that nothing holds right now, none of them in avoid (ports already
+    promised to something not yet listening: a start's own metrics or health port, say)."""
+    sockets: list[socket.socket] = []
     try:
-        for sock in sockets:
+        while len([s for s in sockets if s.getsockname()[1] not in avoid]) < count:
+            sock = socket.socket()
+            sockets.append(sock)  # held while more are taken, so that none comes twice
             sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
+        return [s.getsockname()[1] for s in sockets if s.getsockname()[1] not in avoid][:count]
     finally:
         for sock in sockets:
             sock.close()

@@ -3,8 +3,9 @@ only when an input changed.
 
 Every library is a shared object built with FLAGS (warnings on; the tests add -Werror through WERROR_VARIABLE).
 Beside it a stamp holds the digest of everything that went in (the compiler, the flags, the sources and the
-headers of their folders): a library whose stamp matches is used as it is, so `make install` builds each once and
-a server start only checks. A failed build leaves nothing behind (it compiles to a partial file first).
+headers of their folders) and the compiler's path: a library whose stamp matches is used as it is, so `make install`
+builds each once and a server start only checks, also where no compiler is (the server image keeps none). A failed
+build leaves nothing behind (it compiles to a partial file first).
 """
 
 from __future__ import annotations
@@ -60,19 +61,28 @@ def build_library(
     Raises:
         ServerError: no C compiler, or the compile failed (the compiler's last words in the message).
     """
-    compiler = c_compiler()
+    target = Path(target)
+    stamp = target.with_name(target.name + ".inputs")
+    partial = target.with_name(f".{target.name}.partial")
+    command = [*flags(), "-o", str(partial), *map(str, sources), *arguments]
+    recorded = stamp.read_text().splitlines() if stamp.exists() else []
+    # the stamp: the inputs' digest, then the compiler that built them (a host without one, the server image, takes
+    # a library built from exactly these sources by the compiler the stamp names)
+    found = c_compiler()
+    compiler = found or (recorded[1] if len(recorded) == 2 and not force else None)
     if compiler is None:
         raise ServerError(
             f"no C compiler ($CC, cc or gcc) to build {what}: install gcc (Debian: apt-get install gcc) and "
             f"run `make install` again, {instead}"
         )
-    target = Path(target)
-    stamp = target.with_name(target.name + ".inputs")
-    partial = target.with_name(f".{target.name}.partial")
-    command = [*flags(), "-o", str(partial), *map(str, sources), *arguments]
     wanted = _digest(compiler, [c for c in command if c != "-Werror"], sources)  # the same library either way
-    if not force and target.exists() and stamp.exists() and stamp.read_text().strip() == wanted:
+    if not force and target.exists() and recorded[:1] == [wanted]:
         return target
+    if found is None:
+        raise ServerError(
+            f"{what} must be built again (its sources changed) and there is no C compiler here: install gcc "
+            f"(Debian: apt-get install gcc), {instead}"
+        )
     target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(target.parent, 0o700)  # code we load comes from a folder only we can write
     step(f"{what}: compiling {', '.join(Path(s).name for s in sources)} into {target}")
@@ -82,5 +92,5 @@ def build_library(
         raise ServerError(f"compiling {what} failed ({compiler} {' '.join(flags())}):\n{done.stderr.strip()[-2000:]}")
     partial.chmod(0o700)
     partial.replace(target)
-    stamp.write_text(wanted + "\n")
+    stamp.write_text(f"{wanted}\n{compiler}\n")
     return target

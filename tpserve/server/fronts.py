@@ -1,7 +1,7 @@
 """What stands in front of one tritonserver (`server start --front`), and the server as `server start` serves it.
 
 - server (the default): the edge's checks and bounds run inside tritonserver's own reads of its HTTP and gRPC
-  ports (server/triton/http_front.c, triton_guard.c): no second process on a request's path;
+  ports (server/triton/front/: http_front.c, h2_reading.c): no second process on a request's path;
 - envoy: Envoy in front (server/edge/), for what only it does: recording, TLS, a canary by traffic share;
 - none: tritonserver's own ports, unguarded (a trusted client on loopback only).
 
@@ -52,7 +52,7 @@ def checks_in_server(
     """ServerSettings fields that run the edge's checks inside tritonserver: the HTTP checks' rules file, written
     into the state folder (0600), their limits, the waiting bound (max_waiting, else the repository's) and, with a
     queue_slo, the admission table the supervisor marks and the guard reads; and a fresh cancelled-calls table, in
-    which the guard notes the calls their clients left (server/triton/call_ids.h) for the models to skip."""
+    which the guard notes the calls their clients left (server/triton/front/call_ids.h) for the models to skip."""
     from tpserve.server.edge import admission_table, cancel_table
     from tpserve.server.edge.admission import waiting_bound
     from tpserve.server.edge.request_checks import MIB, EdgeLimits, checks_json, model_rules

@@ -1,7 +1,7 @@
 /* Telling the server which calls nobody waits for: an Envoy dynamic module (Envoy 1.40, ABI v0.2) on both listeners.
  *
  * tritonserver 2.51 must never learn that a gRPC call was cancelled (its frontend crashes on a call cancelled as
- * it completes; server/triton/triton_guard.c), so a cancelled call would be computed in full. This filter gives every
+ * it completes; server/triton/front/h2_reading.c), so a cancelled call would be computed in full. This filter gives every
  * call an id of its own, x-edge-call (16 hex digits from the system's random source; a client's own header of
  * that name is replaced), which tritonserver passes to the model as a request parameter
  * (--grpc-header-forward-pattern / --http-header-forward-pattern). When a call ends at the edge without an
@@ -11,7 +11,7 @@
  * what nobody waits for costs a lookup, not a run.
  *
  * What is already in a model's queue when its client goes is still answered, one by one. So that this stays
- * bounded, each server's guard (server/triton/triton_guard.c) counts the calls the edge reset that it still runs, in its
+ * bounded, each server's guard (server/triton/front/bounds.c) counts the calls the edge reset that it still runs, in its
  * slot of the backlog file; while the sum (with the calls cancelled in the last second, which a busy server may
  * not have read yet) is at the bound ("limit"), new calls from connections that cancelled in the last 2 s are refused
  * at once, and at 4 times the bound everyone's are: 503 / UNAVAILABLE with a retry hint

@@ -7,7 +7,7 @@ the id on to the model as a request parameter (--grpc-header-forward-pattern, --
 the Python-backend models look it up before they compute (triton_models/python_backend/cancelled_calls.py). A cancelling
 client's call so costs the server a lookup instead of a run, whatever reached the model's queue.
 
-Beside it, the backlog file: one 64-byte slot per server, where its guard (server/triton/triton_guard.c) counts the
+Beside it, the backlog file: one 64-byte slot per server, where its guard (server/triton/front/bounds.c) counts the
 calls
 the edge reset that it still runs. The edge refuses new calls of cancelling connections while the sum is at its
 bound (BACKLOG_PER_SERVER per server), and everyone's at 4 times it.
@@ -29,7 +29,7 @@ BACKLOG = "edge_backlog"
 BACKLOG_SLOTS, BACKLOG_LINE = (
     64,
     64,
-)  # as server/triton/triton_guard.c and server/edge/cancel_notice.c have them
+)  # as server/triton/front/bounds.c and server/edge/cancel_notice.c have them
 BACKLOG_PER_SERVER = 64  # calls nobody waits for that one server may hold before cancelling clients are refused
 GUARD_VARIABLE = "TRITON_GUARD_BACKLOG"
 FORWARD_PATTERN = f"^{PARAMETER}$"

@@ -26,6 +26,7 @@
 
 local KIND = {} -- key of the marker telling objects from arrays in parsed values
 local DATA = {} -- key under which an object holds the element count of its "data" array
+local DATA_KINDS = {} -- and what its elements are besides numbers (string, boolean, null: true where seen)
 
 local function fail(pos, why)
   error({pos = pos, why = why}, 0)
@@ -136,7 +137,7 @@ end
 local function scan_data(text, pos, depth)
   -- tensor data: an array of scalars or of nested arrays, checked and counted, never built.
   -- Returns the number of scalars and the position after the array.
-  local count, level, at = 0, 0, pos
+  local count, level, at, kinds = 0, 0, pos, {}
   while true do
     local c = text:sub(at, at)
     if c == "[" then
@@ -152,9 +153,13 @@ local function scan_data(text, pos, depth)
       local _
       _, at = parse_string(text, at, "data")
       count = count + 1
+      kinds.string = true
     else
+      local first = text:sub(at, at)
       at = scalar_end(text, at, true)
       count = count + 1
+      if first == "t" or first == "f" then kinds.boolean = true end
+      if first == "n" then kinds.null = true end
     end
     -- after a value (or an empty array's '[' when c == "]"): ',' or ']'
     while true do
@@ -168,7 +173,7 @@ local function scan_data(text, pos, depth)
       end
       level = level - 1 -- c == "]"
       at = at + 1
-      if level == 0 then return count, at end
+      if level == 0 then return count, at, kinds end
       c = nil
     end
     ::continue::
@@ -206,7 +211,7 @@ local function parse_object(text, pos, depth)
     if text:sub(at, at) ~= ":" then fail(at, "':' expected") end
     at = skip_space(text, at + 1)
     if key == "data" and text:sub(at, at) == "[" then -- tensor data: counted, not built
-      out[DATA], at = scan_data(text, at, depth)
+      out[DATA], at, out[DATA_KINDS] = scan_data(text, at, depth)
     else
       local value
       value, at = parse_value(text, at, depth)
@@ -350,6 +355,17 @@ local function data_source(input, params, label, elements, size, binary)
   local count = input[DATA]
   if count == nil then return nil, label .. "has no data (an array), binary_data_size or shared_memory_region" end
   if count ~= elements then return nil, label .. "declares " .. elements .. " elements but its data holds " .. count end
+  -- tritonserver reads a numeric tensor's elements as numbers: a string, null or boolean among them was a 500
+  local kinds, dtype = input[DATA_KINDS] or {}, input.datatype
+  local odd = nil
+  if dtype ~= "BYTES" then
+    if kinds.string then odd = "a string" elseif kinds.null then odd = "null"
+    elseif kinds.boolean and dtype ~= "BOOL" then odd = "true or false" end
+  end
+  if odd then
+    local want = dtype == "BOOL" and "true or false" or "numbers"
+    return nil, label .. "has " .. odd .. " in its " .. dtype .. " data: give " .. want .. " (NaN and Infinity unquoted)"
+  end
   return "json " .. count
 end
 
@@ -485,7 +501,7 @@ local function check_load(handle)
   return check_override(params.config)
 end
 
-local RESERVED_REGIONS = "triton_python_backend" -- the Python backend's IPC regions (server/triton/triton_guard.c)
+local RESERVED_REGIONS = "triton_python_backend" -- the Python backend's IPC regions (server/triton/front/wrappers.c)
 
 local function check_shm_register(handle)
   -- a system shared-memory region is the client's own: never one the server created for itself

@@ -29,7 +29,7 @@ GRPC_INFER = ("/inference.GRPCInferenceService/ModelInfer", GRPC_STREAM)
 # tritonserver 2.51 crashes (SIGSEGV in the Python backend) under concurrent ModelStreamInfer streams whose requests
 # overlap, whoever the client (docs/security.md): unless asked, the edge answers each stream itself, UNIMPLEMENTED
 # (Envoy's local reply to a gRPC request turns HTTP 404 into grpc-status 12 and this text into grpc-message).
-STREAMING_OFF = (  # as the guard says it (server/triton/triton_guard.c, STREAMING_WHY)
+STREAMING_OFF = (  # as the guard says it (server/triton/front/h2_admission.h, STREAMING_WHY)
     "ModelStreamInfer is not served here: tritonserver 2.51 crashes under concurrent streams; "
     "unary ModelInfer is served"
 )
@@ -302,7 +302,7 @@ def listener(name: str, s: EnvoySettings, port: int, cluster: str, protocol: str
 
 def grpc_errors_filter() -> dict:
     """The gRPC listener's Lua that makes a refused registration of the server's own shared memory say so
-    (tritonserver answers it "Unable to open shared memory region"; server/triton/triton_guard.c refuses it). It reads
+    (tritonserver answers it "Unable to open shared memory region"; server/triton/front/wrappers.c refuses it). It reads
     Triton's answer only, never a request, and runs on the register route alone."""
     from pathlib import Path
 

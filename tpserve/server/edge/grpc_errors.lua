@@ -1,5 +1,5 @@
 -- The gRPC listener's answers on the SystemSharedMemoryRegister route (server/edge/envoy_config.py): a registration
--- of the server's own memory, which server/triton/triton_guard.c refuses inside tritonserver, says why, instead of
+-- of the server's own memory, which server/triton/front/wrappers.c refuses inside tritonserver, says why, instead of
 -- tritonserver's "Unable to open shared memory region" (INTERNAL). Only Triton's answer is read.
 local RESERVED = "triton_python_backend"
 local WHY = "refused: shared-memory names beginning '" .. RESERVED .. "' are the server's own memory " ..

@@ -111,7 +111,7 @@ def lua_literal(value) -> str:
 
 def check_config(rules: dict[str, ModelRules], limits: EdgeLimits) -> dict:
     """What the checks read, whoever runs them: the rules and limits of edge.lua's CONFIG and of the C checks
-    (server/triton/http_checks.c, which reads it as JSON: checks_json)."""
+    (server/triton/front/http_checks.c, which reads it as JSON: checks_json)."""
     return {
         "models": {n: asdict(r) for n, r in rules.items()},
         "max_tensor_bytes": limits.max_tensor_bytes,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -153,7 +154,7 @@ class ServerSettings:
     tuning: TritonTuning = TritonTuning()
     ragged_stats: Path | None = None  # where ragged models write their per-batch statistics (text-bench reads them)
     # ports behind the edge ("http", "grpc", "metrics"): only processes of this user connect (Envoy, the
-    # supervisor); gRPC's stream resets are never seen as cancellations there (server/triton/triton_guard.c)
+    # supervisor); gRPC's stream resets are never seen as cancellations there (server/triton/front/h2_reading.c)
     internal: tuple[str, ...] = ()
     # the edge's cancelled-calls table (server/edge/cancel_table.py): calls get their id as a parameter, models skip
     # the cancelled ones; None: no edge, nothing skipped
@@ -163,12 +164,12 @@ class ServerSettings:
     # ("20" or "model=20 *=50"); the supervisor marks this server's region (backlog_slot) of it. None: no admission
     admission_table: Path | None = None
     queue_budgets: str = ""
-    # the edge's HTTP checks inside tritonserver's reads (server/triton/http_front.c): its rules file (0600,
+    # the edge's HTTP checks inside tritonserver's reads (server/triton/front/http_front.c): its rules file (0600,
     # request_checks.checks_json) and "max_body_bytes,max_head_bytes,max_connections"; None: not checked there
     http_checks: Path | None = None
     http_check_limits: str = ""
     # with the checks in the server: the calls it may run before new ones are refused at once (the edge's waiting
-    # bound, server/edge/admission.py; triton_guard.c); 0: no bound
+    # bound, server/edge/admission.py; front/bounds.c); 0: no bound
     max_waiting: int = 0
     # with the checks in the server: ModelStreamInfer served on the public gRPC port (off: each stream refused,
     # UNIMPLEMENTED, before its first message reaches gRPC; tritonserver 2.51 crashes under concurrent streams)
@@ -180,7 +181,7 @@ class ServerSettings:
             raise ConfigError(f"internal ports {sorted(unknown)}: expected some of {', '.join(INTERNAL_PORTS)}")
 
     def guard_environment(self) -> dict[str, str]:
-        """What tells the guard (server/triton/triton_guard.c) which ports are the edge's and which speak gRPC
+        """What tells the guard (server/triton/front/own_ports.c) which ports are the edge's and which speak gRPC
         there."""
         ports = {"http": self.http_port, "grpc": self.grpc_port, "metrics": self.metrics_port}
         own = ",".join(str(ports[name]) for name in self.internal)
@@ -316,7 +317,7 @@ def start(settings: ServerSettings) -> ServerState:
     env, secret_fd = pass_secret(env, key_file.read_text().strip())
     try:
         with open(log, "a") as handle:  # appended, never truncated: a crash's evidence survives the restart
-            handle.write(f"\n===== tritonserver starting {time.strftime('%Y-%m-%dT%H:%M:%S%z')} =====\n")
+            handle.write(f"\n{START_MARK} {time.strftime('%Y-%m-%dT%H:%M:%S%z')} =====\n")
             handle.flush()
             process = subprocess.Popen(
                 command,
@@ -565,6 +566,41 @@ def _log_tail(state: ServerState, lines: int = 15) -> str:
         return "(no log)"
 
 
+START_MARK = "===== tritonserver starting"  # each start's first line in the log, which is appended to
+LOADING = re.compile(r'"loading: ([^:"]+):\d+"')
+LOADED = re.compile(r"successfully loaded '([^']+)'")
+
+
+def _crash_cause(state: ServerState, code: int | None) -> str:
+    """Where a signal ended tritonserver while it loaded models: the models it was loading (the log since this
+    start), and for those with a model_warmup, tritonserver 2.51's crash on a warmup request its model refuses."""
+    if code is None or code >= 0:
+        return ""
+    try:
+        text = Path(state.log).read_text(errors="replace").rsplit(START_MARK, 1)[-1]
+    except OSError:
+        return ""
+    loading = [m for m in dict.fromkeys(LOADING.findall(text)) if m not in set(LOADED.findall(text))]
+    if not loading:
+        return f" (signal {-code})"
+    warmed = [m for m in loading if "model_warmup" in _config_text(Path(state.repo) / m)]
+    said = f" (signal {-code}) while loading {', '.join(loading)}"
+    if warmed:
+        said += (
+            f": {', '.join(warmed)} warm(s) up at load, and tritonserver 2.51 crashes when a model answers a warmup "
+            "request with an error (random_data holds NaN, infinities and values far outside any range a model "
+            "may check): give those inputs zero_data or input_data_file in model_warmup, or remove it"
+        )
+    return said
+
+
+def _config_text(folder: Path) -> str:
+    try:
+        return (folder / "config.pbtxt").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 def wait_ready(state: ServerState, process: subprocess.Popen, timeout: float) -> None:
     """Poll until the server is ready; fail fast on exit or on a model that failed to load."""
     import tritonclient.http as http
@@ -579,7 +615,8 @@ def _poll_ready(client, state: ServerState, process: subprocess.Popen, timeout: 
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise ServerError(
-                f"tritonserver exited with code {process.returncode}; log {state.log}:\n{_log_tail(state)}"
+                f"tritonserver exited with code {process.returncode}{_crash_cause(state, process.returncode)}; "
+                f"log {state.log}:\n{_log_tail(state)}"
             )
         if _is(client.is_server_ready):
             return

@@ -20,15 +20,9 @@ from tpserve.paths import TOOLS
 PLACEHOLDER = "@TRITON_ADMIN_KEY@"
 FD_VARIABLE = "TRITON_SECRET_FD"
 SOURCE = Path(__file__).with_name("triton_shim.c")
-GUARD_SOURCE = Path(__file__).with_name("triton_guard.c")  # tritonserver 2.51's internal ports, gRPC resets, shm
-FRONT_SOURCES = (  # the edge's HTTP checks in tritonserver's reads, where clients reach its HTTP port directly
-    Path(__file__).with_name("http_front.c"),
-    Path(__file__).with_name("http_checks.c"),
-)
-# a gRPC client's deadline renamed in header blocks; a ModelStreamInfer stream's messages checked
-GRPC_SOURCES = (Path(__file__).with_name("grpc_headers.c"), Path(__file__).with_name("grpc_messages.c"))
-CALL_IDS_SOURCE = Path(__file__).with_name("call_ids.c")  # each call's id, and the calls nobody waits for
-SOURCES = (SOURCE, GUARD_SOURCE, *FRONT_SOURCES, *GRPC_SOURCES, CALL_IDS_SOURCE)
+FRONT = Path(__file__).with_name("front")  # the guard and the front in tritonserver's reads (front/wrappers.c)
+FRONT_SOURCES = tuple(sorted(FRONT.glob("*.c")))
+SOURCES = (SOURCE, *FRONT_SOURCES)
 TOOLS_DIR = TOOLS / "triton_shim"
 LIBRARY = TOOLS_DIR / "libtriton_shim.so"
 
@@ -58,7 +52,7 @@ def write_refusal_models(folder: Path) -> None:
 
 
 def build_library(force: bool = False) -> Path:
-    """Compile triton_shim.c, triton_guard.c and the HTTP front (http_front.c, http_checks.c) into
+    """Compile triton_shim.c and the front (front/*.c: the guard's wrappers, the HTTP/1.1 and HTTP/2 reading) into
     .tools/triton_shim/ (tpserve/common/native_build.py: again
     only when an input changed).
 

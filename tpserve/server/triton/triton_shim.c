@@ -46,7 +46,7 @@
  * TRITON_SHIM_ACCEPT_API names (an operator's explicit "I checked this release": the exact major.minor, so a
  * later upgrade is refused again). A process without libtritonserver (a test program) is not checked.
  *
- * Build: cc -shared -fPIC -O2 -o libtriton_shim.so triton_shim.c triton_guard.c -ldl
+ * Build: cc -shared -fPIC -O2 -o libtriton_shim.so triton_shim.c front/[a-z]*.c -ldl -lpthread -lm
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>

@@ -1,7 +1,7 @@
 /* call_ids: the cancelled-calls table (server/edge/cancel_table.py) kept by the guard where clients reach
  * tritonserver's ports directly (`make serve`'s default front), as Envoy's module keeps it behind Envoy
  * (server/edge/cancel_notice.c). Every inference call gets an id, x-edge-call (16 hex digits), put into the request
- * as tritonserver reads it (http_front.c: a header line; triton_guard.c: a CONTINUATION frame ending the call's
+ * as tritonserver reads it (http_front.c: a header line; h2_own_frames.c: a CONTINUATION frame ending the call's
  * header block); tritonserver passes it to the model as a request parameter (--http-header-forward-pattern,
  * --grpc-header-forward-pattern). When the client goes before its call is answered (it cancelled it, hung up or
  * reset the connection), the id goes into the table, slot id % CALL_SLOTS, and a Python-backend model answers the

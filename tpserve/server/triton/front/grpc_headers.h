@@ -1,4 +1,4 @@
-/* grpc_headers: a gRPC client's deadline never reaches tritonserver (triton_guard.c, on a gRPC port clients reach
+/* grpc_headers: a gRPC client's deadline never reaches tritonserver (h2_reading.c, on a gRPC port clients reach
  * directly). The representations of an HPACK header block (RFC 7541) are walked as their bytes pass, and the one
  * name that carries a deadline, grpc-timeout, is renamed grpc-timeous in place: the same number of bytes and
  * octets, so both sides' dynamic tables stay in step, and a later reference to the entry names the renamed

@@ -52,8 +52,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../edge/admission_parse.h"
+#include "../../edge/admission_parse.h"
+#include "bounds.h"
 #include "call_ids.h"
+#include "deadlines.h"
 #include "http_checks.h"
 
 #pragma GCC diagnostic ignored "-Wformat-truncation" /* a refusal's message is capped on purpose */
@@ -61,9 +63,6 @@
 #define PORTS_VARIABLE "TRITON_GUARD_FRONT_HTTP"
 #define RULES_VARIABLE "TRITON_GUARD_RULES"
 #define LIMITS_VARIABLE "TRITON_GUARD_FRONT_LIMITS"
-#define ADMISSION_VARIABLE "TRITON_GUARD_ADMISSION"
-#define ADMISSION_MODELS 64 /* a region's entries of 32 bytes, as server/edge/admission_table.py has them */
-#define ADMISSION_SIZE (128 * ADMISSION_MODELS * 32)
 #define MAX_FRONT_PORTS 8
 #define FRONT_FDS 65536
 #define KEEP_BUFFER (64 * 1024) /* a connection's buffer larger than this is freed between requests */
@@ -117,20 +116,12 @@ static struct front_io io;
 static int ports[MAX_FRONT_PORTS], port_count;
 static size_t max_body = 64u << 20, max_head = 16u << 10;
 static long max_connections = 1024, open_connections;
-static size_t max_held = (size_t)1 << 30, held; /* all connections' requests together (503 beyond, with a retry hint) */
 static long head_timeout_ms = 10000; /* a request's head must arrive within this of its first byte */
-/* When each connection's request must be whole by (CLOCK_MONOTONIC ns; 0: none pending): a thread shuts down the
- * connections past theirs, so that slow senders cannot hold every connection (tritonserver's reader then sees the
- * end of the stream and closes it). A body may take 30 s plus a second per MiB after its head. */
-static int64_t deadline[FRONT_FDS];
 /* Since when each connection holds its slot with no request of its own running (CLOCK_MONOTONIC ns; 0: one runs, or
  * none is open): a new connection finding every slot taken closes the one idle or trickling its head the longest
  * instead of being refused, so that one client holding every slot with slow heads shuts out nobody who sends a whole
  * request, and a connection whose request runs is never the one closed. */
 static int64_t idle_since[FRONT_FDS];
-int64_t running_calls, orphaned_calls;
-long waiting_bound;
-static uint64_t *admission; /* the admission table's region 0 (NULL: no admission by queue time) */
 /* For the thread that notes hang-ups (watch_hang_ups): each connection's oldest unanswered ids, and its generation
  * (one more at each accept of the descriptor), so that an end seen late is never taken for a later connection's. */
 static uint64_t watched_ids[FRONT_FDS][WATCHED_IDS];
@@ -144,7 +135,7 @@ static void say(const char *format, ...) {
     va_start(args, format);
     int length = vsnprintf(line, sizeof line, format, args);
     va_end(args);
-    if (length > 0 && io.write) (void)io.write(2, line, (size_t)length < sizeof line ? (size_t)length : sizeof line - 1);
+    if (length > 0 && io.socket_write) (void)io.socket_write(2, line, (size_t)length < sizeof line ? (size_t)length : sizeof line - 1);
 }
 
 static char *read_private(const char *path, size_t *len) {
@@ -160,37 +151,11 @@ static char *read_private(const char *path, size_t *len) {
     return text;
 }
 
-int64_t front_now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
-const char *front_bounds_refuse(int64_t others, int lately) {
-    if (waiting_bound > 0 && others >= waiting_bound) return WAITING_WHY;
-    int64_t orphans = __atomic_load_n(&orphaned_calls, __ATOMIC_RELAXED);
-    if (orphans >= BACKLOG_EVERYONE || (lately && orphans >= BACKLOG_BOUND)) return BACKLOG_WHY;
-    return NULL;
-}
-
-static void set_deadline(int fd, int64_t at) { __atomic_store_n(&deadline[fd], at, __ATOMIC_RELAXED); }
-
-/* Every 250 ms: a connection past its deadline is shut down (claimed first, so that it is shut down once). */
-static void *watch_deadlines(void *unused) {
-    (void)unused;
-    for (;;) {
-        struct timespec pause = {0, 250 * 1000 * 1000};
-        nanosleep(&pause, NULL);
-        int64_t now = front_now_ns();
-        for (int fd = 0; fd < FRONT_FDS; fd++) {
-            int64_t at = __atomic_load_n(&deadline[fd], __ATOMIC_RELAXED);
-            if (at != 0 && at < now && __atomic_compare_exchange_n(&deadline[fd], &at, 0, 0, __ATOMIC_RELAXED,
-                                                                   __ATOMIC_RELAXED))
-                shutdown(fd, SHUT_RDWR);
-        }
-    }
-    return NULL;
-}
+/* When the connection's request must be whole by (CLOCK_MONOTONIC ns; 0: none pending), in the table the gRPC
+ * deadlines share (deadlines.c): past it, its thread shuts the connection down, so that slow senders cannot hold every
+ * connection (tritonserver's reader then sees the end of the stream and closes it). A head must come within
+ * head_timeout_ms of its first byte; a body within 30 s plus a second per MiB after its head. */
+static void set_deadline(int fd, int64_t at) { deadline_set(fd, at, DEADLINE_HTTP); }
 
 /* Waits for connections' ends (EPOLLRDHUP, or a reset): the ids of the requests the connection still waited for go
  * into the cancelled-calls table at once (tritonserver reads nothing of a connection while it runs its request, so
@@ -214,46 +179,9 @@ static void *watch_hang_ups(void *unused) {
     return NULL;
 }
 
-/* The admission table (a 0600 file of this user, of its size), mapped; a table that is not is said and not used. */
-static void open_admission(const char *path) {
-    if (path == NULL || *path == 0) return;
-    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-    struct stat st;
-    void *map = MAP_FAILED;
-    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_uid == geteuid() && !(st.st_mode & 077) && st.st_size == ADMISSION_SIZE)
-        map = mmap(NULL, ADMISSION_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (fd >= 0) close(fd);
-    if (map == MAP_FAILED) {
-        say("triton_guard: cannot use the admission table %s (not a 0600 file of this user of %d bytes): no "
-            "admission by queue time\n", path, ADMISSION_SIZE);
-        return;
-    }
-    admission = map;
-}
-
-const char *front_admission(const char *name, size_t len) {
-    if (admission == NULL) return NULL;
-    uint64_t hash = admission_hash(name, len);
-    for (size_t i = 0; i < ADMISSION_MODELS; i++) {
-        uint64_t *entry = admission + i * 4; /* hash, marked until (ns), refusals, queue time */
-        if (__atomic_load_n(&entry[0], __ATOMIC_RELAXED) != hash) continue;
-        if (__atomic_load_n(&entry[1], __ATOMIC_RELAXED) <= (uint64_t)front_now_ns()) return NULL;
-        __atomic_add_fetch(&entry[2], 1, __ATOMIC_RELAXED);
-        return ADMISSION_WHY;
-    }
-    return NULL;
-}
-
 int front_start(const struct front_io *given) {
     io = *given;
-    const char *text = getenv(PORTS_VARIABLE);
-    for (const char *at = text; at && *at && port_count < MAX_FRONT_PORTS;) {
-        char *end;
-        long port = strtol(at, &end, 10);
-        if (end == at) break;
-        if (port > 0 && port < 65536) ports[port_count++] = (int)port;
-        at = *end == ',' ? end + 1 : end;
-    }
+    port_count = front_port_list(PORTS_VARIABLE, ports, MAX_FRONT_PORTS);
     const char *limits = getenv(LIMITS_VARIABLE);
     if (limits) {
         unsigned long long body = 0, head = 0, budget = 0;
@@ -261,8 +189,9 @@ int front_start(const struct front_io *given) {
         int got = sscanf(limits, "%llu,%llu,%ld,%llu,%ld", &body, &head, &conns_cap, &budget, &timeout);
         if (got >= 3 && body && head && conns_cap > 0)
             max_body = (size_t)body, max_head = (size_t)head, max_connections = conns_cap;
-        if (got >= 4 && budget >= body) max_held = (size_t)budget;
         if (got == 5 && timeout > 0) head_timeout_ms = timeout;
+        /* gRPC messages as HTTP bodies, all held together, frames and heads alike */
+        front_limits(max_body, got >= 4 ? (size_t)budget : 0, head_timeout_ms, max_connections);
     }
     const char *path = getenv(RULES_VARIABLE);
     int failed = 0;
@@ -278,21 +207,18 @@ int front_start(const struct front_io *given) {
             failed = 1;
         }
     }
-    open_admission(getenv(ADMISSION_VARIABLE));
-    unsetenv(PORTS_VARIABLE), unsetenv(RULES_VARIABLE), unsetenv(LIMITS_VARIABLE), unsetenv(ADMISSION_VARIABLE);
+    unsetenv(RULES_VARIABLE), unsetenv(LIMITS_VARIABLE); /* the ports: front_port_list unset them */
     if (!failed && port_count > 0) {
-        pthread_t scanner;
-        if (pthread_create(&scanner, NULL, watch_deadlines, NULL) != 0) {
+        if (deadlines_start() < 0) {
             say("triton_guard: cannot start the thread that ends slow requests: not serving port %d\n", ports[0]);
             return -1;
         }
-        pthread_detach(scanner);
         hang_ups = epoll_create1(EPOLL_CLOEXEC);
         pthread_t watcher;
         if (hang_ups >= 0 && pthread_create(&watcher, NULL, watch_hang_ups, NULL) == 0) {
             pthread_detach(watcher);
         } else {
-            if (hang_ups >= 0) close(hang_ups);
+            if (hang_ups >= 0) io.socket_close(hang_ups);
             hang_ups = -1; /* hang-ups are then noted when tritonserver reads them */
         }
     }
@@ -301,15 +227,7 @@ int front_start(const struct front_io *given) {
 
 int front_ports(void) { return port_count; }
 
-uint32_t front_max_message(void) { return max_body < UINT32_MAX ? (uint32_t)max_body : UINT32_MAX; }
-
-int front_hold(size_t n) {
-    if (__atomic_add_fetch(&held, n, __ATOMIC_RELAXED) <= max_held) return 1;
-    __atomic_sub_fetch(&held, n, __ATOMIC_RELAXED);
-    return 0;
-}
-
-void front_release(size_t n) { __atomic_sub_fetch(&held, n, __ATOMIC_RELAXED); }
+const struct check_rules *front_rules(void) { return rules; }
 
 int front_port(int port) {
     for (int i = 0; i < port_count; i++)
@@ -363,7 +281,7 @@ void front_forget(int fd) {
     conns[fd] = NULL;
     set_deadline(fd, 0);
     __atomic_store_n(&idle_since[fd], 0, __ATOMIC_RELAXED);
-    __atomic_sub_fetch(&held, c->reserved, __ATOMIC_RELAXED);
+    front_release(c->reserved);
     __atomic_sub_fetch(&running_calls, c->running, __ATOMIC_RELAXED);
     nobody_waits(c); /* closed before its answers were written: nobody reads them (and the watched ids cleared) */
     if (c->out_owned) free(c->out);
@@ -450,7 +368,7 @@ static int refuse(int fd, struct conn *c, int status, const char *why) {
                           "%sconnection: close\r\n\r\n%s",
                           status, reason_of(status), n, status == 503 || status == 429 ? "retry-after: 1\r\n" : "",
                           body);
-    if (length > 0) (void)io.write(fd, answer, (size_t)length < sizeof answer ? (size_t)length : sizeof answer - 1);
+    if (length > 0) (void)io.socket_write(fd, answer, (size_t)length < sizeof answer ? (size_t)length : sizeof answer - 1);
     /* The rest of the refused request is read and dropped before the connection ends, so that a client still
      * sending its body reads the answer instead of a reset; where its length is unknown (a head refused before its
      * end) or too large, what has arrived is dropped and the connection ends. */
@@ -459,7 +377,7 @@ static int refuse(int fd, struct conn *c, int status, const char *why) {
         c->discard_left = left;
     } else {
         char drain[4096];
-        for (int i = 0; i < 256 && io.recv(fd, drain, sizeof drain, MSG_DONTWAIT) > 0; i++) continue;
+        for (int i = 0; i < 256 && io.socket_recv(fd, drain, sizeof drain, MSG_DONTWAIT) > 0; i++) continue;
     }
     c->closing = 1;
     return -2;
@@ -469,7 +387,7 @@ static int refuse(int fd, struct conn *c, int status, const char *why) {
 static ssize_t drop_rest(int fd, struct conn *c) {
     char drain[16384];
     while (c->discard_left > 0) {
-        ssize_t got = io.recv(fd, drain, c->discard_left < sizeof drain ? c->discard_left : sizeof drain, MSG_DONTWAIT);
+        ssize_t got = io.socket_recv(fd, drain, c->discard_left < sizeof drain ? c->discard_left : sizeof drain, MSG_DONTWAIT);
         if (got == 0) break;
         if (got < 0) return errno == EAGAIN || errno == EWOULDBLOCK ? -1 : 0;
         c->discard_left -= (size_t)got;
@@ -603,7 +521,7 @@ static int release(int fd, struct conn *c) {
     check_http_request(rules, &request, &verdict);
     if (verdict.status) {
         char final;
-        (void)io.recv(fd, &final, 1, MSG_DONTWAIT);
+        (void)io.socket_recv(fd, &final, 1, MSG_DONTWAIT);
         c->acc_len = c->total; /* all of it read: nothing to drop */
         return refuse(fd, c, verdict.status, verdict.why);
     }
@@ -634,7 +552,7 @@ static int release(int fd, struct conn *c) {
 
 static void next_request(int fd, struct conn *c) {
     set_deadline(fd, 0);
-    __atomic_sub_fetch(&held, c->reserved, __ATOMIC_RELAXED);
+    front_release(c->reserved);
     c->reserved = 0;
     if (c->out_owned) free(c->out);
     c->out = NULL;
@@ -683,7 +601,7 @@ static int gather(int fd, struct conn *c) {
     if (c->head_len == 0) {
         size_t want = max_head + 4 - c->acc_len;
         if (grow(c, c->acc_len + want) < 0) return refuse(fd, c, 503, "out of memory");
-        ssize_t n = io.recv(fd, c->acc + c->acc_len, want, MSG_PEEK | MSG_DONTWAIT);
+        ssize_t n = io.socket_recv(fd, c->acc + c->acc_len, want, MSG_PEEK | MSG_DONTWAIT);
         if (n <= 0) return (int)n;
         if (c->acc_len == 0) set_deadline(fd, front_now_ns() + head_timeout_ms * 1000000);
         size_t from = c->acc_len > 3 ? c->acc_len - 3 : 0, seen = c->acc_len + (size_t)n;
@@ -691,7 +609,7 @@ static int gather(int fd, struct conn *c) {
         if (end == NULL) {
             if (seen > max_head)
                 return refuse(fd, c, 431, "the request line and headers are over the limit of the edge");
-            ssize_t got = io.recv(fd, c->acc + c->acc_len, (size_t)n, MSG_DONTWAIT);
+            ssize_t got = io.socket_recv(fd, c->acc + c->acc_len, (size_t)n, MSG_DONTWAIT);
             if (got > 0) c->acc_len += (size_t)got;
             errno = EAGAIN;
             return -1;
@@ -708,8 +626,7 @@ static int gather(int fd, struct conn *c) {
         queued = (size_t)n;
         c->head_len = head_len;
         c->total = head_len + body;
-        if (__atomic_add_fetch(&held, c->total, __ATOMIC_RELAXED) > max_held) {
-            __atomic_sub_fetch(&held, c->total, __ATOMIC_RELAXED);
+        if (!front_hold(c->total)) {
             return refuse(fd, c, 503, "the server holds as many request bodies as it may; retry after 1 s");
         }
         c->reserved = c->total;
@@ -719,7 +636,7 @@ static int gather(int fd, struct conn *c) {
         set_deadline(fd, front_now_ns() + (30 + (int64_t)(body >> 20)) * 1000000000);
         if (c->expect.count && seen < c->total) {
             static const char go_on[] = "HTTP/1.1 100 Continue\r\n\r\n";
-            (void)io.write(fd, go_on, sizeof go_on - 1);
+            (void)io.socket_write(fd, go_on, sizeof go_on - 1);
         }
     }
     if (grow(c, c->total) < 0) return refuse(fd, c, 503, "out of memory");
@@ -729,18 +646,18 @@ static int gather(int fd, struct conn *c) {
         int available = 0;
         if (whole)
             available = (int)(need - 1); /* need <= max_head + 4, within an int */
-        else if (io.ioctl(fd, FIONREAD, &available) < 0)
+        else if (io.socket_ioctl(fd, FIONREAD, &available) < 0)
             available = 0;
         size_t take = (size_t)available < need - 1 ? (size_t)available : need - 1;
         if (take > 0) {
-            ssize_t got = io.recv(fd, c->acc + c->acc_len, take, MSG_DONTWAIT);
+            ssize_t got = io.socket_recv(fd, c->acc + c->acc_len, take, MSG_DONTWAIT);
             if (got == 0) return 0;
             if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return -1;
             if (got > 0) c->acc_len += (size_t)got;
         }
     }
     if (!whole) { /* whole: its final byte, peeked with the head, is still queued */
-        ssize_t final = io.recv(fd, c->acc + c->total - 1, 1, MSG_PEEK | MSG_DONTWAIT);
+        ssize_t final = io.socket_recv(fd, c->acc + c->total - 1, 1, MSG_PEEK | MSG_DONTWAIT);
         if (final <= 0) return (int)final;
     }
     if (c->acc_len + 1 == c->total) return release(fd, c);
@@ -784,7 +701,7 @@ ssize_t front_read(int fd, const struct iovec *iov, size_t parts) {
         }
         if (c->final_pending) {
             char final;
-            ssize_t got = io.recv(fd, &final, 1, MSG_DONTWAIT);
+            ssize_t got = io.socket_recv(fd, &final, 1, MSG_DONTWAIT);
             if (got == 1) {
                 given += put_at(iov, parts, given, &c->last, 1);
                 handed_out(c);

@@ -1,5 +1,5 @@
 /* grpc_messages: the request messages of a ModelStreamInfer stream read as tritonserver's protobuf will read them,
- * as their bytes pass (triton_guard.c). gRPC ends a stream whose next message it cannot decode, and so cancels the
+ * as their bytes pass (h2_frame_checks.c). gRPC ends a stream whose next message it cannot decode, and so cancels the
  * stream's requests still running, which crashes tritonserver 2.51; a message that would fail is never let complete.
  *
  * The check is stricter than protobuf where the two could differ, never laxer: every message C++ protobuf (or upb)

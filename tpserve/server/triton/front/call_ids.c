@@ -11,6 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "libc_calls.h"
+
 #define TABLE_VARIABLE "TRITON_CANCELLED_CALLS"
 #define TABLE_BYTES ((size_t)CALL_SLOTS * 8)
 
@@ -26,12 +28,11 @@ void call_ids_start(void) {
     if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & 077) &&
         (size_t)st.st_size == TABLE_BYTES)
         map = mmap(NULL, TABLE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (fd >= 0) close(fd);
+    libc_resolve();
+    if (fd >= 0) real_close(fd);
     if (map == MAP_FAILED) {
-        char line[512];
-        int n = snprintf(line, sizeof line, "triton_guard: cannot use the cancelled-calls table %s (not a 0600 file of "
-                         "this user of %zu bytes): cancelled calls are computed\n", path, TABLE_BYTES);
-        if (n > 0) (void)!write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+        guard_say("triton_guard: cannot use the cancelled-calls table %s (not a 0600 file of this user of %zu bytes): "
+                  "cancelled calls are computed\n", path, TABLE_BYTES);
         return;
     }
     uint64_t start = 0;

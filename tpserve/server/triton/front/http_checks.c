@@ -32,7 +32,13 @@ struct node {
     int32_t first, last, next; /* children in order; -1: none */
     uint32_t count;
     int64_t data; /* an object's tensor data ("data": [...]): its elements; -1: none */
+    uint8_t data_kinds; /* and what they are (DATA_*) */
 };
+
+/* What tensor data holds besides numbers: tritonserver reads a numeric tensor's elements as numbers (NaN and
+ * Infinity unquoted), and answered a string, a null or a boolean among them 500 ("attempt to access JSON non-number
+ * as double"): refused with 400 and why before it reads them. */
+enum { DATA_STRING = 1, DATA_BOOLEAN = 2, DATA_NULL = 4 };
 
 struct limits {
     int max_depth, max_keys, max_items;
@@ -294,10 +300,11 @@ static size_t check_after(struct parser *p, size_t at, char closer, char *found)
 }
 
 /* Tensor data at pos (a '['): scalars or nested arrays, checked and counted. The position after it. */
-static size_t scan_data(struct parser *p, size_t pos, int depth, int64_t *count) {
+static size_t scan_data(struct parser *p, size_t pos, int depth, int64_t *count, uint8_t *kinds) {
     int level = 0;
     size_t at = pos;
     *count = 0;
+    *kinds = 0;
     for (;;) {
         char c = at < p->len ? p->text[at] : '\0';
         if (c == '[') {
@@ -309,11 +316,14 @@ static size_t scan_data(struct parser *p, size_t pos, int depth, int64_t *count)
         } else if (c == '"') {
             if ((at = parse_string(p, at, DATA, NULL, NULL)) == NO_END) return NO_END;
             (*count)++;
+            *kinds |= DATA_STRING;
             c = '\0';
         } else {
             uint8_t kind;
             if ((at = scalar_end(p, at, 1, &kind)) == NO_END) return NO_END;
             (*count)++;
+            if (kind == J_TRUE || kind == J_FALSE) *kinds |= DATA_BOOLEAN;
+            if (kind == J_NULL) *kinds |= DATA_NULL;
             c = '\0';
         }
         for (;;) { /* after a value (or an empty array's '[' when c is ']'): ',' or ']' */
@@ -382,8 +392,10 @@ static size_t parse_object(struct parser *p, size_t pos, int depth, int32_t self
         at = skip_space(p, at + 1);
         if (key_len == 4 && memcmp(key, "data", 4) == 0 && at < p->len && p->text[at] == '[') {
             int64_t count;
-            if ((at = scan_data(p, at, depth, &count)) == NO_END) return NO_END;
+            uint8_t kinds;
+            if ((at = scan_data(p, at, depth, &count, &kinds)) == NO_END) return NO_END;
             p->nodes[self].data = count; /* tensor data: counted, not a member */
+            p->nodes[self].data_kinds = kinds;
         } else {
             int32_t child;
             if ((at = parse_value(p, at, depth, &child)) == NO_END) return NO_END;
@@ -738,7 +750,8 @@ static void add_reading(struct check *c, const char *format, ...) {
 
 /* Where the input's data comes from, as Triton takes it: binary data first, then shared memory, then JSON. */
 static int data_source(struct check *c, int32_t input, int32_t params, const char *label, uint64_t elements,
-                       unsigned size, int is_bytes, uint64_t *binary_left) {
+                       unsigned size, const struct node *datatype, uint64_t *binary_left) {
+    int is_bytes = text_is(datatype, "BYTES"), is_bool = text_is(datatype, "BOOL");
     const struct parser *p = &c->json;
     int32_t binary = params >= 0 ? member(p, params, "binary_data_size") : -1;
     int32_t region = params >= 0 ? member(p, params, "shared_memory_region") : -1;
@@ -771,6 +784,12 @@ static int data_source(struct check *c, int32_t input, int32_t params, const cha
     if ((uint64_t)count != elements)
         return refuse(c, 400, "%sdeclares %llu elements but its data holds %lld", label, (unsigned long long)elements,
                       (long long)count);
+    uint8_t kinds = p->nodes[input].data_kinds;
+    const char *odd = is_bytes ? NULL : (kinds & DATA_STRING) ? "a string" : (kinds & DATA_NULL) ? "null"
+                      : (kinds & DATA_BOOLEAN) && !is_bool ? "true or false" : NULL;
+    if (odd != NULL)
+        return refuse(c, 400, "%shas %s in its %.*s data: give %s (NaN and Infinity unquoted)", label, odd,
+                      NAME_SHOWN(datatype), is_bool ? "true or false" : "numbers");
     add_reading(c, ":json %lld", (long long)count);
     return 0;
 }
@@ -825,7 +844,22 @@ static int check_input(struct check *c, const struct model_rule *model, int32_t 
     char shape_text[160];
     dims_text(shape_text, sizeof shape_text, dims, rank, 0);
     add_reading(c, "%s%.*s:%.*s:%s", c->reading_used ? ";" : "", NAME_SHOWN(n), NAME_SHOWN(&p->nodes[datatype]), shape_text);
-    return data_source(c, input, params, label, elements, size, text_is(&p->nodes[datatype], "BYTES"), binary_left);
+    return data_source(c, input, params, label, elements, size, &p->nodes[datatype], binary_left);
+}
+
+int check_input_tensor(const struct check_rules *rules, const char *model, size_t model_len, const char *name,
+                       size_t name_len, const char *datatype, size_t datatype_len, const int64_t *shape, int rank,
+                       struct check_verdict *verdict) {
+    verdict->status = 0, verdict->why[0] = 0, verdict->reading[0] = 0;
+    const struct model_rule *found = rules != NULL ? model_of(rules, model, model_len) : NULL;
+    if (found == NULL) return 0; /* a model the rules do not know: tritonserver answers for it */
+    struct check c = {.rules = rules, .verdict = verdict};
+    struct node n = {.text = name, .len = name_len}, d = {.text = datatype, .len = datatype_len};
+    char label[120];
+    snprintf(label, sizeof label, "input '%.*s' ", NAME_SHOWN(&n));
+    if (size_of(datatype, datatype_len) == 0) return refuse(&c, 400, "%shas unknown datatype %.*s", label, NAME_SHOWN(&d));
+    if (rank > 128) return refuse(&c, 400, "%shas more than 128 dimensions", label);
+    return against_config(&c, label, found, &n, &d, shape, rank);
 }
 
 static int check_outputs(struct check *c, int32_t outputs) {
@@ -948,7 +982,7 @@ static int check_load(struct check *c) {
     return check_override(c, &p->nodes[config]);
 }
 
-#define RESERVED_REGIONS "triton_python_backend" /* the Python backend's IPC regions (triton_guard.c) */
+#define RESERVED_REGIONS "triton_python_backend" /* the Python backend's IPC regions (wrappers.c) */
 
 static int check_shm_register(struct check *c) {
     const struct check_request *r = c->request;

@@ -9,6 +9,7 @@
 #define HTTP_CHECKS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* The shim is preloaded into tritonserver: what it shares between its files stays inside it (only the libc calls
  * it wraps are exported), so no name here can stand in for one of tritonserver's libraries. */
@@ -47,6 +48,13 @@ void check_rules_free(struct check_rules *rules);
 /* The verdict on one whole request. Allocates only while it runs; never reads outside request's buffers. */
 void check_http_request(const struct check_rules *rules, const struct check_request *request,
                         struct check_verdict *verdict);
+
+/* One input tensor of a call as another protocol carries it (gRPC's ModelInferRequest): its datatype and shape held
+ * to the model's rules as an HTTP request's are, in the same words. 0 where it passes (or the model is not one the
+ * rules know); otherwise the HTTP status and why in verdict. */
+int check_input_tensor(const struct check_rules *rules, const char *model, size_t model_len, const char *name,
+                       size_t name_len, const char *datatype, size_t datatype_len, const int64_t *shape, int rank,
+                       struct check_verdict *verdict);
 
 #pragma GCC visibility pop
 

@@ -1,0 +1,149 @@
+"""Does 8-bit pay on this GPU? A BERT-base-geometry encoder (random weights) compiled at fp16, and with its linear
+layers quantized by torchao (float8 and int8 dynamic activations, per-row scales), timed side by side in one
+process on token grids of the sizes the server batches, with the cosine of the mean-pooled embeddings against fp32.
+
+    python -m benchmarks.quantized_probe --out DIR   (torchao on the path)
+
+An instrument for our own question (not the product): which 8-bit method is worth serving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+
+def encoder(hidden=768, layers=12, heads=12, intermediate=3072, vocab=30522):
+    import torch
+    from torch import nn
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv, self.out = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
+            self.up, self.down = nn.Linear(hidden, intermediate), nn.Linear(intermediate, hidden)
+            self.norm1, self.norm2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+
+        def forward(self, x, bias):
+            b, t, _ = x.shape
+            q, k, v = self.qkv(x).view(b, t, 3, heads, hidden // heads).permute(2, 0, 3, 1, 4)
+            att = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+            x = self.norm1(x + self.out(att.transpose(1, 2).reshape(b, t, hidden)))
+            return self.norm2(x + self.down(nn.functional.gelu(self.up(x))))
+
+    class Encoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(vocab, hidden)
+            self.layers = nn.ModuleList(Layer() for _ in range(layers))
+            for p in self.parameters():
+                if p.dim() > 1:
+                    nn.init.normal_(p, std=0.02)
+
+        def forward(self, ids, mask):
+            x = self.embed(ids)
+            bias = ((1 - mask[:, None, None, :].to(x.dtype)) * -1e4).to(x.dtype)
+            for layer in self.layers:
+                x = layer(x, bias)
+            m = mask[..., None].to(x.dtype)
+            pooled = (x * m).sum(1) / m.sum(1).clamp(min=1)
+            return torch.nn.functional.normalize(pooled.float(), dim=-1)
+
+    torch.manual_seed(0)
+    return Encoder().eval()
+
+
+def quantized(module, method: str):
+    import torchao
+    from torchao.quantization import (
+        Float8DynamicActivationFloat8WeightConfig,
+        Int8DynamicActivationInt8WeightConfig,
+        PerRow,
+        quantize_,
+    )
+
+    config = {
+        "fp8": lambda: Float8DynamicActivationFloat8WeightConfig(granularity=PerRow()),
+        "int8": lambda: Int8DynamicActivationInt8WeightConfig(),
+    }[method]()
+    quantize_(module, config)
+    return module, torchao.__version__
+
+
+def timed(fn, ids, mask, repeats=30):
+    import torch
+
+    graph = torch.cuda.CUDAGraph()
+    for _ in range(3):
+        fn(ids, mask)
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        out = fn(ids, mask)
+    for _ in range(5):
+        graph.replay()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        graph.replay()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / repeats, out
+
+
+def main(argv=None) -> int:
+    import copy
+
+    import torch
+
+    parser = argparse.ArgumentParser(prog="quantized-probe")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--grids", default="32x32 64x32 256x32 32x128 128x128")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--methods", default="fp8 int8")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    device = torch.device("cuda")
+    base = encoder().to(device)
+    grids = [tuple(int(v) for v in g.split("x")) for g in args.grids.split()]
+    gen = torch.Generator(device="cpu").manual_seed(1)
+    feeds = {g: (torch.randint(1000, 30000, g, generator=gen).to(device), torch.ones(g, dtype=torch.int64).to(device))
+             for g in grids}  # fmt: skip
+    with torch.inference_mode():
+        reference = {g: base(*feeds[g]) for g in grids}
+    variants = {}
+    half = copy.deepcopy(base).half()
+    variants["fp16"] = torch.compile(half)
+    info = {}
+    for method in args.methods.split():
+        try:  # torchao's per-row float8 takes bfloat16 weights
+            start = copy.deepcopy(base).to(torch.bfloat16 if method == "fp8" else torch.float16)
+            module, version = quantized(start, method)
+            variants[method] = torch.compile(module)
+            info["torchao"] = version
+        except Exception as err:  # noqa: BLE001 - the probe reports what failed
+            info[method] = f"{type(err).__name__}: {err}"[:400]
+    results = []
+    for rnd in range(args.rounds):
+        for name, fn in variants.items():
+            for g in grids:
+                with torch.inference_mode():
+                    try:
+                        seconds, out = timed(fn, *feeds[g])
+                    except Exception as err:  # noqa: BLE001
+                        info[f"{name} {g}"] = f"{type(err).__name__}: {err}"[:400]
+                        continue
+                cos = torch.nn.functional.cosine_similarity(out.float(), reference[g], dim=-1)
+                row = {"round": rnd, "variant": name, "grid": f"{g[0]}x{g[1]}", "ms": seconds * 1e3}
+                row.update(sentences_per_s=g[0] / seconds, cos_mean=cos.mean().item(), cos_min=cos.min().item())
+                results.append(row)
+                print(json.dumps(row), flush=True)
+    info["gpu"] = torch.cuda.get_device_name()
+    info["torch"] = torch.__version__
+    (args.out / "quantized_probe.json").write_text(json.dumps({"info": info, "results": results}, indent=1))
+    print(json.dumps(info))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
