@@ -48,6 +48,9 @@ def test_the_engine_is_an_artifact_with_its_cache_versions_and_gate(compiled_rep
     assert compiled["compile_seconds"] > 0 and entry["validation"]["passed"]
     report = json.loads((root / "work" / spec.name / f"{ENGINE}.validation.compiled.json").read_text())
     assert report["passed"] and [b["batch"] for b in report["batches"]] == list(spec.validation_batch_sizes)
+    (logits,) = entry["validation"]["outputs"]  # every output's figures against fp32, the worst case of the batches
+    assert logits["output"] == "logits" and logits["kind"] == "class scores" and logits["top1"] == 1.0
+    assert logits["cosine"] > 0.9999 and logits["relative_error"] < 1e-3 and logits == report["outputs"][0]
 
 
 def test_the_served_engine_matches_the_module_over_http_and_grpc(compiled_repo):
@@ -87,6 +90,19 @@ def test_an_engine_that_fails_the_gate_is_not_written(compiled_repo):
     assert not (root / "repo" / "digits_cnn_inductor_bf16_nographs").exists()
     assert "digits_cnn_inductor_bf16_nographs" not in read_manifest(root / "repo")["models"]
     assert (root / "work" / spec.name / "digits_cnn_inductor_bf16_nographs.validation.compiled.json").exists()
+
+
+def test_an_engine_past_the_agreement_its_spec_declares_is_not_written_and_the_build_says_which_output(compiled_repo):
+    """Within the element-wise tolerances (loosened), but past the spec's own agreement for bf16 (a relative error of
+    at most 1e-9, which bfloat16 cannot hold): not written, and the build names the output, the figure and the
+    limit."""
+    spec, _, root, _ = compiled_repo
+    loose = {**spec.tolerances, "bf16": (1.0, 1.0)}  # the element-wise gate passes it
+    strict = dataclasses.replace(spec, tolerances=loose, agreement={**spec.agreement, "bf16": {"relative_error": 1e-9}})
+    request = BuildRequest(spec=strict, target="embedded", repo=root / "repo", work_dir=root / "work")
+    with pytest.raises(ValidationError, match=r"output 'logits' \(class scores\): relative error .* vs at most 1e-09"):
+        build_torch_variant(request, TorchRuntime(precision="bf16", compiler="inductor"))
+    assert not (root / "repo" / "digits_cnn_inductor_bf16_nographs").exists()
 
 
 def test_the_builder_cli_builds_compiled_engines_and_refuses_unknown_precisions_up_front(tmp_path):

@@ -4,6 +4,7 @@ Three variants of one ResNet-18 (64 px, max batch 4) against the Python backend'
 (uint8 input, what CUDA graphs take on a GPU; eager here) answered inline and through the completion thread,
 and the general path (float input, no graphs)."""
 
+import dataclasses
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -50,14 +51,21 @@ def served(tmp_path_factory):
     build_model(
         BuildRequest(spec=spec, target="embedded", repo=root / "scratch", work_dir=work), zoo.build_module(spec)
     )
-    for runtime in (
-        TorchRuntime(precision="fp32", uint8_input=True),
-        TorchRuntime(precision="fp32", uint8_input=True, cuda_graphs=True, inprocess=True),
-        TorchRuntime(precision="fp32", inprocess=True),
+    # a float range on the image: held on the general path; on the uint8 wire (bytes, not the range) it is not
+    bounded = dataclasses.replace(spec, inputs=(dataclasses.replace(spec.inputs[0], value_range=(-10.0, 10.0)),))
+    finite = dataclasses.replace(bounded, inputs=(dataclasses.replace(bounded.inputs[0], finite=True),))
+    for runtime, declared in (
+        (TorchRuntime(precision="fp32", uint8_input=True), spec),
+        (TorchRuntime(precision="fp32", uint8_input=True, cuda_graphs=True, inprocess=True), bounded),
+        (TorchRuntime(precision="fp32", inprocess=True), finite),
     ):
         build_torch_variant(
             BuildRequest(
-                spec=spec, target="embedded", repo=repo, work_dir=work, options=ServingOptions(max_queue_delay_us=5000)
+                spec=declared,
+                target="embedded",
+                repo=repo,
+                work_dir=work,
+                options=ServingOptions(max_queue_delay_us=5000),
             ),
             runtime,
         )
@@ -104,6 +112,32 @@ def test_the_general_path_serves_float_input(served):
     want = infer(ep, REFERENCE, {"input": pixels}).outputs["logits"]
     got = infer(ep, GENERAL, {"input": floats}).outputs["logits"]
     np.testing.assert_allclose(got, want, atol=1e-3, rtol=1e-3)
+
+
+def test_the_general_path_holds_a_float_input_declared_finite(served):
+    """The spec declares the general variant's input finite (its warmup sample then zeros: Triton's random data holds
+    NaN): NaN in one row refuses that request, naming the row, before the model runs, as the Python-backend models
+    do; the next request is served."""
+    spec, state = served
+    ep = state.endpoint("http")
+    floats = np.zeros((2, 3, 64, 64), np.float32)
+    floats[1, 0, 5, 5] = np.nan
+    with pytest.raises(ClientError, match=r"input input: values must be finite .*: row 1"):
+        infer(ep, GENERAL, {"input": floats})
+    assert infer(ep, GENERAL, {"input": np.zeros((2, 3, 64, 64), np.float32)}).outputs["logits"].shape == (2, 1000)
+
+
+def test_the_general_path_holds_a_float_input_s_declared_range_bounds_included(served):
+    """value_range [-10, 10] on the float input: 10.5 in row 1 refuses that request with the range and the row;
+    the bounds themselves are inside (a float range is closed)."""
+    spec, state = served
+    ep = state.endpoint("grpc")
+    floats = np.zeros((2, 3, 64, 64), np.float32)
+    floats[1, 2, 0, 0] = 10.5
+    with pytest.raises(ClientError, match=re.escape("input input: values must lie in [-10, 10]") + ".*: row 1"):
+        infer(ep, GENERAL, {"input": floats})
+    floats[1, 2, 0, 0], floats[0, 0, 0, 0] = 10.0, -10.0
+    assert infer(ep, GENERAL, {"input": floats}).outputs["logits"].shape == (2, 1000)
 
 
 def test_concurrent_requests_are_batched_and_each_gets_its_own_rows(served):

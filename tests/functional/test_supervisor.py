@@ -386,7 +386,9 @@ def test_an_unload_through_the_admin_api_is_respected_until_a_load(supervised):
     state = endpoints.read_state(settings.state_dir)
     with endpoint_of(state, settings.repo, "http").client() as client:
         client.unload_model("digits_cnn", headers=state.admin_headers())
-        time.sleep(3.0)  # several supervisor rounds
+        # the supervisor sees the unload once the stub has exited: on a busy host that is more than one round
+        _await(lambda: "digits_cnn" in _status(health_port)["unloaded"], 60)
+        time.sleep(3.0)  # several supervisor rounds after it saw the unload
         assert not client.is_model_ready("digits_cnn"), "the supervisor reloaded a model unloaded on purpose"
         assert "digits_cnn" in _status(health_port)["unloaded"]
         client.load_model("digits_cnn", headers=state.admin_headers())

@@ -16,9 +16,8 @@ import sys
 import numpy as np
 import pytest
 
-from tests.functional.conftest import endpoint_of
+from tests.functional.conftest import endpoint_of, served_variant, user_project_served
 from tpserve.clients.infer import infer
-from tpserve.common import endpoints
 from tpserve.common.errors import ClientError
 
 pytestmark = pytest.mark.functional
@@ -60,38 +59,15 @@ labels = ["sport", "tech", "arts", "news"]
 @pytest.fixture(scope="module")
 def topic_served(tmp_path_factory):
     """Built, then served as `make serve` serves it: `server start`'s default front, on free ports."""
-    root = tmp_path_factory.mktemp("topic_project")
-    (root / "src" / "topic").mkdir(parents=True)
-    (root / "src" / "topic" / "__init__.py").write_text("")
-    (root / "src" / "topic" / "model.py").write_text(MODULE)
-    (root / "models.toml").write_text(SPEC)
-    command = [sys.executable, "-m", "tpserve.builders", "build", "--spec", "models.toml", "--target", "embedded"]
-    command += ["--compiled", "fp32"]  # the torch runtime's compiled engine beside ONNX Runtime
-    built = subprocess.run([*command, "--repo", "repo"], cwd=root, capture_output=True, text=True, timeout=900)
-    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
-    state_dir, ports = root / "state", [str(p) for p in endpoints.free_ports(4)]
-    server = [sys.executable, "-m", "tpserve.server"]
-    start = [*server, "start", "--repo", str(root / "repo"), "--state-dir", str(state_dir)]
-    start += ["--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2], "--health-port", ports[3]]
-    try:
-        started = subprocess.run(start, capture_output=True, text=True, timeout=300)
-        assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
-        yield endpoints.read_state(state_dir), root / "repo", state_dir
-    finally:
-        subprocess.run([*server, "stop", "--state-dir", str(state_dir)], capture_output=True, timeout=120)
+    with user_project_served(tmp_path_factory.mktemp("topic_project"), "topic", MODULE, SPEC) as served:
+        yield served
 
 
 BACKENDS = ["onnxruntime", "compiled"]  # ONNX Runtime; torch.compile on the torch runtime (with CUDA graphs on a GPU)
 
 
 def _served(state, repo, backend: str) -> str:
-    """The served variant of a backend (a GPU host names the compiled one by its graphs; under numpy 2 the ONNX
-    Runtime model is left out: skipped with why)."""
-    names = sorted(p.name for p in repo.iterdir() if (p / "config.pbtxt").exists())
-    name = "topic_textcls" if backend == "onnxruntime" else next(n for n in names if "_inductor_" in n)
-    if name in state.left_out:
-        pytest.skip(f"{name} is not served here: {state.left_out[name]}")
-    return name
+    return served_variant(state, repo, "topic_textcls", backend)
 
 
 def _measured(state, repo) -> str:

@@ -166,15 +166,15 @@ def test_a_batch_pooled_elsewhere_equals_one_pooled_here():
     assert [r[0].tolist() for r in pooled.split(outputs, [False])] == [[[0, 0]], [[1, 1], [2, 2]]]
 
 
-def test_value_bounds_cover_integer_inputs_but_the_mask():
+def test_value_bounds_cover_every_integer_input_the_mask_included():
     from tpserve.triton_models.inprocess.ragged_path import value_bounds
 
     spec = {
         "inputs": [
             {"name": "input_ids", "dtype": "INT64", "value_range": [0, 30522]},
-            {"name": "attention_mask", "dtype": "INT64", "value_range": [1, 2]},
+            {"name": "attention_mask", "dtype": "INT64", "value_range": [0, 2]},
             {"name": "token_type_ids", "dtype": "INT64"},
             {"name": "scale", "dtype": "FP32", "value_range": [0.0, 1.0]},
         ]
     }
-    assert value_bounds(spec, "attention_mask") == [("input_ids", 0, 30522)]
+    assert value_bounds(spec, "attention_mask") == [("input_ids", 0, 30522), ("attention_mask", 0, 2)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tpserve.builders.checks import agreement
 from tpserve.builders.formats.export import sample_inputs
 from tpserve.builders.spec.model_spec import ModelSpec
 from tpserve.common.errors import ValidationError
@@ -65,7 +66,9 @@ def _metadata(feeds: dict):
     return metadata
 
 
-def _compare_runners(runners, feeds: dict, tol) -> dict:
+def _compare_runners(runners, feeds: dict, tol, outputs: list | None = None) -> dict:
+    """Each output's element-wise figures, the first runner against the second; outputs (where given) gains each
+    runner's arrays, name -> array, in the runners' order."""
     from polygraphy.comparator import Comparator
     from polygraphy.comparator.compare import SimpleCompareFunc
 
@@ -73,7 +76,15 @@ def _compare_runners(runners, feeds: dict, tol) -> dict:
     compare = SimpleCompareFunc(atol=tol[0], rtol=tol[1])
     accuracy = Comparator.compare_accuracy(results, compare_func=compare)
     (iteration,) = next(iter(accuracy[0].values()))
+    if outputs is not None:
+        outputs.extend({name: _array(found[name]) for name in found.keys()} for _, (found,) in results)
     return {name: _stats(result) for name, result in iteration.items()}
+
+
+def _array(value):
+    import numpy as np
+
+    return value.numpy() if hasattr(value, "numpy") and not isinstance(value, np.ndarray) else np.asarray(value)
 
 
 def _stats(result) -> dict:
@@ -145,14 +156,18 @@ def validate_torch(reference, candidate, spec: ModelSpec, precision: str, report
     mask = next((t.name for t in spec.inputs if t.is_mask), None)  # per-token outputs: real tokens compared only
     masked = dict(mask=mask, per_token=[-1 in t.dims for t in spec.outputs])
     batches: list[dict] = []
+    figures: list = []  # every case's per-output agreement figures (builders/checks/agreement.py)
     for batch, lengths in shape_cases(spec):
         feeds = _feeds(spec, batch, None, lengths)
         runners = [
             TorchFunctionRunner(reference, _metadata(feeds), names, name="pytorch fp32 eager", **masked),
             TorchFunctionRunner(candidate, _metadata(feeds), names, name=what, **masked),
         ]
-        batches.append({"batch": batch, "axes": lengths, "outputs": _compare_runners(runners, feeds, tol)})
+        arrays: list = []
+        batches.append({"batch": batch, "axes": lengths, "outputs": _compare_runners(runners, feeds, tol, arrays)})
+        figures.extend(agreement.compare(spec, precision, arrays[0], arrays[1]))
     failures = [(b["batch"], name, s) for b in batches for name, s in b["outputs"].items() if not s["passed"]]
+    worst = agreement.worst_per_output(figures)
     report = {
         "model": spec.name,
         "reference": "pytorch fp32 eager",
@@ -160,10 +175,14 @@ def validate_torch(reference, candidate, spec: ModelSpec, precision: str, report
         "precision": precision,
         "atol": tol[0],
         "rtol": tol[1],
-        "passed": not failures,
+        "agreement": spec.agreement.get(precision, {}),
+        "outputs": [f.to_dict() for f in worst],
+        "passed": not failures and all(f.passed for f in worst),
         "batches": batches,
     }
     report_path.write_text(json.dumps(report, indent=2))
+    if not failures and not report["passed"]:
+        raise ValidationError(agreement.missed_message(spec, precision, worst, "the validation cases", report_path))
     if failures:
         batch, name, stats = max(failures, key=lambda f: f[2]["max_abs"])
         raise ValidationError(

@@ -20,7 +20,10 @@ def _data_types() -> set[str]:
     return set(model_config_pb2.DataType.keys()) - {"TYPE_INVALID"}
 
 
-NUMPY_TYPES = {"TYPE_INT64": "int64", "TYPE_INT32": "int32", "TYPE_UINT8": "uint8", "TYPE_BOOL": "bool"}  # warmup files
+NUMPY_TYPES = {  # warmup files
+    **{"TYPE_INT64": "int64", "TYPE_INT32": "int32", "TYPE_UINT8": "uint8", "TYPE_BOOL": "bool"},
+    **{"TYPE_FP32": "float32", "TYPE_FP16": "float16", "TYPE_FP64": "float64"},
+}
 
 
 @dataclass(frozen=True)
@@ -112,18 +115,22 @@ class InstanceGroup:
 
 @dataclass(frozen=True)
 class Warmup:
-    """One warmup sample set of the given batch size: random floats, zero integers, per input; an integer input
-    whose zero the model refuses (token ids from 1000, a mask of real tokens) reads one value from a file instead:
+    """One warmup sample set of the given batch size: random floats, zero integers, per input; an input whose zero
+    the model refuses (token ids from 1000, a mask of real tokens, a float range above 0) reads one value from a
+    file instead:
     fill, input -> that value (ModelSpec's TensorSpec.warm_value)."""
 
     name: str
     batch_size: int
     inputs: Sequence[TensorConfig]
-    fill: Mapping[str, int] = field(default_factory=dict)
+    fill: Mapping[str, float] = field(default_factory=dict)
+    # float inputs warmed with zeros: declared finite or bounded (Triton's random data holds NaN and infinities)
+    zeros: Sequence[str] = ()
 
     def __post_init__(self):
         object.__setattr__(self, "inputs", tuple(self.inputs))
         object.__setattr__(self, "fill", dict(self.fill))
+        object.__setattr__(self, "zeros", tuple(self.zeros))
         if self.batch_size < 1:
             raise ConfigError(f"warmup {self.name!r}: batch_size {self.batch_size} must be >= 1")
         unknown = set(self.fill) - {t.name for t in self.inputs}
@@ -328,7 +335,7 @@ def _warmup_proto(pb, warmup: Warmup):
         msg.inputs[tensor.name].dims.extend(tensor.dims)
         if tensor.name in warmup.fill:
             msg.inputs[tensor.name].input_data_file = warmup.file_name(tensor.name)
-        elif tensor.data_type.startswith("TYPE_FP"):
+        elif tensor.data_type.startswith("TYPE_FP") and tensor.name not in warmup.zeros:
             msg.inputs[tensor.name].random_data = True
         else:  # random integers would be out-of-range ids, masks or indices
             msg.inputs[tensor.name].zero_data = True
@@ -364,7 +371,13 @@ def from_dict(data: dict) -> ModelConfig:
             data["dynamic_batching"] = DynamicBatching(**batching)
         data["ensemble_steps"] = [EnsembleStep(**s) for s in data.get("ensemble_steps", [])]
         data["warmup"] = [
-            Warmup(w["name"], w["batch_size"], [TensorConfig(**t) for t in w["inputs"]], w.get("fill", {}))
+            Warmup(
+                w["name"],
+                w["batch_size"],
+                [TensorConfig(**t) for t in w["inputs"]],
+                w.get("fill", {}),
+                w.get("zeros", ()),
+            )
             for w in data.get("warmup", [])
         ]
         return ModelConfig(**data)

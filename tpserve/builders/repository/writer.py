@@ -115,6 +115,7 @@ def model_config(spec: ModelSpec, target: str, options: ServingOptions = Serving
                 b,
                 [TensorConfig(t.name, t.data_type, _warm_dims(t)) for t in inputs],
                 _warm_fill(spec, inputs),
+                [t.name for t in spec.inputs if t.warms_with_zeros],
             )
             for b in options.warmup_batch_sizes
         ],
@@ -160,9 +161,9 @@ def _warm_dims(tensor: TensorConfig) -> tuple[int, ...]:
     return tuple(8 if d == -1 else d for d in tensor.dims)
 
 
-def _warm_fill(spec: ModelSpec, inputs) -> dict[str, int]:
-    """The config's integer inputs whose warmup sample cannot be zeros, with the value they get instead (a mask: 1;
-    a value_range that excludes 0: its low end)."""
+def _warm_fill(spec: ModelSpec, inputs) -> dict[str, float]:
+    """The config's inputs whose warmup sample cannot be zeros, with the value they get instead (a mask: 1; a
+    value_range that excludes 0: its low end)."""
     ours = {t.name: t for t in spec.inputs}
     fill = {}
     for tensor in inputs:
@@ -173,20 +174,27 @@ def _warm_fill(spec: ModelSpec, inputs) -> dict[str, int]:
     return fill
 
 
-def input_checks(spec: ModelSpec):
+def input_checks(spec: ModelSpec, wire_uint8: str | None = None):
     """The spec's declaration that a served model holds each request to (triton_models/runtime/input_checks.py):
-    integer inputs' value ranges, named axes and their lengths; None where there is nothing to check."""
+    inputs' value ranges, named axes and their lengths, float inputs declared finite; None where there is
+    nothing to check."""
     from tpserve.triton_models.runtime.input_checks import InputChecks
 
-    ranges = {
-        t.name: [int(t.value_range[0]), int(t.value_range[1])]
-        for t in spec.inputs
-        if t.value_range is not None and t.dtype.startswith(("INT", "UINT"))
-    }
+    held = [t for t in spec.inputs if t.name != wire_uint8]
+    ranges = {t.name: _held_range(t) for t in held if t.value_range is not None and t.dtype != "BOOL"}
     axes = {t.name: _dim_axes(t) for t in spec.inputs if -1 in t.dims}
     lengths = {axis: list(spec.axis_range(axis)) for names in axes.values() for axis in names if axis}
-    found = InputChecks(ranges, axes, lengths)
-    return found if ranges or axes else None
+    finite = [t.name for t in held if t.finite]
+    found = InputChecks(ranges, axes, lengths, finite)
+    return found if ranges or axes or finite else None
+
+
+def _held_range(tensor) -> list:
+    """The range a request's values are held to: integers in [low, high), floats in [low, high]."""
+    low, high = tensor.value_range
+    if tensor.dtype.startswith(("INT", "UINT")):
+        return [int(low), int(high)]
+    return [float(low), float(high)]
 
 
 def _dim_axes(tensor) -> list[str | None]:
@@ -291,8 +299,10 @@ def torch_config(spec: ModelSpec, runtime: TorchRuntime, options: ServingOptions
         "graph_batch_sizes": " ".join(map(str, runtime.graph_batch_sizes)),
         "FORCE_CPU_ONLY_INPUT_TENSORS": "no" if options.kind == "KIND_GPU" else "yes",
     }
-    checks = input_checks(spec)
-    if checks is not None:  # held per request by every path (runtime/input_checks.py)
+    # held per request by every path (runtime/input_checks.py); a uint8 image on the wire is bytes, not the spec's
+    # float range
+    checks = input_checks(spec, wire_uint8=spec.image_input.name if runtime.uint8_input and spec.image_input else None)
+    if checks is not None:
         params["input_checks"] = checks.to_json()
     if sequence:
         params.update(ragged=1, length_buckets=" ".join(map(str, runtime.length_buckets)))
@@ -306,7 +316,7 @@ def torch_config(spec: ModelSpec, runtime: TorchRuntime, options: ServingOptions
         hwc = (height, width, spec.preprocessing.channels)
         inputs = (TensorConfig(image.name, "TYPE_UINT8", hwc, "FORMAT_NHWC"),)
     warm = [TensorConfig(t.name, t.data_type, _warm_dims(t)) for t in inputs]
-    warmup = [Warmup("random", 1, warm, _warm_fill(spec, inputs))]
+    warmup = [Warmup("random", 1, warm, _warm_fill(spec, inputs), [t.name for t in spec.inputs if t.warms_with_zeros])]
     backend = INPROCESS_BACKEND if runtime.inprocess else base.backend
     return dataclasses.replace(base, backend=backend, parameters=params, inputs=inputs, warmup=warmup)
 

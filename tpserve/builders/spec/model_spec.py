@@ -23,8 +23,16 @@ DTYPES = {
 IMAGE_FORMATS = ("NCHW", "NHWC")
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 DEFAULT_TOLERANCES = {"fp32": (1e-4, 1e-3), "fp16": (1e-2, 1e-2), "bf16": (5e-2, 5e-2), "int8": (1e-1, 1e-1)}
+# a quantized variant's every output against FP32 on the same rows (builders/checks/agreement.py): the mean cosine
+# of a row's values at least, their relative error (L2 over all rows) at most, and for class scores (an output of one
+# dim wider than 1) the share of rows whose top class agrees at least
+AGREEMENT_FIGURES = ("cosine", "relative_error", "top1")
+DEFAULT_AGREEMENT = {"int8": {"cosine": 0.99, "relative_error": 0.15, "top1": 0.9}}
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _TENSOR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+
+FLOAT_DTYPES = ("FP32", "FP16", "BF16", "FP64")
 
 
 @dataclass(frozen=True)
@@ -39,10 +47,14 @@ class TensorSpec:
         axes: a name per dynamic (-1) dim, in order; dynamic dims with the same name have the
             same length in every input (e.g. the sequence of token ids and of their mask).
             Default: "dim<position>", so dynamic dims at the same position share a length.
-        value_range: (low, high) of the values of generated sample data (validation, clients,
-            perf_analyzer, Locust, warmup): integers in [low, high), floats uniform in [low, high).
-            Default: integers in [0, 100), floats standard normal. A mask (is_mask) gets real masks instead:
+        value_range: (low, high) of the values the input takes: generated sample data (validation, clients,
+            perf_analyzer, Locust, warmup) is drawn from it, integers in [low, high), floats uniform in [low, high);
+            served, a request with a value outside it (integers: [low, high), floats: [low, high], NaN outside any)
+            is refused, naming the row, before the model runs. Default: no bound; generated integers in [0, 100),
+            floats standard normal. A mask (is_mask) gets real masks instead:
             each row a prefix of ones, at least one, then zeros.
+        finite: a float input whose values must be finite: a request carrying NaN or an infinity is refused,
+            naming the row, before the model runs (as a value outside an integer input's value_range is).
     """
 
     name: str
@@ -51,6 +63,7 @@ class TensorSpec:
     image_format: str | None = None
     axes: tuple[str, ...] = ()
     value_range: tuple[float, float] | None = None
+    finite: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "dims", tuple(self.dims))
@@ -70,6 +83,8 @@ class TensorSpec:
         self._check_image_format()
         self._check_axes()
         self._check_value_range()
+        if self.finite and self.dtype not in FLOAT_DTYPES:
+            raise SpecError(f"tensor {self.name!r}: finite applies to float inputs, not {self.dtype}")
 
     def _check_axes(self):
         dynamic = [i for i, d in enumerate(self.dims, start=1) if d == -1]
@@ -102,20 +117,26 @@ class TensorSpec:
         low, high = self.value_range or (0, 2)
         return integer and "mask" in self.name.lower() and len(self.dims) >= 1 and low <= 0 and high > 1
 
-    def warm_value(self) -> int | None:
-        """The value an integer input's warmup sample holds where zero is not one it accepts: 1 for a mask (a
-        row of real tokens), the lowest of its value_range otherwise; None where zeros serve (or not integer)."""
+    def warm_value(self) -> float | None:
+        """The value an input's warmup sample holds where zero is not one it accepts: 1 for a mask (a row of real
+        tokens), the lowest of its value_range otherwise; None where zeros serve (or random data: no bound)."""
         import math
 
-        if self.dtype not in ("INT64", "INT32", "UINT8", "BOOL"):
-            return None
-        if self.is_mask:
+        if self.is_mask and self.dtype in ("INT64", "INT32", "UINT8", "BOOL"):
             return 1
-        if self.value_range is None:
+        if self.value_range is None or self.dtype in ("BYTES", "BOOL"):
             return None
         low, high = self.value_range
+        if self.dtype in FLOAT_DTYPES:
+            return None if low <= 0 <= high else float(low)
         lowest = math.ceil(low)
         return None if lowest <= 0 < high else lowest
+
+    @property
+    def warms_with_zeros(self) -> bool:
+        """A float input whose warmup cannot take Triton's random data (it holds NaN, infinities and values far
+        outside any range): declared finite, or given a value_range."""
+        return self.dtype in FLOAT_DTYPES and (self.finite or self.value_range is not None)
 
     def dynamic_axes(self) -> dict[int, str]:
         """Position in the per-sample dims (1-based, after the batch axis) -> axis name."""
@@ -182,6 +203,8 @@ class ModelSpec:
         labels: class names, for classifiers (one per class of the first output).
         validation_batch_sizes: batch sizes the validation gate compares on.
         tolerances: per precision, (atol, rtol) for the validation gate.
+        agreement: per quantized precision, the figures every output must reach against FP32 on the calibration
+            (or labelled) rows: {"int8": {"cosine": 0.99, "relative_error": 0.15, "top1": 0.9}}.
         opset: ONNX opset to export with.
         dynamic_axes: axis name -> (min, max) length, for the inputs' named dynamic dims.
             Export bounds the axis by it; validation runs the min, the max and a length between.
@@ -200,6 +223,7 @@ class ModelSpec:
     labels: tuple[str, ...] = ()
     validation_batch_sizes: tuple[int, ...] = (1, 2)
     tolerances: dict = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
+    agreement: dict = field(default_factory=lambda: {k: dict(v) for k, v in DEFAULT_AGREEMENT.items()})
     opset: int = 18
     dynamic_axes: dict = field(default_factory=dict)
     pooling: str = ""
@@ -218,6 +242,7 @@ class ModelSpec:
         self._check_labels()
         self._check_preprocessing()
         self._check_tolerances()
+        self._check_agreement()
         self._check_dynamic_axes()
         self._check_pooling()
         if self.opset < 18:
@@ -279,6 +304,18 @@ class ModelSpec:
                 raise SpecError(
                     f"model {self.name!r}: tolerance {precision}={pair!r} is invalid; expected "
                     f"precision in {PRECISIONS} and (atol, rtol) >= 0"
+                )
+
+    def _check_agreement(self):
+        for precision, figures in self.agreement.items():
+            numbers = all(isinstance(v, (int, float)) and v >= 0 for v in figures.values())
+            fractions = all(v <= 1 for k, v in figures.items() if k != "relative_error")
+            bad = set(figures) - set(AGREEMENT_FIGURES) or not numbers or not fractions
+            if precision not in PRECISIONS or bad:
+                raise SpecError(
+                    f"model {self.name!r}: agreement {precision}={figures!r} is invalid; expected a precision in "
+                    f"{PRECISIONS} and figures among {AGREEMENT_FIGURES} (cosine and top1 in [0, 1], relative_error "
+                    ">= 0)"
                 )
 
     def _check_dynamic_axes(self):

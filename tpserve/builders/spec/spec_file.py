@@ -27,6 +27,8 @@ import tomllib
 from tpserve.builders.repository.writer import ServingOptions
 from tpserve.builders.spec import user_models
 from tpserve.builders.spec.model_spec import (
+    AGREEMENT_FIGURES,
+    DEFAULT_AGREEMENT,
     DEFAULT_TOLERANCES,
     DTYPES,
     IMAGE_FORMATS,
@@ -55,6 +57,7 @@ MODEL_FIELDS = {
     "dynamic_axes",
     "validation_batch_sizes",
     "tolerances",
+    "agreement",
     "opset",
     "precisions",
     "calibration",
@@ -64,7 +67,7 @@ MODEL_FIELDS = {
     "pooling",
     "tokenizer",
 }
-TENSOR_FIELDS = {"name", "dtype", "dims", "image_format", "value_range"}
+TENSOR_FIELDS = {"name", "dtype", "dims", "image_format", "value_range", "finite"}
 SERVING_FIELDS = {
     "instances",
     "kind",
@@ -305,6 +308,8 @@ def _checks(m: _Model) -> dict:
         out["validation_batch_sizes"] = tuple(sorted({1, 3, top})) if isinstance(top, int) and top >= 3 else (1,)
     if "tolerances" in m.table:
         out["tolerances"] = _tolerances(m)
+    if "agreement" in m.table:
+        out["agreement"] = _agreement(m)
     if "dynamic_axes" in m.table:
         out["dynamic_axes"] = _dynamic_axes(m)
     if "opset" in m.table:
@@ -325,6 +330,23 @@ def _tolerances(m: _Model) -> dict:
             )
         tolerances[precision] = (float(pair[0]), float(pair[1]))
     return tolerances
+
+
+def _agreement(m: _Model) -> dict:
+    table = m.get("agreement", dict)
+    agreement = {k: dict(v) for k, v in DEFAULT_AGREEMENT.items()}
+    for precision, figures in table.items():
+        ok = precision in PRECISIONS and isinstance(figures, dict) and set(figures) <= set(AGREEMENT_FIGURES)
+        values = figures.values() if ok else ()
+        numbers = ok and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in values)
+        if not numbers:
+            raise m.fail(
+                f"agreement.{precision}",
+                f"{figures!r} is invalid",
+                "give { int8 = { cosine = 0.99, relative_error = 0.15, top1 = 0.9 } } (any of the three)",
+            )
+        agreement[precision] = {**agreement.get(precision, {}), **{k: float(v) for k, v in figures.items()}}
+    return agreement
 
 
 def _dynamic_axes(m: _Model) -> dict:
@@ -359,8 +381,13 @@ def _tensor(m: _Model, key: str, item) -> TensorSpec:
     dims, axes = _dims(m, key, item["dims"])
     if item.get("image_format") is not None and item["image_format"] not in IMAGE_FORMATS:
         raise m.fail(f"{key}.image_format", f"{item['image_format']!r} is unknown", f"use one of {IMAGE_FORMATS}")
+    if not isinstance(item.get("finite", False), bool):
+        raise m.fail(f"{key}.finite", f"{item['finite']!r} is not true or false", "write finite = true")
     try:
-        return TensorSpec(item["name"], item["dtype"], dims, item.get("image_format"), axes, item.get("value_range"))
+        return TensorSpec(
+            item["name"], item["dtype"], dims, item.get("image_format"), axes, item.get("value_range"),
+            item.get("finite", False),
+        )  # fmt: skip
     except SpecError as err:
         raise m.fail(key, str(err), "see docs/building.md, 'Your own models'") from err
 

@@ -363,8 +363,10 @@ def precision_table(perf_rows: list[dict], manifest: dict) -> Table:
             continue
         ratio = _num(row, "throughput") / max(_num(best[base], "throughput"), 1e-9)
         verdict = "paid" if ratio > 1.05 else ("no gain" if ratio >= 0.95 else "did not pay: slower than fp32 here")
-        rows.append([model, entry.get("precision", "?"), base, f"{ratio:.2f}x", verdict])
-    return ["variant", "precision", "against", "best infer/s vs fp32", "verdict"], rows
+        built = entry.get("int8", {}).get("int8_speedup")  # the building host's CPU, batch 32 (builders/build.py)
+        at_build = "?" if built is None else f"{built:.2f}x" + (" (slower)" if built < 1 else "")
+        rows.append([model, entry.get("precision", "?"), base, f"{ratio:.2f}x", at_build, verdict])
+    return ["variant", "precision", "against", "best infer/s vs fp32", "at its build", "verdict"], rows
 
 
 def write_context(run: Path, ep, models: list[str]) -> None:

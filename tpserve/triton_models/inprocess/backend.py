@@ -149,6 +149,10 @@ class Instance:
             self.wire = (tuple(wire_shape), _DATATYPES[wire_dtype])
         params = model["config"].get("parameters", {})
         self.inline_rows = int(params.get("inline_rows", {}).get("string_value", INLINE_ROWS))
+        from tpserve.triton_models.runtime.input_checks import PARAMETER, InputChecks
+
+        # the spec's declaration (value ranges, lengths, finite inputs), held per request on the general path
+        self.checks = InputChecks.from_json(params.get(PARAMETER, {}).get("string_value", ""))
         self.outputs = [(o["name"], o["data_type"].removeprefix("TYPE_")) for o in model["config"]["output"]]
         # which path serves the batches, decided once: the tokenize step, a sequence model, staged engines, or
         # the general path (several inputs, dynamic axes, the CPU)
@@ -331,6 +335,8 @@ class Instance:
     def read_and_run(self, views: list) -> tuple[list, int]:
         """Every request's outputs, or the error that refuses it alone (its inputs unreadable, or the run's own),
         in the order of views; and when the run began (monotonic ns)."""
+        from tpserve.triton_models.runtime.input_checks import torch_views
+
         read, run = (lambda view: as_tensor(view, self.device)), self.serving.run
         if self.kind == "tokenize":  # texts read from Triton's BYTES buffers
             read = self.serving.read
@@ -338,9 +344,14 @@ class Instance:
             read, run = as_array, self.serving.run_arrays
         results: list = [None] * len(views)
         feeds = []
+        checks = self.checks if self.kind == "general" else None  # the other paths hold their own
         for index, request_views in enumerate(views):
             try:
-                feeds.append((index, [read(v) for v in request_views]))
+                tensors = [read(v) for v in request_views]
+                why = checks.why_not(torch_views(self.serving.input_names, tensors)) if checks is not None else None
+                if why is not None:
+                    raise BackendError(why)
+                feeds.append((index, tensors))
             except Exception as err:  # this request alone
                 results[index] = err
         compute = time.monotonic_ns()

@@ -160,9 +160,12 @@ class RaggedPath:
             if not outside.any():
                 continue
             owner = np.repeat(np.arange(len(handles)), sizes) if owner is None else owner
+            starts = np.cumsum([0, *sizes[:-1]])
             per_request = np.bincount(owner[outside], minlength=len(handles)) > 0
             for index in np.flatnonzero(per_request & ~bad):
-                reasons[index] = f"input {name}: values must lie in [{low}, {high}) (the model's value_range)"
+                row = int(np.flatnonzero(outside[starts[index] : starts[index] + sizes[index]])[0])
+                why = f"input {name}: values must lie in [{low}, {high}) (the model's value_range)"
+                reasons[index] = f"{why}: row {row}"
             bad |= per_request
         if not bad.any():
             return handles, batch, first_row
@@ -303,11 +306,12 @@ ANSWER_STEPS = ("answer: outputs written", "answer: sent", "release: statistics"
 
 
 def value_bounds(spec: dict, mask: str) -> list[tuple[str, int, int]]:
-    """(name, low, high) of every integer input but the mask that has a value_range: the values it may carry."""
+    """(name, low, high) of every integer input that has a value_range, the mask included: the values it may carry
+    (a mask of 7 where [0, 2) is declared is refused as an id past the vocabulary is)."""
     bounds = []
     for item in spec["inputs"]:
         pair = item.get("value_range")
-        if pair and item["name"] != mask and item["dtype"].startswith(("INT", "UINT")):
+        if pair and item["dtype"].startswith(("INT", "UINT")):
             bounds.append((item["name"], int(pair[0]), int(pair[1])))
     return bounds
 

@@ -69,24 +69,7 @@ class TritonPythonModel:
 
 
 def _as_arrays(names, tensors) -> dict:
-    """What InputChecks reads of each input (shape, dtype, size, min, max), the tensor left where it is."""
-    return {name: _Checked(tensor) for name, tensor in zip(names, tensors)}
+    """What InputChecks reads of each input, the tensor left where it is (runtime/input_checks.py: TorchView)."""
+    from tpserve.triton_models.runtime.input_checks import torch_views
 
-
-class _Checked:
-    """A torch tensor seen as InputChecks reads an array: its min and max are read only where it asks."""
-
-    def __init__(self, tensor):
-        import numpy as np
-
-        self.tensor, self.shape, self.size = tensor, tuple(tensor.shape), tensor.numel()
-        try:
-            self.dtype = np.dtype(str(tensor.dtype).removeprefix("torch."))
-        except TypeError:  # bfloat16 and others numpy lacks: floats, never range-checked
-            self.dtype = np.dtype(np.float32)
-
-    def min(self):
-        return self.tensor.min().item()
-
-    def max(self):
-        return self.tensor.max().item()
+    return torch_views(names, tensors)

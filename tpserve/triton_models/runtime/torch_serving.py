@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from tpserve.triton_models.runtime import torch_runtime as rt
+from tpserve.triton_models.runtime.input_checks import PARAMETER, holds_floats
 
 TORCH_DTYPES = rt.TORCH_DTYPES
 
@@ -75,11 +76,13 @@ class TorchServing:
         first = self.spec["inputs"][0]
         fixed = len(self.spec["inputs"]) == 1 and -1 not in first["dims"]
         graphs = params.get("cuda_graphs") == "1" and fixed
+        # float inputs declared finite or bounded are held on the general path, which reads every value
+        native = not holds_floats(params.get(PARAMETER, ""))
         with self.on_stream():
-            if sequence_model(self.spec) and params.get("ragged", "1") == "1":
+            if sequence_model(self.spec) and params.get("ragged", "1") == "1" and native:
                 self.ragged = True
                 return self._ragged(module, params, max_batch)
-            if graphs and params.get("staged", "1") == "1":  # on a CPU the same steps run eagerly
+            if graphs and params.get("staged", "1") == "1" and native:  # on a CPU the same steps run eagerly
                 self.staged = True
                 return self._staged(module, first, rt.bucket_sizes(max_batch, explicit))
             if graphs and self.device.type == "cuda":

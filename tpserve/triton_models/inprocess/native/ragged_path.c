@@ -238,8 +238,9 @@ static int check_request(ipr_state* s, void* request, ipr_request* q, char* mess
     for (int64_t e = 0; e < q->rows * q->width; ++e, at += p->input_bytes[i]) {
       int64_t v = read_integer(at, p->input_dtypes[i]);
       if (v < p->low[i] || v >= p->high[i]) {
-        snprintf(message, room, "input %s: values must lie in [%lld, %lld) (the model's value_range)",
-                 p->input_names[i], (long long)p->low[i], (long long)p->high[i]);
+        snprintf(message, room, "input %s: values must lie in [%lld, %lld) (the model's value_range): row %lld holds %lld",
+                 p->input_names[i], (long long)p->low[i], (long long)p->high[i],
+                 (long long)(e / (q->width > 0 ? q->width : 1)), (long long)v);
         return 0;
       }
     }
