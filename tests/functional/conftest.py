@@ -1,5 +1,9 @@
-"""A real tritonserver on free ports, serving digits_cnn (2 instances) and a small ResNet-18."""
+"""A real tritonserver on free ports, serving digits_cnn (2 instances) and a small ResNet-18; and a user's own
+project built from its spec file and served as `server start` serves it."""
 
+import contextlib
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +34,42 @@ class Served:
 
     def endpoint(self, protocol: str) -> Endpoint:
         return endpoint_of(self.state, self.repo, protocol)
+
+
+@contextlib.contextmanager
+def user_project_served(root: Path, package: str, module: str, spec: str):
+    """A user's project in root (src/<package>/model.py holding module, models.toml holding spec) built with the
+    builder's CLI for the embedded target with its compiled engine beside ONNX Runtime (`--compiled fp32`), then
+    served as `make serve` serves it (`server start`'s default front, on free ports); stopped on leaving. Yields the
+    server's state, the repository and the state folder."""
+    (root / "src" / package).mkdir(parents=True)
+    (root / "src" / package / "__init__.py").write_text("")
+    (root / "src" / package / "model.py").write_text(module)
+    (root / "models.toml").write_text(spec)
+    command = [sys.executable, "-m", "tpserve.builders", "build", "--spec", "models.toml", "--target", "embedded"]
+    command += ["--compiled", "fp32", "--repo", "repo"]
+    built = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=900)
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    state_dir, ports = root / "state", [str(p) for p in endpoints.free_ports(4)]
+    server = [sys.executable, "-m", "tpserve.server"]
+    start = [*server, "start", "--repo", str(root / "repo"), "--state-dir", str(state_dir)]
+    start += ["--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2], "--health-port", ports[3]]
+    try:
+        started = subprocess.run(start, capture_output=True, text=True, timeout=300)
+        assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
+        yield endpoints.read_state(state_dir), root / "repo", state_dir
+    finally:
+        subprocess.run([*server, "stop", "--state-dir", str(state_dir)], capture_output=True, timeout=120)
+
+
+def served_variant(state: endpoints.ServerState, repo: Path, model: str, backend: str) -> str:
+    """The served variant of a user's model: "onnxruntime" (ONNX Runtime) or "compiled" (its torch.compile engine,
+    named by its graphs on a GPU host); skipped with why where the server left it out (ONNX Runtime under numpy 2)."""
+    names = sorted(p.name for p in repo.iterdir() if (p / "config.pbtxt").exists())
+    name = model if backend == "onnxruntime" else next(n for n in names if n.startswith(f"{model}_inductor_"))
+    if name in state.left_out:
+        pytest.skip(f"{name} is not served here: {state.left_out[name]}")
+    return name
 
 
 def start_digits(digits_build, root: Path, *options: str) -> Path:

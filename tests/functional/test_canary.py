@@ -1,7 +1,7 @@
 """Canary by traffic share through the edge (`make rollout ... CANARY="10 50 100"`), on one server behind the
 edge and on two replicas behind Envoy, under a closed-loop load on HTTP (through the edge) and gRPC: a good build
 goes step by step to 100% and is promoted with no failed request; a build with a p99 regression (its batcher
-holds each request 400 ms) is rolled back within 10 s of its step's start, the old version serving throughout,
+holds each request 1 s) is rolled back within 10 s of its step's start, the old version serving throughout,
 with no failed request; a build that fails one single-row request in 20 (5% of this load's requests; the smoke
 and accuracy checks send larger batches, so they pass) is rolled back within 10 s of its step's start, and the
 only failed requests are those it answered itself."""
@@ -20,8 +20,12 @@ from tpserve.operations.rollout import RolloutError, RolloutRequest, rollout
 from tpserve.server.cluster import start_cluster, stop_cluster
 
 pytestmark = pytest.mark.functional
-# a loose latency gate for a busy test host: the slow build (400 ms a request) is far past it either way
+# The latency rule is proven by a build slow by construction (its batcher holds each request 1 s): past the gate
+# however busy the host (the old version's p99 would have to pass 300 ms). The other builds are held to a gate no
+# busy host's noise reaches (a good build's p99 was 80 ms against the old version's 12 ms on a busy host), so that
+# what rolls them back or lets them through is what they answer, never the host's timing.
 PLAN = CanaryPlan(steps=(10, 50, 100), hold_s=4.0, poll_s=0.5, latency_ratio=3.0, latency_slack_ms=25.0)
+LOOSE = CanaryPlan(steps=(10, 50, 100), hold_s=4.0, poll_s=0.5, latency_ratio=20.0, latency_slack_ms=500.0)
 
 
 # appended to the faulty build's model.py: every 20th single-row request it answers is an error
@@ -67,7 +71,7 @@ def canary_server(request, digits_build, tmp_path_factory):
         model_py.write(FAULT)
     config_path = root / "slow" / "digits_cnn" / "config.pbtxt"
     config = parse_pbtxt(config_path.read_text())
-    config.dynamic_batching.max_queue_delay_microseconds = 400_000
+    config.dynamic_batching.max_queue_delay_microseconds = 1_000_000
     config.dynamic_batching.preferred_batch_size[:] = [config.max_batch_size]
     config_path.write_text(proto_to_pbtxt(config))
     settings = _settings(request.param, root / "repo", root / "state")
@@ -99,7 +103,7 @@ def test_a_good_build_goes_step_by_step_to_all_traffic_with_nothing_failed(canar
     root, settings = canary_server
     with _load(settings) as load:
         event = rollout(
-            RolloutRequest(model="digits_cnn", source=root / "good", state_dir=settings.state_dir, share=PLAN)
+            RolloutRequest(model="digits_cnn", source=root / "good", state_dir=settings.state_dir, share=LOOSE)
         )
     assert load.failures() == [], load.failures()[:3]
     steps = event["checks"]["steps"]
@@ -111,7 +115,7 @@ def test_a_good_build_goes_step_by_step_to_all_traffic_with_nothing_failed(canar
 def test_a_build_failing_5_percent_is_rolled_back_and_only_its_own_answers_failed(canary_server):
     root, settings = canary_server
     with _load(settings) as load, pytest.raises(RolloutError, match="rolled back.*errors"):
-        rollout(RolloutRequest(model="digits_cnn", source=root / "faulty", state_dir=settings.state_dir, share=PLAN))
+        rollout(RolloutRequest(model="digits_cnn", source=root / "faulty", state_dir=settings.state_dir, share=LOOSE))
     event = read_manifest(root / "repo")["models"]["digits_cnn"]["history"][-1]
     last = event["steps"][-1]
     # rolled back at the first step whose share saw the build's errors (10% where the host serves it 20 single-row

@@ -1,8 +1,10 @@
 """Triton in a container on a host without a GPU: the server image (docker/Dockerfile.embedded) built with the
-engine here (its layers cached between runs), the zoo's digits_cnn served from it behind the edge, answered over
-HTTP and gRPC from the host, a tritonserver killed inside restarted by the supervisor, and a clean stop. Skips with
-the reason only where no container engine can run."""
+engine here, no unnamed image left behind, the zoo's digits_cnn (a repository of whoever built it, root included)
+served from it with the default front as `make serve` serves, answered over HTTP and gRPC from the host, a
+tritonserver killed inside restarted by the supervisor, and a clean stop that gives the state folder back. Skips
+with the reason only where no container engine can run."""
 
+import json
 import os
 import subprocess
 import time
@@ -30,18 +32,21 @@ ZOMBIES = (  # run inside the container (no procps there): how many of its proce
 def image():
     if WHY_NOT:
         pytest.skip(WHY_NOT)
-    return container.build_image()
+    tag = container.build_image()
+    assert container.dangling(container.engine()) == [], "the build left unnamed images of ours"
+    return tag
 
 
 @pytest.fixture
 def repo(tmp_path, digits_build):
     spec, built, _ = digits_build
     repo = tmp_path / "repo"
-    build_model(BuildRequest(spec=spec, target="embedded", repo=repo, work_dir=tmp_path / "work"), built)
-    if os.geteuid() == 0:  # the container serves as the repository's owner, never as root
-        for path in [repo, *repo.rglob("*")]:
-            os.chown(path, container.UID, container.UID, follow_symlinks=False)
-    return repo
+    old = os.umask(0o022)  # as `make build-engines` writes it under the default umask (this process may have 077)
+    try:
+        build_model(BuildRequest(spec=spec, target="embedded", repo=repo, work_dir=tmp_path / "work"), built)
+    finally:
+        os.umask(old)
+    return repo  # this user's (root's, as in most CI): the container reads it as its own user
 
 
 def _ready(port: int) -> bool:
@@ -75,7 +80,7 @@ def _scraped(state_dir) -> bool:
         subprocess.run([*prometheus, "stop", "--state-dir", str(state_dir)], capture_output=True, timeout=60)
 
 
-def test_the_image_serves_digits_behind_the_edge_survives_a_kill_and_stops_cleanly(image, repo, tmp_path):
+def test_the_image_serves_digits_with_the_default_front_survives_a_kill_and_stops_cleanly(image, repo, tmp_path):
     ports = endpoints.free_ports(4)
     state_dir = tmp_path / "state"
     serve = container.ContainerServe(repo, state_dir, *ports, image=image)
@@ -91,11 +96,15 @@ def test_the_image_serves_digits_behind_the_edge_survives_a_kill_and_stops_clean
         if found.name == "podman":  # the image's HEALTHCHECK (podman runs it on demand without systemd's timers)
             assert found.run("healthcheck", "run", name, check=False).returncode == 0
         assert "Started GRPCInferenceService" in found.run("logs", name).stdout  # the server's logs on stdout
-        inner = endpoints.read_state(state_dir / "replica-0")
-        kill = f"import os; os.kill({inner.pid}, 9)"  # tritonserver, inside the container (no procps there)
+        user = found.run("inspect", "--format", "{{.Config.User}}", name).stdout.strip()
+        assert user == f"{container.UID}:{container.UID}", user  # the image's user, the repository being root's
+        status, body = _oversized(state)
+        assert status == 413 and "error" in json.loads(body), body  # the front's JSON answer, as `make serve` gives
+        assert not (state_dir / "replica-0").exists(), "the default front: no Envoy, no replica folder"
+        kill = f"import os; os.kill({state.pid}, 9)"  # tritonserver, inside the container (no procps there)
         found.run("exec", name, "python3", "-c", kill)
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and "restarted" not in (state_dir / "replica-0/supervisor.log").read_text():
+        while time.monotonic() < deadline and "restarted" not in (state_dir / "supervisor.log").read_text():
             time.sleep(0.5)
         while time.monotonic() < deadline and not _ready(ports[3]):
             time.sleep(0.5)
@@ -111,19 +120,35 @@ def test_the_image_serves_digits_behind_the_edge_survives_a_kill_and_stops_clean
     assert "stopped and removed" in said
     left = found.run("ps", "-a", "--format", "{{.Names}}").stdout.split()
     assert name not in left
-    logs = (state_dir / "replica-0/supervisor.log").read_text()
+    logs = (state_dir / "supervisor.log").read_text()
     assert "stopping: not ready" in logs and logs.rstrip().endswith("stopped")  # the supervisor's own clean stop
     assert not _ready(ports[3])
+    others = [str(p) for p in [state_dir, *state_dir.rglob("*")] if p.lstat().st_uid != os.geteuid()]
+    assert others == [], "the state folder was given back whole: the next `make serve` takes it"
 
 
-def test_a_repository_of_root_is_refused_with_how_to_fix_it(tmp_path):
+def _oversized(state) -> tuple[int, str]:
+    """A body declared larger than the front's cap (64 MB): refused from its head with 413 and why."""
+    import http.client
+
+    conn = http.client.HTTPConnection(state.host, state.http_port, timeout=60)
+    try:
+        conn.putrequest("POST", "/v2/models/digits_cnn/infer")
+        conn.putheader("Content-Length", str(100 * 2**20))
+        conn.endheaders()
+        answer = conn.getresponse()
+        return answer.status, answer.read().decode(errors="replace")
+    finally:
+        conn.close()
+
+
+def test_a_repository_the_container_cannot_read_is_refused_with_how_to_fix_it(tmp_path):
     if WHY_NOT:
         pytest.skip(WHY_NOT)
-    if os.geteuid() != 0:
-        pytest.skip("only root owns a repository of root")
-    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "model").mkdir(parents=True)
+    (tmp_path / "repo" / "model").chmod(0o700)
     serve = container.ContainerServe(tmp_path / "repo", tmp_path / "state", *endpoints.free_ports(4))
-    with pytest.raises(Exception, match="never as root"):
+    with pytest.raises(Exception, match=r"cannot be read by the container's user .*chmod -R o\+rX"):
         container.start(serve)
     assert not (tmp_path / "state" / container.RECORD).exists()
 
@@ -132,12 +157,20 @@ def test_make_status_lists_its_models_and_make_stop_stops_the_container_not_a_ho
     ports = endpoints.free_ports(4)
     state_dir = tmp_path / "state"
     container.start(container.ContainerServe(repo, state_dir, *ports, image=image))
-    status = subprocess.run(
-        ["make", "-s", "status", f"STATE_DIR={state_dir}"], capture_output=True, text=True, timeout=120
-    )
-    assert "in the container" in status.stdout and "digits_cnn v1 READY" in status.stdout, status.stdout + status.stderr
-    done = subprocess.run(
-        ["make", "-s", "stop", f"STATE_DIR={state_dir}"], capture_output=True, text=True, timeout=300, cwd=os.getcwd()
-    )
+    try:
+        status = subprocess.run(
+            ["make", "-s", "status", f"STATE_DIR={state_dir}"], capture_output=True, text=True, timeout=120
+        )
+        said = status.stdout + status.stderr
+        assert "in the container" in status.stdout and "digits_cnn v1 READY" in status.stdout, said
+        done = subprocess.run(
+            ["make", "-s", "stop", f"STATE_DIR={state_dir}"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=os.getcwd(),
+        )
+    finally:
+        container.stop(state_dir)  # whatever failed above: no container left behind
     assert "stopped and removed" in done.stdout, done.stdout + done.stderr
     assert container.record(state_dir) is None and not _ready(ports[3])

@@ -1,7 +1,7 @@
 """The container `make serve-docker` starts (tpserve/server/container.py): what its command line holds and what
 it refuses, without an engine."""
 
-from pathlib import Path
+import os
 
 import pytest
 
@@ -9,32 +9,43 @@ from tpserve.common.errors import ServerError
 from tpserve.server import container
 
 
-def _args(tmp_path) -> list[str]:
+def _args(tmp_path, rootless: bool = False) -> list[str]:
     serve = container.ContainerServe(tmp_path / "repo", tmp_path / "state", 18000, 18001, 18002, 18003)
-    return container._run_args(serve, tmp_path / "repo", tmp_path / "state", (1000, 1000), "tpserve-x")
+    return container._run_args(serve, tmp_path / "repo", tmp_path / "state", "tpserve-x", rootless)
 
 
-def test_the_container_runs_as_the_owner_read_only_on_the_hosts_loopback_with_no_key_on_its_command_line(tmp_path):
+def test_the_container_runs_as_its_own_user_read_only_with_the_default_front_and_no_key_on_its_command_line(tmp_path):
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "admin_key").write_text("secret-key\n")
     args = _args(tmp_path)
-    assert args[args.index("--user") + 1] == "1000:1000" and "--read-only" in args
+    assert args[args.index("--user") + 1] == f"{container.UID}:{container.UID}" and "--read-only" in args
     assert args[args.index("--network") + 1] == "host"
     assert f"{tmp_path / 'repo'}:{tmp_path / 'repo'}:ro" in args  # the repository read-only, at its own path
     assert f"{tmp_path / 'state'}:{tmp_path / 'state'}:rw" in args
     assert not any("secret-key" in a or "admin_key" in a for a in args)
     assert args[args.index(container.IMAGE) + 1 :][:2] == ["--repo", str(tmp_path / "repo")]
+    assert "--front" not in args  # the image's entry point serves as `server start` does: the default front
+    rootless = _args(tmp_path, rootless=True)  # this user is the image's user inside
+    assert rootless[rootless.index("--userns") + 1] == f"keep-id:uid={container.UID},gid={container.UID}"
+    serve = container.ContainerServe(tmp_path / "repo", tmp_path / "state", 18000, 18001, 18002, 18003)
+    docker = container._run_args(serve, tmp_path / "repo", tmp_path / "state", "x", True, "docker")
+    assert docker[docker.index("--user") + 1] == f"{os.geteuid()}:{os.getegid()}" and "--userns" not in docker
 
 
-def test_a_missing_or_root_owned_repository_is_refused_with_how_to_fix_it(tmp_path, monkeypatch):
+def test_a_missing_or_unreadable_repository_is_refused_with_how_to_fix_it(tmp_path):
     with pytest.raises(ServerError, match="no repository at .*make build-engines"):
-        container._owner(tmp_path / "nowhere")
-    (tmp_path / "repo").mkdir()
-
-    class Root:
-        st_uid, st_gid = 0, 0
-
-    monkeypatch.setattr(Path, "is_dir", lambda self: True)
-    monkeypatch.setattr(Path, "stat", lambda self, **_: Root())
-    with pytest.raises(ServerError, match="never as root.*chown -R USER REPO"):
-        container._owner(tmp_path / "repo")
+        container._check_readable(tmp_path / "nowhere", rootless=False)
+    model = tmp_path / "repo" / "model"
+    model.mkdir(parents=True)
+    (model / "config.pbtxt").write_text("")
+    (model / "config.pbtxt").chmod(0o644)
+    for folder in (tmp_path / "repo", model):
+        folder.chmod(0o755)
+    container._check_readable(tmp_path / "repo", rootless=False)  # root's or anyone's: readable by others
+    cache = model / "__pycache__"
+    cache.mkdir(mode=0o700)  # what the Python backend leaves when served as its owner: not read
+    container._check_readable(tmp_path / "repo", rootless=False)
+    (model / "config.pbtxt").chmod(0o600)
+    with pytest.raises(ServerError, match=r"config.pbtxt cannot be read by the container's user .*chmod -R o\+rX"):
+        container._check_readable(tmp_path / "repo", rootless=False)
+    container._check_readable(tmp_path / "repo", rootless=True)  # rootless: this owner is the image's user inside

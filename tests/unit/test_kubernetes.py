@@ -130,7 +130,7 @@ def test_the_image_is_the_ngc_release_of_docker_env():
     (entry,) = _docs("kustomization.yaml")[0]["images"]
     assert entry["name"] == image.split(":")[0] and entry["newTag"] == release
     dockerfile = (ROOT / "docker/Dockerfile.server").read_text()
-    assert "/src/triton/triton_shim.c /src/triton/triton_guard.c" in dockerfile  # the shim and the guard, in the image
+    assert "/src/triton/triton_shim.c /src/triton/front/*.c" in dockerfile  # the shim and the guard, in the image
 
 
 def test_the_prometheus_rule_and_adapter_are_what_the_generator_writes(tmp_path):
@@ -187,3 +187,53 @@ def test_the_kserve_predictor_is_a_valid_container_spec():
     _validate(pod)
     assert model["image"] == _container()["image"] and model["env"] == _container()["env"]
     assert not any("admin-key=" in a for a in model["args"])
+
+
+def _entrypoint() -> list[str]:
+    import json
+
+    dockerfile = (ROOT / "docker" / "Dockerfile.embedded").read_text()
+    (line,) = [x for x in dockerfile.splitlines() if x.startswith("ENTRYPOINT ")]
+    return json.loads(line.removeprefix("ENTRYPOINT "))
+
+
+def test_the_embedded_deployment_is_our_image_s_entry_point_with_options_it_takes(tmp_path):
+    """kubernetes/embedded/deployment.yaml runs the image `make image` builds: its args parsed by the entry point's
+    own command (`tpserve server start`), the ports, probes, mounts and user those options and the image name."""
+    from tpserve.server import container as containers
+    from tpserve.server.__main__ import cli
+
+    (deployment,) = [d for d in yaml.safe_load_all((FOLDER / "embedded" / "deployment.yaml").read_text()) if d]
+    pod = deployment["spec"]["template"]["spec"]
+    (box,) = pod["containers"]
+    assert "command" not in box and _entrypoint()[:3] == ["tpserve", "server", "start"]
+    args = [a.replace("=/models", f"={tmp_path}") for a in box["args"]]  # a repository that exists here
+    context = cli.commands["start"].make_context("start", [*_entrypoint()[3:], *args])
+    given = context.params
+    assert given["foreground"] and given["host"] == "0.0.0.0" and given["front"] == "auto"  # the default front
+    ports = {p["name"]: p["containerPort"] for p in box["ports"]}
+    assert ports == {
+        "http": given["http_port"], "grpc": given["grpc_port"], "metrics": given["metrics_port"],
+        "health": given["health_port"],
+    }  # fmt: skip
+    assert {p["targetPort"] for p in _docs("service.yaml")[0]["spec"]["ports"]} <= ports.keys()
+    assert box["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "health"}
+    assert box["startupProbe"]["httpGet"] == box["readinessProbe"]["httpGet"]
+    env = {e["name"]: e["value"] for e in box["env"]}
+    assert env["TPSERVE_HEALTH_PORT"] == str(given["health_port"])  # what the image's HEALTHCHECK asks
+    mounts = {m["mountPath"]: m for m in box["volumeMounts"]}
+    assert mounts["/models"]["readOnly"] and str(given["state_dir"]) in mounts and "/tmp" in mounts
+    assert pod["securityContext"]["runAsUser"] == containers.UID and box["securityContext"]["readOnlyRootFilesystem"]
+    assert box["image"] == containers.IMAGE and "nvidia.com/gpu" not in box["resources"].get("limits", {})
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert _docs("service.yaml")[0]["spec"]["selector"].items() <= labels.items()
+
+
+def test_an_option_the_entry_point_does_not_take_is_caught():
+    import click
+
+    from tpserve.server.__main__ import cli
+
+    with pytest.raises(click.UsageError, match="--model-repository"):
+        cli.commands["start"].make_context("start", ["--foreground", "--model-repository=/models"])

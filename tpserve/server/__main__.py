@@ -544,7 +544,7 @@ def tritonserver(args):
 @user_errors
 def build_shim():
     """Compile the project's C into .tools/ (again only what changed): the shim (server/triton/triton_shim.c and
-    triton_guard.c), the edge's modules (server/edge/record_grpc.c, cancel_notice.c) and, where this host has
+    front/*.c), the edge's modules (server/edge/record_grpc.c, cancel_notice.c) and, where this host has
     Python's headers and a shared libpython, the in-process backend (triton_models/inprocess/native/)."""
     from tpserve.common.errors import ServerError
     from tpserve.server.edge import cancel_table
@@ -597,10 +597,14 @@ def status(state_dir):
     from tpserve.server.cluster import CLUSTER, read_cluster
 
     state = read_state(state_dir)
+    boxed = container.record(state_dir)
+    inside = "" if boxed is None else f"in the container {boxed['name']} ({boxed['engine']}, image {boxed['image']}); "
     if not (state_dir / CLUSTER).exists():
         guarded = (state_dir / fronts.CHECKS_FILE).exists()  # written at each start with the checks, else removed
         front = "checks inside tritonserver's reads" if guarded else "none (tritonserver's own ports, unguarded)"
         click.echo(f"front: {front}")
+        if inside:  # its pids are the container's
+            click.echo(f"  {inside}pids inside it")
         click.echo(f"pid {state.pid}, http {state.http_url}, grpc {state.grpc_url}, repo {state.repo}, log {state.log}")
         click.echo(_models_line(state))
         return
@@ -611,9 +615,8 @@ def status(state_dir):
     )
     if cluster.recording:
         click.echo(f"  recording the traffic in {cluster.recording}")
-    boxed = container.record(state_dir)
-    if boxed is not None:  # its pids are the container's; its server's own ports take no one but its user
-        click.echo(f"  in the container {boxed['name']} ({boxed['engine']}, image {boxed['image']}); pids inside it")
+    if inside:  # its pids are the container's; its server's own ports take no one but its user
+        click.echo(f"  {inside}pids inside it")
     for replica in cluster.replicas:
         inner = read_state(state_dir / replica.name)
         click.echo(

@@ -104,14 +104,15 @@ class ClusterSettings:
     def replica_ports(self, index: int) -> list[int]:
         """http, grpc, metrics and readiness ports of replica index."""
         if self.single:
-            internal = self.internal_http_port or endpoints.free_ports(1)[0]
-            grpc = endpoints.free_ports(1)[0]  # GRPC_PORT is Envoy's: 2.51's own port crashed on cancelled calls
+            promised = {self.http_port, self.grpc_port, self.admin_port, self.health_port, self.internal_http_port}
+            internal, grpc = endpoints.free_ports(2, avoid=promised)  # never a port this start has promised
+            internal = self.internal_http_port or internal  # GRPC_PORT is Envoy's: 2.51's own crashed on cancels
             named = (("internal http", internal), ("grpc", grpc), ("metrics", self.admin_port))
             for label, port in (*named, ("health", self.health_port)):
                 launcher.check_port_free(self.host, label, port)
             return [internal, grpc, self.admin_port, self.health_port]
         if not self.replica_base_port:
-            return endpoints.free_ports(4)
+            return endpoints.free_ports(4, avoid={self.http_port, self.grpc_port, self.admin_port, self.health_port})
         base = self.replica_base_port + 4 * index
         for label, port in zip(("http", "grpc", "metrics", "health"), range(base, base + 4)):
             launcher.check_port_free(self.host, f"replica-{index} {label}", port)

@@ -6,9 +6,10 @@ The image (docker/Dockerfile.embedded) is built from a context under .tools/imag
 downloaded once (again when the requirements change), and this project's wheel, made at each build (a code change
 rebuilds the last layers only). Its base is BASE_IMAGE where one is given, else a Debian 12 made here from Debian's
 packages (debootstrap; root), once. The container runs with the host's network, so the edge's ports are the
-host's loopback ports as with `make serve`; as the repository's owner (never root), with the repository read-only
-and the state folder mounted at the same paths, so the state records, the admin key file (a file, never an
-argument or a variable) and the logs are where the host's tools look for them.
+host's loopback ports as with `make serve`, with the default front (the same checks, answers and bounds); as the
+image's own user (uid 10001, never root) whoever owns the repository, which is mounted read-only; the state folder
+is lent to that user while it serves (mounted at the same path, so the state records, the admin key file, never an
+argument or a variable, and the logs are where the host's tools look for them) and given back at stop.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ CONSTRAINTS = CHECKOUT / "constraints.txt"
 PODMAN_CONF = CHECKOUT / "docker" / "containers.conf"
 CONTEXT = TOOLS / "image"
 RECORD = "container.json"
-UID = 10001  # the image's own user
+UID = 10001  # the image's own user: the container serves as it, whoever owns the repository
+LABEL = "org.tpserve.image=server"  # on every stage of the image (docker/Dockerfile.embedded)
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,18 @@ def build_image(base_image: str = "", tag: str = IMAGE) -> str:
     done = subprocess.run([found.name, *command, str(context)], env=found.env, timeout=3600)
     if done.returncode != 0:
         raise ServerError(f"{found.name} build failed (exit {done.returncode}); its output is above")
+    # the build stage's image and the image this tag named before: unnamed now, and ours by the label
+    found.run("image", "prune", "-f", "--filter", f"label={LABEL}", check=False)
+    size = found.run("image", "inspect", "--format", "{{.Size}}", tag, check=False).stdout.strip()
+    if size.isdigit():
+        step(f"image: {tag}, {int(size) / 1e9:.2f} GB")
     return tag
+
+
+def dangling(found: Engine) -> list[str]:
+    """Unnamed images our builds left (none after build_image)."""
+    done = found.run("images", "-q", "--filter", "dangling=true", "--filter", f"label={LABEL}", check=False)
+    return done.stdout.split()
 
 
 def make_base(found: Engine) -> None:
@@ -188,37 +201,45 @@ def start(serve: ContainerServe):
     if not found.has_image(serve.image):
         raise ServerError(f"no image {serve.image}: build it with `make image`")
     repo, state_dir = serve.repo.resolve(), serve.state_dir.absolute()
-    owner = _owner(repo)
+    # not root: rootless podman maps this user to the image's (keep-id); Docker's group runs it as this user (never
+    # root); either way the repository and the state folder are this user's to give
+    rootless = os.geteuid() != 0
+    _check_readable(repo, rootless)
     running = record(state_dir)
     if running is not None and _running(found, running["name"]):
         raise ServerError(f"{running['name']} serves from {state_dir}: `make stop-docker STATE_DIR={state_dir}` first")
     for label, port in [("http", serve.http_port), ("grpc", serve.grpc_port), ("metrics", serve.metrics_port)]:
         launcher.check_port_free("127.0.0.1", label, port)
     launcher.check_port_free("127.0.0.1", "health", serve.health_port)
-    _own_state(state_dir, owner)
+    host_owner = _lend_state(state_dir, rootless)
     name = "tpserve-" + hashlib.sha256(str(state_dir).encode()).hexdigest()[:12]
     found.run("rm", "-f", name, check=False)
-    rootless = found.name == "podman" and os.geteuid() != 0  # ids inside map to the host's only with keep-id
-    found.run(*_run_args(serve, repo, state_dir, owner, name, rootless))
-    _write_record(state_dir, {"engine": found.name, "name": name, "image": serve.image})
+    found.run(*_run_args(serve, repo, state_dir, name, rootless, found.name))
+    _write_record(state_dir, {"engine": found.name, "name": name, "image": serve.image, "host_owner": host_owner})
     _await(found, name, state_dir, serve.timeout_s)
+    if found.name == "podman":  # its HEALTHCHECK runs on systemd's timers, which a host without systemd lacks
+        found.run("healthcheck", "run", name, check=False)
     return read_state(state_dir)
 
 
 def _run_args(
-    serve: ContainerServe, repo: Path, state_dir: Path, owner: tuple[int, int], name: str, rootless: bool = False
+    serve: ContainerServe, repo: Path, state_dir: Path, name: str, rootless: bool = False, engine_name: str = "podman"
 ) -> list[str]:
+    """The image's own user (Docker without root: this user), the repository read-only, the state folder the
+    container's; the default front, as `server start` serves (Envoy only where the options that need it are given, as
+    outside)."""
     ports = ["--http-port", serve.http_port, "--grpc-port", serve.grpc_port, "--metrics-port", serve.metrics_port]
+    user = f"{os.geteuid()}:{os.getegid()}" if rootless and engine_name == "docker" else f"{UID}:{UID}"
     return [
         "run",
         "-d",
-        *(["--userns", "keep-id"] if rootless else []),
+        *(["--userns", f"keep-id:uid={UID},gid={UID}"] if rootless and engine_name == "podman" else []),
         "--name",
         name,
         "--network",
         "host",
         "--user",
-        f"{owner[0]}:{owner[1]}",
+        user,
         "--read-only",
         "--tmpfs",
         "/tmp:rw,mode=1777",
@@ -240,43 +261,57 @@ def _run_args(
         *map(str, ports),
         "--health-port",
         str(serve.health_port),
-        "--front",  # the image's path is Envoy's (its state in replica-0, which the start waits on)
-        "envoy",
     ]
 
 
-def _owner(repo: Path) -> tuple[int, int]:
-    if not repo.is_dir():
-        raise ServerError(f"no repository at {repo}: build one with `make build-engines`")
-    info = repo.stat()
-    if info.st_uid == 0:
-        raise ServerError(
-            f"{repo} belongs to root, and the container serves as the repository's owner, never as root: build the "
-            "repository as another user, or give it one (chown -R USER REPO)"
-        )
-    return info.st_uid, info.st_gid
-
-
-def _own_state(state_dir: Path, owner: tuple[int, int]) -> None:
-    """The state folder (0700) and its admin key (0600) made the container user's: it writes the one, reads the
-    other.
+def _check_readable(repo: Path, rootless: bool) -> None:
+    """Every folder and file of the repository the server reads is readable by the image's user, whoever owns it
+    (rootless: this user is that user inside; else others' permission bits decide).
 
     Raises:
-        ServerError: they belong to someone else and this process cannot give them to the owner.
+        ServerError: no repository, or a path the container could not read, with how to fix it.
+    """
+    if not repo.is_dir():
+        raise ServerError(f"no repository at {repo}: build one with `make build-engines`")
+    me = os.geteuid()
+    for path in [repo, *repo.rglob("*")]:
+        if "__pycache__" in path.parts or path.is_symlink():
+            continue  # what Python caches there is read again from the source where it cannot be
+        info = path.stat()
+        bits = (0o500 if path.is_dir() else 0o400) if rootless and info.st_uid == me else None
+        wanted = bits if bits is not None else (0o005 if path.is_dir() else 0o004)
+        if info.st_mode & wanted != wanted:
+            raise ServerError(
+                f"{path} cannot be read by the container's user (uid {UID}; the container never serves as root): "
+                f"make the repository readable to other users (chmod -R o+rX {repo}), then serve it again"
+            )
+
+
+def _lend_state(state_dir: Path, rootless: bool) -> list[int]:
+    """The state folder (0700) and its admin key (0600), lent to the image's user while it serves (not root: the
+    container runs as this user, nothing to lend); returns the host owner they go back to at stop.
+
+    Raises:
+        ServerError: the folder belongs to someone else.
     """
     from tpserve.server.triton import launcher
 
+    if state_dir.exists() and state_dir.stat().st_uid not in (os.geteuid(), UID):
+        raise ServerError(f"{state_dir} belongs to uid {state_dir.stat().st_uid}: choose another STATE_DIR")
     if not state_dir.exists() or state_dir.stat().st_uid == os.geteuid():
         launcher.private_state(state_dir)
     key = state_dir / "admin_key"
     if not key.exists():
         launcher.write_key(key)
-    for path in (state_dir, key):
-        if path.stat().st_uid == owner[0]:
-            continue
-        if os.geteuid() != 0:
-            raise ServerError(f"{path} is not the repository owner's (uid {owner[0]}): use a STATE_DIR of that user")
-        os.chown(path, *owner)
+    owner = [os.geteuid(), os.getegid()]
+    if not rootless:  # root: lent to the image's user
+        _chown_tree(state_dir, UID, UID)
+    return owner
+
+
+def _chown_tree(folder: Path, uid: int, gid: int) -> None:
+    for path in [folder, *folder.rglob("*")]:
+        os.chown(path, uid, gid, follow_symlinks=False)
 
 
 def _write_record(state_dir: Path, data: dict) -> None:
@@ -302,12 +337,12 @@ def _await(found: Engine, name: str, state_dir: Path, timeout_s: float) -> None:
     from tpserve.server.supervision.supervisor import STATE
 
     deadline = time.monotonic() + timeout_s
-    ready = state_dir / "replica-0" / STATE
+    ready = state_dir / STATE  # the supervisor's record: ready once every model is
     while time.monotonic() < deadline:
         if not _running(found, name):
             logs = found.run("logs", "--tail", "40", name, check=False)
             found.run("rm", "-f", name, check=False)
-            (state_dir / RECORD).unlink(missing_ok=True)
+            _give_back(state_dir, record(state_dir))
             raise ServerError(f"the container {name} ended before it was ready:\n{(logs.stdout + logs.stderr)[-3000:]}")
         if ready.exists() and json.loads(ready.read_text() or "{}").get("ready") and (state_dir / FRONT).exists():
             return
@@ -327,5 +362,14 @@ def stop(state_dir: Path, timeout_s: int = 90) -> str:
     name = found_record["name"]
     found.run("stop", "-t", str(timeout_s), name, check=False, timeout=timeout_s + 60)
     found.run("rm", "-f", name, check=False)
-    (Path(state_dir) / RECORD).unlink(missing_ok=True)
+    _give_back(Path(state_dir), found_record)
     return f"container {name} stopped and removed"
+
+
+def _give_back(state_dir: Path, found_record: dict | None) -> None:
+    """The state folder back to its host owner (what the container wrote in it included), the record gone: the
+    next `make serve` or `make serve-docker` finds it as it was lent."""
+    (state_dir / RECORD).unlink(missing_ok=True)
+    owner = (found_record or {}).get("host_owner")
+    if owner and os.geteuid() == 0 and state_dir.exists():
+        _chown_tree(state_dir, *owner)

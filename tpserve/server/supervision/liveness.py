@@ -97,5 +97,7 @@ def log_tail(path: Path, lines: int = 12, max_bytes: int = 64_000) -> list[str]:
 
 def text_start(lines: list[str]) -> int:
     """Index of the last server start's marker in a log's lines (0 if none)."""
-    marks = [i for i, line in enumerate(lines) if line.startswith("===== tritonserver starting")]
+    from tpserve.server.triton.launcher import START_MARK
+
+    marks = [i for i, line in enumerate(lines) if line.startswith(START_MARK)]
     return marks[-1] if marks else 0
