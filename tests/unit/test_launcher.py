@@ -106,6 +106,15 @@ def test_stop_without_a_server_says_so(tmp_path):
         endpoints.read_state(tmp_path)
 
 
+def _older_onnx_config(spec) -> str:
+    """An ONNX Runtime config as written before its tensors crossed the stub through DLPack."""
+    from tpserve.builders.repository.writer import model_config
+
+    config = model_config(spec, "embedded")
+    del config.parameters["dlpack_outputs"]
+    return config.to_pbtxt()
+
+
 def test_numpy_2_is_refused_only_for_models_that_answer_with_numpy_arrays(tmp_path):
     from tpserve.builders.repository.writer import ServingOptions, TorchRuntime, model_config, torch_config
     from tpserve.builders.spec import zoo
@@ -113,20 +122,33 @@ def test_numpy_2_is_refused_only_for_models_that_answer_with_numpy_arrays(tmp_pa
 
     spec = zoo.get_spec("digits_cnn")
     for name, config in (
-        ("onnx", model_config(spec, "embedded")),
-        ("torch", torch_config(spec, TorchRuntime(precision="fp32"), ServingOptions())),
+        ("onnx", _older_onnx_config(spec)),
+        ("onnx_dlpack", model_config(spec, "embedded").to_pbtxt()),
+        ("torch", torch_config(spec, TorchRuntime(precision="fp32"), ServingOptions()).to_pbtxt()),
     ):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "config.pbtxt").write_text(config.to_pbtxt())
+        (tmp_path / name / "config.pbtxt").write_text(config)
     assert numpy_problem(tmp_path, "1.26.4") is None
     message = numpy_problem(tmp_path, "2.5.2")
     assert "numpy 2.5.2" in message and "numpy==1.26.4" in message and "so onnx would answer wrongly" in message
+    assert "rebuild" in message
     (tmp_path / "onnx" / "config.pbtxt").unlink()
-    assert numpy_problem(tmp_path, "2.5.2") is None  # torch-runtime variants only
+    assert numpy_problem(tmp_path, "2.5.2") is None  # ONNX Runtime through DLPack and torch-runtime variants
+
+
+def test_an_onnx_model_with_bytes_or_bool_tensors_keeps_the_stubs_numpy(tmp_path):
+    from tpserve.builders.repository.writer import model_config
+    from tpserve.builders.spec import zoo
+    from tpserve.builders.spec.model_spec import TensorSpec
+
+    spec = zoo.get_spec("digits_cnn")
+    assert model_config(spec, "embedded").parameters["dlpack_outputs"] == 1
+    flags = dataclasses.replace(spec, inputs=(*spec.inputs, TensorSpec(name="on", dtype="BOOL", dims=(1,))))
+    assert "dlpack_outputs" not in model_config(flags, "embedded").parameters
 
 
 def test_under_numpy_2_the_rest_is_served_and_what_is_left_out_says_why(tmp_path):
-    """A build wrote an ONNX Runtime variant (numpy answers) beside the torch engine, and pipelines over it: on a
+    """An older build wrote an ONNX Runtime variant (numpy answers) beside the torch engine, and pipelines over it: on a
     host with numpy 2 the server loads the engine and leaves the ONNX model and the ensembles calling it out."""
     from tpserve.builders.repository.pipelines import write_image_pipelines
     from tpserve.builders.repository.writer import ServingOptions, TorchRuntime, model_config, torch_config
@@ -134,11 +156,11 @@ def test_under_numpy_2_the_rest_is_served_and_what_is_left_out_says_why(tmp_path
 
     spec = zoo.get_spec("digits_cnn")
     for name, config in (
-        ("digits_cnn", model_config(spec, "embedded")),
-        ("digits_cnn_fp32", torch_config(spec, TorchRuntime(precision="fp32"), ServingOptions())),
+        ("digits_cnn", _older_onnx_config(spec)),
+        ("digits_cnn_fp32", torch_config(spec, TorchRuntime(precision="fp32"), ServingOptions()).to_pbtxt()),
     ):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "config.pbtxt").write_text(config.to_pbtxt())
+        (tmp_path / name / "config.pbtxt").write_text(config)
     write_image_pipelines(tmp_path, spec)
     assert launcher.numpy_left_out(tmp_path, "1.26.4") == {}
     left = launcher.numpy_left_out(tmp_path, "2.5.2")

@@ -197,6 +197,12 @@ def _held_range(tensor) -> list:
     return [float(low), float(high)]
 
 
+def _numeric_only(spec: ModelSpec) -> bool:
+    """Whether every input and output is a number (no BYTES or BOOL): all of them cross the Python-backend stub
+    through DLPack (triton_models/python_backend/dlpack_io.py)."""
+    return all(t.dtype not in ("BYTES", "BOOL") for t in (*spec.inputs, *spec.outputs))
+
+
 def _dim_axes(tensor) -> list[str | None]:
     """The axis name of each dim of a tensor (None where the dim is fixed); unnamed dynamic dims are dim<i>."""
     names = iter(tensor.axes or [f"dim{i}" for i, d in enumerate(tensor.dims) if d == -1])
@@ -206,6 +212,8 @@ def _dim_axes(tensor) -> list[str | None]:
 def _backend_fields(target: str, options: ServingOptions, spec: ModelSpec | None = None) -> dict:
     if target == "embedded":
         params = {"artifact": "model.onnx", "runtime": "onnxruntime", "intra_op_threads": options.intra_op_threads}
+        if spec is not None and _numeric_only(spec):
+            params["dlpack_outputs"] = 1  # its tensors cross through DLPack: served under numpy 1 and 2 alike
         checks = input_checks(spec) if spec is not None else None
         if checks is not None:
             params["input_checks"] = checks.to_json()

@@ -514,7 +514,8 @@ def numpy_problem(repo: Path, version: str | None = None, models: list[str] | No
     The embedded tritonserver's Python-backend stub was built for numpy 1. Under numpy 2 (measured
     with 2.5.2 on the GPU host) every output a model made from a numpy array reached clients empty,
     while torch tensors passed through DLPack intact. So numpy 2 is refused for models that answer
-    with numpy arrays (ONNX Runtime, the pipelines' steps), rather than served wrongly.
+    with numpy arrays (the pipelines' numpy steps; ONNX Runtime models written before theirs crossed through DLPack,
+    or with BYTES or BOOL tensors), rather than served wrongly.
     """
     if version is None:
         import numpy
@@ -529,7 +530,8 @@ def numpy_problem(repo: Path, version: str | None = None, models: list[str] | No
     return (
         f"numpy {version} is installed, but the embedded tritonserver's Python-backend stub was built for numpy 1: "
         f"outputs made from numpy arrays reach clients empty, so {', '.join(affected)} would answer wrongly. "
-        "Install numpy==1.26.4 in this environment (pip install numpy==1.26.4), or serve only torch-runtime variants."
+        "Install numpy==1.26.4 in this environment (pip install numpy==1.26.4), serve only torch-runtime variants, or "
+        "rebuild: ONNX Runtime models of numbers only are written to hand their tensors over through DLPack."
     )
 
 

@@ -21,6 +21,7 @@ import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
 from tpserve.triton_models.python_backend.cancelled_calls import answer_checked, serve_live  # noqa: E402
+from tpserve.triton_models.python_backend.dlpack_io import input_array, output_tensor, through_dlpack  # noqa: E402
 
 
 class TritonPythonModel:
@@ -40,6 +41,7 @@ class TritonPythonModel:
         options.inter_op_num_threads = 1
         self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         self.input_names = [i["name"] for i in config["input"]]
+        self.dlpack = {i["name"]: through_dlpack(i["data_type"]) for i in config["input"]}
         self.output_names = [o["name"] for o in config["output"]]
         from tpserve.triton_models.runtime.input_checks import PARAMETER, InputChecks
 
@@ -70,7 +72,7 @@ class TritonPythonModel:
         return [self._respond(self._run_one, f) for f in feeds]
 
     def _feeds(self, request):
-        return {n: pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in self.input_names}
+        return {n: input_array(pb_utils, request, n, self.dlpack[n]) for n in self.input_names}
 
     def _run_batched(self, feeds):
         shapes = {tuple(f[n].shape[1:] for n in self.input_names) for f in feeds}
@@ -127,5 +129,6 @@ class TritonPythonModel:
             return pb_utils.InferenceResponse(output_tensors=[], error=error)
 
     def _response(self, outputs):
-        tensors = [pb_utils.Tensor(n, np.ascontiguousarray(o)) for n, o in zip(self.output_names, outputs)]
+        # through DLPack: the stub's numpy-made outputs reach clients empty under numpy 2 (python_backend/dlpack_io)
+        tensors = [output_tensor(pb_utils, n, o) for n, o in zip(self.output_names, outputs)]
         return pb_utils.InferenceResponse(output_tensors=tensors)
