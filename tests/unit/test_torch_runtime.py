@@ -36,6 +36,34 @@ def test_runner_pads_into_static_buffers_and_returns_only_the_real_rows():
     assert runner.graphs == {}  # nothing is captured on a CPU device
 
 
+class _Tabular(torch.nn.Module):
+    """Two inputs of fixed dims (features, a category id), two outputs (a score, class probabilities)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.body = torch.nn.Embedding(4, 3), torch.nn.Linear(6 + 3, 3)
+
+    def forward(self, features, category):
+        hidden = self.body(torch.cat([features, self.embed(category[:, 0])], dim=1))
+        return hidden.sum(dim=1, keepdim=True), hidden.softmax(dim=1)
+
+
+def test_runner_takes_several_inputs_of_fixed_dims_and_answers_every_output():
+    torch.manual_seed(0)
+    module = _Tabular().eval()
+    runner = rt.GraphRunner(module, (6,), torch.float32, "cpu", (1, 4, 8), others=[((1,), torch.int64)])
+    assert [b.dtype for b in runner.inputs[4]] == [torch.float32, torch.int64]
+    for count in (1, 3, 8):
+        features, category = torch.randn(count, 6), torch.randint(0, 4, (count, 1))
+        score, probs = runner(features, category)
+        assert score.shape == (count, 1) and probs.shape == (count, 3)
+        want = module(features, category)
+        torch.testing.assert_close(score, want[0])
+        torch.testing.assert_close(probs, want[1])
+    with pytest.raises(ValueError):
+        runner(torch.randn(2, 6))  # every input or none
+
+
 def test_uint8_normalization_matches_the_client_preprocessing():
     from PIL import Image
 
@@ -117,6 +145,24 @@ def test_the_in_process_variant_names_its_backend():
     assert config.parameters["runtime"] == "torch"
     stub = torch_config(spec, TorchRuntime(precision="fp16"), ServingOptions())
     assert stub.backend == "python"
+
+
+def test_cuda_graphs_take_several_inputs_of_fixed_dims_and_refuse_a_dynamic_one():
+    import dataclasses
+
+    from tpserve.builders.repository.writer import ServingOptions, TorchRuntime, torch_config
+    from tpserve.builders.spec import zoo
+    from tpserve.builders.spec.model_spec import TensorSpec
+    from tpserve.common.errors import ConfigError
+
+    spec = zoo.get_spec("digits_cnn")
+    tabular = dataclasses.replace(spec, inputs=(*spec.inputs, TensorSpec(name="category", dtype="INT64", dims=(1,))))
+    runtime = TorchRuntime(precision="fp16", cuda_graphs=True, compiler="inductor", inprocess=True)
+    config = torch_config(tabular, runtime, ServingOptions(kind="KIND_GPU"))
+    assert config.parameters["cuda_graphs"] == 1
+    dynamic = dataclasses.replace(spec, inputs=(*spec.inputs, TensorSpec(name="tags", dtype="INT64", dims=(-1,))))
+    with pytest.raises(ConfigError, match="CUDA graphs need inputs of fixed per-sample dims"):
+        torch_config(dynamic, runtime, ServingOptions(kind="KIND_GPU"))
 
 
 def test_a_server_builds_the_in_process_backend_only_for_a_repository_that_names_it(tmp_path):

@@ -93,16 +93,17 @@ def compile_engine(program: Path, spec, runtime: repository.TorchRuntime, device
     module = rt.load_program(program, device).to(device, dtype=dtype, memory_format=fmt)  # type: ignore[call-overload]  # Module.to takes memory_format with the others
     started = time.time()
     engine = rt.compiled(module)
-    first = spec.inputs[0]
-    fixed = len(spec.inputs) == 1 and -1 not in first.dims
+    fixed = all(-1 not in t.dims for t in spec.inputs)
     with torch.inference_mode():
         if fixed:
             buckets = rt.bucket_sizes(spec.max_batch_size, runtime.graph_batch_sizes)
-            graphs = rt.GraphRunner(engine, tuple(first.dims), dtype, device, buckets, runtime.channels_last)
+            samples = [_sample(t, dtype) for t in spec.inputs]
+            (shape, kind), *others = samples
+            graphs = rt.GraphRunner(engine, shape, kind, device, buckets, runtime.channels_last, others)
             runner = graphs if runtime.cuda_graphs and device == "cuda" else engine
             if runner is engine:  # GraphRunner compiled nothing on the CPU: warm the compiled graphs here
                 for size in buckets:
-                    graphs(torch.zeros((size, *first.dims), dtype=dtype, device=device))
+                    graphs(*[torch.zeros((size, *dims), dtype=of, device=device) for dims, of in samples])
         elif ragged_inputs(spec):
             runner = ragged_engine(engine, spec, runtime, device)
         else:
@@ -148,6 +149,14 @@ def ragged_engine(engine, spec, runtime: repository.TorchRuntime, device: str):
 
     run.describe, run.runner = runner.describe, runner  # type: ignore[attr-defined]  # what the gate reports
     return run
+
+
+def _sample(tensor, dtype) -> tuple:
+    """An input's per-sample shape and the dtype the engine takes it in (floats in the precision)."""
+    from tpserve.triton_models.runtime.torch_runtime import TORCH_DTYPES
+
+    kind = TORCH_DTYPES[f"TYPE_{tensor.dtype}"]
+    return tuple(tensor.dims), dtype if kind.is_floating_point else kind
 
 
 def _prepared(tensor, device, dtype, runtime):

@@ -280,9 +280,9 @@ def torch_config(spec: ModelSpec, runtime: TorchRuntime, options: ServingOptions
     problem = ragged_off_problem(spec, options)
     if problem is not None:
         raise problem
-    if runtime.cuda_graphs and not sequence and (len(spec.inputs) > 1 or -1 in spec.inputs[0].dims):
+    if runtime.cuda_graphs and not sequence and any(-1 in t.dims for t in spec.inputs):
         raise ConfigError(
-            f"{spec.name}: CUDA graphs need one input of fixed per-sample dims, or inputs that are all one "
+            f"{spec.name}: CUDA graphs need inputs of fixed per-sample dims, or inputs that are all one "
             f"sequence axis ([-1]); the spec has {[(t.name, list(t.dims)) for t in spec.inputs]}; build the torch "
             "variant without cuda_graphs"
         )

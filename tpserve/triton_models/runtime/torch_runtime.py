@@ -47,37 +47,51 @@ def capture(fn, static: torch.Tensor, device):
 class GraphRunner:
     """Runs a module through one CUDA graph per bucket size, on static input/output buffers.
 
-    On a CPU device nothing is captured: the same buffers and bucketing run eagerly, which is
-    what the unit tests exercise.
+    The first input is (sample_shape, dtype); `others` are the (sample shape, dtype) of the inputs after it, each
+    with fixed per-sample dims (a tabular model's features and category). On a CPU device nothing is captured: the
+    same buffers and bucketing run eagerly, which is what the unit tests exercise.
     """
 
-    def __init__(self, module, sample_shape: tuple, dtype, device, buckets: tuple[int, ...], channels_last=False):
+    def __init__(
+        self, module, sample_shape: tuple, dtype, device, buckets: tuple[int, ...], channels_last=False, others=()
+    ):
         self.module, self.buckets, self.device = module, buckets, torch.device(device)
-        fmt = torch.channels_last if channels_last and len(sample_shape) == 3 else torch.contiguous_format
-        self.inputs = {
-            b: torch.zeros((b, *sample_shape), dtype=dtype, device=device).to(memory_format=fmt) for b in buckets
-        }
+        samples = [(tuple(sample_shape), dtype), *[(tuple(shape), kind) for shape, kind in others]]
+
+        def buffer(size, shape, kind):
+            fmt = torch.channels_last if channels_last and len(shape) == 3 else torch.contiguous_format
+            return torch.zeros((size, *shape), dtype=kind, device=device).to(memory_format=fmt)
+
+        self.inputs = {b: [buffer(b, shape, kind) for shape, kind in samples] for b in buckets}
         self.outputs: dict = {}
         self.graphs: dict = {}
         for size in buckets:
             self._capture(size)
 
+    def _call(self, statics: list):
+        return self.module(*statics)
+
     def _capture(self, size: int) -> None:
         if self.device.type == "cuda":
-            self.graphs[size], self.outputs[size] = capture(self.module, self.inputs[size], self.device)
+            self.graphs[size], self.outputs[size] = capture(self._call, self.inputs[size], self.device)
 
-    def __call__(self, batch: torch.Tensor) -> torch.Tensor:
-        count = batch.shape[0]
+    def __call__(self, *batches: torch.Tensor):
+        """The module's output(s) for these inputs (one batch tensor per input, rows alike), copied out of the
+        static buffers."""
+        count = batches[0].shape[0]
         size = pick_bucket(count, self.buckets)
-        static = self.inputs[size]
-        static[:count].copy_(batch, non_blocking=True)
+        statics = self.inputs[size]
+        for static, batch in zip(statics, batches, strict=True):
+            static[:count].copy_(batch, non_blocking=True)
         if size in self.graphs:
             self.graphs[size].replay()
             out = self.outputs[size]
         else:
             with torch.inference_mode():
-                out = self.module(static)
-        return out[:count].clone()  # the static output is overwritten by the next replay
+                out = self._call(statics)
+        if isinstance(out, (tuple, list)):  # the static outputs are overwritten by the next replay
+            return [o[:count].clone() for o in out]
+        return out[:count].clone()
 
 
 class StagedRunner:

@@ -73,8 +73,8 @@ class TorchServing:
             cache = os.path.join(folder, "compile_cache.bin")
             module = rt.compiled(module, open(cache, "rb").read() if os.path.exists(cache) else None)
         explicit = tuple(int(b) for b in params.get("graph_batch_sizes", "").split())
-        first = self.spec["inputs"][0]
-        fixed = len(self.spec["inputs"]) == 1 and -1 not in first["dims"]
+        first, alone = self.spec["inputs"][0], len(self.spec["inputs"]) == 1
+        fixed = all(-1 not in i["dims"] for i in self.spec["inputs"])
         graphs = params.get("cuda_graphs") == "1" and fixed
         # float inputs declared finite or bounded are held on the general path, which reads every value
         native = not holds_floats(params.get(PARAMETER, ""))
@@ -82,17 +82,25 @@ class TorchServing:
             if sequence_model(self.spec) and params.get("ragged", "1") == "1" and native:
                 self.ragged = True
                 return self._ragged(module, params, max_batch)
-            if graphs and params.get("staged", "1") == "1" and native:  # on a CPU the same steps run eagerly
+            if graphs and alone and params.get("staged", "1") == "1" and native:  # a CPU runs the same steps eagerly
                 self.staged = True
                 return self._staged(module, first, rt.bucket_sizes(max_batch, explicit))
             if graphs and self.device.type == "cuda":
+                (shape, dtype), *others = self._samples()
                 buckets = rt.bucket_sizes(max_batch, explicit)
-                return rt.GraphRunner(
-                    module, tuple(first["dims"]), self.dtype, self.device, buckets, self.channels_last
-                )
-            if isinstance(module, rt.DynamicBatch) and fixed:  # compile both graphs now, not at the first request
+                return rt.GraphRunner(module, shape, dtype, self.device, buckets, self.channels_last, others)
+            if isinstance(module, rt.DynamicBatch) and fixed and alone:  # compile both graphs now, not at a request
                 self._warm(module, first, max_batch)
             return module
+
+    def _samples(self) -> list[tuple[tuple, torch.dtype]]:
+        """Per input, the per-sample shape and dtype the module takes (floats in the precision, the rest kept)."""
+        samples = []
+        for index, tensor in enumerate(self.spec["inputs"]):
+            kind = TORCH_DTYPES[f"TYPE_{tensor['dtype']}"]
+            floating = (index == 0 and self.uint8) or kind.is_floating_point
+            samples.append((tuple(tensor["dims"]), self.dtype if floating else kind))
+        return samples
 
     def wire(self) -> tuple[tuple, torch.dtype]:
         """Per-sample shape and dtype of the first input as requests carry it."""
