@@ -151,7 +151,7 @@ def test_under_numpy_2_the_rest_is_served_and_what_is_left_out_says_why(tmp_path
     """An older build wrote an ONNX Runtime variant (numpy answers) beside the torch engine, and pipelines over it: on a
     host with numpy 2 the server loads the engine and leaves the ONNX model and the ensembles calling it out."""
     from tpserve.builders.repository.pipelines import write_image_pipelines
-    from tpserve.builders.repository.writer import ServingOptions, TorchRuntime, model_config, torch_config
+    from tpserve.builders.repository.writer import ServingOptions, TorchRuntime, torch_config
     from tpserve.builders.spec import zoo
 
     spec = zoo.get_spec("digits_cnn")
