@@ -84,7 +84,7 @@ def test_the_build_serves_with_the_defaults_edge_included(served):
     engine = _engine(root)
     with state.endpoint("grpc", root / "repo").client() as client:
         assert client.is_model_ready(engine)
-    left_out = state.left_out  # numpy 2 on the host: the ONNX variant cannot be served there, and says so
+    left_out = state.left_out  # what cannot be served here says why (numpy 2: BYTES steps)
     assert all("numpy" in why or why.startswith("calls ") for why in left_out.values())
 
 

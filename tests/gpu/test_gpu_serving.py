@@ -30,7 +30,7 @@ def gpu_served(tmp_path_factory):
     root = tmp_path_factory.mktemp("gpu")
     spec = zoo.get_spec("resnet18", **SPEC)
     built = zoo.build_module(spec)
-    # the ONNX build stays out of the served repository: a host with numpy 2 cannot serve it (launcher.numpy_problem)
+    # the ONNX build stays out of the served repository (served alone below)
     build_model(BuildRequest(spec=spec, target="embedded", repo=root / "scratch", work_dir=root / "work"), built)
     gpu = ServingOptions(instances=2, kind="KIND_GPU", dynamic_batching=False)  # 2 instances: no batcher
     compiled = dict(channels_last=True, cuda_graphs=True, compiler="inductor", host_outputs=True)
@@ -147,3 +147,17 @@ def test_the_in_process_backend_answers_like_the_python_backend_on_every_transpo
         answers = list(pool.map(lambda i: infer(state.endpoint("grpc"), model, {"input": pixels[i : i + 1]}), range(6)))
     for i, answer in enumerate(answers):
         np.testing.assert_allclose(answer.outputs["logits"], stub[i : i + 1], atol=2e-2, rtol=1e-2)
+
+
+def test_an_onnx_runtime_model_is_served_whatever_numpy_the_host_has(tmp_path):
+    """A GPU host's numpy 2: the ONNX Runtime model's tensors cross the stub through DLPack and answer whole."""
+    spec = zoo.get_spec("digits_cnn", max_batch_size=8)
+    built = zoo.build_module(spec)
+    build_model(BuildRequest(spec=spec, target="embedded", repo=tmp_path / "repo", work_dir=tmp_path / "work"), built)
+    rows = np.random.default_rng().standard_normal((3, *spec.inputs[0].dims)).astype(np.float32)
+    with launcher.running(tmp_path / "repo", tmp_path / "state") as state:
+        assert spec.name not in state.left_out
+        got = infer(state.endpoint("http"), spec.name, {spec.inputs[0].name: rows}).outputs[spec.outputs[0].name]
+    with torch.no_grad():
+        want = built.module(torch.from_numpy(rows)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
