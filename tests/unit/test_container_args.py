@@ -49,3 +49,22 @@ def test_a_missing_or_unreadable_repository_is_refused_with_how_to_fix_it(tmp_pa
     with pytest.raises(ServerError, match=r"config.pbtxt cannot be read by the container's user .*chmod -R o\+rX"):
         container._check_readable(tmp_path / "repo", rootless=False)
     container._check_readable(tmp_path / "repo", rootless=True)  # rootless: this owner is the image's user inside
+
+
+def test_a_run_that_fails_gives_the_state_folder_back(tmp_path, monkeypatch):
+    """As root the folder is lent to the image's user; an engine that refuses the run leaves it its owner's, with no
+    record of a container."""
+    if os.geteuid() != 0:
+        pytest.skip("lending the folder to another user needs root")
+    state = tmp_path / "state"
+
+    class Refusing(container.Engine):
+        def run(self, *args, check: bool = True, **kwargs):
+            if args[0] == "run":
+                raise ServerError("podman run failed: no such image")
+            return None
+
+    with pytest.raises(ServerError, match="podman run failed"):
+        container._run_lent(Refusing("podman", {}), state, False, "img", ["run", "--name", "tpserve-x", "img"])
+    assert all(p.stat().st_uid == os.geteuid() for p in [state, *state.rglob("*")])
+    assert (state / "admin_key").exists() and container.record(state) is None

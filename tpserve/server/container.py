@@ -211,15 +211,26 @@ def start(serve: ContainerServe):
     for label, port in [("http", serve.http_port), ("grpc", serve.grpc_port), ("metrics", serve.metrics_port)]:
         launcher.check_port_free("127.0.0.1", label, port)
     launcher.check_port_free("127.0.0.1", "health", serve.health_port)
-    host_owner = _lend_state(state_dir, rootless)
     name = "tpserve-" + hashlib.sha256(str(state_dir).encode()).hexdigest()[:12]
-    found.run("rm", "-f", name, check=False)
-    found.run(*_run_args(serve, repo, state_dir, name, rootless, found.name))
-    _write_record(state_dir, {"engine": found.name, "name": name, "image": serve.image, "host_owner": host_owner})
+    _run_lent(found, state_dir, rootless, serve.image, _run_args(serve, repo, state_dir, name, rootless, found.name))
     _await(found, name, state_dir, serve.timeout_s)
     if found.name == "podman":  # its HEALTHCHECK runs on systemd's timers, which a host without systemd lacks
         found.run("healthcheck", "run", name, check=False)
     return read_state(state_dir)
+
+
+def _run_lent(found: Engine, state_dir: Path, rootless: bool, image: str, args: list[str]) -> None:
+    """The container run over the state folder lent to it, recorded; a run that fails gives the folder back first
+    (a `make serve` after it finds it as it was)."""
+    host_owner = _lend_state(state_dir, rootless)
+    name = args[args.index("--name") + 1]
+    try:
+        found.run("rm", "-f", name, check=False)
+        found.run(*args)
+    except BaseException:
+        _give_back(state_dir, {"host_owner": host_owner})
+        raise
+    _write_record(state_dir, {"engine": found.name, "name": name, "image": image, "host_owner": host_owner})
 
 
 def _run_args(
