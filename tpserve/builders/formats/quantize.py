@@ -70,8 +70,9 @@ def calibration_feeds(spec: ModelSpec, source: Path | None, default) -> dict[str
         return {t.name: _fit(spec, t, default[t.name]) for t in spec.inputs}
     if len(spec.inputs) > 1:
         raise SpecError(
-            f"model {spec.name!r} has {len(spec.inputs)} inputs: give calibration data as an .npz with one "
-            f"array per input ({', '.join(t.name for t in spec.inputs)}), e.g. numpy.savez(path, **arrays)"
+            f"model {spec.name!r} has {len(spec.inputs)} inputs: INT8 calibrates on an .npz with one array per "
+            f"input ({', '.join(t.name for t in spec.inputs)}; numpy.savez(path, **arrays)): give the spec's model "
+            'calibration = "calib.npz", or --calibration calib.npz (make: CALIBRATION=calib.npz); or leave int8 out'
         )
     return {spec.inputs[0].name: calibration_data(spec, source, default)}
 
