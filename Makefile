@@ -84,6 +84,7 @@ help: ## List the targets and their variables
 	@echo "  HTTP_PORT=$(HTTP_PORT) GRPC_PORT=$(GRPC_PORT) METRICS_PORT=$(METRICS_PORT) HEALTH_PORT=$(HEALTH_PORT) STATE_DIR=$(STATE_DIR)"
 	@echo "  CONCURRENCY='$(CONCURRENCY)' INTERVAL_MS=$(INTERVAL_MS) DEMO_MODELS='$(DEMO_MODELS)'"
 
+NUMPY_2 ?= 2.3.5
 install: $(STAMP) ## Create .venv and install everything (idempotent, quick when done)
 
 $(STAMP): pyproject.toml constraints.txt
@@ -92,6 +93,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
 	$(PY) -m tpserve.loadtest install-perf-analyzer
 	$(PY) -m tpserve.server build-shim
+	$(PY) -m pip download -q --no-deps --only-binary=:all: -d .tools/wheels "numpy==$(NUMPY_2)"  # the stub under numpy 2, in the tests
 	@touch $(STAMP)
 
 build-engines: install ## Export, validate, quantize, write the repository: MODELS="..." and/or SPEC=models.toml, TARGET=embedded|ngc PRECISIONS="fp32 int8" COMPILED="fp16 bf16" SHAPES_FROM=<recording or workload> RAGGED=0
