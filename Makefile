@@ -94,6 +94,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m tpserve.loadtest install-perf-analyzer
 	$(PY) -m tpserve.server build-shim
 	$(PY) -m pip download -q --no-deps --only-binary=:all: -d .tools/wheels "numpy==$(NUMPY_2)"  # the stub under numpy 2, in the tests
+	$(PY) -m pip download -q --no-deps --only-binary=:all: -d .tools/wheels -c constraints.txt numpy  # and the bundle's numpy 1
 	@touch $(STAMP)
 
 build-engines: install ## Export, validate, quantize, write the repository: MODELS="..." and/or SPEC=models.toml, TARGET=embedded|ngc PRECISIONS="fp32 int8" COMPILED="fp16 bf16" SHAPES_FROM=<recording or workload> RAGGED=0

