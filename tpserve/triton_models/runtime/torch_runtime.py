@@ -28,9 +28,9 @@ def pick_bucket(batch: int, buckets: tuple[int, ...]) -> int:
     raise ValueError(f"batch {batch} exceeds the largest captured size {buckets[-1]}")
 
 
-def capture(fn, static: torch.Tensor, device):
+def capture(fn, static: torch.Tensor | list[torch.Tensor], device):
     """fn(static) captured as a CUDA graph, after warm-up runs on a side stream (cuDNN autotuning happens
-    outside the capture); returns the graph and its static outputs."""
+    outside the capture); returns the graph and its static outputs. static: a tensor, or one per input."""
     with torch.inference_mode():
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
