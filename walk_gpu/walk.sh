@@ -4,10 +4,12 @@ REPO=$(pwd); OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 exec > >(tee $OUT/walk.log) 2>&1
 set -x
 PY=${PY:-python3}
-if [ -f dist/triton-bundle-py312.tar.xz ]; then
-  mkdir -p /tmp/b && tar -xJf dist/triton-bundle-py312.tar.xz -C /tmp/b
-  eval "$(sh /tmp/b/triton-bundle/install.sh)"
-  $PY -m pip install -q --no-index --no-deps --target /tmp/b/site dist/pw/*.whl
+B=$REPO/dist/b
+for t in dist/triton-bundle-py312*.tar.xz; do mkdir -p $B && tar -xJf $t -C $B; done
+if [ -d $B/triton-bundle ]; then
+  eval "$(sh $B/triton-bundle/install.sh)"
+  echo "TPSERVE_STUB_PYTHON=$TPSERVE_STUB_PYTHON"
+  $PY -m pip install -q --no-index --no-deps --target $B/triton-bundle/site dist/pw/*.whl
 fi
 export PYTHONPATH=$REPO:$PYTHONPATH
 nvidia-smi -L
