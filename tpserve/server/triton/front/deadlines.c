@@ -2,8 +2,10 @@
  * head, then its body) and gRPC (h2_deadlines.c: a frame the guard holds, a stream's message) alike, in one table
  * read by one thread. Every 250 ms the thread shuts down the connections past theirs, each claimed first so that it
  * is shut down once: tritonserver's reader then sees the end of the stream (HTTP: the connection closes; gRPC: a
- * hang-up, the calls already made finish). A slow sender gives its place back instead of holding it. */
+ * hang-up, the calls already made finish). A slow sender gives its place back instead of holding it. The same thread
+ * gives freed memory back to the system after a connection that held much has gone (deadlines_trim_soon). */
 #define _GNU_SOURCE
+#include <malloc.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -17,6 +19,24 @@
 static int64_t due_at[DEADLINE_FDS];
 static unsigned char kind_of[DEADLINE_FDS];
 static unsigned long grpc_cuts; /* counted for the log's words */
+#define TRIMS 4                   /* a second apart: gRPC frees a gone connection's buffers in its own time */
+#define TRIM_EVERY_NS 1000000000
+static int trims_left;            /* malloc_trim calls still due */
+static int64_t next_trim;         /* when the next one is due (CLOCK_MONOTONIC ns) */
+
+void deadlines_trim_soon(void) {
+    /* a trim already due keeps its time: connections closing one after another get one trim a second */
+    if (__atomic_exchange_n(&trims_left, TRIMS, __ATOMIC_RELAXED) <= 0)
+        __atomic_store_n(&next_trim, front_now_ns() + TRIM_EVERY_NS, __ATOMIC_RELAXED);
+}
+
+static void trim_when_due(int64_t now) {
+    int left = __atomic_load_n(&trims_left, __ATOMIC_RELAXED);
+    if (left <= 0 || now < __atomic_load_n(&next_trim, __ATOMIC_RELAXED)) return;
+    if (!__atomic_compare_exchange_n(&trims_left, &left, left - 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return;
+    __atomic_store_n(&next_trim, now + TRIM_EVERY_NS, __ATOMIC_RELAXED);
+    malloc_trim(0); /* every arena's free pages back to the system, the threads' arenas included */
+}
 
 void deadline_set(int fd, int64_t at, enum deadline_kind kind) {
     if (fd < 0 || fd >= DEADLINE_FDS) return;
@@ -44,6 +64,7 @@ static void *watch(void *unused) {
             if (at == 0 || at >= now) continue;
             if (__atomic_compare_exchange_n(&due_at[fd], &at, 0, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) cut(fd);
         }
+        trim_when_due(now);
     }
     return NULL;
 }

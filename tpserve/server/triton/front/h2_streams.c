@@ -14,6 +14,7 @@
 #include <malloc.h>
 
 #include "bounds.h"
+#include "deadlines.h"
 #include "call_ids.h"
 #include "h2_deadlines.h"
 #include "h2_streams.h"
@@ -162,6 +163,7 @@ void h2_forget(int fd) {
     count_orphans(reader, -(int64_t)reader->orphans); /* the connection is gone: so are its calls */
     if (reader->public) __atomic_sub_fetch(&running_calls, (int64_t)reader->counted, __ATOMIC_RELAXED);
     int trim = reader->hold_room > KEEP_ROOM;
+    if (reader->public) deadlines_trim_soon(); /* what gRPC's threads held for it, once they free it */
     front_release(reader->budgeted);
     for (uint32_t i = 0; i < reader->stream_room; i++) {
         free(reader->streams[i].check);

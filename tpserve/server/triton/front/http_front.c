@@ -282,6 +282,7 @@ void front_forget(int fd) {
     set_deadline(fd, 0);
     __atomic_store_n(&idle_since[fd], 0, __ATOMIC_RELAXED);
     front_release(c->reserved);
+    deadlines_trim_soon(); /* what tritonserver's threads held for it, once they free it */
     __atomic_sub_fetch(&running_calls, c->running, __ATOMIC_RELAXED);
     nobody_waits(c); /* closed before its answers were written: nobody reads them (and the watched ids cleared) */
     if (c->out_owned) free(c->out);
