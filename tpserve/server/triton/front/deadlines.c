@@ -3,7 +3,8 @@
  * read by one thread. Every 250 ms the thread shuts down the connections past theirs, each claimed first so that it
  * is shut down once: tritonserver's reader then sees the end of the stream (HTTP: the connection closes; gRPC: a
  * hang-up, the calls already made finish). A slow sender gives its place back instead of holding it. The same thread
- * gives freed memory back to the system after a connection that held much has gone (deadlines_trim_soon). */
+ * gives freed memory back to the system after a client's connection has gone or let a large room go
+ * (deadlines_trim_soon): the one place the front trims, never on a reading thread. */
 #define _GNU_SOURCE
 #include <malloc.h>
 #include <pthread.h>

@@ -11,10 +11,10 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <unistd.h>
-#include <malloc.h>
 #include <stdio.h>
 
 #include "bounds.h"
+#include "deadlines.h"
 #include "call_ids.h"
 #include "grpc_headers.h"
 #include "h2_deadlines.h"
@@ -38,7 +38,7 @@ size_t hand_ready(struct h2_reader *r, const struct iovec *iov, size_t parts, si
             r->hold_room = HOLD_CAP;
             front_release(r->budgeted);
             r->budgeted = 0;
-            malloc_trim(0); /* the large rooms' memory goes back to the system */
+            deadlines_trim_soon(); /* the large rooms' memory goes back to the system, off the reading thread */
         }
     }
     return n;

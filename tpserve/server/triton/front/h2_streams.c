@@ -11,7 +11,6 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <unistd.h>
-#include <malloc.h>
 
 #include "bounds.h"
 #include "deadlines.h"
@@ -162,8 +161,7 @@ void h2_forget(int fd) {
     }
     count_orphans(reader, -(int64_t)reader->orphans); /* the connection is gone: so are its calls */
     if (reader->public) __atomic_sub_fetch(&running_calls, (int64_t)reader->counted, __ATOMIC_RELAXED);
-    int trim = reader->hold_room > KEEP_ROOM;
-    if (reader->public) deadlines_trim_soon(); /* what gRPC's threads held for it, once they free it */
+    if (reader->public) deadlines_trim_soon(); /* its rooms, and what gRPC's threads held for it once they free it */
     front_release(reader->budgeted);
     for (uint32_t i = 0; i < reader->stream_room; i++) {
         free(reader->streams[i].check);
@@ -178,7 +176,6 @@ void h2_forget(int fd) {
     free(reader->held);
     free(reader->ready);
     free(reader);
-    if (trim) malloc_trim(0); /* a large frame was held: its memory goes back to the system */
 }
 
 void h2_watch(int fd, int public) {
