@@ -1,6 +1,7 @@
 """Does 8-bit pay on this GPU? A BERT-base-geometry encoder (random weights) compiled at fp16, and with its linear
-layers quantized by torchao (float8 and int8 dynamic activations, per-row scales), timed side by side in one
-process on token grids of the sizes the server batches, with the cosine of the mean-pooled embeddings against fp32.
+layers quantized to 8 bits (torchao's dynamic float8 and int8, per-row scales; or static scales calibrated on a few
+batches, our own linear layers over torch._scaled_mm and torch._int_mm), timed side by side in one process on
+token grids of the sizes the server batches, with the cosine of the mean-pooled embeddings against fp32.
 
     python -m benchmarks.quantized_probe --out DIR   (torchao on the path)
 
@@ -55,6 +56,80 @@ def encoder(hidden=768, layers=12, heads=12, intermediate=3072, vocab=30522):
     return Encoder().eval()
 
 
+class StaticLinear:
+    """A linear layer with 8-bit weights and one calibrated scale for its activations (no amax per request):
+    the quantizing prologue is pointwise, so torch.compile fuses it into the kernel that made the activations."""
+
+    @staticmethod
+    def make(linear, amax: float, method: str):
+        import torch
+        from torch import nn
+
+        class Fp8(nn.Module):  # e4m3, per-tensor scales: cuBLASLt's fp8 GEMM with scale_a/scale_b
+            def __init__(self):
+                super().__init__()
+                w = linear.weight.detach().float()
+                w_scale = w.abs().max().clamp(min=1e-12) / 448.0
+                self.register_buffer("w", (w / w_scale).to(torch.float8_e4m3fn))
+                self.register_buffer("sa", torch.tensor(amax / 448.0, dtype=torch.float32))
+                self.register_buffer("sb", w_scale.to(torch.float32))
+                self.register_buffer("bias", linear.bias.detach().half())
+                self.inv = 448.0 / amax
+
+            def forward(self, x):
+                flat = x.reshape(-1, x.shape[-1])
+                q = (flat * self.inv).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+                y = torch._scaled_mm(
+                    q, self.w.t(), scale_a=self.sa, scale_b=self.sb, bias=self.bias, out_dtype=torch.float16
+                )
+                return y.reshape(*x.shape[:-1], y.shape[-1])
+
+        class Int8(nn.Module):  # per-tensor activations, per-channel weights: torch._int_mm, dequantized after
+            def __init__(self):
+                super().__init__()
+                w = linear.weight.detach().float()
+                w_scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0
+                self.register_buffer("w", torch.round(w / w_scale[:, None]).to(torch.int8))
+                self.register_buffer("scale", (w_scale * (amax / 127.0)).to(torch.float32))
+                self.register_buffer("bias", linear.bias.detach().half())
+                self.inv = 127.0 / amax
+
+            def forward(self, x):
+                flat = x.reshape(-1, x.shape[-1])
+                q = torch.round(flat * self.inv).clamp(-127, 127).to(torch.int8)
+                acc = torch._int_mm(q, self.w.t())
+                y = (acc.float() * self.scale).half() + self.bias
+                return y.reshape(*x.shape[:-1], y.shape[-1])
+
+        return {"fp8s": Fp8, "int8s": Int8}[method]()
+
+
+def calibrated(module, method: str, feeds):
+    """Every linear layer replaced by its static 8-bit twin, scales from the amax of its inputs over feeds."""
+    import torch
+    from torch import nn
+
+    amax, hooks = {}, []
+    for name, sub in module.named_modules():
+        if isinstance(sub, nn.Linear):
+
+            def seen(_mod, args, _out, name=name):
+                amax[name] = max(amax.get(name, 0.0), args[0].detach().abs().max().item())
+
+            hooks.append(sub.register_forward_hook(seen))
+    with torch.inference_mode():
+        for ids, mask in feeds:
+            module(ids, mask)
+    for hook in hooks:
+        hook.remove()
+    for name, sub in list(module.named_modules()):
+        for child, layer in list(sub.named_children()):
+            full = f"{name}.{child}" if name else child
+            if isinstance(layer, nn.Linear):
+                setattr(sub, child, StaticLinear.make(layer, amax[full], method))
+    return module
+
+
 def quantized(module, method: str):
     import torchao
     from torchao.quantization import (
@@ -100,7 +175,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--grids", default="32x32 64x32 256x32 32x128 128x128")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--methods", default="fp8 int8")
+    parser.add_argument("--methods", default="fp8 int8", help="fp8, int8 (torchao, dynamic); fp8s, int8s (static)")
+    parser.add_argument("--modes", default="default", help="torch.compile modes, e.g. 'default max-autotune'")
+    parser.add_argument("--autotune-grids", default="", help="grids the non-default modes are timed on (all)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda")
@@ -111,22 +188,29 @@ def main(argv=None) -> int:
              for g in grids}  # fmt: skip
     with torch.inference_mode():
         reference = {g: base(*feeds[g]) for g in grids}
-    variants = {}
-    half = copy.deepcopy(base).half()
-    variants["fp16"] = torch.compile(half)
-    info = {}
+    calib = [(torch.randint(1000, 30000, (64, 32), generator=gen).to(device),
+              torch.ones((64, 32), dtype=torch.int64).to(device)) for _ in range(4)]  # fmt: skip
+    modules, info = {"fp16": copy.deepcopy(base).half()}, {}
     for method in args.methods.split():
         try:  # torchao's per-row float8 takes bfloat16 weights
             start = copy.deepcopy(base).to(torch.bfloat16 if method == "fp8" else torch.float16)
-            module, version = quantized(start, method)
-            variants[method] = torch.compile(module)
-            info["torchao"] = version
+            if method in ("fp8s", "int8s"):
+                modules[method] = calibrated(start, method, calib)
+            else:
+                modules[method], info["torchao"] = quantized(start, method)
         except Exception as err:  # noqa: BLE001 - the probe reports what failed
             info[method] = f"{type(err).__name__}: {err}"[:400]
+    autotune_grids = {tuple(int(v) for v in g.split("x")) for g in args.autotune_grids.split()} or set(grids)
+    variants, on_grids = {}, {}
+    for mode in args.modes.split():
+        for name, module in modules.items():
+            key = name if mode == "default" else f"{name}@{mode}"
+            variants[key] = torch.compile(module, mode=None if mode == "default" else mode, dynamic=False)
+            on_grids[key] = grids if mode == "default" else [g for g in grids if g in autotune_grids]
     results = []
     for rnd in range(args.rounds):
         for name, fn in variants.items():
-            for g in grids:
+            for g in on_grids[name]:
                 with torch.inference_mode():
                     try:
                         seconds, out = timed(fn, *feeds[g])
