@@ -57,6 +57,16 @@ def _ready(port: int) -> bool:
         return False
 
 
+def _health(found, name: str) -> str:
+    """The container's health as the engine reports it, once it has left "starting" (or after 120 s)."""
+    deadline = time.monotonic() + 120
+    while True:
+        health = found.run("inspect", "--format", "{{.State.Health.Status}}", name, check=False).stdout.strip()
+        if health != "starting" or time.monotonic() > deadline:
+            return health
+        time.sleep(1)
+
+
 def _scraped(state_dir) -> bool:
     """Whether a Prometheus started on the state folder (make monitor) sees its target up."""
     import json
@@ -95,6 +105,8 @@ def test_the_image_serves_digits_with_the_default_front_survives_a_kill_and_stop
         assert _scraped(state_dir), "Prometheus on the host scrapes the container's metrics, as make monitor does"
         if found.name == "podman":  # the image's HEALTHCHECK (podman runs it on demand without systemd's timers)
             assert found.run("healthcheck", "run", name, check=False).returncode == 0
+        else:  # Docker's daemon runs it on its own interval
+            assert _health(found, name) == "healthy"
         assert "Started GRPCInferenceService" in found.run("logs", name).stdout  # the server's logs on stdout
         user = found.run("inspect", "--format", "{{.Config.User}}", name).stdout.strip()
         assert user == f"{container.UID}:{container.UID}", user  # the image's user, the repository being root's

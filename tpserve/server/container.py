@@ -61,22 +61,38 @@ class Engine:
 
 
 def engine() -> Engine:
-    """podman or docker, whichever answers (podman with this project's containers.conf unless one is set).
+    """podman or docker, whichever answers (podman with this project's containers.conf unless one is set);
+    TPSERVE_CONTAINER_ENGINE=docker or podman takes that one only.
 
     Raises:
-        ServerError: neither runs here (the message says how to get one).
+        ServerError: neither runs here (the message says how to get one), or the one asked for does not.
     """
     env = dict(os.environ)
+    asked = env.get("TPSERVE_CONTAINER_ENGINE", "").strip().lower()
+    if asked not in ("", "podman", "docker"):
+        raise ServerError(f"TPSERVE_CONTAINER_ENGINE={asked!r}: use podman or docker, or unset it to take either")
+    if asked == "docker":
+        if _docker_answers():
+            return Engine("docker", env)
+        raise ServerError("TPSERVE_CONTAINER_ENGINE=docker, but no Docker daemon answers here (`docker info`)")
     if shutil.which("podman"):
         env.setdefault("CONTAINERS_CONF", str(PODMAN_CONF))
         if subprocess.run(["podman", "info"], env=env, capture_output=True, timeout=60).returncode == 0:
             return Engine("podman", env)
-    if shutil.which("docker") and subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode == 0:
+    if asked == "podman":
+        raise ServerError("TPSERVE_CONTAINER_ENGINE=podman, but podman does not answer here (`podman info`)")
+    if _docker_answers():
         return Engine("docker", dict(os.environ))
     raise ServerError(
         "no container engine runs here: install Docker, or podman (`make container-engine` installs Debian's "
         "podman, runc and debootstrap; it needs root)"
     )
+
+
+def _docker_answers() -> bool:
+    if not shutil.which("docker"):
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode == 0
 
 
 def no_engine_reason() -> str | None:
