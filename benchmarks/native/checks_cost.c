@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
     char *method = read_exactly(method_len), *path = read_exactly(path_len), *ce = read_exactly(ce_len);
     char *hl = read_exactly(hl_len), *body = read_exactly(body_len), *copy = malloc(body_len + 1);
     struct check_request r = {method, method_len, path, path_len, ce_count ? ce : NULL, ce_len, ce_count,
-                              hl_count ? hl : NULL, hl_len, hl_count, body, body_len};
+                              hl_count ? hl : NULL, hl_len, hl_count, body, body_len, NULL, NULL};
     struct check_verdict v;
     double check[5], copied[5];
     for (int round = 0; round < 5; round++) {

@@ -1,11 +1,12 @@
-/* The edge's HTTP request checks in C (server/triton/front/http_checks.c), under AddressSanitizer and UBSan.
+/* The HTTP request checks (server/triton/front/http_checks.c), under AddressSanitizer and UBSan, each input they pass
+ * handed to a reader of every byte (as Envoy's module records it).
  *
  *   fuzz_checks SECONDS SEED          well-formed requests for a model, then mutated (bytes flipped, cut, spliced,
  *                                     repeated), random paths and methods, each body copied into a buffer of exactly
  *                                     its length: a read past it, an overflow or a leak fails the run; a verdict must be
  *                                     a pass with a reading or a 4xx with a reason ("N cases, 0 failures").
  *   fuzz_checks serve RULES_FILE      one verdict per request read from stdin, for the tests that hold the C checks to
- *                                     edge.lua's: a request is a line "METHOD_LEN PATH_LEN CE_COUNT CE_LEN HL_COUNT
+ *                                     Envoy's module of them: a request is a line "METHOD_LEN PATH_LEN CE_COUNT CE_LEN HL_COUNT
  *                                     HL_LEN BODY_LEN" then those bytes; the answer a line "STATUS\tREADING\tWHY". */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,15 @@
 #include <time.h>
 
 #include "../../tpserve/server/triton/front/http_checks.h"
+
+/* What the checks hand a recording of each input (the Envoy module's traffic line): every byte read, so that ASan
+ * sees a pointer that is not good for its whole length. */
+static void read_seen(void *arg, const struct check_input_seen *input) {
+  unsigned long *sum = arg;
+  for (size_t i = 0; i < input->name_len; i++) *sum += (unsigned char)input->name[i];
+  for (size_t i = 0; i < input->datatype_len; i++) *sum += (unsigned char)input->datatype[i];
+  for (int i = 0; i < input->rank; i++) *sum += (unsigned long)input->dims[i];
+}
 
 static unsigned long long state = 88172645463325252ull;
 static unsigned long long next(void) {
@@ -57,8 +67,9 @@ static void check_one(const struct check_rules *rules, const char *method, const
   char *exact_path = malloc(path_len ? path_len : 1);
   memcpy(exact, body, body_len);
   memcpy(exact_path, path, path_len);
+  unsigned long seen_sum = 0;
   struct check_request r = {.method = method, .method_len = strlen(method), .path = exact_path, .path_len = path_len,
-                            .body = exact, .body_len = body_len};
+                            .body = exact, .body_len = body_len, .seen = read_seen, .seen_arg = &seen_sum};
   if (header_length) r.header_length = header_length, r.header_length_len = strlen(header_length), r.header_length_count = 1;
   struct check_verdict v;
   check_http_request(rules, &r, &v);
@@ -148,8 +159,9 @@ static int serve(const char *rules_file) {
     if (getchar() != '\n') return 3;
     char *method = read_exactly(method_len), *path = read_exactly(path_len), *ce = read_exactly(ce_len);
     char *hl = read_exactly(hl_len), *body = read_exactly(body_len);
+    unsigned long seen_sum = 0;
     struct check_request r = {method, method_len, path, path_len, ce_count ? ce : NULL, ce_len, ce_count,
-                              hl_count ? hl : NULL, hl_len, hl_count, body, body_len};
+                              hl_count ? hl : NULL, hl_len, hl_count, body, body_len, read_seen, &seen_sum};
     struct check_verdict v;
     check_http_request(rules, &r, &v);
     printf("%d\t", v.status);

@@ -110,9 +110,15 @@ class RecordedRequest:
             bytes=int(_given(data, "bytes", 0)),
             status=int(_given(data, "status", -1)),
             duration_us=int(_given(data, "duration_us", 0)),
-            values=data.get("values"),
+            values=_values(data.get("values")),
             replayed=data.get("replayed") is True,
         )
+
+
+def _values(found) -> dict | None:
+    """A line's values: {"body": base64, "header_length": n}, as an object (gRPC's Lua) or as its JSON text (the
+    edge's HTTP checks module)."""
+    return json.loads(found) if isinstance(found, str) else found
 
 
 def _given(data: dict, key: str, default):

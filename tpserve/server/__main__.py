@@ -544,15 +544,16 @@ def tritonserver(args):
 @user_errors
 def build_shim():
     """Compile the project's C into .tools/ (again only what changed): the shim (server/triton/triton_shim.c and
-    front/*.c), the edge's modules (server/edge/record_grpc.c, cancel_notice.c) and, where this host has
-    Python's headers and a shared libpython, the in-process backend (triton_models/inprocess/native/)."""
+    front/*.c), the edge's modules (server/edge/checks_module.c, record_grpc.c, cancel_notice.c) and, where this
+    host has Python's headers and a shared libpython, the in-process backend (triton_models/inprocess/native/)."""
     from tpserve.common.errors import ServerError
-    from tpserve.server.edge import cancel_table
+    from tpserve.server.edge import cancel_table, request_checks
     from tpserve.server.edge.record_module import build_module
     from tpserve.server.triton.inprocess_build import build_native
     from tpserve.server.triton.preloads import build_library
 
     click.echo(f"admin-key shim: {build_library()}")
+    click.echo(f"the edge's HTTP checks: {request_checks.build_module()}")
     click.echo(f"gRPC recorder: {build_module()}")
     click.echo(f"cancelled-calls notice: {cancel_table.build_module()}")
     try:

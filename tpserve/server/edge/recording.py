@@ -1,7 +1,7 @@
 """Recording the traffic a server sees, at the edge (`make serve RECORD=1`, `make cluster RECORD=1`).
 
-Envoy does the work. On HTTP its Lua (server/edge/edge.lua) puts what each inference request carried into dynamic
-metadata, and a file access log writes one JSON line per request, in the format of common/traffic.py, to
+Envoy does the work. On HTTP the checks' module (server/edge/checks_module.c) puts what each inference request carried
+into dynamic metadata, and a file access log writes one JSON line per request, in the format of common/traffic.py, to
 STATE_DIR/traffic/traffic-current.jsonl. On gRPC a native module (server/edge/record_grpc.c) reads each request as
 it passes and writes its line itself, to traffic-current-grpc.jsonl; where values are kept, server/edge/record.lua
 reads it and the access log writes it, as on HTTP. Envoy's keeper

@@ -1,7 +1,9 @@
-"""The edge: what Envoy checks on HTTP before a request reaches tritonserver (server/edge/edge.lua).
+"""The HTTP request checks' rules, and the edge filters that run them where Envoy fronts the servers.
 
-The rules come from the served repository's config.pbtxt files: each model's inputs (datatype, dims)
-and max_batch_size, plus limits on the body, on any one tensor and on JSON nesting.
+The checks are one C implementation (server/triton/front/http_checks.c): inside tritonserver's reads with the
+default front, and in Envoy as a dynamic module (server/edge/checks_module.c) otherwise. The rules come from the
+served repository's config.pbtxt files: each model's inputs (datatype, dims) and max_batch_size, plus limits on
+the body, on any one tensor and on JSON nesting.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from pathlib import Path
 
 from tpserve.common.errors import ServerError
 
-LUA_SOURCE = Path(__file__).with_name("edge.lua")
-RECORD_LUA = Path(__file__).with_name("record.lua")  # appended while recording (server/edge/recording.py)
+RECORD_LUA = Path(__file__).with_name("record.lua")  # gRPC recording where values are kept (server/edge/recording.py)
+CHECKS_MODULE = Path(__file__).with_name("checks_module.c")
+FRONT = Path(__file__).parents[1] / "triton" / "front"  # http_checks.c, the checks both fronts run
+CHECKS_FILTER = "edge_checks"
 BUFFER = "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer"
 LUA = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"
 MIB = 1 << 20
@@ -110,8 +114,7 @@ def lua_literal(value) -> str:
 
 
 def check_config(rules: dict[str, ModelRules], limits: EdgeLimits) -> dict:
-    """What the checks read, whoever runs them: the rules and limits of edge.lua's CONFIG and of the C checks
-    (server/triton/front/http_checks.c, which reads it as JSON: checks_json)."""
+    """What the checks read, whoever runs them (server/triton/front/http_checks.c reads it as JSON: checks_json)."""
     return {
         "models": {n: asdict(r) for n, r in rules.items()},
         "max_tensor_bytes": limits.max_tensor_bytes,
@@ -129,27 +132,49 @@ def checks_json(rules: dict[str, ModelRules], limits: EdgeLimits) -> str:
     return json.dumps(check_config(rules, limits), ensure_ascii=False)
 
 
-def lua_code(rules: dict[str, ModelRules], limits: EdgeLimits, record=None) -> str:
-    """edge.lua with its CONFIG: the rules and limits as a Lua table (and record.lua, where record is a
-    server.recording.RecordSettings)."""
-    config = {**check_config(rules, limits), "echo_reading": limits.echo_reading}
-    echo = "envoy_on_response = edge_echo_reading\n" if limits.echo_reading else ""
-    source = LUA_SOURCE.read_text()
+def build_module(force: bool = False) -> Path:
+    """Compile the checks into Envoy's dynamic module, .tools/envoy_modules/libedge_checks.so (0700; again only
+    where its sources changed).
+
+    Raises:
+        ServerError: no C compiler, or the compile failed.
+    """
+    from tpserve.common import native_build
+    from tpserve.server.edge.record_module import MODULE_COMMON, MODULES_DIR
+
+    sources = [CHECKS_MODULE, FRONT / "http_checks.c", MODULE_COMMON]
+    instead = "or serve with the default front (the checks inside tritonserver: `server start --front in-server`)"
+    return native_build.build_library(
+        sources, MODULES_DIR / "libedge_checks.so", "the edge's HTTP checks", instead, ["-I", str(FRONT), "-lm"], force
+    )
+
+
+def module_config(rules: dict[str, ModelRules], limits: EdgeLimits, record=None) -> str:
+    """The module's configuration text (server/edge/checks_module.c reads it): its flags, then the rules' JSON.
+    record: a server.edge.recording.RecordSettings, where HTTP is recorded."""
+    lines = [f"echo {int(limits.echo_reading)}"]
     if record is not None:
-        config.update(record.lua_config())
-        source += "\n" + RECORD_LUA.read_text()
-    return source + "\nCONFIG = " + lua_literal(config) + "\n" + echo
+        lines += ["record 1", f"values {int(record.values)}", f"value_bytes {int(record.max_value_bytes)}"]
+    return "\n".join(lines) + "\nrules\n" + checks_json(rules, limits)
 
 
 def http_filters(rules: dict[str, ModelRules], limits: EdgeLimits, record=None) -> list[dict]:
-    """Envoy HTTP filters of the edge, before the router: buffer (size cap, chunked bodies), then Lua."""
+    """Envoy HTTP filters of the edge, before the router: buffer (size cap, chunked bodies), then the checks
+    (built first where they are not)."""
+    from tpserve.server.edge.record_module import FILTER, MODULE_FILTER, STRING_VALUE
+
     return [
         {
             "name": "envoy.filters.http.buffer",
             "typed_config": {"@type": BUFFER, "max_request_bytes": limits.max_request_bytes},
         },
         {
-            "name": "envoy.filters.http.lua",
-            "typed_config": {"@type": LUA, "default_source_code": {"inline_string": lua_code(rules, limits, record)}},
+            "name": FILTER,
+            "typed_config": {
+                "@type": MODULE_FILTER,
+                "dynamic_module_config": {"module": {"local": {"filename": str(build_module())}}},
+                "filter_name": CHECKS_FILTER,
+                "filter_config": {"@type": STRING_VALUE, "value": module_config(rules, limits, record)},
+            },
         },
     ]

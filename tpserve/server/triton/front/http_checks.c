@@ -1,6 +1,25 @@
 /*
- * http_checks: the edge's HTTP request checks in C (see http_checks.h; the rules they enforce and why:
- * server/edge/edge.lua and docs/security.md, "The edge: what it lets through").
+ * http_checks: the HTTP request checks (see http_checks.h), run before a request can reach tritonserver 2.51.
+ *
+ * Why: 2.51 sizes buffers from a request's declared shape before it compares the shape with the data or the model
+ * (a 100-byte request declaring [1,1,8,2147483648] made it allocate 64 GiB and die), its JSON parser recurses
+ * without a limit (200,000 '[' crashed it) and its HTTP parse is quadratic in the number of parameters. So every
+ * request is held to three rules (docs/security.md, "The edge: what it lets through"):
+ *
+ * 1. Only the paths ROUTES knows reach Triton (health, metadata, config, statistics, inference, the admin APIs);
+ *    everything else is refused (404/405). generate and generate_stream are not served.
+ * 2. Every JSON body is read strictly, so that the reading here is the reading Triton makes (rapidjson): RFC 8259
+ *    grammar, no duplicate keys, no escape sequences in keys, escapes in string values decoded exactly (no lone
+ *    surrogates, no control characters), numbers read here (shapes, sizes) written as plain whole numbers,
+ *    NaN/Infinity only inside tensor data, nesting, keys per object and items per array bounded.
+ * 3. An inference request must be one Triton can serve without harm: every input declared by the model (name,
+ *    datatype, rank, fixed dims, batch <= max_batch_size) where the rules know the model, a shape whose tensor fits
+ *    max_tensor_bytes, and data of exactly the size the shape says (JSON data counted element by element; binary
+ *    data exactly binary_data_size bytes, all within the body). A model load may not carry files ("file:"
+ *    parameters: code) and its config override may not point outside the model's folder.
+ *
+ * Content-Encoding other than identity is refused with 415 (Triton would inflate the body after these checks). The
+ * front that calls these checks caps the body (413) and the headers (431) before they run.
  *
  * A body is read once into a small tree: objects and arrays outside tensor data become nodes, strings are decoded
  * into one arena no larger than the body, tensor data ("data": [...]) is checked and counted, never built. Every
@@ -627,6 +646,11 @@ static const struct model_rule *model_of(const struct check_rules *rules, const 
     return bsearch(&key, rules->models, (size_t)rules->count, sizeof key, compare_models);
 }
 
+long check_max_batch_size(const struct check_rules *rules, const char *model, size_t model_len) {
+    const struct model_rule *found = rules != NULL ? model_of(rules, model, model_len) : NULL;
+    return found != NULL ? (long)found->max_batch_size : -1;
+}
+
 /* ---- the checks of one request ---- */
 
 struct check {
@@ -844,6 +868,10 @@ static int check_input(struct check *c, const struct model_rule *model, int32_t 
     char shape_text[160];
     dims_text(shape_text, sizeof shape_text, dims, rank, 0);
     add_reading(c, "%s%.*s:%.*s:%s", c->reading_used ? ";" : "", NAME_SHOWN(n), NAME_SHOWN(&p->nodes[datatype]), shape_text);
+    if (c->request->seen != NULL) {
+        struct check_input_seen seen = {n->text, n->len, p->nodes[datatype].text, p->nodes[datatype].len, dims, rank};
+        c->request->seen(c->request->seen_arg, &seen);
+    }
     return data_source(c, input, params, label, elements, size, &p->nodes[datatype], binary_left);
 }
 

@@ -1,9 +1,9 @@
 /*
- * http_checks: the edge's HTTP request checks (server/edge/edge.lua) in C, to run inside tritonserver's own reads
- * (the guard), where a check costs no second process on the path. One whole request in (method, path, the two
- * headers the checks read, the body: a copy the caller owns and nobody changes), one verdict out. The reading is
- * strict (a body two JSON parsers could read differently is refused) and agrees with edge.lua: the differential
- * test holds both to what tritonserver reads (tests/functional/test_edge_differential.py).
+ * http_checks: the HTTP request checks, one implementation for both fronts: inside tritonserver's own reads (the
+ * guard, http_front.c), and in Envoy as a dynamic module (server/edge/checks_module.c) where Envoy fronts. One whole
+ * request in (method, path, the two headers the checks read, the body: a copy the caller owns and nobody changes),
+ * one verdict out. The reading is strict (a body two JSON parsers could read differently is refused); the
+ * differential test holds it to what tritonserver reads (tests/functional/test_edge_differential.py).
  */
 #ifndef HTTP_CHECKS_H
 #define HTTP_CHECKS_H
@@ -16,6 +16,18 @@
 #pragma GCC visibility push(hidden)
 
 struct check_rules; /* the served models' inputs and the limits, from the rules file (check_rules_load) */
+
+/* One input of an inference request as the checks read it: its name and datatype (decoded), its shape. The
+ * pointers hold for the length of the call that hands it out. */
+struct check_input_seen {
+    const char *name;
+    size_t name_len;
+    const char *datatype;
+    size_t datatype_len;
+    const int64_t *dims;
+    int rank;
+};
+typedef void (*check_seen_fn)(void *arg, const struct check_input_seen *input);
 
 struct check_request {
     const char *method;
@@ -30,6 +42,9 @@ struct check_request {
     int header_length_count;
     const char *body;
     size_t body_len;
+    check_seen_fn seen; /* NULL, or called with each input of an inference request as it passes its checks (a
+                           later input may still be refused): Envoy's edge module records them */
+    void *seen_arg;
 };
 
 #define CHECK_WHY 400
@@ -48,6 +63,9 @@ void check_rules_free(struct check_rules *rules);
 /* The verdict on one whole request. Allocates only while it runs; never reads outside request's buffers. */
 void check_http_request(const struct check_rules *rules, const struct check_request *request,
                         struct check_verdict *verdict);
+
+/* The model's max_batch_size as the rules hold it; -1 where the rules do not know the model. */
+long check_max_batch_size(const struct check_rules *rules, const char *model, size_t model_len);
 
 /* One input tensor of a call as another protocol carries it (gRPC's ModelInferRequest): its datatype and shape held
  * to the model's rules as an HTTP request's are, in the same words. 0 where it passes (or the model is not one the
