@@ -9,8 +9,9 @@ Targets, each measured over gRPC and HTTP at each concurrency, once a round, the
 
 - direct: tritonserver's own port (replica-0's; the guard inside it is on, as always)
 - edge: the running edge, as served
-- no Lua: a copy of the edge's Envoy without its Lua filters (the HTTP request checks, the gRPC error wording)
-- no Lua, no buffer: also without the buffer filter (the HTTP body cap, which holds a request until its last byte)
+- no checks: a copy of the edge's Envoy without its HTTP request checks (the checks' module) and its Lua (the gRPC
+  error wording)
+- no checks, no buffer: also without the buffer filter (the HTTP body cap, which holds a request until its last byte)
 - router only: no filter but Envoy's router (no cancel notice, no recording, no size cap)
 - plain: the router alone, without retries, health checks, outlier detection and circuit breakers
 - plain, 1 worker: the same with one Envoy worker thread
@@ -53,17 +54,20 @@ class Variant:
     workers: int = 0  # 0: Envoy's default (one per core)
 
 
-def _no_lua(f: dict) -> bool:
-    return f["name"] != LUA and not f["name"].startswith("edge.grpc_errors") and "lua" not in f["name"]
+def _no_checks(f: dict) -> bool:
+    from tpserve.server.edge.request_checks import CHECKS_FILTER
+
+    lua = f["name"] == LUA or f["name"].startswith("edge.grpc_errors") or "lua" in f["name"]
+    return not lua and f.get("typed_config", {}).get("filter_name") != CHECKS_FILTER
 
 
-def _no_lua_no_buffer(f: dict) -> bool:
-    return _no_lua(f) and f["name"] != "envoy.filters.http.buffer"
+def _no_checks_no_buffer(f: dict) -> bool:
+    return _no_checks(f) and f["name"] != "envoy.filters.http.buffer"
 
 
 VARIANTS = (
-    Variant("no Lua", keep_filter=_no_lua),
-    Variant("no Lua, no buffer", keep_filter=_no_lua_no_buffer),
+    Variant("no checks", keep_filter=_no_checks),
+    Variant("no checks, no buffer", keep_filter=_no_checks_no_buffer),
     Variant("router only", keep_filter=lambda f: f["name"] == ROUTER),
     Variant("plain", keep_filter=lambda f: f["name"] == ROUTER, plain_cluster=True),
     Variant("plain, 1 worker", keep_filter=lambda f: f["name"] == ROUTER, plain_cluster=True, workers=1),

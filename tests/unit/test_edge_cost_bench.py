@@ -9,7 +9,7 @@ from tpserve.server.edge.envoy_config import Balancing, EnvoySettings, Replica, 
 
 def _served() -> dict:
     replica = Replica("replica-0", 9100, 9101, 9103, "127.0.0.1")
-    lua = {"name": "envoy.filters.http.lua", "typed_config": {}}
+    checks = {"name": "envoy.filters.http.dynamic_modules", "typed_config": {"filter_name": "edge_checks"}}
     buffer = {"name": "envoy.filters.http.buffer", "typed_config": {}}
     notice = {"name": "edge.cancel_notice", "typed_config": {}}
     settings = EnvoySettings(
@@ -19,7 +19,7 @@ def _served() -> dict:
         stats_port=8002,
         admin_socket="/state/envoy-admin.sock",
         balancing=Balancing(max_requests=64),
-        edge_filters=(notice, buffer, lua),
+        edge_filters=(notice, buffer, checks),
         grpc_filters=(notice,),
     )
     return envoy_config(settings)
@@ -46,9 +46,9 @@ def test_each_copy_keeps_what_its_step_says_on_its_own_ports_and_socket(tmp_path
         assert config["admin"]["address"]["pipe"]["path"] == str(tmp_path / "admin.sock")
         kept[variant.name] = _filters(config)
     router = "envoy.filters.http.router"
-    assert kept["no Lua"]["triton_http"] == ["edge.cancel_notice", "envoy.filters.http.buffer", router]
-    assert "edge.grpc_errors" not in kept["no Lua"]["triton_grpc"]
-    assert kept["no Lua, no buffer"]["triton_http"] == ["edge.cancel_notice", router]
+    assert kept["no checks"]["triton_http"] == ["edge.cancel_notice", "envoy.filters.http.buffer", router]
+    assert "edge.grpc_errors" not in kept["no checks"]["triton_grpc"]
+    assert kept["no checks, no buffer"]["triton_http"] == ["edge.cancel_notice", router]
     assert kept["router only"] == {"triton_http": [router], "triton_grpc": [router]}
     plain = edge_cost.variant_config(served, edge_cost.VARIANTS[-1], 7000, 7001, tmp_path / "a.sock")
     assert all("health_checks" not in c for c in plain["static_resources"]["clusters"])
