@@ -110,7 +110,8 @@ def calibrated(module, method: str, feeds, ffn_only: bool = False):
     import torch
     from torch import nn
 
-    amax, hooks = {}, []
+    amax: dict[str, float] = {}
+    hooks: list = []
     for name, sub in module.named_modules():
         if isinstance(sub, nn.Linear):
 

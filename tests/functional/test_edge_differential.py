@@ -5,8 +5,8 @@ server/triton/front/http_checks.c, echo_reading on) to a real tritonserver servi
 that answers with what Triton read of each input). For every body the edge passes and Triton serves, the names,
 datatypes and shapes Triton read must be those the edge checked; no request may take the server down (no 5xx, same
 pid). The same C called directly (under ASan/UBSan) must give every request the module's verdict in Envoy: the same
-status, and where it passes, the same reading (what Envoy hands the module is what the checks read). `make fuzz-edge` runs the same property longer, with random seeds, and
-writes docs/security/edge_fuzz.md.
+status, and where it passes, the same reading (what Envoy hands the module is what the checks read). `make fuzz-edge`
+runs the same property longer, with random seeds, and writes docs/security/edge_fuzz.md.
 """
 
 import http.client
@@ -193,10 +193,10 @@ def fuzz_report(examples: int, random: bool, outcomes: Counter, samples: dict) -
         "",
         f"`make fuzz-edge FUZZ_EXAMPLES={examples}` on {time.strftime('%Y-%m-%d')} "
         f"({'new random seeds' if random else 'fixed seeds'}): generated inference requests through the edge "
-        "(Envoy + its checks' module over server/triton/front/http_checks.c) to a real tritonserver 2.51 serving tests/fixtures/edge_echo. Property: "
-        "for every "
-        "body the edge passes and Triton serves, Triton read the names, datatypes and shapes the edge checked; no "
-        "request got a 5xx; the server's pid never changed. **Findings: none in this run** (a finding fails the run).",
+        "(Envoy + its checks' module over server/triton/front/http_checks.c) to a real tritonserver 2.51 serving "
+        "tests/fixtures/edge_echo. Property: for every body the edge passes and Triton serves, Triton read the names, "
+        "datatypes and shapes the edge checked; no request got a 5xx; the server's pid never changed. "
+        "**Findings: none in this run** (a finding fails the run).",
         "",
         "| outcome | requests |",
         "|---|---:|",
