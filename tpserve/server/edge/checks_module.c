@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "envoy_module.h"
-#include "http_checks.h"
+#include "../triton/front/http_checks.h" /* the checks: one implementation for both fronts */
 
 extern void envoy_dynamic_module_callback_http_send_response(void *filter, uint32_t status, dm_header *headers,
                                                              size_t count, dm_buffer body, dm_buffer details);

@@ -145,7 +145,7 @@ def build_module(force: bool = False) -> Path:
     sources = [CHECKS_MODULE, FRONT / "http_checks.c", MODULE_COMMON]
     instead = "or serve with the default front (the checks inside tritonserver: `server start --front in-server`)"
     return native_build.build_library(
-        sources, MODULES_DIR / "libedge_checks.so", "the edge's HTTP checks", instead, ["-I", str(FRONT), "-lm"], force
+        sources, MODULES_DIR / "libedge_checks.so", "the edge's HTTP checks", instead, ["-lm"], force
     )
 
 
