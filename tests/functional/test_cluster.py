@@ -155,6 +155,7 @@ def test_cancelled_grpc_calls_through_envoy_crash_no_replica(cluster):
     started = time.monotonic()  # the cancelled calls are bounded by the model's queue: it drains
     _await(lambda: all(_pending(cluster, r) == 0 for r in servers), 60)
     print(f"the replicas' queues drained {time.monotonic() - started:.2f} s after the storm")
+    time.sleep(1.2)  # the notice counts the last second's cancelled calls too (cancel_notice.c: WINDOW): it passes
     for protocol in ("http", "grpc"):
         assert infer(_front(cluster, protocol), "digits_cnn", {"input": X}).outputs["logits"].shape == (1, 10)
 
