@@ -56,52 +56,49 @@ def encoder(hidden=768, layers=12, heads=12, intermediate=3072, vocab=30522):
     return Encoder().eval()
 
 
-class StaticLinear:
-    """A linear layer with 8-bit weights and one calibrated scale for its activations (no amax per request):
-    the quantizing prologue is pointwise, so torch.compile fuses it into the kernel that made the activations."""
+def static_linear(linear, amax: float, method: str):
+    """linear with 8-bit weights and one calibrated scale for its activations (no amax per request): the quantizing
+    prologue is pointwise, so torch.compile fuses it into the kernel that made the activations."""
+    import torch
+    from torch import nn
 
-    @staticmethod
-    def make(linear, amax: float, method: str):
-        import torch
-        from torch import nn
+    class Fp8(nn.Module):  # e4m3, per-tensor scales: cuBLASLt's fp8 GEMM with scale_a/scale_b
+        def __init__(self):
+            super().__init__()
+            w = linear.weight.detach().float()
+            w_scale = w.abs().max().clamp(min=1e-12) / 448.0
+            self.register_buffer("w", (w / w_scale).to(torch.float8_e4m3fn))
+            self.register_buffer("sa", torch.tensor(amax / 448.0, dtype=torch.float32, device=w.device))
+            self.register_buffer("sb", w_scale.to(torch.float32))
+            self.register_buffer("bias", linear.bias.detach().half())
+            self.inv = 448.0 / amax
 
-        class Fp8(nn.Module):  # e4m3, per-tensor scales: cuBLASLt's fp8 GEMM with scale_a/scale_b
-            def __init__(self):
-                super().__init__()
-                w = linear.weight.detach().float()
-                w_scale = w.abs().max().clamp(min=1e-12) / 448.0
-                self.register_buffer("w", (w / w_scale).to(torch.float8_e4m3fn))
-                self.register_buffer("sa", torch.tensor(amax / 448.0, dtype=torch.float32, device=w.device))
-                self.register_buffer("sb", w_scale.to(torch.float32))
-                self.register_buffer("bias", linear.bias.detach().half())
-                self.inv = 448.0 / amax
+        def forward(self, x):
+            flat = x.reshape(-1, x.shape[-1])
+            q = (flat * self.inv).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+            y = torch._scaled_mm(
+                q, self.w.t(), scale_a=self.sa, scale_b=self.sb, bias=self.bias, out_dtype=torch.float16
+            )
+            return y.reshape(*x.shape[:-1], y.shape[-1])
 
-            def forward(self, x):
-                flat = x.reshape(-1, x.shape[-1])
-                q = (flat * self.inv).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
-                y = torch._scaled_mm(
-                    q, self.w.t(), scale_a=self.sa, scale_b=self.sb, bias=self.bias, out_dtype=torch.float16
-                )
-                return y.reshape(*x.shape[:-1], y.shape[-1])
+    class Int8(nn.Module):  # per-tensor activations, per-channel weights: torch._int_mm, dequantized after
+        def __init__(self):
+            super().__init__()
+            w = linear.weight.detach().float()
+            w_scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0
+            self.register_buffer("w", torch.round(w / w_scale[:, None]).to(torch.int8))
+            self.register_buffer("scale", (w_scale * (amax / 127.0)).to(torch.float32))
+            self.register_buffer("bias", linear.bias.detach().half())
+            self.inv = 127.0 / amax
 
-        class Int8(nn.Module):  # per-tensor activations, per-channel weights: torch._int_mm, dequantized after
-            def __init__(self):
-                super().__init__()
-                w = linear.weight.detach().float()
-                w_scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0
-                self.register_buffer("w", torch.round(w / w_scale[:, None]).to(torch.int8))
-                self.register_buffer("scale", (w_scale * (amax / 127.0)).to(torch.float32))
-                self.register_buffer("bias", linear.bias.detach().half())
-                self.inv = 127.0 / amax
+        def forward(self, x):
+            flat = x.reshape(-1, x.shape[-1])
+            q = torch.round(flat * self.inv).clamp(-127, 127).to(torch.int8)
+            acc = torch._int_mm(q, self.w.t())
+            y = (acc.float() * self.scale).half() + self.bias
+            return y.reshape(*x.shape[:-1], y.shape[-1])
 
-            def forward(self, x):
-                flat = x.reshape(-1, x.shape[-1])
-                q = torch.round(flat * self.inv).clamp(-127, 127).to(torch.int8)
-                acc = torch._int_mm(q, self.w.t())
-                y = (acc.float() * self.scale).half() + self.bias
-                return y.reshape(*x.shape[:-1], y.shape[-1])
-
-        return {"fp8s": Fp8, "int8s": Int8}[method]()
+    return {"fp8s": Fp8, "int8s": Int8}[method]()
 
 
 def calibrated(module, method: str, feeds, ffn_only: bool = False):
@@ -128,7 +125,7 @@ def calibrated(module, method: str, feeds, ffn_only: bool = False):
         for child, layer in list(sub.named_children()):
             full = f"{name}.{child}" if name else child
             if isinstance(layer, nn.Linear) and (not ffn_only or child in ("up", "down")):
-                setattr(sub, child, StaticLinear.make(layer, amax[full], method))
+                setattr(sub, child, static_linear(layer, amax[full], method))
     return module
 
 

@@ -71,18 +71,14 @@ def engine() -> Engine:
     asked = env.get("TPSERVE_CONTAINER_ENGINE", "").strip().lower()
     if asked not in ("", "podman", "docker"):
         raise ServerError(f"TPSERVE_CONTAINER_ENGINE={asked!r}: use podman or docker, or unset it to take either")
-    if asked == "docker":
-        if _docker_answers():
-            return Engine("docker", env)
-        raise ServerError("TPSERVE_CONTAINER_ENGINE=docker, but no Docker daemon answers here (`docker info`)")
-    if shutil.which("podman"):
-        env.setdefault("CONTAINERS_CONF", str(PODMAN_CONF))
-        if subprocess.run(["podman", "info"], env=env, capture_output=True, timeout=60).returncode == 0:
-            return Engine("podman", env)
-    if asked == "podman":
-        raise ServerError("TPSERVE_CONTAINER_ENGINE=podman, but podman does not answer here (`podman info`)")
-    if _docker_answers():
-        return Engine("docker", dict(os.environ))
+    if asked != "docker" and shutil.which("podman"):
+        podman = {**env, "CONTAINERS_CONF": env.get("CONTAINERS_CONF", str(PODMAN_CONF))}
+        if subprocess.run(["podman", "info"], env=podman, capture_output=True, timeout=60).returncode == 0:
+            return Engine("podman", podman)
+    if asked != "podman" and _docker_answers():
+        return Engine("docker", env)
+    if asked:
+        raise ServerError(f"TPSERVE_CONTAINER_ENGINE={asked}, but `{asked} info` does not answer here")
     raise ServerError(
         "no container engine runs here: install Docker, or podman (`make container-engine` installs Debian's "
         "podman, runc and debootstrap; it needs root)"

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 from tpserve.common.errors import ServerError
-from tpserve.server.edge.record_module import MODULE_FILTER, MODULES_DIR, STRING_VALUE, compile_module
+from tpserve.server.edge.record_module import MODULES_DIR, compile_module, dynamic_module_filter
 from tpserve.triton_models.python_backend.cancelled_calls import PARAMETER, SLOTS, VARIABLE
 
 SOURCE = Path(__file__).with_name("cancel_notice.c")
@@ -86,15 +86,8 @@ def module_filter(table: Path, servers: int = 1, admission: Path | None = None) 
     """The HTTP filter that gives each call its id, notes the calls that end unanswered, refuses cancelling
     clients while the servers' backlog is at its bound, and (admission given) the calls of a model over its
     queue-time budget (built first where it is not)."""
-    return {
-        "name": "edge.cancel_notice",
-        "typed_config": {
-            "@type": MODULE_FILTER,
-            "dynamic_module_config": {"module": {"local": {"filename": str(build_module())}}},
-            "filter_name": "cancel_notice",
-            "filter_config": {"@type": STRING_VALUE, "value": module_config(table, servers, admission)},
-        },
-    }
+    config = module_config(table, servers, admission)
+    return dynamic_module_filter("edge.cancel_notice", build_module(), "cancel_notice", config)
 
 
 def server_flags() -> list[str]:

@@ -153,36 +153,20 @@ static config *read_config(const char *text_in, size_t length) {
 
 /* ---- one request ---- */
 
-static void refuse(void *filter, const struct check_verdict *verdict) {
+/* The refusal: status, and why as JSON ({"error": ...}, its quotes, backslashes and control bytes as spaces). */
+static void refuse(void *filter, int status, const char *why) {
   char body[CHECK_WHY + 16];
-  size_t n = 0;
-  memcpy(body, "{\"error\":\"", 10), n = 10;
-  for (const char *w = verdict->why; *w && n < sizeof body - 3; w++) {
+  size_t n = 10;
+  memcpy(body, "{\"error\":\"", n);
+  for (const char *w = why; *w && n < sizeof body - 3; w++) {
     unsigned char b = (unsigned char)*w;
     body[n++] = b < 0x20 || b == 0x7f || b == '"' || b == '\\' ? ' ' : (char)b;
   }
   body[n++] = '"', body[n++] = '}';
-  char status_text[8];
-  snprintf(status_text, sizeof status_text, "%d", verdict->status);
   dm_header headers[] = {{"content-type", 12, "application/json", 16}, {"x-edge", 6, "refused", 7}};
   static const char details[] = "edge_checks_refused";
-  envoy_dynamic_module_callback_http_send_response(filter, (uint32_t)verdict->status, headers, 2,
-                                                   (dm_buffer){body, n}, (dm_buffer){details, sizeof details - 1});
-}
-
-/* A refusal of the module's own (503: no memory, a body it could not read). */
-static void refuse_plainly(void *filter, const char *why) {
-  struct check_verdict *none = calloc(1, sizeof *none);
-  if (none == NULL) {
-    dm_header headers[] = {{"x-edge", 6, "refused", 7}};
-    envoy_dynamic_module_callback_http_send_response(filter, 503, headers, 1, (dm_buffer){"", 0},
-                                                     (dm_buffer){"edge_checks_refused", 19});
-    return;
-  }
-  none->status = 503;
-  snprintf(none->why, sizeof none->why, "%s", why);
-  refuse(filter, none);
-  free(none);
+  envoy_dynamic_module_callback_http_send_response(filter, (uint32_t)status, headers, 2, (dm_buffer){body, n},
+                                                   (dm_buffer){details, sizeof details - 1});
 }
 
 static dm_buffer header(void *filter, const char *name, size_t *count) {
@@ -307,21 +291,16 @@ static bool check(void *filter, request *r, const char *body, size_t body_len) {
       .seen = recorded ? seen : NULL,
       .seen_arg = r,
   };
-  struct check_verdict *verdict = malloc(sizeof *verdict);
-  if (verdict == NULL) {
-    refuse_plainly(filter, "the edge is out of memory: try again");
-    return false;
-  }
-  check_http_request(r->config->rules, &checked, verdict);
-  bool passed = verdict->status == 0;
+  struct check_verdict verdict;
+  check_http_request(r->config->rules, &checked, &verdict);
+  bool passed = verdict.status == 0;
   if (recorded) {
     size_t declared = 0; /* where it passed, the checks held the header to at most 9 plain digits */
     for (size_t i = 0; passed && i < header_length.length; i++) declared = declared * 10 + (size_t)(header_length.ptr[i] - '0');
     record(filter, r, model, version, passed, body, body_len, declared);
   }
-  if (!passed) refuse(filter, verdict);
-  else if (r->config->echo && verdict->reading[0]) r->reading = strdup(verdict->reading);
-  free(verdict);
+  if (!passed) refuse(filter, verdict.status, verdict.why);
+  else if (r->config->echo && verdict.reading[0]) r->reading = strdup(verdict.reading);
   return passed;
 }
 
@@ -390,7 +369,7 @@ void *envoy_dynamic_module_on_http_filter_new(void *c, void *filter) {
 
 int envoy_dynamic_module_on_http_filter_request_headers(void *filter, void *module, bool end_of_stream) {
   request *r = module;
-  if (r == NULL) return refuse_plainly(filter, "the edge is out of memory: try again"), STOP;
+  if (r == NULL) return refuse(filter, 503, "the edge is out of memory: try again"), STOP;
   if (!end_of_stream) return STOP; /* the body follows: the checks read it whole */
   r->checked = true;
   return check(filter, r, NULL, 0) ? CONTINUE : STOP;
@@ -402,7 +381,7 @@ static bool check_with_body(void *filter, request *r) {
   size_t length;
   char *body = whole_body(filter, &length);
   if (length == SIZE_MAX) {
-    refuse_plainly(filter, "the edge could not read the body: try again");
+    refuse(filter, 503, "the edge could not read the body: try again");
     return false;
   }
   bool passed = check(filter, r, body, length);

