@@ -59,9 +59,9 @@ def envoy_bench(model, protocols, concurrency, interval_ms, out, state_dir):
     """perf_analyzer through Envoy vs straight to replica-0 of `make cluster` (REPLICAS=1 isolates Envoy)."""
     from benchmarks import envoy_bench as bench
     from tpserve.loadtest.perf.tools import find_perf_analyzer
-    from tpserve.server.cluster import read_cluster
+    from tpserve.server.stack import read_stack
 
-    read_cluster(state_dir)  # a cluster runs there, or say how to start one
+    read_stack(state_dir)  # a cluster runs there, or say how to start one
     out = out or Path("reports") / time.strftime("envoy-%Y%m%d-%H%M%S")
     rows = bench.measure(
         state_dir,
@@ -140,7 +140,7 @@ def edge_cost(
 
     from benchmarks import edge_cost as bench
     from tpserve.loadtest.perf.tools import find_perf_analyzer
-    from tpserve.server.cluster import envoy_binary
+    from tpserve.server.edge.front import envoy_binary
     from tpserve.server.fronts import CHECKS_FILE
 
     config = state_dir / "envoy.json"

@@ -168,7 +168,8 @@ def envoy_rows(repo: Path, model: str, s: MultiGpuSettings, work: Path, out: Pat
     shared memory: a proxy carries the tensors), side by side."""
     from tpserve.clients.connection import endpoint
     from tpserve.loadtest.benches.gpu_bench import check_outputs
-    from tpserve.server.cluster import ClusterSettings, start_cluster, stop_cluster
+    from tpserve.server.cluster import ClusterSettings, start_cluster
+    from tpserve.server.stack import stop_stack
 
     target = placed(repo, model, [0], s.instances_per_gpu, work / "cluster_repo")
     http, grpc, stats = endpoints.free_ports(3)
@@ -193,7 +194,7 @@ def envoy_rows(repo: Path, model: str, s: MultiGpuSettings, work: Path, out: Pat
         }
         return [_row(name, servers, model, s, out, wire=True) for name, servers in layouts.items()]
     finally:
-        stop_cluster(settings.state_dir)
+        stop_stack(settings.state_dir)
 
 
 def run(s: MultiGpuSettings, work: Path, out: Path) -> list[dict]:

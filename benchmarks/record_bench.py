@@ -65,23 +65,26 @@ def chosen_setups(numbers: str | None) -> tuple[str, ...]:
 
 
 def settings_for(setup: str, repo: Path, state_dir: Path):
-    """ClusterSettings of one setup, on free ports."""
+    """The stack of one setup, on free ports: one server behind the edge, or (baseline, control) a cluster of
+    one replica, which routes gRPC through Envoy without recording."""
     from tpserve.server.cluster import ClusterSettings
     from tpserve.server.edge.recording import record_settings
+    from tpserve.server.single import SingleSettings
 
     http, grpc, metrics, health = endpoints.free_ports(4)
     mode = {"edge, recording": "1", "edge, recording values": "values"}
-    single = setup not in (BASELINE, CONTROL)  # a cluster of one replica routes gRPC through Envoy, not recording
     record = record_settings(mode.get(setup, "0"), state_dir)
-    return ClusterSettings(
+    if setup in (BASELINE, CONTROL):
+        return ClusterSettings(
+            repo, replicas=1, http_port=http, grpc_port=grpc, admin_port=metrics, state_dir=state_dir, record=record
+        )
+    return SingleSettings(
         repo,
-        replicas=1,
         http_port=http,
         grpc_port=grpc,
-        admin_port=metrics,
-        state_dir=state_dir,
-        single=single,
+        metrics_port=metrics,
         health_port=health,
+        state_dir=state_dir,
         record=record,
     )
 
@@ -103,7 +106,7 @@ def measure(
     every setup's server is started once, before the first round, and they all stay up while the points alternate
     among them (an idle server costs the host next to nothing): no restart between the points compared, and a
     round takes seconds, not a minute, so the host's drift falls within a pair."""
-    from tpserve.server.cluster import start_cluster, stop_cluster
+    from tpserve.server.stack import start_stack, stop_stack
 
     state = {setup: out / "state" / _folder(setup) for setup in setups}
     rows: list[dict] = []
@@ -112,14 +115,14 @@ def measure(
         if together:
             for setup in setups:
                 step(f"record-bench: starting {setup}")
-                start_cluster(settings_for(setup, repo, state[setup]))
+                start_stack(settings_for(setup, repo, state[setup]))
                 started.append(state[setup])
         for round_ in range(1, rounds + 1):
             for setup in in_order(setups, round_):
                 step(f"record-bench round {round_}/{rounds}: {setup}")
                 state_dir = state[setup] if together else state[setup].with_name(f"{state[setup].name}-{round_}")
                 if not together:
-                    start_cluster(settings_for(setup, repo, state_dir))
+                    start_stack(settings_for(setup, repo, state_dir))
                     started.append(state_dir)
                 points = _points_again_once(
                     repo,
@@ -133,10 +136,10 @@ def measure(
                 rows += [{**row, "setup": setup, "round": round_} for row in points]
                 save_points(rows, out)
                 if not together:
-                    stop_cluster(started.pop())
+                    stop_stack(started.pop())
     finally:
         for state_dir in reversed(started):
-            stop_cluster(state_dir)
+            stop_stack(state_dir)
     return rows
 
 
@@ -230,7 +233,7 @@ def _points_again_once(repo, models, protocols, concurrency, interval_ms, state_
     miss its 1 s deadline, and for the half second until the next one the edge has no healthy upstream (run 6
     lost its last 59 rounds to one such moment at round 91). The same for every setup, so a point measured again
     favours none; its rows say `again`. A second failure ends the run."""
-    from tpserve.server.cluster import admin_socket, await_routable
+    from tpserve.server.edge.front import admin_socket, await_routable
 
     try:
         return _points(repo, models, protocols, concurrency, interval_ms, state_dir, work)
@@ -287,9 +290,9 @@ def _server_seconds() -> float:
 
 def _envoy_pid(state_dir: Path) -> int | None:
     """Envoy's pid: the child of its keeper (cluster.json's envoy_pid)."""
-    from tpserve.server.cluster import read_cluster
+    from tpserve.server.stack import read_stack
 
-    keeper = read_cluster(state_dir).envoy_pid
+    keeper = read_stack(state_dir).envoy_pid
     try:
         children = Path(f"/proc/{keeper}/task/{keeper}/children").read_text().split()
     except OSError:

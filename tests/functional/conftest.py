@@ -141,7 +141,7 @@ def behind_edge(repo: Path, state_dir: Path, record=None, grpc_streaming: bool =
     """ClusterSettings of one supervised server behind Envoy (what `make serve FRONT=envoy` starts), on free ports;
     edge: EdgeLimits fields (echo_reading=True for the differential test); record: a RecordSettings;
     grpc_streaming: ModelStreamInfer served (`--grpc-streaming`)."""
-    from tpserve.server.cluster import one_behind_edge
     from tpserve.server.edge.request_checks import EdgeLimits
+    from tpserve.server.single import one_behind_edge
 
     return one_behind_edge(repo, state_dir, edge=EdgeLimits(**edge), record=record, grpc_streaming=grpc_streaming)

@@ -23,8 +23,10 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from tpserve.common import endpoints
-from tpserve.server.cluster import admin_get, admin_socket, admission_of, one_behind_edge, start_cluster, stop_cluster
 from tpserve.server.edge.admission_table import Region
+from tpserve.server.edge.front import admin_get, admin_socket, admission_of
+from tpserve.server.single import one_behind_edge, start_single
+from tpserve.server.stack import stop_stack
 
 pytestmark = pytest.mark.functional
 SLOW = Path(__file__).resolve().parent.parent / "fixtures" / "slow_model"
@@ -32,7 +34,7 @@ SLOW = Path(__file__).resolve().parent.parent / "fixtures" / "slow_model"
 
 def _serve(repo: Path, state_dir: Path, queue_slo: str):
     settings = one_behind_edge(repo, state_dir, queue_slo=queue_slo)
-    start_cluster(settings)
+    start_single(settings)
     return settings
 
 
@@ -120,7 +122,7 @@ def test_a_model_over_its_queue_budget_is_refused_at_once_then_admitted_again(tm
         assert counted >= len(refused) + len(unavailable)
         assert endpoints.read_state(settings.state_dir / "replica-0").pid == pid, "the server stayed up"
     finally:
-        stop_cluster(settings.state_dir)
+        stop_stack(settings.state_dir)
 
 
 def test_only_the_model_marked_over_its_budget_is_refused_on_either_protocol(served, tmp_path):
@@ -160,7 +162,7 @@ def test_only_the_model_marked_over_its_budget_is_refused_on_either_protocol(ser
         assert _http(front.http_url, "digits_cnn", "input", x)[0] == 200, "admitted once the mark is lifted"
         assert _envoy_refusals(settings) == 3
     finally:
-        stop_cluster(settings.state_dir)
+        stop_stack(settings.state_dir)
 
 
 @contextlib.contextmanager

@@ -204,7 +204,8 @@ def test_search_edits_only_the_winners_config_of_a_repository_it_did_not_build(t
 def behind_tls(foreign, tmp_path_factory):
     """The foreign repository served by a replica behind Envoy that speaks TLS on HTTP and gRPC (a self-signed
     certificate for 127.0.0.1, made here with openssl)."""
-    from tpserve.server.cluster import ClusterSettings, start_cluster, stop_cluster
+    from tpserve.server.cluster import ClusterSettings, start_cluster
+    from tpserve.server.stack import stop_stack
 
     if shutil.which("openssl") is None:
         pytest.skip("openssl is needed to make a test certificate")
@@ -245,7 +246,7 @@ def behind_tls(foreign, tmp_path_factory):
     )
     start_cluster(settings)
     yield settings, cert, root
-    stop_cluster(settings.state_dir)
+    stop_stack(settings.state_dir)
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])

@@ -17,7 +17,7 @@ from tpserve.builders.request import BuildRequest
 from tpserve.common import endpoints
 from tpserve.operations.canary import CanaryPlan
 from tpserve.operations.rollout import RolloutError, RolloutRequest, rollout
-from tpserve.server.cluster import start_cluster, stop_cluster
+from tpserve.server.stack import start_stack, stop_stack
 
 pytestmark = pytest.mark.functional
 # The latency rule is proven by a build slow by construction (its batcher holds each request 1 s): past the gate
@@ -75,9 +75,9 @@ def canary_server(request, digits_build, tmp_path_factory):
     config.dynamic_batching.preferred_batch_size[:] = [config.max_batch_size]
     config_path.write_text(proto_to_pbtxt(config))
     settings = _settings(request.param, root / "repo", root / "state")
-    start_cluster(settings)
+    start_stack(settings)
     yield root, settings
-    stop_cluster(settings.state_dir)
+    stop_stack(settings.state_dir)
 
 
 def _load(settings):

@@ -17,7 +17,8 @@ import tritonclient.grpc as grpcclient
 from benchmarks.grpc_cancel import storm as cancel_storm
 from tests.functional.conftest import behind_edge
 from tpserve.common import endpoints
-from tpserve.server.cluster import start_cluster, stop_cluster
+from tpserve.server.single import start_single
+from tpserve.server.stack import stop_stack
 
 pytestmark = pytest.mark.functional
 SLOW = Path(__file__).resolve().parent.parent / "fixtures" / "slow_model"
@@ -28,9 +29,9 @@ X = {"X": np.ones((1, 1), np.float32)}
 def slow_behind_edge(tmp_path):
     shutil.copytree(SLOW, tmp_path / "repo")
     settings = behind_edge(tmp_path / "repo", tmp_path / "state")
-    start_cluster(settings)
+    start_single(settings)
     yield settings
-    stop_cluster(settings.state_dir)
+    stop_stack(settings.state_dir)
 
 
 @pytest.fixture()
@@ -154,7 +155,7 @@ def test_an_overload_is_refused_at_once_with_a_retry_hint(slow_behind_edge):
 
 
 def _edge_counters(state_dir) -> dict[str, int]:
-    from tpserve.server.cluster import admin_get, admin_socket
+    from tpserve.server.edge.front import admin_get, admin_socket
 
     _, text = admin_get(admin_socket(state_dir), "/stats?filter=dynamicmodulescustom")
     return {
@@ -167,8 +168,8 @@ def test_what_cancelling_clients_leave_behind_stays_bounded_and_is_counted(slow_
     cancelled in the last second) stays near its bound during a storm: past it the cancelling connections' new
     calls are refused at once, UNAVAILABLE with a retry hint, and Envoy's stats count both what was cancelled and
     what was refused. Once the storm ends the backlog drains to 0. (Before: thousands of calls ran for nobody.)"""
-    from tpserve.server.cluster import cancelled_calls
     from tpserve.server.edge import cancel_table
+    from tpserve.server.edge.front import cancelled_calls
 
     settings = slow_behind_edge
     table = cancelled_calls(settings.state_dir)

@@ -19,17 +19,10 @@ from tpserve.builders.repository.writer import ServingOptions
 from tpserve.builders.request import BuildRequest
 from tpserve.clients.infer import infer
 from tpserve.common import endpoints
-from tpserve.server.cluster import (
-    ClusterSettings,
-    admin_socket,
-    host_health,
-    read_cluster,
-    replica_restarted,
-    restart_replicas,
-    start_cluster,
-    stop_cluster,
-)
+from tpserve.server.cluster import ClusterSettings, start_cluster
 from tpserve.server.edge.envoy_config import Balancing
+from tpserve.server.edge.front import admin_socket, host_health
+from tpserve.server.stack import read_stack, replica_restarted, restart_replicas, stop_stack
 from tpserve.server.triton import launcher
 
 pytestmark = pytest.mark.functional
@@ -59,7 +52,7 @@ def cluster(digits_build, tmp_path_factory):
     start_cluster(settings)
     yield settings
     pids = _our_pids(settings)
-    stop_cluster(settings.state_dir)
+    stop_stack(settings.state_dir)
     _await(lambda: not [p for p in pids if _alive(p)], 30)
 
 
@@ -67,7 +60,7 @@ def _our_pids(settings) -> list[int]:
     """Every process of the cluster: Envoy's keeper and Envoy, each supervisor, server and stub."""
     from tpserve.server.triton.processes import stubs
 
-    state, pids = read_cluster(settings.state_dir), []
+    state, pids = read_stack(settings.state_dir), []
     pids.append(state.envoy_pid)
     for replica in state.replicas:
         folder = settings.state_dir / replica.name
@@ -167,7 +160,7 @@ def test_make_soak_samples_every_replica_and_envoy(cluster):
     for replica in ("replica-0", "replica-1"):
         assert found[f"{replica} tritonserver"] == endpoints.read_state(cluster.state_dir / replica).pid
         assert f"{replica} digits_cnn #0" in found and f"{replica} supervisor" in found
-    assert found["envoy keeper"] == read_cluster(cluster.state_dir).envoy_pid and "envoy" in found
+    assert found["envoy keeper"] == read_stack(cluster.state_dir).envoy_pid and "envoy" in found
 
 
 def test_a_replica_killed_under_load_costs_at_most_the_requests_in_flight(cluster):

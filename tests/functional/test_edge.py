@@ -21,7 +21,9 @@ from tpserve.builders.build import build_model
 from tpserve.builders.request import BuildRequest
 from tpserve.clients.infer import infer
 from tpserve.common import endpoints
-from tpserve.server.cluster import ADMIN_SOCKET, start_cluster, stop_cluster
+from tpserve.server.edge.front import ADMIN_SOCKET
+from tpserve.server.single import start_single
+from tpserve.server.stack import stop_stack
 
 pytestmark = pytest.mark.functional
 GOOD = np.zeros((1, 1, 8, 8), np.float32)
@@ -34,9 +36,9 @@ def edged(digits_build, tmp_path_factory):
     root = tmp_path_factory.mktemp("edged")
     build_model(BuildRequest(spec=spec, target="embedded", repo=root / "repo", work_dir=root / "work"), built)
     settings = behind_edge(root / "repo", root / "state")
-    start_cluster(settings)
+    start_single(settings)
     yield settings
-    stop_cluster(settings.state_dir)
+    stop_stack(settings.state_dir)
 
 
 def _server_pid(settings) -> int:

@@ -26,8 +26,9 @@ from tests.functional.conftest import behind_edge
 from tests.native.c_checks import CChecks
 from tpserve.common import endpoints
 from tpserve.common.native_build import c_compiler
-from tpserve.server.cluster import start_cluster, stop_cluster
 from tpserve.server.edge.request_checks import EdgeLimits, checks_json, model_rules
+from tpserve.server.single import start_single
+from tpserve.server.stack import stop_stack
 
 pytestmark = pytest.mark.functional
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "edge_echo"
@@ -42,9 +43,9 @@ def echo_edge(tmp_path_factory):
     root = tmp_path_factory.mktemp("edge_echo")
     shutil.copytree(FIXTURE, root / "repo")
     cluster = behind_edge(root / "repo", root / "state", echo_reading=True)
-    start_cluster(cluster)
+    start_single(cluster)
     yield cluster
-    stop_cluster(cluster.state_dir)
+    stop_stack(cluster.state_dir)
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,8 @@ from tritonclient.utils import InferenceServerException
 from benchmarks.grpc_cancel import storm as cancel_storm
 from tests.functional.conftest import behind_edge
 from tpserve.common import endpoints
-from tpserve.server.cluster import start_cluster, stop_cluster
+from tpserve.server.single import start_single
+from tpserve.server.stack import stop_stack
 from tpserve.server.triton.processes import regions_of
 
 pytestmark = pytest.mark.functional
@@ -38,9 +39,9 @@ def guarded(tmp_path_factory):
     root = tmp_path_factory.mktemp("guarded")
     shutil.copytree(ECHO, root / "repo")
     settings = behind_edge(root / "repo", root / "state")
-    start_cluster(settings)
+    start_single(settings)
     yield settings
-    stop_cluster(settings.state_dir)
+    stop_stack(settings.state_dir)
 
 
 def _inner(settings) -> endpoints.ServerState:

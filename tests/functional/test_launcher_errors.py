@@ -43,7 +43,7 @@ def test_a_second_server_from_the_same_state_dir_is_refused_and_the_first_keeps_
     import os
 
     from tpserve.common import endpoints
-    from tpserve.server.cluster import ClusterSettings, start_cluster
+    from tpserve.server.single import SingleSettings, start_single
 
     folder = served.state_dir
     before = (folder / endpoints.STATE).read_text()
@@ -51,16 +51,14 @@ def test_a_second_server_from_the_same_state_dir_is_refused_and_the_first_keeps_
     settings = launcher.ServerSettings(served.repo, **ports, state_dir=folder)
     with pytest.raises(ServerError, match=rf"a server started from {folder} is running \(tritonserver pid \d+"):
         launcher.start(settings)
-    edge = ClusterSettings(
+    edge = SingleSettings(
         served.repo,
-        replicas=1,
         **{k: v for k, v in ports.items() if k != "metrics_port"},
-        admin_port=free_port(),
+        metrics_port=free_port(),
         state_dir=folder,
-        single=True,
     )
     with pytest.raises(ServerError, match="make stop STATE_DIR="):
-        start_cluster(edge)
+        start_single(edge)
     assert (folder / endpoints.STATE).read_text() == before
     os.kill(endpoints.read_state(folder).pid, 0)  # still there
 

@@ -24,7 +24,8 @@ from tpserve.loadtest.monitoring.prometheus_rules import (
 )
 from tpserve.loadtest.monitoring.prometheus_tools import find_tool
 from tpserve.loadtest.reporting.report import build_report
-from tpserve.server.cluster import ClusterSettings, start_cluster, stop_cluster
+from tpserve.server.cluster import ClusterSettings, start_cluster
+from tpserve.server.stack import stop_stack
 
 pytestmark = [
     pytest.mark.functional,
@@ -58,7 +59,7 @@ def monitored(digits_build, tmp_path_factory):
         yield settings, state["url"], root
     finally:
         prom.stop(settings.state_dir)
-        stop_cluster(settings.state_dir)
+        stop_stack(settings.state_dir)
 
 
 def _counter(url: str, at: float) -> float:

@@ -16,8 +16,9 @@ from tpserve.builders.request import BuildRequest
 from tpserve.clients.infer import infer
 from tpserve.common import endpoints
 from tpserve.common.traffic import read_recording, recording_files
-from tpserve.server.cluster import start_cluster, stop_cluster
 from tpserve.server.edge.recording import record_settings
+from tpserve.server.single import start_single
+from tpserve.server.stack import stop_stack
 
 pytestmark = pytest.mark.functional
 GOOD = np.zeros((2, 1, 8, 8), np.float32)
@@ -31,11 +32,11 @@ def recorded(digits_build, tmp_path_factory):
     build_model(BuildRequest(spec=spec, target="embedded", repo=root / "repo", work_dir=root / "work"), built)
     recording = record_settings("values", root / "state")
     settings = behind_edge(root / "repo", root / "state", record=recording, grpc_streaming=True)  # a stream passes
-    start_cluster(settings)
+    start_single(settings)
     try:
         _send_each_kind(settings)
     finally:
-        stop_cluster(settings.state_dir)  # Envoy flushes its access log as it stops
+        stop_stack(settings.state_dir)  # Envoy flushes its access log as it stops
     return settings, sorted(read_recording(settings.record.folder), key=lambda r: r.arrival_us)
 
 
@@ -133,7 +134,7 @@ def shapes_recorded(digits_build, tmp_path_factory):
     build_model(BuildRequest(spec=spec, target="embedded", repo=root / "repo", work_dir=root / "work"), built)
     settings = behind_edge(root / "repo", root / "state", grpc_streaming=True)  # a stream recorded from its head
     settings = replace(settings, record=replace(record_settings("1", root / "state"), head_bytes=2000))
-    start_cluster(settings)
+    start_single(settings)
     try:
         state = endpoints.read_state(settings.state_dir)
         ep = endpoint_of(state, settings.repo, "grpc")
@@ -146,7 +147,7 @@ def shapes_recorded(digits_build, tmp_path_factory):
         answers.append(_typed_contents(state.grpc_url))
         _stream_once(state.grpc_url)
     finally:
-        stop_cluster(settings.state_dir)
+        stop_stack(settings.state_dir)
     return answers, sorted(read_recording(settings.record.folder), key=lambda r: r.arrival_us)
 
 

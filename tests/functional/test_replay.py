@@ -13,8 +13,9 @@ from tpserve.common.errors import RecordingError
 from tpserve.common.traffic import RecordedInput, RecordedRequest, RecordingWriter, read_recording
 from tpserve.loadtest.locust_suite.replay import Replay, run_replay
 from tpserve.loadtest.reporting.replay_report import compare_recordings, summarize, write_report
-from tpserve.server.cluster import start_cluster, stop_cluster
 from tpserve.server.edge.recording import record_settings
+from tpserve.server.single import start_single
+from tpserve.server.stack import stop_stack
 
 pytestmark = pytest.mark.functional
 
@@ -45,7 +46,7 @@ def test_a_replay_reaches_the_server_as_recorded(generator, digits_build, tmp_pa
     build_model(BuildRequest(spec=spec, target="embedded", repo=tmp_path / "repo", work_dir=tmp_path / "work"), built)
     original = _synthetic(tmp_path / "recording")
     settings = behind_edge(tmp_path / "repo", tmp_path / "state", record=record_settings("1", tmp_path / "state"))
-    start_cluster(settings)
+    start_single(settings)
     try:
         state = endpoints.read_state(settings.state_dir)
         result = run_replay(
@@ -56,7 +57,7 @@ def test_a_replay_reaches_the_server_as_recorded(generator, digits_build, tmp_pa
             tmp_path / "out",
         )
     finally:
-        stop_cluster(settings.state_dir)
+        stop_stack(settings.state_dir)
     summary = summarize(result, 1.0)
     assert summary["replayed_total"] == 40 and summary["left_out"] == {
         "no inputs read (status 400: refused before the server)": 1

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tpserve.server.cluster import envoy_binary
 from tpserve.server.edge.envoy_config import Balancing, EnvoySettings, Replica, envoy_config
+from tpserve.server.edge.front import envoy_binary
 
 REPLICAS = (Replica("replica-0", 9100, 9101, 9103), Replica("replica-1", 9200, 9201, 9203))
 
@@ -123,16 +123,14 @@ def test_replica_ports_can_be_given_as_a_base():
 
 
 def test_cluster_state_is_a_typed_record_and_old_files_still_read():
-    from tpserve.server.cluster import ClusterState
     from tpserve.server.edge.envoy_config import Replica
+    from tpserve.server.stack import StackState
 
-    state = ClusterState(
-        host="127.0.0.1", http_port=1, admin_port=3, repo="/r", replicas=[Replica("replica-0", 4, 5, 6)]
-    )
-    assert ClusterState.from_dict(state.to_dict()) == state and state.replica("replica-0").health_port == 6
+    state = StackState(host="127.0.0.1", http_port=1, admin_port=3, repo="/r", replicas=[Replica("replica-0", 4, 5, 6)])
+    assert StackState.from_dict(state.to_dict()) == state and state.replica("replica-0").health_port == 6
     old = {k: v for k, v in state.to_dict().items() if k not in ("stats_port", "format_version")}
-    assert ClusterState.from_dict(old).stats_port == 3  # before stats_port was recorded: Envoy's stats on admin_port
-    assert ClusterState.from_dict({}).replicas == []  # a start cut short before the first replica can be stopped
+    assert StackState.from_dict(old).stats_port == 3  # before stats_port was recorded: Envoy's stats on admin_port
+    assert StackState.from_dict({}).replicas == []  # a start cut short before the first replica can be stopped
 
 
 def test_headers_and_connections_are_bounded(tmp_path):
@@ -256,12 +254,13 @@ def test_a_rolling_restart_starts_each_replica_with_its_guard_and_tuning(tmp_pat
     """cluster-restart reads how the replicas were started from cluster.json: their internal ports (the guard's)
     and tritonserver's tuning, not the defaults (it once restarted replicas without the guard)."""
     from tpserve.common import endpoints
-    from tpserve.server import cluster
+    from tpserve.server import replica, stack
+    from tpserve.server.cluster import ClusterSettings
     from tpserve.server.triton import launcher
 
     tuning = launcher.TritonTuning.parse("--http-thread-count=8", True, "0.9:0.01")
-    settings = cluster.ClusterSettings(tmp_path / "repo", replicas=2, state_dir=tmp_path, tuning=tuning)
-    state = cluster._new_state(settings, stats_port=0)
+    settings = ClusterSettings(tmp_path / "repo", replicas=2, state_dir=tmp_path, tuning=tuning)
+    state = stack._new_state(settings)
     for index in range(2):
         state.replicas.append(Replica(f"replica-{index}", 9100 + 4 * index, 9101 + 4 * index, 9103 + 4 * index))
         (tmp_path / f"replica-{index}").mkdir()
@@ -276,13 +275,13 @@ def test_a_rolling_restart_starts_each_replica_with_its_guard_and_tuning(tmp_pat
             admin_key_file="k",
         )
         endpoints.write_state(tmp_path / f"replica-{index}", server)
-    cluster._write(tmp_path, state)
+    stack._write(tmp_path, state)
     started = []
-    monkeypatch.setattr(cluster, "stop_supervisor", lambda folder: None)
+    monkeypatch.setattr(stack, "stop_supervisor", lambda folder: None)
     monkeypatch.setattr(launcher, "stop", lambda folder: None)
-    monkeypatch.setattr(cluster, "await_routable", lambda *args: None)
-    monkeypatch.setattr(cluster, "start_supervised", lambda settings, *args, **kw: started.append(settings))
-    cluster.restart_replicas(tmp_path)
+    monkeypatch.setattr(stack, "await_routable", lambda *args: None)
+    monkeypatch.setattr(replica, "start_supervised", lambda settings, *args, **kw: started.append(settings))
+    stack.restart_replicas(tmp_path)
     assert [s.internal for s in started] == [settings.internal] * 2 == [("http", "grpc", "metrics")] * 2
     assert [s.tuning for s in started] == [tuning] * 2
     assert [s.metrics_port for s in started] == [9102, 9106]

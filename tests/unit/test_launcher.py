@@ -176,16 +176,14 @@ def test_under_numpy_2_the_rest_is_served_and_what_is_left_out_says_why(tmp_path
 
 
 def test_the_internal_http_port_behind_the_edge_can_be_chosen(tmp_path):
-    from tpserve.server.cluster import ClusterSettings
+    from tpserve.server.single import SingleSettings
 
     internal, grpc, metrics, health = endpoints.free_ports(4)
-    settings = ClusterSettings(
+    settings = SingleSettings(
         tmp_path,
-        replicas=1,
         http_port=1,
         grpc_port=grpc,
-        admin_port=metrics,
-        single=True,
+        metrics_port=metrics,
         health_port=health,
         internal_http_port=internal,
     )

@@ -305,7 +305,7 @@ def test_the_module_writes_on_after_the_file_is_rotated_and_refuses_a_bad_log_li
 
 
 def test_the_module_is_used_only_with_the_envoy_it_is_built_for(tmp_path):
-    from tpserve.server.cluster import envoy_binary
+    from tpserve.server.edge.front import envoy_binary
     from tpserve.server.edge.record_module import runs_on
 
     assert runs_on(envoy_binary())

@@ -10,8 +10,8 @@ import pytest
 
 from tpserve.common.errors import ServerError
 from tpserve.common.traffic import CURRENT, CURRENT_GRPC, RecordedRequest, read_recording, recording_files
-from tpserve.server.cluster import envoy_binary
 from tpserve.server.edge.envoy_config import GRPC_ERRORS_FILTER, EnvoySettings, Replica, envoy_config
+from tpserve.server.edge.front import envoy_binary
 from tpserve.server.edge.recording import RecordSettings, access_logs, grpc_filters, prepare, record_settings, rotate
 from tpserve.server.edge.request_checks import EdgeLimits, ModelRules, http_filters
 
@@ -285,7 +285,7 @@ def test_with_fresh_edges_whole_blocks_are_resampled_and_pooled_runs_keep_their_
 def test_a_point_that_fails_is_measured_once_more_after_the_edge_routes_and_says_so(tmp_path, monkeypatch):
     from benchmarks import record_bench
     from tpserve.common.errors import MeasurementError
-    from tpserve.server import cluster
+    from tpserve.server.edge import front
 
     calls, waited = [], []
 
@@ -296,7 +296,7 @@ def test_a_point_that_fails_is_measured_once_more_after_the_edge_routes_and_says
         return [{"throughput": 1.0}]
 
     monkeypatch.setattr(record_bench, "_points", points)
-    monkeypatch.setattr(cluster, "await_routable", lambda socket, replicas, timeout: waited.append(replicas))
+    monkeypatch.setattr(front, "await_routable", lambda socket, replicas, timeout: waited.append(replicas))
     args = (tmp_path, ("m",), ("grpc",), 4, 3000, tmp_path / "edge", tmp_path / "raw" / "r1")
     assert record_bench._points_again_once(*args) == [{"throughput": 1.0, "again": 1}]
     assert calls[1].name == "r1-again" and waited == [1]  # its own raw folder, once the edge routes again

@@ -704,9 +704,9 @@ def cluster_faults(model, protocol, users, seconds, out, state_dir):
     """Locust through Envoy while a replica is SIGKILLed, while a model's stub is, then during a rolling restart
     (after `make cluster`)."""
     from tpserve.loadtest.benches.cluster_faults import run
-    from tpserve.server.cluster import read_cluster
+    from tpserve.server.stack import read_stack
 
-    read_cluster(state_dir)
+    read_stack(state_dir)
     out = out or Path("reports") / time.strftime("cluster-faults-%Y%m%d-%H%M%S")
     run(state_dir, model, protocol, users, seconds, out)
     click.echo((out / "faults.md").read_text())

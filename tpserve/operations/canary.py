@@ -114,8 +114,8 @@ def read_edge(admin_socket: Path, model: str) -> dict[str, Route]:
     import re
     import urllib.parse
 
-    from tpserve.server.cluster import admin_get
     from tpserve.server.edge.envoy_config import canary_stat
+    from tpserve.server.edge.front import admin_get
 
     names = "|".join(re.escape(canary_stat(model, side)) for side in ("new", "old"))
     query = "/stats?format=json&histogram_buckets=cumulative&filter=" + urllib.parse.quote(rf"\.route\.({names})\.")
@@ -223,8 +223,8 @@ def set_share(admin_socket: Path, model: str, percent: int) -> None:
     Raises:
         ServerError: Envoy did not take it.
     """
-    from tpserve.server.cluster import admin_get
     from tpserve.server.edge.envoy_config import canary_key
+    from tpserve.server.edge.front import admin_get
 
     status, body = admin_get(admin_socket, f"/runtime_modify?{canary_key(model)}={int(percent)}", "POST")
     if status != 200:

@@ -159,9 +159,10 @@ def _retire_candidate(plan: Plan, candidate: str, socket: Path, folder: Path) ->
 
 
 def _edge_socket(plan: Plan) -> Path:
-    from tpserve.server.cluster import CLUSTER, admin_socket
+    from tpserve.server.edge.front import admin_socket
+    from tpserve.server.stack import is_stack
 
-    if not (plan.req.state_dir / CLUSTER).exists():
+    if not is_stack(plan.req.state_dir):
         raise RolloutError(
             "a canary by traffic share needs Envoy in front, which sends the share: serve with `make serve "
             "FRONT=envoy` (`server start --front envoy`) or `make cluster`"

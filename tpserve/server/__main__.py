@@ -288,32 +288,30 @@ def _start_behind_edge(
     """One supervised server whose HTTP port is Envoy's edge (server/edge/request_checks.py); its state as clients
     see it."""
     from tpserve.common.endpoints import read_state
-    from tpserve.server.cluster import ClusterSettings, start_cluster
     from tpserve.server.edge.envoy_config import Balancing
     from tpserve.server.edge.request_checks import MIB, EdgeLimits
+    from tpserve.server.single import SingleSettings, start_single
 
     limits = EdgeLimits(max_request_bytes=int(max_request_mb * MIB))
-    cluster = ClusterSettings(
+    single = SingleSettings(
         settings.repo,
-        replicas=1,
         http_port=settings.http_port,
         grpc_port=settings.grpc_port,
-        admin_port=settings.metrics_port,
+        metrics_port=settings.metrics_port,
+        health_port=health_port,
+        internal_http_port=internal_http_port,
         host=settings.host,
         state_dir=settings.state_dir,
         startup_timeout=settings.startup_timeout,
         tuning=settings.tuning,
         edge=limits,
-        single=True,
-        health_port=health_port,
         tls=tls,
-        internal_http_port=internal_http_port,
         record=record,
         balancing=Balancing(max_requests=max_waiting),
         queue_slo=queue_slo,
         grpc_streaming=settings.grpc_streaming,
     )
-    start_cluster(cluster)
+    start_single(single)
     state = read_state(settings.state_dir / "replica-0")
     click.echo(
         f"edge: http {settings.host}:{settings.http_port} and grpc {settings.host}:{settings.grpc_port} through Envoy "
@@ -503,12 +501,12 @@ def _tls(cert, key):
 @click.option("--admin-socket", type=click.Path(path_type=Path), default=None)
 def envoy_run(config, log, record_dir, record_file_mb, record_files, admin_socket):
     """Run Envoy in the foreground, restarting it if it dies, rotating a recording (what `cluster` starts)."""
-    from tpserve.server.cluster import envoy_binary
     from tpserve.server.edge.envoy_process import run
+    from tpserve.server.edge.front import envoy_binary
 
     keep = None
     if record_dir is not None:
-        from tpserve.server.cluster import admin_get
+        from tpserve.server.edge.front import admin_get
         from tpserve.server.edge.recording import RecordSettings, rotate
 
         record = RecordSettings(record_dir, max_file_mb=record_file_mb, max_files=record_files)
@@ -521,7 +519,7 @@ def envoy_run(config, log, record_dir, record_file_mb, record_files, admin_socke
 @user_errors
 def cluster_restart(state_dir):
     """Rolling restart of the cluster's replicas, one at a time, each back in Envoy before the next."""
-    from tpserve.server.cluster import restart_replicas
+    from tpserve.server.stack import restart_replicas
 
     for done in restart_replicas(state_dir):
         click.echo(f"{done['replica']}: restarted and routed again in {done['seconds']} s")
@@ -576,12 +574,12 @@ def stop(state_dir):
 
 def stop_everything(state_dir: Path) -> str:
     """Stop what was started from state_dir (a cluster, the edge and its server, or a server); what was stopped."""
-    from tpserve.server.cluster import CLUSTER, read_cluster, stop_cluster
+    from tpserve.server.stack import is_stack, read_stack, stop_stack
     from tpserve.server.supervision.supervisor_process import stop_supervisor
     from tpserve.server.triton.launcher import stop
 
-    single = (state_dir / CLUSTER).exists() and read_cluster(state_dir).single
-    if stop_cluster(state_dir):
+    single = is_stack(state_dir) and read_stack(state_dir).single
+    if stop_stack(state_dir):
         return "tritonserver and its edge stopped" if single else "cluster stopped (envoy and every replica)"
     supervised = stop_supervisor(state_dir)
     stopped = stop(state_dir) or supervised
@@ -595,12 +593,12 @@ def status(state_dir):
     """Show the running server's pid, ports and log."""
     from tpserve.common.endpoints import read_state
     from tpserve.server import container
-    from tpserve.server.cluster import CLUSTER, read_cluster
+    from tpserve.server.stack import is_stack, read_stack
 
     state = read_state(state_dir)
     boxed = container.record(state_dir)
     inside = "" if boxed is None else f"in the container {boxed['name']} ({boxed['engine']}, image {boxed['image']}); "
-    if not (state_dir / CLUSTER).exists():
+    if not is_stack(state_dir):
         guarded = (state_dir / fronts.CHECKS_FILE).exists()  # written at each start with the checks, else removed
         front = "checks inside tritonserver's reads" if guarded else "none (tritonserver's own ports, unguarded)"
         click.echo(f"front: {front}")
@@ -609,16 +607,16 @@ def status(state_dir):
         click.echo(f"pid {state.pid}, http {state.http_url}, grpc {state.grpc_url}, repo {state.repo}, log {state.log}")
         click.echo(_models_line(state))
         return
-    cluster = read_cluster(state_dir)
-    front = "edge (Envoy, HTTP and gRPC)" if cluster.single else "Envoy"
+    stack = read_stack(state_dir)
+    front = "edge (Envoy, HTTP and gRPC)" if stack.single else "Envoy"
     click.echo(
         f"{front}: pid {state.pid}, http {state.http_url}, grpc {state.grpc_url}, repo {state.repo}, log {state.log}"
     )
-    if cluster.recording:
-        click.echo(f"  recording the traffic in {cluster.recording}")
+    if stack.recording:
+        click.echo(f"  recording the traffic in {stack.recording}")
     if inside:  # its pids are the container's; its server's own ports take no one but its user
         click.echo(f"  {inside}pids inside it")
-    for replica in cluster.replicas:
+    for replica in stack.replicas:
         inner = read_state(state_dir / replica.name)
         click.echo(
             f"  {replica.name}: tritonserver pid {inner.pid}, http {inner.http_url}, grpc {inner.grpc_url}, "

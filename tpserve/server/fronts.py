@@ -144,10 +144,11 @@ def _guarded(
 
 @contextmanager
 def _behind_envoy(repo: Path, state_dir: Path, **options):
-    from tpserve.server.cluster import one_behind_edge, start_cluster, stop_cluster
+    from tpserve.server.single import one_behind_edge, start_single
+    from tpserve.server.stack import stop_stack
 
-    start_cluster(one_behind_edge(repo, state_dir, **options))
+    start_single(one_behind_edge(repo, state_dir, **options))
     try:
         yield endpoints.read_state(state_dir), endpoints.read_state(state_dir / "replica-0")
     finally:
-        stop_cluster(state_dir)
+        stop_stack(state_dir)

@@ -17,7 +17,7 @@ from tpserve.loadtest.locust_suite.run import LocustResult, LocustRun, run_locus
 
 
 def _healthy(state_dir: Path, replicas: int) -> bool:
-    from tpserve.server.cluster import admin_socket, routable
+    from tpserve.server.edge.front import admin_socket, routable
 
     return routable(admin_socket(state_dir), replicas)
 
@@ -40,7 +40,7 @@ def _during_locust(run: LocustRun, state_dir: Path, out: Path, fault, delay: flo
 def kill_replica(state_dir: Path, replicas: int, name: str = "replica-0") -> dict:
     """SIGKILL a replica's tritonserver; seconds until Envoy saw it down and until it routes to it again."""
     from tpserve.common.endpoints import read_state
-    from tpserve.server.cluster import replica_restarted
+    from tpserve.server.stack import replica_restarted
 
     victim, killed = read_state(state_dir / name).pid, time.monotonic()
     os.kill(victim, signal.SIGKILL)
@@ -53,7 +53,7 @@ def kill_replica(state_dir: Path, replicas: int, name: str = "replica-0") -> dic
 def kill_stub(state_dir: Path, model: str, name: str = "replica-0") -> dict:
     """SIGKILL model's stub on one replica; seconds until its supervisor calls the model ready again."""
     from tpserve.common.endpoints import read_state
-    from tpserve.server.cluster import replica_ready
+    from tpserve.server.stack import replica_ready
     from tpserve.server.triton.processes import stubs
 
     server = read_state(state_dir / name).pid
@@ -69,7 +69,7 @@ def kill_stub(state_dir: Path, model: str, name: str = "replica-0") -> dict:
 
 
 def rolling_restart(state_dir: Path) -> dict:
-    from tpserve.server.cluster import restart_replicas
+    from tpserve.server.stack import restart_replicas
 
     return {"restarts": restart_replicas(state_dir)}
 
@@ -85,9 +85,9 @@ def _wait(condition, timeout: float) -> float:
 
 def run(state_dir: Path, model: str, protocol: str, users: int, seconds: int, out: Path) -> list[dict]:
     """Every experiment, one Locust run each; rows with requests, failures and the fault's figures."""
-    from tpserve.server.cluster import read_cluster
+    from tpserve.server.stack import read_stack
 
-    replicas = len(read_cluster(state_dir).replicas)
+    replicas = len(read_stack(state_dir).replicas)
     locust = LocustRun(models=((model, 1),), protocol=protocol, users=users, spawn_rate=users, run_time_s=seconds)
     experiments = [  # (name, folder of its Locust run, fault, seconds into the run)
         ("SIGKILL of replica-0's tritonserver", "kill", lambda: kill_replica(state_dir, replicas), seconds / 4),

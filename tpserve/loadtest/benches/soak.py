@@ -88,10 +88,10 @@ def served_processes(state_dir: Path) -> dict[str, int]:
 
 
 def _envoy_keeper(state_dir: Path) -> int | None:
-    from tpserve.server.cluster import read_cluster
+    from tpserve.server.stack import read_stack
 
     try:
-        return read_cluster(state_dir).envoy_pid
+        return read_stack(state_dir).envoy_pid
     except (OSError, ValueError, ServerError):  # no edge, or its record half-written
         return None
 

@@ -36,14 +36,14 @@ def targets_of(state_dir: Path) -> list[Target]:
     """The replicas' metrics endpoints and Envoy's (a cluster), or the single server's; with admission by queue
     time, each replica's supervisor's /metrics too."""
     from tpserve.common.endpoints import read_state
-    from tpserve.server.cluster import CLUSTER, read_cluster
+    from tpserve.server.stack import is_stack, read_stack
 
-    if not (state_dir / CLUSTER).exists():
+    if not is_stack(state_dir):
         state = read_state(state_dir)
         return [Target("triton", f"{state.host}:{state.metrics_port}", labels={"replica": "server"})] + _supervisor(
             state_dir, state.host
         )
-    cluster, found = read_cluster(state_dir), []
+    cluster, found = read_stack(state_dir), []
     for replica in cluster.replicas:
         state = read_state(state_dir / replica.name)
         found.append(Target("triton", f"{state.host}:{state.metrics_port}", labels={"replica": replica.name}))

@@ -150,8 +150,9 @@ def _deployed(repository: Path, deployment: Deployment, state_dir: Path, timeout
     (Envoy in front); free ports; the requests that may wait as MAX_WAITING= sets them (per replica). Yields the
     state clients use; always stopped."""
     from tpserve.common import endpoints
-    from tpserve.server.cluster import start_cluster, stop_cluster
+    from tpserve.server.cluster import start_cluster
     from tpserve.server.fronts import served_as_started
+    from tpserve.server.stack import stop_stack
 
     if deployment.replicas == 1:
         with served_as_started(
@@ -163,7 +164,7 @@ def _deployed(repository: Path, deployment: Deployment, state_dir: Path, timeout
     try:
         yield endpoints.read_state(state_dir)
     finally:
-        stop_cluster(state_dir)
+        stop_stack(state_dir)
 
 
 def _cluster(repository: Path, deployment: Deployment, state_dir: Path, timeout: float):
