@@ -1,12 +1,16 @@
 /* The native gRPC recorder (server/edge/record_grpc.c) under AddressSanitizer and UBSan, through the stand-in for
  * Envoy's side of the ABI (tests/fixtures/record_grpc/harness.c, built beside it): gRPC bodies of ModelInfer
  * messages, well formed, truncated, with fields and lengths mutated at random and plain random bytes, cut into
- * random chunks, each stream recorded at most once. A read past a chunk, an overflow or a leak fails the run.
+ * random chunks, each stream recorded at most once; half the streams through a configuration that keeps the bodies
+ * (values, 300 bytes: under and past it) and writes its own lines, into a folder of its own, which every line must
+ * end in. A read past a chunk, an overflow or a leak fails the run.
  *
  *   fuzz_record SECONDS SEED   (exit 0: every stream held) */
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../../tpserve/server/edge/record_grpc.c"
 
@@ -119,6 +123,24 @@ static int one_stream(void* config) {
   return 1;
 }
 
+/* Every line the module wrote is one JSON object ending its line (a torn or unterminated line fails). */
+static int lines_end_whole(const char* path) {
+  FILE* f = fopen(path, "r");
+  if (!f) return 0;
+  int c, previous = '\n', ok = 1;
+  long lines = 0;
+  while ((c = fgetc(f)) != EOF) {
+    if (previous == '\n' && c != '{') ok = 0;
+    if (c == '\n') ok = ok && previous == '}', ++lines;
+    previous = c;
+  }
+  fclose(f);
+  if (previous != '\n') ok = 0;
+  if (!ok) fprintf(stderr, "fuzz_record: a line of %s is not whole\n", path);
+  printf("fuzz_record: %ld lines written by the module\n", lines);
+  return ok;
+}
+
 int main(int argc, char** argv) {
   double seconds = argc > 1 ? atof(argv[1]) : 5.0;
   state ^= argc > 2 ? strtoull(argv[2], NULL, 10) * 0x9E3779B97F4A7C15ull : 0;
@@ -127,15 +149,27 @@ int main(int argc, char** argv) {
   void* config = envoy_dynamic_module_on_http_filter_config_new(NULL, (dm_buffer){"record_grpc", 11},
                                                                 (dm_buffer){text, sizeof text - 1});
   if (config == NULL) return 2;
+  char folder[] = "/tmp/fuzz_record.XXXXXX", log[64], values[128];
+  if (!mkdtemp(folder)) return 2; /* 0700, ours */
+  snprintf(log, sizeof log, "%s/lines.jsonl", folder);
+  int at = snprintf(values, sizeof values, "head_bytes 2048\nvalues 300\nlog ");
+  for (const char *c = log; *c && at < (int)sizeof values - 3; ++c) at += snprintf(values + at, 3, "%02x", *c);
+  at += snprintf(values + at, sizeof values - (size_t)at, "\n16 64696769");
+  void* keeping = envoy_dynamic_module_on_http_filter_config_new(NULL, (dm_buffer){"record_grpc", 11},
+                                                                 (dm_buffer){values, (size_t)at});
+  if (keeping == NULL) return 2;
   struct timespec start, now;
   clock_gettime(CLOCK_MONOTONIC, &start);
   long streams = 0;
   int ok = 1;
   do {
-    for (int k = 0; k < 200 && ok; ++k, ++streams) ok = one_stream(config);
+    for (int k = 0; k < 200 && ok; ++k, ++streams) ok = one_stream(k % 2 ? keeping : config);
     clock_gettime(CLOCK_MONOTONIC, &now);
   } while (ok && (now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) / 1e9 < seconds);
   envoy_dynamic_module_on_http_filter_config_destroy(config);
+  envoy_dynamic_module_on_http_filter_config_destroy(keeping); /* its lines written out */
+  ok = ok && lines_end_whole(log);
+  unlink(log), rmdir(folder);
   printf("fuzz_record: %ld streams (%ld recorded), %d failures\n", streams, recorded, !ok);
   return !ok;
 }

@@ -43,7 +43,11 @@ FRONT_SOURCES = sorted(TRITON.glob("*.c"))  # the guard and the front, as the sh
 GUARD = [ROOT / "tests" / "native" / "fuzz_guard.c", *FRONT_SOURCES]
 HEADERS = [ROOT / "tests" / "native" / "fuzz_headers.c", TRITON / "grpc_headers.c"]
 INPUTS = [ROOT / "tests" / "native" / "fuzz_infer_inputs.c", TRITON / "grpc_infer_inputs.c"]
-RECORDER = [ROOT / "tests" / "native" / "fuzz_record.c", ROOT / "tests" / "fixtures" / "record_grpc" / "harness.c"]
+RECORDER = [
+    ROOT / "tests" / "native" / "fuzz_record.c",
+    ROOT / "tests" / "fixtures" / "record_grpc" / "harness.c",
+    ROOT / "tpserve" / "server" / "edge" / "envoy_module.c",
+]
 ADMISSION = [ROOT / "tests" / "native" / "fuzz_admission.c"]
 CHECKS = [ROOT / "tests" / "native" / "fuzz_checks.c", TRITON / "http_checks.c"]
 FRONT = [

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tpserve.common.native_build import c_compiler
-from tpserve.server.edge.record_module import SOURCE, module_config
+from tpserve.server.edge.record_module import MODULE_COMMON, SOURCE, module_config
 
 HARNESS = Path(__file__).parent.parent / "fixtures" / "record_grpc" / "harness.c"
 INFER = b"/inference.GRPCInferenceService/ModelInfer"
@@ -34,8 +34,9 @@ def recorder(tmp_path_factory):
         pytest.skip("no C compiler (cc/gcc): the recorder is built by make install")
     folder = tmp_path_factory.mktemp("record_grpc")
     harness, module = folder / "libharness.so", folder / "librecord_grpc.so"
-    for source, target in ((HARNESS, harness), (SOURCE, module)):
-        subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-Wall", "-o", str(target), str(source)], check=True)
+    for sources, target in (((HARNESS,), harness), ((SOURCE, MODULE_COMMON), module)):
+        command = [compiler, "-shared", "-fPIC", "-O1", "-Wall", "-o", str(target), *map(str, sources)]
+        subprocess.run(command, check=True)
     envoy = ctypes.CDLL(str(harness), mode=ctypes.RTLD_GLOBAL)  # the callbacks the module binds to
     lib = ctypes.CDLL(str(module))
     lib.envoy_dynamic_module_on_http_filter_config_new.argtypes = [ctypes.c_void_p, Buffer, Buffer]
@@ -62,10 +63,10 @@ def _buffer(data: bytes) -> tuple[Buffer, ctypes.Array]:
     return Buffer(ctypes.cast(held, ctypes.c_void_p), len(data)), held
 
 
-def _config(lib, head_bytes=65536, models=None, log=None):
+def _config(lib, head_bytes=65536, models=None, log=None, value_bytes=None):
     name, held_name = _buffer(b"record_grpc")
     models = models if models is not None else {"digits_cnn": 16}
-    text, held_text = _buffer(module_config(models, head_bytes, log).encode())
+    text, held_text = _buffer(module_config(models, head_bytes, log, value_bytes).encode())
     return lib.envoy_dynamic_module_on_http_filter_config_new(None, name, text)
 
 
@@ -313,3 +314,65 @@ def test_the_module_is_used_only_with_the_envoy_it_is_built_for(tmp_path):
     other.write_text("#!/bin/sh\necho 'envoy  version: 0/1.33.2/Clean/RELEASE/BoringSSL'\n")
     other.chmod(0o700)
     assert not runs_on(other) and not runs_on(tmp_path / "missing")
+
+
+def test_with_values_the_line_keeps_the_message_as_sent_however_it_is_cut(recorder, tmp_path):
+    """RECORD=values: the module copies the body as it passes (nothing held back) and writes the message into the
+    line, base64, where it is one whole uncompressed message within the cap; past the cap, shapes alone."""
+    import base64
+
+    from tritonclient.grpc import service_pb2
+
+    lib, envoy = recorder
+    log = tmp_path / "traffic-current-grpc.jsonl"
+    message = _message(version="2")
+    body = _framed(message)
+    cap = len(body) - 5  # the message exactly: kept
+    config = _config(lib, log=log, value_bytes=cap)
+    envoy.harness_set_status(b"0", None)
+    for cuts in ((), (1,), (3, 5, 6), (40, 200, len(body) - 1)):
+        _record(recorder, body, cuts=cuts, config=config, complete=True)
+    _record(recorder, body + _framed(message), config=config, complete=True)  # two messages: no values
+    _record(recorder, body[:-1], config=config, complete=True)  # cut short: no values
+    compressed = b"\1" + body[1:]
+    _record(recorder, compressed, config=config, complete=True)  # compressed: not read, no line
+    lib.envoy_dynamic_module_on_http_filter_config_destroy(config)
+    small = _config(lib, log=tmp_path / "small.jsonl", value_bytes=cap - 1)  # one byte short: shapes alone
+    _record(recorder, body, cuts=(100,), config=small, complete=True)
+    lib.envoy_dynamic_module_on_http_filter_config_destroy(small)
+    envoy.harness_set_status(None, None)
+    lines = _logged(log)
+    assert len(lines) == 6 and all(r.signature() == (("input", "FP32", (2, 1, 8, 8)),) for r in lines)
+    for r in lines[:4]:
+        assert r.values["header_length"] == 0
+        kept = service_pb2.ModelInferRequest.FromString(base64.b64decode(r.values["body"]))
+        assert kept == message and base64.b64decode(r.values["body"]) == body[5:]
+    assert [r.values for r in lines[4:]] == [None, None]
+    (past,) = _logged(tmp_path / "small.jsonl")
+    assert past.values is None and past.model == "digits_cnn"
+
+
+def test_a_values_config_needs_the_log_and_a_cap_it_can_hold(recorder, tmp_path):
+    lib, _ = recorder
+    log = str(tmp_path / "v.jsonl").encode().hex()
+    assert module_config({"m": 0}, 100, tmp_path / "v.jsonl", 7) == f"head_bytes 100\nvalues 7\nlog {log}\n0 6d\n"
+    name, _ = _buffer(b"record_grpc")
+    for text in (
+        "head_bytes 10\nvalues 10\n",  # no log: bodies go into the module's own lines only
+        f"head_bytes 10\nvalues -1\nlog {log}\n",
+        f"head_bytes 10\nvalues {(1 << 30) + 1}\nlog {log}\n",  # past 1 GiB
+        f"head_bytes 10\nvalues 10\nvalues 10\nlog {log}\n",  # twice
+        f"head_bytes 10\nlog {log}\nvalues 10\n",  # after the log
+        f"head_bytes 10\nvalues 10x\nlog {log}\n",
+    ):
+        held = ctypes.create_string_buffer(text.encode())
+        assert not lib.envoy_dynamic_module_on_http_filter_config_new(
+            None, name, Buffer(ctypes.cast(held, ctypes.c_void_p), len(text))
+        ), text
+    fine = f"head_bytes 10\nvalues 0\nlog {log}\n".encode()
+    held = ctypes.create_string_buffer(fine)
+    config = lib.envoy_dynamic_module_on_http_filter_config_new(
+        None, name, Buffer(ctypes.cast(held, ctypes.c_void_p), len(fine))
+    )
+    assert config
+    lib.envoy_dynamic_module_on_http_filter_config_destroy(config)

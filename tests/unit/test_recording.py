@@ -33,7 +33,7 @@ def test_record_off_and_unknown_modes(tmp_path):
         record_settings("yes please", tmp_path)
 
 
-def _recording_config(tmp_path, values: bool = False, native: bool = True) -> dict:
+def _recording_config(tmp_path, values: bool = False) -> dict:
     record = RecordSettings(tmp_path / "traffic", values=values)
     settings = EnvoySettings(
         replicas=(Replica("replica-0", 9100, 9101, 9103),),
@@ -42,19 +42,17 @@ def _recording_config(tmp_path, values: bool = False, native: bool = True) -> di
         stats_port=0,
         admin_socket=str(tmp_path / "envoy-admin.sock"),
         edge_filters=tuple(http_filters(RULES, EdgeLimits(), record)),
-        grpc_filters=tuple(grpc_filters(record, RULES, EdgeLimits().max_request_bytes, native)),
-        access_logs=access_logs(record, native),
+        grpc_filters=tuple(grpc_filters(record, RULES)),
+        access_logs=access_logs(record),
         grpc_streaming=True,  # streams pass (and stream through unbuffered)
     )
     return envoy_config(settings)
 
 
-@pytest.mark.parametrize(
-    "values, native", [(False, True), (False, False), (True, True)], ids=["shapes", "shapes by Lua", "values"]
-)
-def test_the_real_envoy_accepts_the_recording_config(tmp_path, values, native):
+@pytest.mark.parametrize("values", [False, True], ids=["shapes", "values"])
+def test_the_real_envoy_accepts_the_recording_config(tmp_path, values):
     path = tmp_path / "envoy.json"
-    path.write_text(json.dumps(_recording_config(tmp_path, values, native)))
+    path.write_text(json.dumps(_recording_config(tmp_path, values)))
     prepare(RecordSettings(tmp_path / "traffic"))
     done = subprocess.run([str(envoy_binary()), "--mode", "validate", "-c", str(path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -65,39 +63,32 @@ def _grpc_manager(config: dict) -> dict:
     return listeners["triton_grpc"]["filter_chains"][0]["filters"][0]["typed_config"]
 
 
-@pytest.mark.parametrize("native", [False, True], ids=["gRPC by Lua", "gRPC by the module"])
-def test_every_listener_records_to_one_file_by_access_log_or_by_the_module(tmp_path, native):
-    config = _recording_config(tmp_path, native=native)
+def test_http_records_by_access_log_and_grpc_by_the_module_to_a_file_of_its_own(tmp_path):
+    config = _recording_config(tmp_path)
     listeners = {item["name"]: item for item in config["static_resources"]["listeners"]}
-    logged = (("triton_http", "%RESPONSE_CODE%"),) + ((("triton_grpc", "%GRPC_STATUS_NUMBER%"),) if not native else ())
-    for name, status in logged:
-        manager = listeners[name]["filter_chains"][0]["filters"][0]["typed_config"]
-        line = manager["access_log"][0]["typed_config"]["log_format"]["json_format"]
-        assert line["status"] == status and line["protocol"] == name.removeprefix("triton_")
-        assert manager["access_log"][0]["typed_config"]["path"] == str(tmp_path / "traffic" / CURRENT)
-    if native:  # the module writes gRPC's lines to a file of its own, and no access log does
-        assert "access_log" not in _grpc_manager(config)
-        text = _grpc_manager(config)["http_filters"][0]["typed_config"]["filter_config"]["value"]
-        assert text.splitlines()[1] == "log " + str(tmp_path / "traffic" / CURRENT_GRPC).encode().hex()
+    manager = listeners["triton_http"]["filter_chains"][0]["filters"][0]["typed_config"]
+    line = manager["access_log"][0]["typed_config"]["log_format"]["json_format"]
+    assert line["status"] == "%RESPONSE_CODE%" and line["protocol"] == "http"
+    assert manager["access_log"][0]["typed_config"]["path"] == str(tmp_path / "traffic" / CURRENT)
+    assert "access_log" not in _grpc_manager(config)  # the module writes gRPC's lines, and no access log does
+    text = _grpc_manager(config)["http_filters"][0]["typed_config"]["filter_config"]["value"]
+    assert text.splitlines()[1] == "log " + str(tmp_path / "traffic" / CURRENT_GRPC).encode().hex()
 
 
-def test_shapes_stream_through_unbuffered_and_values_buffer_unary_calls_only(tmp_path):
-    shapes = _grpc_manager(_recording_config(tmp_path))
-    names = [f["name"] for f in shapes["http_filters"]]
-    assert names == ["envoy.filters.http.dynamic_modules", GRPC_ERRORS_FILTER, "envoy.filters.http.router"]
-    module = shapes["http_filters"][0]["typed_config"]
-    assert module["filter_config"]["value"].startswith("head_bytes 65536\n")
+@pytest.mark.parametrize("values", [False, True], ids=["shapes", "values"])
+def test_grpc_streams_through_the_module_unbuffered_shapes_or_values(tmp_path, values):
+    manager = _grpc_manager(_recording_config(tmp_path, values=values))
+    names = [f["name"] for f in manager["http_filters"]]
+    assert names == ["envoy.filters.http.dynamic_modules", GRPC_ERRORS_FILTER, ROUTER]  # no buffer, no Lua
+    module = manager["http_filters"][0]["typed_config"]
+    config = module["filter_config"]["value"].splitlines()
+    assert config[0] == "head_bytes 65536"
+    assert (config[1] == f"values {1 << 20}") is values  # the body kept, up to max_value_bytes
     library = Path(module["dynamic_module_config"]["module"]["local"]["filename"])
     assert library.is_file() and stat.S_IMODE(library.parent.stat().st_mode) == 0o700, "code Envoy loads: ours alone"
-    by_lua = _grpc_manager(_recording_config(tmp_path, native=False))
-    assert [f["name"] for f in by_lua["http_filters"]] == ["envoy.filters.http.lua", GRPC_ERRORS_FILTER, ROUTER]
-    values = _grpc_manager(_recording_config(tmp_path, values=True))
-    assert values["http_filters"][0]["name"] == "envoy.filters.http.buffer"
-    routes = {r["match"].get("path"): r for r in values["route_config"]["virtual_hosts"][0]["routes"]}
-    stream = routes["/inference.GRPCInferenceService/ModelStreamInfer"]["typed_per_filter_config"]
-    assert stream["envoy.filters.http.buffer"]["disabled"] is True
-    unary = routes["/inference.GRPCInferenceService/ModelInfer"]["typed_per_filter_config"]
-    assert "envoy.filters.http.buffer" not in unary
+    routes = {r["match"].get("path"): r for r in manager["route_config"]["virtual_hosts"][0]["routes"]}
+    stream = routes["/inference.GRPCInferenceService/ModelStreamInfer"].get("typed_per_filter_config", {})
+    assert "envoy.filters.http.buffer" not in stream
 
 
 def test_an_access_log_line_reads_as_a_recorded_request():

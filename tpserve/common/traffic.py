@@ -116,8 +116,8 @@ class RecordedRequest:
 
 
 def _values(found) -> dict | None:
-    """A line's values: {"body": base64, "header_length": n}, as an object (gRPC's Lua) or as its JSON text (the
-    edge's HTTP checks module)."""
+    """A line's values: {"body": base64, "header_length": n}, as an object (the gRPC recorder's own line) or as
+    its JSON text (the edge's HTTP checks module, through the access log)."""
     return json.loads(found) if isinstance(found, str) else found
 
 

@@ -101,14 +101,9 @@ static void add_json_string(text *t, const char *s, size_t n) {
 }
 
 static void add_base64(text *t, const unsigned char *bytes, size_t n) {
-  static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  for (size_t i = 0; i < n; i += 3) {
-    uint32_t v = (uint32_t)bytes[i] << 16 | (i + 1 < n ? (uint32_t)bytes[i + 1] << 8 : 0) |
-                 (i + 2 < n ? (uint32_t)bytes[i + 2] : 0);
-    char four[4] = {alphabet[v >> 18 & 63], alphabet[v >> 12 & 63], i + 1 < n ? alphabet[v >> 6 & 63] : '=',
-                    i + 2 < n ? alphabet[v & 63] : '='};
-    add(t, four, 4);
-  }
+  char block[BASE64_LENGTH(BASE64_BLOCK)];
+  for (size_t i = 0; i < n; i += BASE64_BLOCK)
+    add(t, block, module_base64(bytes + i, n - i < BASE64_BLOCK ? n - i : BASE64_BLOCK, block));
 }
 
 /* ---- configuration ---- */

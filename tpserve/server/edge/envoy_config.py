@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 PREVIOUS_HOSTS = "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"
 ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
-BUFFER_FILTER = "envoy.filters.http.buffer"
-BUFFER_PER_ROUTE = "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.BufferPerRoute"
 ADMIN_SOCKET_MODE = 0o600
 STATS_PATH = "/stats/prometheus"
 HTTP_INFER = r"^/v2/models/[A-Za-z0-9_.-]+(/versions/[0-9]+)?/infer$"
@@ -239,9 +237,7 @@ def _route(
     return {"match": match, "route": action}
 
 
-def routes(
-    cluster: str, b: Balancing, protocol: str, stream_config: dict | None = None, streaming: bool = True
-) -> list[dict]:
+def routes(cluster: str, b: Balancing, protocol: str, streaming: bool = True) -> list[dict]:
     """Every request to cluster, retried on another replica when it failed before a replica answered;
     gRPC inference also on UNAVAILABLE (a replica going away), other gRPC calls not (a refused admin call);
     inference also on HTTP 404 and, unary gRPC, NOT_FOUND (the model is being reloaded on that replica: its
@@ -258,9 +254,6 @@ def routes(
             )
             for path in GRPC_INFER
         ]
-        for route in found:
-            if stream_config and route["match"]["path"] == GRPC_STREAM:  # streams flow through the filters unbuffered
-                route["typed_per_filter_config"] = stream_config
         if not streaming:
             found = [r if r["match"]["path"] != GRPC_STREAM else stream_refused() for r in found]
     else:
@@ -361,9 +354,7 @@ def _routes(cluster: str, s: EnvoySettings, protocol: str) -> list[dict]:
         return canary_routes(cluster, s.balancing, s.canary_models) + routes(cluster, s.balancing, protocol)
     if protocol == "grpc":
         register = _route(cluster, s.balancing, {"path": GRPC_SHM_REGISTER}, BEFORE_ANSWER)
-        buffered = any(f["name"] == BUFFER_FILTER for f in s.grpc_filters)  # streams must flow
-        unbuffered = {BUFFER_FILTER: {"@type": BUFFER_PER_ROUTE, "disabled": True}} if buffered else None
-        found = routes(cluster, s.balancing, protocol, unbuffered, s.grpc_streaming)
+        found = routes(cluster, s.balancing, protocol, s.grpc_streaming)
         return [register, *_grpc_errors_only_on_register(found)]
     return routes(cluster, s.balancing, protocol)
 

@@ -1,6 +1,20 @@
-/* The HTTP filter hooks Envoy resolves in every dynamic module that neither of the edge's modules needs
- * (scheduling, callouts, watermarks, per-route configuration): defined once, compiled into each. */
+/* The HTTP filter hooks Envoy resolves in every dynamic module that none of the edge's modules needs
+ * (scheduling, callouts, watermarks, per-route configuration), and base64 for the recorded bodies: defined once,
+ * compiled into each. */
 #include "envoy_module.h"
+
+size_t module_base64(const uint8_t *in, size_t n, char *out) {
+  static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  size_t length = 0;
+  for (size_t i = 0; i < n; i += 3) {
+    uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < n ? (uint32_t)in[i + 1] << 8 : 0) | (i + 2 < n ? in[i + 2] : 0u);
+    out[length++] = alphabet[v >> 18 & 63];
+    out[length++] = alphabet[v >> 12 & 63];
+    out[length++] = i + 1 < n ? alphabet[v >> 6 & 63] : '=';
+    out[length++] = i + 2 < n ? alphabet[v & 63] : '=';
+  }
+  return length;
+}
 
 void envoy_dynamic_module_on_http_filter_scheduled(void *f, void *m, uint64_t id) { (void)f, (void)m, (void)id; }
 void envoy_dynamic_module_on_http_filter_config_scheduled(void *c, uint64_t id) { (void)c, (void)id; }

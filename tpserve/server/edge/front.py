@@ -174,19 +174,12 @@ def _edge_bounds(edge: EdgeLimits | None) -> dict[str, Any]:
 
 
 def _recording(front: EdgeFront, rules: dict) -> dict:
-    """EnvoySettings' fields for a recording: the gRPC listener's reader and both listeners' access logs."""
+    """EnvoySettings' fields for a recording: the gRPC listener's recorder and the HTTP listener's access log (the
+    checks module reads HTTP: request_checks.http_filters)."""
     if front.record is None:
         return {}
-    from tpserve.server.edge.record_module import ENVOY_VERSION, runs_on
-
-    record = front.record
-    native = record.values or runs_on(envoy_binary())
-    if not native:
-        step(f"recording gRPC with the Lua reader: the native one is built for Envoy {ENVOY_VERSION.strip('/.')}")
-    prepare(record)
-    limits = front.edge or EdgeLimits()  # EdgeFront refuses a recording without the edge
-    filters = grpc_filters(record, rules, limits.max_request_bytes, native)
-    return {"grpc_filters": tuple(filters), "access_logs": access_logs(record, native)}
+    prepare(front.record)
+    return {"grpc_filters": tuple(grpc_filters(front.record, rules)), "access_logs": access_logs(front.record)}
 
 
 def admin_socket(state_dir: Path) -> Path:

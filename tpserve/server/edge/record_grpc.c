@@ -1,24 +1,27 @@
 /* Recording gRPC ModelInfer requests at the edge, natively: an Envoy dynamic module (Envoy 1.40, ABI v0.2).
  *
- * It reads what server/edge/record.lua's grpc_on_request reads: the request's model, version, each input's name,
- * datatype and shape, and its batch. With a "log" line in its configuration it writes each request's line to
- * the recording itself when the stream completes (common/traffic.py's format: the request, its arrival in µs,
- * bytes received, gRPC status and duration), through a buffer that a thread of its own writes out every second
- * or every 64 KB, reopening the file where the keeper has rotated it. That costs Envoy 10-20 µs a gRPC
- * request where the metadata and the access log cost 41-44 (docs/measuring.md). Without it, the request goes
- * as one JSON text under the dynamic metadata key traffic/request, for the access log to write.
- * Shapes only; RECORD=values keeps the Lua, which keeps the body too.
+ * It reads the request's model, version, each input's name, datatype and shape, and its batch (HTTP's are read
+ * by the checks module, checks_module.c, from the checks' own reading). With a "log" line in its configuration
+ * it writes each request's line to the recording itself when the stream completes (common/traffic.py's format:
+ * the request, its arrival in µs, bytes received, gRPC status and duration), through a buffer that a thread of
+ * its own writes out every second or every 64 KB, reopening the file where the keeper has rotated it. That costs
+ * Envoy 10-20 µs a gRPC request where the metadata and the access log cost 41-44 (docs/measuring.md). Without
+ * it, the request goes as one JSON text under the dynamic metadata key traffic/request, for an access log.
+ * With "values N" (RECORD=values) it also keeps each request's message, up to N bytes, as it passes, and writes
+ * it into the line (base64, as "values": {"body", "header_length": 0}) where the body was one whole
+ * uncompressed message within N; past N the copy is dropped at once and the line has the shapes alone.
  *
- * Why native: the Lua filter cost about 10% of gRPC throughput on a 0.3 ms model (2 cores), most of it in
- * running a Lua filter on the stream at all. This filter never holds the stream: every hook answers Continue,
- * and the body passes on as it comes. It copies a message's first 512 bytes (and, where the inputs run past
- * them, up to head_bytes) and never the tensor contents behind them.
+ * Why native: a Lua filter cost about 10% of gRPC throughput on a 0.3 ms model (2 cores), most of it in running
+ * a Lua filter on the stream at all, and keeping values in Lua needed the stream buffered whole first. This
+ * filter never holds the stream: every hook answers Continue, and the body passes on as it comes. It copies a
+ * message's first 512 bytes (and, where the inputs run past them, up to head_bytes) and never the tensor
+ * contents behind them, except where values are kept.
  *
- * Reading (as record.lua): the message is walked field by field; a length-delimited field that runs past the
- * bytes copied ends the walk. That is fine at outputs (6) or the raw contents (7), since serializers write
- * fields in number order, so the inputs have been read. A message it cannot read, a compressed one, or one
- * past 64 inputs, 64 dims or 256-byte names goes on unrecorded: recording refuses nothing (Triton decides).
- * Repeated scalar fields are read as protobuf reads them: the last one wins.
+ * Reading: the message is walked field by field; a length-delimited field that runs past the bytes copied ends
+ * the walk. That is fine at outputs (6) or the raw contents (7), since serializers write fields in number order,
+ * so the inputs have been read. A message it cannot read, a compressed one, or one past 64 inputs, 64 dims or
+ * 256-byte names goes on unrecorded: recording refuses nothing (Triton decides). Repeated scalar fields are read
+ * as protobuf reads them: the last one wins.
  *
  * Built by `make install` (python -m tpserve.server build-shim) into .tools/envoy_modules/ (0700). The ABI's types and
  * the callbacks used are declared below as the ABI defines them (source/extensions/dynamic_modules/abi/abi.h
@@ -45,12 +48,13 @@ extern void envoy_dynamic_module_callback_http_set_dynamic_metadata_string(void 
                                                                            dm_buffer key, dm_buffer value);
 
 
-/* ---- configuration: "head_bytes N", then "log hex(path)" where the module writes the lines, then one
- * "max_batch_size hex(model name)" line a model ---- */
+/* ---- configuration: "head_bytes N", then "values N" where bodies are kept (up to N bytes; needs the log), then
+ * "log hex(path)" where the module writes the lines, then one "max_batch_size hex(model name)" line a model ---- */
 
 #define HEAD_FIRST 512 /* a message's header is tried from its first bytes, before head_bytes */
 #define MAX_ITEMS 64
 #define MAX_NAME 256
+#define MAX_VALUE_BYTES ((size_t)1 << 30) /* "values N" past this is refused: sizes below stay far from SIZE_MAX */
 #define GRPC_INFER "/inference.GRPCInferenceService/ModelInfer"
 #define REPLAY_HEADER "x-traffic-replay" /* a replay's requests carry it (common/traffic.py: REPLAY_HEADER) */
 
@@ -64,6 +68,8 @@ typedef struct line_writer line_writer;
 
 typedef struct {
   size_t head_bytes;
+  bool values;        /* keep each request's message, up to value_bytes, for its line */
+  size_t value_bytes;
   size_t count;
   model_rule *models;
   line_writer *log; /* NULL: the access log writes the line, from the dynamic metadata */
@@ -114,6 +120,13 @@ static config *parse_config(const char *text, size_t length) {
   char *save = NULL, *line = strtok_r(copy, "\n", &save);
   bool ok = c->models && line && sscanf(line, "head_bytes %zu", &c->head_bytes) == 1 && c->head_bytes > 0;
   while (ok && (line = strtok_r(NULL, "\n", &save))) {
+    if (strncmp(line, "values ", 7) == 0) {
+      int at = 0;
+      ok = !c->values && !c->log && c->count == 0 && sscanf(line, "values %zu%n", &c->value_bytes, &at) == 1 &&
+           line[at] == 0 && line[7] >= '0' && line[7] <= '9' && c->value_bytes <= MAX_VALUE_BYTES;
+      c->values = true;
+      continue;
+    }
     if (strncmp(line, "log ", 4) == 0) {
       char *path = NULL;
       ok = !c->log && c->count == 0 && (path = hex_text(line + 4)) != NULL && path[0] == '/';
@@ -139,6 +152,7 @@ static config *parse_config(const char *text, size_t length) {
     rule->max_batch_size = batch;
   }
   free(copy);
+  if (ok && c->values && !c->log) ok = false; /* bodies go into the module's own lines only */
   if (!ok) return free_config(c), NULL;
   return c;
 }
@@ -256,7 +270,7 @@ static int visit_infer(const uint8_t *s, void *into, uint64_t number, int wire, 
   return 0;
 }
 
-/* ---- the line: the same JSON text record.lua writes ---- */
+/* ---- the line: the JSON text common/traffic.py reads ---- */
 
 typedef struct {
   char *data;
@@ -264,6 +278,7 @@ typedef struct {
 } text_buffer;
 
 static bool put(text_buffer *t, const char *bytes, size_t n) {
+  if (t->length > SIZE_MAX / 4 || n > SIZE_MAX / 4 - t->length) return false; /* the doubling below stays within size_t */
   if (t->length + n > t->capacity) {
     size_t capacity = (t->length + n) * 2;
     char *grown = realloc(t->data, capacity);
@@ -475,6 +490,9 @@ typedef struct {
   text_buffer request;            /* the request's JSON text, for the module's own line */
   bool logged;
   bool replayed; /* sent by a replay (REPLAY_HEADER): its line says so */
+  bool keep;     /* values: the body is being kept (false once past 5 + value_bytes) */
+  size_t kept_length, kept_capacity;
+  uint8_t *kept;
   uint8_t first[5 + HEAD_FIRST];
 } stream;
 
@@ -520,14 +538,51 @@ static long grpc_status(void *filter) {
   return status;
 }
 
-/* The request's line: its JSON text, less the closing brace, then arrival, protocol, bytes, status, duration. */
+static void drop_kept(stream *st) {
+  free(st->kept);
+  st->kept = NULL, st->kept_length = st->kept_capacity = 0, st->keep = false;
+}
+
+/* values: a copy of the body as it passes, up to 5 + value_bytes (the gRPC frame's prefix and its message). */
+static void keep_bytes(stream *st, const uint8_t *data, size_t length) {
+  size_t cap = 5 + st->config->value_bytes; /* value_bytes <= MAX_VALUE_BYTES: no overflow */
+  if (length > cap - st->kept_length) { drop_kept(st); return; } /* kept_length <= cap throughout */
+  size_t needed = st->kept_length + length;
+  if (needed > st->kept_capacity) {
+    size_t capacity = st->kept_capacity ? st->kept_capacity : 4096;
+    while (capacity < needed) capacity = capacity > cap / 2 ? cap : capacity * 2;
+    uint8_t *grown = realloc(st->kept, capacity);
+    if (!grown) { drop_kept(st); return; }
+    st->kept = grown, st->kept_capacity = capacity;
+  }
+  memcpy(st->kept + st->kept_length, data, length);
+  st->kept_length = needed;
+}
+
+/* The kept body as the line's values, where it is one whole uncompressed message (as Envoy received it). */
+static bool put_values(text_buffer *line, const stream *st) {
+  const uint8_t *k = st->kept;
+  if (!st->keep || st->kept_length < 5 || k[0] != 0) return true;
+  uint64_t want = (uint64_t)k[1] << 24 | (uint64_t)k[2] << 16 | (uint64_t)k[3] << 8 | k[4];
+  if (want != st->kept_length - 5) return true; /* cut short, or more than one message */
+  if (!put(line, ",\"values\":{\"body\":\"", 19)) return false;
+  char block[BASE64_LENGTH(BASE64_BLOCK)];
+  for (size_t i = 5; i < st->kept_length; i += BASE64_BLOCK) {
+    size_t n = st->kept_length - i < BASE64_BLOCK ? st->kept_length - i : BASE64_BLOCK;
+    if (!put(line, block, module_base64(k + i, n, block))) return false;
+  }
+  return put(line, "\",\"header_length\":0}", 20);
+}
+
+/* The request's line: its JSON text, less the closing brace, then its values (where kept), arrival, protocol,
+ * bytes, status, duration. */
 static void write_line(void *filter, stream *st, bool complete) {
   if (st->logged || !st->request.data || !st->config->log) return;
   st->logged = true;
   long status = complete ? grpc_status(filter) : -1;
   text_buffer *line = &st->request;
   line->length--; /* the request's closing brace */
-  bool ok = put(line, ",\"t\":", 5) && put_number(line, st->arrival_us) &&
+  bool ok = put_values(line, st) && put(line, ",\"t\":", 5) && put_number(line, st->arrival_us) &&
             put(line, ",\"protocol\":\"grpc\",\"bytes\":", 27) && put_number(line, (long long)st->received) &&
             put(line, ",\"status\":", 10) && (status < 0 ? put(line, "null", 4) : put_number(line, status)) &&
             put(line, ",\"duration_us\":", 15) && put_number(line, now_us(CLOCK_MONOTONIC) - st->began_us) &&
@@ -596,6 +651,9 @@ void *envoy_dynamic_module_on_http_filter_new(void *c, void *filter) {
   st->received = 0;
   st->request = (text_buffer){0};
   st->logged = st->replayed = false;
+  st->keep = false;
+  st->kept_length = st->kept_capacity = 0;
+  st->kept = NULL;
   return st;
 }
 
@@ -609,6 +667,7 @@ int envoy_dynamic_module_on_http_filter_request_headers(void *filter, void *modu
   if (!st->done) {
     dm_buffer mark = {0}, replay = {REPLAY_HEADER, sizeof(REPLAY_HEADER) - 1};
     st->replayed = envoy_dynamic_module_callback_http_get_header(filter, HEADER_REQUEST, replay, &mark, 0, NULL);
+    st->keep = st->config->values;
   }
   return CONTINUE; /* streams and other calls pass untouched */
 }
@@ -616,7 +675,7 @@ int envoy_dynamic_module_on_http_filter_request_headers(void *filter, void *modu
 int envoy_dynamic_module_on_http_filter_request_body(void *filter, void *module, bool end_of_stream) {
   (void)end_of_stream;
   stream *st = module;
-  if (st->done && !st->request.data) return CONTINUE; /* nothing to read, nothing to count */
+  if (st->done && !st->request.data) return drop_kept(st), CONTINUE; /* nothing to read, count or keep */
   size_t count = envoy_dynamic_module_callback_http_get_body_chunks_size(filter, BODY_RECEIVED_REQUEST);
   if (count == 0) return CONTINUE;
   dm_buffer few[16];
@@ -625,6 +684,7 @@ int envoy_dynamic_module_on_http_filter_request_body(void *filter, void *module,
   if (envoy_dynamic_module_callback_http_get_body_chunks(filter, BODY_RECEIVED_REQUEST, chunks))
     for (size_t i = 0; i < count; i++) {
       st->received += chunks[i].length;
+      if (st->keep) keep_bytes(st, (const uint8_t *)chunks[i].ptr, chunks[i].length);
       if (!st->done) feed(filter, st, (const uint8_t *)chunks[i].ptr, chunks[i].length);
     }
   if (chunks != few) free(chunks);
@@ -638,6 +698,7 @@ void envoy_dynamic_module_on_http_filter_destroy(void *module) {
   write_line(NULL, st, false); /* a stream that never completed: no status */
   if (st->bytes != st->first) free(st->bytes);
   free(st->request.data);
+  free(st->kept);
   free(st);
 }
 

