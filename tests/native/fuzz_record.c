@@ -2,8 +2,8 @@
  * Envoy's side of the ABI (tests/fixtures/record_grpc/harness.c, built beside it): gRPC bodies of ModelInfer
  * messages, well formed, truncated, with fields and lengths mutated at random and plain random bytes, cut into
  * random chunks, each stream recorded at most once; half the streams through a configuration that keeps the bodies
- * (values, 300 bytes: under and past it) and writes its own lines, into a folder of its own, which every line must
- * end in. A read past a chunk, an overflow or a leak fails the run.
+ * (values, 300 bytes: under and past it) and writes its own lines to a file in a folder of its own, every line of
+ * which must end whole. A read past a chunk, an overflow or a leak fails the run.
  *
  *   fuzz_record SECONDS SEED   (exit 0: every stream held) */
 #include <stdio.h>
@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
   void* config = envoy_dynamic_module_on_http_filter_config_new(NULL, (dm_buffer){"record_grpc", 11},
                                                                 (dm_buffer){text, sizeof text - 1});
   if (config == NULL) return 2;
-  char folder[] = "/tmp/fuzz_record.XXXXXX", log[64], values[128];
+  char folder[] = "/tmp/fuzz_record.XXXXXX", log[64], values[256]; /* the config: 113 bytes */
   if (!mkdtemp(folder)) return 2; /* 0700, ours */
   snprintf(log, sizeof log, "%s/lines.jsonl", folder);
   int at = snprintf(values, sizeof values, "head_bytes 2048\nvalues 300\nlog ");
